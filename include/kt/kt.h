@@ -1,0 +1,25 @@
+/*
+ * kt/kt.h - umbrella header of libkt, the embeddable library for running
+ * Mixture-of-Experts language models split between GPU and CPU.
+ *
+ * Include this, or only the module headers you need:
+ *   kt/core.h       status, errors, logging, runtime, version, features
+ *   kt/hw.h         CPU, ISA, NUMA, memory and GPU detection
+ *   kt/model.h      model files (safetensors, GGUF, config.json) and descriptions
+ *   kt/moe.h        the CPU MoE backend (what engines link against)
+ *   kt/tokenizer.h  tokenizers
+ *   kt/template.h   chat templates
+ *
+ * Link with `pkg-config --cflags --libs libkt`.
+ */
+#ifndef KT_KT_H
+#define KT_KT_H
+
+#include "kt/core.h"
+#include "kt/hw.h"
+#include "kt/model.h"
+#include "kt/moe.h"
+#include "kt/tokenizer.h"
+#include "kt/template.h"
+
+#endif /* KT_KT_H */

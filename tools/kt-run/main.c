@@ -1,0 +1,55 @@
+/* kt-run: one-shot generation, evaluation and machine/model inspection. */
+#include <stdio.h>
+#include <string.h>
+
+#include <kt/kt.h>
+
+#include "commands.h"
+
+static const struct {
+    const char *name;
+    kt_run_cmd_fn fn;
+    const char *summary;
+} commands[] = {
+    {"doctor", cmd_doctor, "check this machine: CPU, ISA, NUMA, memory, GPUs, kernel choice"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kt-run [COMMAND] [OPTIONS]\n"
+            "\n"
+            "Runs Mixture-of-Experts language models with libkt (experts split\n"
+            "between GPU and CPU).\n"
+            "\n"
+            "Commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f,
+            "\n"
+            "Options:\n"
+            "  -h, --help     show this help (COMMAND --help for a command's options)\n"
+            "  --version      print kt-run's and libkt's versions\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *first = argv[1];
+    if (!strcmp(first, "-h") || !strcmp(first, "--help") || !strcmp(first, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(first, "--version") || !strcmp(first, "-V")) {
+        printf("kt-run %s (libkt %s)\n", KT_VERSION_STRING, kt_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(first, commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "kt-run: unknown command or option '%s' (try kt-run --help)\n", first);
+    return 2;
+}
