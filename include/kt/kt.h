@@ -4,6 +4,7 @@
  *
  * Include this, or only the module headers you need:
  *   kt/core.h       status, errors, logging, runtime, version, features
+ *   kt/types.h      tensor element and block types
  *   kt/hw.h         CPU, ISA, NUMA, memory and GPU detection
  *   kt/model.h      model files (safetensors, GGUF, config.json) and descriptions
  *   kt/moe.h        the CPU MoE backend (what engines link against)
@@ -16,6 +17,7 @@
 #define KT_KT_H
 
 #include "kt/core.h"
+#include "kt/types.h"
 #include "kt/hw.h"
 #include "kt/model.h"
 #include "kt/moe.h"
