@@ -10,6 +10,7 @@
  *   kt/moe.h        the CPU MoE backend (what engines link against)
  *   kt/tokenizer.h  tokenizers
  *   kt/template.h   chat templates
+ *   kt/sampler.h    next-token sampling
  *
  * Link with `pkg-config --cflags --libs libkt`.
  */
@@ -23,5 +24,6 @@
 #include "kt/moe.h"
 #include "kt/tokenizer.h"
 #include "kt/template.h"
+#include "kt/sampler.h"
 
 #endif /* KT_KT_H */
