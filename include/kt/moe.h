@@ -1,5 +1,41 @@
 /*
- * kt/moe.h - the CPU MoE backend. (Module being written; declarations land here.)
+ * kt/moe.h - the CPU MoE backend: computes the CPU-resident experts of a
+ * Mixture-of-Experts layer, for libkt's own engine and for engines that hold
+ * the weights themselves (SGLang, vLLM, llama.cpp-style runtimes).
+ *
+ * Per MoE layer and call, with T tokens and top-k routing:
+ *
+ *     out[t] (+)= sum over j < k with ids[t][j] >= 0, not masked:
+ *                 w[t][j] * FFN_{ids[t][j]}(x[t])
+ *     FFN_e(x) = down_e( silu(gate_e x) * (up_e x) )            (KT_MOE_ACT_SILU)
+ *
+ * The weights are read in place (mmap'ed files or caller memory; nothing is
+ * copied on a single NUMA node) in one of the methods of kt_method: BF16,
+ * FP8 (E4M3 with 128x128 block scales) or RAWINT4 (compressed-tensors
+ * pack-quantized INT4, group 32). One backend serves every MoE layer of a
+ * model; its worker threads are created once and pinned one per physical core.
+ *
+ *     const void *gate[E], *up[E], *down[E];          // per expert, [I][H] and [H][I]
+ *     kt_moe_desc d = KT_MOE_DESC_INIT;
+ *     d.method = KT_METHOD_BF16;  d.hidden = H;  d.intermediate = I;
+ *     d.n_experts = E;  d.top_k = k;
+ *     kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+ *     lw.gate = gate;  lw.up = up;  lw.down = down;
+ *     kt_moe_backend *moe = NULL;
+ *     if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, NULL) < 0)
+ *         fprintf(stderr, "%s\n", kt_last_error());
+ *
+ *     int32_t T = 3;                                   // read when the task runs
+ *     kt_moe_io io = KT_MOE_IO_INIT;
+ *     io.n_tokens = &T;  io.top_k = k;
+ *     io.x = x_bf16;  io.ids = ids_i32;  io.w = weights;  io.out = out_bf16;
+ *     kt_moe_forward(moe, 0, &io);                     // or kt_moe_submit + kt_moe_wait
+ *     kt_moe_backend_free(moe);
+ *
+ * Thread contract: a kt_moe_backend is used by one thread at a time, except
+ * that kt_moe_submit() and kt_moe_wait() may be called from different threads
+ * (a CUDA host function submits, the engine thread waits). Tasks run in
+ * submission order on the backend's own workers.
  */
 #ifndef KT_MOE_H
 #define KT_MOE_H
@@ -8,10 +44,259 @@
 #include <stdint.h>
 
 #include "kt/core.h"
+#include "kt/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct kt_moe_backend kt_moe_backend;
+
+/* Expert FFN form. Values are ABI. */
+typedef enum kt_moe_act {
+    /* FFN(x) = down( silu(gate x) * (up x) )  (DeepSeek, Kimi, Qwen3, Mixtral, MiniMax) */
+    KT_MOE_ACT_SILU = 0,
+    /* gpt-oss clamped SwiGLU with biases:
+     * g = min(gate x + bg, limit), u = clamp(up x + bu, -limit, limit),
+     * FFN(x) = down( (u + 1) * g * sigmoid(alpha * g) ) + bd */
+    KT_MOE_ACT_SWIGLU_OAI = 1
+} kt_moe_act;
+
+/* What every layer of the backend looks like. Required fields have no default. */
+typedef struct kt_moe_desc {
+    uint32_t struct_size;   /* sizeof(kt_moe_desc); set by the INIT macro               */
+    uint32_t flags;         /* reserved, must be 0                                      */
+    int32_t method;         /* kt_method: KT_METHOD_BF16, _FP8 or _RAWINT4               */
+    int32_t act;            /* kt_moe_act; default KT_MOE_ACT_SILU                       */
+    uint32_t hidden;        /* H, model width (required)                                 */
+    uint32_t intermediate;  /* I, one expert's intermediate size (required)              */
+    uint32_t n_experts;     /* E, routed experts per layer (required)                    */
+    uint32_t top_k;         /* largest k a call may pass (required, 1..64)               */
+    float swiglu_alpha;     /* KT_MOE_ACT_SWIGLU_OAI; 0: 1.702                           */
+    float swiglu_limit;     /* KT_MOE_ACT_SWIGLU_OAI; 0: 7.0                             */
+} kt_moe_desc;
+
+#define KT_MOE_DESC_INIT \
+    { (uint32_t)sizeof(kt_moe_desc), 0u, KT_METHOD_NONE, KT_MOE_ACT_SILU, 0u, 0u, 0u, 0u, \
+      0.0f, 0.0f }
+
+/* kt_moe_layer_weights.flags */
+/* gpt-oss layout: gate[e] points at the fused gate_up matrix with gate and up
+ * interleaved (gate row i = fused row 2i, up row i = fused row 2i+1, same for
+ * the biases); up[e] and up_bias[e] are unused. */
+#define KT_MOE_W_GATE_UP_FUSED (1u << 0)
+/* Matrices stored [in][out] (gpt-oss's gate_up_proj [H][2I], down_proj [I][H])
+ * instead of [out][in]. BF16 only. The backend keeps a transposed copy of such
+ * layers (the only case where weights are copied). */
+#define KT_MOE_W_IN_MAJOR (1u << 1)
+
+/*
+ * One MoE layer's weights, as arrays of E per-expert pointers (the arrays are
+ * copied at create time; the weights they point to are borrowed and must stay
+ * valid and unchanged until kt_moe_backend_free()). Matrices are row-major
+ * [out][in] (nn.Linear), element type given by the method:
+ *
+ *   gate[e], up[e]   [I][H]    down[e]  [H][I]
+ *   BF16:    BF16 elements; scales unused.
+ *   FP8:     F8_E4M3 elements; *_scale[e] = weight_scale_inv, F32
+ *            [ceil(out/128)][ceil(in/128)]; dequantized w = q * scale (edge
+ *            blocks may be partial).
+ *   RAWINT4: *[e] = weight_packed, int32 [out][in/8], 8 values per int32, the
+ *            first in the lowest 4 bits, stored as value + 8 (value in -8..7);
+ *            *_scale[e] = weight_scale, BF16 [out][in/32]; w = value * scale.
+ *            H and I must be multiples of 32.
+ *
+ * A NULL gate[e] marks expert e as absent from the CPU: it is always skipped.
+ * Biases (KT_MOE_ACT_SWIGLU_OAI only; NULL arrays or entries: no bias) have
+ * element type bias_type (KT_TYPE_BF16 or KT_TYPE_F32): gate_bias[e], up_bias[e]
+ * [I] (fused: [2I] in gate_bias[e]), down_bias[e] [H].
+ */
+typedef struct kt_moe_layer_weights {
+    uint32_t struct_size;            /* sizeof(kt_moe_layer_weights)                    */
+    uint32_t flags;                  /* KT_MOE_W_*                                      */
+    const void *const *gate;         /* [E]                                             */
+    const void *const *up;           /* [E]                                             */
+    const void *const *down;         /* [E]                                             */
+    const void *const *gate_scale;   /* [E] or NULL (BF16)                              */
+    const void *const *up_scale;     /* [E] or NULL                                     */
+    const void *const *down_scale;   /* [E] or NULL                                     */
+    const void *const *gate_bias;    /* [E] or NULL                                     */
+    const void *const *up_bias;      /* [E] or NULL                                     */
+    const void *const *down_bias;    /* [E] or NULL                                     */
+    int32_t bias_type;               /* kt_type of the biases; default KT_TYPE_BF16     */
+} kt_moe_layer_weights;
+
+#define KT_MOE_LAYER_WEIGHTS_INIT \
+    { (uint32_t)sizeof(kt_moe_layer_weights), 0u, NULL, NULL, NULL, NULL, NULL, NULL, \
+      NULL, NULL, NULL, KT_TYPE_BF16 }
+
+/* Execution options; NULL means all defaults. */
+typedef struct kt_moe_options {
+    uint32_t struct_size;  /* sizeof(kt_moe_options)                                   */
+    uint32_t flags;        /* reserved, must be 0                                      */
+    int32_t n_threads;     /* worker threads; 0: physical cores (kt_hw_physical_cores) */
+    int32_t n_pools;       /* NUMA pools; 0: NUMA nodes the workers run on             */
+    int32_t max_tokens;    /* largest T of one call; workspaces are sized for it;
+                              0: 512                                                   */
+    int32_t pin_threads;   /* 1: pin workers one per physical core (default), 0: no    */
+} kt_moe_options;
+
+#define KT_MOE_OPTIONS_INIT { (uint32_t)sizeof(kt_moe_options), 0u, 0, 0, 0, 1 }
+
+/* Fills *opts with defaults; struct_size is the caller's sizeof(*opts). Since 0.1. */
+KT_API kt_status kt_moe_options_init(kt_moe_options *opts, size_t struct_size);
+
+/*
+ * Creates a backend for n_layers MoE layers of one shape (desc) with
+ * caller-held weights (layers[0..n_layers-1]; layer indices in later calls
+ * are positions in this array). rt may be NULL (log to stderr); opts may be
+ * NULL. Starts the worker threads and allocates every workspace, so later
+ * calls allocate nothing. Fails with KT_ERR_INVALID_ARG (a bad shape or
+ * pointer, named in the message), KT_ERR_UNSUPPORTED (method not built or act
+ * not supported by the method), KT_ERR_NOMEM. Caller owns *out; free with
+ * kt_moe_backend_free() (before rt). On failure *out is NULL. Since 0.1.
+ */
+KT_API kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt,
+                                       const kt_moe_desc *desc,
+                                       const kt_moe_layer_weights *layers, uint32_t n_layers,
+                                       const kt_moe_options *opts);
+
+/* Waits for pending tasks, stops the workers and frees the backend; NULL is a
+ * no-op. Since 0.1. */
+KT_API void kt_moe_backend_free(kt_moe_backend *moe);
+
+/*
+ * Sets the expert mask of one layer: a borrowed pointer to uint8 [E], read
+ * when each task of that layer runs (so a CUDA graph replays with the current
+ * contents); nonzero = skip the expert (it is resident on a GPU). NULL: every
+ * expert with weights runs on the CPU. The memory must stay valid while tasks
+ * of the layer may run. Since 0.1.
+ */
+KT_API kt_status kt_moe_set_expert_mask(kt_moe_backend *moe, uint32_t layer,
+                                        const uint8_t *mask);
+
+/* kt_moe_io.flags */
+#define KT_MOE_IO_X_F32 (1u << 0)      /* x is F32 (default BF16)                 */
+#define KT_MOE_IO_IDS_I64 (1u << 1)    /* ids are int64 (default int32)           */
+#define KT_MOE_IO_OUT_F32 (1u << 2)    /* out is F32 (default BF16)               */
+#define KT_MOE_IO_ACCUMULATE (1u << 3) /* out += result (default: out = result)   */
+
+/*
+ * One call's arguments. All buffers are caller-owned and are read (out
+ * written) when the task runs, not when it is submitted; for CUDA use them
+ * from pinned memory. Row-major, tightly packed.
+ */
+typedef struct kt_moe_io {
+    uint32_t struct_size;     /* sizeof(kt_moe_io)                                       */
+    uint32_t flags;           /* KT_MOE_IO_*                                             */
+    const int32_t *n_tokens;  /* -> T, read at execution time; 0 <= T <= max_tokens      */
+    uint32_t top_k;           /* k: columns of ids and w; 1 <= k <= desc.top_k           */
+    const void *x;            /* [T][H] BF16 or F32                                      */
+    const void *ids;          /* [T][k] int32 or int64 expert ids; -1 (any < 0) = skip   */
+    const float *w;           /* [T][k] routing weights, applied as given                */
+    void *out;                /* [T][H] BF16 or F32                                      */
+} kt_moe_io;
+
+#define KT_MOE_IO_INIT { (uint32_t)sizeof(kt_moe_io), 0u, NULL, 0u, NULL, NULL, NULL, NULL }
+
+/*
+ * Computes one layer for the T tokens of io and returns when out is written.
+ * Waits for earlier submitted tasks first. Returns KT_ERR_INVALID_ARG for a
+ * bad layer, k, T > max_tokens or an expert id >= E (out is then unspecified).
+ * Since 0.1.
+ */
+KT_API kt_status kt_moe_forward(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io);
+
+/* Tasks that may be pending at once; a further kt_moe_submit() fails. */
+#define KT_MOE_QUEUE_DEPTH 16
+
+/*
+ * Queues one layer's computation and returns at once. Copies *io (the
+ * pointers, not the data). Allocates nothing, takes no lock and never blocks,
+ * so it may be called from a CUDA host function (cudaLaunchHostFunc).
+ * Returns KT_ERR_LIMIT when KT_MOE_QUEUE_DEPTH tasks are pending,
+ * KT_ERR_INVALID_ARG for a bad layer or io (checked now); problems found at
+ * execution time (T, ids) are reported by kt_moe_wait(). Since 0.1.
+ */
+KT_API kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io);
+
+/*
+ * Blocks until at most max_pending submitted tasks are unfinished (0: all
+ * done). Returns the first error of the tasks finished since the previous
+ * kt_moe_wait() (message in kt_last_error() of the waiting thread), else
+ * KT_OK. Since 0.1.
+ */
+KT_API kt_status kt_moe_wait(kt_moe_backend *moe, uint32_t max_pending);
+
+/* The effective configuration (K25). Strings are static. */
+typedef struct kt_moe_info {
+    uint32_t struct_size;     /* sizeof(kt_moe_info); set by the caller                  */
+    int32_t method;           /* kt_method                                               */
+    int32_t n_threads;        /* worker threads running                                  */
+    int32_t n_pools;          /* NUMA pools (each owns a slice of every expert's I)      */
+    int32_t max_tokens;       /* T limit per call                                        */
+    uint32_t n_layers;
+    uint32_t hidden, intermediate, n_experts, top_k;
+    const char *isa;          /* kernel path: "avx512-bf16", "avx2", "scalar", ...       */
+    uint64_t expert_bytes;    /* bytes one expert's weights and scales occupy            */
+    uint64_t workspace_bytes; /* host memory of the workspaces                            */
+} kt_moe_info;
+
+#define KT_MOE_INFO_INIT \
+    { (uint32_t)sizeof(kt_moe_info), 0, 0, 0, 0, 0u, 0u, 0u, 0u, 0u, NULL, 0u, 0u }
+
+/* Fills *info (up to info->struct_size bytes). Since 0.1. */
+KT_API kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info);
+
+/* ---------------------------------------------------------------------------
+ * Router helpers: logits [T][E] (FP32, the router's linear output) to top-k
+ * expert ids and routing weights, exactly as each family's reference does.
+ * Ties pick the lower expert index.
+ */
+
+/* Router kinds. Values are ABI. */
+typedef enum kt_router_kind {
+    /* p = softmax(logits); top-k of p; weights p[top] (renormalised to sum 1
+     * with KT_ROUTER_F_RENORM): Qwen3-MoE, Mixtral (renorm), Qwen2-MoE (none). */
+    KT_ROUTER_SOFTMAX_TOPK = 1,
+    /* s = sigmoid(logits); selection on s + bias (e_score_correction_bias):
+     * groups of E/n_group scored by the sum of their top-2, keep the best
+     * topk_group groups, top-k inside them; weights s[top] (renormalised with
+     * KT_ROUTER_F_RENORM, +1e-20 in the denominator) times
+     * routed_scaling_factor: DeepSeek-V3, Kimi-K2, GLM-4.5 (n_group 1 = no
+     * group step); MiniMax-M2 (n_group 1, renorm, scaling 1). */
+    KT_ROUTER_SIGMOID_GROUPED = 2,
+    /* l = logits + bias; top-k of l; weights softmax(l[top]): gpt-oss. */
+    KT_ROUTER_TOPK_SOFTMAX = 3
+} kt_router_kind;
+
+#define KT_ROUTER_F_RENORM (1u << 0)
+
+typedef struct kt_router_params {
+    uint32_t struct_size;         /* sizeof(kt_router_params)                         */
+    int32_t kind;                 /* kt_router_kind                                   */
+    uint32_t flags;               /* KT_ROUTER_F_*                                    */
+    uint32_t n_experts;           /* E                                                */
+    uint32_t top_k;               /* k <= E                                           */
+    uint32_t n_group;             /* SIGMOID_GROUPED; 0 or 1: no grouping             */
+    uint32_t topk_group;          /* SIGMOID_GROUPED: groups kept                     */
+    float routed_scaling_factor;  /* SIGMOID_GROUPED; 0: 1.0                          */
+    const float *bias;            /* [E] or NULL: correction bias (SIGMOID_GROUPED) or
+                                     router bias added to the logits (TOPK_SOFTMAX)   */
+} kt_router_params;
+
+#define KT_ROUTER_PARAMS_INIT \
+    { (uint32_t)sizeof(kt_router_params), 0, 0u, 0u, 0u, 0u, 0u, 0.0f, NULL }
+
+/*
+ * Routes n_tokens tokens: logits [T][E] -> ids [T][k] (int32), weights [T][k]
+ * (in selection order: best first) and, if scores is not NULL, scores [T][E]
+ * (softmax probabilities, sigmoid scores, or for TOPK_SOFTMAX the biased
+ * logits). Allocates nothing. Thread-safe. Since 0.1.
+ */
+KT_API kt_status kt_router_topk(const kt_router_params *params, const float *logits,
+                                uint32_t n_tokens, int32_t *ids, float *weights,
+                                float *scores);
 
 #ifdef __cplusplus
 }
