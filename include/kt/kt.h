@@ -11,6 +11,7 @@
  *   kt/tokenizer.h  tokenizers
  *   kt/template.h   chat templates
  *   kt/sampler.h    next-token sampling
+ *   kt/placement.h  which experts live on the GPU; activation statistics
  *
  * Link with `pkg-config --cflags --libs libkt`.
  */
@@ -25,5 +26,6 @@
 #include "kt/tokenizer.h"
 #include "kt/template.h"
 #include "kt/sampler.h"
+#include "kt/placement.h"
 
 #endif /* KT_KT_H */
