@@ -10,6 +10,7 @@
  *   kt/moe.h        the CPU MoE backend (what engines link against)
  *   kt/tokenizer.h  tokenizers
  *   kt/template.h   chat templates
+ *   kt/engine.h     the inference engine (contexts, eval, KV cache)
  *   kt/sampler.h    next-token sampling
  *   kt/placement.h  which experts live on the GPU; activation statistics
  *
@@ -25,6 +26,7 @@
 #include "kt/moe.h"
 #include "kt/tokenizer.h"
 #include "kt/template.h"
+#include "kt/engine.h"
 #include "kt/sampler.h"
 #include "kt/placement.h"
 

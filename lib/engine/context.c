@@ -1,0 +1,246 @@
+/* kt_context: creation (weights for the precision, KV cache), eval in
+ * chunks, cache control, greedy generation. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+#define KT__DEFAULT_CTX_CAP 8192
+#define KT__DEFAULT_BATCH 512
+
+kt_status kt_context_options_init(kt_context_options *opts, size_t struct_size)
+{
+    if (!opts)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options_init: opts is NULL");
+    if (struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options_init: struct_size %zu too small",
+                         struct_size);
+    kt_context_options def = KT_CONTEXT_OPTIONS_INIT;
+    memset(opts, 0, struct_size);
+    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
+    opts->struct_size = (uint32_t)struct_size;
+    return KT_OK;
+}
+
+static kt_status alloc_cache(kt_context *ctx)
+{
+    const kt__hparams *hp = &ctx->hp;
+    size_t esz = ctx->kv_type == KT_TYPE_F32 ? 4 : 2;
+    if (hp->mla) {
+        ctx->k_row = hp->kv_lora_rank + hp->qk_rope;
+        ctx->v_row = 0;
+    } else {
+        ctx->k_row = ctx->v_row = hp->n_head_kv * hp->head_dim;
+    }
+    ctx->k_cache = kt__calloc((size_t)hp->n_layer, sizeof(void *));
+    ctx->v_cache = kt__calloc((size_t)hp->n_layer, sizeof(void *));
+    if (!ctx->k_cache || !ctx->v_cache)
+        return KT_ERR_NOMEM;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        uint64_t kb, vb;
+        if (!kt__mul_ok((uint64_t)ctx->n_ctx * ctx->k_row, esz, &kb) ||
+            !kt__mul_ok((uint64_t)ctx->n_ctx * ctx->v_row, esz, &vb))
+            return kt__error(KT_ERR_LIMIT, "kt_context_create: KV cache of %d positions "
+                             "overflows", ctx->n_ctx);
+        ctx->k_cache[l] = kt__malloc_aligned(kb ? kb : 64, 64);
+        ctx->v_cache[l] = vb ? kt__malloc_aligned(vb, 64) : NULL;
+        if (!ctx->k_cache[l] || (vb && !ctx->v_cache[l]))
+            return kt__error(KT_ERR_NOMEM, "kt_context_create: no memory for a KV cache of %d "
+                             "positions (reduce n_ctx)", ctx->n_ctx);
+    }
+    return KT_OK;
+}
+
+kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *model,
+                            const kt_context_options *opts)
+{
+    if (!out)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_create: out is NULL");
+    *out = NULL;
+    if (!model)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_create: model is NULL");
+    kt_context_options o = KT_CONTEXT_OPTIONS_INIT;
+    kt_status st = kt__options_read(&o, sizeof o, opts, "kt_context_options");
+    if (st < 0)
+        return st;
+    if (o.flags)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown flags 0x%x", o.flags);
+    if (o.precision != KT_PRECISION_FAST && o.precision != KT_PRECISION_F32)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: precision %d is neither "
+                         "KT_PRECISION_FAST (0) nor KT_PRECISION_F32 (1)", o.precision);
+    if (o.n_ctx < 0 || o.n_batch < 0 || o.n_threads < 0 || o.n_pools < 0)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: negative n_ctx %d, n_batch "
+                         "%d, n_threads %d or n_pools %d", o.n_ctx, o.n_batch, o.n_threads,
+                         o.n_pools);
+    if (o.method != KT_METHOD_NONE && !kt_method_name((kt_method)o.method))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown method %d", o.method);
+
+    kt_context *ctx = kt__calloc(1, sizeof *ctx);
+    if (!ctx)
+        return KT_ERR_NOMEM;
+    ctx->model = model;
+    ctx->rt = rt;
+    ctx->precision = (kt_precision)o.precision;
+    st = kt__hparams_from_model(&ctx->hp, model);
+    if (st < 0)
+        goto fail;
+    int32_t max_pos = ctx->hp.max_pos > 0 ? ctx->hp.max_pos : KT__DEFAULT_CTX_CAP;
+    ctx->n_ctx = o.n_ctx ? o.n_ctx : KT_MIN(max_pos, KT__DEFAULT_CTX_CAP);
+    if (o.n_ctx > max_pos)
+        kt__log(rt, KT_LOG_WARN, "n_ctx %d exceeds the model's max_position_embeddings %d",
+                o.n_ctx, max_pos);
+    ctx->n_batch = o.n_batch ? o.n_batch : KT__DEFAULT_BATCH;
+    ctx->n_threads = o.n_threads ? o.n_threads : (rt ? kt_runtime_n_threads(rt) : 1);
+    ctx->kv_type = ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16;
+    st = kt__weights_load(&ctx->w, &ctx->hp, model,
+                          ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16);
+    if (st < 0)
+        goto fail;
+    st = alloc_cache(ctx);
+    if (st < 0)
+        goto fail;
+    *out = ctx;
+    return KT_OK;
+fail:
+    kt_context_free(ctx);
+    return st;
+}
+
+void kt_context_free(kt_context *ctx)
+{
+    if (!ctx)
+        return;
+    kt__weights_free(&ctx->w, &ctx->hp);
+    if (ctx->k_cache)
+        for (int32_t l = 0; l < ctx->hp.n_layer; l++)
+            kt__free_aligned(ctx->k_cache[l]);
+    if (ctx->v_cache)
+        for (int32_t l = 0; l < ctx->hp.n_layer; l++)
+            kt__free_aligned(ctx->v_cache[l]);
+    kt__free(ctx->k_cache);
+    kt__free(ctx->v_cache);
+    kt__hparams_free(&ctx->hp);
+    kt__free(ctx);
+}
+
+kt_status kt_context_eval(kt_context *ctx, const int32_t *tokens, size_t n_tokens,
+                          float *logits, uint32_t flags)
+{
+    if (!ctx || (!tokens && n_tokens))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval: NULL context or tokens");
+    if (flags & ~KT_EVAL_ALL_LOGITS)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval: unknown flags 0x%x", flags);
+    if (n_tokens == 0)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval: no tokens");
+    if (n_tokens > (size_t)(ctx->n_ctx - ctx->n_past))
+        return kt__error(KT_ERR_LIMIT, "context limit: %d cached + %zu new tokens > n_ctx %d",
+                         ctx->n_past, n_tokens, ctx->n_ctx);
+    for (size_t i = 0; i < n_tokens; i++)
+        if (tokens[i] < 0 || tokens[i] >= ctx->hp.n_vocab)
+            return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval: token %d at index %zu is "
+                             "outside the vocabulary (0..%d)", tokens[i], i,
+                             ctx->hp.n_vocab - 1);
+    int32_t start = ctx->n_past;
+    bool all = (flags & KT_EVAL_ALL_LOGITS) != 0;
+    int32_t V = ctx->hp.n_vocab;
+    for (size_t done = 0; done < n_tokens;) {
+        int32_t T = (int32_t)KT_MIN((size_t)ctx->n_batch, n_tokens - done);
+        bool last = done + (size_t)T == n_tokens;
+        float *lg = NULL;
+        if (logits && all)
+            lg = logits + done * (size_t)V;
+        else if (logits && last)
+            lg = logits;
+        kt_status st = kt__forward(ctx, tokens + done, T, lg, all);
+        if (st < 0) {
+            ctx->n_past = start;
+            return st;
+        }
+        ctx->n_past += T;
+        done += (size_t)T;
+    }
+    return KT_OK;
+}
+
+void kt_context_reset(kt_context *ctx)
+{
+    if (ctx)
+        ctx->n_past = 0;
+}
+
+void kt_context_truncate(kt_context *ctx, int32_t n_keep)
+{
+    if (ctx && n_keep >= 0 && n_keep < ctx->n_past)
+        ctx->n_past = n_keep;
+}
+
+int32_t kt_context_n_past(const kt_context *ctx) { return ctx ? ctx->n_past : 0; }
+int32_t kt_context_n_ctx(const kt_context *ctx) { return ctx ? ctx->n_ctx : 0; }
+int32_t kt_context_n_vocab(const kt_context *ctx) { return ctx ? ctx->hp.n_vocab : 0; }
+int32_t kt_context_n_embd(const kt_context *ctx) { return ctx ? ctx->hp.n_embd : 0; }
+int32_t kt_context_n_layer(const kt_context *ctx) { return ctx ? ctx->hp.n_layer : 0; }
+int32_t kt_context_precision(const kt_context *ctx) { return ctx ? (int32_t)ctx->precision : 0; }
+
+size_t kt_context_eos(const kt_context *ctx, int32_t *ids, size_t cap)
+{
+    if (!ctx)
+        return 0;
+    for (size_t i = 0; i < (size_t)ctx->hp.n_eos && i < cap && ids; i++)
+        ids[i] = ctx->hp.eos[i];
+    return (size_t)ctx->hp.n_eos;
+}
+
+int kt_context_is_eos(const kt_context *ctx, int32_t token)
+{
+    if (!ctx)
+        return 0;
+    for (int32_t i = 0; i < ctx->hp.n_eos; i++)
+        if (ctx->hp.eos[i] == token)
+            return 1;
+    return 0;
+}
+
+int32_t kt_argmax(const float *x, size_t n)
+{
+    if (!x || !n)
+        return -1;
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return (int32_t)best;
+}
+
+kt_status kt_context_greedy(kt_context *ctx, const int32_t *prompt, size_t n_prompt,
+                            size_t n_predict, int32_t *out_ids, size_t *n_out)
+{
+    if (n_out)
+        *n_out = 0;
+    if (!ctx || !n_out || (n_predict && !out_ids) || (!prompt && n_prompt))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_greedy: NULL argument");
+    float *logits = kt__malloc_array((size_t)ctx->hp.n_vocab, sizeof(float));
+    if (!logits)
+        return KT_ERR_NOMEM;
+    kt_status st = KT_OK;
+    if (n_prompt) {
+        st = kt_context_eval(ctx, prompt, n_prompt, logits, 0);
+        if (st < 0)
+            goto done;
+    } else if (n_predict) {
+        st = kt__error(KT_ERR_INVALID_ARG, "kt_context_greedy: empty prompt");
+        goto done;
+    }
+    for (size_t i = 0; i < n_predict; i++) {
+        int32_t tok = kt_argmax(logits, (size_t)ctx->hp.n_vocab);
+        out_ids[i] = tok;
+        *n_out = i + 1;
+        if (kt_context_is_eos(ctx, tok) || i + 1 == n_predict || ctx->n_past >= ctx->n_ctx)
+            break;
+        st = kt_context_eval(ctx, &tok, 1, logits, 0);
+        if (st < 0)
+            goto done;
+    }
+done:
+    kt__free(logits);
+    return st;
+}

@@ -1,0 +1,176 @@
+/*
+ * Engine internals (lib/engine): the architecture description the forward
+ * pass reads, weight matrices, KV cache and scratch buffers. Not installed.
+ *
+ * Conventions: activations are F32 row-major [T][dim]; a matrix is stored as
+ * the Linear layer stores it, [out][in], in F32 (precision f32) or BF16 (fast
+ * mode); per-token vectors (norm weights, biases) are always F32.
+ */
+#ifndef KT_ENGINE_INTERNAL_H
+#define KT_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "io/convert_types.h"
+#include "kt/engine.h"
+#include "kt/model.h"
+#include "kt/types.h"
+#include "kt_internal.h"
+
+#define KT__MAX_EOS 8
+
+typedef enum kt__family {
+    KT__FAM_QWEN3_MOE = 0,
+    KT__FAM_QWEN2_MOE,
+    KT__FAM_MIXTRAL,
+    KT__FAM_MINIMAX_M2,
+    KT__FAM_GPT_OSS,
+    KT__FAM_DEEPSEEK_V3, /* also kimi_k2 */
+    KT__FAM_GLM4_MOE,
+} kt__family;
+
+typedef enum kt__router {
+    KT__ROUTER_SOFTMAX_TOPK = 0, /* softmax over all, top-k, optional renormalise      */
+    KT__ROUTER_SIGMOID_BIAS,     /* sigmoid, top-k of s + bias (groups), weights from s */
+    KT__ROUTER_TOPK_SOFTMAX,     /* top-k of logits (+ router bias), softmax over k     */
+} kt__router;
+
+typedef enum kt__qk_norm {
+    KT__QK_NORM_NONE = 0,
+    KT__QK_NORM_HEAD,  /* RMSNorm over each head's head_dim (Qwen3, GLM)     */
+    KT__QK_NORM_FULL,  /* RMSNorm over the whole q / k projection (MiniMax)  */
+} kt__qk_norm;
+
+/* Everything the forward pass needs to know about the architecture. */
+typedef struct kt__hparams {
+    kt__family family;
+    int32_t n_layer, n_embd, n_vocab;
+    int32_t n_head, n_head_kv, head_dim; /* GQA; for MLA n_head only           */
+    int32_t max_pos;
+    float rms_eps;
+
+    /* MLA (deepseek_v3 / kimi_k2) */
+    bool mla;
+    int32_t q_lora_rank;                 /* 0: plain q_proj                      */
+    int32_t kv_lora_rank, qk_nope, qk_rope, v_head;
+
+    /* attention */
+    kt__qk_norm qk_norm;
+    bool attn_bias;                      /* q/k/v biases                        */
+    bool o_bias;
+    bool sinks;
+    int32_t sliding_window;              /* 0: none                             */
+    bool *layer_sliding;                 /* [n_layer]                           */
+    float attn_scale;                    /* softmax scale                       */
+
+    /* rope */
+    int32_t rope_dim;                    /* rotated dims per head               */
+    bool rope_interleave;                /* pairs (2i, 2i+1) instead of halves   */
+    float *inv_freq;                     /* [rope_dim / 2]                      */
+    float rope_attn_factor;              /* multiplies cos and sin (YaRN)        */
+
+    /* feed-forward */
+    bool *layer_moe;                     /* [n_layer]                           */
+    int32_t n_ff;                        /* dense MLP intermediate              */
+    int32_t n_expert, n_expert_used, n_ff_exp;
+    int32_t n_ff_shared;                 /* 0: no shared expert                 */
+    bool shared_gate;                    /* qwen2_moe: sigmoid(gate(x)) * shared */
+    kt__router router;
+    bool router_bias;                    /* gpt-oss linear router bias          */
+    bool norm_topk;
+    float routed_scale;
+    int32_t n_group, topk_group;
+    bool gptoss_act;                     /* clamped SwiGLU with expert biases   */
+    float act_alpha, act_limit;
+
+    int32_t n_eos;
+    int32_t eos[KT__MAX_EOS];
+} kt__hparams;
+
+
+/* A weight matrix [rows = out][cols = in]. */
+typedef struct kt__mat {
+    int32_t rows, cols;
+    kt_type type;     /* KT_TYPE_F32 or KT_TYPE_BF16 */
+    void *data;       /* NULL when the layer has no such matrix                   */
+    bool owned;       /* data was allocated here (else borrowed from the model)    */
+} kt__mat;
+
+typedef struct kt__expert {
+    kt__mat gate, up, down;
+    float *b_gate, *b_up, *b_down; /* gpt-oss biases, else NULL */
+} kt__expert;
+
+typedef struct kt__layer {
+    float *attn_norm, *ffn_norm;                 /* [H]                           */
+    /* GQA */
+    kt__mat wq, wk, wv, wo;
+    float *bq, *bk, *bv, *bo;
+    float *q_norm, *k_norm;                      /* [head_dim] or full width      */
+    float *sinks;                                /* [n_head]                      */
+    /* MLA */
+    kt__mat wq_a, wq_b, wkv_a, wkv_b;
+    float *q_a_norm, *kv_a_norm;
+    float *wkv_b_f32;                            /* [n_head*(nope+v)][kv_lora]     */
+    /* dense MLP */
+    kt__mat ffn_gate, ffn_up, ffn_down;
+    /* MoE */
+    kt__mat router;                              /* [E][H]                        */
+    float *router_b;                             /* [E]                           */
+    float *e_bias;                               /* [E] selection bias            */
+    kt__expert *experts;                         /* [E]                           */
+    kt__mat sh_gate, sh_up, sh_down, sh_gate_inp;
+} kt__layer;
+
+typedef struct kt__weights {
+    kt__mat tok_embd;  /* [V][H] */
+    float *out_norm;   /* [H] */
+    kt__mat lm_head;   /* [V][H] */
+    kt__layer *layers; /* [n_layer] */
+} kt__weights;
+
+/* Reads the architecture description of `model` into *hp (load.c). */
+kt_status kt__hparams_from_model(kt__hparams *hp, const kt_model *model);
+/* Reads every weight; matrices are stored as `mat_type` (F32 or BF16; BF16
+ * weights are borrowed from the mapping when already BF16). */
+kt_status kt__weights_load(kt__weights *w, const kt__hparams *hp, const kt_model *model,
+                           kt_type mat_type);
+void kt__weights_free(kt__weights *w, const kt__hparams *hp);
+void kt__hparams_free(kt__hparams *hp);
+
+/* ---- ops (ops.c) ---- */
+/* y[T][rows] = x[T][cols] · Wᵀ (+ bias) */
+void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y);
+void kt__rmsnorm(float *x, int32_t n, const float *w, float eps);
+void kt__rmsnorm_to(const float *x, float *y, int32_t n, const float *w, float eps);
+void kt__softmax(float *x, int32_t n);
+float kt__silu(float x);
+
+/* ---- the context ---- */
+struct kt_context {
+    const kt_model *model;
+    kt_runtime *rt;
+    kt__hparams hp;
+    kt__weights w;
+    kt_precision precision;
+    int32_t n_ctx, n_batch, n_threads;
+    int32_t n_past;
+    int32_t mla_mode; /* 0 auto, 1 naive, 2 absorbed */
+
+    /* KV cache: F32 (precision f32) or BF16, [n_layer] x [n_ctx][row] */
+    kt_type kv_type;
+    int32_t k_row, v_row;   /* values per position (all kv heads) */
+    void **k_cache, **v_cache;
+
+    /* test hooks: when set, eval writes [n_layer+1][T][H] hidden states here */
+    float *capture_hidden;
+    const int32_t *tokens_seen; /* unused for now */
+};
+
+/* Forward over tokens[T] at positions n_past..n_past+T-1; writes logits for
+ * all positions ([T][V]) or only the last ([V]) into `logits` (may be NULL). */
+kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
+                      bool all_logits);
+
+#endif /* KT_ENGINE_INTERNAL_H */

@@ -1,0 +1,605 @@
+/* The forward pass of every family: embeddings, per layer attention (GQA
+ * with QK norms / sinks / sliding windows, or MLA) and the feed-forward block
+ * (dense MLP or routed experts + shared experts), final norm, lm_head.
+ *
+ * One call runs T tokens at positions n_past..n_past+T-1; their keys and
+ * values are appended to the cache first, so prefill chunks and single decode
+ * steps take the same path. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* Scratch buffers of one forward call. */
+typedef struct fwd {
+    kt_context *ctx;
+    const kt__hparams *hp;
+    int32_t T, pos0;
+    float *x;      /* [T][H] residual stream           */
+    float *xn;     /* [T][H] normed input of a block   */
+    float *out;    /* [T][H] block output              */
+    float *cosv;   /* [T][rope_dim/2]                  */
+    float *sinv;   /* [T][rope_dim/2]                  */
+} fwd;
+
+/* ----------------------------------------------------------------- cache --- */
+
+static void cache_store(const kt_context *ctx, void *base, int32_t row, int32_t pos,
+                        const float *src)
+{
+    if (ctx->kv_type == KT_TYPE_F32) {
+        memcpy((float *)base + (size_t)pos * row, src, sizeof(float) * row);
+    } else {
+        uint16_t *d = (uint16_t *)base + (size_t)pos * row;
+        for (int32_t i = 0; i < row; i++)
+            d[i] = kt__f32_to_bf16(src[i]);
+    }
+}
+
+/* Positions [0, n) of a cache as F32: the cache itself, or a widened copy in buf. */
+static const float *cache_f32(const kt_context *ctx, const void *base, int32_t row, int32_t n,
+                              float *buf)
+{
+    if (ctx->kv_type == KT_TYPE_F32)
+        return base;
+    const uint16_t *s = base;
+    for (size_t i = 0; i < (size_t)n * row; i++)
+        buf[i] = kt__bf16_to_f32(s[i]);
+    return buf;
+}
+
+/* ------------------------------------------------------------------ rope --- */
+
+static void rope_tables(fwd *f)
+{
+    const kt__hparams *hp = f->hp;
+    int32_t half = hp->rope_dim / 2;
+    for (int32_t t = 0; t < f->T; t++)
+        for (int32_t i = 0; i < half; i++) {
+            /* angle in f32 as the reference computes it: pos * inv_freq */
+            float ang = (float)(f->pos0 + t) * hp->inv_freq[i];
+            f->cosv[(size_t)t * half + i] = cosf(ang) * hp->rope_attn_factor;
+            f->sinv[(size_t)t * half + i] = sinf(ang) * hp->rope_attn_factor;
+        }
+}
+
+/* Rotates the first rope_dim values of one head vector: NeoX halves (i, i+d/2)
+ * or interleaved pairs (2i, 2i+1). */
+static void rope_apply(const kt__hparams *hp, float *v, const float *c, const float *s)
+{
+    int32_t half = hp->rope_dim / 2;
+    if (hp->rope_interleave) {
+        for (int32_t i = 0; i < half; i++) {
+            float a = v[2 * i], b = v[2 * i + 1];
+            v[2 * i] = a * c[i] - b * s[i];
+            v[2 * i + 1] = b * c[i] + a * s[i];
+        }
+    } else {
+        for (int32_t i = 0; i < half; i++) {
+            float a = v[i], b = v[i + half];
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+/* softmax over s[0..n) with an optional sink logit that takes part in the
+ * normalisation but has no value row; returns nothing, s holds probabilities. */
+static void softmax_sink(float *s, int32_t n, const float *sink)
+{
+    float mx = sink ? *sink : -INFINITY;
+    for (int32_t j = 0; j < n; j++)
+        mx = s[j] > mx ? s[j] : mx;
+    float sum = sink ? expf(*sink - mx) : 0.0f;
+    for (int32_t j = 0; j < n; j++) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    float inv = 1.0f / sum;
+    for (int32_t j = 0; j < n; j++)
+        s[j] *= inv;
+}
+
+/* ------------------------------------------------------------ attention --- */
+
+static kt_status attn_gqa(fwd *f, int32_t l)
+{
+    kt_context *ctx = f->ctx;
+    const kt__hparams *hp = f->hp;
+    const kt__layer *L = &ctx->w.layers[l];
+    int32_t T = f->T, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
+    int32_t qdim = nh * hd, kvdim = nkv * hd, P = f->pos0 + T, half = hp->rope_dim / 2;
+    int32_t group = nh / nkv;
+    kt_status st = KT_OK;
+
+    float *q = kt__malloc_array((size_t)T * qdim, sizeof(float));
+    float *k = kt__malloc_array((size_t)T * kvdim, sizeof(float));
+    float *v = kt__malloc_array((size_t)T * kvdim, sizeof(float));
+    float *o = kt__malloc_array((size_t)T * qdim, sizeof(float));
+    float *sc = kt__malloc_array((size_t)P, sizeof(float));
+    float *kbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
+                                              : kt__malloc_array((size_t)P * kvdim, sizeof(float));
+    float *vbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
+                                              : kt__malloc_array((size_t)P * kvdim, sizeof(float));
+    if (!q || !k || !v || !o || !sc || (ctx->kv_type != KT_TYPE_F32 && (!kbuf || !vbuf))) {
+        st = KT_ERR_NOMEM;
+        goto done;
+    }
+
+    /* q[T][nh*hd] = xn Wqᵀ + bq ; k, v [T][nkv*hd] likewise */
+    kt__linear(f->xn, T, &L->wq, L->bq, q);
+    kt__linear(f->xn, T, &L->wk, L->bk, k);
+    kt__linear(f->xn, T, &L->wv, L->bv, v);
+
+    for (int32_t t = 0; t < T; t++) {
+        float *qt = q + (size_t)t * qdim, *kt = k + (size_t)t * kvdim;
+        if (hp->qk_norm == KT__QK_NORM_FULL) {
+            kt__rmsnorm(qt, qdim, L->q_norm, hp->rms_eps);
+            kt__rmsnorm(kt, kvdim, L->k_norm, hp->rms_eps);
+        } else if (hp->qk_norm == KT__QK_NORM_HEAD) {
+            for (int32_t h = 0; h < nh; h++)
+                kt__rmsnorm(qt + (size_t)h * hd, hd, L->q_norm, hp->rms_eps);
+            for (int32_t h = 0; h < nkv; h++)
+                kt__rmsnorm(kt + (size_t)h * hd, hd, L->k_norm, hp->rms_eps);
+        }
+        const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
+        if (half > 0) {
+            for (int32_t h = 0; h < nh; h++)
+                rope_apply(hp, qt + (size_t)h * hd, c, s);
+            for (int32_t h = 0; h < nkv; h++)
+                rope_apply(hp, kt + (size_t)h * hd, c, s);
+        }
+        cache_store(ctx, ctx->k_cache[l], kvdim, f->pos0 + t, kt);
+        cache_store(ctx, ctx->v_cache[l], kvdim, f->pos0 + t, v + (size_t)t * kvdim);
+    }
+    const float *K = cache_f32(ctx, ctx->k_cache[l], kvdim, P, kbuf);
+    const float *V = cache_f32(ctx, ctx->v_cache[l], kvdim, P, vbuf);
+
+    int32_t window = hp->layer_sliding[l] ? hp->sliding_window : 0;
+    for (int32_t t = 0; t < T; t++) {
+        int32_t pos = f->pos0 + t;
+        int32_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        int32_t n = pos + 1 - lo;
+        for (int32_t h = 0; h < nh; h++) {
+            const float *qh = q + (size_t)t * qdim + (size_t)h * hd;
+            int32_t kvh = h / group;
+            /* s_j = scale · q·k_j over the visible positions */
+            for (int32_t j = 0; j < n; j++) {
+                const float *kj = K + (size_t)(lo + j) * kvdim + (size_t)kvh * hd;
+                float d = 0.0f;
+                for (int32_t i = 0; i < hd; i++)
+                    d += qh[i] * kj[i];
+                sc[j] = d * hp->attn_scale;
+            }
+            softmax_sink(sc, n, L->sinks ? &L->sinks[h] : NULL);
+            /* o_h = Σ_j p_j v_j */
+            float *oh = o + (size_t)t * qdim + (size_t)h * hd;
+            memset(oh, 0, sizeof(float) * hd);
+            for (int32_t j = 0; j < n; j++) {
+                const float *vj = V + (size_t)(lo + j) * kvdim + (size_t)kvh * hd;
+                float p = sc[j];
+                for (int32_t i = 0; i < hd; i++)
+                    oh[i] += p * vj[i];
+            }
+        }
+    }
+    kt__linear(o, T, &L->wo, L->bo, f->out);
+done:
+    kt__free(q), kt__free(k), kt__free(v), kt__free(o), kt__free(sc);
+    kt__free(kbuf), kt__free(vbuf);
+    return st;
+}
+
+/* MLA. Cache row per position: c_kv [kv_lora] (normed) ⊕ k_rope [rope] (rotated).
+ * naive: expand k_nope and v for every cached position through kv_b (prefill);
+ * absorbed: fold kv_b into the query and the output (decode). */
+static kt_status attn_mla(fwd *f, int32_t l)
+{
+    kt_context *ctx = f->ctx;
+    const kt__hparams *hp = f->hp;
+    const kt__layer *L = &ctx->w.layers[l];
+    int32_t T = f->T, nh = hp->n_head, P = f->pos0 + T, half = hp->rope_dim / 2;
+    int32_t nope = hp->qk_nope, rd = hp->qk_rope, vd = hp->v_head, R = hp->kv_lora_rank;
+    int32_t qk = nope + rd, row = R + rd, kvb_rows = nope + vd;
+    bool absorbed = ctx->mla_mode == 2 || (ctx->mla_mode == 0 && T == 1);
+    kt_status st = KT_OK;
+
+    float *cq = NULL, *kvb = NULL, *qt_abs = NULL, *ot_abs = NULL;
+    float *q = kt__malloc_array((size_t)T * nh * qk, sizeof(float));
+    float *kva = kt__malloc_array((size_t)T * row, sizeof(float));
+    float *o = kt__malloc_array((size_t)T * nh * vd, sizeof(float));
+    float *sc = kt__malloc_array((size_t)P, sizeof(float));
+    float *cbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
+                                              : kt__malloc_array((size_t)P * row, sizeof(float));
+    if (!q || !kva || !o || !sc || (ctx->kv_type != KT_TYPE_F32 && !cbuf)) {
+        st = KT_ERR_NOMEM;
+        goto done;
+    }
+
+    /* q = W_qb · RMSNorm(W_qa · x)   (or W_q · x)      [T][nh][nope + rope] */
+    if (hp->q_lora_rank > 0) {
+        cq = kt__malloc_array((size_t)T * hp->q_lora_rank, sizeof(float));
+        if (!cq) {
+            st = KT_ERR_NOMEM;
+            goto done;
+        }
+        kt__linear(f->xn, T, &L->wq_a, NULL, cq);
+        for (int32_t t = 0; t < T; t++)
+            kt__rmsnorm(cq + (size_t)t * hp->q_lora_rank, hp->q_lora_rank, L->q_a_norm,
+                        hp->rms_eps);
+        kt__linear(cq, T, &L->wq_b, NULL, q);
+    } else {
+        kt__linear(f->xn, T, &L->wq, NULL, q);
+    }
+    /* [c_kv | k_rope] = W_kva · x ; c_kv normed, k_rope rotated (one head) */
+    kt__linear(f->xn, T, &L->wkv_a, NULL, kva);
+    for (int32_t t = 0; t < T; t++) {
+        float *r = kva + (size_t)t * row;
+        const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
+        kt__rmsnorm(r, R, L->kv_a_norm, hp->rms_eps);
+        rope_apply(hp, r + R, c, s);
+        for (int32_t h = 0; h < nh; h++)
+            rope_apply(hp, q + ((size_t)t * nh + h) * qk + nope, c, s);
+        cache_store(ctx, ctx->k_cache[l], row, f->pos0 + t, r);
+    }
+    const float *C = cache_f32(ctx, ctx->k_cache[l], row, P, cbuf);
+    const float *W = L->wkv_b_f32; /* [nh][nope + v][R] */
+
+    if (!absorbed) {
+        /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ */
+        kvb = kt__malloc_array((size_t)P * nh * kvb_rows, sizeof(float));
+        float *ckv = kt__malloc_array((size_t)P * R, sizeof(float));
+        if (!kvb || !ckv) {
+            kt__free(ckv);
+            st = KT_ERR_NOMEM;
+            goto done;
+        }
+        for (int32_t j = 0; j < P; j++)
+            memcpy(ckv + (size_t)j * R, C + (size_t)j * row, sizeof(float) * R);
+        kt__linear(ckv, P, &L->wkv_b, NULL, kvb);
+        kt__free(ckv);
+    } else {
+        qt_abs = kt__malloc_array((size_t)R, sizeof(float));
+        ot_abs = kt__malloc_array((size_t)R, sizeof(float));
+        if (!qt_abs || !ot_abs) {
+            st = KT_ERR_NOMEM;
+            goto done;
+        }
+    }
+
+    for (int32_t t = 0; t < T; t++) {
+        int32_t n = f->pos0 + t + 1;
+        for (int32_t h = 0; h < nh; h++) {
+            const float *qh = q + ((size_t)t * nh + h) * qk;
+            const float *qr = qh + nope;
+            float *oh = o + ((size_t)t * nh + h) * vd;
+            const float *Wh = W + (size_t)h * kvb_rows * R;
+            if (!absorbed) {
+                for (int32_t j = 0; j < n; j++) {
+                    const float *kn = kvb + ((size_t)j * nh + h) * kvb_rows;
+                    const float *kr = C + (size_t)j * row + R;
+                    float d = 0.0f;
+                    for (int32_t i = 0; i < nope; i++)
+                        d += qh[i] * kn[i];
+                    for (int32_t i = 0; i < rd; i++)
+                        d += qr[i] * kr[i];
+                    sc[j] = d * hp->attn_scale;
+                }
+                softmax_sink(sc, n, NULL);
+                memset(oh, 0, sizeof(float) * vd);
+                for (int32_t j = 0; j < n; j++) {
+                    const float *vj = kvb + ((size_t)j * nh + h) * kvb_rows + nope;
+                    for (int32_t i = 0; i < vd; i++)
+                        oh[i] += sc[j] * vj[i];
+                }
+            } else {
+                /* q̃ = W_ukᵀ q_nope   [R] */
+                memset(qt_abs, 0, sizeof(float) * R);
+                for (int32_t d = 0; d < nope; d++) {
+                    const float *wr = Wh + (size_t)d * R;
+                    float qd = qh[d];
+                    for (int32_t c = 0; c < R; c++)
+                        qt_abs[c] += qd * wr[c];
+                }
+                /* s_j = scale · (q̃·c_kv_j + q_rope·k_rope_j) */
+                for (int32_t j = 0; j < n; j++) {
+                    const float *cj = C + (size_t)j * row;
+                    float d = 0.0f;
+                    for (int32_t c = 0; c < R; c++)
+                        d += qt_abs[c] * cj[c];
+                    for (int32_t i = 0; i < rd; i++)
+                        d += qr[i] * cj[R + i];
+                    sc[j] = d * hp->attn_scale;
+                }
+                softmax_sink(sc, n, NULL);
+                /* õ = Σ p_j c_kv_j ; o_h = W_uv õ */
+                memset(ot_abs, 0, sizeof(float) * R);
+                for (int32_t j = 0; j < n; j++) {
+                    const float *cj = C + (size_t)j * row;
+                    for (int32_t c = 0; c < R; c++)
+                        ot_abs[c] += sc[j] * cj[c];
+                }
+                for (int32_t e = 0; e < vd; e++) {
+                    const float *wr = Wh + (size_t)(nope + e) * R;
+                    float d = 0.0f;
+                    for (int32_t c = 0; c < R; c++)
+                        d += wr[c] * ot_abs[c];
+                    oh[e] = d;
+                }
+            }
+        }
+    }
+    kt__linear(o, T, &L->wo, NULL, f->out);
+done:
+    kt__free(q), kt__free(kva), kt__free(o), kt__free(sc), kt__free(cbuf);
+    kt__free(cq), kt__free(kvb), kt__free(qt_abs), kt__free(ot_abs);
+    return st;
+}
+
+/* ---------------------------------------------------------- feed-forward --- */
+
+/* out[T][H] = down(act(gate x + bg, up x + bu)) + bd for T rows of x. */
+static kt_status ffn(const kt__hparams *hp, const float *x, int32_t T, const kt__mat *gate,
+                     const kt__mat *up, const kt__mat *down, const float *bg, const float *bu,
+                     const float *bd, bool oai, float *out)
+{
+    int32_t I = gate->rows;
+    float *g = kt__malloc_array((size_t)T * I, sizeof(float));
+    float *u = kt__malloc_array((size_t)T * I, sizeof(float));
+    if (!g || !u) {
+        kt__free(g), kt__free(u);
+        return KT_ERR_NOMEM;
+    }
+    kt__linear(x, T, gate, bg, g);
+    kt__linear(x, T, up, bu, u);
+    for (size_t i = 0; i < (size_t)T * I; i++) {
+        if (oai) {
+            /* g = min(g, limit); u = clamp(u, ±limit); a = (u + 1) · g · σ(alpha g) */
+            float gv = g[i] < hp->act_limit ? g[i] : hp->act_limit;
+            float uv = u[i] < -hp->act_limit ? -hp->act_limit
+                       : u[i] > hp->act_limit ? hp->act_limit
+                                              : u[i];
+            g[i] = (uv + 1.0f) * gv / (1.0f + expf(-hp->act_alpha * gv));
+        } else {
+            g[i] = kt__silu(g[i]) * u[i];
+        }
+    }
+    kt__linear(g, T, down, bd, out);
+    kt__free(g), kt__free(u);
+    return KT_OK;
+}
+
+/* Router: logits [E] -> ids [k], weights [k] (best first, lower index on ties). */
+static void route(const kt__hparams *hp, const kt__layer *L, float *logit, int32_t *ids,
+                  float *wts, float *tmp /* [2E] */)
+{
+    int32_t E = hp->n_expert, k = hp->n_expert_used;
+    float *sel = tmp, *score = tmp + E;
+    switch (hp->router) {
+    case KT__ROUTER_SOFTMAX_TOPK:
+        memcpy(score, logit, sizeof(float) * E);
+        kt__softmax(score, E);
+        memcpy(sel, score, sizeof(float) * E);
+        break;
+    case KT__ROUTER_SIGMOID_BIAS:
+        for (int32_t e = 0; e < E; e++) {
+            score[e] = 1.0f / (1.0f + expf(-logit[e]));
+            sel[e] = score[e] + (L->e_bias ? L->e_bias[e] : 0.0f);
+        }
+        if (hp->n_group > 1 && hp->topk_group < hp->n_group) {
+            /* group score = sum of its top-2; keep topk_group groups, zero the rest */
+            int32_t gs = E / hp->n_group;
+            float gscore[64];
+            bool keep[64] = {false};
+            int32_t ng = KT_MIN(hp->n_group, 64);
+            for (int32_t g = 0; g < ng; g++) {
+                float a = -INFINITY, b = -INFINITY;
+                for (int32_t i = 0; i < gs; i++) {
+                    float v = sel[g * gs + i];
+                    if (v > a) {
+                        b = a;
+                        a = v;
+                    } else if (v > b) {
+                        b = v;
+                    }
+                }
+                gscore[g] = a + (gs > 1 ? b : 0.0f);
+            }
+            for (int32_t r = 0; r < hp->topk_group; r++) {
+                int32_t best = -1;
+                for (int32_t g = 0; g < ng; g++)
+                    if (!keep[g] && (best < 0 || gscore[g] > gscore[best]))
+                        best = g;
+                keep[best] = true;
+            }
+            for (int32_t g = 0; g < ng; g++)
+                if (!keep[g])
+                    for (int32_t i = 0; i < gs; i++)
+                        sel[g * gs + i] = 0.0f;
+        }
+        break;
+    case KT__ROUTER_TOPK_SOFTMAX:
+        for (int32_t e = 0; e < E; e++)
+            sel[e] = score[e] = logit[e];
+        break;
+    }
+    /* top-k of sel, best first */
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int32_t i = 0; i < j; i++)
+                taken |= ids[i] == e;
+            if (!taken && (best < 0 || sel[e] > sel[best]))
+                best = e;
+        }
+        ids[j] = best;
+        wts[j] = score[best];
+    }
+    if (hp->router == KT__ROUTER_TOPK_SOFTMAX) {
+        kt__softmax(wts, k);
+        return;
+    }
+    if (hp->norm_topk || hp->family == KT__FAM_MIXTRAL || hp->family == KT__FAM_MINIMAX_M2) {
+        float sum = 0.0f;
+        for (int32_t j = 0; j < k; j++)
+            sum += wts[j];
+        float den = hp->router == KT__ROUTER_SIGMOID_BIAS ? sum + 1e-20f : sum;
+        for (int32_t j = 0; j < k; j++)
+            wts[j] /= den;
+    }
+    for (int32_t j = 0; j < k; j++)
+        wts[j] *= hp->routed_scale;
+}
+
+static kt_status moe_block(fwd *f, int32_t l)
+{
+    kt_context *ctx = f->ctx;
+    const kt__hparams *hp = f->hp;
+    const kt__layer *L = &ctx->w.layers[l];
+    int32_t T = f->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    kt_status st = KT_OK;
+    float *logits = kt__malloc_array((size_t)T * E, sizeof(float));
+    int32_t *ids = kt__malloc_array((size_t)T * k, sizeof(int32_t));
+    float *wts = kt__malloc_array((size_t)T * k, sizeof(float));
+    float *tmp = kt__malloc_array((size_t)2 * E, sizeof(float));
+    float *xe = kt__malloc_array((size_t)T * H, sizeof(float));
+    float *ye = kt__malloc_array((size_t)T * H, sizeof(float));
+    int32_t *rows = kt__malloc_array((size_t)T, sizeof(int32_t));
+    float *rw = kt__malloc_array((size_t)T, sizeof(float));
+    if (!logits || !ids || !wts || !tmp || !xe || !ye || !rows || !rw) {
+        st = KT_ERR_NOMEM;
+        goto done;
+    }
+    /* router logits [T][E] in F32 */
+    kt__linear(f->xn, T, &L->router, L->router_b, logits);
+    for (int32_t t = 0; t < T; t++)
+        route(hp, L, logits + (size_t)t * E, ids + (size_t)t * k, wts + (size_t)t * k, tmp);
+
+    memset(f->out, 0, sizeof(float) * T * H);
+    /* per expert: gather its tokens, run the FFN once, scatter w · y */
+    for (int32_t e = 0; e < E; e++) {
+        int32_t n = 0;
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t j = 0; j < k; j++)
+                if (ids[(size_t)t * k + j] == e) {
+                    rows[n] = t;
+                    rw[n] = wts[(size_t)t * k + j];
+                    memcpy(xe + (size_t)n * H, f->xn + (size_t)t * H, sizeof(float) * H);
+                    n++;
+                }
+        if (!n)
+            continue;
+        const kt__expert *x = &L->experts[e];
+        st = ffn(hp, xe, n, &x->gate, &x->up, &x->down, x->b_gate, x->b_up, x->b_down,
+                 hp->gptoss_act, ye);
+        if (st < 0)
+            goto done;
+        for (int32_t i = 0; i < n; i++) {
+            float *o = f->out + (size_t)rows[i] * H;
+            const float *y = ye + (size_t)i * H;
+            for (int32_t c = 0; c < H; c++)
+                o[c] += rw[i] * y[c];
+        }
+    }
+    if (L->sh_gate.data) {
+        /* shared expert, unscaled (qwen2_moe: times sigmoid(w_g · x)) */
+        st = ffn(hp, f->xn, T, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, false, ye);
+        if (st < 0)
+            goto done;
+        float gate1 = 1.0f;
+        for (int32_t t = 0; t < T; t++) {
+            if (L->sh_gate_inp.data) {
+                kt__linear(f->xn + (size_t)t * H, 1, &L->sh_gate_inp, NULL, &gate1);
+                gate1 = 1.0f / (1.0f + expf(-gate1));
+            }
+            for (int32_t c = 0; c < H; c++)
+                f->out[(size_t)t * H + c] += gate1 * ye[(size_t)t * H + c];
+        }
+    }
+done:
+    kt__free(logits), kt__free(ids), kt__free(wts), kt__free(tmp);
+    kt__free(xe), kt__free(ye), kt__free(rows), kt__free(rw);
+    return st;
+}
+
+/* ---------------------------------------------------------------- driver --- */
+
+static void embed_row(const kt__mat *E, int32_t tok, float *dst)
+{
+    if (E->type == KT_TYPE_F32) {
+        memcpy(dst, (const float *)E->data + (size_t)tok * E->cols, sizeof(float) * E->cols);
+    } else {
+        const uint16_t *r = (const uint16_t *)E->data + (size_t)tok * E->cols;
+        for (int32_t i = 0; i < E->cols; i++)
+            dst[i] = kt__bf16_to_f32(r[i]);
+    }
+}
+
+kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
+                      bool all_logits)
+{
+    const kt__hparams *hp = &ctx->hp;
+    int32_t H = hp->n_embd, half = hp->rope_dim / 2;
+    fwd f = {ctx, hp, T, ctx->n_past, NULL, NULL, NULL, NULL, NULL};
+    kt_status st = KT_OK;
+    f.x = kt__malloc_array((size_t)T * H, sizeof(float));
+    f.xn = kt__malloc_array((size_t)T * H, sizeof(float));
+    f.out = kt__malloc_array((size_t)T * H, sizeof(float));
+    f.cosv = kt__malloc_array((size_t)T * half + 1, sizeof(float));
+    f.sinv = kt__malloc_array((size_t)T * half + 1, sizeof(float));
+    if (!f.x || !f.xn || !f.out || !f.cosv || !f.sinv) {
+        st = KT_ERR_NOMEM;
+        goto done;
+    }
+    rope_tables(&f);
+    for (int32_t t = 0; t < T; t++)
+        embed_row(&ctx->w.tok_embd, tokens[t], f.x + (size_t)t * H);
+    float *cap = ctx->capture_hidden;
+    size_t cap_stride = (size_t)T * H;
+    if (cap)
+        memcpy(cap, f.x, sizeof(float) * T * H);
+
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const kt__layer *L = &ctx->w.layers[l];
+        /* x += Attn(RMSNorm(x)) */
+        for (int32_t t = 0; t < T; t++)
+            kt__rmsnorm_to(f.x + (size_t)t * H, f.xn + (size_t)t * H, H, L->attn_norm,
+                           hp->rms_eps);
+        st = hp->mla ? attn_mla(&f, l) : attn_gqa(&f, l);
+        if (st < 0)
+            goto done;
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            f.x[i] += f.out[i];
+        /* x += FFN(RMSNorm(x)) */
+        for (int32_t t = 0; t < T; t++)
+            kt__rmsnorm_to(f.x + (size_t)t * H, f.xn + (size_t)t * H, H, L->ffn_norm,
+                           hp->rms_eps);
+        if (hp->layer_moe[l])
+            st = moe_block(&f, l);
+        else
+            st = ffn(hp, f.xn, T, &L->ffn_gate, &L->ffn_up, &L->ffn_down, NULL, NULL, NULL,
+                     hp->gptoss_act, f.out);
+        if (st < 0)
+            goto done;
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            f.x[i] += f.out[i];
+        if (cap && l + 1 < hp->n_layer)
+            memcpy(cap + (size_t)(l + 1) * cap_stride, f.x, sizeof(float) * T * H);
+    }
+    for (int32_t t = 0; t < T; t++)
+        kt__rmsnorm_to(f.x + (size_t)t * H, f.xn + (size_t)t * H, H, ctx->w.out_norm,
+                       hp->rms_eps);
+    if (cap)
+        memcpy(cap + (size_t)hp->n_layer * cap_stride, f.xn, sizeof(float) * T * H);
+    if (logits) {
+        if (all_logits)
+            kt__linear(f.xn, T, &ctx->w.lm_head, NULL, logits);
+        else
+            kt__linear(f.xn + (size_t)(T - 1) * H, 1, &ctx->w.lm_head, NULL, logits);
+    }
+done:
+    kt__free(f.x), kt__free(f.xn), kt__free(f.out), kt__free(f.cosv), kt__free(f.sinv);
+    return st;
+}

@@ -1,0 +1,123 @@
+/* Scalar building blocks of the forward pass: linear layers, RMSNorm,
+ * softmax, type conversions. F32 accumulation throughout. */
+#include <math.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+float kt__silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+void kt__softmax(float *x, int32_t n)
+{
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    for (int32_t i = 0; i < n; i++)
+        x[i] /= sum;
+}
+
+/* y = x / sqrt(mean(x²) + eps) * w */
+void kt__rmsnorm_to(const float *x, float *y, int32_t n, const float *w, float eps)
+{
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int32_t i = 0; i < n; i++)
+        y[i] = x[i] * r * (w ? w[i] : 1.0f);
+}
+
+void kt__rmsnorm(float *x, int32_t n, const float *w, float eps)
+{
+    kt__rmsnorm_to(x, x, n, w, eps);
+}
+
+/* Dot products over 4 tokens at once so that each weight row is read once per
+ * 4 tokens; 8 partial sums per row keep the compiler's vectoriser busy. */
+static void linear_f32(const float *x, int32_t T, int32_t rows, int32_t cols, const float *W,
+                       const float *bias, float *y)
+{
+    for (int32_t r = 0; r < rows; r++) {
+        const float *wr = W + (size_t)r * cols;
+        int32_t t = 0;
+        for (; t + 4 <= T; t += 4) {
+            const float *x0 = x + (size_t)t * cols;
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int32_t c = 0; c < cols; c++) {
+                float wv = wr[c];
+                s0 += wv * x0[c];
+                s1 += wv * x0[cols + c];
+                s2 += wv * x0[2 * (size_t)cols + c];
+                s3 += wv * x0[3 * (size_t)cols + c];
+            }
+            float b = bias ? bias[r] : 0.0f;
+            y[(size_t)t * rows + r] = s0 + b;
+            y[(size_t)(t + 1) * rows + r] = s1 + b;
+            y[(size_t)(t + 2) * rows + r] = s2 + b;
+            y[(size_t)(t + 3) * rows + r] = s3 + b;
+        }
+        for (; t < T; t++) {
+            const float *xt = x + (size_t)t * cols;
+            float acc[8] = {0};
+            int32_t c = 0;
+            for (; c + 8 <= cols; c += 8)
+                for (int k = 0; k < 8; k++)
+                    acc[k] += wr[c + k] * xt[c + k];
+            float s = 0;
+            for (; c < cols; c++)
+                s += wr[c] * xt[c];
+            for (int k = 0; k < 8; k++)
+                s += acc[k];
+            y[(size_t)t * rows + r] = s + (bias ? bias[r] : 0.0f);
+        }
+    }
+}
+
+/* BF16 weights: widen one row at a time into a small F32 buffer. */
+static void linear_bf16(const float *x, int32_t T, int32_t rows, int32_t cols,
+                        const uint16_t *W, const float *bias, float *y)
+{
+    float rowbuf[4096];
+    for (int32_t c0 = 0; c0 < cols; c0 += 4096) {
+        int32_t nc = KT_MIN(4096, cols - c0);
+        for (int32_t r = 0; r < rows; r++) {
+            const uint16_t *wr = W + (size_t)r * cols + c0;
+            for (int32_t c = 0; c < nc; c++)
+                rowbuf[c] = kt__bf16_to_f32(wr[c]);
+            for (int32_t t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * cols + c0;
+                float acc[8] = {0};
+                int32_t c = 0;
+                for (; c + 8 <= nc; c += 8)
+                    for (int k = 0; k < 8; k++)
+                        acc[k] += rowbuf[c + k] * xt[c + k];
+                float s = 0;
+                for (; c < nc; c++)
+                    s += rowbuf[c] * xt[c];
+                for (int k = 0; k < 8; k++)
+                    s += acc[k];
+                float *yo = &y[(size_t)t * rows + r];
+                if (c0 == 0)
+                    *yo = s + (bias ? bias[r] : 0.0f);
+                else
+                    *yo += s;
+            }
+        }
+    }
+}
+
+void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
+{
+    if (W->type == KT_TYPE_BF16)
+        linear_bf16(x, T, W->rows, W->cols, W->data, bias, y);
+    else
+        linear_f32(x, T, W->rows, W->cols, W->data, bias, y);
+}

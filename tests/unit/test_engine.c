@@ -1,0 +1,296 @@
+/* Engine against the fixtures' transformers outputs (tests/data/fixtures):
+ * per-layer hidden states, logits and greedy ids, in f32 and fast precision,
+ * prefill and one-token-at-a-time decode through the KV cache. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/engine_internal.h"
+#include "io/safetensors.h"
+#include "kt/kt.h"
+
+typedef struct ref_data {
+    kt_st_set *set;
+    int32_t T, V, L1, H; /* L1 = n_layer + 1 */
+    int32_t *prompt;
+    float *logits;       /* [T][V]      */
+    float *hidden;       /* [L1][T][H]  */
+    int32_t *greedy;
+    int32_t n_greedy;
+} ref_data;
+
+static char *fixture_path(const char *name, const char *variant)
+{
+    const char *root = getenv("KT_TEST_DATA");
+    static char buf[1024];
+    snprintf(buf, sizeof buf, "%s/fixtures/%s%s%s", root ? root : "tests/data", name,
+             variant ? "/" : "", variant ? variant : "");
+    return buf;
+}
+
+static float *tensor_f32(const kt_st_tensor *t)
+{
+    float *p = malloc(sizeof(float) * t->n_elements);
+    assert_non_null(p);
+    assert_int_equal(kt__tensor_to_f32(t->data, t->type, t->n_elements, p), KT_OK);
+    return p;
+}
+
+static int32_t *tensor_i32(const kt_st_tensor *t)
+{
+    float *f = tensor_f32(t);
+    int32_t *p = malloc(sizeof(int32_t) * (t->n_elements + 1));
+    for (uint64_t i = 0; i < t->n_elements; i++)
+        p[i] = (int32_t)f[i];
+    free(f);
+    return p;
+}
+
+static int ref_load(ref_data *r, const char *dir)
+{
+    memset(r, 0, sizeof *r);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    if (kt__st_open_file(&r->set, path) < 0)
+        return -1;
+    const kt_st_tensor *p = kt__st_find(r->set, "prompt_ids");
+    const kt_st_tensor *lg = kt__st_find(r->set, "logits");
+    const kt_st_tensor *hs = kt__st_find(r->set, "hidden_states");
+    const kt_st_tensor *g = kt__st_find(r->set, "greedy_ids");
+    assert_non_null(p), assert_non_null(lg), assert_non_null(hs), assert_non_null(g);
+    r->T = (int32_t)p->shape[0];
+    r->V = (int32_t)lg->shape[1];
+    r->L1 = (int32_t)hs->shape[0];
+    r->H = (int32_t)hs->shape[2];
+    r->prompt = tensor_i32(p);
+    r->logits = tensor_f32(lg);
+    r->hidden = tensor_f32(hs);
+    r->greedy = tensor_i32(g);
+    r->n_greedy = (int32_t)g->n_elements;
+    return 0;
+}
+
+static void ref_free(ref_data *r)
+{
+    free(r->prompt), free(r->logits), free(r->hidden), free(r->greedy);
+    kt__st_close(r->set);
+}
+
+static float max_abs_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m))
+            m = d; /* NaN propagates as a failure */
+    }
+    return m;
+}
+
+/* Top-1 minus top-2 of a row. */
+static float margin(const float *x, int32_t n)
+{
+    float a = -INFINITY, b = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        if (x[i] > a) {
+            b = a;
+            a = x[i];
+        } else if (x[i] > b) {
+            b = x[i];
+        }
+    }
+    return a - b;
+}
+
+static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model)
+{
+    *model = NULL;
+    if (kt_model_open(model, NULL, dir, NULL) < 0) {
+        fail_msg("kt_model_open(%s): %s", dir, kt_last_error());
+        return NULL;
+    }
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 256;
+    co.precision = prec;
+    co.n_threads = 1;
+    kt_context *ctx = NULL;
+    if (kt_context_create(&ctx, NULL, *model, &co) < 0)
+        fail_msg("kt_context_create(%s): %s", dir, kt_last_error());
+    return ctx;
+}
+
+/* Full-prompt forward (prefill): hidden states layer by layer, then logits. */
+static void check_prefill(const char *name, const char *variant, kt_precision prec)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        skip();
+        return;
+    }
+    kt_model *model;
+    kt_context *ctx = open_ctx(dir, prec, &model);
+    assert_int_equal(kt_context_n_vocab(ctx), r.V);
+    assert_int_equal(kt_context_n_layer(ctx) + 1, r.L1);
+    size_t TH = (size_t)r.T * r.H;
+    float *hidden = calloc((size_t)r.L1 * TH, sizeof(float));
+    float *logits = calloc((size_t)r.T * r.V, sizeof(float));
+    ctx->capture_hidden = hidden;
+    assert_int_equal(kt_context_eval(ctx, r.prompt, (size_t)r.T, logits, KT_EVAL_ALL_LOGITS),
+                     KT_OK);
+    ctx->capture_hidden = NULL;
+
+    int bad_layer = -1;
+    for (int32_t l = 0; l < r.L1; l++) {
+        float d = max_abs_diff(hidden + l * TH, r.hidden + l * TH, TH);
+        print_message("  %s/%s %s: hidden[%d] max|diff| %.3g\n", name, variant ? variant : "bf16",
+                      prec == KT_PRECISION_F32 ? "f32" : "fast", l, d);
+        if (prec == KT_PRECISION_F32 && !(d <= 1e-3f) && bad_layer < 0)
+            bad_layer = l;
+    }
+    float dl = max_abs_diff(logits, r.logits, (size_t)r.T * r.V);
+    print_message("  %s/%s %s: logits max|diff| %.3g\n", name, variant ? variant : "bf16",
+                  prec == KT_PRECISION_F32 ? "f32" : "fast", dl);
+    if (prec == KT_PRECISION_F32) {
+        if (bad_layer >= 0)
+            fail_msg("%s: hidden states diverge first at layer output %d", name, bad_layer);
+        assert_true(dl <= 1e-3f);
+    } else {
+        int32_t ok = 0;
+        for (int32_t t = 0; t < r.T; t++) {
+            const float *a = logits + (size_t)t * r.V, *b = r.logits + (size_t)t * r.V;
+            if (max_abs_diff(a, b, (size_t)r.V) <= 5e-2f)
+                ok++;
+            if (margin(b, r.V) > 0.1f && kt_argmax(a, (size_t)r.V) != kt_argmax(b, (size_t)r.V))
+                fail_msg("%s fast: argmax differs at position %d (reference margin %.3f)", name,
+                         t, margin(b, r.V));
+        }
+        print_message("  %s fast: %d/%d positions within 5e-2\n", name, ok, r.T);
+        assert_true(ok * 100 >= 99 * r.T);
+    }
+    free(hidden), free(logits);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
+/* Token-by-token decode through the KV cache: every position's logits, then
+ * greedy generation with the cache. */
+static void check_decode(const char *name, const char *variant, kt_precision prec)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        skip();
+        return;
+    }
+    kt_model *model;
+    kt_context *ctx = open_ctx(dir, prec, &model);
+    float *logits = calloc((size_t)r.V, sizeof(float));
+    float worst = 0.0f;
+    for (int32_t t = 0; t < r.T; t++) {
+        assert_int_equal(kt_context_eval(ctx, &r.prompt[t], 1, logits, 0), KT_OK);
+        float d = max_abs_diff(logits, r.logits + (size_t)t * r.V, (size_t)r.V);
+        worst = d > worst ? d : worst;
+    }
+    print_message("  %s/%s %s: decode logits max|diff| %.3g\n", name, variant ? variant : "bf16",
+                  prec == KT_PRECISION_F32 ? "f32" : "fast", worst);
+    if (prec == KT_PRECISION_F32)
+        assert_true(worst <= 1e-3f);
+
+    kt_context_reset(ctx);
+    int32_t out[64];
+    size_t n = 0;
+    assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy, out, &n),
+                     KT_OK);
+    print_message("  %s greedy:", name);
+    for (size_t i = 0; i < n; i++)
+        print_message(" %d", out[i]);
+    print_message(" (reference");
+    for (int32_t i = 0; i < r.n_greedy; i++)
+        print_message(" %d", r.greedy[i]);
+    print_message(")\n");
+    if (prec == KT_PRECISION_F32) {
+        assert_int_equal((int)n, r.n_greedy);
+        for (int32_t i = 0; i < r.n_greedy; i++)
+            assert_int_equal(out[i], r.greedy[i]);
+    }
+    free(logits);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
+#define FIXTURE_TESTS(fn, name, variant)                                                   \
+    static void fn##_prefill_f32(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_F32); } \
+    static void fn##_decode_f32(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_F32); }   \
+    static void fn##_prefill_fast(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_FAST); } \
+    static void fn##_decode_fast(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_FAST); }
+
+FIXTURE_TESTS(qwen3, "qwen3_moe_tiny", NULL)
+FIXTURE_TESTS(mixtral, "mixtral_tiny", NULL)
+FIXTURE_TESTS(gptoss, "gpt_oss_tiny", NULL)
+FIXTURE_TESTS(minimax, "minimax_m2_tiny", "bf16")
+FIXTURE_TESTS(minimax_fp8, "minimax_m2_tiny", "fp8")
+FIXTURE_TESTS(dsv3, "deepseek_v3_tiny", "bf16")
+FIXTURE_TESTS(dsv3_fp8, "deepseek_v3_tiny", "fp8")
+FIXTURE_TESTS(dsv3_int4, "deepseek_v3_tiny", "int4")
+
+#define ENTRIES(fn)                                                                     \
+    cmocka_unit_test(fn##_prefill_f32), cmocka_unit_test(fn##_decode_f32),              \
+        cmocka_unit_test(fn##_prefill_fast), cmocka_unit_test(fn##_decode_fast)
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
+    kt_model *model = NULL;
+    if (kt_model_open(&model, NULL, dir, NULL) < 0) {
+        skip();
+        return;
+    }
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 8;
+    co.precision = 7;
+    kt_context *ctx = NULL;
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
+    assert_null(ctx);
+    co.precision = KT_PRECISION_F32;
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_OK);
+    int32_t toks[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    assert_int_equal(kt_context_eval(ctx, toks, 9, NULL, 0), KT_ERR_LIMIT);
+    assert_non_null(strstr(kt_last_error(), "context"));
+    assert_int_equal(kt_context_n_past(ctx), 0);
+    int32_t bad = kt_context_n_vocab(ctx);
+    assert_int_equal(kt_context_eval(ctx, &bad, 1, NULL, 0), KT_ERR_INVALID_ARG);
+    assert_int_equal(kt_context_eval(ctx, toks, 8, NULL, 0), KT_OK);
+    assert_int_equal(kt_context_n_past(ctx), 8);
+    kt_context_truncate(ctx, 3);
+    assert_int_equal(kt_context_n_past(ctx), 3);
+    assert_int_equal(kt_argmax(NULL, 0), -1);
+    kt_context_free(ctx);
+    kt_model_free(model);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_input),
+        ENTRIES(qwen3),
+        ENTRIES(mixtral),
+        ENTRIES(gptoss),
+        ENTRIES(minimax),
+        ENTRIES(minimax_fp8),
+        ENTRIES(dsv3),
+        ENTRIES(dsv3_fp8),
+        ENTRIES(dsv3_int4),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
