@@ -5,5 +5,6 @@ uint64_t kt__methods_compiled(void);
 
 uint64_t kt__methods_compiled(void)
 {
-    return 0;
+    /* cpu/ref always has BF16, FP8 and RAWINT4; SIMD sets add speed only. */
+    return KT_FEATURE_METHOD_BF16 | KT_FEATURE_METHOD_FP8 | KT_FEATURE_METHOD_RAWINT4;
 }

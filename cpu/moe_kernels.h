@@ -1,0 +1,123 @@
+/*
+ * Internal MoE kernel interface shared by cpu/{ref,avx2,avx512} and lib/moe.
+ *
+ * A kernel set computes C = A * W^T for one weight matrix of one expert,
+ * restricted to output rows [n0, n1) and reduction range [k0, k1):
+ *
+ *     C[m][n - n0] = sum_{k0 <= k < k1} A_m[k] * W[n][k]     m < M
+ *
+ * where A_m is an activation row in the kernel set's activation format (made
+ * once per token by `quant`) and W is stored as the method says (BF16; FP8
+ * E4M3 with F32 128x128 block scales; RAWINT4 packed nibbles with BF16 scales
+ * per 32 inputs). Alignment: FP8 k0 is a multiple of 128, RAWINT4 k0 and k1
+ * are multiples of 32.
+ */
+#ifndef KT_CPU_MOE_KERNELS_H
+#define KT_CPU_MOE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kt/core.h"
+
+/* Activation row formats. */
+enum {
+    KT__ACT_F32 = 0,   /* float [K]                                               */
+    KT__ACT_BF16 = 1,  /* uint16 [K]                                              */
+    KT__ACT_Q8G32 = 2  /* int8 q[K], float d[K/32], int32 s[K/32]: x = q * d per
+                          group of 32, s = 8 * sum(q) of the group (INT4 offset)  */
+};
+
+typedef struct kt__wmat {
+    const void *w;     /* [rows][cols] as stored (RAWINT4: int32 [rows][cols/8])  */
+    const void *scale; /* FP8: F32 [ceil(rows/128)][ceil(cols/128)];
+                          RAWINT4: BF16 [rows][cols/32]; BF16: NULL           */
+    int rows, cols;
+} kt__wmat;
+
+typedef void (*kt__moe_gemm_fn)(const kt__wmat *W, int n0, int n1, int k0, int k1,
+                                const void *A, size_t a_stride, const int32_t *a_rows, int M,
+                                float *C, int ldc, void *scratch);
+
+/* Writes elements [k0, k1) of one activation row of length K from x[k0..k1). */
+typedef void (*kt__moe_quant_fn)(const float *x, int k0, int k1, int K, void *row);
+
+typedef struct kt__moe_kernels {
+    const char *name;         /* "avx512-bf16", "scalar", ...                      */
+    int act;                  /* KT__ACT_*                                          */
+    kt__moe_quant_fn quant;
+    kt__moe_gemm_fn gemm;
+    size_t scratch_bytes;     /* per thread, for one call of gemm                  */
+} kt__moe_kernels;
+
+/* Bytes of one activation row of length K (64-byte multiple). */
+static inline size_t kt__moe_act_row_bytes(int act, int K)
+{
+    size_t b;
+    if (act == KT__ACT_F32)
+        b = (size_t)K * 4;
+    else if (act == KT__ACT_BF16)
+        b = (size_t)K * 2;
+    else
+        b = (size_t)K + (size_t)(K / 32) * 8;
+    return (b + 63) & ~(size_t)63;
+}
+
+static inline const float *kt__q8_scales(const void *row, int K)
+{
+    return (const float *)((const int8_t *)row + K);
+}
+static inline const int32_t *kt__q8_sums(const void *row, int K)
+{
+    return (const int32_t *)((const int8_t *)row + K + (size_t)(K / 32) * 4);
+}
+
+static inline float kt__moe_bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t kt__moe_f32_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+/* F8_E4M3 (fn) -> f32, exact. */
+static inline float kt__moe_e4m3_f32(uint8_t b)
+{
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;
+    uint32_t u;
+    float f;
+    if (e == 0xf && m == 0x7) {
+        u = sign | 0x7fc00000u;
+    } else if (e != 0) {
+        u = sign | ((e + 120u) << 23) | (m << 20);
+    } else {
+        f = (float)m * 0x1p-9f;
+        return sign ? -f : f;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Kernel sets. Method: KT_METHOD_BF16 / _FP8 / _RAWINT4. NULL when the set
+ * has no kernel for the method (or its ISA library was not built). */
+const kt__moe_kernels *kt__moe_kernels_ref(int method);
+const kt__moe_kernels *kt__moe_kernels_avx2(int method);
+const kt__moe_kernels *kt__moe_kernels_avx512(int method);
+
+/* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
+void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);
+void kt__moe_quant_bf16(const float *x, int k0, int k1, int K, void *row);
+void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row);
+
+#endif /* KT_CPU_MOE_KERNELS_H */

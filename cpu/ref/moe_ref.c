@@ -1,0 +1,142 @@
+/* Scalar MoE kernels: the oracle every SIMD kernel is tested against. */
+#include <math.h>
+
+#include "moe_kernels.h"
+
+/* ---- activation formats ---- */
+
+void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row)
+{
+    (void)K;
+    memcpy((float *)row + k0, x + k0, (size_t)(k1 - k0) * sizeof(float));
+}
+
+void kt__moe_quant_bf16(const float *x, int k0, int k1, int K, void *row)
+{
+    (void)K;
+    uint16_t *r = row;
+    for (int k = k0; k < k1; k++)
+        r[k] = kt__moe_f32_bf16(x[k]);
+}
+
+/* Per group of 32: d = max|x| / 127, q = round(x / d), s = 8 * sum(q). */
+void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row)
+{
+    int8_t *q = row;
+    float *d = (float *)(q + K);
+    int32_t *s = (int32_t *)(d + K / 32);
+    for (int g = k0 / 32; g < k1 / 32; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(x[g * 32 + i]));
+        float dg = amax / 127.0f;
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int v = (int)nearbyintf(x[g * 32 + i] * inv);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            q[g * 32 + i] = (int8_t)v;
+            sum += v;
+        }
+        d[g] = dg;
+        s[g] = 8 * sum;
+    }
+}
+
+static const void *arow(const void *A, size_t stride, const int32_t *rows, int m)
+{
+    return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
+}
+
+/* ---- BF16: C = A W^T, F32 activations ---- */
+static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
+                      void *scratch)
+{
+    (void)scratch;
+    const uint16_t *w = W->w;
+    for (int m = 0; m < M; m++) {
+        const float *a = arow(A, a_stride, a_rows, m);
+        for (int n = n0; n < n1; n++) {
+            const uint16_t *wr = w + (size_t)n * W->cols;
+            float acc = 0.0f;
+            for (int k = k0; k < k1; k++)
+                acc += a[k] * kt__moe_bf16_f32(wr[k]);
+            C[(size_t)m * ldc + (n - n0)] = acc;
+        }
+    }
+}
+
+/* ---- FP8: w = e4m3(q) * scale[n/128][k/128], F32 activations ---- */
+static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                     size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
+                     void *scratch)
+{
+    (void)scratch;
+    const uint8_t *w = W->w;
+    const float *sc = W->scale;
+    int kb_n = (W->cols + 127) / 128;
+    for (int m = 0; m < M; m++) {
+        const float *a = arow(A, a_stride, a_rows, m);
+        for (int n = n0; n < n1; n++) {
+            const uint8_t *wr = w + (size_t)n * W->cols;
+            float acc = 0.0f;
+            for (int kb = k0; kb < k1; kb += 128) {
+                int ke = kb + 128 < k1 ? kb + 128 : k1;
+                float part = 0.0f;
+                for (int k = kb; k < ke; k++)
+                    part += a[k] * kt__moe_e4m3_f32(wr[k]);
+                acc += part * sc[(size_t)(n / 128) * kb_n + kb / 128];
+            }
+            C[(size_t)m * ldc + (n - n0)] = acc;
+        }
+    }
+}
+
+/* ---- RAWINT4: per group g of 32 inputs,
+ *      C += d_x[g] * s_w[n][g] * sum_k q_x[k] * (nibble[n][k] - 8) ---- */
+static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
+                      void *scratch)
+{
+    (void)scratch;
+    const uint32_t *w = W->w;
+    const uint16_t *sc = W->scale;
+    int K = W->cols;
+    for (int m = 0; m < M; m++) {
+        const int8_t *q = arow(A, a_stride, a_rows, m);
+        const float *d = kt__q8_scales(q, K);
+        for (int n = n0; n < n1; n++) {
+            const uint32_t *wr = w + (size_t)n * (K / 8);
+            float acc = 0.0f;
+            for (int g = k0 / 32; g < k1 / 32; g++) {
+                int32_t isum = 0;
+                for (int k = g * 32; k < g * 32 + 32; k++) {
+                    int nib = (int)((wr[k / 8] >> (4 * (k % 8))) & 0xfu) - 8;
+                    isum += nib * q[k];
+                }
+                acc += (float)isum * (d[g] * kt__moe_bf16_f32(sc[(size_t)n * (K / 32) + g]));
+            }
+            C[(size_t)m * ldc + (n - n0)] = acc;
+        }
+    }
+}
+
+static const kt__moe_kernels ref_bf16 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0};
+static const kt__moe_kernels ref_fp8 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0};
+static const kt__moe_kernels ref_int4 = {"scalar", KT__ACT_Q8G32, kt__moe_quant_q8g32,
+                                         gemm_int4, 0};
+
+const kt__moe_kernels *kt__moe_kernels_ref(int method)
+{
+    switch (method) {
+    case KT_METHOD_BF16:
+        return &ref_bf16;
+    case KT_METHOD_FP8:
+        return &ref_fp8;
+    case KT_METHOD_RAWINT4:
+        return &ref_int4;
+    default:
+        return NULL;
+    }
+}

@@ -1,0 +1,63 @@
+/*
+ * Internal worker pool (lib/core). Not installed.
+ *
+ * Workers are created once, pinned one per physical core (hwloc) and grouped
+ * into pools (one per NUMA node by default; the pool of a worker decides which
+ * slice of the weights it touches). A job is a function every worker runs
+ * once, fn(ctx, tid); jobs run strictly in posting order, and a job starts on
+ * any worker only after every worker finished the previous one, so jobs may
+ * share workspaces. Inside a job, kt__pool_barrier() synchronises all workers.
+ *
+ * Posting never blocks and never allocates (ring of KT__POOL_RING jobs), so it
+ * may run in a CUDA host function. Idle workers spin briefly, then sleep on a
+ * futex. One producer thread at a time may post; any thread may wait.
+ */
+#ifndef KT_CORE_THREADPOOL_H
+#define KT_CORE_THREADPOOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kt_internal.h"
+
+#define KT__POOL_RING 16
+
+typedef struct kt_pool kt_pool;
+typedef void (*kt_pool_fn)(void *ctx, int tid);
+
+typedef struct kt_pool_config {
+    int n_threads;   /* 0: physical cores                                 */
+    int n_pools;     /* 0: NUMA nodes of the cores used; may exceed them  */
+    bool pin;        /* pin worker i to one PU of its core                */
+} kt_pool_config;
+
+/* Starts the workers. Caller owns *out; free with kt__pool_free(). */
+kt_status kt__pool_create(kt_pool **out, const kt_pool_config *cfg);
+/* Waits for posted jobs, stops and joins the workers; NULL is a no-op. */
+void kt__pool_free(kt_pool *pool);
+
+int kt__pool_n_threads(const kt_pool *pool);
+int kt__pool_n_pools(const kt_pool *pool);
+/* Pool of worker tid; workers of a pool have consecutive tids. */
+int kt__pool_pool_of(const kt_pool *pool, int tid);
+/* First tid and number of workers of pool p. */
+int kt__pool_first(const kt_pool *pool, int p);
+int kt__pool_count(const kt_pool *pool, int p);
+/* NUMA node (OS index) of pool p; -1 when unknown or not pinned. */
+int kt__pool_node(const kt_pool *pool, int p);
+
+/* Queues fn(ctx, tid) on every worker. Returns false when KT__POOL_RING jobs
+ * are pending (nothing queued). Lock-free, no allocation. */
+bool kt__pool_post(kt_pool *pool, kt_pool_fn fn, void *ctx);
+/* Jobs posted so far / finished so far (monotonic counters). */
+uint64_t kt__pool_posted(const kt_pool *pool);
+uint64_t kt__pool_done(const kt_pool *pool);
+/* Blocks until kt__pool_done() >= seq (spin, then sleep). */
+void kt__pool_wait(kt_pool *pool, uint64_t seq);
+/* Posts and waits; for callers that are not in a hurry. */
+void kt__pool_run(kt_pool *pool, kt_pool_fn fn, void *ctx);
+
+/* Barrier of all workers; call only from inside a job, from every worker. */
+void kt__pool_barrier(kt_pool *pool, int tid);
+
+#endif /* KT_CORE_THREADPOOL_H */

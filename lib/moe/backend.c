@@ -1,0 +1,839 @@
+/*
+ * The CPU MoE backend (kt/moe.h): task queue on the worker pool, token
+ * grouping by expert, and the fused two-phase execution of one layer:
+ *
+ *   phase 0  every worker: activations of its tokens -> kernel format, once
+ *            per token (x [T][H] -> xq [T][xrow]); worker 0: group the
+ *            (token, expert) pairs by expert.                      barrier
+ *   phase 1  items (expert, block of I rows) of the pool's I slice:
+ *            h = act(gate x, up x) for every token of the expert, written
+ *            in kernel format (hq [pairs][hrow]).                  barrier
+ *   phase 2  items (block of H rows): for every active expert, down over the
+ *            pool's I slice, scaled by the routing weight and summed per
+ *            token; one pool writes out directly, several pools add their
+ *            partials after one more barrier.
+ *
+ * Each expert's weights are streamed once per call for all tokens that
+ * chose it. Nothing here allocates after kt_moe_backend_create().
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kt/hw.h"
+#include "kt/moe.h"
+#include "kt_config.h"
+#include "kt_internal.h"
+#include "core/threadpool.h"
+#include "moe_internal.h"
+
+#define RB1 64    /* I rows per phase-1 item                    */
+#define RB2 64    /* H rows per phase-2 item                    */
+#define MCH 64    /* tokens per kernel call (bounds the C tiles) */
+
+typedef struct moe_layer {
+    kt__wmat *gate, *up, *down;  /* [E]; gate[e].w == NULL: expert absent */
+    float *gate_bias, *up_bias;  /* [E][I] or NULL */
+    float *down_bias;            /* [E][H] or NULL */
+    uint16_t *owned;             /* transposed / de-interleaved copies */
+    _Atomic(const uint8_t *) mask;
+} moe_layer;
+
+typedef struct moe_task {
+    kt_moe_backend *moe;
+    uint32_t layer;
+    kt_moe_io io;
+} moe_task;
+
+struct kt_moe_backend {
+    kt_runtime *rt;
+    kt_moe_desc d;
+    kt_moe_options o;
+    int H, I, E, max_k, max_t;
+    float alpha, limit;
+    const kt__moe_kernels *kern;
+    moe_layer *layers;
+    uint32_t n_layers;
+    kt_pool *pool;
+    int nth, n_pools;
+    int pool_i0[65];               /* I slice of pool p: [pool_i0[p], pool_i0[p+1]) */
+
+    moe_task tasks[KT_MOE_QUEUE_DEPTH];
+
+    size_t xrow, hrow;             /* activation row bytes for H and I */
+    uint8_t *xq;                   /* [max_t][xrow]                     */
+    uint8_t *hq;                   /* [max_t * max_k][hrow]             */
+    float *acc;                    /* [n_pools][max_t][H]               */
+    int32_t *cnt, *off, *cur;      /* [E], [E + 1], [E]                 */
+    int32_t *active;               /* [E]                               */
+    int32_t *pair_tok;             /* [max_t * max_k]                   */
+    float *pair_w;                 /* [max_t * max_k]                   */
+    uint8_t *scratch;              /* [nth][scratch_stride]             */
+    size_t scratch_stride;
+    size_t workspace_bytes;
+
+    /* per-task state, written by worker 0 in phase 0 */
+    int cur_t, n_active;
+    _Alignas(64) _Atomic int item1[64];
+    _Alignas(64) _Atomic int item2[64];
+
+    _Atomic int err_status;
+    char err_msg[256];
+};
+
+static uint64_t isa_cap = ~UINT64_C(0);
+
+void kt__moe_set_isa_cap(uint64_t cap)
+{
+    isa_cap = cap;
+}
+
+#define AVX512_NEED \
+    (KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ | \
+     KT_ISA_AVX512VNNI | KT_ISA_AVX512BF16 | KT_ISA_AVX512VBMI | KT_ISA_AVX2 | KT_ISA_FMA | \
+     KT_ISA_F16C)
+#define AVX2_NEED (KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C)
+
+const kt__moe_kernels *kt__moe_pick_kernels(int method)
+{
+    uint64_t isa = kt_hw_isa() & isa_cap;
+    (void)isa;
+    const kt__moe_kernels *k = NULL;
+#if KT_HAVE_ISA_AVX512
+    if (!k && (isa & AVX512_NEED) == AVX512_NEED)
+        k = kt__moe_kernels_avx512(method);
+#endif
+#if KT_HAVE_ISA_AVX2
+    if (!k && (isa & AVX2_NEED) == AVX2_NEED)
+        k = kt__moe_kernels_avx2(method);
+#endif
+    if (!k)
+        k = kt__moe_kernels_ref(method);
+    return k;
+}
+
+/* ---------------------------------------------------------------------------
+ * Creation
+ */
+
+kt_status kt_moe_options_init(kt_moe_options *opts, size_t struct_size)
+{
+    if (!opts)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_options_init: opts is NULL");
+    kt_moe_options def = KT_MOE_OPTIONS_INIT;
+    if (struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_options_init: struct_size %zu too small",
+                         struct_size);
+    size_t n = struct_size < sizeof def ? struct_size : sizeof def;
+    memset(opts, 0, struct_size);
+    memcpy(opts, &def, n);
+    opts->struct_size = (uint32_t)struct_size;
+    return KT_OK;
+}
+
+static uint64_t expert_bytes(int method, uint64_t H, uint64_t I)
+{
+    uint64_t n = 3 * H * I;
+    switch (method) {
+    case KT_METHOD_BF16:
+        return 2 * n;
+    case KT_METHOD_FP8:
+        return n + 4 * (2 * ((I + 127) / 128) * ((H + 127) / 128) +
+                        ((H + 127) / 128) * ((I + 127) / 128));
+    case KT_METHOD_RAWINT4:
+        return n / 2 + 2 * (n / 32);
+    default:
+        return 0;
+    }
+}
+
+static float bias_at(const void *b, int type, size_t i)
+{
+    if (type == KT_TYPE_F32)
+        return ((const float *)b)[i];
+    return kt__moe_bf16_f32(((const uint16_t *)b)[i]);
+}
+
+/* Copies biases to F32 [E][n]; fused gate biases are de-interleaved. */
+static kt_status load_biases(moe_layer *L, const kt_moe_layer_weights *lw, int E, int H, int I,
+                             bool fused)
+{
+    if (lw->bias_type != KT_TYPE_BF16 && lw->bias_type != KT_TYPE_F32)
+        return kt__error(KT_ERR_INVALID_ARG, "bias_type %d: expected KT_TYPE_BF16 or KT_TYPE_F32",
+                         lw->bias_type);
+    if (lw->gate_bias) {
+        L->gate_bias = kt__calloc((size_t)E * I, sizeof(float));
+        L->up_bias = kt__calloc((size_t)E * I, sizeof(float));
+        if (!L->gate_bias || !L->up_bias)
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for biases");
+        for (int e = 0; e < E; e++) {
+            const void *gb = lw->gate_bias[e];
+            const void *ub = fused ? NULL : (lw->up_bias ? lw->up_bias[e] : NULL);
+            for (int i = 0; i < I; i++) {
+                if (fused && gb) {
+                    L->gate_bias[(size_t)e * I + i] = bias_at(gb, lw->bias_type, 2 * (size_t)i);
+                    L->up_bias[(size_t)e * I + i] = bias_at(gb, lw->bias_type, 2 * (size_t)i + 1);
+                } else {
+                    if (gb)
+                        L->gate_bias[(size_t)e * I + i] = bias_at(gb, lw->bias_type, i);
+                    if (ub)
+                        L->up_bias[(size_t)e * I + i] = bias_at(ub, lw->bias_type, i);
+                }
+            }
+        }
+    }
+    if (lw->down_bias) {
+        L->down_bias = kt__calloc((size_t)E * H, sizeof(float));
+        if (!L->down_bias)
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for biases");
+        for (int e = 0; e < E; e++)
+            if (lw->down_bias[e])
+                for (int h = 0; h < H; h++)
+                    L->down_bias[(size_t)e * H + h] = bias_at(lw->down_bias[e], lw->bias_type, h);
+    }
+    return KT_OK;
+}
+
+/* BF16 layouts other than [out][in] per projection (gpt-oss): make
+ * [out][in] copies of gate, up and down. */
+static kt_status load_relayout(moe_layer *L, const kt_moe_layer_weights *lw, int E, int H, int I)
+{
+    bool fused = lw->flags & KT_MOE_W_GATE_UP_FUSED;
+    bool in_major = lw->flags & KT_MOE_W_IN_MAJOR;
+    size_t per = (size_t)3 * H * I;
+    L->owned = kt__malloc_array((size_t)E, per * sizeof(uint16_t));
+    if (!L->owned)
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory for re-laid-out weights");
+    for (int e = 0; e < E; e++) {
+        if (!lw->gate[e])
+            continue;
+        uint16_t *g = L->owned + (size_t)e * per, *u = g + (size_t)H * I, *dn = u + (size_t)H * I;
+        const uint16_t *sg = lw->gate[e], *su = fused ? NULL : lw->up[e], *sd = lw->down[e];
+        for (int i = 0; i < I; i++) {
+            for (int h = 0; h < H; h++) {
+                size_t gi, ui;
+                if (fused && in_major) {         /* [H][2I] */
+                    gi = (size_t)h * 2 * I + 2 * (size_t)i;
+                    ui = gi + 1;
+                } else if (fused) {              /* [2I][H] */
+                    gi = (2 * (size_t)i) * H + h;
+                    ui = gi + H;
+                } else {                         /* [H][I] */
+                    gi = ui = (size_t)h * I + i;
+                }
+                g[(size_t)i * H + h] = sg[gi];
+                u[(size_t)i * H + h] = fused ? sg[ui] : su[ui];
+            }
+        }
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < I; i++)
+                dn[(size_t)h * I + i] = in_major ? sd[(size_t)i * H + h] : sd[(size_t)h * I + i];
+        L->gate[e].w = g;
+        L->up[e].w = u;
+        L->down[e].w = dn;
+    }
+    return KT_OK;
+}
+
+static kt_status load_layer(kt_moe_backend *moe, moe_layer *L, const kt_moe_layer_weights *src,
+                            uint32_t li)
+{
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+    kt_status st = kt__options_read(&lw, sizeof lw, src, "kt_moe_layer_weights");
+    if (st < 0)
+        return st;
+    int E = moe->E, H = moe->H, I = moe->I, method = moe->d.method;
+    uint32_t known = KT_MOE_W_GATE_UP_FUSED | KT_MOE_W_IN_MAJOR;
+    if (lw.flags & ~known)
+        return kt__error(KT_ERR_INVALID_ARG, "layer %u: unknown flags 0x%x", li, lw.flags);
+    bool fused = lw.flags & KT_MOE_W_GATE_UP_FUSED;
+    bool relayout = lw.flags != 0;
+    if (relayout && method != KT_METHOD_BF16)
+        return kt__error(KT_ERR_UNSUPPORTED,
+                         "layer %u: fused / in-major weight layouts need method BF16", li);
+    if (!lw.gate || !lw.down || (!fused && !lw.up))
+        return kt__error(KT_ERR_INVALID_ARG, "layer %u: gate, up and down arrays are required",
+                         li);
+    bool scaled = method == KT_METHOD_FP8 || method == KT_METHOD_RAWINT4;
+    if (scaled && (!lw.gate_scale || !lw.up_scale || !lw.down_scale))
+        return kt__error(KT_ERR_INVALID_ARG, "layer %u: method %s needs scale arrays", li,
+                         kt_method_name((kt_method)method));
+    L->gate = kt__calloc((size_t)E, sizeof *L->gate);
+    L->up = kt__calloc((size_t)E, sizeof *L->up);
+    L->down = kt__calloc((size_t)E, sizeof *L->down);
+    if (!L->gate || !L->up || !L->down)
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory");
+    for (int e = 0; e < E; e++) {
+        if (!lw.gate[e])
+            continue;
+        if ((!fused && !lw.up[e]) || !lw.down[e])
+            return kt__error(KT_ERR_INVALID_ARG,
+                             "layer %u expert %d: gate is set but up or down is NULL", li, e);
+        if (scaled && (!lw.gate_scale[e] || !lw.up_scale[e] || !lw.down_scale[e]))
+            return kt__error(KT_ERR_INVALID_ARG, "layer %u expert %d: a scale pointer is NULL",
+                             li, e);
+        L->gate[e] = (kt__wmat){lw.gate[e], scaled ? lw.gate_scale[e] : NULL, I, H};
+        L->up[e] = (kt__wmat){fused ? NULL : lw.up[e], scaled ? lw.up_scale[e] : NULL, I, H};
+        L->down[e] = (kt__wmat){lw.down[e], scaled ? lw.down_scale[e] : NULL, H, I};
+    }
+    if (relayout && (st = load_relayout(L, &lw, E, H, I)) < 0)
+        return st;
+    if (moe->d.act == KT_MOE_ACT_SWIGLU_OAI && (st = load_biases(L, &lw, E, H, I, fused)) < 0)
+        return st;
+    return KT_OK;
+}
+
+static void free_layers(kt_moe_backend *moe)
+{
+    if (!moe->layers)
+        return;
+    for (uint32_t l = 0; l < moe->n_layers; l++) {
+        moe_layer *L = &moe->layers[l];
+        kt__free(L->gate);
+        kt__free(L->up);
+        kt__free(L->down);
+        kt__free(L->gate_bias);
+        kt__free(L->up_bias);
+        kt__free(L->down_bias);
+        kt__free(L->owned);
+    }
+    kt__free(moe->layers);
+}
+
+void kt_moe_backend_free(kt_moe_backend *moe)
+{
+    if (!moe)
+        return;
+    kt__pool_free(moe->pool);
+    free_layers(moe);
+    kt__free_aligned(moe->xq);
+    kt__free_aligned(moe->hq);
+    kt__free_aligned(moe->acc);
+    kt__free_aligned(moe->scratch);
+    kt__free(moe->cnt);
+    kt__free(moe->off);
+    kt__free(moe->cur);
+    kt__free(moe->active);
+    kt__free(moe->pair_tok);
+    kt__free(moe->pair_w);
+    kt__free(moe);
+}
+
+static void *alloc_ws(kt_moe_backend *moe, size_t bytes)
+{
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0)
+        bytes = 64;
+    void *p = kt__malloc_aligned(bytes, 64);
+    if (p) {
+        memset(p, 0, bytes); /* touch now: no page faults on the hot path */
+        moe->workspace_bytes += bytes;
+    }
+    return p;
+}
+
+static kt_status check_desc(const kt_moe_desc *d)
+{
+    if (d->flags)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_desc.flags must be 0");
+    if (d->method != KT_METHOD_BF16 && d->method != KT_METHOD_FP8 &&
+        d->method != KT_METHOD_RAWINT4)
+        return kt__error(KT_ERR_UNSUPPORTED, "moe: method %d (%s) has no CPU MoE kernels yet",
+                         d->method,
+                         kt_method_name((kt_method)d->method) ? kt_method_name((kt_method)d->method)
+                                                              : "unknown");
+    if (d->act != KT_MOE_ACT_SILU && d->act != KT_MOE_ACT_SWIGLU_OAI)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: unknown activation %d", d->act);
+    if (d->hidden == 0 || d->intermediate == 0 || d->n_experts == 0 || d->top_k == 0)
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "moe: hidden, intermediate, n_experts and top_k must be > 0 "
+                         "(got %u, %u, %u, %u)",
+                         d->hidden, d->intermediate, d->n_experts, d->top_k);
+    if (d->hidden > (1u << 20) || d->intermediate > (1u << 20) || d->n_experts > 65536 ||
+        d->top_k > 64 || d->top_k > d->n_experts)
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "moe: shape out of range (hidden %u, intermediate %u, experts %u, "
+                         "top_k %u)",
+                         d->hidden, d->intermediate, d->n_experts, d->top_k);
+    if (d->method == KT_METHOD_RAWINT4 && (d->hidden % 32 || d->intermediate % 32))
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "moe: RAWINT4 needs hidden and intermediate multiples of 32 "
+                         "(got %u, %u)",
+                         d->hidden, d->intermediate);
+    return KT_OK;
+}
+
+kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_moe_desc *desc,
+                                const kt_moe_layer_weights *layers, uint32_t n_layers,
+                                const kt_moe_options *opts)
+{
+    if (!out)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_backend_create: out is NULL");
+    *out = NULL;
+    if (!desc || !layers || n_layers == 0)
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "kt_moe_backend_create: desc and at least one layer are required");
+    kt_moe_backend *moe = kt__calloc(1, sizeof *moe);
+    if (!moe)
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory");
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    kt_status st = kt__options_read(&d, sizeof d, desc, "kt_moe_desc");
+    if (st >= 0)
+        st = kt__options_read(&o, sizeof o, opts, "kt_moe_options");
+    if (st >= 0)
+        st = check_desc(&d);
+    if (st >= 0 && (o.flags || o.n_threads < 0 || o.n_pools < 0 || o.max_tokens < 0 ||
+                    o.max_tokens > (1 << 20)))
+        st = kt__error(KT_ERR_INVALID_ARG,
+                       "kt_moe_options: flags must be 0 and counts >= 0 (max_tokens <= 2^20)");
+    if (st < 0) {
+        kt__free(moe);
+        return st;
+    }
+    moe->rt = rt;
+    moe->d = d;
+    moe->o = o;
+    moe->H = (int)d.hidden;
+    moe->I = (int)d.intermediate;
+    moe->E = (int)d.n_experts;
+    moe->max_k = (int)d.top_k;
+    moe->max_t = o.max_tokens ? o.max_tokens : 512;
+    moe->alpha = d.swiglu_alpha != 0.0f ? d.swiglu_alpha : 1.702f;
+    moe->limit = d.swiglu_limit != 0.0f ? d.swiglu_limit : 7.0f;
+    moe->kern = kt__moe_pick_kernels(d.method);
+    atomic_init(&moe->err_status, 0);
+    if (!moe->kern) {
+        kt_moe_backend_free(moe);
+        return kt__error(KT_ERR_UNSUPPORTED, "moe: no kernel for method %s",
+                         kt_method_name((kt_method)d.method));
+    }
+
+    moe->n_layers = n_layers;
+    moe->layers = kt__calloc(n_layers, sizeof *moe->layers);
+    if (!moe->layers) {
+        kt_moe_backend_free(moe);
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory");
+    }
+    for (uint32_t l = 0; l < n_layers; l++) {
+        if ((st = load_layer(moe, &moe->layers[l], &layers[l], l)) < 0) {
+            kt_moe_backend_free(moe);
+            return kt__error_prefix(st, "kt_moe_backend_create");
+        }
+    }
+
+    kt_pool_config pc = {o.n_threads, o.n_pools, o.pin_threads != 0};
+    if ((st = kt__pool_create(&moe->pool, &pc)) < 0) {
+        kt_moe_backend_free(moe);
+        return st;
+    }
+    moe->nth = kt__pool_n_threads(moe->pool);
+    moe->n_pools = kt__pool_n_pools(moe->pool);
+    if (moe->n_pools > 64)
+        moe->n_pools = 64;
+    /* I slices per pool, aligned to the format's block (FP8 128, else 32) */
+    int align = d.method == KT_METHOD_FP8 ? 128 : 32;
+    for (int p = 0; p <= moe->n_pools; p++) {
+        int64_t b = (int64_t)moe->I * p / moe->n_pools;
+        b = p == moe->n_pools ? moe->I : (b / align) * align;
+        moe->pool_i0[p] = (int)b;
+    }
+
+    int H = moe->H, I = moe->I, E = moe->E, T = moe->max_t, K = moe->max_k;
+    size_t pairs = (size_t)T * K;
+    moe->xrow = kt__moe_act_row_bytes(moe->kern->act, H);
+    moe->hrow = kt__moe_act_row_bytes(moe->kern->act, I);
+    size_t rb = RB1 > RB2 ? RB1 : RB2;
+    moe->scratch_stride = ((size_t)(((H > I ? H : I) + 15) & ~15) * 4 /* f32 row      */
+                           + (size_t)3 * MCH * rb * 4         /* gate, up, down tiles */
+                           + moe->kern->scratch_bytes + 255) & ~(size_t)63;
+    moe->xq = alloc_ws(moe, (size_t)T * moe->xrow);
+    moe->hq = alloc_ws(moe, pairs * moe->hrow);
+    moe->acc = alloc_ws(moe, (size_t)moe->n_pools * T * H * sizeof(float));
+    moe->scratch = alloc_ws(moe, (size_t)moe->nth * moe->scratch_stride);
+    moe->cnt = kt__calloc((size_t)E, sizeof(int32_t));
+    moe->off = kt__calloc((size_t)E + 1, sizeof(int32_t));
+    moe->cur = kt__calloc((size_t)E, sizeof(int32_t));
+    moe->active = kt__calloc((size_t)E, sizeof(int32_t));
+    moe->pair_tok = kt__calloc(pairs, sizeof(int32_t));
+    moe->pair_w = kt__calloc(pairs, sizeof(float));
+    if (!moe->xq || !moe->hq || !moe->acc || !moe->scratch || !moe->cnt || !moe->off ||
+        !moe->cur || !moe->active || !moe->pair_tok || !moe->pair_w) {
+        kt_moe_backend_free(moe);
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory for workspaces (max_tokens %d)", T);
+    }
+    kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
+            kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
+            moe->n_pools, n_layers);
+    *out = moe;
+    return KT_OK;
+}
+
+kt_status kt_moe_set_expert_mask(kt_moe_backend *moe, uint32_t layer, const uint8_t *mask)
+{
+    if (!moe || layer >= moe->n_layers)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_set_expert_mask: bad backend or layer %u",
+                         layer);
+    atomic_store(&moe->layers[layer].mask, mask);
+    return KT_OK;
+}
+
+kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
+{
+    if (!moe || !info || info->struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_backend_info: bad arguments");
+    kt_moe_info i = KT_MOE_INFO_INIT;
+    i.method = moe->d.method;
+    i.n_threads = moe->nth;
+    i.n_pools = moe->n_pools;
+    i.max_tokens = moe->max_t;
+    i.n_layers = moe->n_layers;
+    i.hidden = (uint32_t)moe->H;
+    i.intermediate = (uint32_t)moe->I;
+    i.n_experts = (uint32_t)moe->E;
+    i.top_k = (uint32_t)moe->max_k;
+    i.isa = moe->kern->name;
+    i.expert_bytes = expert_bytes(moe->d.method, (uint64_t)moe->H, (uint64_t)moe->I);
+    i.workspace_bytes = moe->workspace_bytes;
+    size_t n = info->struct_size < sizeof i ? info->struct_size : sizeof i;
+    uint32_t caller_size = info->struct_size;
+    memcpy(info, &i, n);
+    info->struct_size = caller_size;
+    return KT_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Execution
+ */
+
+static void task_error(kt_moe_backend *moe, kt_status st, const char *msg)
+{
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&moe->err_status, &expected, (int)st))
+        snprintf(moe->err_msg, sizeof moe->err_msg, "%s", msg);
+}
+
+static int read_tokens(const kt_moe_backend *moe, const kt_moe_io *io)
+{
+    int32_t T = *io->n_tokens;
+    return (T < 0 || T > moe->max_t) ? -1 : T;
+}
+
+/* Per-thread scratch: f32 row [max(H, I)] (rounded to 16), then the gate, up
+ * and down tiles [MCH][64] each, then the kernel's own scratch. */
+static float *tile_base(const kt_moe_backend *moe, uint8_t *scr)
+{
+    int n = moe->H > moe->I ? moe->H : moe->I;
+    return (float *)scr + ((n + 15) & ~15);
+}
+
+static inline float silu(float g)
+{
+    return g / (1.0f + expf(-g));
+}
+
+/* Worker 0, phase 0: pairs grouped by expert (off[e] .. off[e + 1]). */
+static void group_pairs(kt_moe_backend *moe, const moe_layer *L, const kt_moe_io *io, int T)
+{
+    int E = moe->E, k = (int)io->top_k;
+    const uint8_t *mask = atomic_load(&L->mask);
+    memset(moe->cnt, 0, (size_t)E * sizeof(int32_t));
+    bool bad = false;
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < k; j++) {
+            size_t idx = (size_t)t * k + j;
+            int64_t id = (io->flags & KT_MOE_IO_IDS_I64) ? ((const int64_t *)io->ids)[idx]
+                                                          : ((const int32_t *)io->ids)[idx];
+            if (id < 0)
+                continue;
+            if (id >= E) {
+                bad = true;
+                continue;
+            }
+            if (!L->gate[id].w || (mask && mask[id]))
+                continue;
+            moe->cnt[id]++;
+        }
+    }
+    if (bad) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "moe: an expert id is >= n_experts (%d); skipped", E);
+        task_error(moe, KT_ERR_INVALID_ARG, msg);
+    }
+    int n_active = 0, sum = 0;
+    for (int e = 0; e < E; e++) {
+        moe->off[e] = sum;
+        moe->cur[e] = sum;
+        sum += moe->cnt[e];
+        if (moe->cnt[e])
+            moe->active[n_active++] = e;
+    }
+    moe->off[E] = sum;
+    for (int t = 0; t < T; t++) {
+        for (int j = 0; j < k; j++) {
+            size_t idx = (size_t)t * k + j;
+            int64_t id = (io->flags & KT_MOE_IO_IDS_I64) ? ((const int64_t *)io->ids)[idx]
+                                                          : ((const int32_t *)io->ids)[idx];
+            if (id < 0 || id >= E || !L->gate[id].w || (mask && mask[id]))
+                continue;
+            int p = moe->cur[id]++;
+            moe->pair_tok[p] = t;
+            moe->pair_w[p] = io->w[idx];
+        }
+    }
+    moe->n_active = n_active;
+}
+
+static void phase0(kt_moe_backend *moe, const moe_task *task, int tid, float *xf)
+{
+    const kt_moe_io *io = &task->io;
+    int T = read_tokens(moe, io);
+    if (tid == 0) {
+        moe->cur_t = T < 0 ? 0 : T;
+        moe->n_active = 0;
+        if (T < 0) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "moe: n_tokens %d is outside 0..max_tokens (%d)",
+                     *io->n_tokens, moe->max_t);
+            task_error(moe, KT_ERR_INVALID_ARG, msg);
+        } else {
+            group_pairs(moe, &moe->layers[task->layer], io, T);
+        }
+        for (int p = 0; p < moe->n_pools; p++) {
+            atomic_store(&moe->item1[p], 0);
+            atomic_store(&moe->item2[p], 0);
+        }
+    }
+    if (T <= 0)
+        return;
+    int H = moe->H;
+    int t0 = (int)((int64_t)T * tid / moe->nth), t1 = (int)((int64_t)T * (tid + 1) / moe->nth);
+    for (int t = t0; t < t1; t++) {
+        /* x [T][H] -> f32 row -> kernel format, once per token */
+        if (io->flags & KT_MOE_IO_X_F32) {
+            memcpy(xf, (const float *)io->x + (size_t)t * H, (size_t)H * sizeof(float));
+        } else {
+            const uint16_t *xb = (const uint16_t *)io->x + (size_t)t * H;
+            for (int h = 0; h < H; h++)
+                xf[h] = kt__moe_bf16_f32(xb[h]);
+        }
+        moe->kern->quant(xf, 0, H, H, moe->xq + (size_t)t * moe->xrow);
+    }
+}
+
+/* Phase 1: h = act(gate x, up x) for items (active expert, RB1 rows of the
+ * pool's I slice). */
+static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *scr)
+{
+    const moe_layer *L = &moe->layers[task->layer];
+    int p = kt__pool_pool_of(moe->pool, tid);
+    int i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
+    int blocks = (i1 - i0 + RB1 - 1) / RB1;
+    int n_items = blocks * moe->n_active;
+    float *hf = (float *)scr;                                  /* [I]        */
+    float *cg = tile_base(moe, scr);                           /* [MCH][RB1] */
+    float *cu = cg + MCH * RB1;                                /* [MCH][RB1] */
+    void *kscr = cg + 3 * MCH * 64;
+    int I = moe->I;
+    bool oai = moe->d.act == KT_MOE_ACT_SWIGLU_OAI;
+    for (;;) {
+        int it = atomic_fetch_add(&moe->item1[p], 1);
+        if (it >= n_items)
+            break;
+        int e = moe->active[it / blocks];
+        int n0 = i0 + (it % blocks) * RB1, n1 = n0 + RB1 < i1 ? n0 + RB1 : i1;
+        int nb = n1 - n0;
+        int base = moe->off[e], cnt = moe->off[e + 1] - base;
+        const float *gb = L->gate_bias ? L->gate_bias + (size_t)e * I : NULL;
+        const float *ub = L->up_bias ? L->up_bias + (size_t)e * I : NULL;
+        for (int mc = 0; mc < cnt; mc += MCH) {
+            int M = cnt - mc < MCH ? cnt - mc : MCH;
+            const int32_t *rows = moe->pair_tok + base + mc;
+            moe->kern->gemm(&L->gate[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cg, RB1,
+                            kscr);
+            moe->kern->gemm(&L->up[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cu, RB1,
+                            kscr);
+            for (int m = 0; m < M; m++) {
+                const float *g = cg + (size_t)m * RB1, *u = cu + (size_t)m * RB1;
+                if (!oai) {
+                    /* h = silu(g) * u */
+                    for (int n = 0; n < nb; n++)
+                        hf[n0 + n] = silu(g[n]) * u[n];
+                } else {
+                    /* g' = min(g + bg, L), u' = clamp(u + bu, -L, L),
+                     * h = (u' + 1) * g' * sigmoid(alpha g') */
+                    for (int n = 0; n < nb; n++) {
+                        float gv = g[n] + (gb ? gb[n0 + n] : 0.0f);
+                        float uv = u[n] + (ub ? ub[n0 + n] : 0.0f);
+                        gv = fminf(gv, moe->limit);
+                        uv = fmaxf(fminf(uv, moe->limit), -moe->limit);
+                        hf[n0 + n] = (uv + 1.0f) * gv / (1.0f + expf(-moe->alpha * gv));
+                    }
+                }
+                moe->kern->quant(hf, n0, n1, I, moe->hq + (size_t)(base + mc + m) * moe->hrow);
+            }
+        }
+    }
+}
+
+static void write_out(const kt_moe_io *io, int H, int t, int n0, int n1, const float *src)
+{
+    bool accum = io->flags & KT_MOE_IO_ACCUMULATE;
+    if (io->flags & KT_MOE_IO_OUT_F32) {
+        float *o = (float *)io->out + (size_t)t * H;
+        for (int n = n0; n < n1; n++)
+            o[n] = accum ? o[n] + src[n] : src[n];
+    } else {
+        uint16_t *o = (uint16_t *)io->out + (size_t)t * H;
+        for (int n = n0; n < n1; n++)
+            o[n] = kt__moe_f32_bf16(accum ? kt__moe_bf16_f32(o[n]) + src[n] : src[n]);
+    }
+}
+
+/* Phase 2: out rows [n0, n1) = sum over active experts and their tokens of
+ * w * down_e h over the pool's I slice. */
+static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *scr)
+{
+    const moe_layer *L = &moe->layers[task->layer];
+    int p = kt__pool_pool_of(moe->pool, tid);
+    int k0 = moe->pool_i0[p], k1 = moe->pool_i0[p + 1];
+    int H = moe->H, T = moe->cur_t;
+    int n_items = (H + RB2 - 1) / RB2;
+    float *cd = tile_base(moe, scr) + 2 * MCH * 64;             /* [MCH][RB2] */
+    void *kscr = tile_base(moe, scr) + 3 * MCH * 64;
+    float *acc = moe->acc + (size_t)p * moe->max_t * H;
+    bool single = moe->n_pools == 1;
+    for (;;) {
+        int it = atomic_fetch_add(&moe->item2[p], 1);
+        if (it >= n_items)
+            break;
+        int n0 = it * RB2, n1 = n0 + RB2 < H ? n0 + RB2 : H;
+        for (int t = 0; t < T; t++)
+            memset(acc + (size_t)t * H + n0, 0, (size_t)(n1 - n0) * sizeof(float));
+        if (k1 > k0) {
+            for (int a = 0; a < moe->n_active; a++) {
+                int e = moe->active[a];
+                int base = moe->off[e], cnt = moe->off[e + 1] - base;
+                const float *db = (L->down_bias && p == 0) ? L->down_bias + (size_t)e * H : NULL;
+                for (int mc = 0; mc < cnt; mc += MCH) {
+                    int M = cnt - mc < MCH ? cnt - mc : MCH;
+                    moe->kern->gemm(&L->down[e], n0, n1, k0, k1,
+                                    moe->hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
+                                    cd, RB2, kscr);
+                    /* acc[t] += w * (down h + bias) */
+                    for (int m = 0; m < M; m++) {
+                        float w = moe->pair_w[base + mc + m];
+                        float *ar = acc + (size_t)moe->pair_tok[base + mc + m] * H;
+                        const float *c = cd + (size_t)m * RB2;
+                        for (int n = n0; n < n1; n++)
+                            ar[n] += w * (c[n - n0] + (db ? db[n] : 0.0f));
+                    }
+                }
+            }
+        }
+        if (single)
+            for (int t = 0; t < T; t++)
+                write_out(&task->io, H, t, n0, n1, acc + (size_t)t * H);
+    }
+}
+
+/* Phase 3 (several pools): out = sum of the pools' partials, split by token. */
+static void phase3(kt_moe_backend *moe, const moe_task *task, int tid, float *row)
+{
+    int H = moe->H, T = moe->cur_t;
+    int t0 = (int)((int64_t)T * tid / moe->nth), t1 = (int)((int64_t)T * (tid + 1) / moe->nth);
+    for (int t = t0; t < t1; t++) {
+        memcpy(row, moe->acc + (size_t)t * H, (size_t)H * sizeof(float));
+        for (int p = 1; p < moe->n_pools; p++) {
+            const float *src = moe->acc + ((size_t)p * moe->max_t + t) * H;
+            for (int h = 0; h < H; h++)
+                row[h] += src[h];
+        }
+        write_out(&task->io, H, t, 0, H, row);
+    }
+}
+
+static void run_task(void *ctx, int tid)
+{
+    moe_task *task = ctx;
+    kt_moe_backend *moe = task->moe;
+    uint8_t *scr = moe->scratch + (size_t)tid * moe->scratch_stride;
+    phase0(moe, task, tid, (float *)scr);
+    kt__pool_barrier(moe->pool, tid);
+    phase1(moe, task, tid, scr);
+    kt__pool_barrier(moe->pool, tid);
+    phase2(moe, task, tid, scr);
+    if (moe->n_pools > 1) {
+        kt__pool_barrier(moe->pool, tid);
+        phase3(moe, task, tid, (float *)scr);
+    }
+}
+
+static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
+{
+    if (!moe || !io)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: backend and io are required");
+    if (io->struct_size < sizeof(kt_moe_io))
+        return kt__error(KT_ERR_VERSION, "moe: kt_moe_io.struct_size %u is too small",
+                         io->struct_size);
+    if (layer >= moe->n_layers)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: layer %u out of range (%u layers)", layer,
+                         moe->n_layers);
+    uint32_t known = KT_MOE_IO_X_F32 | KT_MOE_IO_IDS_I64 | KT_MOE_IO_OUT_F32 |
+                     KT_MOE_IO_ACCUMULATE;
+    if (io->flags & ~known)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: unknown kt_moe_io flags 0x%x", io->flags);
+    if (io->top_k == 0 || io->top_k > (uint32_t)moe->max_k)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: top_k %u outside 1..%d", io->top_k,
+                         moe->max_k);
+    if (!io->n_tokens || !io->x || !io->ids || !io->w || !io->out)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: n_tokens, x, ids, w and out are required");
+    return KT_OK;
+}
+
+kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
+{
+    kt_status st = check_io(moe, layer, io);
+    if (st < 0)
+        return st;
+    uint64_t seq = kt__pool_posted(moe->pool);
+    if (seq - kt__pool_done(moe->pool) >= KT_MOE_QUEUE_DEPTH)
+        return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);
+    moe_task *task = &moe->tasks[seq % KT_MOE_QUEUE_DEPTH];
+    task->moe = moe;
+    task->layer = layer;
+    task->io = *io;
+    if (!kt__pool_post(moe->pool, run_task, task))
+        return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);
+    return KT_OK;
+}
+
+kt_status kt_moe_wait(kt_moe_backend *moe, uint32_t max_pending)
+{
+    if (!moe)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_wait: backend is NULL");
+    uint64_t posted = kt__pool_posted(moe->pool);
+    if (posted > max_pending)
+        kt__pool_wait(moe->pool, posted - max_pending);
+    int st = atomic_load(&moe->err_status);
+    if (st != 0) {
+        kt_status s = kt__error((kt_status)st, "%s", moe->err_msg);
+        atomic_store(&moe->err_status, 0);
+        return s;
+    }
+    return KT_OK;
+}
+
+kt_status kt_moe_forward(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
+{
+    kt_status st = kt_moe_submit(moe, layer, io);
+    if (st == KT_ERR_LIMIT) {
+        kt_moe_wait(moe, 0);
+        st = kt_moe_submit(moe, layer, io);
+    }
+    if (st < 0)
+        return st;
+    return kt_moe_wait(moe, 0);
+}

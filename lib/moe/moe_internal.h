@@ -1,0 +1,17 @@
+/* Internal interface of the MoE module (lib/moe). Not installed. */
+#ifndef KT_MOE_INTERNAL_H
+#define KT_MOE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "../../cpu/moe_kernels.h"
+
+/* Kernel set for a method on this CPU: the best of avx512 / avx2 / scalar
+ * that kt_hw_isa() (capped by kt__moe_set_isa_cap) allows. */
+const kt__moe_kernels *kt__moe_pick_kernels(int method);
+
+/* Test hook: caps the ISA bits backends created afterwards may use
+ * (process-wide; ~0 = no cap). */
+void kt__moe_set_isa_cap(uint64_t cap);
+
+#endif /* KT_MOE_INTERNAL_H */

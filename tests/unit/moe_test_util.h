@@ -1,0 +1,169 @@
+/* Helpers for the MoE tests: a minimal safetensors reader (independent of
+ * lib/io, so the tests check the backend against files read another way),
+ * random numbers and element conversions. Header-only, static. */
+#ifndef KT_TEST_MOE_UTIL_H
+#define KT_TEST_MOE_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+typedef struct tst_file {
+    uint8_t *buf;
+    size_t size;
+    cJSON *hdr;
+    const uint8_t *data;
+} tst_file;
+
+typedef struct tst_tensor {
+    const char *dtype;
+    int64_t shape[4];
+    int n_dims;
+    const void *data;
+    size_t nbytes;
+} tst_tensor;
+
+static tst_file *tst_open(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    tst_file *t = calloc(1, sizeof *t);
+    t->buf = malloc((size_t)sz);
+    t->size = (size_t)sz;
+    if (fread(t->buf, 1, (size_t)sz, f) != (size_t)sz) {
+        fclose(f);
+        free(t->buf);
+        free(t);
+        return NULL;
+    }
+    fclose(f);
+    uint64_t n;
+    memcpy(&n, t->buf, 8);
+    t->hdr = cJSON_ParseWithLength((const char *)t->buf + 8, (size_t)n);
+    t->data = t->buf + 8 + n;
+    return t;
+}
+
+static void tst_close(tst_file *t)
+{
+    if (!t)
+        return;
+    cJSON_Delete(t->hdr);
+    free(t->buf);
+    free(t);
+}
+
+static int tst_find(const tst_file *t, const char *name, tst_tensor *out)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(t->hdr, name);
+    if (!e)
+        return 0;
+    out->dtype = cJSON_GetObjectItemCaseSensitive(e, "dtype")->valuestring;
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    out->n_dims = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, shape) out->shape[out->n_dims++] = (int64_t)d->valuedouble;
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    size_t b = (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble;
+    size_t en = (size_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
+    out->data = t->data + b;
+    out->nbytes = en - b;
+    return 1;
+}
+
+/* A model directory: its shards (model-*.safetensors). */
+typedef struct tst_model {
+    tst_file *shards[8];
+    int n;
+} tst_model;
+
+static int tst_model_open(tst_model *m, const char *dir)
+{
+    memset(m, 0, sizeof *m);
+    for (int total = 1; total <= 4 && m->n == 0; total++) {
+        for (int i = 1; i <= total; i++) {
+            char p[1200];
+            snprintf(p, sizeof p, "%s/model-%05d-of-%05d.safetensors", dir, i, total);
+            tst_file *f = tst_open(p);
+            if (!f)
+                break;
+            m->shards[m->n++] = f;
+        }
+        if (m->n != total) {
+            for (int i = 0; i < m->n; i++)
+                tst_close(m->shards[i]);
+            m->n = 0;
+        }
+    }
+    if (m->n == 0) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        tst_file *f = tst_open(p);
+        if (f)
+            m->shards[m->n++] = f;
+    }
+    return m->n;
+}
+
+static void tst_model_close(tst_model *m)
+{
+    for (int i = 0; i < m->n; i++)
+        tst_close(m->shards[i]);
+    m->n = 0;
+}
+
+static int tst_model_find(const tst_model *m, const char *name, tst_tensor *out)
+{
+    for (int i = 0; i < m->n; i++)
+        if (tst_find(m->shards[i], name, out))
+            return 1;
+    return 0;
+}
+
+static float tst_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t tst_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static float tst_e4m3(uint8_t b)
+{
+    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    if (e == 15 && m == 7)
+        return NAN;
+    float v = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf(m / 8.0f, -6);
+    return s ? -v : v;
+}
+
+static uint64_t tst_rng = 88172645463325252ull;
+static uint32_t tst_rand(void)
+{
+    tst_rng ^= tst_rng << 13;
+    tst_rng ^= tst_rng >> 7;
+    tst_rng ^= tst_rng << 17;
+    return (uint32_t)(tst_rng >> 16);
+}
+/* uniform in [-1, 1) */
+static float tst_uniform(void)
+{
+    return (float)(tst_rand() & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+#endif /* KT_TEST_MOE_UTIL_H */

@@ -1,0 +1,711 @@
+/*
+ * CPU MoE backend (kt/moe.h):
+ *  - synthetic layers (BF16, FP8 with partial 128-blocks, RAWINT4) against a
+ *    double-precision reference of the dequantized weights, on every ISA path
+ *    this CPU has, over ragged T / k, skipped ids, masks, absent experts, both
+ *    id widths, BF16 and F32 in/out, accumulate, several pools, submit/wait;
+ *  - every fixture family and weight variant: moe_out from moe_in and the
+ *    router outputs of transformers (plus the shared expert where the family
+ *    has one), weights read from the fixture's own safetensors files.
+ *
+ * Tolerances (max |got - ref| / max |ref|): paths with F32 activations 1e-4,
+ * BF16 activations 1.5e-2, INT8 (Q8 per 32) activations 3e-2; BF16 output adds
+ * 8e-3 (its rounding).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kt/hw.h"
+#include "kt/moe.h"
+#include "kt_internal.h"
+#include "moe/moe_internal.h"
+#include "moe_test_util.h"
+
+/* ---------------------------------------------------------------------------
+ * Synthetic layers
+ */
+
+typedef struct syn_layer {
+    int method, H, I, E;
+    void **gate, **up, **down, **gs, **us, **ds;   /* [E] */
+    float **fg, **fu, **fd;                        /* dequantized [E] */
+} syn_layer;
+
+/* out x in matrix of the method with its scales; also its dequantized copy. */
+static void make_matrix(int method, int rows, int cols, void **w, void **s, float **f)
+{
+    size_t n = (size_t)rows * cols;
+    *f = malloc(n * sizeof(float));
+    *s = NULL;
+    if (method == KT_METHOD_BF16) {
+        uint16_t *b = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) {
+            b[i] = tst_to_bf16(tst_uniform() * 0.15f);
+            (*f)[i] = tst_bf16(b[i]);
+        }
+        *w = b;
+    } else if (method == KT_METHOD_FP8) {
+        int rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+        float *sc = malloc((size_t)rb * cb * sizeof(float));
+        for (int i = 0; i < rb * cb; i++)
+            sc[i] = 0.01f + 0.02f * (tst_uniform() + 1.0f);
+        uint8_t *q = malloc(n);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                uint8_t b = (uint8_t)((tst_rand() & 0x80) | ((1 + tst_rand() % 9) << 3) |
+                                      (tst_rand() & 7));
+                q[(size_t)r * cols + c] = b;
+                (*f)[(size_t)r * cols + c] = tst_e4m3(b) * sc[(r / 128) * cb + c / 128];
+            }
+        *w = q;
+        *s = sc;
+    } else {
+        uint32_t *p = malloc(n / 2);
+        uint16_t *sc = malloc(n / 32 * 2);
+        for (size_t i = 0; i < n / 8; i++)
+            p[i] = tst_rand() ^ (tst_rand() << 16);
+        for (size_t i = 0; i < n / 32; i++)
+            sc[i] = tst_to_bf16(0.01f + 0.01f * (tst_uniform() + 1.0f));
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) {
+                uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
+                int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
+                (*f)[(size_t)r * cols + c] = (float)v * tst_bf16(sc[(size_t)r * (cols / 32) + c / 32]);
+            }
+        *w = p;
+        *s = sc;
+    }
+}
+
+static void syn_make(syn_layer *L, int method, int H, int I, int E, int absent)
+{
+    L->method = method;
+    L->H = H;
+    L->I = I;
+    L->E = E;
+    void ***arrs[] = {&L->gate, &L->up, &L->down, &L->gs, &L->us, &L->ds};
+    for (int a = 0; a < 6; a++)
+        *arrs[a] = calloc((size_t)E, sizeof(void *));
+    L->fg = calloc((size_t)E, sizeof(float *));
+    L->fu = calloc((size_t)E, sizeof(float *));
+    L->fd = calloc((size_t)E, sizeof(float *));
+    for (int e = 0; e < E; e++) {
+        if (e == absent)
+            continue;
+        make_matrix(method, I, H, &L->gate[e], &L->gs[e], &L->fg[e]);
+        make_matrix(method, I, H, &L->up[e], &L->us[e], &L->fu[e]);
+        make_matrix(method, H, I, &L->down[e], &L->ds[e], &L->fd[e]);
+    }
+}
+
+static void syn_free(syn_layer *L)
+{
+    for (int e = 0; e < L->E; e++) {
+        free(L->gate[e]);
+        free(L->up[e]);
+        free(L->down[e]);
+        free(L->gs[e]);
+        free(L->us[e]);
+        free(L->ds[e]);
+        free(L->fg[e]);
+        free(L->fu[e]);
+        free(L->fd[e]);
+    }
+    void *arrs[] = {L->gate, L->up, L->down, L->gs, L->us, L->ds, L->fg, L->fu, L->fd};
+    for (size_t a = 0; a < sizeof arrs / sizeof arrs[0]; a++)
+        free(arrs[a]);
+}
+
+static kt_moe_layer_weights syn_weights(const syn_layer *L)
+{
+    kt_moe_layer_weights w = KT_MOE_LAYER_WEIGHTS_INIT;
+    w.gate = (const void *const *)L->gate;
+    w.up = (const void *const *)L->up;
+    w.down = (const void *const *)L->down;
+    if (L->method != KT_METHOD_BF16) {
+        w.gate_scale = (const void *const *)L->gs;
+        w.up_scale = (const void *const *)L->us;
+        w.down_scale = (const void *const *)L->ds;
+    }
+    return w;
+}
+
+static double silu_d(double g)
+{
+    return g / (1.0 + exp(-g));
+}
+
+/* y += w * down(silu(gate x) * up x), double precision. */
+static void ffn_ref(const float *g, const float *u, const float *d, int H, int I, const float *x,
+                    double w, double *y)
+{
+    double *h = malloc((size_t)I * sizeof(double));
+    for (int i = 0; i < I; i++) {
+        double a = 0, b = 0;
+        for (int k = 0; k < H; k++) {
+            a += (double)g[(size_t)i * H + k] * x[k];
+            b += (double)u[(size_t)i * H + k] * x[k];
+        }
+        h[i] = silu_d(a) * b;
+    }
+    for (int o = 0; o < H; o++) {
+        double s = 0;
+        for (int i = 0; i < I; i++)
+            s += (double)d[(size_t)o * I + i] * h[i];
+        y[o] += w * s;
+    }
+    free(h);
+}
+
+typedef struct syn_case {
+    int T, k;
+    uint32_t flags;
+    int skip_ids;   /* put -1 in some slots */
+    int use_mask;
+} syn_case;
+
+static const syn_case syn_cases[] = {
+    {1, 1, KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32, 0, 0},
+    {2, 4, KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32 | KT_MOE_IO_IDS_I64, 1, 0},
+    {3, 8, 0, 0, 1},
+    {17, 16, KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32 | KT_MOE_IO_ACCUMULATE, 1, 1},
+    {128, 8, KT_MOE_IO_OUT_F32, 1, 0},
+    {257, 6, KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32, 1, 1},
+};
+
+static double act_tol(const kt_moe_backend *moe)
+{
+    kt_moe_info info = KT_MOE_INFO_INIT;
+    kt_moe_backend_info(moe, &info);
+    if (strstr(info.isa, "scalar") && info.method != KT_METHOD_RAWINT4)
+        return 1e-4;
+    if (info.method == KT_METHOD_RAWINT4)
+        return 3e-2;
+    if (strstr(info.isa, "avx512"))
+        return 1.5e-2;
+    return 1e-4; /* avx2: f32 activations */
+}
+
+/* Runs one case on a backend and checks it against the double reference. */
+static void run_syn_case(kt_moe_backend *moe, const syn_layer *L, const syn_case *c,
+                         uint8_t *mask, double *worst)
+{
+    int H = L->H, E = L->E, T = c->T, k = c->k;
+    float *xf = malloc((size_t)T * H * sizeof(float));
+    uint16_t *xb = malloc((size_t)T * H * 2);
+    for (int i = 0; i < T * H; i++) {
+        xb[i] = tst_to_bf16(tst_uniform());
+        xf[i] = tst_bf16(xb[i]);
+    }
+    int32_t *ids32 = malloc((size_t)T * k * sizeof(int32_t));
+    int64_t *ids64 = malloc((size_t)T * k * sizeof(int64_t));
+    float *w = malloc((size_t)T * k * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        /* k distinct experts per token */
+        int start = (int)(tst_rand() % (uint32_t)E);
+        for (int j = 0; j < k; j++) {
+            int id = (start + j * 7) % E;
+            for (int jj = 0; jj < j; jj++)
+                if (ids32[t * k + jj] == id)
+                    id = (id + 1) % E;
+            if (c->skip_ids && tst_rand() % 5 == 0)
+                id = -1;
+            ids32[t * k + j] = id;
+            ids64[t * k + j] = id;
+            w[t * k + j] = 0.1f + 0.9f * (tst_uniform() + 1.0f) / 2.0f;
+        }
+    }
+    memset(mask, 0, (size_t)E);
+    if (c->use_mask) {
+        mask[1] = 1;
+        mask[E - 2] = 1;
+    }
+    double *ref = calloc((size_t)T * H, sizeof(double));
+    float *init = malloc((size_t)T * H * sizeof(float));
+    for (int i = 0; i < T * H; i++)
+        init[i] = (c->flags & KT_MOE_IO_ACCUMULATE) ? tst_uniform() : 0.0f;
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < H; i++)
+            ref[(size_t)t * H + i] = init[(size_t)t * H + i];
+        for (int j = 0; j < k; j++) {
+            int id = ids32[t * k + j];
+            if (id < 0 || !L->gate[id] || mask[id])
+                continue;
+            ffn_ref(L->fg[id], L->fu[id], L->fd[id], H, L->I, xf + (size_t)t * H,
+                    w[t * k + j], ref + (size_t)t * H);
+        }
+    }
+    void *out = malloc((size_t)T * H * sizeof(float));
+    if (c->flags & KT_MOE_IO_OUT_F32)
+        memcpy(out, init, (size_t)T * H * sizeof(float));
+    else
+        for (int i = 0; i < T * H; i++)
+            ((uint16_t *)out)[i] = tst_to_bf16(init[i]);
+    int32_t n_tokens = T;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = c->flags;
+    io.n_tokens = &n_tokens;
+    io.top_k = (uint32_t)k;
+    io.x = (c->flags & KT_MOE_IO_X_F32) ? (const void *)xf : (const void *)xb;
+    io.ids = (c->flags & KT_MOE_IO_IDS_I64) ? (const void *)ids64 : (const void *)ids32;
+    io.w = w;
+    io.out = out;
+    kt_status st = kt_moe_forward(moe, 0, &io);
+    if (st < 0)
+        fail_msg("forward: %s", kt_last_error());
+    double maxref = 0, maxerr = 0;
+    for (int i = 0; i < T * H; i++) {
+        double got = (c->flags & KT_MOE_IO_OUT_F32) ? ((float *)out)[i]
+                                                    : tst_bf16(((uint16_t *)out)[i]);
+        maxref = fmax(maxref, fabs(ref[i]));
+        maxerr = fmax(maxerr, fabs(got - ref[i]));
+    }
+    double rel = maxerr / (maxref + 1e-12);
+    double tol = act_tol(moe) + ((c->flags & KT_MOE_IO_OUT_F32) ? 0.0 : 8e-3);
+    if (rel > *worst)
+        *worst = rel;
+    if (!(rel <= tol)) {
+        kt_moe_info info = KT_MOE_INFO_INIT;
+        kt_moe_backend_info(moe, &info);
+        fail_msg("%s %s T=%d k=%d flags=0x%x: rel err %.3g > %.3g (max ref %.3g)",
+                 kt_method_name((kt_method)L->method), info.isa, T, k, c->flags, rel, tol,
+                 maxref);
+    }
+    free(xf);
+    free(xb);
+    free(ids32);
+    free(ids64);
+    free(w);
+    free(ref);
+    free(init);
+    free(out);
+}
+
+static const uint64_t isa_levels[] = {
+    ~UINT64_C(0),
+    KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C,
+    0,
+};
+
+static void syn_method(int method, int H, int I, int n_pools)
+{
+    const int E = 20;
+    syn_layer L;
+    syn_make(&L, method, H, I, E, 3);
+    kt_moe_layer_weights lw = syn_weights(&L);
+    uint8_t mask[20];
+    const char *seen[3] = {NULL, NULL, NULL};
+    for (int lv = 0; lv < 3; lv++) {
+        kt__moe_set_isa_cap(isa_levels[lv]);
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = method;
+        d.hidden = (uint32_t)H;
+        d.intermediate = (uint32_t)I;
+        d.n_experts = E;
+        d.top_k = 16;
+        kt_moe_options o = KT_MOE_OPTIONS_INIT;
+        o.n_threads = 2;
+        o.n_pools = n_pools;
+        o.max_tokens = 300;
+        o.pin_threads = 0;
+        kt_moe_backend *moe = NULL;
+        if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
+            fail_msg("create: %s", kt_last_error());
+        kt_moe_info info = KT_MOE_INFO_INIT;
+        assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
+        assert_int_equal(info.n_pools, n_pools ? n_pools : info.n_pools);
+        int dup = 0;
+        for (int j = 0; j < lv; j++)
+            dup |= seen[j] && !strcmp(seen[j], info.isa);
+        seen[lv] = info.isa;
+        if (!dup) {
+            assert_int_equal(kt_moe_set_expert_mask(moe, 0, mask), KT_OK);
+            double worst = 0;
+            for (size_t c = 0; c < sizeof syn_cases / sizeof syn_cases[0]; c++)
+                run_syn_case(moe, &L, &syn_cases[c], mask, &worst);
+            printf("  %-8s %-14s pools %d: worst rel err %.3g\n",
+                   kt_method_name((kt_method)method), info.isa, info.n_pools, worst);
+        }
+        kt_moe_backend_free(moe);
+    }
+    kt__moe_set_isa_cap(~UINT64_C(0));
+    syn_free(&L);
+}
+
+static void test_syn_bf16(void **state)
+{
+    (void)state;
+    syn_method(KT_METHOD_BF16, 200, 136, 1);
+}
+
+static void test_syn_fp8(void **state)
+{
+    (void)state;
+    syn_method(KT_METHOD_FP8, 200, 136, 1);
+}
+
+static void test_syn_int4(void **state)
+{
+    (void)state;
+    syn_method(KT_METHOD_RAWINT4, 160, 96, 1);
+}
+
+/* Two pools on one node: every expert's I split in two slices, partials summed. */
+static void test_syn_pools(void **state)
+{
+    (void)state;
+    syn_method(KT_METHOD_BF16, 96, 320, 2);
+    syn_method(KT_METHOD_RAWINT4, 64, 256, 2);
+}
+
+/* submit/wait from the same thread, several layers in flight, queue limit, errors. */
+static void test_async_and_errors(void **state)
+{
+    (void)state;
+    const int H = 64, I = 64, E = 8, T = 4, k = 2;
+    syn_layer L;
+    syn_make(&L, KT_METHOD_BF16, H, I, E, -1);
+    kt_moe_layer_weights lw[3];
+    for (int l = 0; l < 3; l++)
+        lw[l] = syn_weights(&L);
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    d.method = KT_METHOD_BF16;
+    d.hidden = H;
+    d.intermediate = I;
+    d.n_experts = E;
+    d.top_k = k;
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    o.n_threads = 2;
+    o.max_tokens = T;
+    o.pin_threads = 0;
+    kt_moe_backend *moe = NULL;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, lw, 3, &o), KT_OK);
+    float x[T * H], w[T * k], out[3][T * H], one[T * H];
+    int32_t ids[T * k];
+    for (int i = 0; i < T * H; i++)
+        x[i] = tst_uniform();
+    for (int i = 0; i < T * k; i++) {
+        ids[i] = (i * 3) % E;
+        w[i] = 0.5f;
+    }
+    int32_t n_tokens = T;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+    io.n_tokens = &n_tokens;
+    io.top_k = k;
+    io.x = x;
+    io.ids = ids;
+    io.w = w;
+    io.out = one;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+    for (int l = 0; l < 3; l++) {
+        io.out = out[l];
+        assert_int_equal(kt_moe_submit(moe, (uint32_t)l, &io), KT_OK);
+    }
+    assert_int_equal(kt_moe_wait(moe, 0), KT_OK);
+    for (int l = 0; l < 3; l++)
+        assert_memory_equal(out[l], one, sizeof one);
+    /* the queue holds KT_MOE_QUEUE_DEPTH tasks; more fail with KT_ERR_LIMIT or succeed
+     * when workers drained some: never block, never crash */
+    int limited = 0;
+    for (int i = 0; i < 64; i++) {
+        kt_status st = kt_moe_submit(moe, 0, &io);
+        assert_true(st == KT_OK || st == KT_ERR_LIMIT);
+        limited |= st == KT_ERR_LIMIT;
+    }
+    assert_int_equal(kt_moe_wait(moe, 0), KT_OK);
+    (void)limited;
+    /* errors at execution time come back from wait */
+    n_tokens = T + 1;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_ERR_INVALID_ARG);
+    assert_non_null(strstr(kt_last_error(), "n_tokens"));
+    n_tokens = T;
+    ids[3] = E + 5;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_ERR_INVALID_ARG);
+    assert_non_null(strstr(kt_last_error(), "n_experts"));
+    ids[3] = 1;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+    /* T = 0 is a no-op that still succeeds */
+    n_tokens = 0;
+    assert_int_equal(kt_moe_forward(moe, 1, &io), KT_OK);
+    /* argument errors at submit */
+    assert_int_equal(kt_moe_forward(moe, 3, &io), KT_ERR_INVALID_ARG);
+    io.top_k = k + 1;
+    assert_int_equal(kt_moe_submit(moe, 0, &io), KT_ERR_INVALID_ARG);
+    io.top_k = k;
+    io.flags |= 1u << 20;
+    assert_int_equal(kt_moe_submit(moe, 0, &io), KT_ERR_INVALID_ARG);
+    assert_int_equal(kt_moe_set_expert_mask(moe, 7, NULL), KT_ERR_INVALID_ARG);
+    kt_moe_backend_free(moe);
+    kt_moe_backend_free(NULL);
+
+    /* bad descriptions */
+    kt_moe_desc bad = d;
+    bad.method = KT_METHOD_AMXINT8;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_UNSUPPORTED);
+    assert_null(moe);
+    bad = d;
+    bad.top_k = E + 1;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_INVALID_ARG);
+    bad = d;
+    bad.method = KT_METHOD_FP8; /* no scales given */
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_INVALID_ARG);
+    assert_non_null(strstr(kt_last_error(), "scale"));
+    bad = d;
+    bad.method = KT_METHOD_RAWINT4;
+    bad.hidden = 48;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_INVALID_ARG);
+    kt_moe_options oi;
+    assert_int_equal(kt_moe_options_init(&oi, sizeof oi), KT_OK);
+    assert_int_equal(oi.pin_threads, 1);
+    syn_free(&L);
+}
+
+/* ---------------------------------------------------------------------------
+ * Fixtures
+ */
+
+typedef struct fixture {
+    const char *dir;           /* under $KT_TEST_DATA/fixtures        */
+    int method;
+    const char *expert_fmt;    /* printf(layer expert %d, proj %s)    */
+    const char *names[3];      /* gate, up, down                      */
+    const char *shared_fmt;    /* shared expert, proj %s; NULL: none  */
+    int oai;                   /* gpt-oss fused experts               */
+} fixture;
+
+static const fixture fixtures[] = {
+    {"deepseek_v3_tiny/bf16", KT_METHOD_BF16, "model.layers.1.mlp.experts.%d.%s_proj",
+     {"gate", "up", "down"}, "model.layers.1.mlp.shared_experts.%s_proj", 0},
+    {"deepseek_v3_tiny/fp8", KT_METHOD_FP8, "model.layers.1.mlp.experts.%d.%s_proj",
+     {"gate", "up", "down"}, "model.layers.1.mlp.shared_experts.%s_proj", 0},
+    {"deepseek_v3_tiny/int4", KT_METHOD_RAWINT4, "model.layers.1.mlp.experts.%d.%s_proj",
+     {"gate", "up", "down"}, "model.layers.1.mlp.shared_experts.%s_proj", 0},
+    {"qwen3_moe_tiny", KT_METHOD_BF16, "model.layers.1.mlp.experts.%d.%s_proj",
+     {"gate", "up", "down"}, NULL, 0},
+    {"mixtral_tiny", KT_METHOD_BF16, "model.layers.1.block_sparse_moe.experts.%d.%s",
+     {"w1", "w3", "w2"}, NULL, 0},
+    {"minimax_m2_tiny/bf16", KT_METHOD_BF16, "model.layers.1.block_sparse_moe.experts.%d.%s",
+     {"w1", "w3", "w2"}, NULL, 0},
+    {"minimax_m2_tiny/fp8", KT_METHOD_FP8, "model.layers.1.block_sparse_moe.experts.%d.%s",
+     {"w1", "w3", "w2"}, NULL, 0},
+    {"gpt_oss_tiny", KT_METHOD_BF16, "model.layers.1.mlp.experts", {NULL, NULL, NULL}, NULL, 1},
+};
+
+static const tst_tensor *need(const tst_model *m, const char *name, tst_tensor *t)
+{
+    if (!tst_model_find(m, name, t))
+        fail_msg("fixture tensor %s missing", name);
+    return t;
+}
+
+/* A BF16 or FP8 (+ weight_scale_inv) or INT4-packed matrix, dequantized. */
+static float *dequant_named(const tst_model *m, const char *base, int *rows, int *cols)
+{
+    char name[256];
+    tst_tensor t, s;
+    snprintf(name, sizeof name, "%s.weight", base);
+    if (tst_model_find(m, name, &t)) {
+        *rows = (int)t.shape[0];
+        *cols = (int)t.shape[1];
+        size_t n = (size_t)*rows * *cols;
+        float *f = malloc(n * sizeof(float));
+        if (!strcmp(t.dtype, "BF16")) {
+            for (size_t i = 0; i < n; i++)
+                f[i] = tst_bf16(((const uint16_t *)t.data)[i]);
+        } else {
+            snprintf(name, sizeof name, "%s.weight_scale_inv", base);
+            need(m, name, &s);
+            int cb = (int)s.shape[1];
+            for (int r = 0; r < *rows; r++)
+                for (int c = 0; c < *cols; c++)
+                    f[(size_t)r * *cols + c] =
+                        tst_e4m3(((const uint8_t *)t.data)[(size_t)r * *cols + c]) *
+                        ((const float *)s.data)[(r / 128) * cb + c / 128];
+        }
+        return f;
+    }
+    fail_msg("%s: no weight", base);
+    return NULL;
+}
+
+static void fixture_run(const fixture *fx)
+{
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/fixtures/%s", getenv("KT_TEST_DATA"), fx->dir);
+    tst_model m;
+    if (!tst_model_open(&m, dir))
+        fail_msg("cannot open fixture %s", dir);
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    tst_file *ref = tst_open(path);
+    assert_non_null(ref);
+    tst_tensor tin, tout, tw, tid;
+    assert_true(tst_find(ref, "moe_in", &tin));
+    assert_true(tst_find(ref, "moe_out", &tout));
+    assert_true(tst_find(ref, "router_out1", &tw));
+    assert_true(tst_find(ref, "router_out2", &tid));
+    int T = (int)tin.shape[0], H = (int)tin.shape[1], k = (int)tw.shape[1];
+    const float *x = tin.data, *want = tout.data;
+
+    /* expert pointers straight into the file */
+    int E = 0, I = 0;
+    const void *gate[64], *up[64], *down[64], *gs[64], *us[64], *ds[64], *gb[64], *db[64];
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+    char name[256];
+    tst_tensor t;
+    if (fx->oai) {
+        need(&m, "model.layers.1.mlp.experts.gate_up_proj", &t);
+        E = (int)t.shape[0];
+        I = (int)t.shape[2] / 2;
+        for (int e = 0; e < E; e++)
+            gate[e] = (const uint8_t *)t.data + (size_t)e * H * 2 * I * 2;
+        need(&m, "model.layers.1.mlp.experts.down_proj", &t);
+        for (int e = 0; e < E; e++)
+            down[e] = (const uint8_t *)t.data + (size_t)e * I * H * 2;
+        need(&m, "model.layers.1.mlp.experts.gate_up_proj_bias", &t);
+        for (int e = 0; e < E; e++)
+            gb[e] = (const uint8_t *)t.data + (size_t)e * 2 * I * 2;
+        need(&m, "model.layers.1.mlp.experts.down_proj_bias", &t);
+        for (int e = 0; e < E; e++)
+            db[e] = (const uint8_t *)t.data + (size_t)e * H * 2;
+        lw.flags = KT_MOE_W_GATE_UP_FUSED | KT_MOE_W_IN_MAJOR;
+        lw.gate_bias = gb;
+        lw.down_bias = db;
+        lw.bias_type = KT_TYPE_BF16;
+    } else {
+        const char *wname = fx->method == KT_METHOD_RAWINT4 ? "weight_packed" : "weight";
+        const char *sname = fx->method == KT_METHOD_RAWINT4 ? "weight_scale" : "weight_scale_inv";
+        const void **arr[3] = {gate, up, down}, **sarr[3] = {gs, us, ds};
+        for (E = 0; E < 64; E++) {
+            char base[200];
+            snprintf(base, sizeof base, fx->expert_fmt, E, fx->names[0]);
+            snprintf(name, sizeof name, "%s.%s", base, wname);
+            if (!tst_model_find(&m, name, &t))
+                break;
+            for (int p = 0; p < 3; p++) {
+                snprintf(base, sizeof base, fx->expert_fmt, E, fx->names[p]);
+                snprintf(name, sizeof name, "%s.%s", base, wname);
+                need(&m, name, &t);
+                arr[p][E] = t.data;
+                if (p == 0)
+                    I = (int)t.shape[0];
+                if (fx->method != KT_METHOD_BF16) {
+                    snprintf(name, sizeof name, "%s.%s", base, sname);
+                    need(&m, name, &t);
+                    sarr[p][E] = t.data;
+                }
+            }
+        }
+        lw.up = up;
+        lw.gate_scale = fx->method != KT_METHOD_BF16 ? gs : NULL;
+        lw.up_scale = fx->method != KT_METHOD_BF16 ? us : NULL;
+        lw.down_scale = fx->method != KT_METHOD_BF16 ? ds : NULL;
+    }
+    lw.gate = gate;
+    lw.down = down;
+    assert_true(E > 0 && I > 0);
+
+    /* shared expert (scalar, double) */
+    double *shared = calloc((size_t)T * H, sizeof(double));
+    if (fx->shared_fmt) {
+        char base[200];
+        float *sm[3];
+        int r, c, Is = 0;
+        for (int p = 0; p < 3; p++) {
+            snprintf(base, sizeof base, fx->shared_fmt, fx->names[p]);
+            sm[p] = dequant_named(&m, base, &r, &c);
+            if (p == 0)
+                Is = r;
+        }
+        for (int tt = 0; tt < T; tt++)
+            ffn_ref(sm[0], sm[1], sm[2], H, Is, x + (size_t)tt * H, 1.0,
+                    shared + (size_t)tt * H);
+        for (int p = 0; p < 3; p++)
+            free(sm[p]);
+    }
+
+    float *out = malloc((size_t)T * H * sizeof(float));
+    const char *seen[3] = {NULL, NULL, NULL};
+    for (int lv = 0; lv < 3; lv++) {
+        kt__moe_set_isa_cap(isa_levels[lv]);
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = fx->method;
+        d.act = fx->oai ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
+        d.hidden = (uint32_t)H;
+        d.intermediate = (uint32_t)I;
+        d.n_experts = (uint32_t)E;
+        d.top_k = (uint32_t)k;
+        kt_moe_options o = KT_MOE_OPTIONS_INIT;
+        o.n_threads = 2;
+        o.max_tokens = T;
+        o.pin_threads = 0;
+        kt_moe_backend *moe = NULL;
+        if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
+            fail_msg("%s: create: %s", fx->dir, kt_last_error());
+        kt_moe_info info = KT_MOE_INFO_INIT;
+        kt_moe_backend_info(moe, &info);
+        int dup = 0;
+        for (int j = 0; j < lv; j++)
+            dup |= seen[j] && !strcmp(seen[j], info.isa);
+        seen[lv] = info.isa;
+        if (dup) {
+            kt_moe_backend_free(moe);
+            continue;
+        }
+        int32_t n_tokens = T;
+        kt_moe_io io = KT_MOE_IO_INIT;
+        io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+        io.n_tokens = &n_tokens;
+        io.top_k = (uint32_t)k;
+        io.x = x;
+        io.ids = tid.data;
+        io.w = tw.data;
+        io.out = out;
+        if (kt_moe_forward(moe, 0, &io) < 0)
+            fail_msg("%s: forward: %s", fx->dir, kt_last_error());
+        double maxref = 0, maxerr = 0;
+        for (int i = 0; i < T * H; i++) {
+            maxref = fmax(maxref, fabs(want[i]));
+            maxerr = fmax(maxerr, fabs(out[i] + shared[i] - want[i]));
+        }
+        double rel = maxerr / maxref;
+        double tol = act_tol(moe);
+        printf("  %-22s %-14s max|diff| %.3g (max|ref| %.3g, rel %.3g, tol %.3g)\n", fx->dir,
+               info.isa, maxerr, maxref, rel, tol);
+        if (!(rel <= tol))
+            fail_msg("%s %s: rel err %.3g > %.3g", fx->dir, info.isa, rel, tol);
+        kt_moe_backend_free(moe);
+    }
+    kt__moe_set_isa_cap(~UINT64_C(0));
+    free(out);
+    free(shared);
+    tst_close(ref);
+    tst_model_close(&m);
+}
+
+static void test_fixtures(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+        fixture_run(&fixtures[i]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_async_and_errors),
+        cmocka_unit_test(test_fixtures),
+        cmocka_unit_test(test_syn_bf16),
+        cmocka_unit_test(test_syn_fp8),
+        cmocka_unit_test(test_syn_int4),
+        cmocka_unit_test(test_syn_pools),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

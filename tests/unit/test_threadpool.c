@@ -1,0 +1,141 @@
+/* Worker pool: every worker runs every job once, jobs run in order, barriers
+ * separate phases, posting is bounded, pools partition the workers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/threadpool.h"
+
+typedef struct job_ctx {
+    kt_pool *pool;
+    int n;
+    _Atomic int runs;
+    int phase_a[64];
+    int phase_b_ok[64];
+    _Atomic int order_log[256];
+    _Atomic int order_len;
+    int id;
+} job_ctx;
+
+/* Phase A writes a slot per worker, barrier, phase B checks all slots. */
+static void two_phase(void *arg, int tid)
+{
+    job_ctx *c = arg;
+    atomic_fetch_add(&c->runs, 1);
+    c->phase_a[tid] = c->id * 100 + tid;
+    kt__pool_barrier(c->pool, tid);
+    int ok = 1;
+    for (int i = 0; i < c->n; i++)
+        ok &= c->phase_a[i] == c->id * 100 + i;
+    c->phase_b_ok[tid] = ok;
+    kt__pool_barrier(c->pool, tid);
+}
+
+static void test_pool_runs_every_worker(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 5; n++) {
+        kt_pool_config cfg = {n, 0, n <= 2};
+        kt_pool *pool = NULL;
+        assert_int_equal(kt__pool_create(&pool, &cfg), KT_OK);
+        assert_int_equal(kt__pool_n_threads(pool), n);
+        job_ctx c;
+        memset(&c, 0, sizeof c);
+        c.pool = pool;
+        c.n = n;
+        for (int rep = 0; rep < 50; rep++) {
+            c.id = rep + 1;
+            kt__pool_run(pool, two_phase, &c);
+            for (int i = 0; i < n; i++)
+                assert_int_equal(c.phase_b_ok[i], 1);
+        }
+        assert_int_equal(atomic_load(&c.runs), 50 * n);
+        kt__pool_free(pool);
+    }
+}
+
+typedef struct seq_ctx {
+    _Atomic int *log;
+    _Atomic int *len;
+    int value;
+} seq_ctx;
+
+static void log_job(void *arg, int tid)
+{
+    seq_ctx *s = arg;
+    if (tid == 0) {
+        int i = atomic_fetch_add(s->len, 1);
+        atomic_store(&s->log[i], s->value);
+    }
+}
+
+static void test_pool_order_and_ring_limit(void **state)
+{
+    (void)state;
+    kt_pool_config cfg = {3, 0, false};
+    kt_pool *pool = NULL;
+    assert_int_equal(kt__pool_create(&pool, &cfg), KT_OK);
+    _Atomic int log[1000];
+    _Atomic int len = 0;
+    seq_ctx jobs[1000];
+    int posted = 0;
+    while (posted < 1000) {
+        jobs[posted].log = log;
+        jobs[posted].len = &len;
+        jobs[posted].value = posted;
+        if (kt__pool_post(pool, log_job, &jobs[posted])) {
+            posted++;
+        } else {
+            /* the ring is full: exactly KT__POOL_RING pending */
+            uint64_t pending = kt__pool_posted(pool) - kt__pool_done(pool);
+            assert_true(pending <= KT__POOL_RING);
+            kt__pool_wait(pool, kt__pool_done(pool) + 1);
+        }
+    }
+    kt__pool_wait(pool, kt__pool_posted(pool));
+    assert_int_equal(atomic_load(&len), 1000);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(atomic_load(&log[i]), i);
+    kt__pool_free(pool);
+}
+
+static void test_pool_partition(void **state)
+{
+    (void)state;
+    kt_pool_config cfg = {5, 2, false};
+    kt_pool *pool = NULL;
+    assert_int_equal(kt__pool_create(&pool, &cfg), KT_OK);
+    assert_int_equal(kt__pool_n_pools(pool), 2);
+    int total = 0;
+    for (int p = 0; p < 2; p++) {
+        assert_true(kt__pool_count(pool, p) >= 2);
+        for (int t = kt__pool_first(pool, p); t < kt__pool_first(pool, p) + kt__pool_count(pool, p);
+             t++)
+            assert_int_equal(kt__pool_pool_of(pool, t), p);
+        total += kt__pool_count(pool, p);
+    }
+    assert_int_equal(total, 5);
+    kt__pool_free(pool);
+    /* default threads: physical cores, at least one */
+    kt_pool_config def = {0, 0, true};
+    assert_int_equal(kt__pool_create(&pool, &def), KT_OK);
+    assert_true(kt__pool_n_threads(pool) >= 1);
+    assert_true(kt__pool_n_pools(pool) >= 1);
+    kt__pool_free(pool);
+    kt__pool_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_runs_every_worker),
+        cmocka_unit_test(test_pool_order_and_ring_limit),
+        cmocka_unit_test(test_pool_partition),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
