@@ -23,7 +23,9 @@
  * (config.json + safetensors; BF16, FP8 block-128 and compressed-tensors INT4
  * weights). Precision KT_PRECISION_F32 keeps every activation, weight and the
  * KV cache in F32 (the validation mode that matches transformers' FP32
- * outputs); KT_PRECISION_FAST stores dense weights and the KV cache in BF16.
+ * outputs); KT_PRECISION_FAST keeps dense weights in BF16 (read in place from
+ * BF16 checkpoints) with F32 activations and, unless KT_CONTEXT_F_KV_BF16, an
+ * F32 KV cache.
  *
  * Thread contract: a kt_context is used by one thread at a time.
  */
@@ -44,13 +46,19 @@ typedef struct kt_context kt_context;
 
 /* Numeric mode of a context. Values are ABI. */
 typedef enum kt_precision {
-    KT_PRECISION_FAST = 0, /* BF16 weights and KV cache, F32 accumulation (default)   */
+    KT_PRECISION_FAST = 0, /* BF16 weights, F32 accumulation (default)                */
     KT_PRECISION_F32 = 1   /* F32 everywhere: validation against FP32 references     */
 } kt_precision;
 
+/* kt_context_options.flags */
+/* KV cache in BF16 (half the memory) instead of F32; fast precision only.
+ * Rounding keys to BF16 moves attention outputs by ~1e-3 relative, enough to
+ * flip near-tied expert choices, so it is opt-in. */
+#define KT_CONTEXT_F_KV_BF16 (1u << 0)
+
 typedef struct kt_context_options {
     uint32_t struct_size;    /* sizeof(kt_context_options); set by the INIT macro        */
-    uint32_t flags;          /* reserved, must be 0                                      */
+    uint32_t flags;          /* KT_CONTEXT_F_*; unknown bits are rejected                */
     int32_t n_ctx;           /* KV cache positions; 0: the model's max_position_embeddings,
                                 capped at 8192                                             */
     int32_t n_batch;         /* prefill chunk (tokens per forward); 0: 512                */

@@ -63,7 +63,7 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     kt_status st = kt__options_read(&o, sizeof o, opts, "kt_context_options");
     if (st < 0)
         return st;
-    if (o.flags)
+    if (o.flags & ~KT_CONTEXT_F_KV_BF16)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown flags 0x%x", o.flags);
     if (o.precision != KT_PRECISION_FAST && o.precision != KT_PRECISION_F32)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: precision %d is neither "
@@ -91,7 +91,10 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
                 o.n_ctx, max_pos);
     ctx->n_batch = o.n_batch ? o.n_batch : KT__DEFAULT_BATCH;
     ctx->n_threads = o.n_threads ? o.n_threads : (rt ? kt_runtime_n_threads(rt) : 1);
-    ctx->kv_type = ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16;
+    /* BF16 keys perturb near-tied routers enough to flip experts, so F32 unless asked */
+    ctx->kv_type = ctx->precision == KT_PRECISION_FAST && (o.flags & KT_CONTEXT_F_KV_BF16)
+                       ? KT_TYPE_BF16
+                       : KT_TYPE_F32;
     st = kt__weights_load(&ctx->w, &ctx->hp, model,
                           ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16);
     if (st < 0)

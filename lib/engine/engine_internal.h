@@ -92,9 +92,13 @@ typedef struct kt__hparams {
 /* A weight matrix [rows = out][cols = in]. */
 typedef struct kt__mat {
     int32_t rows, cols;
-    kt_type type;     /* KT_TYPE_F32 or KT_TYPE_BF16 */
+    kt_type type;     /* KT_TYPE_F32, KT_TYPE_BF16 or KT_TYPE_F8_E4M3 (block scaled) */
     void *data;       /* NULL when the layer has no such matrix                   */
     bool owned;       /* data was allocated here (else borrowed from the model)    */
+    /* F8_E4M3 only: w = fp8 · scale[r / block_rows][c / block_cols] */
+    const void *scale;
+    kt_type scale_type;               /* F32 or BF16 */
+    int32_t block_rows, block_cols, scale_cols;
 } kt__mat;
 
 typedef struct kt__expert {

@@ -370,6 +370,23 @@ static kt_status load_mat(const loader *ld, int32_t layer, kt_role role, int32_t
         m->owned = false;
         return KT_OK;
     }
+    if (ld->mat_type == KT_TYPE_BF16 && v.storage == KT_STORAGE_FP8_BLOCK &&
+        v.type == KT_TYPE_F8_E4M3 && v.layout == KT_LAYOUT_OUT_IN && v.scale_data &&
+        v.block_rows && v.block_cols && v.scale_n_dims == 2 &&
+        (v.scale_type == KT_TYPE_F32 || v.scale_type == KT_TYPE_BF16)) {
+        /* fast mode: FP8 read in place, dequantized row by row (BF16 would round) */
+        m->rows = (int32_t)rows;
+        m->cols = (int32_t)cols;
+        m->type = KT_TYPE_F8_E4M3;
+        m->data = (void *)v.data;
+        m->owned = false;
+        m->scale = v.scale_data;
+        m->scale_type = (kt_type)v.scale_type;
+        m->block_rows = (int32_t)v.block_rows;
+        m->block_cols = (int32_t)v.block_cols;
+        m->scale_cols = (int32_t)v.scale_shape[1];
+        return KT_OK;
+    }
     float *f = kt__malloc_array((size_t)(rows * cols), sizeof(float));
     if (!f)
         return KT_ERR_NOMEM;

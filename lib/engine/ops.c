@@ -114,10 +114,56 @@ static void linear_bf16(const float *x, int32_t T, int32_t rows, int32_t cols,
     }
 }
 
+/* FP8 E4M3 weights with block scales: each row widened exactly to F32
+ * (fp8 · scale), then dotted with every token. */
+static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
+{
+    static float lut[256];
+    static int lut_ready;
+    if (!lut_ready) { /* idempotent: concurrent first calls write the same values */
+        for (int i = 0; i < 256; i++)
+            lut[i] = kt__e4m3_to_f32((uint8_t)i);
+        lut_ready = 1;
+    }
+    int32_t rows = W->rows, cols = W->cols;
+    float rowbuf[4096];
+    for (int32_t c0 = 0; c0 < cols; c0 += 4096) {
+        int32_t nc = KT_MIN(4096, cols - c0);
+        for (int32_t r = 0; r < rows; r++) {
+            const uint8_t *q = (const uint8_t *)W->data + (size_t)r * cols + c0;
+            size_t srow = (size_t)(r / W->block_rows) * W->scale_cols;
+            for (int32_t c = 0; c < nc; c++) {
+                size_t si = srow + (size_t)((c0 + c) / W->block_cols);
+                float s = W->scale_type == KT_TYPE_BF16
+                              ? kt__bf16_to_f32(((const uint16_t *)W->scale)[si])
+                              : ((const float *)W->scale)[si];
+                rowbuf[c] = lut[q[c]] * s;
+            }
+            for (int32_t t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * cols + c0;
+                float acc[8] = {0};
+                int32_t c = 0;
+                for (; c + 8 <= nc; c += 8)
+                    for (int k = 0; k < 8; k++)
+                        acc[k] += rowbuf[c + k] * xt[c + k];
+                float sum = 0;
+                for (; c < nc; c++)
+                    sum += rowbuf[c] * xt[c];
+                for (int k = 0; k < 8; k++)
+                    sum += acc[k];
+                float *yo = &y[(size_t)t * rows + r];
+                *yo = c0 == 0 ? sum + (bias ? bias[r] : 0.0f) : *yo + sum;
+            }
+        }
+    }
+}
+
 void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
 {
     if (W->type == KT_TYPE_BF16)
         linear_bf16(x, T, W->rows, W->cols, W->data, bias, y);
+    else if (W->type == KT_TYPE_F8_E4M3)
+        linear_fp8(x, T, W, bias, y);
     else
         linear_f32(x, T, W->rows, W->cols, W->data, bias, y);
 }

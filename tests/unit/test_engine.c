@@ -108,6 +108,8 @@ static float margin(const float *x, int32_t n)
     return a - b;
 }
 
+static uint32_t g_ctx_flags; /* extra kt_context_options flags for the next open_ctx */
+
 static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model)
 {
     *model = NULL;
@@ -119,6 +121,7 @@ static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model
     co.n_ctx = 256;
     co.precision = prec;
     co.n_threads = 1;
+    co.flags = g_ctx_flags;
     kt_context *ctx = NULL;
     if (kt_context_create(&ctx, NULL, *model, &co) < 0)
         fail_msg("kt_context_create(%s): %s", dir, kt_last_error());
@@ -217,18 +220,27 @@ static void check_decode(const char *name, const char *variant, kt_precision pre
     for (int32_t i = 0; i < r.n_greedy; i++)
         print_message(" %d", r.greedy[i]);
     print_message(")\n");
-    if (prec == KT_PRECISION_F32) {
-        assert_int_equal((int)n, r.n_greedy);
-        for (int32_t i = 0; i < r.n_greedy; i++)
-            assert_int_equal(out[i], r.greedy[i]);
-    }
+    /* greedy ids must match in every mode: the fixtures' greedy margins are
+     * well above the fast modes' logit error */
+    assert_int_equal((int)n, r.n_greedy);
+    for (int32_t i = 0; i < r.n_greedy; i++)
+        assert_int_equal(out[i], r.greedy[i]);
     free(logits);
     kt_context_free(ctx);
     kt_model_free(model);
     ref_free(&r);
 }
 
+/* Fast mode with a BF16 KV cache: greedy ids as the reference, logits reported. */
+static void check_kv_bf16(const char *name, const char *variant)
+{
+    g_ctx_flags = KT_CONTEXT_F_KV_BF16;
+    check_decode(name, variant, KT_PRECISION_FAST);
+    g_ctx_flags = 0;
+}
+
 #define FIXTURE_TESTS(fn, name, variant)                                                   \
+    static void fn##_kv_bf16(void **s) { (void)s; check_kv_bf16(name, variant); }        \
     static void fn##_prefill_f32(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_F32); } \
     static void fn##_decode_f32(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_F32); }   \
     static void fn##_prefill_fast(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_FAST); } \
@@ -245,7 +257,8 @@ FIXTURE_TESTS(dsv3_int4, "deepseek_v3_tiny", "int4")
 
 #define ENTRIES(fn)                                                                     \
     cmocka_unit_test(fn##_prefill_f32), cmocka_unit_test(fn##_decode_f32),              \
-        cmocka_unit_test(fn##_prefill_fast), cmocka_unit_test(fn##_decode_fast)
+        cmocka_unit_test(fn##_prefill_fast), cmocka_unit_test(fn##_decode_fast),           \
+        cmocka_unit_test(fn##_kv_bf16)
 
 static void test_bad_input(void **state)
 {
