@@ -292,10 +292,141 @@ static void test_bad_input(void **state)
     kt_model_free(model);
 }
 
+/* ------------------------------------------------------------ kt-run --- */
+
+static const char *kt_run_path(void)
+{
+    static char buf[1024];
+    const char *b = getenv("KT_BUILD_ROOT");
+    snprintf(buf, sizeof buf, "%s/tools/kt-run/kt-run", b ? b : "build");
+    FILE *f = fopen(buf, "rb");
+    if (!f)
+        return NULL;
+    fclose(f);
+    return buf;
+}
+
+static char *ids_csv(const int32_t *ids, int32_t n)
+{
+    char *s = malloc((size_t)n * 12 + 1);
+    size_t o = 0;
+    for (int32_t i = 0; i < n; i++)
+        o += (size_t)sprintf(s + o, "%s%d", i ? "," : "", ids[i]);
+    s[o] = 0;
+    return s;
+}
+
+static char *run_capture(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    static char out[65536];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    assert_int_equal(pclose(p), 0);
+    return out;
+}
+
+/* `kt-run --model F --prompt-ids P -n N --temp 0 --print-ids` and --logits-out */
+static void test_cli_generate(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("deepseek_v3_tiny", "bf16");
+    const char *exe = kt_run_path();
+    ref_data r;
+    if (!exe || ref_load(&r, dir) < 0) {
+        skip();
+        return;
+    }
+    char *p = ids_csv(r.prompt, r.T);
+    char *cmd = malloc(strlen(p) + 2048);
+    sprintf(cmd, "'%s' --model '%s' --prompt-ids %s -n %d --temp 0 --print-ids --precision f32",
+            exe, dir, p, r.n_greedy + 5);
+    char *out = run_capture(cmd);
+    char *want = ids_csv(r.greedy, r.n_greedy);
+    print_message("  kt-run greedy: %s", out);
+    assert_int_equal(strncmp(out, want, strlen(want)), 0);
+    assert_true(out[strlen(want)] == '\n'); /* stopped at EOS */
+    free(want);
+
+    const char *npy = "test_engine_logits.npy";
+    sprintf(cmd, "'%s' --model '%s' --prompt-ids %s --logits-out %s --precision f32", exe, dir, p,
+            npy);
+    run_capture(cmd);
+    FILE *f = fopen(npy, "rb");
+    assert_non_null(f);
+    unsigned char hdr[10];
+    assert_int_equal(fread(hdr, 1, 10, f), 10);
+    assert_memory_equal(hdr, "\x93NUMPY\x01\x00", 8);
+    size_t hl = hdr[8] | (size_t)hdr[9] << 8;
+    assert_int_equal((10 + hl) % 64, 0);
+    char dict[512] = {0};
+    assert_int_equal(fread(dict, 1, hl, f), hl);
+    char shape[64];
+    snprintf(shape, sizeof shape, "'shape': (%d, %d)", r.T, r.V);
+    assert_non_null(strstr(dict, "'descr': '<f4'"));
+    assert_non_null(strstr(dict, shape));
+    float *lg = malloc(sizeof(float) * (size_t)r.T * r.V);
+    assert_int_equal(fread(lg, sizeof(float), (size_t)r.T * r.V, f), (size_t)r.T * r.V);
+    fclose(f);
+    remove(npy);
+    float d = max_abs_diff(lg, r.logits, (size_t)r.T * r.V);
+    print_message("  kt-run --logits-out max|diff| %.3g\n", d);
+    assert_true(d <= 1e-3f);
+    free(lg), free(cmd), free(p);
+    ref_free(&r);
+}
+
+/* One window covering the prompt: the perplexity must equal the one computed
+ * from the reference logits. */
+static void test_cli_perplexity(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
+    const char *exe = kt_run_path();
+    ref_data r;
+    if (!exe || ref_load(&r, dir) < 0) {
+        skip();
+        return;
+    }
+    const char *idf = "test_engine_ids.txt";
+    FILE *f = fopen(idf, "w");
+    char *p = ids_csv(r.prompt, r.T);
+    fprintf(f, "%s\n", p);
+    fclose(f);
+    double nll = 0;
+    for (int32_t t = 0; t + 1 < r.T; t++) {
+        const float *row = r.logits + (size_t)t * r.V;
+        double mx = row[0], sum = 0;
+        for (int32_t i = 1; i < r.V; i++)
+            mx = row[i] > mx ? row[i] : mx;
+        for (int32_t i = 0; i < r.V; i++)
+            sum += exp(row[i] - mx);
+        nll += log(sum) + mx - row[r.prompt[t + 1]];
+    }
+    double want = exp(nll / (r.T - 1));
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "'%s' perplexity --model '%s' --ids-file %s --ctx %d --score all --precision f32 "
+             "2>/dev/null",
+             exe, dir, idf, r.T - 1);
+    char *out = run_capture(cmd);
+    remove(idf);
+    char *last = strstr(out, "ppl = ");
+    assert_non_null(last);
+    double got = atof(last + 6);
+    print_message("  kt-run perplexity %.4f, from the reference logits %.4f\n", got, want);
+    assert_true(fabs(got - want) <= 1e-3 * want);
+    free(p);
+    ref_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_cli_generate),
+        cmocka_unit_test(test_cli_perplexity),
         ENTRIES(qwen3),
         ENTRIES(mixtral),
         ENTRIES(gptoss),

@@ -1,6 +1,7 @@
 /* kt-run: one-shot generation, evaluation and machine/model inspection. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <kt/kt.h>
 
@@ -12,6 +13,8 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"doctor", cmd_doctor, "check this machine: CPU, ISA, NUMA, memory, GPUs, kernel choice"},
+    {"generate", cmd_generate, "evaluate a prompt, write logits, generate (the default)"},
+    {"perplexity", cmd_perplexity, "held-out perplexity over windows, like llama.cpp's"},
 };
 
 static void usage(FILE *f)
@@ -50,6 +53,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(first, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
+    /* no subcommand: `kt-run --model DIR ...` or `kt-run DIR ...` generates */
+    struct stat sb;
+    if (first[0] == '-' || (stat(first, &sb) == 0 && S_ISDIR(sb.st_mode)))
+        return cmd_generate(argc - 1, argv + 1);
     fprintf(stderr, "kt-run: unknown command or option '%s' (try kt-run --help)\n", first);
     return 2;
 }

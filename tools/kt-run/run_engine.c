@@ -1,0 +1,218 @@
+/* Shared option parsing and setup of kt-run's engine commands. */
+#include "run_engine.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "opt.h"
+
+#define DEFAULT_MODEL "models/kimi-k2-demo"
+
+const char run_engine_help[] =
+    "  --model DIR              model directory (config.json + safetensors);\n"
+    "                           default " DEFAULT_MODEL " when it exists\n"
+    "  -c, --ctx-size N         KV cache positions (default: the model's, at most 8192)\n"
+    "  -b, --batch-size N       prefill chunk in tokens (default 512)\n"
+    "  --precision f32|fast     f32: F32 activations, weights and KV cache (validation);\n"
+    "                           fast (default): BF16 weights and KV cache\n"
+    "  --kt-method NAME         CPU expert method: BF16, FP8, RAWINT4, AMXINT8, AMXINT4,\n"
+    "                           LLAMAFILE (default: the checkpoint's own)\n"
+    "  --kt-weight-path DIR     libkt CPU expert weights written by kt-convert\n"
+    "  -t, --kt-cpuinfer N      CPU worker threads (default: physical cores)\n"
+    "  --kt-threadpool-count N  thread pools, one per NUMA node (default: automatic)\n"
+    "  -v, --verbose            log at INFO level\n";
+
+void run_engine_opts_init(run_engine_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->precision = KT_PRECISION_FAST;
+}
+
+int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, int *i)
+{
+    const char *v = NULL;
+    bool bad = false;
+    if (opt_match(argc, argv, i, "--model", true, &v, &bad) ||
+        opt_match(argc, argv, i, "-m", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        o->model = v;
+        return 1;
+    }
+    if (opt_match(argc, argv, i, "--ctx-size", true, &v, &bad) ||
+        opt_match(argc, argv, i, "-c", true, &v, &bad))
+        return !bad && opt_parse_i64(tool, "--ctx-size", v, 1, INT32_MAX, &o->n_ctx) ? 1 : -1;
+    if (opt_match(argc, argv, i, "--batch-size", true, &v, &bad) ||
+        opt_match(argc, argv, i, "-b", true, &v, &bad))
+        return !bad && opt_parse_i64(tool, "--batch-size", v, 1, 1 << 20, &o->n_batch) ? 1 : -1;
+    if (opt_match(argc, argv, i, "--precision", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        if (!strcasecmp(v, "f32") || !strcasecmp(v, "fp32"))
+            o->precision = KT_PRECISION_F32;
+        else if (!strcasecmp(v, "fast"))
+            o->precision = KT_PRECISION_FAST;
+        else {
+            fprintf(stderr, "%s: --precision: '%s' is not f32 or fast\n", tool, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (opt_match(argc, argv, i, "--kt-method", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        o->method = (int32_t)kt_method_from_name(v);
+        if (o->method == KT_METHOD_NONE) {
+            fprintf(stderr, "%s: --kt-method: unknown method '%s' (BF16, FP8, RAWINT4, "
+                    "AMXINT8, AMXINT4, LLAMAFILE)\n", tool, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (opt_match(argc, argv, i, "--kt-weight-path", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        o->weight_path = v;
+        return 1;
+    }
+    if (opt_match(argc, argv, i, "--kt-cpuinfer", true, &v, &bad) ||
+        opt_match(argc, argv, i, "--threads", true, &v, &bad) ||
+        opt_match(argc, argv, i, "-t", true, &v, &bad))
+        return !bad && opt_parse_i64(tool, "--kt-cpuinfer", v, 1, 4096, &o->n_threads) ? 1 : -1;
+    if (opt_match(argc, argv, i, "--kt-threadpool-count", true, &v, &bad))
+        return !bad && opt_parse_i64(tool, "--kt-threadpool-count", v, 1, 256, &o->n_pools)
+                   ? 1
+                   : -1;
+    if (!strcmp(argv[*i], "-v") || !strcmp(argv[*i], "--verbose")) {
+        o->verbose = true;
+        return 1;
+    }
+    return 0;
+}
+
+bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
+{
+    memset(e, 0, sizeof *e);
+    const char *path = o->model;
+    struct stat sb;
+    if (!path) {
+        if (stat(DEFAULT_MODEL, &sb) == 0) {
+            path = DEFAULT_MODEL;
+        } else {
+            fprintf(stderr, "%s: no --model given and no default model at ./%s\n", tool,
+                    DEFAULT_MODEL);
+            return false;
+        }
+    }
+    kt_runtime_options ro = KT_RUNTIME_OPTIONS_INIT;
+    ro.log_level = o->verbose ? KT_LOG_INFO : KT_LOG_WARN;
+    ro.n_threads = (int32_t)o->n_threads;
+    if (kt_runtime_create(&e->rt, &ro) < 0) {
+        fprintf(stderr, "%s: runtime: %s\n", tool, kt_last_error());
+        return false;
+    }
+    if (kt_model_open(&e->model, e->rt, path, NULL) < 0) {
+        fprintf(stderr, "%s: %s: %s\n", tool, path, kt_last_error());
+        run_engine_close(e);
+        return false;
+    }
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = (int32_t)o->n_ctx;
+    co.n_batch = (int32_t)o->n_batch;
+    co.precision = o->precision;
+    co.method = o->method;
+    co.n_threads = (int32_t)o->n_threads;
+    co.n_pools = (int32_t)o->n_pools;
+    co.weight_path = o->weight_path;
+    if (kt_context_create(&e->ctx, e->rt, e->model, &co) < 0) {
+        fprintf(stderr, "%s: %s: %s\n", tool, path, kt_last_error());
+        run_engine_close(e);
+        return false;
+    }
+    return true;
+}
+
+void run_engine_close(run_engine *e)
+{
+    kt_context_free(e->ctx);
+    kt_model_free(e->model);
+    kt_runtime_free(e->rt);
+    memset(e, 0, sizeof *e);
+}
+
+bool run_parse_ids(const char *text, int32_t **ids, size_t *n, const char *tool,
+                   const char *what)
+{
+    size_t cap = 64, cnt = 0;
+    int32_t *a = malloc(cap * sizeof *a);
+    if (!a) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+        return false;
+    }
+    const char *p = text;
+    for (;;) {
+        while (*p == ',' || isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            break;
+        char *end = NULL;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX || (*end && *end != ',' &&
+                                                   !isspace((unsigned char)*end))) {
+            fprintf(stderr, "%s: %s: '%.20s' is not a token id\n", tool, what, p);
+            free(a);
+            return false;
+        }
+        if (cnt == cap) {
+            int32_t *b = realloc(a, (cap *= 2) * sizeof *a);
+            if (!b) {
+                free(a);
+                fprintf(stderr, "%s: out of memory\n", tool);
+                return false;
+            }
+            a = b;
+        }
+        a[cnt++] = (int32_t)v;
+        p = end;
+    }
+    *ids = a;
+    *n = cnt;
+    return true;
+}
+
+char *run_read_file(const char *path, size_t *len, const char *tool)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: %s: cannot open\n", tool, path);
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap)
+            break;
+        char *b = realloc(buf, (cap *= 2) + 1);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+        }
+        buf = b;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        fprintf(stderr, "%s: %s: read failed\n", tool, path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}

@@ -1,0 +1,51 @@
+/* Options and setup shared by kt-run's engine commands (generate, perplexity):
+ * model, context size, precision, CPU MoE method and threads. Public API only. */
+#ifndef KT_RUN_ENGINE_H
+#define KT_RUN_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kt/kt.h>
+
+typedef struct run_engine_opts {
+    const char *model;        /* --model DIR                                   */
+    int64_t n_ctx;            /* --ctx-size / -c (0: model default)            */
+    int64_t n_batch;          /* --batch-size / -b                             */
+    int32_t precision;        /* --precision f32|fast                          */
+    int32_t method;           /* --kt-method                                   */
+    int64_t n_threads;        /* --kt-cpuinfer / -t                            */
+    int64_t n_pools;          /* --kt-threadpool-count                         */
+    const char *weight_path;  /* --kt-weight-path                              */
+    bool verbose;             /* -v                                            */
+} run_engine_opts;
+
+/* Defaults. */
+void run_engine_opts_init(run_engine_opts *o);
+
+/* If argv[*i] is one of the shared options, consumes it (and its value) and
+ * returns 1; returns -1 after printing an error for a bad value; 0 if the
+ * option is not one of these. */
+int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, int *i);
+
+/* Help text of the shared options. */
+extern const char run_engine_help[];
+
+/* Opens the runtime, model and context; prints "tool: what: reason" and
+ * returns false on failure (everything opened so far is freed). */
+typedef struct run_engine {
+    kt_runtime *rt;
+    kt_model *model;
+    kt_context *ctx;
+} run_engine;
+bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool);
+void run_engine_close(run_engine *e);
+
+/* Parses "1,2,3" (commas and/or whitespace) into a malloc'ed array. */
+bool run_parse_ids(const char *text, int32_t **ids, size_t *n, const char *tool,
+                   const char *what);
+/* Reads a whole file into a malloc'ed NUL-terminated buffer. */
+char *run_read_file(const char *path, size_t *len, const char *tool);
+
+#endif
