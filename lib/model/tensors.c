@@ -731,7 +731,8 @@ static uint64_t type_bytes(kt_type t, uint64_t n)
 static uint64_t config_role_bytes(const indexer *ix, const role_spec *s, kt_role role)
 {
     const kt_arch_info *a = ix->a;
-    const kt_type dt = (kt_type)a->dtype;
+    /* e_score_correction_bias is kept in F32 by every checkpoint seen */
+    const kt_type dt = role == KT_ROLE_SCORE_CORRECTION ? KT_TYPE_F32 : (kt_type)a->dtype;
     uint64_t n = s->rows * s->cols;
     bool ignored = kt__config_quant_ignored(&ix->m->cfg, s->module);
     bool router_or_embed = role == KT_ROLE_ROUTER || role == KT_ROLE_EMBED ||
