@@ -1,0 +1,573 @@
+/*
+ * Tokenizer tests: every encode case and chat prompt of the fixtures and the
+ * demo models' prompts against transformers' ids (reference.json,
+ * reference.safetensors), decoding, streaming decode of multi-byte text,
+ * Kimi's tiktoken format against tiktoken's own output, and bad files.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "kt/tokenizer.h"
+
+static const char *data_dir(void)
+{
+    const char *d = getenv("KT_TEST_DATA");
+    return d ? d : "tests/data";
+}
+
+static char *read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = '\0';
+        if (size)
+            *size = (size_t)n;
+    }
+    return p;
+}
+
+static cJSON *read_json(const char *path)
+{
+    char *s = read_all(path, NULL);
+    if (!s)
+        return NULL;
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    return j;
+}
+
+/* int32 tensor `name` of a safetensors file; returns the count, -1 if absent. */
+static long safetensors_i32(const char *path, const char *name, int32_t *out, size_t cap)
+{
+    size_t size;
+    char *d = read_all(path, &size);
+    if (!d || size < 8) {
+        free(d);
+        return -1;
+    }
+    uint64_t hl;
+    memcpy(&hl, d, 8);
+    long n = -1;
+    if (hl <= size - 8) {
+        char *hdr = malloc(hl + 1);
+        memcpy(hdr, d + 8, hl);
+        hdr[hl] = '\0';
+        cJSON *h = cJSON_Parse(hdr);
+        cJSON *t = cJSON_GetObjectItem(h, name);
+        cJSON *offs = cJSON_GetObjectItem(t, "data_offsets");
+        const char *dt = cJSON_GetStringValue(cJSON_GetObjectItem(t, "dtype"));
+        if (offs && dt && !strcmp(dt, "I32")) {
+            size_t a = (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble;
+            size_t b = (size_t)cJSON_GetArrayItem(offs, 1)->valuedouble;
+            n = (long)((b - a) / 4);
+            if ((size_t)n <= cap)
+                memcpy(out, d + 8 + hl + a, b - a);
+            else
+                n = -1;
+        }
+        cJSON_Delete(h);
+        free(hdr);
+    }
+    free(d);
+    return n;
+}
+
+static void assert_ids(const cJSON *want, const int32_t *ids, size_t n, const char *what)
+{
+    size_t wn = (size_t)cJSON_GetArraySize(want);
+    bool same = wn == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = (int32_t)cJSON_GetArrayItem(want, (int)i)->valuedouble == ids[i];
+    if (!same) {
+        fprintf(stderr, "ids differ for %s\n  got:  ", what);
+        for (size_t i = 0; i < n; i++)
+            fprintf(stderr, "%d ", ids[i]);
+        fprintf(stderr, "\n  want: ");
+        for (size_t i = 0; i < wn; i++)
+            fprintf(stderr, "%d ", (int)cJSON_GetArrayItem(want, (int)i)->valuedouble);
+        fprintf(stderr, "\n");
+    }
+    assert_true(same);
+}
+
+static int32_t *encode(const kt_tokenizer *tok, const char *text, size_t len, uint32_t flags,
+                       size_t *n)
+{
+    /* two-call sizing */
+    kt_status st = kt_tokenizer_encode(tok, text, len, flags, NULL, 0, n);
+    if (st != KT_OK && st != KT_ERR_LIMIT)
+        fprintf(stderr, "encode: %s\n", kt_last_error());
+    assert_true(st == KT_OK || st == KT_ERR_LIMIT);
+    int32_t *ids = malloc((*n ? *n : 1) * sizeof *ids);
+    size_t n2 = 0;
+    assert_int_equal(kt_tokenizer_encode(tok, text, len, flags, ids, *n, &n2), KT_OK);
+    assert_int_equal(n2, *n);
+    return ids;
+}
+
+/* Decodes ids one at a time through a kt_detokenizer; checks that each chunk
+ * is whole UTF-8 and that the result equals `want`. */
+static void check_stream(const kt_tokenizer *tok, const int32_t *ids, size_t n,
+                         const char *want, size_t want_len)
+{
+    kt_detokenizer *d = NULL;
+    assert_int_equal(kt_detokenizer_create(&d, tok, 0), KT_OK);
+    kt_buf all = KT_BUF_INIT, chunk = KT_BUF_INIT;
+    for (size_t i = 0; i <= n; i++) {
+        chunk.size = 0;
+        if (i < n)
+            assert_int_equal(kt_detokenizer_feed(d, ids[i], &chunk), KT_OK);
+        else
+            assert_int_equal(kt_detokenizer_flush(d, &chunk), KT_OK);
+        /* a chunk never ends inside a character and never starts with a continuation */
+        for (size_t k = 0; k < chunk.size;) {
+            unsigned char c = (unsigned char)chunk.ptr[k];
+            size_t l = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+            assert_true(l > 0);
+            assert_true(k + l <= chunk.size);
+            k += l;
+        }
+        if (chunk.size) {
+            all.ptr = realloc(all.ptr, all.size + chunk.size + 1);
+            memcpy(all.ptr + all.size, chunk.ptr, chunk.size);
+            all.size += chunk.size;
+        }
+    }
+    assert_int_equal(all.size, want_len);
+    assert_memory_equal(all.ptr ? all.ptr : "", want, want_len);
+    free(all.ptr);
+    kt_buf_dispose(&chunk);
+    kt_detokenizer_free(d);
+}
+
+static void check_decode(const kt_tokenizer *tok, const int32_t *ids, size_t n,
+                         const char *want)
+{
+    kt_buf out = KT_BUF_INIT;
+    assert_int_equal(kt_tokenizer_decode(tok, ids, n, 0, &out), KT_OK);
+    if (strlen(want) != out.size || memcmp(out.ptr, want, out.size))
+        fprintf(stderr, "decode differs:\n  got:  [%s]\n  want: [%s]\n", out.ptr, want);
+    assert_int_equal(out.size, strlen(want));
+    assert_memory_equal(out.ptr, want, out.size);
+    kt_buf_dispose(&out);
+    check_stream(tok, ids, n, want, strlen(want));
+}
+
+static void run_fixture(const char *name)
+{
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/fixtures/%s", data_dir(), name);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    cJSON *ref = read_json(path);
+    assert_non_null(ref);
+    kt_tokenizer *tok = NULL;
+    kt_status st = kt_tokenizer_open(&tok, dir, NULL);
+    if (st < 0)
+        fprintf(stderr, "%s: %s\n", name, kt_last_error());
+    assert_int_equal(st, KT_OK);
+
+    const cJSON *tk = cJSON_GetObjectItem(ref, "tokenizer"), *c;
+    int n_cases = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(tk, "encode_cases")) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), KT_ENCODE_PARSE_SPECIAL, &n);
+        assert_ids(cJSON_GetObjectItem(c, "ids"), ids, n, text);
+        check_decode(tok, ids, n, cJSON_GetObjectItem(c, "decoded")->valuestring);
+        free(ids);
+        n_cases++;
+    }
+    assert_true(n_cases >= 5);
+
+    const cJSON *chat = cJSON_GetObjectItem(tk, "chat_case");
+    const char *rendered = cJSON_GetObjectItem(chat, "rendered")->valuestring;
+    size_t n;
+    int32_t *ids = encode(tok, rendered, strlen(rendered), KT_ENCODE_PARSE_SPECIAL, &n);
+    assert_ids(cJSON_GetObjectItem(chat, "ids"), ids, n, "chat_case");
+    check_decode(tok, ids, n, rendered);
+    free(ids);
+
+    /* the model prompt, where the fixture's reference tensors are here */
+    const char *prompt = cJSON_GetObjectItem(ref, "prompt")->valuestring;
+    int32_t want[512];
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    long wn = safetensors_i32(path, "prompt_ids", want, 512);
+    if (wn < 0) { /* families with variants keep it per variant */
+        snprintf(path, sizeof path, "%s/bf16/reference.safetensors", dir);
+        wn = safetensors_i32(path, "prompt_ids", want, 512);
+    }
+    if (wn >= 0) {
+        ids = encode(tok, prompt, strlen(prompt), KT_ENCODE_PARSE_SPECIAL | KT_ENCODE_ADD_SPECIAL,
+                     &n);
+        assert_int_equal(n, (size_t)wn);
+        assert_memory_equal(ids, want, n * sizeof *ids);
+        free(ids);
+    }
+    assert_non_null(kt_tokenizer_chat_template(tok, NULL));
+    kt_tokenizer_free(tok);
+    cJSON_Delete(ref);
+}
+
+static void test_fixture_deepseek_v3(void **state)
+{
+    (void)state;
+    run_fixture("deepseek_v3_tiny");
+}
+static void test_fixture_qwen3_moe(void **state)
+{
+    (void)state;
+    run_fixture("qwen3_moe_tiny");
+}
+static void test_fixture_mixtral(void **state)
+{
+    (void)state;
+    run_fixture("mixtral_tiny");
+}
+static void test_fixture_minimax_m2(void **state)
+{
+    (void)state;
+    run_fixture("minimax_m2_tiny");
+}
+static void test_fixture_gpt_oss(void **state)
+{
+    (void)state;
+    run_fixture("gpt_oss_tiny");
+}
+
+/* Demo model: prompt -> prompt_ids, greedy_ids -> greedy_text. */
+static void run_demo(const char *name)
+{
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/models/%s", data_dir(), name);
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    cJSON *ref = read_json(path);
+    assert_non_null(ref);
+    kt_tokenizer *tok = NULL;
+    kt_status st = kt_tokenizer_open(&tok, dir, NULL);
+    if (st < 0)
+        fprintf(stderr, "%s: %s\n", name, kt_last_error());
+    assert_int_equal(st, KT_OK);
+    const char *prompt = cJSON_GetObjectItem(ref, "prompt")->valuestring;
+    int32_t want[4096];
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    long wn = safetensors_i32(path, "prompt_ids", want, 4096);
+    assert_true(wn > 0);
+    size_t n;
+    int32_t *ids = encode(tok, prompt, strlen(prompt),
+                          KT_ENCODE_PARSE_SPECIAL | KT_ENCODE_ADD_SPECIAL, &n);
+    assert_int_equal(n, (size_t)wn);
+    assert_memory_equal(ids, want, n * sizeof *ids);
+    free(ids);
+
+    const cJSON *g = cJSON_GetObjectItem(ref, "greedy_ids"), *x;
+    int32_t gids[256];
+    size_t gn = 0;
+    cJSON_ArrayForEach(x, g) gids[gn++] = (int32_t)x->valuedouble;
+    check_decode(tok, gids, gn, cJSON_GetObjectItem(ref, "greedy_text")->valuestring);
+
+    /* held-out text decodes and re-encodes to the same ids (2049 tokens of prose) */
+    static int32_t held[4096];
+    long hn = safetensors_i32(path, "heldout_ids", held, 4096);
+    assert_true(hn > 100);
+    kt_buf text = KT_BUF_INIT;
+    assert_int_equal(kt_tokenizer_decode(tok, held, (size_t)hn, 0, &text), KT_OK);
+    check_stream(tok, held, (size_t)hn, text.ptr, text.size);
+    /* transformers tokenized the whole held-out text: re-encoding these 2049
+     * tokens' text gives them back (the last one may merge differently) */
+    ids = encode(tok, text.ptr, text.size, KT_ENCODE_PARSE_SPECIAL, &n);
+    assert_true(n >= (size_t)hn - 1);
+    assert_memory_equal(ids, held, ((size_t)hn - 1) * sizeof *ids);
+    free(ids);
+    kt_buf_dispose(&text);
+    kt_tokenizer_free(tok);
+    cJSON_Delete(ref);
+}
+
+static void test_demo_kimi_k2(void **state)
+{
+    (void)state;
+    run_demo("kimi_k2_demo");
+}
+static void test_demo_qwen3_moe(void **state)
+{
+    (void)state;
+    run_demo("qwen3_moe_demo");
+}
+
+/* Metadata from tokenizer_config.json and the chat template file. */
+static void test_specials_and_template(void **state)
+{
+    (void)state;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/fixtures/deepseek_v3_tiny", data_dir());
+    kt_tokenizer *tok = NULL;
+    assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
+    assert_int_equal(kt_tokenizer_vocab_size(tok), 500);
+    assert_int_equal(kt_tokenizer_special_id(tok, KT_SPECIAL_BOS), 0);
+    assert_int_equal(kt_tokenizer_special_id(tok, KT_SPECIAL_EOS), 1);
+    assert_int_equal(kt_tokenizer_special_id(tok, KT_SPECIAL_PAD), 1);
+    assert_int_equal(kt_tokenizer_special_id(tok, KT_SPECIAL_UNK), -1);
+    assert_string_equal(kt_tokenizer_special_text(tok, KT_SPECIAL_BOS),
+                        "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>");
+    assert_null(kt_tokenizer_special_text(tok, KT_SPECIAL_UNK));
+    assert_int_equal(kt_tokenizer_adds_bos(tok), 0);
+    assert_int_equal(kt_tokenizer_token_attrs(tok, 1), KT_TOKEN_ATTR_ADDED | KT_TOKEN_ATTR_SPECIAL);
+    assert_int_equal(kt_tokenizer_token_attrs(tok, 100), 0);
+    int32_t id = 7;
+    assert_int_equal(kt_tokenizer_token_id(tok, "</think>", 8, &id), KT_OK);
+    assert_int_equal(id, 5);
+    assert_int_equal(kt_tokenizer_token_id(tok, "no such token", 13, &id), KT_ERR_NOT_FOUND);
+    assert_int_equal(id, -1);
+    assert_string_equal(kt_tokenizer_token_text(tok, 5), "</think>");
+    assert_null(kt_tokenizer_token_text(tok, 100000));
+    assert_int_equal(kt_tokenizer_chat_template_count(tok), 1);
+    assert_string_equal(kt_tokenizer_chat_template_name(tok, 0), "default");
+    const char *tpl = kt_tokenizer_chat_template(tok, NULL);
+    assert_non_null(tpl);
+    assert_non_null(strstr(tpl, "add_generation_prompt"));
+    assert_null(kt_tokenizer_chat_template(tok, "tool_use"));
+
+    /* special tokens as plain text when not parsed; skipped on request */
+    size_t n;
+    int32_t *ids = encode(tok, "<think>", 7, 0, &n);
+    assert_true(n > 1);
+    free(ids);
+    ids = encode(tok, "<think>hi</think>", 17, KT_ENCODE_PARSE_SPECIAL, &n);
+    assert_int_equal(ids[0], 4);
+    assert_int_equal(ids[n - 1], 5);
+    kt_buf out = KT_BUF_INIT;
+    assert_int_equal(kt_tokenizer_decode(tok, ids, n, KT_DECODE_SKIP_SPECIAL, &out), KT_OK);
+    assert_string_equal(out.ptr, "hi");
+    kt_buf_dispose(&out);
+    free(ids);
+
+    /* token pieces: a byte-level token holding part of a character */
+    char piece[16];
+    size_t len = 0;
+    assert_int_equal(kt_tokenizer_token_to_piece(tok, 487, NULL, 0, &len), KT_ERR_LIMIT);
+    assert_true(len > 0 && len < sizeof piece);
+    assert_int_equal(kt_tokenizer_token_to_piece(tok, 487, piece, sizeof piece, &len), KT_OK);
+    assert_int_equal(kt_tokenizer_token_to_piece(tok, -1, piece, sizeof piece, &len),
+                     KT_ERR_NOT_FOUND);
+
+    /* two-call sizing of encode */
+    int32_t small[2];
+    assert_int_equal(kt_tokenizer_encode(tok, "Hello world!", 12, 0, small, 2, &n), KT_ERR_LIMIT);
+    assert_true(n > 2);
+    assert_int_equal(kt_tokenizer_encode(tok, "x", 1, 1u << 7, small, 2, &n), KT_ERR_INVALID_ARG);
+    kt_tokenizer_free(tok);
+}
+
+/* Streaming never splits a character: emoji, CJK and accents, each byte its
+ * own token in these tiny vocabularies. */
+static void test_stream_multibyte(void **state)
+{
+    (void)state;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/fixtures/qwen3_moe_tiny", data_dir());
+    kt_tokenizer *tok = NULL;
+    assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
+    static const char *const texts[] = {
+        "\xF0\x9F\xA4\x96\xF0\x9F\x9A\x80 emoji \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",
+        "\xE7\x83\xAD\xE9\x97\xA8\xE4\xB8\x93\xE5\xAE\xB6 CJK \xE3\x81\x8B\xE3\x81\xAA",
+        "caf\xC3\xA9 na\xC3\xAFve \xC3\x9Cn\xC3\xAF" "c\xC3\xB6" "d\xC3\xA9 \xD0\x9F\xD1\x80\xD0\xB8",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        size_t n;
+        int32_t *ids = encode(tok, texts[i], strlen(texts[i]), 0, &n);
+        assert_true(n > 3);
+        check_decode(tok, ids, n, texts[i]);
+        free(ids);
+    }
+    /* an incomplete character at the end of the stream becomes U+FFFD on flush */
+    size_t n;
+    int32_t *ids = encode(tok, "\xF0\x9F\xA4\x96", 4, 0, &n);
+    assert_true(n >= 2);
+    kt_detokenizer *d = NULL;
+    assert_int_equal(kt_detokenizer_create(&d, tok, 0), KT_OK);
+    kt_buf out = KT_BUF_INIT;
+    assert_int_equal(kt_detokenizer_feed(d, ids[0], &out), KT_OK);
+    assert_int_equal(out.size, 0);
+    assert_int_equal(kt_detokenizer_flush(d, &out), KT_OK);
+    assert_string_equal(out.ptr, "\xEF\xBF\xBD");
+    kt_buf_dispose(&out);
+    kt_detokenizer_free(d);
+    free(ids);
+    kt_tokenizer_free(tok);
+}
+
+/* Kimi's tiktoken.model: ids as tiktoken (the library tokenization_kimi.py
+ * runs) gives them, with Kimi's split pattern; see make_reference.py. */
+static void test_tiktoken_kimi(void **state)
+{
+    (void)state;
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/tiktoken_kimi", data_dir());
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    cJSON *ref = read_json(path);
+    if (!ref)
+        skip();
+    kt_tokenizer *tok = NULL;
+    kt_status st = kt_tokenizer_open(&tok, dir, NULL);
+    if (st < 0)
+        fprintf(stderr, "%s\n", kt_last_error());
+    assert_int_equal(st, KT_OK);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), KT_ENCODE_PARSE_SPECIAL, &n);
+        assert_ids(cJSON_GetObjectItem(c, "ids"), ids, n, text);
+        check_decode(tok, ids, n, text);
+        free(ids);
+    }
+    const cJSON *sp = cJSON_GetObjectItem(ref, "specials");
+    cJSON_ArrayForEach(c, sp) {
+        int32_t id = -1;
+        assert_int_equal(kt_tokenizer_token_id(tok, c->string, strlen(c->string), &id), KT_OK);
+        assert_int_equal(id, (int32_t)c->valuedouble);
+        assert_true(kt_tokenizer_token_attrs(tok, id) & KT_TOKEN_ATTR_SPECIAL);
+    }
+    assert_int_equal(kt_tokenizer_special_id(tok, KT_SPECIAL_BOS),
+                     (int32_t)cJSON_GetObjectItem(ref, "bos_id")->valuedouble);
+    kt_tokenizer_free(tok);
+    cJSON_Delete(ref);
+}
+
+/* ---- bad files ---------------------------------------------------------- */
+
+static char tmpdir[256];
+
+static void write_file(const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Opening a tokenizer.json with `body` fails with `want`, and the message
+ * names the file and contains `needle`. */
+static void expect_bad(const char *body, kt_status want, const char *needle)
+{
+    write_file("tokenizer.json", body);
+    kt_tokenizer *tok = (kt_tokenizer *)1;
+    kt_status st = kt_tokenizer_open(&tok, tmpdir, NULL);
+    if (st != want || !strstr(kt_last_error(), "tokenizer.json") ||
+        !strstr(kt_last_error(), needle))
+        fprintf(stderr, "got %s: %s (want %s, '%s')\n", kt_status_str(st), kt_last_error(),
+                kt_status_str(want), needle);
+    assert_int_equal(st, want);
+    assert_null(tok);
+    assert_non_null(strstr(kt_last_error(), "tokenizer.json"));
+    assert_non_null(strstr(kt_last_error(), needle));
+}
+
+#define MODEL_OK "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, " \
+                 "\"merges\": [\"a b\"]}"
+
+static void test_bad_files(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/kt_tok_test_%d", (int)getpid());
+    mkdir(tmpdir, 0700);
+    kt_tokenizer *tok = NULL;
+    assert_int_equal(kt_tokenizer_open(&tok, tmpdir, NULL), KT_ERR_NOT_FOUND);
+
+    /* a minimal valid one first */
+    write_file("tokenizer.json", "{" MODEL_OK "}");
+    assert_int_equal(kt_tokenizer_open(&tok, tmpdir, NULL), KT_OK);
+    size_t n;
+    int32_t *ids = encode(tok, "abab", 4, 0, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 2);
+    free(ids);
+    kt_tokenizer_free(tok);
+
+    expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {", KT_ERR_FORMAT, "malformed JSON");
+    expect_bad("[1, 2]", KT_ERR_FORMAT, "model");
+    expect_bad("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", KT_ERR_UNSUPPORTED,
+               "Unigram");
+    expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -4}, \"merges\": []}}",
+               KT_ERR_FORMAT, "vocab");
+    expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a c\"]}}",
+               KT_ERR_FORMAT, "not in the vocabulary");
+    expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"abc\"]}}",
+               KT_ERR_FORMAT, "merges[0]");
+    expect_bad("{" MODEL_OK ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+               "{\"Regex\": \"(unclosed\"}, \"behavior\": \"Isolated\"}}",
+               KT_ERR_FORMAT, "bad regex");
+    expect_bad("{" MODEL_OK ", \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": "
+               "{\"Regex\": \"a\"}, \"behavior\": \"Sideways\"}}",
+               KT_ERR_FORMAT, "Sideways");
+    expect_bad("{" MODEL_OK ", \"normalizer\": {\"type\": \"Precompiled\"}}", KT_ERR_UNSUPPORTED,
+               "Precompiled");
+    expect_bad("{" MODEL_OK ", \"decoder\": {\"type\": \"WordPiece\"}}", KT_ERR_UNSUPPORTED,
+               "WordPiece");
+    expect_bad("{" MODEL_OK ", \"added_tokens\": [{\"id\": \"x\"}]}", KT_ERR_FORMAT,
+               "added_tokens[0]");
+
+    /* a bad tokenizer_config.json is named too */
+    write_file("tokenizer.json", "{" MODEL_OK "}");
+    write_file("tokenizer_config.json", "{\"chat_template\": 5}");
+    assert_int_equal(kt_tokenizer_open(&tok, tmpdir, NULL), KT_ERR_FORMAT);
+    assert_non_null(strstr(kt_last_error(), "tokenizer_config.json"));
+
+    /* tiktoken: a bad line */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir);
+    unlink(path);
+    write_file("tokenizer_config.json", "{}");
+    write_file("tiktoken.model", "YQ== 0\nYg== 1\n!!notbase64 2\n");
+    assert_int_equal(kt_tokenizer_open(&tok, tmpdir, NULL), KT_ERR_FORMAT);
+    assert_non_null(strstr(kt_last_error(), "line 3"));
+
+    const char *names[] = {"tiktoken.model", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmpdir, names[i]);
+        unlink(path);
+    }
+    rmdir(tmpdir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixture_deepseek_v3),
+        cmocka_unit_test(test_fixture_qwen3_moe),
+        cmocka_unit_test(test_fixture_mixtral),
+        cmocka_unit_test(test_fixture_minimax_m2),
+        cmocka_unit_test(test_fixture_gpt_oss),
+        cmocka_unit_test(test_demo_kimi_k2),
+        cmocka_unit_test(test_demo_qwen3_moe),
+        cmocka_unit_test(test_specials_and_template),
+        cmocka_unit_test(test_stream_multibyte),
+        cmocka_unit_test(test_tiktoken_kimi),
+        cmocka_unit_test(test_bad_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
