@@ -321,14 +321,18 @@ kt_status kt__tok_decode(const kt_tokenizer *tok, const int32_t *ids, size_t n, 
     size_t start = out->size;
     if (tok->dec_raw || !tok->n_decs) {
         /* tiktoken: bytes as they are; tokenizers without a decoder join with spaces */
+        kt_buf joined = KT_BUF_INIT;
         for (size_t i = 0; i < a.n && st == KT_OK; i++) {
             if (i && !tok->dec_raw)
-                st = kt__buf_append(out, " ", 1);
-            if (st == KT_OK && raw)
-                st = kt__buf_append(out, a.text.ptr + a.off[i], a.len[i]);
-            else if (st == KT_OK)
-                st = kt__utf8_append_lossy(out, a.text.ptr + a.off[i], a.len[i]);
+                st = kt__buf_append(&joined, " ", 1);
+            if (st == KT_OK)
+                st = kt__buf_append(&joined, a.text.ptr + a.off[i], a.len[i]);
         }
+        if (st == KT_OK && raw)
+            st = kt__buf_append(out, joined.ptr, joined.size);
+        else if (st == KT_OK)
+            st = kt__utf8_append_lossy(out, joined.ptr ? joined.ptr : "", joined.size);
+        kt_buf_dispose(&joined);
     } else {
         for (size_t k = 0; k < tok->n_decs && st == KT_OK; k++) {
             sl_reset(&b);
