@@ -434,7 +434,7 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     if (moe->n_pools > 64)
         moe->n_pools = 64;
     /* I slices per pool, aligned to the format's block (FP8 128, else 32) */
-    int align = d.method == KT_METHOD_FP8 ? 128 : 32;
+    int align = 128; /* FP8 scale blocks; AVX-512 RAWINT4 chunks of 64 */
     for (int p = 0; p <= moe->n_pools; p++) {
         int64_t b = (int64_t)moe->I * p / moe->n_pools;
         b = p == moe->n_pools ? moe->I : (b / align) * align;
