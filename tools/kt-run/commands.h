@@ -8,6 +8,7 @@ typedef int (*kt_run_cmd_fn)(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -15,6 +15,7 @@ static const struct {
     {"doctor", cmd_doctor, "check this machine: CPU, ISA, NUMA, memory, GPUs, kernel choice"},
     {"generate", cmd_generate, "evaluate a prompt, write logits, generate (the default)"},
     {"perplexity", cmd_perplexity, "held-out perplexity over windows, like llama.cpp's"},
+    {"inspect", cmd_inspect, "what a model holds: architecture, tensors by type and role, memory"},
     {"tokenize", cmd_tokenize, "text to token ids as JSON (--decode: ids to text)"},
 };
 
