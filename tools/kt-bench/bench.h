@@ -1,0 +1,113 @@
+/* kt-bench internals: machine description, a pinned thread team, timing, the
+ * machine-limit yardsticks (stream bandwidth, oneDNN matmul) and JSON rows. */
+#ifndef KT_BENCH_H
+#define KT_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define BENCH_TOOL "kt-bench"
+
+/* ---- machine ------------------------------------------------------------ */
+
+typedef struct bench_hw {
+    char cpu_model[128];
+    int32_t physical_cores;   /* hwloc, via kt_hw_physical_cores()               */
+    int32_t online_cpus;      /* CPUs this process may run on                    */
+    uint64_t isa;             /* kt_hw_isa() bits                                */
+    char isa_text[160];       /* "avx2 fma avx512f ... "                         */
+    const char *isa_path;     /* best kernel family the library may pick         */
+    uint64_t l3_bytes;        /* last-level cache, 0 if unknown                   */
+    uint64_t ram_available;   /* MemAvailable, bytes                             */
+    uint64_t ram_total;
+    double load1;             /* 1-minute load average at start                  */
+} bench_hw;
+
+void bench_hw_detect(bench_hw *hw);
+/* The CPUs this process may use, as read at the first call (before kt-bench
+ * pins anything); returns how many were written. */
+int bench_allowed_cpus(int *cpus, int max);
+void bench_hw_print(FILE *f, const bench_hw *hw, int threads);
+
+/* Monotonic seconds. */
+double bench_now(void);
+
+/* Large zeroed page-aligned allocation (mmap + transparent huge pages hint);
+ * NULL on failure. Free with bench_free_big(). */
+void *bench_alloc_big(size_t bytes);
+void bench_free_big(void *p, size_t bytes);
+
+/* ---- pinned thread team ---------------------------------------------------- */
+
+/* `n` workers pinned one per allowed CPU (the caller is worker 0); `fn` runs
+ * on all of them and team_run returns when every worker has finished. */
+typedef void (*team_fn)(int tid, int n, void *arg);
+typedef struct bench_team bench_team;
+bench_team *team_create(int n);
+void team_run(bench_team *t, team_fn fn, void *arg);
+void team_free(bench_team *t);
+int team_size(const bench_team *t);
+
+/* ---- stream bandwidth ------------------------------------------------------ */
+
+typedef struct stream_result {
+    double read_gbs;    /* sum over one buffer (loads only)                 */
+    double copy_gbs;    /* b = a      (2 x bytes, STREAM convention)          */
+    double triad_gbs;   /* a = b + s*c (3 x bytes)                            */
+    uint64_t bytes;     /* buffer size used by the read test                 */
+    const char *path;   /* "avx512", "avx2" or "scalar"                       */
+} stream_result;
+
+/* Multi-threaded stream over `bytes` (rounded), best of `reps`. Copy and
+ * triad are skipped (0) when `read_only`. Returns false on allocation failure. */
+bool stream_measure(bench_team *team, uint64_t bytes, int reps, bool read_only,
+                    stream_result *out);
+
+/* ---- oneDNN matmul yardstick ----------------------------------------------- */
+
+typedef enum gemm_kind { GEMM_BF16 = 0, GEMM_INT8 = 1 } gemm_kind;
+
+/* True when this kt-bench was built with oneDNN. */
+bool gemm_available(void);
+/* Pin oneDNN's OpenMP threads like the team and set their number. */
+void gemm_set_threads(int n);
+
+/* C[M][N] = A[M][K] * B[K][N] with B pre-packed in oneDNN's preferred layout
+ * (as an engine would at load time); best-of-`reps` ops/s (x 1e12). -1 on error. */
+double gemm_measure(gemm_kind kind, int64_t m, int64_t n, int64_t k, int reps);
+
+/* A batch of per-expert matmuls over cold weights, the yardstick for MoE
+ * prefill: for each expert e with counts[e] > 0 tokens, gate/up [m][H]x[H][I]
+ * and down [m][I]x[I][H] on BF16 weights stored [out][in] (the same layout the
+ * MoE backend reads). Weights of `n_sets` independent copies of the E experts
+ * are cycled so each call reads them from memory. */
+typedef struct gemm_moe gemm_moe;
+gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_sets,
+                          const uint16_t *const *gate, const uint16_t *const *up,
+                          const uint16_t *const *down);
+/* Seconds for one layer pass with the given per-expert token counts; -1 on error. */
+double gemm_moe_run(gemm_moe *g, int set, const int32_t *counts);
+void gemm_moe_free(gemm_moe *g);
+const char *gemm_last_error(void);
+
+/* ---- JSON rows --------------------------------------------------------------- */
+
+typedef struct bench_json bench_json;
+bench_json *json_open(const char *path, const bench_hw *hw, int threads);
+/* Appends one row object; `fmt` (printf) produces its members, e.g.
+ * "\"method\":\"%s\",\"T\":%d". */
+void json_row(bench_json *j, const char *fmt, ...);
+bool json_close(bench_json *j);
+
+/* ---- subcommands ---------------------------------------------------------- */
+
+int cmd_stream(int argc, char **argv);
+int cmd_gemm(int argc, char **argv);
+int cmd_moe(int argc, char **argv);
+
+/* Common flags: --threads N (0 = physical cores). */
+int bench_default_threads(const bench_hw *hw);
+
+#endif

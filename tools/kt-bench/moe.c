@@ -1,0 +1,902 @@
+/* kt-bench moe: the CPU MoE backend (kt/moe.h) on synthetic weights with the
+ * shapes of real models, reported as ratios of this machine's own limits
+ * measured in the same run: decode as GB/s of expert weights read next to
+ * stream read bandwidth, prefill as TFLOP/s next to oneDNN BF16 matmuls over
+ * the same per-expert shapes and routing. */
+#include "bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <kt/kt.h>
+#include <kt/moe.h>
+
+#include "opt.h"
+
+/* The backend may not be in this libkt yet: resolve it at run time. */
+#pragma weak kt_moe_backend_create
+#pragma weak kt_moe_backend_free
+#pragma weak kt_moe_forward
+#pragma weak kt_moe_backend_info
+
+/* ---- models ------------------------------------------------------------- */
+
+typedef struct model_shape {
+    const char *name;
+    int64_t h, inter;
+    int32_t n_experts, top_k;
+} model_shape;
+
+static const model_shape models[] = {
+    {"qwen3-30b-a3b", 2048, 768, 128, 8},
+    {"deepseek-v3", 7168, 2048, 256, 8},
+    {"kimi-k2", 7168, 2048, 384, 8},
+    {"minimax-m2", 3072, 1536, 256, 8},
+};
+
+bool bench_model_shape(const char *name, int64_t *h, int64_t *inter, int32_t *e, int32_t *k);
+bool bench_model_shape(const char *name, int64_t *h, int64_t *inter, int32_t *e, int32_t *k)
+{
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        if (!strcasecmp(name, models[i].name)) {
+            *h = models[i].h;
+            *inter = models[i].inter;
+            *e = models[i].n_experts;
+            *k = models[i].top_k;
+            return true;
+        }
+    return false;
+}
+
+bool bench_parse_list(const char *flag, const char *text, int64_t lo, int64_t hi,
+                      int64_t *vals, int *count, int max);
+bool bench_parse_list(const char *flag, const char *text, int64_t lo, int64_t hi,
+                      int64_t *vals, int *count, int max)
+{
+    char buf[256];
+    if (!text || strlen(text) >= sizeof buf) {
+        fprintf(stderr, "kt-bench: %s: expected a comma-separated list\n", flag);
+        return false;
+    }
+    strcpy(buf, text);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n == max) {
+            fprintf(stderr, "kt-bench: %s: at most %d values\n", flag, max);
+            return false;
+        }
+        if (!opt_parse_i64(BENCH_TOOL, flag, tok, lo, hi, &vals[n]))
+            return false;
+        n++;
+    }
+    if (n == 0) {
+        fprintf(stderr, "kt-bench: %s: empty list\n", flag);
+        return false;
+    }
+    *count = n;
+    return true;
+}
+
+/* ---- synthetic weights ---------------------------------------------------- */
+
+/* One expert's tensors inside a slot, in the byte layout of kt/moe.h. */
+typedef struct expert_layout {
+    size_t off[6];      /* gate, up, down, gate_scale, up_scale, down_scale */
+    size_t size[6];
+    size_t stride;      /* slot size, 4 KiB aligned                          */
+    uint64_t bytes;     /* bytes a kernel reads: sum of size[]              */
+} expert_layout;
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static void layout_for(int method, int64_t h, int64_t inter, expert_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    size_t hi = (size_t)h * (size_t)inter;
+    size_t bh = (size_t)((h + 127) / 128), bi = (size_t)((inter + 127) / 128);
+    switch (method) {
+    case KT_METHOD_BF16:
+        l->size[0] = l->size[1] = l->size[2] = hi * 2;
+        break;
+    case KT_METHOD_FP8:   /* E4M3 + F32 weight_scale_inv per 128x128 block */
+        l->size[0] = l->size[1] = l->size[2] = hi;
+        l->size[3] = l->size[4] = l->size[5] = bi * bh * 4;
+        break;
+    default:              /* RAWINT4: int32 [out][in/8] + BF16 [out][in/32] */
+        l->size[0] = l->size[1] = l->size[2] = hi / 2;
+        l->size[3] = l->size[4] = l->size[5] = hi / 32 * 2;
+        break;
+    }
+    size_t pos = 0;
+    for (int i = 0; i < 6; i++) {
+        l->off[i] = pos;
+        pos = align_up(pos + l->size[i], 64);
+        l->bytes += l->size[i];
+    }
+    l->stride = align_up(pos, 4096);
+}
+
+typedef struct weight_set {
+    int method;
+    expert_layout lay;
+    uint8_t *base;          /* [n_slots][stride]                  */
+    size_t map_bytes;
+    int64_t n_slots;
+    uint32_t n_layers;
+    int32_t n_experts;
+    /* [n_layers][E] pointers (layer l, expert e -> slot (l*E + e) % n_slots) */
+    const void **ptr[6];
+} weight_set;
+
+static int64_t slot_of(const weight_set *ws, uint32_t layer, int32_t e)
+{
+    return ((int64_t)layer * ws->n_experts + e) % ws->n_slots;
+}
+
+typedef struct fill_job {
+    weight_set *ws;
+    uint64_t seed;
+} fill_job;
+
+static uint64_t next_rand(uint64_t *s)
+{
+    /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+/* Values are random but valid for the format (no NaN/Inf, no denormals), so
+ * the kernels run their normal path. Magnitudes keep outputs finite. */
+static void fill_region(int method, int which, uint8_t *p, size_t bytes, uint64_t *s)
+{
+    size_t words = bytes / 8;
+    uint64_t *w = (uint64_t *)p;
+    bool scale = which >= 3;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t r = next_rand(s);
+        if (method == KT_METHOD_BF16 || (method == KT_METHOD_RAWINT4 && scale))
+            /* BF16 +-[2^-7, 2^-6): exponent 120, random mantissa and sign */
+            w[i] = (r & (scale ? 0x007f007f007f007full : 0x807f807f807f807full)) |
+                   0x3c003c003c003c00ull;
+        else if (method == KT_METHOD_FP8 && !scale)
+            w[i] = r & 0xbfbfbfbfbfbfbfbfull;   /* E4M3 with exponent < 8: never NaN */
+        else if (method == KT_METHOD_FP8)
+            w[i] = 0x3c0000003c000000ull | (r & 0x0000ffff0000ffffull);   /* F32 ~2^-7 */
+        else
+            w[i] = r;                           /* INT4 nibbles: any value is valid */
+    }
+    for (size_t i = words * 8; i < bytes; i++)
+        p[i] = (uint8_t)(method == KT_METHOD_FP8 ? 0x38 : 0);
+}
+
+static void fill_worker(int tid, int nt, void *arg)
+{
+    fill_job *job = arg;
+    weight_set *ws = job->ws;
+    uint64_t s = job->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(tid + 1));
+    for (int64_t slot = tid; slot < ws->n_slots; slot += nt) {
+        uint8_t *base = ws->base + (size_t)slot * ws->lay.stride;
+        for (int i = 0; i < 6; i++)
+            if (ws->lay.size[i])
+                fill_region(ws->method, i, base + ws->lay.off[i], ws->lay.size[i], &s);
+    }
+}
+
+static void weight_set_free(weight_set *ws)
+{
+    bench_free_big(ws->base, ws->map_bytes);
+    for (int i = 0; i < 6; i++)
+        free(ws->ptr[i]);
+    memset(ws, 0, sizeof *ws);
+}
+
+static bool weight_set_alloc(weight_set *ws, bench_team *team, int method, const model_shape *m,
+                             uint32_t n_layers, int64_t n_slots, uint64_t seed)
+{
+    memset(ws, 0, sizeof *ws);
+    ws->method = method;
+    layout_for(method, m->h, m->inter, &ws->lay);
+    ws->n_slots = n_slots;
+    ws->n_layers = n_layers;
+    ws->n_experts = m->n_experts;
+    ws->map_bytes = (size_t)n_slots * ws->lay.stride;
+    ws->base = bench_alloc_big(ws->map_bytes);
+    size_t n_ptr = (size_t)n_layers * (size_t)m->n_experts;
+    for (int i = 0; i < 6; i++)
+        ws->ptr[i] = calloc(n_ptr, sizeof(void *));
+    if (!ws->base || !ws->ptr[0] || !ws->ptr[5]) {
+        weight_set_free(ws);
+        return false;
+    }
+    for (uint32_t l = 0; l < n_layers; l++)
+        for (int32_t e = 0; e < m->n_experts; e++) {
+            uint8_t *slot = ws->base + (size_t)slot_of(ws, l, e) * ws->lay.stride;
+            for (int i = 0; i < 6; i++)
+                ws->ptr[i][(size_t)l * m->n_experts + e] = ws->lay.size[i] ? slot + ws->lay.off[i]
+                                                                          : NULL;
+        }
+    fill_job job = {ws, seed};
+    team_run(team, fill_worker, &job);
+    return true;
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+/* ids [T][k]: for each token k distinct experts, uniform over E; counts[E]
+ * tokens per expert; returns the number of distinct weight slots touched. */
+static int64_t route(uint64_t *s, int32_t t, int32_t k, int32_t n_experts, int32_t *ids,
+                     float *w, int32_t *counts, const weight_set *ws, uint32_t layer,
+                     uint8_t *slot_seen)
+{
+    memset(counts, 0, (size_t)n_experts * sizeof *counts);
+    for (int32_t i = 0; i < t; i++)
+        for (int32_t j = 0; j < k; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                e = (int32_t)(next_rand(s) % (uint64_t)n_experts);
+                dup = false;
+                for (int32_t q = 0; q < j; q++)
+                    dup |= ids[i * k + q] == e;
+            } while (dup);
+            ids[i * k + j] = e;
+            w[i * k + j] = 1.0f / (float)k;
+            counts[e]++;
+        }
+    int64_t distinct = 0;
+    if (!ws)
+        return 0;
+    memset(slot_seen, 0, (size_t)ws->n_slots);
+    for (int32_t e = 0; e < n_experts; e++)
+        if (counts[e]) {
+            int64_t slot = slot_of(ws, layer, e);
+            if (!slot_seen[slot]) {
+                slot_seen[slot] = 1;
+                distinct++;
+            }
+        }
+    return distinct;
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+#define MAX_TOKEN_COUNTS 8
+#define N_METHODS 3
+
+typedef struct run_cfg {
+    const model_shape *model;
+    int methods[N_METHODS];
+    int n_methods;
+    int64_t tokens[MAX_TOKEN_COUNTS];
+    int n_tokens;
+    int64_t layers;        /* 0: auto */
+    int threads;
+    double min_time;       /* seconds of timed calls per row */
+    double mem_fraction;   /* of available RAM for weights  */
+    int64_t stream_mib;
+    uint64_t seed;
+    bool onednn;
+} run_cfg;
+
+typedef struct row {
+    int method;
+    int64_t t;
+    double gbs, tflops;             /* medians of the per-call rates     */
+    double gbs_mean, tflops_mean;   /* total work / total time           */
+    double stream_gbs, onednn_tflops;
+    int64_t calls;
+    char isa[48];
+    uint32_t layers;
+    int64_t slots;
+    uint64_t expert_bytes;
+} row;
+
+/* Layer and slot counts for one method: total >= 8 x L3, <= mem cap. */
+static bool plan_memory(const run_cfg *c, const bench_hw *hw, const expert_layout *lay,
+                        uint32_t *n_layers, int64_t *n_slots, char *note, size_t note_size)
+{
+    const model_shape *m = c->model;
+    uint64_t l3 = hw->l3_bytes ? hw->l3_bytes : (32ull << 20);
+    uint64_t target = 8 * l3;
+    uint64_t cap = (uint64_t)((double)hw->ram_available * c->mem_fraction);
+    uint64_t layer_bytes = (uint64_t)lay->stride * (uint64_t)m->n_experts;
+    uint64_t want = c->layers;
+    if (!want) {
+        want = (target + layer_bytes - 1) / layer_bytes;
+        if (want < 2)
+            want = 2;
+        if (want > 64)
+            want = 64;
+    }
+    int64_t need = (int64_t)want * m->n_experts;
+    int64_t fit = (int64_t)(cap / lay->stride);
+    int64_t slots = need < fit ? need : fit;
+    int64_t min_slots = (int64_t)((target + lay->stride - 1) / lay->stride);
+    int64_t max_k_t = (int64_t)m->top_k * 4;   /* decode T = 4 touches up to 4k experts */
+    if (min_slots < max_k_t)
+        min_slots = max_k_t;
+    if (slots < min_slots) {
+        snprintf(note, note_size,
+                 "not enough memory: %lld expert buffers of %.1f MiB fit in %.1f GiB "
+                 "(%.0f%% of available RAM); need %lld (8x L3) - lower the load or raise "
+                 "--mem-fraction", (long long)fit, (double)lay->stride / 1048576.0,
+                 (double)cap / 1073741824.0, c->mem_fraction * 100.0, (long long)min_slots);
+        return false;
+    }
+    if (!c->layers && slots < need && slots >= m->n_experts) {
+        /* Whole layers fit: use as many as fit rather than aliasing. */
+        want = (uint64_t)(slots / m->n_experts);
+        if (want < 1)
+            want = 1;
+        need = (int64_t)want * m->n_experts;
+        slots = need;
+    }
+    *n_layers = (uint32_t)want;
+    *n_slots = slots;
+    note[0] = '\0';
+    if (slots < need)
+        snprintf(note, note_size,
+                 "memory cap: %u layers x %d experts share %lld distinct weight buffers "
+                 "(%.1f GiB); bytes are counted per distinct buffer read",
+                 (unsigned)want, m->n_experts, (long long)slots,
+                 (double)slots * (double)lay->stride / 1073741824.0);
+    return true;
+}
+
+static const char *method_name(int method)
+{
+    const char *n = kt_method_name((kt_method)method);
+    return n ? n : "?";
+}
+
+typedef struct io_bufs {
+    uint16_t *x, *out;      /* [Tmax][H] BF16 */
+    int32_t *ids;           /* [Tmax][k]      */
+    float *w;               /* [Tmax][k]      */
+    int32_t *counts;        /* [E]            */
+    uint8_t *slot_seen;     /* [n_slots max]  */
+} io_bufs;
+
+static bool out_finite(const uint16_t *out, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if ((out[i] & 0x7f80u) == 0x7f80u)
+            return false;
+    return true;
+}
+
+/* Per-call rates; the median is robust to a call that lost its core to a
+ * neighbour process (common on shared machines). */
+typedef struct rates {
+    double *v;
+    size_t n, cap;
+} rates;
+
+static bool rates_add(rates *r, double x)
+{
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 256;
+        double *v = realloc(r->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        r->v = v;
+        r->cap = cap;
+    }
+    r->v[r->n++] = x;
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double rates_median(rates *r)
+{
+    if (!r->n)
+        return 0;
+    qsort(r->v, r->n, sizeof *r->v, cmp_double);
+    return r->n % 2 ? r->v[r->n / 2] : 0.5 * (r->v[r->n / 2 - 1] + r->v[r->n / 2]);
+}
+
+/* Runs the backend for one T: warm-up, then calls cycling the layers until
+ * min_time seconds of timed calls (>= 3 calls, >= one pass over the layers). */
+static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set *ws,
+                         io_bufs *io, int64_t t, row *r)
+{
+    const model_shape *m = c->model;
+    uint64_t s = c->seed ^ (uint64_t)t * 0x2545f4914f6cdd1dull;
+    int32_t tt = (int32_t)t;
+    kt_moe_io a = KT_MOE_IO_INIT;
+    a.n_tokens = &tt;
+    a.top_k = (uint32_t)m->top_k;
+    a.x = io->x;
+    a.ids = io->ids;
+    a.w = io->w;
+    a.out = io->out;
+    int warm = t <= 16 ? (int)ws->n_layers : 1;
+    double busy = 0, flops = 0, bytes = 0;
+    int64_t calls = 0;
+    rates gbs = {0}, tfl = {0};
+    for (int64_t call = 0;; call++) {
+        uint32_t layer = (uint32_t)(call % ws->n_layers);
+        int64_t distinct = route(&s, tt, m->top_k, m->n_experts, io->ids, io->w, io->counts,
+                                 ws, layer, io->slot_seen);
+        double t0 = bench_now();
+        kt_status st = kt_moe_forward(moe, layer, &a);
+        double dt = bench_now() - t0;
+        if (st < 0) {
+            fprintf(stderr, "kt-bench moe: kt_moe_forward(%s, T=%lld) failed: %s\n",
+                    method_name(ws->method), (long long)t, kt_last_error());
+            return false;
+        }
+        if (call < warm)
+            continue;
+        double call_bytes = (double)distinct * (double)ws->lay.bytes;
+        double call_flops = 2.0 * 3.0 * (double)m->h * (double)m->inter * (double)m->top_k *
+                            (double)t;
+        busy += dt;
+        bytes += call_bytes;
+        flops += call_flops;
+        calls++;
+        if (!rates_add(&gbs, call_bytes / dt * 1e-9) || !rates_add(&tfl, call_flops / dt * 1e-12))
+            break;
+        if (busy >= c->min_time && calls >= 3 && calls >= (t <= 16 ? ws->n_layers : 1))
+            break;
+    }
+    if (!out_finite(io->out, t * m->h))
+        fprintf(stderr, "kt-bench moe: warning: %s T=%lld produced NaN/Inf outputs\n",
+                method_name(ws->method), (long long)t);
+    r->gbs_mean = bytes / busy * 1e-9;
+    r->tflops_mean = flops / busy * 1e-12;
+    r->gbs = rates_median(&gbs);
+    r->tflops = rates_median(&tfl);
+    r->calls = calls;
+    free(gbs.v);
+    free(tfl.v);
+    return true;
+}
+
+/* oneDNN BF16 over the same shapes and routing sequence (same seed per T). */
+static bool time_onednn(const run_cfg *c, const weight_set *ws, io_bufs *io, int64_t t,
+                        double *tflops)
+{
+    const model_shape *m = c->model;
+    gemm_moe *g = gemm_moe_create(m->h, m->inter, m->n_experts, (int)ws->n_layers,
+                                  (const uint16_t *const *)ws->ptr[0],
+                                  (const uint16_t *const *)ws->ptr[1],
+                                  (const uint16_t *const *)ws->ptr[2]);
+    if (!g)
+        return false;
+    uint64_t s = c->seed ^ (uint64_t)t * 0x2545f4914f6cdd1dull;
+    int warm = t <= 16 ? (int)ws->n_layers : 1;
+    double busy = 0;
+    int64_t calls = 0;
+    rates tfl = {0};
+    for (int64_t call = 0;; call++) {
+        uint32_t layer = (uint32_t)(call % ws->n_layers);
+        route(&s, (int32_t)t, m->top_k, m->n_experts, io->ids, io->w, io->counts, ws, layer,
+              io->slot_seen);
+        double dt = gemm_moe_run(g, (int)layer, io->counts);
+        if (dt < 0) {
+            gemm_moe_free(g);
+            return false;
+        }
+        if (call < warm)
+            continue;
+        busy += dt;
+        calls++;
+        if (!rates_add(&tfl, 6.0 * (double)m->h * (double)m->inter * (double)m->top_k *
+                                 (double)t / dt * 1e-12))
+            break;
+        if (busy >= c->min_time && calls >= 3 && calls >= (t <= 16 ? ws->n_layers : 1))
+            break;
+    }
+    gemm_moe_free(g);
+    *tflops = rates_median(&tfl);
+    free(tfl.v);
+    return true;
+}
+
+static double measure_stream(bench_team *team, const run_cfg *c)
+{
+    stream_result sr;
+    if (!stream_measure(team, (uint64_t)c->stream_mib << 20, 5, true, &sr))
+        return 0;
+    return sr.read_gbs;
+}
+
+static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, io_bufs *io,
+                       int method, row *rows, int *n_rows)
+{
+    const model_shape *m = c->model;
+    expert_layout lay;
+    layout_for(method, m->h, m->inter, &lay);
+    uint32_t n_layers;
+    int64_t n_slots;
+    char note[256];
+    if (!plan_memory(c, hw, &lay, &n_layers, &n_slots, note, sizeof note)) {
+        fprintf(stderr, "kt-bench moe: %s: %s\n", method_name(method), note);
+        return false;
+    }
+    weight_set ws;
+    double t0 = bench_now();
+    if (!weight_set_alloc(&ws, team, method, m, n_layers, n_slots, c->seed + (uint64_t)method)) {
+        fprintf(stderr, "kt-bench moe: %s: cannot allocate %.1f GiB of weights\n",
+                method_name(method), (double)n_slots * (double)lay.stride / 1073741824.0);
+        return false;
+    }
+    printf("%s: %u layers, %.2f MiB per expert, %.2f GiB of weights (%.0fx L3), filled in "
+           "%.1f s\n", method_name(method), n_layers, (double)lay.bytes / 1048576.0,
+           (double)n_slots * (double)lay.bytes / 1073741824.0,
+           (double)n_slots * (double)lay.bytes / (double)(hw->l3_bytes ? hw->l3_bytes : 1),
+           bench_now() - t0);
+    if (note[0])
+        printf("  note: %s\n", note);
+    fflush(stdout);
+
+    kt_moe_layer_weights *lw = calloc(n_layers, sizeof *lw);
+    if (!lw) {
+        weight_set_free(&ws);
+        return false;
+    }
+    for (uint32_t l = 0; l < n_layers; l++) {
+        kt_moe_layer_weights one = KT_MOE_LAYER_WEIGHTS_INIT;
+        size_t at = (size_t)l * (size_t)m->n_experts;
+        one.gate = ws.ptr[0] + at;
+        one.up = ws.ptr[1] + at;
+        one.down = ws.ptr[2] + at;
+        if (method != KT_METHOD_BF16) {
+            one.gate_scale = ws.ptr[3] + at;
+            one.up_scale = ws.ptr[4] + at;
+            one.down_scale = ws.ptr[5] + at;
+        }
+        lw[l] = one;
+    }
+    int64_t t_max = 1;
+    for (int i = 0; i < c->n_tokens; i++)
+        if (c->tokens[i] > t_max)
+            t_max = c->tokens[i];
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    d.method = method;
+    d.hidden = (uint32_t)m->h;
+    d.intermediate = (uint32_t)m->inter;
+    d.n_experts = (uint32_t)m->n_experts;
+    d.top_k = (uint32_t)m->top_k;
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    o.n_threads = c->threads;
+    o.max_tokens = (int32_t)t_max;
+    kt_moe_backend *moe = NULL;
+    kt_status st = kt_moe_backend_create(&moe, NULL, &d, lw, n_layers, &o);
+    free(lw);   /* the backend copies the pointer arrays */
+    if (st < 0) {
+        fprintf(stderr, "kt-bench moe: %s: kt_moe_backend_create failed: %s (%s)\n",
+                method_name(method), kt_status_str(st), kt_last_error());
+        weight_set_free(&ws);
+        return false;
+    }
+    kt_moe_info info = KT_MOE_INFO_INIT;
+    const char *isa = "?";
+    int32_t threads = c->threads;
+    if (kt_moe_backend_info(moe, &info) >= 0) {
+        isa = info.isa ? info.isa : "?";
+        threads = info.n_threads;
+        if (info.expert_bytes && info.expert_bytes != lay.bytes)
+            fprintf(stderr, "kt-bench moe: note: backend reports %llu bytes per expert, "
+                            "kt-bench counts %llu\n", (unsigned long long)info.expert_bytes,
+                    (unsigned long long)lay.bytes);
+    }
+    bool ok = true;
+    for (int i = 0; i < c->n_tokens && ok; i++) {
+        int64_t t = c->tokens[i];
+        row *r = &rows[(*n_rows)];
+        memset(r, 0, sizeof *r);
+        r->method = method;
+        r->t = t;
+        snprintf(r->isa, sizeof r->isa, "%s", isa);
+        r->layers = n_layers;
+        r->slots = n_slots;
+        r->expert_bytes = lay.bytes;
+        (void)threads;
+        if (t <= 16) {
+            /* The decode yardstick, measured right before (the backend's
+             * workers are idle meanwhile). */
+            r->stream_gbs = measure_stream(team, c);
+        }
+        ok = time_backend(moe, c, &ws, io, t, r);
+        if (ok) {
+            printf("  T=%-5lld %8.2f GB/s  %8.4f TFLOP/s  (median of %lld calls; mean %.2f GB/s)"
+                   "\n", (long long)t, r->gbs, r->tflops, (long long)r->calls, r->gbs_mean);
+            fflush(stdout);
+            (*n_rows)++;
+        }
+    }
+    kt_moe_backend_free(moe);
+    weight_set_free(&ws);
+    return ok;
+}
+
+/* ---- kt-bench moe ---------------------------------------------------------- */
+
+static void moe_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kt-bench moe [--model NAME] [--method LIST|all] [--tokens LIST]\n"
+            "                    [--layers N] [--threads N] [--json FILE] [options]\n"
+            "\n"
+            "Benchmarks libkt's CPU MoE backend on synthetic random weights shaped like\n"
+            "a real model, against this machine's own limits measured in the same run:\n"
+            "  decode (T <= 16): effective GB/s of expert weights read (bytes of the\n"
+            "    distinct experts each call touches, scales included, over its time),\n"
+            "    next to the stream read bandwidth measured just before;\n"
+            "  prefill: TFLOP/s (2*3*H*I*k*T per call) next to oneDNN BF16 matmuls over\n"
+            "    the same per-expert shapes, routing and thread count.\n"
+            "Routing is uniform random, k distinct experts per token. The weights span\n"
+            "at least 8x the L3 cache and calls cycle through the layers, so every call\n"
+            "reads cold weights. The last lines state the ratios.\n"
+            "\n"
+            "  --model NAME       qwen3-30b-a3b (H 2048, I 768, E 128, k 8; default),\n"
+            "                     deepseek-v3 (H 7168, I 2048, E 256, k 8), kimi-k2 (E 384),\n"
+            "                     minimax-m2 (H 3072, I 1536, E 256, k 8)\n"
+            "  --method LIST      BF16, FP8, RAWINT4, comma-separated, or all (default)\n"
+            "  --tokens LIST      T values (default 1,4,512,2048)\n"
+            "  --layers N         layers of weights (default: auto, >= 8x L3 within\n"
+            "                     --mem-fraction of available RAM)\n"
+            "  --threads N        backend and oneDNN threads (default: physical cores)\n"
+            "  --min-time S       seconds of timed calls per row (default 1.0)\n"
+            "  --mem-fraction F   share of available RAM for weights (default 0.4)\n"
+            "  --stream-size MIB  stream read buffer (default 1024)\n"
+            "  --no-onednn        skip the oneDNN comparison\n"
+            "  --seed N           routing and weight seed (default 1)\n"
+            "  --json FILE        write every row as JSON (method, shape, T, GB/s, stream\n"
+            "                     GB/s, TFLOP/s, oneDNN TFLOP/s, threads, ISA path)\n");
+}
+
+static bool parse_methods(const char *text, run_cfg *c)
+{
+    if (!strcasecmp(text, "all")) {
+        c->methods[0] = KT_METHOD_BF16;
+        c->methods[1] = KT_METHOD_FP8;
+        c->methods[2] = KT_METHOD_RAWINT4;
+        c->n_methods = 3;
+        return true;
+    }
+    char buf[128];
+    if (strlen(text) >= sizeof buf)
+        return false;
+    strcpy(buf, text);
+    c->n_methods = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        kt_method mm = kt_method_from_name(tok);
+        if (mm != KT_METHOD_BF16 && mm != KT_METHOD_FP8 && mm != KT_METHOD_RAWINT4) {
+            fprintf(stderr, "kt-bench moe: --method: '%s' is not one of BF16, FP8, RAWINT4, "
+                            "all\n", tok);
+            return false;
+        }
+        if (c->n_methods == N_METHODS)
+            return false;
+        c->methods[c->n_methods++] = mm;
+    }
+    return c->n_methods > 0;
+}
+
+int cmd_moe(int argc, char **argv)
+{
+    run_cfg c;
+    memset(&c, 0, sizeof c);
+    c.model = &models[0];
+    parse_methods("all", &c);
+    c.tokens[0] = 1;
+    c.tokens[1] = 4;
+    c.tokens[2] = 512;
+    c.tokens[3] = 2048;
+    c.n_tokens = 4;
+    c.min_time = 1.0;
+    c.mem_fraction = 0.4;
+    c.stream_mib = 1024;
+    c.seed = 1;
+    c.onednn = true;
+    int64_t threads = 0, seed = 1;
+    const char *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        bool bad = false;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            moe_usage(stdout);
+            return 0;
+        } else if (opt_match(argc, argv, &i, "--model", true, &v, &bad)) {
+            if (bad)
+                return 2;
+            c.model = NULL;
+            for (size_t q = 0; q < sizeof models / sizeof models[0]; q++)
+                if (!strcasecmp(v, models[q].name))
+                    c.model = &models[q];
+            if (!c.model) {
+                fprintf(stderr, "kt-bench moe: --model: unknown model '%s' (qwen3-30b-a3b, "
+                                "deepseek-v3, kimi-k2, minimax-m2)\n", v);
+                return 2;
+            }
+        } else if (opt_match(argc, argv, &i, "--method", true, &v, &bad)) {
+            if (bad || !parse_methods(v, &c))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--tokens", true, &v, &bad)) {
+            if (bad || !bench_parse_list("--tokens", v, 1, 65536, c.tokens, &c.n_tokens,
+                                         MAX_TOKEN_COUNTS))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--layers", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--layers", v, 1, 4096, &c.layers))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--min-time", true, &v, &bad)) {
+            if (bad || !opt_parse_f64(BENCH_TOOL, "--min-time", v, 0.01, 600, &c.min_time))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--mem-fraction", true, &v, &bad)) {
+            if (bad || !opt_parse_f64(BENCH_TOOL, "--mem-fraction", v, 0.01, 0.95,
+                                      &c.mem_fraction))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--stream-size", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 16, 1 << 20,
+                                      &c.stream_mib))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--seed", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--seed", v, 0, INT64_MAX, &seed))
+                return 2;
+            c.seed = (uint64_t)seed;
+        } else if (opt_match(argc, argv, &i, "--no-onednn", false, &v, &bad)) {
+            c.onednn = false;
+        } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
+            if (bad)
+                return 2;
+            json_path = v;
+        } else {
+            fprintf(stderr, "kt-bench moe: unknown option '%s' (try --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!kt_moe_backend_create || !kt_moe_forward || !kt_moe_backend_free) {
+        fprintf(stderr, "kt-bench moe: this libkt (%s) has no CPU MoE backend\n",
+                kt_version());
+        return 1;
+    }
+    if (c.onednn && !gemm_available()) {
+        fprintf(stderr, "kt-bench moe: built without oneDNN; prefill ratios are skipped\n");
+        c.onednn = false;
+    }
+    bench_hw hw;
+    bench_hw_detect(&hw);
+    c.threads = threads ? (int)threads : bench_default_threads(&hw);
+    bench_hw_print(stdout, &hw, c.threads);
+    const model_shape *m = c.model;
+    printf("# model %s: H %lld, I %lld, E %d, k %d; methods", m->name, (long long)m->h,
+           (long long)m->inter, m->n_experts, m->top_k);
+    for (int i = 0; i < c.n_methods; i++)
+        printf(" %s", method_name(c.methods[i]));
+    printf("; T");
+    for (int i = 0; i < c.n_tokens; i++)
+        printf("%s%lld", i ? "," : " ", (long long)c.tokens[i]);
+    printf("\n");
+    fflush(stdout);
+
+    bench_json *json = NULL;
+    if (json_path && !(json = json_open(json_path, &hw, c.threads))) {
+        fprintf(stderr, "kt-bench moe: cannot write '%s'\n", json_path);
+        return 1;
+    }
+    bench_team *team = team_create(c.threads);
+    int64_t t_max = 1;
+    for (int i = 0; i < c.n_tokens; i++)
+        if (c.tokens[i] > t_max)
+            t_max = c.tokens[i];
+    io_bufs io;
+    memset(&io, 0, sizeof io);
+    io.x = malloc((size_t)(t_max * m->h) * 2);
+    io.out = malloc((size_t)(t_max * m->h) * 2);
+    io.ids = malloc((size_t)(t_max * m->top_k) * sizeof *io.ids);
+    io.w = malloc((size_t)(t_max * m->top_k) * sizeof *io.w);
+    io.counts = malloc((size_t)m->n_experts * sizeof *io.counts);
+    uint64_t l3 = hw.l3_bytes ? hw.l3_bytes : (32ull << 20);
+    size_t max_slots = (size_t)((double)hw.ram_available * c.mem_fraction / 4096.0) + 1;
+    (void)l3;
+    io.slot_seen = malloc(max_slots);
+    row *rows = calloc((size_t)(N_METHODS * MAX_TOKEN_COUNTS), sizeof *rows);
+    if (!team || !io.x || !io.out || !io.ids || !io.w || !io.counts || !io.slot_seen || !rows) {
+        fprintf(stderr, "kt-bench moe: out of memory\n");
+        return 1;
+    }
+    uint64_t s = c.seed * 0x9e3779b97f4a7c15ull + 7;
+    for (int64_t i = 0; i < t_max * m->h; i++)   /* BF16 +-[0.5, 1) */
+        io.x[i] = (uint16_t)(0x3f00u | (next_rand(&s) & 0x807fu));
+
+    int n_rows = 0, rc = 0;
+    for (int i = 0; i < c.n_methods; i++)
+        if (!run_method(&c, &hw, team, &io, c.methods[i], rows, &n_rows))
+            rc = 1;
+
+    /* oneDNN yardstick: BF16 weights sized like the BF16 run, same routings. */
+    if (c.onednn && n_rows > 0) {
+        expert_layout lay;
+        layout_for(KT_METHOD_BF16, m->h, m->inter, &lay);
+        uint32_t n_layers;
+        int64_t n_slots;
+        char note[256];
+        weight_set ws;
+        if (!plan_memory(&c, &hw, &lay, &n_layers, &n_slots, note, sizeof note) ||
+            !weight_set_alloc(&ws, team, KT_METHOD_BF16, m, n_layers, n_slots, c.seed + 99)) {
+            fprintf(stderr, "kt-bench moe: oneDNN: cannot allocate its BF16 weights\n");
+            rc = 1;
+        } else {
+            gemm_set_threads(c.threads);
+            printf("oneDNN BF16 matmul per expert (%d threads), same shapes and routing:\n",
+                   c.threads);
+            for (int i = 0; i < c.n_tokens; i++) {
+                double tf;
+                if (!time_onednn(&c, &ws, &io, c.tokens[i], &tf)) {
+                    fprintf(stderr, "kt-bench moe: oneDNN: %s\n", gemm_last_error());
+                    rc = 1;
+                    break;
+                }
+                printf("  T=%-5lld %8.4f TFLOP/s\n", (long long)c.tokens[i], tf);
+                for (int r = 0; r < n_rows; r++)
+                    if (rows[r].t == c.tokens[i])
+                        rows[r].onednn_tflops = tf;
+            }
+            weight_set_free(&ws);
+        }
+    }
+
+    printf("\nsummary (%s, %d threads, load average now ", m->name, c.threads);
+    double load[1] = {0};
+    getloadavg(load, 1);
+    printf("%.2f):\n", load[0]);
+    for (int r = 0; r < n_rows; r++) {
+        row *x = &rows[r];
+        if (x->t <= 16)
+            printf("decode T=%lld %s: %.1f GB/s = %.2f x stream (%.1f GB/s) [%s]\n",
+                   (long long)x->t, method_name(x->method), x->gbs,
+                   x->stream_gbs > 0 ? x->gbs / x->stream_gbs : 0.0, x->stream_gbs, x->isa);
+        else if (x->onednn_tflops > 0)
+            printf("prefill T=%lld %s: %.3f TFLOP/s = %.2f x oneDNN BF16 (%.3f TFLOP/s) [%s]\n",
+                   (long long)x->t, method_name(x->method), x->tflops,
+                   x->tflops / x->onednn_tflops, x->onednn_tflops, x->isa);
+        else
+            printf("prefill T=%lld %s: %.3f TFLOP/s [%s]\n", (long long)x->t,
+                   method_name(x->method), x->tflops, x->isa);
+        json_row(json,
+                 "\"bench\":\"moe\",\"method\":\"%s\",\"model\":\"%s\",\"H\":%lld,\"I\":%lld,"
+                 "\"E\":%d,\"k\":%d,\"layers\":%u,\"weight_buffers\":%lld,"
+                 "\"expert_bytes\":%llu,\"T\":%lld,\"phase\":\"%s\",\"gbs\":%.3f,"
+                 "\"gbs_mean\":%.3f,\"stream_gbs\":%.3f,\"tflops\":%.5f,\"tflops_mean\":%.5f,"
+                 "\"onednn_tflops\":%.5f,\"calls\":%lld,"
+                 "\"threads\":%d,\"isa\":\"%s\"",
+                 method_name(x->method), m->name, (long long)m->h, (long long)m->inter,
+                 m->n_experts, m->top_k, x->layers, (long long)x->slots,
+                 (unsigned long long)x->expert_bytes, (long long)x->t,
+                 x->t <= 16 ? "decode" : "prefill", x->gbs, x->gbs_mean, x->stream_gbs,
+                 x->tflops, x->tflops_mean, x->onednn_tflops, (long long)x->calls, c.threads, x->isa);
+    }
+    if (json && !json_close(json)) {
+        fprintf(stderr, "kt-bench moe: error writing '%s'\n", json_path);
+        rc = 1;
+    }
+    team_free(team);
+    free(io.x);
+    free(io.out);
+    free(io.ids);
+    free(io.w);
+    free(io.counts);
+    free(io.slot_seen);
+    free(rows);
+    return rc;
+}

@@ -1,0 +1,291 @@
+/* kt-bench stream: the machine's memory bandwidth, measured by pinned threads
+ * over buffers far larger than the last-level cache (the decode yardstick). */
+#include "bench.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kt/kt.h>
+
+#include "opt.h"
+
+/* Each thread owns one contiguous slice of every array; 4 KiB-aligned. */
+typedef struct stream_job {
+    float *a, *b, *c;
+    size_t n;               /* floats per array                  */
+    int op;                 /* 0 read, 1 copy, 2 triad, 3 init   */
+    const char *path;
+    double sink[256];       /* per-thread sums (keeps loads live) */
+} stream_job;
+
+static void slice(size_t n, int tid, int nt, size_t *lo, size_t *hi)
+{
+    /* 128-float (512-byte) granularity so vector loops need no tail per slice. */
+    size_t chunks = n / 128;
+    *lo = chunks * (size_t)tid / (size_t)nt * 128;
+    *hi = chunks * (size_t)(tid + 1) / (size_t)nt * 128;
+}
+
+/* sum += a[i]  (loads only; 8 independent accumulators hide add latency) */
+__attribute__((target("avx512f"))) static double read_avx512(const float *a, size_t n)
+{
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m512 s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    for (size_t i = 0; i < n; i += 128) {
+        s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps(a + i + 32));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps(a + i + 48));
+        s4 = _mm512_add_ps(s4, _mm512_load_ps(a + i + 64));
+        s5 = _mm512_add_ps(s5, _mm512_load_ps(a + i + 80));
+        s6 = _mm512_add_ps(s6, _mm512_load_ps(a + i + 96));
+        s7 = _mm512_add_ps(s7, _mm512_load_ps(a + i + 112));
+    }
+    s0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)),
+                       _mm512_add_ps(_mm512_add_ps(s4, s5), _mm512_add_ps(s6, s7)));
+    return _mm512_reduce_add_ps(s0);
+}
+
+__attribute__((target("avx2"))) static double read_avx2(const float *a, size_t n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m256 s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    for (size_t i = 0; i < n; i += 64) {
+        s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i));
+        s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_load_ps(a + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_load_ps(a + i + 24));
+        s4 = _mm256_add_ps(s4, _mm256_load_ps(a + i + 32));
+        s5 = _mm256_add_ps(s5, _mm256_load_ps(a + i + 40));
+        s6 = _mm256_add_ps(s6, _mm256_load_ps(a + i + 48));
+        s7 = _mm256_add_ps(s7, _mm256_load_ps(a + i + 56));
+    }
+    s0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)),
+                       _mm256_add_ps(_mm256_add_ps(s4, s5), _mm256_add_ps(s6, s7)));
+    float t[8];
+    _mm256_storeu_ps(t, s0);
+    return (double)t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+static double read_scalar(const float *a, size_t n)
+{
+    float s[8] = {0};
+    for (size_t i = 0; i < n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += a[i + j];
+    return (double)s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+/* b[i] = a[i] */
+__attribute__((target("avx512f"))) static void copy_avx512(float *b, const float *a, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64) {
+        _mm512_store_ps(b + i, _mm512_load_ps(a + i));
+        _mm512_store_ps(b + i + 16, _mm512_load_ps(a + i + 16));
+        _mm512_store_ps(b + i + 32, _mm512_load_ps(a + i + 32));
+        _mm512_store_ps(b + i + 48, _mm512_load_ps(a + i + 48));
+    }
+}
+
+/* a[i] = b[i] + s * c[i] */
+__attribute__((target("avx512f"))) static void triad_avx512(float *a, const float *b,
+                                                            const float *c, float s, size_t n)
+{
+    __m512 vs = _mm512_set1_ps(s);
+    for (size_t i = 0; i < n; i += 32) {
+        _mm512_store_ps(a + i, _mm512_fmadd_ps(vs, _mm512_load_ps(c + i),
+                                               _mm512_load_ps(b + i)));
+        _mm512_store_ps(a + i + 16, _mm512_fmadd_ps(vs, _mm512_load_ps(c + i + 16),
+                                                    _mm512_load_ps(b + i + 16)));
+    }
+}
+
+static void copy_plain(float *b, const float *a, size_t n)
+{
+    memcpy(b, a, n * sizeof *a);
+}
+
+static void triad_plain(float *a, const float *b, const float *c, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = b[i] + s * c[i];
+}
+
+static void stream_worker(int tid, int nt, void *arg)
+{
+    stream_job *job = arg;
+    size_t lo, hi;
+    bool avx512 = !strcmp(job->path, "avx512");
+    bool avx2 = !strcmp(job->path, "avx2");
+    switch (job->op) {
+    case 0:   /* read: all three arrays are one contiguous buffer */
+        slice(job->n * 3, tid, nt, &lo, &hi);
+        job->sink[tid % 256] += avx512 ? read_avx512(job->a + lo, hi - lo)
+                                : avx2 ? read_avx2(job->a + lo, hi - lo)
+                                       : read_scalar(job->a + lo, hi - lo);
+        break;
+    case 1:
+        slice(job->n, tid, nt, &lo, &hi);
+        if (avx512)
+            copy_avx512(job->b + lo, job->a + lo, hi - lo);
+        else
+            copy_plain(job->b + lo, job->a + lo, hi - lo);
+        break;
+    case 2:
+        slice(job->n, tid, nt, &lo, &hi);
+        if (avx512)
+            triad_avx512(job->a + lo, job->b + lo, job->c + lo, 0.5f, hi - lo);
+        else
+            triad_plain(job->a + lo, job->b + lo, job->c + lo, 0.5f, hi - lo);
+        break;
+    default:   /* first touch by the thread that reads it (NUMA locality) */
+        slice(job->n * 3, tid, nt, &lo, &hi);
+        for (size_t i = lo; i < hi; i++)
+            job->a[i] = (float)(i & 1023) * (1.0f / 1024.0f);
+        break;
+    }
+}
+
+static double time_op(bench_team *team, stream_job *job, int op, int reps)
+{
+    double best = 1e30;
+    job->op = op;
+    for (int r = 0; r < reps; r++) {
+        double t0 = bench_now();
+        team_run(team, stream_worker, job);
+        double dt = bench_now() - t0;
+        if (dt < best)
+            best = dt;
+    }
+    return best;
+}
+
+bool stream_measure(bench_team *team, uint64_t bytes, int reps, bool read_only,
+                    stream_result *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t isa = kt_hw_isa();
+    const char *path = (isa & KT_ISA_AVX512F) ? "avx512" : (isa & KT_ISA_AVX2) ? "avx2"
+                                                                              : "scalar";
+    /* Three equal arrays, each a multiple of 64 floats x threads. */
+    size_t unit = 128 * sizeof(float) * (size_t)team_size(team);
+    size_t per = (size_t)(bytes / 3) / unit * unit;
+    if (per == 0)
+        per = unit;
+    size_t total = per * 3;
+    stream_job *job = calloc(1, sizeof *job);
+    float *buf = bench_alloc_big(total);
+    if (!job || !buf) {
+        free(job);
+        bench_free_big(buf, total);
+        return false;
+    }
+    job->a = buf;
+    job->b = buf + per / sizeof(float);
+    job->c = buf + 2 * (per / sizeof(float));
+    job->n = per / sizeof(float);
+    job->path = path;
+    time_op(team, job, 3, 1);
+    time_op(team, job, 0, 1);   /* warm the TLB and the page tables */
+    double t = time_op(team, job, 0, reps);
+    out->read_gbs = (double)total / t * 1e-9;
+    if (!read_only) {
+        t = time_op(team, job, 1, reps);
+        out->copy_gbs = 2.0 * (double)per / t * 1e-9;
+        t = time_op(team, job, 2, reps);
+        out->triad_gbs = 3.0 * (double)per / t * 1e-9;
+    }
+    out->bytes = total;
+    out->path = path;
+    bench_free_big(buf, total);
+    free(job);
+    return true;
+}
+
+/* ---- kt-bench stream ------------------------------------------------------ */
+
+static void stream_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kt-bench stream [--size MIB] [--reps N] [--threads N] [--json FILE]\n"
+            "\n"
+            "Measures this machine's memory bandwidth with pinned threads, one per\n"
+            "core: read (sum of a buffer; loads only), copy (b = a; 2 x bytes) and\n"
+            "triad (a = b + s*c; 3 x bytes), best of N repetitions. This is the\n"
+            "yardstick kt-bench moe compares decode against.\n"
+            "\n"
+            "  --size MIB     bytes read per pass (default 1536; keep >> L3)\n"
+            "  --reps N       repetitions, best one reported (default 5)\n"
+            "  --threads N    worker threads (default: physical cores)\n"
+            "  --json FILE    also write the result as JSON\n");
+}
+
+int cmd_stream(int argc, char **argv)
+{
+    int64_t size_mib = 1536, reps = 5, threads = 0;
+    const char *json_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        bool bad = false;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            stream_usage(stdout);
+            return 0;
+        } else if (opt_match(argc, argv, &i, "--size", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--size", v, 16, 1 << 20, &size_mib))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--reps", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--reps", v, 1, 1000, &reps))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
+            if (bad)
+                return 2;
+            json_path = v;
+        } else {
+            fprintf(stderr, "kt-bench stream: unknown option '%s' (try --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    bench_hw hw;
+    bench_hw_detect(&hw);
+    int nt = threads ? (int)threads : bench_default_threads(&hw);
+    bench_hw_print(stdout, &hw, nt);
+    uint64_t bytes = (uint64_t)size_mib << 20;
+    if (hw.l3_bytes && bytes < 4 * hw.l3_bytes)
+        fprintf(stderr, "kt-bench stream: warning: %lld MiB is less than 4x the L3 cache; "
+                        "the result includes cache hits\n", (long long)size_mib);
+    bench_team *team = team_create(nt);
+    if (!team) {
+        fprintf(stderr, "kt-bench stream: cannot start %d threads\n", nt);
+        return 1;
+    }
+    stream_result r;
+    bool ok = stream_measure(team, bytes, (int)reps, false, &r);
+    team_free(team);
+    if (!ok) {
+        fprintf(stderr, "kt-bench stream: cannot allocate %lld MiB\n", (long long)size_mib);
+        return 1;
+    }
+    printf("stream (%s, %d threads, %.0f MiB, best of %d):\n", r.path, nt,
+           (double)r.bytes / 1048576.0, (int)reps);
+    printf("  read   %8.2f GB/s\n  copy   %8.2f GB/s\n  triad  %8.2f GB/s\n", r.read_gbs,
+           r.copy_gbs, r.triad_gbs);
+    if (json_path) {
+        bench_json *j = json_open(json_path, &hw, nt);
+        if (!j) {
+            fprintf(stderr, "kt-bench stream: cannot write '%s'\n", json_path);
+            return 1;
+        }
+        json_row(j, "\"bench\":\"stream\",\"path\":\"%s\",\"bytes\":%llu,\"threads\":%d,"
+                    "\"read_gbs\":%.3f,\"copy_gbs\":%.3f,\"triad_gbs\":%.3f",
+                 r.path, (unsigned long long)r.bytes, nt, r.read_gbs, r.copy_gbs, r.triad_gbs);
+        if (!json_close(j)) {
+            fprintf(stderr, "kt-bench stream: error writing '%s'\n", json_path);
+            return 1;
+        }
+    }
+    return 0;
+}
