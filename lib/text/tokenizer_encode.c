@@ -9,15 +9,70 @@
 
 /* ---- regex -------------------------------------------------------------- */
 
+/* Oniguruma's (and Rust regex's) Unicode \w also takes marks and letter
+ * numbers; PCRE2 10.42's takes letters, numbers and '_'. Rewrites \w (in and
+ * out of classes) and \W (outside classes) to Oniguruma's set. */
+#define ONIG_WORD "\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}"
+static kt_status rewrite_word_class(const char *p, size_t n, kt_buf *out)
+{
+    kt_status st = KT_OK;
+    int in_class = 0;
+    for (size_t i = 0; i < n && st == KT_OK; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = p[i + 1];
+            if (e == 'w')
+                st = kt__buf_appendf(out, in_class ? "%s" : "[%s]", ONIG_WORD);
+            else if (e == 'W' && !in_class)
+                st = kt__buf_appendf(out, "[^%s]", ONIG_WORD);
+            else
+                st = kt__buf_append(out, p + i, 2);
+            i++;
+            continue;
+        }
+        if (c == '[') {
+            if (in_class == 0) {
+                /* a leading ']' or '^]' is literal */
+                st = kt__buf_append(out, p + i, 1);
+                in_class = 1;
+                if (i + 1 < n && p[i + 1] == '^') {
+                    st = kt__buf_append(out, "^", 1);
+                    i++;
+                }
+                if (st == KT_OK && i + 1 < n && p[i + 1] == ']') {
+                    st = kt__buf_append(out, "]", 1);
+                    i++;
+                }
+                continue;
+            }
+            if (i + 1 < n && p[i + 1] == ':')
+                in_class++; /* [:alpha:] */
+        } else if (c == ']' && in_class > 0) {
+            in_class--;
+        }
+        st = kt__buf_append(out, &c, 1);
+    }
+    return st;
+}
+
 kt_status kt__tok_regex(pcre2_code **out, const char *pattern, size_t len, bool literal,
                         const char *file, const char *what)
 {
     int err = 0;
     PCRE2_SIZE at = 0;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-    if (literal)
-        opts |= PCRE2_LITERAL;
+    uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
+    opts |= literal ? PCRE2_LITERAL : PCRE2_UCP; /* LITERAL refuses UCP */
+    kt_buf rewritten = KT_BUF_INIT;
+    if (!literal && memchr(pattern, '\\', len)) {
+        if (rewrite_word_class(pattern, len, &rewritten) < 0) {
+            kt_buf_dispose(&rewritten);
+            return kt__error(KT_ERR_NOMEM, "%s: %s: out of memory", file, what);
+        }
+        pattern = rewritten.ptr;
+        len = rewritten.size;
+    }
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, len, opts, &err, &at, NULL);
+    kt_buf_dispose(&rewritten);
     if (!re) {
         char msg[256];
         pcre2_get_error_message(err, (PCRE2_UCHAR *)msg, sizeof msg);

@@ -456,6 +456,61 @@ static void test_tiktoken_kimi(void **state)
     cJSON_Delete(ref);
 }
 
+/* Small tokenizers trained with Hugging Face tokenizers for the pipeline
+ * pieces the fixtures lack (tokenizer_synth/make_reference.py): ids with and
+ * without special tokens, decoded text with and without skip_special. */
+static void test_synthetic_pipelines(void **state)
+{
+    (void)state;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer_synth/reference.json", data_dir());
+    cJSON *ref = read_json(path);
+    assert_non_null(ref);
+    const cJSON *t;
+    int n_tok = 0;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(ref, "tokenizers_cases")) {
+        const char *name = cJSON_GetObjectItem(t, "name")->valuestring;
+        snprintf(path, sizeof path, "%s/tokenizer_synth/%s/tokenizer.json", data_dir(), name);
+        kt_tokenizer *tok = NULL;
+        kt_status st = kt_tokenizer_open(&tok, path, NULL);
+        if (st < 0)
+            fprintf(stderr, "%s: %s\n", name, kt_last_error());
+        assert_int_equal(st, KT_OK);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(t, "cases")) {
+            const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+            char what[256];
+            snprintf(what, sizeof what, "%s: \"%s\"", name, text);
+            size_t n;
+            int32_t *ids = encode(tok, text, strlen(text), KT_ENCODE_PARSE_SPECIAL, &n);
+            assert_ids(cJSON_GetObjectItem(c, "ids"), ids, n, what);
+            kt_buf out = KT_BUF_INIT;
+            assert_int_equal(kt_tokenizer_decode(tok, ids, n, 0, &out), KT_OK);
+            const char *want = cJSON_GetObjectItem(c, "decoded")->valuestring;
+            if (strcmp(out.ptr, want))
+                fprintf(stderr, "%s: decoded [%s], want [%s]\n", what, out.ptr, want);
+            assert_string_equal(out.ptr, want);
+            kt_buf_dispose(&out);
+            free(ids);
+            ids = encode(tok, text, strlen(text),
+                         KT_ENCODE_PARSE_SPECIAL | KT_ENCODE_ADD_SPECIAL, &n);
+            assert_ids(cJSON_GetObjectItem(c, "ids_special"), ids, n, what);
+            assert_int_equal(kt_tokenizer_decode(tok, ids, n, KT_DECODE_SKIP_SPECIAL, &out),
+                             KT_OK);
+            want = cJSON_GetObjectItem(c, "decoded_skip")->valuestring;
+            if (strcmp(out.ptr, want))
+                fprintf(stderr, "%s: decoded (skip) [%s], want [%s]\n", what, out.ptr, want);
+            assert_string_equal(out.ptr, want);
+            kt_buf_dispose(&out);
+            free(ids);
+        }
+        kt_tokenizer_free(tok);
+        n_tok++;
+    }
+    assert_int_equal(n_tok, 5);
+    cJSON_Delete(ref);
+}
+
 /* ---- bad files ---------------------------------------------------------- */
 
 static char tmpdir[256];
@@ -567,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_specials_and_template),
         cmocka_unit_test(test_stream_multibyte),
         cmocka_unit_test(test_tiktoken_kimi),
+        cmocka_unit_test(test_synthetic_pipelines),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
