@@ -39,3 +39,6 @@ KT_ABI_TAGGED(kt_rebalancer_options, 48)
 KT_ABI_TAGGED(kt_sampler_options, 48)
 /* kt/tokenizer.h */
 KT_ABI_TAGGED(kt_tokenizer_options, 16)
+/* kt/template.h */
+KT_ABI_TAGGED(kt_template_options, 8)
+KT_ABI_TAGGED(kt_template_render_options, 24)

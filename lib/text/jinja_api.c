@@ -1,0 +1,297 @@
+/* kt/template.h: compile once, render many times (each render in its own
+ * arena, so a compiled template is immutable and rendering is reentrant). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jinja.h"
+#include "kt/template.h"
+
+#define MAX_DEFAULTS 16
+#define DEFAULT_MAX_OUTPUT ((uint64_t)16 << 20)
+
+struct kt_template {
+    jtemplate jt;
+    struct {
+        char *key;
+        char *value;
+    } defaults[MAX_DEFAULTS];
+    size_t n_defaults;
+};
+
+kt_status kt_template_options_init(kt_template_options *opts, size_t struct_size)
+{
+    if (!opts || struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_options_init: bad arguments");
+    memset(opts, 0, struct_size);
+    kt_template_options d = KT_TEMPLATE_OPTIONS_INIT;
+    memcpy(opts, &d, KT_MIN(struct_size, sizeof d));
+    opts->struct_size = (uint32_t)struct_size;
+    return KT_OK;
+}
+
+kt_status kt_template_render_options_init(kt_template_render_options *opts, size_t struct_size)
+{
+    if (!opts || struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_render_options_init: bad arguments");
+    memset(opts, 0, struct_size);
+    kt_template_render_options d = KT_TEMPLATE_RENDER_OPTIONS_INIT;
+    memcpy(opts, &d, KT_MIN(struct_size, sizeof d));
+    opts->struct_size = (uint32_t)struct_size;
+    return KT_OK;
+}
+
+kt_status kt_template_create(kt_template **out, const char *source, size_t source_len,
+                             const char *name, const kt_template_options *opts)
+{
+    if (!out)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_create: out is NULL");
+    *out = NULL;
+    if (!source && source_len)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_create: source is NULL");
+    kt_template_options o = KT_TEMPLATE_OPTIONS_INIT;
+    kt_status st = kt__options_read(&o, sizeof o, opts, "kt_template_options");
+    if (st < 0)
+        return st;
+    const uint32_t known = KT_TEMPLATE_NO_TRIM_BLOCKS | KT_TEMPLATE_NO_LSTRIP_BLOCKS |
+                           KT_TEMPLATE_KEEP_TRAILING_NEWLINE;
+    if (o.flags & ~known)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_create: unknown flags 0x%x",
+                         o.flags & ~known);
+    kt_template *t = kt__calloc(1, sizeof *t);
+    if (!t)
+        return KT_ERR_NOMEM;
+    if (!name)
+        name = "template";
+    size_t nl = strlen(name);
+    char *nm = kt__ja_alloc(&t->jt.arena, nl + 1);
+    if (!nm) {
+        kt_template_free(t);
+        return kt__error(KT_ERR_NOMEM, "template %s: out of memory", name);
+    }
+    memcpy(nm, name, nl + 1);
+    t->jt.name = nm;
+    jlex_opts lo = {!(o.flags & KT_TEMPLATE_NO_TRIM_BLOCKS),
+                    !(o.flags & KT_TEMPLATE_NO_LSTRIP_BLOCKS),
+                    (o.flags & KT_TEMPLATE_KEEP_TRAILING_NEWLINE) != 0};
+    jtoks toks = {0};
+    /* Tokens share the template arena: the AST points into their text. */
+    st = kt__jinja_lex(&t->jt.arena, nm, source ? source : "", source_len, &lo, &toks);
+    if (st >= 0)
+        st = kt__jinja_parse(&t->jt, &toks);
+    if (st < 0) {
+        kt_template_free(t);
+        return st;
+    }
+    *out = t;
+    return KT_OK;
+}
+
+void kt_template_free(kt_template *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n_defaults; i++) {
+        kt__free(t->defaults[i].key);
+        kt__free(t->defaults[i].value);
+    }
+    kt__ja_free_all(&t->jt.arena);
+    kt__free(t);
+}
+
+const char *kt_template_name(const kt_template *t)
+{
+    return t ? t->jt.name : "";
+}
+
+kt_status kt_template_set_default(kt_template *t, const char *key, const char *value)
+{
+    if (!t || !key)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_set_default: t or key is NULL");
+    for (size_t i = 0; i < t->n_defaults; i++) {
+        if (strcmp(t->defaults[i].key, key))
+            continue;
+        kt__free(t->defaults[i].value);
+        if (!value) {
+            kt__free(t->defaults[i].key);
+            t->defaults[i] = t->defaults[--t->n_defaults];
+            return KT_OK;
+        }
+        if (!(t->defaults[i].value = kt__strdup(value)))
+            return KT_ERR_NOMEM;
+        return KT_OK;
+    }
+    if (!value)
+        return KT_OK;
+    if (t->n_defaults == MAX_DEFAULTS)
+        return kt__error(KT_ERR_LIMIT, "template %s: more than %d default variables",
+                         t->jt.name, MAX_DEFAULTS);
+    char *k = kt__strdup(key), *v = kt__strdup(value);
+    if (!k || !v) {
+        kt__free(k);
+        kt__free(v);
+        return KT_ERR_NOMEM;
+    }
+    t->defaults[t->n_defaults].key = k;
+    t->defaults[t->n_defaults].value = v;
+    t->n_defaults++;
+    return KT_OK;
+}
+
+kt_status kt_template_create_from_tokenizer(kt_template **out, const kt_tokenizer *tok,
+                                            const char *name, const kt_template_options *opts)
+{
+    if (!out)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_create_from_tokenizer: out is NULL");
+    *out = NULL;
+    if (!tok)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_create_from_tokenizer: tok is NULL");
+    const char *src = kt_tokenizer_chat_template(tok, name);
+    if (!src)
+        return kt__error(KT_ERR_NOT_FOUND, "the model has no chat template%s%s",
+                         name ? " named " : "", name ? name : "");
+    kt_template *t = NULL;
+    kt_status st = kt_template_create(&t, src, strlen(src), name ? name : "chat_template", opts);
+    if (st < 0)
+        return st;
+    static const struct {
+        const char *key;
+        kt_special_token which;
+    } specials[] = {{"bos_token", KT_SPECIAL_BOS},
+                    {"eos_token", KT_SPECIAL_EOS},
+                    {"pad_token", KT_SPECIAL_PAD},
+                    {"unk_token", KT_SPECIAL_UNK}};
+    for (size_t i = 0; i < KT_ARRAY_LEN(specials); i++) {
+        const char *v = kt_tokenizer_special_text(tok, specials[i].which);
+        if (v && (st = kt_template_set_default(t, specials[i].key, v)) < 0) {
+            kt_template_free(t);
+            return st;
+        }
+    }
+    *out = t;
+    return KT_OK;
+}
+
+/* Adds key=val unless the context already has key. */
+static bool add_default(ja_arena *a, jdict *vars, const char *key, jv val)
+{
+    if (kt__jdict_get_str(vars, key, strlen(key)))
+        return true;
+    return kt__jdict_set(a, vars, jv_str(key, strlen(key)), val);
+}
+
+static kt_status parse_json_arg(const kt_template *t, ja_arena *a, const char *what,
+                                const char *json, jv *out)
+{
+    char err[160];
+    if (!kt__jv_from_json(a, json, strlen(json), out, err, sizeof err))
+        return kt__error(KT_ERR_FORMAT, "template %s: render %s: %s", t->jt.name, what, err);
+    return KT_OK;
+}
+
+static kt_status render_vars(const kt_template *t, ja_arena *a, jdict *vars,
+                             const kt_template_render_options *opts, kt_buf *out)
+{
+    kt_template_render_options o = KT_TEMPLATE_RENDER_OPTIONS_INIT;
+    kt_status st = kt__options_read(&o, sizeof o, opts, "kt_template_render_options");
+    if (st < 0)
+        return st;
+    if (o.flags)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_render: flags must be 0");
+    if (!add_default(a, vars, "tools", jv_none()) ||
+        !add_default(a, vars, "documents", jv_none()) ||
+        !add_default(a, vars, "add_generation_prompt", jv_bool(false)))
+        return kt__error(KT_ERR_NOMEM, "template %s: out of memory", t->jt.name);
+    for (size_t i = 0; i < t->n_defaults; i++) {
+        const char *v = t->defaults[i].value;
+        if (!add_default(a, vars, t->defaults[i].key, jv_str(v, strlen(v))))
+            return kt__error(KT_ERR_NOMEM, "template %s: out of memory", t->jt.name);
+    }
+    jrender_limits lim;
+    uint64_t max_out = o.max_output_bytes ? o.max_output_bytes : DEFAULT_MAX_OUTPUT;
+    if (max_out > SIZE_MAX / 8)
+        max_out = SIZE_MAX / 8;
+    lim.max_output = (size_t)max_out;
+    lim.max_memory = (size_t)(max_out * 4 + ((uint64_t)128 << 20));
+    lim.max_steps = 50u * 1000 * 1000;
+    lim.max_depth = 48;
+    a->limit = lim.max_memory;
+    return kt__jinja_render(&t->jt, a, vars, o.now, &lim, out);
+}
+
+kt_status kt_template_render(const kt_template *t, const char *context_json,
+                             const kt_template_render_options *opts, kt_buf *out)
+{
+    if (!t || !out)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_render: t or out is NULL");
+    out->size = 0;
+    if (out->ptr)
+        out->ptr[0] = 0;
+    ja_arena a = {0};
+    jdict *vars = NULL;
+    kt_status st = KT_OK;
+    if (context_json && *context_json) {
+        jv ctx;
+        st = parse_json_arg(t, &a, "context", context_json, &ctx);
+        if (st >= 0 && ctx.type != JV_DICT)
+            st = kt__error(KT_ERR_FORMAT, "template %s: the render context must be a JSON object",
+                           t->jt.name);
+        if (st >= 0)
+            vars = ctx.u.d;
+    } else if (!(vars = kt__jdict_new(&a, 8))) {
+        st = kt__error(KT_ERR_NOMEM, "template %s: out of memory", t->jt.name);
+    }
+    if (st >= 0)
+        st = render_vars(t, &a, vars, opts, out);
+    if (st < 0)
+        out->size = 0;
+    if (st < 0 && out->ptr)
+        out->ptr[0] = 0;
+    kt__ja_free_all(&a);
+    return st;
+}
+
+kt_status kt_template_render_chat(const kt_template *t, const char *messages_json,
+                                  const char *tools_json, int32_t add_generation_prompt,
+                                  const char *extra_json,
+                                  const kt_template_render_options *opts, kt_buf *out)
+{
+    if (!t || !out || !messages_json)
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "kt_template_render_chat: t, messages_json or out is NULL");
+    out->size = 0;
+    if (out->ptr)
+        out->ptr[0] = 0;
+    ja_arena a = {0};
+    jdict *vars = kt__jdict_new(&a, 8);
+    kt_status st = vars ? KT_OK : kt__error(KT_ERR_NOMEM, "out of memory");
+    jv v;
+    if (st >= 0 && extra_json && *extra_json) {
+        st = parse_json_arg(t, &a, "extra variables", extra_json, &v);
+        if (st >= 0 && v.type != JV_DICT)
+            st = kt__error(KT_ERR_FORMAT, "template %s: extra variables must be a JSON object",
+                           t->jt.name);
+        if (st >= 0)
+            vars = v.u.d;
+    }
+    if (st >= 0)
+        st = parse_json_arg(t, &a, "messages", messages_json, &v);
+    if (st >= 0 && !kt__jdict_set(&a, vars, jv_str("messages", 8), v))
+        st = kt__error(KT_ERR_NOMEM, "out of memory");
+    if (st >= 0 && tools_json && *tools_json) {
+        st = parse_json_arg(t, &a, "tools", tools_json, &v);
+        if (st >= 0 && !kt__jdict_set(&a, vars, jv_str("tools", 5), v))
+            st = kt__error(KT_ERR_NOMEM, "out of memory");
+    }
+    if (st >= 0 && !kt__jdict_set(&a, vars, jv_str("add_generation_prompt", 21),
+                                  jv_bool(add_generation_prompt != 0)))
+        st = kt__error(KT_ERR_NOMEM, "out of memory");
+    if (st >= 0)
+        st = render_vars(t, &a, vars, opts, out);
+    if (st < 0)
+        out->size = 0;
+    if (st < 0 && out->ptr)
+        out->ptr[0] = 0;
+    kt__ja_free_all(&a);
+    return st;
+}
