@@ -500,6 +500,106 @@ static void test_hand_assembled(void **state)
 #undef PUT64
 }
 
+
+/* ---- hostile corpus (tests/data/hostile, made by make_hostile.py) ---------------------- */
+
+static void test_hostile_corpus(void **state)
+{
+    (void)state;
+    char path[700], line[700];
+    snprintf(path, sizeof path, "%s/hostile/MANIFEST", test_data());
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char kind[16], name[256], status[32], needle[256];
+        if (line[0] == '#' || sscanf(line, "%15s %255s %31s %255s", kind, name, status,
+                                     needle) != 4)
+            continue;
+        if (strcmp(kind, "gguf") != 0 && strcmp(kind, "okgguf") != 0)
+            continue;
+        for (char *c = needle; *c; c++)
+            if (*c == '+')
+                *c = ' ';
+        char want[48];
+        snprintf(want, sizeof want, strcmp(status, "OK") ? "KT_ERR_%s" : "KT_OK", status);
+        snprintf(path, sizeof path, "%s/hostile/%s", test_data(), name);
+        /* From the file (mmap) and from an exact-size heap copy (ASan sees overreads). */
+        for (int from_memory = 0; from_memory < 2; from_memory++) {
+            kt_gguf *g = (kt_gguf *)(uintptr_t)1;
+            kt_status s;
+            unsigned char *buf = NULL;
+            if (from_memory) {
+                size_t size;
+                buf = read_file(path, &size);
+                assert_non_null(buf);
+                s = kt__gguf_parse_memory(&g, buf, size, path);
+            } else {
+                s = kt__gguf_open_file(&g, path);
+            }
+            if (strcmp(kt_status_str(s), want) != 0)
+                fail_msg("%s: got %s (%s), want %s", name, kt_status_str(s), kt_last_error(),
+                         want);
+            if (s == KT_OK) {
+                kt__gguf_close(g);
+            } else {
+                const char *msg = kt_last_error();
+                assert_null(g);
+                if (!strstr(msg, name))
+                    fail_msg("%s: message does not name the file: %s", name, msg);
+                /* A short file fails the size check before the magic when mapped. */
+                if (strcmp(needle, "-") != 0 && !strstr(msg, needle) &&
+                    !(from_memory == 0 && strstr(msg, "too short")))
+                    fail_msg("%s: message lacks '%s': %s", name, needle, msg);
+                if (getenv("KT_TEST_VERBOSE") && from_memory)
+                    print_message("%-36s %s\n", name, msg);
+            }
+            free(buf);
+        }
+        n++;
+    }
+    fclose(f);
+    print_message("%d GGUF corpus cases ran clean\n", n);
+    assert_true(n >= 30);
+}
+
+/* Single-byte corruptions of a valid file: accepted or refused, never a crash. */
+static void test_flips(void **state)
+{
+    (void)state;
+    char path[700];
+    snprintf(path, sizeof path, "%s/gguf/reference.gguf", test_data());
+    size_t size;
+    unsigned char *file = read_file(path, &size);
+    assert_non_null(file);
+    uint32_t rng = 777;
+    int accepted = 0;
+    for (int iter = 0; iter < 20000; iter++) {
+        unsigned char *copy = malloc(size);
+        memcpy(copy, file, size);
+        for (int k = 0; k < 1 + iter % 3; k++) {
+            rng = rng * 1664525u + 1013904223u;
+            size_t at = (rng >> 8) % size;
+            rng = rng * 1664525u + 1013904223u;
+            copy[at] = (unsigned char)(rng >> 24);
+        }
+        kt_gguf *g = NULL;
+        if (kt__gguf_parse_memory(&g, copy, size, "flip") == KT_OK) {
+            accepted++;
+            for (size_t i = 0; i < kt__gguf_tensor_count(g); i++) {
+                const kt_gguf_tensor *t = kt__gguf_tensor_at(g, i);
+                assert_true((const unsigned char *)t->data + t->nbytes <= copy + size);
+            }
+            kt__gguf_close(g);
+        } else {
+            assert_non_null(strstr(kt_last_error(), "flip"));
+        }
+        free(copy);
+    }
+    free(file);
+    print_message("%d of 20000 corrupted copies still parsed (data in range)\n", accepted);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -507,6 +607,8 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_writer_all_types),
         cmocka_unit_test(test_hand_assembled),
+        cmocka_unit_test(test_hostile_corpus),
+        cmocka_unit_test(test_flips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
