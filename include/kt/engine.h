@@ -23,9 +23,10 @@
  * (config.json + safetensors; BF16, FP8 block-128 and compressed-tensors INT4
  * weights). Precision KT_PRECISION_F32 keeps every activation, weight and the
  * KV cache in F32 (the validation mode that matches transformers' FP32
- * outputs); KT_PRECISION_FAST keeps dense weights in BF16 (read in place from
- * BF16 checkpoints) with F32 activations and, unless KT_CONTEXT_F_KV_BF16, an
- * F32 KV cache.
+ * outputs); KT_PRECISION_FAST keeps dense weights as stored (BF16 and FP8 read
+ * in place) with F32 activations, runs the routed experts through the CPU MoE
+ * backend (kt/moe.h, BF16 activations, the checkpoint's method) and keeps an F32
+ * KV cache unless KT_CONTEXT_F_KV_BF16.
  *
  * Thread contract: a kt_context is used by one thread at a time.
  */
@@ -55,6 +56,10 @@ typedef enum kt_precision {
  * Rounding keys to BF16 moves attention outputs by ~1e-3 relative, enough to
  * flip near-tied expert choices, so it is opt-in. */
 #define KT_CONTEXT_F_KV_BF16 (1u << 0)
+/* Fast precision: run the routed experts on the engine's own F32-activation
+ * path (weights widened row by row) instead of the CPU MoE backend, whose
+ * kernels take BF16 activations. Slower; for validating the backend. */
+#define KT_CONTEXT_F_ENGINE_EXPERTS (1u << 1)
 
 typedef struct kt_context_options {
     uint32_t struct_size;    /* sizeof(kt_context_options); set by the INIT macro        */

@@ -63,7 +63,7 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     kt_status st = kt__options_read(&o, sizeof o, opts, "kt_context_options");
     if (st < 0)
         return st;
-    if (o.flags & ~KT_CONTEXT_F_KV_BF16)
+    if (o.flags & ~(KT_CONTEXT_F_KV_BF16 | KT_CONTEXT_F_ENGINE_EXPERTS))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown flags 0x%x", o.flags);
     if (o.precision != KT_PRECISION_FAST && o.precision != KT_PRECISION_F32)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: precision %d is neither "
@@ -95,8 +95,22 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     ctx->kv_type = ctx->precision == KT_PRECISION_FAST && (o.flags & KT_CONTEXT_F_KV_BF16)
                        ? KT_TYPE_BF16
                        : KT_TYPE_F32;
+    if (ctx->precision == KT_PRECISION_FAST && !(o.flags & KT_CONTEXT_F_ENGINE_EXPERTS)) {
+        st = kt__experts_init(ctx, o.method, ctx->n_threads, o.n_pools);
+        if (st == KT_ERR_UNSUPPORTED && o.method == KT_METHOD_NONE) {
+            kt__log(rt, KT_LOG_WARN, "%s; routed experts run on the engine's own path",
+                    kt_last_error());
+            kt__experts_free(ctx);
+        } else if (st < 0) {
+            goto fail;
+        }
+    } else if (o.method != KT_METHOD_NONE) {
+        kt__log(rt, KT_LOG_INFO, "precision f32: --kt-method %s ignored (experts run in F32)",
+                kt_method_name((kt_method)o.method));
+    }
     st = kt__weights_load(&ctx->w, &ctx->hp, model,
-                          ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16);
+                          ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16,
+                          ctx->moe != NULL);
     if (st < 0)
         goto fail;
     st = alloc_cache(ctx);
@@ -113,6 +127,7 @@ void kt_context_free(kt_context *ctx)
 {
     if (!ctx)
         return;
+    kt__experts_free(ctx);
     kt__weights_free(&ctx->w, &ctx->hp);
     if (ctx->k_cache)
         for (int32_t l = 0; l < ctx->hp.n_layer; l++)

@@ -15,6 +15,7 @@
 #include "io/convert_types.h"
 #include "kt/engine.h"
 #include "kt/model.h"
+#include "kt/moe.h"
 #include "kt/types.h"
 #include "kt_internal.h"
 
@@ -139,7 +140,7 @@ kt_status kt__hparams_from_model(kt__hparams *hp, const kt_model *model);
 /* Reads every weight; matrices are stored as `mat_type` (F32 or BF16; BF16
  * weights are borrowed from the mapping when already BF16). */
 kt_status kt__weights_load(kt__weights *w, const kt__hparams *hp, const kt_model *model,
-                           kt_type mat_type);
+                           kt_type mat_type, bool skip_experts);
 void kt__weights_free(kt__weights *w, const kt__hparams *hp);
 void kt__hparams_free(kt__hparams *hp);
 
@@ -167,10 +168,22 @@ struct kt_context {
     int32_t k_row, v_row;   /* values per position (all kv heads) */
     void **k_cache, **v_cache;
 
+    /* routed experts through the CPU MoE backend (fast path); NULL: own F32 path */
+    kt_moe_backend *moe;
+    int32_t *moe_index;     /* [n_layer] backend layer, -1 for dense layers */
+    kt_method moe_method;
+
     /* test hooks: when set, eval writes [n_layer+1][T][H] hidden states here */
     float *capture_hidden;
     const int32_t *tokens_seen; /* unused for now */
 };
+
+/* experts.c: builds the MoE backend over the model's expert views in place. */
+kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools);
+void kt__experts_free(kt_context *ctx);
+/* out[T][H] = Σ_j w[t][j] · FFN_{ids[t][j]}(x[t]) for one MoE layer. */
+kt_status kt__experts_forward(kt_context *ctx, int32_t layer, const float *x, int32_t T,
+                              const int32_t *ids, const float *w, float *out);
 
 /* Forward over tokens[T] at positions n_past..n_past+T-1; writes logits for
  * all positions ([T][V]) or only the last ([V]) into `logits` (may be NULL). */

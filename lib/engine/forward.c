@@ -478,8 +478,13 @@ static kt_status moe_block(fwd *f, int32_t l)
         route(hp, L, logits + (size_t)t * E, ids + (size_t)t * k, wts + (size_t)t * k, tmp);
 
     memset(f->out, 0, sizeof(float) * T * H);
+    if (ctx->moe) {
+        st = kt__experts_forward(ctx, l, f->xn, T, ids, wts, f->out);
+        if (st < 0)
+            goto done;
+    }
     /* per expert: gather its tokens, run the FFN once, scatter w · y */
-    for (int32_t e = 0; e < E; e++) {
+    for (int32_t e = 0; e < E && !ctx->moe; e++) {
         int32_t n = 0;
         for (int32_t t = 0; t < T; t++)
             for (int32_t j = 0; j < k; j++)

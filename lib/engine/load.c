@@ -267,6 +267,7 @@ typedef struct loader {
     const kt_model *model;
     const kt__hparams *hp;
     kt_type mat_type;
+    bool skip_experts; /* routed experts are read by the MoE backend */
 } loader;
 
 static kt_status get_view(const loader *ld, int32_t layer, kt_role role, int32_t expert,
@@ -537,7 +538,7 @@ static kt_status load_layer(const loader *ld, int32_t l, kt__layer *L)
     L->experts = kt__calloc((size_t)E, sizeof(kt__expert));
     if (!L->experts)
         return KT_ERR_NOMEM;
-    for (int32_t e = 0; e < E; e++) {
+    for (int32_t e = 0; e < E && !ld->skip_experts; e++) {
         kt__expert *x = &L->experts[e];
         if (kt_model_has_tensor(ld->model, (uint32_t)l, KT_ROLE_EXPERT_GATE_UP, (uint32_t)e)) {
             TRY(load_fused_expert(ld, l, e, x));
@@ -561,10 +562,10 @@ static kt_status load_layer(const loader *ld, int32_t l, kt__layer *L)
 }
 
 kt_status kt__weights_load(kt__weights *w, const kt__hparams *hp, const kt_model *model,
-                           kt_type mat_type)
+                           kt_type mat_type, bool skip_experts)
 {
     memset(w, 0, sizeof *w);
-    loader ld = {model, hp, mat_type};
+    loader ld = {model, hp, mat_type, skip_experts};
     int32_t V = hp->n_vocab, H = hp->n_embd;
     kt_status st = load_mat(&ld, -1, KT_ROLE_EMBED, -1, V, H, true, &w->tok_embd);
     if (st < 0)
