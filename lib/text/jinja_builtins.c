@@ -215,6 +215,12 @@ static const char *memrfind(const char *h, size_t hn, const char *n, size_t nn)
     return NULL;
 }
 
+/* Byte-level whitespace test that never matches inside a UTF-8 sequence. */
+static bool ascii_space(char c)
+{
+    return (unsigned char)c < 0x80 && kt__uni_isspace((unsigned char)c);
+}
+
 static int str_split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit, bool right,
                      jv *out)
 {
@@ -292,27 +298,27 @@ static int str_split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit
                 return OOM(r, at);
         }
     } else {
-        /* rsplit(None, maxsplit): split from the right. */
+        /* rsplit(None, maxsplit): words from the right; the unsplit rest
+         * keeps its leading whitespace. */
         jlist *rev = kt__jlist_new(r->a, 0);
         if (!rev)
             return OOM(r, at);
-        jv rest = str_strip(s, jv_none(), 2);
-        size_t end = (size_t)(rest.u.s.p - p) + rest.u.s.n;
-        size_t begin = (size_t)(str_strip(s, jv_none(), 1).u.s.p - p);
-        while (end > begin) {
+        size_t end = n;
+        for (;;) {
+            while (end > 0 && ascii_space(p[end - 1]))
+                end--;
+            if (end == 0)
+                break;
             if (maxsplit >= 0 && (int64_t)rev->n >= maxsplit) {
-                if (!kt__jlist_push(r->a, rev, jv_str(p + begin, end - begin)))
+                if (!kt__jlist_push(r->a, rev, jv_str(p, end)))
                     return OOM(r, at);
-                end = begin;
                 break;
             }
             size_t k = end;
-            while (k > begin && !kt__uni_isspace((unsigned char)p[k - 1]))
+            while (k > 0 && !ascii_space(p[k - 1]))
                 k--;
             if (!kt__jlist_push(r->a, rev, jv_str(p + k, end - k)))
                 return OOM(r, at);
-            while (k > begin && kt__uni_isspace((unsigned char)p[k - 1]))
-                k--;
             end = k;
         }
         for (size_t i = rev->n; i-- > 0;)
@@ -1686,9 +1692,15 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
     if (!strcmp(name, "attr")) {
         if (!has0 || a0.type != JV_STR)
             return kt__jr_fail(r, at, "attr needs a name");
+        /* Python getattr only: dict keys are not attributes. */
         jv nm = kt__jv_strcopy(r->a, a0.u.s.p, a0.u.s.n);
         if (nm.type != JV_STR)
             return OOM(r, at);
+        if (v.type == JV_DICT || v.type == JV_STR || v.type == JV_LIST) {
+            jv m = kt__jinja_method(r, v, nm.u.s.p, nm.u.s.n);
+            *out = m.type == JV_FUNC ? m : kt__jv_undef_named(nm.u.s.p);
+            return 0;
+        }
         return kt__jr_getattr(r, at, v, nm.u.s.p, nm.u.s.n, out);
     }
     if (!strcmp(name, "format")) {
@@ -1781,8 +1793,10 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         int64_t k;
         if (!has0 || need_int(r, at, a0, name, &k) < 0)
             return kt__jr_fail(r, at, "%s needs a count", name);
-        if (k <= 0)
-            return kt__jr_fail(r, at, "%s count must be positive", name);
+        if (k <= 0 && name[0] == 's')
+            return kt__jr_fail(r, at, "slice count must be positive");
+        if (k <= 0) /* Jinja's batch never fills a row: one row of everything */
+            k = n ? (int64_t)n : 1;
         jv fill;
         bool has_fill = kt__jargs_get(args, 1, "fill_with", &fill) && fill.type != JV_NONE;
         jlist *outl = kt__jlist_new(r->a, 0);

@@ -840,6 +840,7 @@ static int call_macro(jrender *r, const jnode *at, const jmacro *m, const jargs 
     jdict *kwargs = kt__jdict_new(r->a, 0);
     if (!varargs || !kwargs)
         return kt__jr_oom(r, at);
+    varargs->tuple = true;
     for (size_t i = np; i < args->npos; i++)
         if (!kt__jlist_push(r->a, varargs, args->pos[i]))
             return kt__jr_oom(r, at);
