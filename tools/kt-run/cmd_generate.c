@@ -1,5 +1,5 @@
-/* kt-run [generate] --model DIR --prompt-ids 1,2,3 [-n N] [--temp T] [--print-ids]
- *                  [--logits-out FILE.npy]
+/* kt-run [generate] --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T]
+ *                  [--print-ids] [--logits-out FILE.npy]
  * One-shot generation (the default command): evaluates the prompt, optionally
  * writes its logits as a NumPy array, then samples up to N tokens (greedy at
  * --temp 0), stopping at the model's EOS ids or the context limit. */
@@ -18,10 +18,12 @@ static const char *const TOOL = "kt-run";
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kt-run [generate] --model DIR --prompt-ids IDS [OPTIONS]\n"
+            "usage: kt-run [generate] --model DIR (--prompt TEXT | --prompt-ids IDS) [OPTIONS]\n"
             "\n"
-            "Evaluates a prompt and generates a continuation.\n"
+            "Evaluates a prompt and generates a continuation (printed as text, or as ids\n"
+            "with --print-ids).\n"
             "\n"
+            "  -p, --prompt TEXT        prompt text, encoded with the model's tokenizer\n"
             "  --prompt-ids IDS         prompt as token ids, e.g. 1,2,3\n"
             "  -n, --n-predict N        tokens to generate (default 64; 0 with --logits-out)\n"
             "  --temp T                 sampling temperature; 0 (default): greedy\n"
@@ -68,7 +70,7 @@ int cmd_generate(int argc, char **argv)
 {
     run_engine_opts eo;
     run_engine_opts_init(&eo);
-    const char *prompt_ids = NULL, *logits_out = NULL;
+    const char *prompt_ids = NULL, *prompt_text = NULL, *logits_out = NULL;
     int64_t n_predict = -1, top_k = 0, seed = 0;
     double temp = 0.0, top_p = 1.0;
     bool print_ids = false;
@@ -87,6 +89,9 @@ int cmd_generate(int argc, char **argv)
             return 0;
         } else if (opt_match(argc, argv, &i, "--prompt-ids", true, &v, &bad)) {
             prompt_ids = v;
+        } else if (opt_match(argc, argv, &i, "--prompt", true, &v, &bad) ||
+                   opt_match(argc, argv, &i, "-p", true, &v, &bad)) {
+            prompt_text = v;
         } else if (opt_match(argc, argv, &i, "--logits-out", true, &v, &bad)) {
             logits_out = v;
         } else if (opt_match(argc, argv, &i, "--n-predict", true, &v, &bad) ||
@@ -117,19 +122,14 @@ int cmd_generate(int argc, char **argv)
         if (bad)
             return 2;
     }
-    if (!prompt_ids) {
-        fprintf(stderr, "%s: --prompt-ids is required (text prompts need the tokenizer)\n", TOOL);
+    if (!!prompt_ids == !!prompt_text) {
+        fprintf(stderr, "%s: give exactly one of --prompt and --prompt-ids\n", TOOL);
         return 2;
     }
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
-    if (!run_parse_ids(prompt_ids, &prompt, &n_prompt, TOOL, "--prompt-ids"))
+    if (prompt_ids && !run_parse_ids(prompt_ids, &prompt, &n_prompt, TOOL, "--prompt-ids"))
         return 2;
-    if (n_prompt == 0) {
-        fprintf(stderr, "%s: --prompt-ids: empty prompt\n", TOOL);
-        free(prompt);
-        return 2;
-    }
     if (n_predict < 0)
         n_predict = logits_out ? 0 : 64;
 
@@ -140,10 +140,27 @@ int cmd_generate(int argc, char **argv)
     }
     int rc = 1;
     kt_sampler *sampler = NULL;
+    kt_detokenizer *detok = NULL;
+    kt_buf piece = KT_BUF_INIT;
+    float *logits = NULL;
+    int32_t *gen = NULL;
+    if (prompt_text && !run_encode(&e, prompt_text, strlen(prompt_text), &prompt, &n_prompt, TOOL))
+        goto done;
+    if (n_prompt == 0) {
+        fprintf(stderr, "%s: empty prompt\n", TOOL);
+        goto done;
+    }
+    if (!print_ids && n_predict > 0) {
+        kt_tokenizer *tok = run_engine_tokenizer(&e, TOOL);
+        if (!tok || kt_detokenizer_create(&detok, tok, 0) < 0) {
+            fprintf(stderr, "%s: no tokenizer: printing ids\n", TOOL);
+            print_ids = true;
+        }
+    }
     size_t V = (size_t)kt_context_n_vocab(e.ctx);
     size_t rows = logits_out ? n_prompt : 1;
-    float *logits = malloc(sizeof(float) * V * rows);
-    int32_t *gen = malloc(sizeof(int32_t) * ((size_t)n_predict + 1));
+    logits = malloc(sizeof(float) * V * rows);
+    gen = malloc(sizeof(int32_t) * ((size_t)n_predict + 1));
     if (!logits || !gen) {
         fprintf(stderr, "%s: out of memory for %zu x %zu logits\n", TOOL, rows, V);
         goto done;
@@ -179,6 +196,15 @@ int cmd_generate(int argc, char **argv)
         }
         kt_sampler_accept(sampler, tok);
         gen[n_gen++] = tok;
+        if (detok) {
+            /* stream the text as it completes (EOS tokens are not printed) */
+            piece.size = 0;
+            if (!kt_context_is_eos(e.ctx, tok) && kt_detokenizer_feed(detok, tok, &piece) == KT_OK &&
+                piece.size) {
+                fwrite(piece.ptr, 1, piece.size, stdout);
+                fflush(stdout);
+            }
+        }
         if (kt_context_is_eos(e.ctx, tok) || n_gen == (size_t)n_predict)
             break;
         if (kt_context_n_past(e.ctx) >= kt_context_n_ctx(e.ctx)) {
@@ -191,10 +217,14 @@ int cmd_generate(int argc, char **argv)
         }
         last = logits;
     }
-    if (n_predict > 0) {
-        (void)print_ids; /* ids are the only output until text decoding is wired in */
+    if (n_predict > 0 && print_ids) {
         for (size_t i = 0; i < n_gen; i++)
             printf("%s%d", i ? "," : "", gen[i]);
+        printf("\n");
+    } else if (detok) {
+        piece.size = 0;
+        if (kt_detokenizer_flush(detok, &piece) == KT_OK && piece.size)
+            fwrite(piece.ptr, 1, piece.size, stdout);
         printf("\n");
     }
     if (hit_limit)
@@ -202,6 +232,8 @@ int cmd_generate(int argc, char **argv)
                 TOOL, kt_context_n_ctx(e.ctx));
     rc = 0;
 done:
+    kt_buf_dispose(&piece);
+    kt_detokenizer_free(detok);
     kt_sampler_free(sampler);
     free(logits), free(gen), free(prompt);
     run_engine_close(&e);

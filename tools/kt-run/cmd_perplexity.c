@@ -117,29 +117,8 @@ int cmd_perplexity(int argc, char **argv)
         text = run_read_file(text_file, &len, TOOL);
         if (!text)
             goto done;
-#ifndef KT_RUN_HAVE_TOKENIZER
-        fprintf(stderr, "%s: --text-file needs the tokenizer, not in this build yet\n", TOOL);
-        goto done;
-#else
-        kt_tokenizer *tok = NULL;
-        const char *dir = eo.model ? eo.model : "models/kimi-k2-demo";
-        if (kt_tokenizer_open(&tok, dir, NULL) < 0) {
-            fprintf(stderr, "%s: tokenizer of %s: %s\n", TOOL, dir, kt_last_error());
+        if (!run_encode(&e, text, len, &ids, &n_ids, TOOL))
             goto done;
-        }
-        size_t need = 0;
-        kt_status st = kt_tokenizer_encode(tok, text, len, 0, NULL, 0, &need);
-        if (st == KT_ERR_LIMIT || st == KT_OK) {
-            ids = malloc(sizeof(int32_t) * (need + 1));
-            st = ids ? kt_tokenizer_encode(tok, text, len, 0, ids, need, &n_ids)
-                     : KT_ERR_NOMEM;
-        }
-        kt_tokenizer_free(tok);
-        if (st < 0) {
-            fprintf(stderr, "%s: encoding %s: %s\n", TOOL, text_file, kt_last_error());
-            goto done;
-        }
-#endif
     }
     size_t V = (size_t)kt_context_n_vocab(e.ctx);
     size_t W = (size_t)n_ctx;

@@ -108,6 +108,7 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
             return false;
         }
     }
+    e->path = path;
     kt_runtime_options ro = KT_RUNTIME_OPTIONS_INIT;
     ro.log_level = o->verbose ? KT_LOG_INFO : KT_LOG_WARN;
     ro.n_threads = (int32_t)o->n_threads;
@@ -136,8 +137,49 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
     return true;
 }
 
+kt_tokenizer *run_engine_tokenizer(run_engine *e, const char *tool)
+{
+    if (e->tok)
+        return e->tok;
+    kt_tokenizer_options to = KT_TOKENIZER_OPTIONS_INIT;
+    to.runtime = e->rt;
+    if (kt_tokenizer_open(&e->tok, e->path, &to) < 0) {
+        fprintf(stderr, "%s: tokenizer of %s: %s\n", tool, e->path, kt_last_error());
+        e->tok = NULL;
+    }
+    return e->tok;
+}
+
+bool run_encode(run_engine *e, const char *text, size_t len, int32_t **ids, size_t *n,
+                const char *tool)
+{
+    kt_tokenizer *tok = run_engine_tokenizer(e, tool);
+    if (!tok)
+        return false;
+    size_t need = 0;
+    kt_status st = kt_tokenizer_encode(tok, text, len, KT_ENCODE_PARSE_SPECIAL, NULL, 0, &need);
+    if (st < 0 && st != KT_ERR_LIMIT) {
+        fprintf(stderr, "%s: encoding: %s\n", tool, kt_last_error());
+        return false;
+    }
+    *ids = malloc(sizeof(int32_t) * (need + 1));
+    if (!*ids) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+        return false;
+    }
+    st = kt_tokenizer_encode(tok, text, len, KT_ENCODE_PARSE_SPECIAL, *ids, need, n);
+    if (st < 0) {
+        fprintf(stderr, "%s: encoding: %s\n", tool, kt_last_error());
+        free(*ids);
+        *ids = NULL;
+        return false;
+    }
+    return true;
+}
+
 void run_engine_close(run_engine *e)
 {
+    kt_tokenizer_free(e->tok);
     kt_context_free(e->ctx);
     kt_model_free(e->model);
     kt_runtime_free(e->rt);

@@ -38,9 +38,19 @@ typedef struct run_engine {
     kt_runtime *rt;
     kt_model *model;
     kt_context *ctx;
+    const char *path;    /* the model directory used                      */
+    kt_tokenizer *tok;   /* opened by run_engine_tokenizer(), else NULL   */
 } run_engine;
 bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool);
 void run_engine_close(run_engine *e);
+
+/* The model's tokenizer (opened on first use); prints an error and returns
+ * NULL when it cannot be opened. */
+kt_tokenizer *run_engine_tokenizer(run_engine *e, const char *tool);
+/* Encodes text (special-token strings become their ids, nothing is added)
+ * into a malloc'ed array. */
+bool run_encode(run_engine *e, const char *text, size_t len, int32_t **ids, size_t *n,
+                const char *tool);
 
 /* Parses "1,2,3" (commas and/or whitespace) into a malloc'ed array. */
 bool run_parse_ids(const char *text, int32_t **ids, size_t *n, const char *tool,
