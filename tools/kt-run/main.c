@@ -17,6 +17,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "held-out perplexity over windows, like llama.cpp's"},
     {"inspect", cmd_inspect, "what a model holds: architecture, tensors by type and role, memory"},
     {"tokenize", cmd_tokenize, "text to token ids as JSON (--decode: ids to text)"},
+    {"template", cmd_template, "render a chat template over messages, print the exact prompt"},
 };
 
 static void usage(FILE *f)
