@@ -1,5 +1,6 @@
-/* Prints libkt's version and build features: the smallest program that links
- * libkt. Build out of tree with:  cc info.c $(pkg-config --cflags --libs libkt) */
+/* Prints libkt's version, build features and the machine as libkt sees it: the
+ * smallest program that links libkt. Public API only. Build out of tree with:
+ *     cc info.c $(pkg-config --cflags --libs libkt) */
 #include <stdio.h>
 
 #include <kt/kt.h>
@@ -19,6 +20,20 @@ int main(void)
     for (int bit = 0; bit < 64; bit++)
         if (f & (UINT64_C(1) << bit))
             printf(" %s", kt_feature_name(UINT64_C(1) << bit));
+    printf("\n");
+
+    kt_hw_info hw = KT_HW_INFO_INIT;
+    if (kt_hw_query(&hw) < 0) {
+        fprintf(stderr, "libkt: %s\n", kt_last_error());
+        kt_runtime_free(rt);
+        return 1;
+    }
+    printf("cpu: %s, %d cores, %d NUMA node(s), %d GPU(s)\n", hw.cpu_model,
+           (int)hw.physical_cores, (int)hw.numa_nodes, (int)hw.gpus);
+    printf("isa:");
+    for (int bit = 0; bit < 64; bit++)
+        if (hw.isa & (UINT64_C(1) << bit))
+            printf(" %s", kt_hw_isa_name(UINT64_C(1) << bit));
     printf("\n");
     kt_runtime_free(rt);
     return 0;
