@@ -315,6 +315,84 @@ static void test_bad_input(void **state)
     kt_model_free(model);
 }
 
+/* ------------------------------------------------------- demo model --- */
+
+/* Perplexity over windows of W+1 held-out ids stepped by W, every prediction
+ * scored (the demo models' reference method). */
+static double window_ppl(kt_context *ctx, const int32_t *ids, size_t n, int32_t W)
+{
+    int32_t V = kt_context_n_vocab(ctx);
+    float *lg = malloc(sizeof(float) * (size_t)W * V);
+    double nll = 0;
+    size_t cnt = 0;
+    for (size_t s = 0; s + (size_t)W + 1 <= n; s += (size_t)W) {
+        kt_context_reset(ctx);
+        assert_int_equal(kt_context_eval(ctx, ids + s, (size_t)W, lg, KT_EVAL_ALL_LOGITS), KT_OK);
+        for (int32_t j = 0; j < W; j++) {
+            const float *row = lg + (size_t)j * V;
+            double mx = row[0], sum = 0;
+            for (int32_t i = 1; i < V; i++)
+                mx = row[i] > mx ? row[i] : mx;
+            for (int32_t i = 0; i < V; i++)
+                sum += exp(row[i] - mx);
+            nll += log(sum) + mx - row[ids[s + (size_t)j + 1]];
+            cnt++;
+        }
+    }
+    free(lg);
+    return exp(nll / (double)cnt);
+}
+
+/* The trained Kimi-K2-architecture demo model shipped in models/: prompt
+ * logits and the 48-token greedy continuation of transformers, in both
+ * precisions; held-out perplexity reported. */
+static void test_demo_model(void **state)
+{
+    (void)state;
+    char dir[1024];
+    const char *src = getenv("KT_SOURCE_ROOT");
+    snprintf(dir, sizeof dir, "%s/models/kimi-k2-demo", src ? src : ".");
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        skip();
+        return;
+    }
+    const kt_st_tensor *ht = kt__st_find(r.set, "heldout_ids");
+    assert_non_null(ht);
+    int32_t *held = tensor_i32(ht);
+    double ppl[2];
+    for (int mode = 0; mode < 2; mode++) {
+        kt_precision prec = mode == 0 ? KT_PRECISION_F32 : KT_PRECISION_FAST;
+        kt_model *model;
+        kt_context *ctx = open_ctx(dir, prec, &model);
+        float *lg = malloc(sizeof(float) * (size_t)r.T * r.V);
+        assert_int_equal(kt_context_eval(ctx, r.prompt, (size_t)r.T, lg, KT_EVAL_ALL_LOGITS),
+                         KT_OK);
+        float d = max_abs_diff(lg, r.logits, (size_t)r.T * r.V);
+        kt_context_reset(ctx);
+        int32_t out[64];
+        size_t n = 0;
+        assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy, out,
+                                           &n), KT_OK);
+        ppl[mode] = window_ppl(ctx, held, ht->n_elements, 256);
+        print_message("  kimi-k2-demo %s: prompt logits max|diff| %.3g, greedy %zu/%d ids, "
+                      "held-out ppl (first %llu ids, windows of 256) %.4f\n",
+                      mode ? "fast" : "f32", d, n, r.n_greedy,
+                      (unsigned long long)ht->n_elements, ppl[mode]);
+        if (prec == KT_PRECISION_F32)
+            assert_true(d <= 1e-3f);
+        assert_int_equal((int)n, r.n_greedy);
+        for (int32_t i = 0; i < r.n_greedy; i++)
+            assert_int_equal(out[i], r.greedy[i]);
+        free(lg);
+        kt_context_free(ctx);
+        kt_model_free(model);
+    }
+    assert_true(fabs(ppl[1] - ppl[0]) <= 0.01 * ppl[0]);
+    free(held);
+    ref_free(&r);
+}
+
 /* ------------------------------------------------------------ kt-run --- */
 
 static const char *kt_run_path(void)
@@ -450,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_cli_generate),
         cmocka_unit_test(test_cli_perplexity),
+        cmocka_unit_test(test_demo_model),
         ENTRIES(qwen3),
         ENTRIES(mixtral),
         ENTRIES(gptoss),
