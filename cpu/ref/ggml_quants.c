@@ -1100,7 +1100,8 @@ static float q4_0_vec_dot(int64_t n, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / 32; i++) {
         int sumi = 0;
         for (int j = 0; j < 16; j++)
-            sumi += ((x[i].qs[j] & 15) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
+            sumi += ((x[i].qs[j] & 15) - 8) * y[i].qs[j] +
+                    ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
         s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d));
     }
     return (float)s;

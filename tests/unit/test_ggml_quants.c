@@ -50,7 +50,8 @@ static int setup(void **state)
     (void)state;
     const char *dir = getenv("KT_TEST_DATA");
     char path[1024];
-    snprintf(path, sizeof path, "%s/quant-vectors/ggml-blocks.safetensors", dir ? dir : "tests/data");
+    snprintf(path, sizeof path, "%s/quant-vectors/ggml-blocks.safetensors",
+             dir ? dir : "tests/data");
     if (kt__st_open_file(&vectors, path) < 0) {
         fprintf(stderr, "cannot open %s: %s\n", path, kt_last_error());
         return -1;
@@ -222,9 +223,10 @@ static void test_degenerate_rows(void **state)
         const kt_ggml_traits *t = kt__ggml_traits(type);
         assert_non_null(t);
         for (int kind = 0; kind < 4; kind++) {
-            for (int j = 0; j < COLS; j++)
-                x[j] = kind == 0 ? 0.0f : kind == 1 ? 0.75f : kind == 2 ? (j == 77 ? 1e4f : 0.01f)
-                                                                        : 1e-30f * (float)(j % 7 - 3);
+            for (int j = 0; j < COLS; j++) {
+                float outlier = j == 77 ? 1e4f : 0.01f, tiny = 1e-30f * (float)(j % 7 - 3);
+                x[j] = kind == 0 ? 0.0f : kind == 1 ? 0.75f : kind == 2 ? outlier : tiny;
+            }
             t->quantize(x, buf, COLS);
             t->to_float(buf, y, COLS);
             for (int j = 0; j < COLS; j++) {

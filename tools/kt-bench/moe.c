@@ -884,7 +884,8 @@ int cmd_moe(int argc, char **argv)
                  m->n_experts, m->top_k, x->layers, (long long)x->slots,
                  (unsigned long long)x->expert_bytes, (long long)x->t,
                  x->t <= 16 ? "decode" : "prefill", x->gbs, x->gbs_mean, x->stream_gbs,
-                 x->tflops, x->tflops_mean, x->onednn_tflops, (long long)x->calls, c.threads, x->isa);
+                 x->tflops, x->tflops_mean, x->onednn_tflops, (long long)x->calls, c.threads,
+                 x->isa);
     }
     if (json && !json_close(json)) {
         fprintf(stderr, "kt-bench moe: error writing '%s'\n", json_path);
