@@ -84,8 +84,15 @@ static int machine_read(machine *m)
 
 /* ---- which kernels would run ----------------------------------------------------------- */
 
+/* An ISA library (cpu/meson.build) is compiled with all of its -m flags, so the
+ * dispatcher (lib/moe) runs it only when the CPU has every one of them: the
+ * avx512 variant needs F/BW/VL/DQ/VNNI/BF16/VBMI, amx that plus AMX. The
+ * per-method needs below (BF16 for BF16, VNNI for the integer methods) are
+ * what each method's kernels use on top. */
 #define ISA_AVX2_BASE (KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C)
-#define ISA_AVX512_BASE (KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ)
+#define ISA_AVX512_BASE                                                                       \
+    (ISA_AVX2_BASE | KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ |     \
+     KT_ISA_AVX512VNNI | KT_ISA_AVX512BF16 | KT_ISA_AVX512VBMI)
 
 /* One rung of a method's ladder: the ISA bits it needs beyond the rung's base
  * and the build feature that compiles that variant. */
@@ -179,14 +186,14 @@ static void appendf(char *buf, size_t size, const char *fmt, ...)
 static method_choice choose_method(const method_rule *r, uint64_t isa, uint64_t features)
 {
     method_choice c = {NULL, NULL, ""};
+    char blocked[64] = "";   /* "amx, avx512" */
+    uint64_t lacking = 0;    /* what the CPU lacks for those */
     for (size_t i = 0; i < 4 && r->rungs[i].variant; i++) {
         const rung *g = &r->rungs[i];
         uint64_t missing = g->needs & ~isa;
         if (missing) {
-            char names[160];
-            isa_list(missing, names, sizeof names);
-            appendf(c.why, sizeof c.why, "%sno %s: CPU lacks %s", c.why[0] ? "; " : "",
-                    g->variant, names);
+            appendf(blocked, sizeof blocked, "%s%s", blocked[0] ? ", " : "", g->variant);
+            lacking |= missing;
             continue;
         }
         if (!c.cpu_variant)
@@ -195,6 +202,11 @@ static method_choice choose_method(const method_rule *r, uint64_t isa, uint64_t 
             continue;
         c.variant = g->variant;
         break;
+    }
+    if (lacking) {
+        char names[200];
+        isa_list(lacking, names, sizeof names);
+        appendf(c.why, sizeof c.why, "no %s: CPU lacks %s", blocked, names);
     }
     if (!(features & r->feature)) {
         c.variant = NULL;
