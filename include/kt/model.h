@@ -207,7 +207,7 @@ typedef struct kt_arch_info {
     double rope_theta;
     uint32_t rotary_dim;             /* rotated dims per head (qk_rope_head_dim for MLA,
                                         head_dim * partial_rotary_factor otherwise)     */
-    float partial_rotary_factor;     /* 1.0 unless partial                              */
+    float partial_rotary_factor;     /* rotary_dim / head_dim (1.0 unless partial)      */
     uint32_t rope_interleave;        /* 1: pairs (2i, 2i+1); 0: NeoX halves (i, i+d/2)  */
     float rope_factor;               /* YaRN/linear factor; 1.0 otherwise               */
     uint32_t rope_original_max_pos;  /* YaRN original_max_position_embeddings           */

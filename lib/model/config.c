@@ -1025,6 +1025,10 @@ kt_status kt__config_finish(kt__config *cfg, const char *file, const kt_runtime 
         kt__log(rt, KT_LOG_WARN, "%s: no layer has routed experts (first_k_dense_replace %u, "
                 "%u layers)", file, a->first_k_dense_replace, a->n_layers);
 
+    /* rotated share of a q/k head (MLA: the rope part of nope + rope) */
+    if (a->head_dim && a->rotary_dim)
+        a->partial_rotary_factor = (float)a->rotary_dim / (float)a->head_dim;
+
     /* softmax scale; DeepSeek YaRN folds mscale(factor, mscale_all_dim)^2 in */
     uint32_t qk_dim = a->attn_kind == KT_ATTN_MLA ? a->qk_nope_head_dim + a->qk_rope_head_dim
                                                   : a->head_dim;

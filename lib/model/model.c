@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "io/gguf.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model_internal.h"
@@ -42,9 +43,8 @@ void kt_model_free(kt_model *m)
     kt__config_free(&m->cfg);
     if (m->st)
         kt__st_close(m->st);
-#ifdef KT_MODEL_HAVE_GGUF
-    kt__model_close_gguf(m);
-#endif
+    if (m->gguf)
+        kt__gguf_close(m->gguf);
     kt__free(m->entries);
     kt__free(m->slot);
     kt__free(m->path);
@@ -140,15 +140,9 @@ kt_status kt_model_open(kt_model **out, kt_runtime *rt, const char *path,
         if ((st = open_config(m, path)) < 0)
             goto fail;
     } else if (S_ISREG(sb.st_mode) && ends_with(path, ".gguf")) {
-#ifdef KT_MODEL_HAVE_GGUF
         m->format = KT_FORMAT_GGUF;
         if ((st = kt__model_open_gguf(m)) < 0)
             goto fail;
-#else
-        st = kt__error(KT_ERR_UNSUPPORTED, "%s: GGUF models are not supported by this build",
-                       path);
-        goto fail;
-#endif
     } else {
         st = kt__error(KT_ERR_FORMAT, "%s: not a model directory (config.json + safetensors), "
                        "a .gguf file or a config .json file", path);

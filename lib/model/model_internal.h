@@ -96,6 +96,12 @@ kt_status kt__model_open_gguf(kt_model *m);
  * included): from the index, or computed from the config when config-only. */
 kt_status kt__model_sizes(const kt_model *m, uint64_t *dense_bytes, uint64_t *layer_expert_bytes);
 
+/* Logical [rows][cols] the config implies for (layer, role) (cols 1 for vectors). */
+void kt__role_expected_shape(const kt_model *m, uint32_t layer, kt_role role, uint64_t *rows,
+                             uint64_t *cols);
+/* Roles a layer has, in enum order (out holds at least 64). */
+size_t kt__layer_roles(const kt__config *cfg, uint32_t layer, kt_role *out);
+
 /* Appends an entry (grows m->entries). */
 kt_status kt__model_add_entry(kt_model *m, const kt_tensor_view *v, size_t *capacity);
 /* Sorts entries and builds the lookup table. */

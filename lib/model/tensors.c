@@ -798,3 +798,22 @@ kt_status kt__model_sizes(const kt_model *m, uint64_t *dense_bytes, uint64_t *la
     }
     return KT_OK;
 }
+
+void kt__role_expected_shape(const kt_model *m, uint32_t layer, kt_role role, uint64_t *rows,
+                             uint64_t *cols)
+{
+    indexer ix;
+    memset(&ix, 0, sizeof ix);
+    ix.m = (kt_model *)m;
+    ix.a = &m->cfg.info;
+    ix.lm_head_name = "lm_head.weight";
+    role_spec s;
+    describe(&ix, layer, role, 0, &s);
+    *rows = s.rows;
+    *cols = s.cols;
+}
+
+size_t kt__layer_roles(const kt__config *cfg, uint32_t layer, kt_role *out)
+{
+    return layer_roles(cfg, layer, out);
+}

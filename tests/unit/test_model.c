@@ -17,6 +17,8 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "io/convert_types.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "kt/kt.h"
 #include "model/model_internal.h"
@@ -1190,6 +1192,268 @@ static void test_bad_models(void **state)
     kt_model_free(NULL);
 }
 
+/* ---- GGUF: a fixture converted with llama.cpp's names and keys reads back the same ---- */
+
+/* HF suffix (after "model.layers.N.") -> llama.cpp tensor base name */
+static const char *const hf_to_gguf[][2] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+    {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+    {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+    {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+    {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+    {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+    {"block_sparse_moe.e_score_correction_bias", "exp_probs_b.bias"},
+    {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+};
+
+/* expert projection name -> stacked base */
+static const char *expert_base(const char *proj)
+{
+    if (!strcmp(proj, "gate_proj.weight") || !strcmp(proj, "w1.weight"))
+        return "ffn_gate_exps.weight";
+    if (!strcmp(proj, "up_proj.weight") || !strcmp(proj, "w3.weight"))
+        return "ffn_up_exps.weight";
+    if (!strcmp(proj, "down_proj.weight") || !strcmp(proj, "w2.weight"))
+        return "ffn_down_exps.weight";
+    return NULL;
+}
+
+static void add_tensor(kt_gguf_writer *w, const char *name, const kt_st_tensor *t,
+                       const void *data, uint64_t experts)
+{
+    uint64_t ne[4] = {1, 1, 1, 1};
+    uint32_t nd = t->n_dims;
+    for (uint32_t d = 0; d < nd; d++)
+        ne[d] = t->shape[nd - 1 - d];
+    if (experts)
+        ne[nd++] = experts;
+    int64_t gt = kt__type_to_ggml(t->type);
+    assert_true(gt >= 0);
+    assert_int_equal(kt__gguf_writer_add_tensor(w, name, (uint32_t)gt, nd, ne, data), KT_OK);
+}
+
+/* Writes `out` from a safetensors fixture the way convert_hf_to_gguf.py lays it out. */
+static void fixture_to_gguf(const char *fixture, const char *arch, const char *out)
+{
+    char dir[512];
+    fixture_path(dir, sizeof dir, fixture);
+    kt_model *m = open_ok(dir);
+    kt_arch_info a = arch_of(m);
+    kt_st_set *set = NULL;
+    assert_int_equal(kt__st_open_dir(&set, dir), KT_OK);
+    kt_gguf_writer *w = NULL;
+    assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+    char k[160];
+#define KEY(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
+    assert_int_equal(kt__gguf_writer_add_str(w, "general.architecture", arch), KT_OK);
+    kt__gguf_writer_add_u32(w, KEY("block_count"), a.n_layers);
+    kt__gguf_writer_add_u32(w, KEY("context_length"), a.max_position_embeddings);
+    kt__gguf_writer_add_u32(w, KEY("embedding_length"), a.hidden_size);
+    kt__gguf_writer_add_u32(w, KEY("feed_forward_length"), a.intermediate_size);
+    kt__gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), a.moe_intermediate_size);
+    kt__gguf_writer_add_u32(w, KEY("attention.head_count"), a.n_heads);
+    kt__gguf_writer_add_u32(w, KEY("attention.head_count_kv"), a.n_kv_heads);
+    kt__gguf_writer_add_u32(w, KEY("attention.key_length"), a.head_dim);
+    kt__gguf_writer_add_u32(w, KEY("attention.value_length"), a.v_head_dim);
+    kt__gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), a.rms_norm_eps);
+    kt__gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)a.rope_theta);
+    kt__gguf_writer_add_u32(w, KEY("rope.dimension_count"), a.rotary_dim);
+    kt__gguf_writer_add_u32(w, KEY("expert_count"), a.n_routed_experts);
+    kt__gguf_writer_add_u32(w, KEY("expert_used_count"), a.n_experts_per_tok);
+    kt__gguf_writer_add_u32(w, KEY("vocab_size"), a.vocab_size);
+    kt__gguf_writer_add_bool(w, KEY("expert_weights_norm"), a.norm_topk_prob != 0);
+    kt__gguf_writer_add_u32(w, KEY("expert_gating_func"),
+                            a.score_func == KT_SCORE_SIGMOID ? 2 : 1);
+    if (a.n_shared_experts)
+        kt__gguf_writer_add_u32(w, KEY("expert_shared_count"), a.n_shared_experts);
+    if (a.attn_kind == KT_ATTN_MLA) {
+        kt__gguf_writer_add_u32(w, KEY("leading_dense_block_count"), a.first_k_dense_replace);
+        kt__gguf_writer_add_f32(w, KEY("expert_weights_scale"), a.routed_scaling_factor);
+        kt__gguf_writer_add_u32(w, KEY("expert_group_count"), a.n_group);
+        kt__gguf_writer_add_u32(w, KEY("expert_group_used_count"), a.topk_group);
+        kt__gguf_writer_add_u32(w, KEY("attention.q_lora_rank"), a.q_lora_rank);
+        kt__gguf_writer_add_u32(w, KEY("attention.kv_lora_rank"), a.kv_lora_rank);
+        kt__gguf_writer_add_u32(w, KEY("nextn_predict_layers"), a.n_nextn_layers);
+    }
+    if (a.rope_type == KT_ROPE_YARN) {
+        kt__gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn");
+        kt__gguf_writer_add_f32(w, KEY("rope.scaling.factor"), a.rope_factor);
+        kt__gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+                                a.rope_original_max_pos);
+        kt__gguf_writer_add_f32(w, KEY("rope.scaling.yarn_log_multiplier"),
+                                0.1f * a.yarn_mscale_all_dim);
+        kt__gguf_writer_add_f32(w, KEY("rope.scaling.yarn_beta_fast"), a.yarn_beta_fast);
+        kt__gguf_writer_add_f32(w, KEY("rope.scaling.yarn_beta_slow"), a.yarn_beta_slow);
+    }
+#undef KEY
+    if (a.bos_token_id >= 0)
+        kt__gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)a.bos_token_id);
+    if (a.n_eos_token_ids)
+        kt__gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)a.eos_token_ids[0]);
+
+    /* tensors; experts stacked into [E][out][in] buffers kept until the write */
+    void *stacks[64];
+    size_t n_stacks = 0;
+    for (size_t i = 0; i < kt__st_count(set); i++) {
+        const kt_st_tensor *t = kt__st_at(set, i);
+        char name[200];
+        unsigned layer, e;
+        int off = 0;
+        if (!strcmp(t->name, "model.embed_tokens.weight")) {
+            add_tensor(w, "token_embd.weight", t, t->data, 0);
+        } else if (!strcmp(t->name, "model.norm.weight")) {
+            add_tensor(w, "output_norm.weight", t, t->data, 0);
+        } else if (!strcmp(t->name, "lm_head.weight")) {
+            add_tensor(w, "output.weight", t, t->data, 0);
+        } else if (sscanf(t->name, "model.layers.%u.%n", &layer, &off) == 1 && off > 0) {
+            const char *rest = t->name + off;
+            int off2 = 0;
+            if ((sscanf(rest, "mlp.experts.%u.%n", &e, &off2) == 1 ||
+                 sscanf(rest, "block_sparse_moe.experts.%u.%n", &e, &off2) == 1) && off2 > 0) {
+                if (e != 0)
+                    continue; /* stacked when expert 0 is seen */
+                const char *proj = rest + off2;
+                const char *base = expert_base(proj);
+                assert_non_null(base);
+                uint8_t *buf = malloc(t->nbytes * a.n_routed_experts);
+                assert_non_null(buf);
+                for (uint32_t x = 0; x < a.n_routed_experts; x++) {
+                    char en[200];
+                    int prefix = (int)(strstr(t->name, "experts.") - t->name) + 8;
+                    snprintf(en, sizeof en, "%.*s%u.%s", prefix, t->name, x, proj);
+                    const kt_st_tensor *et = kt__st_find(set, en);
+                    if (!et)
+                        fail_msg("no %s", en);
+                    memcpy(buf + x * t->nbytes, et->data, t->nbytes);
+                }
+                assert_true(n_stacks < 64);
+                stacks[n_stacks++] = buf;
+                snprintf(name, sizeof name, "blk.%u.%s", layer, base);
+                add_tensor(w, name, t, buf, a.n_routed_experts);
+                continue;
+            }
+            const char *to = NULL;
+            for (size_t j = 0; j < sizeof hf_to_gguf / sizeof hf_to_gguf[0]; j++)
+                if (!strcmp(rest, hf_to_gguf[j][0]))
+                    to = hf_to_gguf[j][1];
+            if (!to)
+                fail_msg("no GGUF name for %s", t->name);
+            snprintf(name, sizeof name, "blk.%u.%s", layer, to);
+            add_tensor(w, name, t, t->data, 0);
+        } else {
+            fail_msg("unexpected tensor %s", t->name);
+        }
+    }
+    assert_int_equal(kt__gguf_writer_write_file(w, out), KT_OK);
+    kt__gguf_writer_free(w);
+    for (size_t i = 0; i < n_stacks; i++)
+        free(stacks[i]);
+    kt__st_close(set);
+    kt_model_free(m);
+}
+
+static void test_gguf_models(void **state)
+{
+    (void)state;
+    static const char *const cases[][2] = {
+        {"qwen3_moe_tiny", "qwen3moe"},
+        {"mixtral_tiny", "llama"},
+        {"deepseek_v3_tiny/bf16", "deepseek2"},
+        {"minimax_m2_tiny/bf16", "minimax-m2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[512], path[400];
+        fixture_path(dir, sizeof dir, cases[i][0]);
+        snprintf(path, sizeof path, "%s/model-%zu.gguf", tmp_root, i);
+        fixture_to_gguf(cases[i][0], cases[i][1], path);
+        kt_model *st = open_ok(dir);
+        kt_model *gg = open_ok(path);
+        assert_int_equal(kt_model_format(gg), KT_FORMAT_GGUF);
+        kt_arch_info x = arch_of(st), y = arch_of(gg);
+        assert_int_equal(y.quant_method, KT_QUANT_GGUF);
+        if (!strcmp(cases[i][1], "llama")) {
+            /* llama.cpp permutes q/k of llama-arch models for interleaved RoPE */
+            assert_int_equal(y.rope_interleave, 1);
+            y.rope_interleave = x.rope_interleave;
+        }
+        y.quant_method = x.quant_method;
+#define CMP(f)                                                                                 \
+    if ((double)x.f != (double)y.f)                                                            \
+        fail_msg("%s: field %s: safetensors %g, gguf %g", cases[i][0], #f, (double)x.f,        \
+                 (double)y.f);
+        ARCH_FIELDS(CMP)
+#undef CMP
+        for (uint32_t l = 0; l < x.n_layers; l++)
+            assert_int_equal(kt_model_layer_is_moe(st, l), kt_model_layer_is_moe(gg, l));
+        /* every weight: same logical shape and the same bytes */
+        assert_int_equal(kt_model_n_tensors(st), kt_model_n_tensors(gg));
+        for (size_t t = 0; t < kt_model_n_tensors(st); t++) {
+            kt_tensor_view a, b;
+            a.struct_size = b.struct_size = sizeof a;
+            assert_int_equal(kt_model_tensor_at(st, t, &a), KT_OK);
+            b = view_of(gg, a.layer == UINT32_MAX ? 0 : a.layer, (kt_role)a.role,
+                        a.expert == UINT32_MAX ? 0 : a.expert);
+            if (a.rows != b.rows || a.cols != b.cols || a.nbytes != b.nbytes ||
+                a.n_dims != b.n_dims || memcmp(a.shape, b.shape, sizeof a.shape) ||
+                memcmp(a.data, b.data, (size_t)a.nbytes))
+                fail_msg("%s: %s differs from %s", cases[i][0], a.name, b.name);
+            assert_int_equal(b.storage, KT_STORAGE_PLAIN);
+            assert_int_equal(b.type, a.type);
+            if (kt__role_is_expert((kt_role)a.role))
+                assert_true(b.flags & KT_TENSOR_F_STACKED);
+        }
+        kt_model_free(gg);
+        kt_model_free(st);
+    }
+
+    /* an unsupported architecture and a missing tensor: clean errors naming them */
+    kt_gguf_writer *w = NULL;
+    char path[400];
+    snprintf(path, sizeof path, "%s/bad.gguf", tmp_root);
+    assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+    kt__gguf_writer_add_str(w, "general.architecture", "mamba");
+    assert_int_equal(kt__gguf_writer_write_file(w, path), KT_OK);
+    kt__gguf_writer_free(w);
+    kt_model *m = NULL;
+    assert_int_equal(kt_model_open(&m, NULL, path, NULL), KT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kt_last_error(), "mamba"));
+
+    assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+    kt__gguf_writer_add_str(w, "general.architecture", "qwen3moe");
+    kt__gguf_writer_add_u32(w, "qwen3moe.block_count", 1);
+    kt__gguf_writer_add_u32(w, "qwen3moe.embedding_length", 64);
+    kt__gguf_writer_add_u32(w, "qwen3moe.attention.head_count", 4);
+    kt__gguf_writer_add_u32(w, "qwen3moe.expert_count", 8);
+    kt__gguf_writer_add_u32(w, "qwen3moe.expert_used_count", 2);
+    kt__gguf_writer_add_u32(w, "qwen3moe.expert_feed_forward_length", 32);
+    kt__gguf_writer_add_u32(w, "qwen3moe.feed_forward_length", 32);
+    static uint16_t embd[64 * 16];
+    uint64_t ne[2] = {64, 16};
+    kt__gguf_writer_add_tensor(w, "token_embd.weight", 30, 2, ne, embd);
+    assert_int_equal(kt__gguf_writer_write_file(w, path), KT_OK);
+    kt__gguf_writer_free(w);
+    assert_int_equal(kt_model_open(&m, NULL, path, NULL), KT_ERR_FORMAT);
+    if (!strstr(kt_last_error(), "blk.0.attn_norm.weight"))
+        fail_msg("message: %s", kt_last_error());
+    assert_null(m);
+}
+
 static int cancel_at_tensors(uint64_t done, uint64_t total, const char *what, void *ud)
 {
     (void)done;
@@ -1263,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_bad_models),
         cmocka_unit_test(test_open_options),
+        cmocka_unit_test(test_gguf_models),
     };
     return cmocka_run_group_tests(tests, make_tmp_root, remove_tmp_root);
 }
