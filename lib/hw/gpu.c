@@ -21,10 +21,22 @@ static void detect_gpus(void)
     if (kt__cuda_device_count(&n, gpu_note, sizeof gpu_note) != 0 || n < 0)
         n = 0;
     gpu_count = n;
-    if (n > 0)
+    if (n > 0) {
         gpu_note[0] = '\0';
-    else if (!gpu_note[0])
+    } else if (!gpu_note[0]) {
         snprintf(gpu_note, sizeof gpu_note, "no CUDA device");
+    } else if (kt__cuda_built() && cuda_driver == 0) {
+        /* The runtime reports a missing driver as "driver version insufficient". */
+        char cause[sizeof gpu_note];
+        memcpy(cause, gpu_note, sizeof cause);
+        /* Keep "cudaGetDeviceCount: cudaErrorX", drop the misleading description. */
+        size_t len = strcspn(cause, "(");
+        while (len > 0 && cause[len - 1] == ' ')
+            len--;
+        cause[len] = '\0';
+        snprintf(gpu_note, sizeof gpu_note, "no NVIDIA driver (%.*s)",
+                 (int)(sizeof gpu_note - 24), cause);
+    }
 }
 
 int32_t kt__hw_gpu_count(const char **note)
