@@ -282,8 +282,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
     const float *sc = W->scale;
     int cols = W->cols, cb = (cols + 127) / 128;
     if (M < 4) {
-        for (int n = n0; n < n1; n += 4) {
-            int nr = imin(4, n1 - n);
+        for (int n = n0, nr; n < n1; n += nr) {
+            nr = imin(imin(4, n1 - n), 128 - n % 128); /* one scale row per tile */
             const uint8_t *wr[4];
             for (int r = 0; r < 4; r++)
                 wr[r] = w + (size_t)(n + (r < nr ? r : nr - 1)) * cols;

@@ -12,6 +12,8 @@
 
 #include <cjson/cJSON.h>
 
+#define TST_UNUSED __attribute__((unused))
+
 typedef struct tst_file {
     uint8_t *buf;
     size_t size;
@@ -27,7 +29,7 @@ typedef struct tst_tensor {
     size_t nbytes;
 } tst_tensor;
 
-static tst_file *tst_open(const char *path)
+TST_UNUSED static tst_file *tst_open(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -52,7 +54,7 @@ static tst_file *tst_open(const char *path)
     return t;
 }
 
-static void tst_close(tst_file *t)
+TST_UNUSED static void tst_close(tst_file *t)
 {
     if (!t)
         return;
@@ -61,7 +63,7 @@ static void tst_close(tst_file *t)
     free(t);
 }
 
-static int tst_find(const tst_file *t, const char *name, tst_tensor *out)
+TST_UNUSED static int tst_find(const tst_file *t, const char *name, tst_tensor *out)
 {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(t->hdr, name);
     if (!e)
@@ -85,7 +87,7 @@ typedef struct tst_model {
     int n;
 } tst_model;
 
-static int tst_model_open(tst_model *m, const char *dir)
+TST_UNUSED static int tst_model_open(tst_model *m, const char *dir)
 {
     memset(m, 0, sizeof *m);
     for (int total = 1; total <= 4 && m->n == 0; total++) {
@@ -113,14 +115,14 @@ static int tst_model_open(tst_model *m, const char *dir)
     return m->n;
 }
 
-static void tst_model_close(tst_model *m)
+TST_UNUSED static void tst_model_close(tst_model *m)
 {
     for (int i = 0; i < m->n; i++)
         tst_close(m->shards[i]);
     m->n = 0;
 }
 
-static int tst_model_find(const tst_model *m, const char *name, tst_tensor *out)
+TST_UNUSED static int tst_model_find(const tst_model *m, const char *name, tst_tensor *out)
 {
     for (int i = 0; i < m->n; i++)
         if (tst_find(m->shards[i], name, out))
@@ -128,7 +130,7 @@ static int tst_model_find(const tst_model *m, const char *name, tst_tensor *out)
     return 0;
 }
 
-static float tst_bf16(uint16_t h)
+TST_UNUSED static float tst_bf16(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -136,14 +138,14 @@ static float tst_bf16(uint16_t h)
     return f;
 }
 
-static uint16_t tst_to_bf16(float f)
+TST_UNUSED static uint16_t tst_to_bf16(float f)
 {
     uint32_t x;
     memcpy(&x, &f, 4);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-static float tst_e4m3(uint8_t b)
+TST_UNUSED static float tst_e4m3(uint8_t b)
 {
     int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
     if (e == 15 && m == 7)
@@ -153,7 +155,7 @@ static float tst_e4m3(uint8_t b)
 }
 
 static uint64_t tst_rng = 88172645463325252ull;
-static uint32_t tst_rand(void)
+TST_UNUSED static uint32_t tst_rand(void)
 {
     tst_rng ^= tst_rng << 13;
     tst_rng ^= tst_rng >> 7;
@@ -161,7 +163,7 @@ static uint32_t tst_rand(void)
     return (uint32_t)(tst_rng >> 16);
 }
 /* uniform in [-1, 1) */
-static float tst_uniform(void)
+TST_UNUSED static float tst_uniform(void)
 {
     return (float)(tst_rand() & 0xffffff) / 8388608.0f - 1.0f;
 }
