@@ -15,12 +15,6 @@
 
 #include "opt.h"
 
-/* The backend may not be in this libkt yet: resolve it at run time. */
-#pragma weak kt_moe_backend_create
-#pragma weak kt_moe_backend_free
-#pragma weak kt_moe_forward
-#pragma weak kt_moe_backend_info
-
 /* ---- models ------------------------------------------------------------- */
 
 typedef struct model_shape {
@@ -764,11 +758,6 @@ int cmd_moe(int argc, char **argv)
             fprintf(stderr, "kt-bench moe: unknown option '%s' (try --help)\n", argv[i]);
             return 2;
         }
-    }
-    if (!kt_moe_backend_create || !kt_moe_forward || !kt_moe_backend_free) {
-        fprintf(stderr, "kt-bench moe: this libkt (%s) has no CPU MoE backend\n",
-                kt_version());
-        return 1;
     }
     if (c.onednn && !gemm_available()) {
         fprintf(stderr, "kt-bench moe: built without oneDNN; prefill ratios are skipped\n");
