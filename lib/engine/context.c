@@ -169,6 +169,8 @@ kt_status kt_context_eval(kt_context *ctx, const int32_t *tokens, size_t n_token
             lg = logits + done * (size_t)V;
         else if (logits && last)
             lg = logits;
+        ctx->capture_total = (int32_t)n_tokens;
+        ctx->capture_off = (int32_t)done;
         kt_status st = kt__forward(ctx, tokens + done, T, lg, all);
         if (st < 0) {
             ctx->n_past = start;

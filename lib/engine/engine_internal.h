@@ -175,7 +175,8 @@ struct kt_context {
 
     /* test hooks: when set, eval writes [n_layer+1][T][H] hidden states here */
     float *capture_hidden;
-    const int32_t *tokens_seen; /* unused for now */
+    int32_t capture_total;  /* tokens of the current eval (set by kt_context_eval) */
+    int32_t capture_off;    /* first token of the current chunk within it          */
 };
 
 /* experts.c: builds the MoE backend over the model's expert views in place. */

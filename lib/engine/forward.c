@@ -561,8 +561,9 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
     rope_tables(&f);
     for (int32_t t = 0; t < T; t++)
         embed_row(&ctx->w.tok_embd, tokens[t], f.x + (size_t)t * H);
-    float *cap = ctx->capture_hidden;
-    size_t cap_stride = (size_t)T * H;
+    /* test hook: [n_layer + 1][capture_total][H], this chunk at capture_off */
+    float *cap = ctx->capture_hidden ? ctx->capture_hidden + (size_t)ctx->capture_off * H : NULL;
+    size_t cap_stride = (size_t)ctx->capture_total * H;
     if (cap)
         memcpy(cap, f.x, sizeof(float) * T * H);
 

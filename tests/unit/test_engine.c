@@ -109,6 +109,7 @@ static float margin(const float *x, int32_t n)
 }
 
 static uint32_t g_ctx_flags; /* extra kt_context_options flags for the next open_ctx */
+static int32_t g_n_batch;    /* prefill chunk for the next open_ctx (0: default)      */
 
 static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model)
 {
@@ -122,6 +123,7 @@ static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model
     co.precision = prec;
     co.n_threads = 1;
     co.flags = g_ctx_flags;
+    co.n_batch = g_n_batch;
     kt_context *ctx = NULL;
     if (kt_context_create(&ctx, NULL, *model, &co) < 0)
         fail_msg("kt_context_create(%s): %s", dir, kt_last_error());
@@ -253,6 +255,14 @@ static void check_kv_bf16(const char *name, const char *variant)
     g_ctx_flags = 0;
 }
 
+/* Prefill in chunks of 7 tokens: the same outputs as one pass. */
+static void check_chunked(const char *name, const char *variant)
+{
+    g_n_batch = 7;
+    check_prefill(name, variant, KT_PRECISION_F32);
+    g_n_batch = 0;
+}
+
 /* Fast mode with the engine's F32-activation experts instead of the backend. */
 static void check_engine_experts(const char *name, const char *variant)
 {
@@ -264,6 +274,7 @@ static void check_engine_experts(const char *name, const char *variant)
 #define FIXTURE_TESTS(fn, name, variant)                                                   \
     static void fn##_kv_bf16(void **s) { (void)s; check_kv_bf16(name, variant); }        \
     static void fn##_own_experts(void **s) { (void)s; check_engine_experts(name, variant); } \
+    static void fn##_chunked(void **s) { (void)s; check_chunked(name, variant); }          \
     static void fn##_prefill_f32(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_F32); } \
     static void fn##_decode_f32(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_F32); }   \
     static void fn##_prefill_fast(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_FAST); } \
@@ -281,7 +292,8 @@ FIXTURE_TESTS(dsv3_int4, "deepseek_v3_tiny", "int4")
 #define ENTRIES(fn)                                                                     \
     cmocka_unit_test(fn##_prefill_f32), cmocka_unit_test(fn##_decode_f32),              \
         cmocka_unit_test(fn##_prefill_fast), cmocka_unit_test(fn##_decode_fast),           \
-        cmocka_unit_test(fn##_kv_bf16), cmocka_unit_test(fn##_own_experts)
+        cmocka_unit_test(fn##_kv_bf16), cmocka_unit_test(fn##_own_experts),                \
+        cmocka_unit_test(fn##_chunked)
 
 static void test_bad_input(void **state)
 {
