@@ -937,7 +937,7 @@ static bool b64_decode(const char *s, size_t n, kt_buf *out)
     return true;
 }
 
-static kt_status parse_tiktoken(loader *L, char *data, size_t size)
+static kt_status parse_tiktoken(loader *L, const char *data, size_t size)
 {
     kt_tokenizer *tok = L->tok;
     kt_buf bytes = KT_BUF_INIT;
@@ -953,14 +953,15 @@ static kt_status parse_tiktoken(loader *L, char *data, size_t size)
             end--;
         if (end > i) {
             const char *sp = memchr(data + i, ' ', end - i);
-            char *num_end = NULL;
             long long rank = -1;
-            if (sp) {
-                errno = 0;
-                rank = strtoll(sp + 1, &num_end, 10);
+            if (sp && sp + 1 < data + end) { /* decimal digits up to the line end */
+                rank = 0;
+                for (const char *q = sp + 1; q < data + end && rank >= 0; q++)
+                    rank = *q >= '0' && *q <= '9' && rank < INT32_MAX ? rank * 10 + (*q - '0')
+                                                                      : -1;
             }
             bytes.size = 0;
-            if (!sp || num_end != data + end || errno || rank < 0 || rank >= INT32_MAX ||
+            if (!sp || rank < 0 || rank >= INT32_MAX ||
                 !b64_decode(data + i, (size_t)(sp - (data + i)), &bytes) || bytes.size == 0) {
                 st = kt__error(KT_ERR_FORMAT, "%s: line %zu is not \"<base64 token> <rank>\"",
                                L->file, line_no);
@@ -1144,12 +1145,22 @@ static kt_status load_json_file(const char *path, cJSON **out)
     return st;
 }
 
+static kt_status parse_tokenizer_json(loader *L, const char *path, cJSON *root);
+
 static kt_status load_tokenizer_json(loader *L, const char *path)
 {
     cJSON *root = NULL;
     kt_status st = load_json_file(path, &root);
     if (st < 0)
         return st;
+    st = parse_tokenizer_json(L, path, root);
+    cJSON_Delete(root);
+    return st;
+}
+
+static kt_status parse_tokenizer_json(loader *L, const char *path, cJSON *root)
+{
+    kt_status st = KT_OK;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const char *type = jstr(model, "type");
     if (!cJSON_IsObject(root) || !cJSON_IsObject(model)) {
@@ -1172,7 +1183,6 @@ static kt_status load_tokenizer_json(loader *L, const char *path)
         st = parse_decoder(L, cJSON_GetObjectItemCaseSensitive(root, "decoder"), 0);
     if (st == KT_OK)
         st = parse_post(L, cJSON_GetObjectItemCaseSensitive(root, "post_processor"), 0);
-    cJSON_Delete(root);
     if (st == KT_ERR_NOMEM)
         return kt__error(KT_ERR_NOMEM, "%s: out of memory", path);
     return st;
@@ -1379,6 +1389,40 @@ kt_status kt_tokenizer_open(kt_tokenizer **out, const char *path,
     tok->unk_id = -1;
     kt_clear_error();
     st = open_impl(tok, path);
+    if (st < 0) {
+        kt_tokenizer_free(tok);
+        return st;
+    }
+    *out = tok;
+    return KT_OK;
+}
+
+kt_status kt__tokenizer_parse(kt_tokenizer **out, const char *data, size_t size, bool tiktoken,
+                              const char *name)
+{
+    *out = NULL;
+    kt_tokenizer *tok = kt__calloc(1, sizeof *tok);
+    if (!tok)
+        return KT_ERR_NOMEM;
+    tok->unk_id = -1;
+    kt__tok_bytelevel_init(tok);
+    loader L = {tok, name, -1};
+    kt_status st;
+    if (tiktoken) {
+        st = parse_tiktoken(&L, data, size);
+        cJSON *cfg = st == KT_OK ? cJSON_CreateObject() : NULL;
+        if (st == KT_OK)
+            st = cfg ? parse_config(&L, cfg, true) : KT_ERR_NOMEM;
+        cJSON_Delete(cfg);
+    } else {
+        cJSON *root = NULL;
+        st = parse_json(name, data, size, &root);
+        if (st == KT_OK)
+            st = parse_tokenizer_json(&L, name, root);
+        cJSON_Delete(root);
+    }
+    if (st == KT_OK)
+        st = finish(&L);
     if (st < 0) {
         kt_tokenizer_free(tok);
         return st;

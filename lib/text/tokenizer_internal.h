@@ -238,6 +238,12 @@ typedef struct kt__piece {
     bool first;       /* starts at offset 0 of the original text (Metaspace "first") */
 } kt__piece;
 
+/* tokenizer.c: a tokenizer from a tokenizer.json (or tiktoken.model) held in
+ * memory, without tokenizer_config.json (for the fuzzer); `name` is used in
+ * messages. */
+kt_status kt__tokenizer_parse(kt_tokenizer **out, const char *data, size_t size, bool tiktoken,
+                              const char *name);
+
 /* tokenizer_encode.c */
 kt_status kt__tok_encode(const kt_tokenizer *tok, const char *text, size_t len, uint32_t flags,
                          int32_t **ids, size_t *n, size_t *cap);
