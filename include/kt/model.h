@@ -139,7 +139,8 @@ typedef struct kt_model_open_options {
 /* Fills *opts with defaults; struct_size is the caller's sizeof(*opts). Since 0.1. */
 KT_API kt_status kt_model_open_options_init(kt_model_open_options *opts, size_t struct_size);
 
-/* Opens a model directory (config.json + safetensors) or a .gguf file.
+/* Opens a model directory (config.json + safetensors), a .gguf file, or a bare
+ * config .json file (description only, as with KT_MODEL_OPEN_F_CONFIG_ONLY).
  * rt may be NULL (warnings go to stderr); if given it must outlive the model.
  * opts may be NULL (defaults). Validates the config (consistency of every
  * field above) and the tensor index (every tensor the architecture needs is
@@ -177,7 +178,8 @@ typedef struct kt_arch_info {
     /* sizes */
     uint32_t vocab_size;
     uint32_t hidden_size;
-    uint32_t intermediate_size;      /* dense MLP (DeepSeek's first layers); 0 if none  */
+    uint32_t intermediate_size;      /* config's intermediate_size: the dense MLP width
+                                        (Mixtral-style configs: also the expert width)  */
     uint32_t moe_intermediate_size;  /* one routed expert                               */
     uint32_t n_layers;               /* num_hidden_layers (MTP layers excluded)         */
     uint32_t max_position_embeddings;
@@ -403,10 +405,13 @@ KT_API int32_t kt_model_has_tensor(const kt_model *model, uint32_t layer, kt_rol
                                    uint32_t expert);
 
 /* Number of indexed weights (one per (layer, role, expert); a stacked tensor
- * counts once per expert). Scale companions are not counted separately. Since 0.1. */
+ * counts once per expert; a tied LM_HEAD is an entry that views the embedding).
+ * Scale companions are not counted separately. Since 0.1. */
 KT_API size_t kt_model_n_tensors(const kt_model *model);
-/* Fills *out with indexed weight i (0 <= i < kt_model_n_tensors()), ordered by
- * layer, then role, then expert. KT_ERR_INVALID_ARG if out of range. Since 0.1. */
+/* Fills *out with indexed weight i (0 <= i < kt_model_n_tensors()): the
+ * embedding first, then layer by layer (roles in the order the forward pass
+ * uses them, experts ascending), then the final norm and the LM head.
+ * KT_ERR_INVALID_ARG if out of range. Thread-safe. Since 0.1. */
 KT_API kt_status kt_model_tensor_at(const kt_model *model, size_t i, kt_tensor_view *out);
 /* File tensors not mapped to any role (MTP layers, unknown extras); they are
  * ignored. Since 0.1. */

@@ -1501,6 +1501,40 @@ static void test_open_options(void **state)
     kt_model_free(m);
 }
 
+static void collect_log(kt_log_level level, const char *message, void *ud)
+{
+    char *buf = ud;
+    if (level == KT_LOG_WARN && strlen(buf) + strlen(message) + 2 < 4096) {
+        strcat(buf, message);
+        strcat(buf, "\n");
+    }
+}
+
+/* MiniMax's config names bos/eos ids past the fixture's vocabulary: a warning
+ * through the runtime's logger, not a failure. */
+static void test_out_of_vocab_ids_warn(void **state)
+{
+    (void)state;
+    static char log[4096];
+    log[0] = 0;
+    kt_runtime_options ro = KT_RUNTIME_OPTIONS_INIT;
+    ro.log_fn = collect_log;
+    ro.log_user_data = log;
+    kt_runtime *rt = NULL;
+    assert_int_equal(kt_runtime_create(&rt, &ro), KT_OK);
+    char dir[512];
+    fixture_path(dir, sizeof dir, "minimax_m2_tiny/bf16");
+    kt_model *m = NULL;
+    assert_int_equal(kt_model_open(&m, rt, dir, NULL), KT_OK);
+    assert_non_null(strstr(log, "bos_token_id 200034 is outside the vocabulary (512)"));
+    assert_non_null(strstr(log, "eos_token_id 200020 is outside the vocabulary (512)"));
+    kt_arch_info a = arch_of(m);
+    assert_int_equal(a.bos_token_id, 200034);
+    assert_int_equal(a.eos_token_ids[0], 200020);
+    kt_model_free(m);
+    kt_runtime_free(rt);
+}
+
 static void test_names(void **state)
 {
     (void)state;
@@ -1566,6 +1600,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bad_models),
         cmocka_unit_test(test_open_options),
         cmocka_unit_test(test_gguf_models),
+        cmocka_unit_test(test_out_of_vocab_ids_warn),
     };
     return cmocka_run_group_tests(tests, make_tmp_root, remove_tmp_root);
 }
