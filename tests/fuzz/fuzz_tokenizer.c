@@ -6,9 +6,9 @@
  *   128-223 a tokenizer.json parsed from memory, then a fixed text encoded
  *           and decoded with it;
  *   224-255 a tiktoken.model parsed from memory, the same.
- * The fixture tokenizers are opened from KT_FUZZ_TOKENIZERS (a directory
- * holding tokenizer.json files under its subdirectories; default
- * tests/data/tokenizer_synth plus tests/data/fixtures/deepseek_v3_tiny).
+ * The fixture tokenizers are opened from $KT_FUZZ_TOKENIZERS (default: the
+ * source tree's tests/data): two fixtures, the synthetic pipelines of
+ * tokenizer_synth/ and the Kimi tiktoken one.
  * Build: clang -fsanitize=fuzzer,address,undefined (meson -Dfuzz=enabled).
  * Seeds: tests/fuzz/corpus/tokenizer/. */
 #include <stddef.h>
@@ -30,6 +30,8 @@ static void open_fixtures(void)
         return;
     done = 1;
     const char *root = getenv("KT_FUZZ_TOKENIZERS");
+    if (!root)
+        root = KT_SOURCE_ROOT "/tests/data";
     static const char *const defaults[] = {
         "tests/data/fixtures/deepseek_v3_tiny",
         "tests/data/fixtures/qwen3_moe_tiny",
@@ -42,10 +44,7 @@ static void open_fixtures(void)
     };
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
         char path[1024];
-        if (root)
-            snprintf(path, sizeof path, "%s/%s", root, defaults[i] + strlen("tests/data/"));
-        else
-            snprintf(path, sizeof path, "%s", defaults[i]);
+        snprintf(path, sizeof path, "%s/%s", root, defaults[i] + strlen("tests/data/"));
         kt_tokenizer *t = NULL;
         if (kt_tokenizer_open(&t, path, NULL) == KT_OK)
             fixtures[n_fixtures++] = t;
