@@ -532,11 +532,26 @@ typedef struct shard_ref {
     uint32_t file;     /* index into set->files */
 } shard_ref;
 
+/* File of a shard name from the index, UINT32_MAX if not seen yet. Entries of one
+ * shard usually come together, so the last hit is tried first. */
+static uint32_t ref_of(const shard_ref *refs, size_t n_refs, const char *name, size_t *last)
+{
+    if (*last < n_refs && strcmp(refs[*last].name, name) == 0)
+        return refs[*last].file;
+    for (size_t r = 0; r < n_refs; r++) {
+        if (strcmp(refs[r].name, name) == 0) {
+            *last = r;
+            return refs[r].file;
+        }
+    }
+    return UINT32_MAX;
+}
+
 static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index_path)
 {
     cJSON *root = NULL;
     shard_ref *refs = NULL;
-    size_t n_refs = 0;
+    size_t n_refs = 0, last_ref = 0;
     kt_status s = kt__json_parse_file(&root, index_path);
     if (s)
         return s;
@@ -567,10 +582,7 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
                           index_path, e->string);
             break;
         }
-        bool known = false;
-        for (size_t r = 0; r < n_refs && !known; r++)
-            known = strcmp(refs[r].name, e->valuestring) == 0;
-        if (known)
+        if (ref_of(refs, n_refs, e->valuestring, &last_ref) != UINT32_MAX)
             continue;
         s = check_shard_name(index_path, e->valuestring);
         if (s)
@@ -611,10 +623,7 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
     /* Every indexed tensor must be in the shard the index names. A tensor listed twice
      * (duplicate JSON keys) naming two files fails here too: it lives in only one. */
     for (const cJSON *e = map->child; e && !s; e = e->next) {
-        uint32_t fi = UINT32_MAX;
-        for (size_t r = 0; r < n_refs && fi == UINT32_MAX; r++)
-            if (strcmp(refs[r].name, e->valuestring) == 0)
-                fi = refs[r].file;
+        uint32_t fi = ref_of(refs, n_refs, e->valuestring, &last_ref);
         const kt_st_tensor *t = kt__st_find(set, e->string);
         if (!t)
             s = kt__error(KT_ERR_FORMAT, "%s: tensor '%s' is missing from shard %s", index_path,
