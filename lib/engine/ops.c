@@ -3,7 +3,32 @@
 #include <math.h>
 #include <string.h>
 
+#include "../../cpu/engine_kernels.h"
 #include "engine_internal.h"
+#include "kt/hw.h"
+
+/* Kernel choice, made once: AVX-512 when the CPU and OS have it. */
+typedef void (*linear_bf16_fn)(const float *, int32_t, int32_t, int32_t, const uint16_t *,
+                               const float *, float *, int32_t, int32_t);
+typedef void (*linear_f32_fn)(const float *, int32_t, int32_t, int32_t, const float *,
+                              const float *, float *, int32_t, int32_t);
+static linear_bf16_fn g_linear_bf16;
+static linear_f32_fn g_linear_f32;
+static int g_kernels_picked;
+
+static void pick_kernels(void)
+{
+    if (g_kernels_picked)
+        return;
+#if KT_HAVE_ISA_AVX512
+    uint64_t need = KT_ISA_AVX512F | KT_ISA_AVX512BW;
+    if ((kt_hw_isa() & need) == need) {
+        g_linear_bf16 = kt__engine_linear_bf16_avx512;
+        g_linear_f32 = kt__engine_linear_f32_avx512;
+    }
+#endif
+    g_kernels_picked = 1;
+}
 
 float kt__silu(float x)
 {
@@ -160,7 +185,12 @@ static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float 
 
 void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
 {
-    if (W->type == KT_TYPE_BF16)
+    pick_kernels();
+    if (W->type == KT_TYPE_BF16 && g_linear_bf16)
+        g_linear_bf16(x, T, W->rows, W->cols, W->data, bias, y, 0, W->rows);
+    else if (W->type == KT_TYPE_F32 && g_linear_f32)
+        g_linear_f32(x, T, W->rows, W->cols, W->data, bias, y, 0, W->rows);
+    else if (W->type == KT_TYPE_BF16)
         linear_bf16(x, T, W->rows, W->cols, W->data, bias, y);
     else if (W->type == KT_TYPE_F8_E4M3)
         linear_fp8(x, T, W, bias, y);

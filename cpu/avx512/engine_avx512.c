@@ -1,0 +1,80 @@
+/* AVX-512 dense kernels of the engine: F32 activations times BF16 or F32
+ * weights, F32 accumulation (exact widening of BF16, so results match the
+ * scalar path up to summation order). */
+#include <immintrin.h>
+#include <stddef.h>
+
+#include "engine_kernels.h"
+
+/* 16 weights at w[c..c+16) (masked tail) widened to F32 */
+static inline __m512 load_w_bf16(const uint16_t *w, __mmask16 m)
+{
+    __m256i h = _mm256_maskz_loadu_epi16(m, w);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __m512 load_w_f32(const float *w, __mmask16 m)
+{
+    return _mm512_maskz_loadu_ps(m, w);
+}
+
+/* One block of R weight rows x TB tokens: R*TB accumulators over all columns.
+ * The hot loop: per 16 columns, R weight loads, TB activation loads, R*TB FMAs. */
+#define DEFINE_BLOCK(NAME, WT, LOAD)                                                       \
+    static inline __attribute__((always_inline)) void NAME(                                \
+        const float *x, int32_t cols, const WT *W, const float *bias, float *y,           \
+        int32_t rows, int32_t r, int32_t t, const int R, const int TB)                     \
+    {                                                                                      \
+        __m512 acc[4][4];                                                                  \
+        for (int i = 0; i < R; i++)                                                        \
+            for (int j = 0; j < TB; j++)                                                   \
+                acc[i][j] = _mm512_setzero_ps();                                           \
+        for (int32_t c = 0; c < cols; c += 16) {                                           \
+            __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff                               \
+                                         : (__mmask16)((1u << (cols - c)) - 1u);           \
+            __m512 xv[4], wv[4];                                                           \
+            for (int j = 0; j < TB; j++)                                                   \
+                xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)(t + j) * cols + c);          \
+            for (int i = 0; i < R; i++)                                                    \
+                wv[i] = LOAD(W + (size_t)(r + i) * cols + c, m);                           \
+            for (int i = 0; i < R; i++)                                                    \
+                for (int j = 0; j < TB; j++)                                               \
+                    acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);                  \
+        }                                                                                  \
+        for (int i = 0; i < R; i++)                                                        \
+            for (int j = 0; j < TB; j++)                                                   \
+                y[(size_t)(t + j) * rows + r + i] =                                        \
+                    _mm512_reduce_add_ps(acc[i][j]) + (bias ? bias[r + i] : 0.0f);         \
+    }
+
+DEFINE_BLOCK(block_bf16, uint16_t, load_w_bf16)
+DEFINE_BLOCK(block_f32, float, load_w_f32)
+
+/* Tiles of 32 tokens keep their activations in L2 while every row block of
+ * W streams past them once per tile. */
+#define DEFINE_LINEAR(NAME, BLOCK, WT)                                                     \
+    void NAME(const float *x, int32_t T, int32_t rows, int32_t cols, const WT *W,          \
+              const float *bias, float *y, int32_t r0, int32_t r1)                         \
+    {                                                                                      \
+        for (int32_t t0 = 0; t0 < T; t0 += 32) {                                           \
+            int32_t t1 = T - t0 < 32 ? T : t0 + 32;                                        \
+            int32_t r = r0;                                                                \
+            for (; r + 4 <= r1; r += 4) {                                                  \
+                int32_t t = t0;                                                            \
+                for (; t + 4 <= t1; t += 4)                                                \
+                    BLOCK(x, cols, W, bias, y, rows, r, t, 4, 4);                          \
+                for (; t < t1; t++)                                                        \
+                    BLOCK(x, cols, W, bias, y, rows, r, t, 4, 1);                          \
+            }                                                                              \
+            for (; r < r1; r++) {                                                          \
+                int32_t t = t0;                                                            \
+                for (; t + 4 <= t1; t += 4)                                                \
+                    BLOCK(x, cols, W, bias, y, rows, r, t, 1, 4);                          \
+                for (; t < t1; t++)                                                        \
+                    BLOCK(x, cols, W, bias, y, rows, r, t, 1, 1);                          \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+DEFINE_LINEAR(kt__engine_linear_bf16_avx512, block_bf16, uint16_t)
+DEFINE_LINEAR(kt__engine_linear_f32_avx512, block_f32, float)

@@ -1,0 +1,19 @@
+/* Dense kernels of the inference engine (lib/engine), one set per ISA.
+ * Internal; not installed. Call an ISA variant only after kt_hw_isa() says
+ * the CPU and OS support it. */
+#ifndef KT_CPU_ENGINE_KERNELS_H
+#define KT_CPU_ENGINE_KERNELS_H
+
+#include <stdint.h>
+
+/* y[t][r] = Σ_c x[t][c] · W[r][c] + bias[r] (bias may be NULL), for rows
+ * r0 <= r < r1 of W [rows][cols]; y has row stride `rows`. W is BF16 or F32.
+ * AVX-512F + AVX-512BW. */
+void kt__engine_linear_bf16_avx512(const float *x, int32_t T, int32_t rows, int32_t cols,
+                                   const uint16_t *W, const float *bias, float *y, int32_t r0,
+                                   int32_t r1);
+void kt__engine_linear_f32_avx512(const float *x, int32_t T, int32_t rows, int32_t cols,
+                                  const float *W, const float *bias, float *y, int32_t r0,
+                                  int32_t r1);
+
+#endif /* KT_CPU_ENGINE_KERNELS_H */
