@@ -5,6 +5,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "kt/hw.h"
+#include "kt_config.h"
+
 /* Levels of the non-linear 4-bit grid (IQ4_NL, IQ4_XS). */
 const int8_t kt__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                      1,    13,   25,  38,  53,  69,  89,  113};
@@ -1370,6 +1373,53 @@ const kt_ggml_traits *kt__ggml_traits(kt_type type)
         if (traits[i].type == type)
             return &traits[i];
     return NULL;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+kt_ggml_vec_dot_fn kt__ggml_vec_dot_for(kt_type type, kt_ggml_isa isa)
+{
+#if KT_HAVE_ISA_AVX512
+    if (isa >= KT_GGML_AVX512)
+        switch (type) {
+        case KT_TYPE_Q4_0: return kt__ggml_vec_dot_q4_0_avx512;
+        case KT_TYPE_Q8_0: return kt__ggml_vec_dot_q8_0_avx512;
+        case KT_TYPE_Q4_K: return kt__ggml_vec_dot_q4_K_avx512;
+        case KT_TYPE_Q6_K: return kt__ggml_vec_dot_q6_K_avx512;
+        default: break;
+        }
+#endif
+#if KT_HAVE_ISA_AVX2
+    if (isa >= KT_GGML_AVX2)
+        switch (type) {
+        case KT_TYPE_Q4_0: return kt__ggml_vec_dot_q4_0_avx2;
+        case KT_TYPE_Q8_0: return kt__ggml_vec_dot_q8_0_avx2;
+        case KT_TYPE_Q4_K: return kt__ggml_vec_dot_q4_K_avx2;
+        case KT_TYPE_Q6_K: return kt__ggml_vec_dot_q6_K_avx2;
+        default: break;
+        }
+#endif
+    (void)isa;
+    const kt_ggml_traits *t = kt__ggml_traits(type);
+    return t ? t->vec_dot : NULL;
+}
+
+kt_ggml_isa kt__ggml_isa_best(void)
+{
+    uint64_t isa = kt_hw_isa();
+    uint64_t avx512 = KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ |
+                      KT_ISA_AVX512VNNI;
+    uint64_t avx2 = KT_ISA_AVX2 | KT_ISA_FMA;
+    if ((isa & avx512) == avx512 && (isa & avx2) == avx2)
+        return KT_GGML_AVX512;
+    if ((isa & avx2) == avx2)
+        return KT_GGML_AVX2;
+    return KT_GGML_SCALAR;
+}
+
+kt_ggml_vec_dot_fn kt__ggml_vec_dot_best(kt_type type)
+{
+    return kt__ggml_vec_dot_for(type, kt__ggml_isa_best());
 }
 
 size_t kt__ggml_row_bytes(kt_type type, int64_t n)

@@ -101,4 +101,28 @@ const kt_ggml_traits *kt__ggml_traits(kt_type type);
 /* Bytes of one row of n elements (0 if n is not a multiple of the block size). */
 size_t kt__ggml_row_bytes(kt_type type, int64_t n);
 
+/* SIMD dot products (cpu/avx2, cpu/avx512), same contract as the traits'
+ * vec_dot. Call only after kt_hw_isa() reported AVX2 + FMA, respectively
+ * AVX512F/BW/VL/DQ + VNNI. */
+float kt__ggml_vec_dot_q4_0_avx2(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q8_0_avx2(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q4_K_avx2(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q6_K_avx2(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q4_0_avx512(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q8_0_avx512(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q4_K_avx512(int64_t n, const void *x, const void *y);
+float kt__ggml_vec_dot_q6_K_avx512(int64_t n, const void *x, const void *y);
+
+/* Where the SIMD variants come from. */
+typedef enum kt_ggml_isa { KT_GGML_SCALAR = 0, KT_GGML_AVX2 = 1, KT_GGML_AVX512 = 2 } kt_ggml_isa;
+
+/* The vec_dot of `type` for an ISA level: the best variant at or below `isa`
+ * that this build has (falling back to the scalar reference); NULL if the
+ * type has no vec_dot. kt__ggml_vec_dot_best() picks the level from
+ * kt_hw_isa() (so KT_ISA_MAX caps it). Thread-safe. */
+kt_ggml_vec_dot_fn kt__ggml_vec_dot_for(kt_type type, kt_ggml_isa isa);
+kt_ggml_vec_dot_fn kt__ggml_vec_dot_best(kt_type type);
+/* The level kt__ggml_vec_dot_best() uses on this CPU. */
+kt_ggml_isa kt__ggml_isa_best(void);
+
 #endif /* KT_CPU_REF_GGML_QUANTS_H */

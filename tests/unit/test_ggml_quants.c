@@ -247,6 +247,106 @@ static void test_degenerate_rows(void **state)
     }
 }
 
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+
+static uint32_t rng(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+
+/* Uniform in [-1, 1) with occasional outliers (x 8). */
+static float rng_float(void)
+{
+    float v = (float)(rng() % 2000001) / 1000000.0f - 1.0f;
+    return rng() % 97 == 0 ? v * 8.0f : v;
+}
+
+/* Random bytes for every field of n/bs blocks, then sane f16 scales: the
+ * kernels must agree on any codes, not only on those a quantizer writes. */
+static void random_blocks(kt_type type, uint8_t *buf, int64_t n)
+{
+    const kt_ggml_traits *t = kt__ggml_traits(type);
+    size_t bytes = kt__ggml_row_bytes(type, n);
+    for (size_t i = 0; i < bytes; i++)
+        buf[i] = (uint8_t)rng();
+    for (int64_t b = 0; b < n / t->block_size; b++) {
+        uint8_t *blk = buf + b * t->block_bytes;
+        uint16_t d = kt__ggml_f32_to_f16(0.001f + (float)(rng() % 1000) * 1e-5f);
+        uint16_t dmin = kt__ggml_f32_to_f16((float)(rng() % 1000) * 1e-5f);
+        switch (type) {
+        case KT_TYPE_Q4_0:
+        case KT_TYPE_Q8_0:
+            memcpy(blk, &d, 2);
+            break;
+        case KT_TYPE_Q4_K:
+            memcpy(blk, &d, 2);
+            memcpy(blk + 2, &dmin, 2);
+            break;
+        case KT_TYPE_Q6_K:
+            memcpy(blk + offsetof(kt_block_q6_K, d), &d, 2);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+/* Every SIMD vec_dot against the scalar reference: ggml's rows, random
+ * blocks (all code values, negative Q6_K scales, -128 weights in Q8_0), and
+ * 1, 3 (odd) and 32 blocks, at every ISA level this CPU runs. */
+static void test_simd_vs_scalar(void **state)
+{
+    (void)state;
+    static const kt_type simd_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
+    static float act[8 * COLS], w[8 * COLS], a[8 * COLS];
+    static uint8_t wq[8 * 4 * COLS], aq[8 * 4 * COLS];
+    kt_ggml_isa best = kt__ggml_isa_best();
+    int checked = 0;
+    for (size_t c = 0; c < sizeof simd_types / sizeof simd_types[0]; c++) {
+        kt_type type = simd_types[c];
+        const kt_ggml_traits *t = kt__ggml_traits(type);
+        const kt_ggml_traits *p = kt__ggml_traits(t->vec_dot_type);
+        for (int isa = KT_GGML_AVX2; isa <= (int)best; isa++) {
+            kt_ggml_vec_dot_fn fn = kt__ggml_vec_dot_for(type, (kt_ggml_isa)isa);
+            assert_non_null(fn);
+            if (fn == t->vec_dot)
+                continue;   /* no variant at this level in this build */
+            int64_t sizes[] = {t->block_size, 3 * (int64_t)t->block_size, COLS, 8 * COLS};
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+                for (int trial = 0; trial < 3; trial++) {
+                    int64_t n = sizes[si];
+                    if (trial == 0 && n == COLS) {
+                        /* ggml's own rows and activation */
+                        const kt_st_tensor *q = get(t->name, "q");
+                        memcpy(wq, q->data, kt__ggml_row_bytes(type, COLS));
+                        memcpy(aq, get(t->name, "act_q")->data, get(t->name, "act_q")->nbytes);
+                    } else {
+                        random_blocks(type, wq, n);
+                        for (int64_t j = 0; j < n; j++)
+                            act[j] = rng_float();
+                        p->from_float(act, aq, n);
+                    }
+                    t->to_float(wq, w, n);
+                    p->to_float(aq, a, n);
+                    double mag = 0;
+                    for (int64_t j = 0; j < n; j++)
+                        mag += fabs((double)w[j] * a[j]);
+                    float ref = t->vec_dot(n, wq, aq), got = fn(n, wq, aq);
+                    if (fabs((double)got - ref) > 1e-5 * mag + 1e-30)
+                        fail_msg("%s isa %d n %lld trial %d: simd %.9g, scalar %.9g (scale %.3g)",
+                                 t->name, isa, (long long)n, trial, got, ref, mag);
+                    checked++;
+                }
+        }
+    }
+    print_message("simd vs scalar: %d comparisons, best ISA level %d\n", checked, (int)best);
+    if (best >= KT_GGML_AVX2)
+        assert_true(checked > 0);
+    else
+        skip();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_vec_dot),
         cmocka_unit_test(test_quantize),
         cmocka_unit_test(test_degenerate_rows),
+        cmocka_unit_test(test_simd_vs_scalar),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,153 @@
+/* AVX2 dot products of ggml block types with their quantized activations
+ * (LLAMAFILE decode). Same maths as cpu/ref/ggml_quants.c; only the float
+ * summation order differs. Runs only after kt_hw_isa() reported AVX2 + FMA. */
+#include <immintrin.h>
+
+#include "ref/ggml_quants.h"
+
+/* Sum of the 8 floats of v. */
+static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 32 x (s8 * s8) summed into 8 int32 lanes: |x| * (y signed like x). */
+static inline __m256i dot_s8(__m256i x, __m256i y)
+{
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+/* The 32 4-bit codes of 16 bytes: low nibbles (elements 0..15), then high. */
+static inline __m256i unpack_nibbles32(const uint8_t *qs)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+/* sum_b d_x d_y sum_j (q_j - 8) y_j */
+float kt__ggml_vec_dot_q4_0_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q4_0 *x = vx;
+    const kt_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i q = _mm256_sub_epi8(unpack_nibbles32(x[i].qs), _mm256_set1_epi8(8));
+        __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, a)), _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}
+
+float kt__ggml_vec_dot_q8_0_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q8_0 *x = vx;
+    const kt_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, a)), _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}
+
+/* Q4_K scale/min pairs (6 bits each, packed in 12 bytes). */
+static inline void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* sum_b d_y (d_x sum_g sc_g sum q y - dmin_x sum_g m_g bsum_g), 8 groups of 32 */
+float kt__ggml_vec_dot_q4_K_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q4_K *x = vx;
+    const kt_block_q8_K *y = vy;
+    const __m256i low4 = _mm256_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / KT_QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int msum = 0;
+        for (int g = 0; g < 8; g++)
+            msum += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+        __m256i isum = _mm256_setzero_si256();
+        /* hot loop: 64 elements (two groups) per step */
+        for (int p = 0; p < 4; p++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * p));
+            __m256i lo = _mm256_and_si256(q, low4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * p));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * p + 32));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0),
+                                           _mm256_set1_epi16(sc[2 * p]));
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1),
+                                           _mm256_set1_epi16(sc[2 * p + 1]));
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+        }
+        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
+        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+    }
+    return hsum8(acc) - mins;
+}
+
+/* sum_b d_x d_y sum_g sc_g sum (q - 32) y, 16 groups of 16; the -32 comes
+ * from the activation's block sums: sum (q-32) y = sum q y - 32 bsum */
+float kt__ggml_vec_dot_q6_K_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q6_K *x = vx;
+    const kt_block_q8_K *y = vy;
+    const __m256i low4 = _mm256_set1_epi8(15), two = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / KT_QK_K; i++) {
+        const int8_t *sc = x[i].scales;
+        int offset = 0;
+        for (int g = 0; g < 16; g++)
+            offset += sc[g] * y[i].bsums[g];
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            /* the four 32-element slices of this half: 6-bit codes 0..63 */
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(hb, two), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                   _mm256_slli_epi16(
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), two), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                   _mm256_slli_epi16(
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 4), two), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                   _mm256_slli_epi16(
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 6), two), 4));
+            for (int s = 0; s < 4; s++) {
+                int g = 8 * h + 2 * s;   /* the slice spans groups g and g + 1 */
+                __m256i a = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * s));
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                isum = _mm256_add_epi32(isum,
+                                        _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], a), scv));
+            }
+        }
+        float d = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        __m256i corr = _mm256_setr_epi32(-32 * offset, 0, 0, 0, 0, 0, 0, 0);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, corr)),
+                              _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}
