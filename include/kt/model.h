@@ -261,9 +261,11 @@ typedef struct kt_arch_info {
     uint32_t n_quant_ignore;
 } kt_arch_info;
 
-/* Fills *out. Set out->struct_size = sizeof(*out) first: a caller built
- * against older headers (smaller struct) gets the prefix it knows. Returns KT_ERR_INVALID_ARG for NULL or a struct_size
- * below the first version. Thread-safe. Since 0.1. */
+/* Fills *out. Set out->struct_size = sizeof(*out) first (the same protocol for
+ * every caller-allocated output struct of this header: a larger struct from
+ * newer headers gets its unknown tail zeroed; later versions will fill the
+ * prefix an older caller knows). Returns KT_ERR_INVALID_ARG for NULL or a
+ * struct_size below the 0.1 size. Thread-safe. Since 0.1. */
 KT_API kt_status kt_model_arch(const kt_model *model, kt_arch_info *out);
 
 /* Per-layer facts. */

@@ -323,7 +323,8 @@ bool kt__config_quant_ignored(const kt__config *cfg, const char *name)
             pcre2_match_data_free(md);
             if (rc >= 0)
                 return true;
-        } else if (!strcmp(cfg->quant_ignore[i], name)) {
+        } else if (cfg->ignore_substring ? strstr(name, cfg->quant_ignore[i]) != NULL
+                                         : !strcmp(cfg->quant_ignore[i], name)) {
             return true;
         }
     }
@@ -361,6 +362,7 @@ static kt_status parse_fp8(const parser *p, kt__config *cfg, const cJSON *q)
     a->quant_bits = 8;
     a->quant_block_rows = (uint32_t)bh;
     a->quant_block_cols = (uint32_t)bw;
+    cfg->ignore_substring = true;
     if ((st = add_ignore_list(p, cfg, field(q, "modules_to_not_convert"),
                               "modules_to_not_convert")) < 0)
         return st;

@@ -34,6 +34,7 @@ typedef struct kt__config {
     void **ignore_re;           /* [n_quant_ignore] pcre2_code* (NULL: exact name) */
     uint8_t *layer_moe;         /* [n_layers]                                     */
     uint32_t *layer_window;     /* [n_layers] sliding window, 0: full             */
+    bool ignore_substring;      /* fp8 modules_to_not_convert match as substrings */
 } kt__config;
 
 /* Parses a config from JSON text. `file` names it in messages ("path/config.json").
@@ -54,8 +55,9 @@ kt_status kt__config_alloc_layers(kt__config *cfg);
 kt_status kt__config_finish(kt__config *cfg, const char *file, const kt_runtime *rt);
 
 /* True when module `name` (e.g. "model.layers.3.mlp.experts.0.up_proj") is in
- * the quantization ignore list (`re:` patterns anchored at the start, others
- * exact). */
+ * the quantization ignore list: compressed-tensors `re:` patterns match from the
+ * start and other entries exactly; fp8 `modules_to_not_convert` entries match as
+ * substrings (as transformers applies them). */
 bool kt__config_quant_ignored(const kt__config *cfg, const char *name);
 
 /* One indexed weight. */

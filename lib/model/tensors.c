@@ -193,7 +193,11 @@ static void describe(const indexer *ix, uint32_t layer, kt_role role, uint32_t e
 #define NAME(...) snprintf(s->module, sizeof s->module, __VA_ARGS__)
 #define LIN(r, c) (s->linear = true, s->rows = (r), s->cols = (c))
     switch (role) {
-    case KT_ROLE_EMBED: NAME("%sembed_tokens", ix->body); s->rows = a->vocab_size; s->cols = H; break;
+    case KT_ROLE_EMBED:
+        NAME("%sembed_tokens", ix->body);
+        s->rows = a->vocab_size;
+        s->cols = H;
+        break;
     case KT_ROLE_FINAL_NORM: NAME("%snorm", ix->body); s->rows = H; break;
     case KT_ROLE_LM_HEAD:
         snprintf(s->module, sizeof s->module, "%.*s", (int)(strlen(ix->lm_head_name) - 7),
@@ -209,9 +213,17 @@ static void describe(const indexer *ix, uint32_t layer, kt_role role, uint32_t e
     case KT_ROLE_K_PROJ: NAME("%s.self_attn.k_proj", L); LIN(nkv * hd, H); break;
     case KT_ROLE_V_PROJ: NAME("%s.self_attn.v_proj", L); LIN(nkv * a->v_head_dim, H); break;
     case KT_ROLE_O_PROJ: NAME("%s.self_attn.o_proj", L); LIN(H, nh * a->v_head_dim); break;
-    case KT_ROLE_Q_BIAS: NAME("%s.self_attn.q_proj", L); s->param = "bias"; s->rows = nh * hd; break;
-    case KT_ROLE_K_BIAS: NAME("%s.self_attn.k_proj", L); s->param = "bias"; s->rows = nkv * hd; break;
-    case KT_ROLE_V_BIAS: NAME("%s.self_attn.v_proj", L); s->param = "bias"; s->rows = nkv * hd; break;
+    case KT_ROLE_Q_BIAS:
+        NAME("%s.self_attn.q_proj", L);
+        s->param = "bias";
+        s->rows = nh * hd;
+        break;
+    case KT_ROLE_K_BIAS:
+    case KT_ROLE_V_BIAS:
+        NAME("%s.self_attn.%s", L, role == KT_ROLE_K_BIAS ? "k_proj" : "v_proj");
+        s->param = "bias";
+        s->rows = nkv * hd;
+        break;
     case KT_ROLE_O_BIAS: NAME("%s.self_attn.o_proj", L); s->param = "bias"; s->rows = H; break;
     case KT_ROLE_Q_NORM:
         NAME("%s.self_attn.q_norm", L);
@@ -232,7 +244,10 @@ static void describe(const indexer *ix, uint32_t layer, kt_role role, uint32_t e
         NAME("%s.self_attn.kv_a_proj_with_mqa", L);
         LIN((uint64_t)a->kv_lora_rank + a->qk_rope_head_dim, H);
         break;
-    case KT_ROLE_KV_A_NORM: NAME("%s.self_attn.kv_a_layernorm", L); s->rows = a->kv_lora_rank; break;
+    case KT_ROLE_KV_A_NORM:
+        NAME("%s.self_attn.kv_a_layernorm", L);
+        s->rows = a->kv_lora_rank;
+        break;
     case KT_ROLE_KV_B_PROJ:
         NAME("%s.self_attn.kv_b_proj", L);
         LIN(nh * ((uint64_t)a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank);

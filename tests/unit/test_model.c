@@ -597,7 +597,8 @@ static const char hub_int4_quant[] =
     "\"block_structure\":null,\"dynamic\":false,\"group_size\":32,\"num_bits\":4,"
     "\"observer\":\"minmax\",\"observer_kwargs\":{},\"strategy\":\"group\",\"symmetric\":true,"
     "\"type\":\"int\"}}},\"format\":\"pack-quantized\",\"ignore\":[\"lm_head\","
-    "\"re:.*self_attn.*\",\"re:.*shared_experts.*\",\"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"],"
+    "\"re:.*self_attn.*\",\"re:.*shared_experts.*\","
+    "\"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"],"
     "\"kv_cache_scheme\":null,\"quant_method\":\"compressed-tensors\","
     "\"quantization_status\":\"compressed\"}";
 
@@ -714,6 +715,13 @@ static void test_hub_style_configs(void **state)
         kt_model *fx = open_ok(dir);
         kt_model *hub = open_json_text("hub", cases[i].text);
         assert_int_equal(kt_model_n_tensors(hub), 0); /* a bare config: description only */
+        if (strstr(cases[i].fixture, "minimax")) { /* modules_to_not_convert: substrings */
+            assert_true(
+                kt__config_quant_ignored(&hub->cfg, "model.layers.1.block_sparse_moe.gate"));
+            assert_true(kt__config_quant_ignored(&hub->cfg, "lm_head"));
+            assert_false(kt__config_quant_ignored(&hub->cfg,
+                                                  "model.layers.1.block_sparse_moe.experts.0.w1"));
+        }
         assert_same_description(fx, hub, cases[i].fixture);
         kt_model_free(hub);
         kt_model_free(fx);
@@ -1095,7 +1103,8 @@ static void test_bad_models(void **state)
     t = mutate("qwen3_moe_tiny", "attention_bias", "true");
     make_model_dir("bias", "qwen3_moe_tiny", t);
     free(t);
-    expect_open_fails("bias", KT_ERR_FORMAT, "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
+    expect_open_fails("bias", KT_ERR_FORMAT,
+                      "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
     /* more experts than stored */
     t = mutate("mixtral_tiny", "num_local_experts", "16");
     make_model_dir("experts", "mixtral_tiny", t);
