@@ -952,7 +952,8 @@ static int sorted_list(jrender *r, const jnode *at, jv value, bool reverse, bool
     jlist *l = kt__jlist_new(r->a, n);
     if (!l)
         return OOM(r, at);
-    memcpy(l->items, vals, n * sizeof(jv));
+    if (n)
+        memcpy(l->items, vals, n * sizeof(jv));
     l->n = n;
     *out = mklist(l);
     return 0;
@@ -2106,7 +2107,8 @@ static int call_list_method(jrender *r, const jnode *at, int id, jlist *l, const
         jv *copy = kt__ja_alloc(r->a, (n ? n : 1) * sizeof(jv));
         if (!copy)
             return OOM(r, at);
-        memcpy(copy, items, n * sizeof(jv));
+        if (n)
+            memcpy(copy, items, n * sizeof(jv));
         for (size_t i = 0; i < n; i++)
             if (!kt__jlist_push(r->a, l, copy[i]))
                 return OOM(r, at);
@@ -2133,7 +2135,8 @@ static int call_list_method(jrender *r, const jnode *at, int id, jlist *l, const
         if (sorted_list(r, at, lv, kw_bool(args, SIZE_MAX, "reverse", false), true, jv_none(),
                         &sorted) < 0)
             return -1;
-        memcpy(l->items, sorted.u.l->items, l->n * sizeof(jv));
+        if (l->n)
+            memcpy(l->items, sorted.u.l->items, l->n * sizeof(jv));
         return 0;
     }
     case JF_L_COPY: {

@@ -180,7 +180,8 @@ int kt__jr_iter(jrender *r, const jnode *at, jv v, const jv **items, size_t *n)
         jv *keys = kt__ja_alloc(r->a, (v.u.d->n ? v.u.d->n : 1) * sizeof(jv));
         if (!keys)
             return kt__jr_oom(r, at);
-        memcpy(keys, v.u.d->keys, v.u.d->n * sizeof(jv));
+        if (v.u.d->n)
+            memcpy(keys, v.u.d->keys, v.u.d->n * sizeof(jv));
         *items = keys;
         *n = v.u.d->n;
         return 0;
