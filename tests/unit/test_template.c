@@ -145,6 +145,72 @@ static void test_real_templates(void **state)
     cJSON_Delete(root);
 }
 
+/* The real templates over more conversations and template kwargs
+ * (enable_thinking, reasoning_effort, builtin_tools), rendered by Python
+ * Jinja2 in transformers' environment (template_cases.json). */
+static void test_real_templates_more(void **state)
+{
+    (void)state;
+    cJSON *root = load_json("templates/template_cases.json");
+    assert_non_null(root);
+    cJSON *convs = cJSON_GetObjectItem(root, "conversations");
+    cJSON *templates = cJSON_GetObjectItem(root, "templates");
+    assert_non_null(convs);
+    assert_non_null(templates);
+    int n_ok = 0, n_fail = 0;
+    cJSON *tcases;
+    cJSON_ArrayForEach(tcases, templates)
+    {
+        char rel[512];
+        snprintf(rel, sizeof rel, "templates/%s", tcases->string);
+        size_t len;
+        char *src = read_file(rel, &len);
+        assert_non_null(src);
+        kt_template *t = NULL;
+        assert_int_equal(kt_template_create(&t, src, len, tcases->string, NULL), KT_OK);
+        cJSON *c;
+        cJSON_ArrayForEach(c, tcases)
+        {
+            const char *ctx = cJSON_GetStringValue(cJSON_GetObjectItem(convs, c->string));
+            assert_non_null(ctx);
+            kt_template_render_options ro = KT_TEMPLATE_RENDER_OPTIONS_INIT;
+            ro.now = RENDER_DATE;
+            kt_buf out = KT_BUF_INIT;
+            kt_status st = kt_template_render(t, ctx, &ro, &out);
+            cJSON *want = cJSON_GetObjectItem(c, "rendered");
+            const char *err = cJSON_GetStringValue(cJSON_GetObjectItem(c, "error"));
+            char what[512];
+            snprintf(what, sizeof what, "%s/%s", tcases->string, c->string);
+            if (want) {
+                if (st != KT_OK) {
+                    fprintf(stderr, "FAIL %s: %s\n", what, kt_last_error());
+                    n_fail++;
+                } else if (out.size != strlen(want->valuestring) ||
+                           memcmp(out.ptr, want->valuestring, out.size)) {
+                    show_diff(what, want->valuestring, out.ptr, out.size);
+                    n_fail++;
+                } else {
+                    n_ok++;
+                }
+            } else if (err && !strncmp(err, "SecurityError", 13)) {
+                n_ok++; /* the sandbox refused list.append; libkt allows it */
+            } else if (st == KT_OK) {
+                fprintf(stderr, "FAIL %s: rendered, Jinja2 raised %s\n", what, err);
+                n_fail++;
+            } else {
+                n_ok++;
+            }
+            kt_buf_dispose(&out);
+        }
+        kt_template_free(t);
+        free(src);
+    }
+    fprintf(stderr, "real templates, more conversations: %d match, %d differ\n", n_ok, n_fail);
+    assert_int_equal(n_fail, 0);
+    assert_true(n_ok >= 120);
+    cJSON_Delete(root);
+}
+
 /* Small templates vs Python Jinja2 3.1 in transformers' environment. */
 static void test_jinja_semantics(void **state)
 {
@@ -386,6 +452,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_templates),
+        cmocka_unit_test(test_real_templates_more),
         cmocka_unit_test(test_jinja_semantics),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_api),

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""More conversations for the real chat templates, rendered by Python Jinja2 in
+transformers' apply_chat_template environment (ImmutableSandboxedEnvironment,
+trim_blocks, lstrip_blocks, loopcontrols, its tojson/raise_exception/
+strftime_now, tools/documents=None by default, bos <s>, eos </s>). Extends
+cases.json (made by transformers itself) with its 'holdout' conversations and
+template kwargs (enable_thinking, reasoning_effort, builtin_tools).
+    python3 make_template_cases.py > template_cases.json
+Output: {conversations: {name: context as JSON text}, templates: {file: {name:
+{rendered | error}}}}."""
+import datetime
+import glob
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+NOW = datetime.datetime(2026, 11, 29, 12, 0, 0)
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                    extensions=[jinja2.ext.loopcontrols])
+env.filters["tojson"] = tojson
+env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
+
+tools = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
+                                                           "unit": {"type": "string", "enum": ["c", "f"]}},
+                         "required": ["city"]}}},
+         {"type": "function", "function": {"name": "search", "description": "Search the web",
+          "parameters": {"type": "object", "properties": {"q": {"type": "string"},
+                                                           "n": {"type": "integer", "default": 5},
+                                                           "tags": {"type": "array", "items": {"type": "string"}}},
+                         "required": ["q"]}}}]
+convs = {
+    "h_system_multi": dict(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a"},
+                                     {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+                                     {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]),
+    "h_reasoning_last": dict(messages=[{"role": "user", "content": "Why?"},
+                                       {"role": "assistant", "content": "Because.", "reasoning_content": "Think first.\nThen answer."}],
+                             add_generation_prompt=False),
+    "h_two_tool_calls": dict(messages=[
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21"},
+        {"role": "tool", "tool_call_id": "c2", "name": "get_weather", "content": "25"},
+        {"role": "user", "content": "Thanks"}], tools=tools),
+    "h_empty_and_ws": dict(messages=[{"role": "user", "content": "  leading and trailing  \n\n"}]),
+    "think_in_content": dict(messages=[{"role": "user", "content": "q"},
+                                       {"role": "assistant", "content": "<think>\nhidden\n</think>\n\nvisible"},
+                                       {"role": "user", "content": "q2"}]),
+    "no_thinking": dict(messages=[{"role": "user", "content": "Hi"}], enable_thinking=False),
+    "thinking_on": dict(messages=[{"role": "user", "content": "Hi"}], enable_thinking=True, thinking=True),
+    "effort_high": dict(messages=[{"role": "system", "content": "sys"}, {"role": "user", "content": "Hi"}],
+                        reasoning_effort="high", model_identity="You are X."),
+    "builtin_tools": dict(messages=[{"role": "user", "content": "Hi"}], builtin_tools=["browser", "python"]),
+    "tool_string_args": dict(messages=[
+        {"role": "user", "content": "Search"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "search", "arguments": {"q": "moe", "n": 3, "tags": ["a", "b"]}}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "[\"r1\", \"r2\"]"},
+        {"role": "assistant", "content": "Found two.", "reasoning_content": "ok"}], tools=tools, add_generation_prompt=False),
+    "content_parts": dict(messages=[{"role": "user", "content": [{"type": "text", "text": "part one "}, {"type": "text", "text": "part two"}]}]),
+    "long_unicode": dict(messages=[{"role": "system", "content": "Système: réponds en français. 日本語も。"},
+                                   {"role": "user", "content": "Emoji 😀👍🏽 and math ∑∫ and \t tabs \\ \" '"},
+                                   {"role": "assistant", "content": "D'accord — «ok»."},
+                                   {"role": "user", "content": "Ещё раз?"}]),
+}
+
+tdir = os.path.dirname(os.path.abspath(__file__))
+out = {"date": NOW.isoformat(), "conversations": {}, "templates": {}}
+for path in sorted(glob.glob(os.path.join(tdir, "*.jinja"))):
+    name = os.path.basename(path)
+    if name == "bad_syntax.jinja":
+        continue
+    tpl = env.from_string(open(path).read())
+    cases = {}
+    for cname, kw in convs.items():
+        kw = dict(kw)
+        ctx = {"messages": kw.pop("messages"), "tools": kw.pop("tools", None), "documents": None,
+               "add_generation_prompt": kw.pop("add_generation_prompt", True),
+               "bos_token": "<s>", "eos_token": "</s>", **kw}
+        out["conversations"][cname] = json.dumps(ctx, ensure_ascii=False)
+        case = {}
+        try:
+            case["rendered"] = tpl.render(**ctx)
+        except Exception as ex:  # noqa: BLE001 - Jinja's refusal is the expected outcome
+            case["error"] = type(ex).__name__ + ": " + str(ex)[:200]
+        cases[cname] = case
+    out["templates"][name] = cases
+json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
+sys.stdout.write("\n")
