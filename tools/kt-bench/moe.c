@@ -267,6 +267,7 @@ static int64_t route(uint64_t *s, int32_t t, int32_t k, int32_t n_experts, int32
 
 typedef struct run_cfg {
     const model_shape *model;
+    model_shape custom;    /* --shape */
     int methods[N_METHODS];
     int n_methods;
     int64_t tokens[MAX_TOKEN_COUNTS];
@@ -317,6 +318,15 @@ static bool plan_memory(const run_cfg *c, const bench_hw *hw, const expert_layou
     int64_t max_k_t = (int64_t)m->top_k * 4;   /* decode T = 4 touches up to 4k experts */
     if (min_slots < max_k_t)
         min_slots = max_k_t;
+    if (slots < min_slots && c->layers && slots == need) {
+        /* The caller chose the layer count: run, but say what it means. */
+        snprintf(note, note_size,
+                 "only %.1f MiB of weights (< 8x L3): calls may hit the cache",
+                 (double)slots * (double)lay->stride / 1048576.0);
+        *n_layers = (uint32_t)want;
+        *n_slots = slots;
+        return true;
+    }
     if (slots < min_slots) {
         snprintf(note, note_size,
                  "not enough memory: %lld expert buffers of %.1f MiB fit in %.1f GiB "
@@ -641,10 +651,12 @@ static void moe_usage(FILE *f)
             "  --model NAME       qwen3-30b-a3b (H 2048, I 768, E 128, k 8; default),\n"
             "                     deepseek-v3 (H 7168, I 2048, E 256, k 8), kimi-k2 (E 384),\n"
             "                     minimax-m2 (H 3072, I 1536, E 256, k 8)\n"
+            "  --shape H,I,E,k    any other shape (H and I multiples of 32)\n"
             "  --method LIST      BF16, FP8, RAWINT4, comma-separated, or all (default)\n"
             "  --tokens LIST      T values (default 1,4,512,2048)\n"
             "  --layers N         layers of weights (default: auto, >= 8x L3 within\n"
-            "                     --mem-fraction of available RAM)\n"
+            "                     --mem-fraction of available RAM; fewer bytes than\n"
+            "                     8x L3 are allowed here, with a warning)\n"
             "  --threads N        backend and oneDNN threads (default: physical cores)\n"
             "  --min-time S       seconds of timed calls per row (default 1.0)\n"
             "  --mem-fraction F   share of available RAM for weights (default 0.4)\n"
@@ -720,6 +732,22 @@ int cmd_moe(int argc, char **argv)
                                 "deepseek-v3, kimi-k2, minimax-m2)\n", v);
                 return 2;
             }
+        } else if (opt_match(argc, argv, &i, "--shape", true, &v, &bad)) {
+            int64_t dims[4];
+            int nd = 0;
+            if (bad || !bench_parse_list("--shape", v, 1, 1 << 20, dims, &nd, 4))
+                return 2;
+            if (nd != 4 || dims[0] % 32 || dims[1] % 32 || dims[3] > dims[2] || dims[3] > 64) {
+                fprintf(stderr, "kt-bench moe: --shape: expected H,I,E,k with H and I "
+                                "multiples of 32 and k <= min(E, 64)\n");
+                return 2;
+            }
+            c.custom.name = "custom";
+            c.custom.h = dims[0];
+            c.custom.inter = dims[1];
+            c.custom.n_experts = (int32_t)dims[2];
+            c.custom.top_k = (int32_t)dims[3];
+            c.model = &c.custom;
         } else if (opt_match(argc, argv, &i, "--method", true, &v, &bad)) {
             if (bad || !parse_methods(v, &c))
                 return 2;
