@@ -906,6 +906,76 @@ static kt_status tiktoken_encode(const kt_tokenizer *tok, const char *s, size_t 
     return st;
 }
 
+/* ---- per-call word cache ------------------------------------------------ */
+
+#define WCACHE_SLOTS 16384 /* power of two; filled to half at most */
+#define WCACHE_MAX_PIECE 128
+
+typedef struct wcache_slot {
+    uint64_t hash;
+    uint32_t key_off, key_len; /* key_len 0: empty (pieces are never empty) */
+    uint32_t ids_off, n_ids;
+} wcache_slot;
+
+typedef struct wcache {
+    wcache_slot *slots; /* [WCACHE_SLOTS] or NULL: no caching */
+    size_t n;
+    kt_buf keys;
+    idvec ids;
+} wcache;
+
+static uint64_t piece_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h | 1;
+}
+
+/* The slot holding the piece, or the empty slot where it would go. */
+static wcache_slot *wcache_find(wcache *c, const char *s, size_t n)
+{
+    uint64_t h = piece_hash(s, n);
+    for (size_t i = (size_t)h & (WCACHE_SLOTS - 1);; i = (i + 1) & (WCACHE_SLOTS - 1)) {
+        wcache_slot *sl = &c->slots[i];
+        if (!sl->key_len) {
+            sl->hash = h;
+            return sl;
+        }
+        if (sl->hash == h && sl->key_len == n && !memcmp(c->keys.ptr + sl->key_off, s, n))
+            return sl;
+    }
+}
+
+/* Fills an empty slot (a failed allocation only means no caching). */
+static void wcache_put(wcache *c, wcache_slot *sl, const char *s, size_t n, const int32_t *ids,
+                       size_t n_ids)
+{
+    if (c->n * 2 >= WCACHE_SLOTS || c->keys.size + n > UINT32_MAX ||
+        c->ids.n + n_ids > UINT32_MAX)
+        return;
+    size_t key_off = c->keys.size, ids_off = c->ids.n;
+    if (kt__buf_append(&c->keys, s, n) < 0)
+        return;
+    for (size_t k = 0; k < n_ids; k++)
+        if (id_push(&c->ids, ids[k]) < 0) {
+            c->ids.n = ids_off;
+            return;
+        }
+    sl->key_off = (uint32_t)key_off;
+    sl->key_len = (uint32_t)n;
+    sl->ids_off = (uint32_t)ids_off;
+    sl->n_ids = (uint32_t)n_ids;
+    c->n++;
+}
+
+static void wcache_free(wcache *c)
+{
+    kt__free(c->slots);
+    kt_buf_dispose(&c->keys);
+    kt__free(c->ids.v);
+}
+
 /* ---- the pipeline ------------------------------------------------------- */
 
 kt_status kt__tok_encode(const kt_tokenizer *tok, const char *text, size_t len, uint32_t flags,
@@ -951,15 +1021,34 @@ kt_status kt__tok_encode(const kt_tokenizer *tok, const char *text, size_t len, 
         for (; n_before < tok->n_post && tok->post[n_before].id >= 0 && st == KT_OK; n_before++)
             st = id_push(&out, tok->post[n_before].id);
     }
+    wcache cache = {0};
+    if (a.n > 64) /* long texts repeat their words: remember each piece's ids */
+        cache.slots = kt__calloc(WCACHE_SLOTS, sizeof *cache.slots);
     for (size_t i = 0; i < a.n && st == KT_OK; i++) {
         const kt__piece *pc = &a.v[i];
-        if (pc->added_id >= 0)
+        const char *piece = a.text.ptr + pc->off;
+        if (pc->added_id >= 0) {
             st = id_push(&out, pc->added_id);
-        else if (tok->model == KT__MODEL_TIKTOKEN)
-            st = tiktoken_encode(tok, a.text.ptr + pc->off, pc->len, &w, &out);
+            continue;
+        }
+        wcache_slot *slot = NULL;
+        if (cache.slots && pc->len <= WCACHE_MAX_PIECE) {
+            slot = wcache_find(&cache, piece, pc->len);
+            if (slot->key_len) {
+                for (uint32_t k = 0; k < slot->n_ids && st == KT_OK; k++)
+                    st = id_push(&out, cache.ids.v[slot->ids_off + k]);
+                continue;
+            }
+        }
+        size_t before = out.n;
+        if (tok->model == KT__MODEL_TIKTOKEN)
+            st = tiktoken_encode(tok, piece, pc->len, &w, &out);
         else
-            st = bpe_encode(tok, a.text.ptr + pc->off, pc->len, &w, &out);
+            st = bpe_encode(tok, piece, pc->len, &w, &out);
+        if (slot && st == KT_OK)
+            wcache_put(&cache, slot, piece, pc->len, out.v + before, out.n - before);
     }
+    wcache_free(&cache);
     if (add_special && tok->has_post) {
         for (size_t k = n_before + 1; k < tok->n_post && st == KT_OK; k++)
             st = id_push(&out, tok->post[k].id);

@@ -339,11 +339,48 @@ static void compose(cpvec *c)
     c->n = out;
 }
 
+/* Normalizes s[0..n) with the full algorithm, appending to out; c is scratch. */
+static kt_status normalize_run(kt__unorm form, const char *s, size_t n, cpvec *c, kt_buf *out)
+{
+    bool compat = form == KT__NFKC || form == KT__NFKD;
+    kt_status st = KT_OK;
+    c->n = 0;
+    for (size_t i = 0; i < n && st == KT_OK;) {
+        uint32_t cp;
+        size_t used = kt__utf8_decode(s + i, n - i, &cp);
+        if (cp == INVALID_CP)
+            cp = RAW_BYTE_MARK | (uint8_t)s[i];
+        st = decompose(cp, compat, c);
+        i += used;
+    }
+    if (st < 0)
+        return st;
+    canonical_order(c);
+    if (form == KT__NFC || form == KT__NFKC)
+        compose(c);
+    st = kt__buf_reserve(out, c->n * 4);
+    if (st < 0)
+        return st;
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->v[i] >= RAW_BYTE_MARK)
+            out->ptr[out->size++] = (char)(c->v[i] & 0xFF);
+        else
+            out->size += kt__utf8_encode(c->v[i], out->ptr + out->size);
+    }
+    out->ptr[out->size] = '\0';
+    return KT_OK;
+}
+
+/* A character below U+0300 starts here (ASCII or a lead byte C2..CB). */
+static bool low_start(uint8_t b)
+{
+    return b < 0x80 || (b >= 0xC2 && b <= 0xCB);
+}
+
 kt_status kt__unicode_normalize(kt__unorm form, const char *s, size_t n, kt_buf *out)
 {
     /* ASCII is stable under all four forms, and text below U+0300 (lead
      * bytes up to 0xCB) under NFC: copy it as it is. */
-    bool compat = form == KT__NFKC || form == KT__NFKD;
     bool simple = true;
     for (size_t i = 0; i < n && simple; i++) {
         uint8_t b = (uint8_t)s[i];
@@ -355,48 +392,75 @@ kt_status kt__unicode_normalize(kt__unorm form, const char *s, size_t n, kt_buf 
 
     cpvec c = {0};
     kt_status st = KT_OK;
-    for (size_t i = 0; i < n && st == KT_OK;) {
-        uint32_t cp;
-        size_t used = kt__utf8_decode(s + i, n - i, &cp);
-        if (cp == INVALID_CP)
-            cp = RAW_BYTE_MARK | (uint8_t)s[i];
-        st = decompose(cp, compat, &c);
-        i += used;
-    }
-    if (st == KT_OK) {
-        canonical_order(&c);
-        if (form == KT__NFC || form == KT__NFKC)
-            compose(&c);
-        st = kt__buf_reserve(out, c.n * 4);
-        for (size_t i = 0; i < c.n && st == KT_OK; i++) {
-            if (c.v[i] >= RAW_BYTE_MARK) {
-                out->ptr[out->size++] = (char)(c.v[i] & 0xFF);
-            } else {
-                out->size += kt__utf8_encode(c.v[i], out->ptr + out->size);
-            }
+    if (form != KT__NFC) {
+        st = normalize_run(form, s, n, &c, out);
+    } else {
+        /* No character below U+0300 reorders or composes with what precedes
+         * it (every composition pair's second is >= U+0300), so NFC works
+         * run by run, each run starting at such a character; a run that is
+         * just that character is copied. */
+        st = kt__buf_reserve(out, n);
+        for (size_t i = 0; i < n && st == KT_OK;) {
+            size_t j = i + 1;
+            while (j < n && !low_start((uint8_t)s[j]))
+                j++;
+            uint8_t b = (uint8_t)s[i];
+            bool plain = (b < 0x80 && j == i + 1) ||
+                         (b >= 0xC2 && b <= 0xCB && j == i + 2 &&
+                          ((uint8_t)s[i + 1] & 0xC0) == 0x80);
+            if (plain)
+                st = kt__buf_append(out, s + i, j - i);
+            else
+                st = normalize_run(form, s + i, j - i, &c, out);
+            i = j;
         }
-        if (st == KT_OK)
-            out->ptr[out->size] = '\0';
     }
     kt__free(c.v);
     return st < 0 ? kt__error(st, "out of memory normalizing text") : KT_OK;
 }
 
-static bool is_cased_letter(uint32_t cp)
+static bool is_cased(uint32_t cp)
 {
-    /* Approximation of Unicode "cased": letters that have case (a lowercase
-     * mapping, or are themselves the target of one). */
-    if (cp == INVALID_CP)
+    return cp != INVALID_CP && in_ranges(cp, kt_cased_ranges, KT_ARRAY_LEN(kt_cased_ranges));
+}
+
+static bool is_case_ignorable(uint32_t cp)
+{
+    return cp != INVALID_CP &&
+           in_ranges(cp, kt_case_ignorable_ranges, KT_ARRAY_LEN(kt_case_ignorable_ranges));
+}
+
+/* Unicode's Final_Sigma: a cased letter before (case-ignorables skipped) and
+ * no cased letter after. */
+static bool final_sigma(const char *s, size_t n, size_t at, size_t len)
+{
+    bool before = false;
+    for (size_t i = at; i > 0;) {
+        size_t j = i - 1;
+        while (j > 0 && ((uint8_t)s[j] & 0xC0) == 0x80)
+            j--;
+        uint32_t cp;
+        kt__utf8_decode(s + j, i - j, &cp);
+        if (!is_case_ignorable(cp)) {
+            before = is_cased(cp);
+            break;
+        }
+        i = j;
+    }
+    if (!before)
         return false;
-    if (cp < 0x80)
-        return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-    return find_lower(cp) >= 0 || (kt__unicode_is_alnum(cp) && cp < 0x2000);
+    for (size_t i = at + len; i < n;) {
+        uint32_t cp;
+        i += kt__utf8_decode(s + i, n - i, &cp);
+        if (!is_case_ignorable(cp))
+            return !is_cased(cp);
+    }
+    return true;
 }
 
 kt_status kt__unicode_lower(const char *s, size_t n, kt_buf *out)
 {
     kt_status st = kt__buf_reserve(out, n);
-    uint32_t prev = INVALID_CP;
     for (size_t i = 0; i < n && st == KT_OK;) {
         uint32_t cp;
         size_t used = kt__utf8_decode(s + i, n - i, &cp);
@@ -406,13 +470,8 @@ kt_status kt__unicode_lower(const char *s, size_t n, kt_buf *out)
                 ch = (char)(ch + 32);
             st = kt__buf_append(out, &ch, 1);
         } else if (cp == 0x03A3) {
-            /* final sigma: after a cased letter and not before one */
-            uint32_t next = INVALID_CP;
-            if (i + used < n)
-                kt__utf8_decode(s + i + used, n - i - used, &next);
-            bool final = is_cased_letter(prev) && !is_cased_letter(next);
             char buf[4];
-            size_t k = kt__utf8_encode(final ? 0x03C2 : 0x03C3, buf);
+            size_t k = kt__utf8_encode(final_sigma(s, n, i, used) ? 0x03C2 : 0x03C3, buf);
             st = kt__buf_append(out, buf, k);
         } else {
             int32_t k = find_lower(cp);
@@ -426,7 +485,6 @@ kt_status kt__unicode_lower(const char *s, size_t n, kt_buf *out)
                 }
             }
         }
-        prev = cp;
         i += used;
     }
     return st;

@@ -151,6 +151,15 @@ def main():
 
     write_ranges('kt_alnum_ranges', 'letters and numbers (word characters with _)',
                  lambda cp: ud.category(chr(cp))[0] in 'LN')
+    write_ranges('kt_cased_ranges', 'Cased (Lowercase, Uppercase, Lt), for final sigma',
+                 lambda cp: chr(cp).islower() or chr(cp).isupper() or chr(cp).istitle())
+    ignorable_chars = set(map(ord, "'.:^`\u00a8\u00ad\u00af\u00b4\u00b7\u00b8\u0387\u05f4"
+                                   "\u2018\u2019\u2024\u2027\ufe13\ufe52\ufe55\uff07"
+                                   "\uff0e\uff1a"))
+    write_ranges('kt_case_ignorable_ranges',
+                 'Case_Ignorable (Mn Me Cf Lm Sk and the MidLetter/MidNumLet quotes)',
+                 lambda cp: ud.category(chr(cp)) in ('Mn', 'Me', 'Cf', 'Lm', 'Sk')
+                 or cp in ignorable_chars)
     write_ranges('kt_mn_ranges', 'nonspacing marks (Mn), removed by StripAccents',
                  lambda cp: ud.category(chr(cp)) == 'Mn')
     w('#endif\n')

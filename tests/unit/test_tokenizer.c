@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "kt/tokenizer.h"
+#include "text/tokenizer_internal.h"
 
 static const char *data_dir(void)
 {
@@ -511,6 +512,46 @@ static void test_synthetic_pipelines(void **state)
     cJSON_Delete(ref);
 }
 
+/* NFC/NFD/NFKC/NFKD and lowercase against Python's unicodedata on strings
+ * built from the hard cases (tokenizer_synth/make_normalization.py). */
+static void test_unicode_normalization(void **state)
+{
+    (void)state;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tokenizer_synth/normalization.json", data_dir());
+    cJSON *ref = read_json(path);
+    assert_non_null(ref);
+    static const char *const keys[] = {"nfc", "nfd", "nfkc", "nfkd"};
+    static const kt__unorm forms[] = {KT__NFC, KT__NFD, KT__NFKC, KT__NFKD};
+    const cJSON *c;
+    int bad = 0, n = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) {
+        const char *s = cJSON_GetObjectItem(c, "s")->valuestring;
+        for (int k = 0; k < 5; k++) {
+            kt_buf out = KT_BUF_INIT;
+            const char *want;
+            if (k < 4) {
+                assert_int_equal(kt__unicode_normalize(forms[k], s, strlen(s), &out), KT_OK);
+                want = cJSON_GetObjectItem(c, keys[k])->valuestring;
+            } else {
+                assert_int_equal(kt__unicode_lower(s, strlen(s), &out), KT_OK);
+                want = cJSON_GetObjectItem(c, "lower")->valuestring;
+            }
+            if (out.size != strlen(want) || memcmp(out.ptr, want, out.size)) {
+                if (bad++ < 10) {
+                    fprintf(stderr, "%s of [%s]: got [%.*s] want [%s]\n",
+                            k < 4 ? keys[k] : "lower", s, (int)out.size, out.ptr, want);
+                }
+            }
+            kt_buf_dispose(&out);
+            n++;
+        }
+    }
+    assert_true(n >= 3000);
+    assert_int_equal(bad, 0);
+    cJSON_Delete(ref);
+}
+
 /* ---- bad files ---------------------------------------------------------- */
 
 static char tmpdir[256];
@@ -623,6 +664,7 @@ int main(void)
         cmocka_unit_test(test_stream_multibyte),
         cmocka_unit_test(test_tiktoken_kimi),
         cmocka_unit_test(test_synthetic_pipelines),
+        cmocka_unit_test(test_unicode_normalization),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
