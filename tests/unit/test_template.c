@@ -211,6 +211,57 @@ static void test_real_templates_more(void **state)
     cJSON_Delete(root);
 }
 
+/* Each fixture's own chat template and special tokens (through its
+ * tokenizer) against its reference.json chat_case, rendered by transformers. */
+static void test_fixture_chat_cases(void **state)
+{
+    (void)state;
+    static const char *const fixtures[] = {"deepseek_v3_tiny", "gpt_oss_tiny", "minimax_m2_tiny",
+                                           "mixtral_tiny", "qwen3_moe_tiny"};
+    const char *data = getenv("KT_TEST_DATA");
+    int n_ok = 0;
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
+        char rel[256], dir[4096];
+        snprintf(rel, sizeof rel, "fixtures/%s/reference.json", fixtures[i]);
+        cJSON *ref = load_json(rel);
+        if (!ref) {
+            fprintf(stderr, "skip %s: no reference.json\n", fixtures[i]);
+            continue;
+        }
+        cJSON *cc = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "tokenizer"), "chat_case");
+        assert_non_null(cc);
+        snprintf(dir, sizeof dir, "%s/fixtures/%s", data ? data : "tests/data", fixtures[i]);
+        kt_tokenizer *tok = NULL;
+        kt_status st = kt_tokenizer_open(&tok, dir, NULL);
+        if (st != KT_OK)
+            fprintf(stderr, "%s: %s\n", dir, kt_last_error());
+        assert_int_equal(st, KT_OK);
+        kt_template *t = NULL;
+        st = kt_template_create_from_tokenizer(&t, tok, NULL, NULL);
+        if (st != KT_OK)
+            fprintf(stderr, "%s: %s\n", dir, kt_last_error());
+        assert_int_equal(st, KT_OK);
+        char *msgs = cJSON_PrintUnformatted(cJSON_GetObjectItem(cc, "messages"));
+        kt_buf out = KT_BUF_INIT;
+        st = kt_template_render_chat(t, msgs, NULL, 1, NULL, NULL, &out);
+        if (st != KT_OK)
+            fprintf(stderr, "%s: %s\n", dir, kt_last_error());
+        assert_int_equal(st, KT_OK);
+        const char *want = cJSON_GetStringValue(cJSON_GetObjectItem(cc, "rendered"));
+        assert_non_null(want);
+        if (strcmp(out.ptr, want))
+            show_diff(fixtures[i], want, out.ptr, out.size);
+        assert_string_equal(out.ptr, want);
+        n_ok++;
+        kt_buf_dispose(&out);
+        cJSON_free(msgs);
+        kt_template_free(t);
+        kt_tokenizer_free(tok);
+        cJSON_Delete(ref);
+    }
+    assert_true(n_ok >= 1);
+}
+
 /* Small templates vs Python Jinja2 3.1 in transformers' environment. */
 static void test_jinja_semantics(void **state)
 {
@@ -453,6 +504,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_real_templates),
         cmocka_unit_test(test_real_templates_more),
+        cmocka_unit_test(test_fixture_chat_cases),
         cmocka_unit_test(test_jinja_semantics),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_api),
