@@ -492,6 +492,7 @@ static void test_synthetic_pipelines(void **state)
                 fprintf(stderr, "%s: decoded [%s], want [%s]\n", what, out.ptr, want);
             assert_string_equal(out.ptr, want);
             kt_buf_dispose(&out);
+            check_stream(tok, ids, n, want, strlen(want));
             free(ids);
             ids = encode(tok, text, strlen(text),
                          KT_ENCODE_PARSE_SPECIAL | KT_ENCODE_ADD_SPECIAL, &n);
