@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "  --tools FILE            a JSON array of tools (function schemas)\n"
             "  --no-generation-prompt  add_generation_prompt=False (default True)\n"
             "  --bos S, --eos S        bos_token / eos_token (override the model's)\n"
-            "  --kwargs JSON           extra template variables, e.g. '{\"enable_thinking\":false}'\n"
+            "  --kwargs JSON           extra template variables ('{\"enable_thinking\":false}')\n"
             "  --name NAME             a named template of the model (\"tool_use\")\n"
             "  --now UNIX_TIME         the time strftime_now() sees (default: now)\n");
 }

@@ -7,7 +7,7 @@ cases.json (made by transformers itself) with its 'holdout' conversations and
 template kwargs (enable_thinking, reasoning_effort, builtin_tools).
     python3 make_template_cases.py > template_cases.json
 Output: {conversations: {name: context as JSON text}, templates: {file: {name:
-{rendered | error}}}}."""
+{rendered | error [, rendered_unsandboxed]}}}}."""
 import datetime
 import glob
 import json
@@ -35,6 +35,11 @@ env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
 env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
+# Where the sandbox refuses list.append/pop (Kimi's templates), libkt renders
+# anyway; the same environment without the sandbox gives the expected text.
+plain = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+plain.filters.update(tojson=tojson)
+plain.globals.update(raise_exception=raise_exception, strftime_now=env.globals["strftime_now"])
 
 tools = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
@@ -88,7 +93,8 @@ for path in sorted(glob.glob(os.path.join(tdir, "*.jinja"))):
     name = os.path.basename(path)
     if name == "bad_syntax.jinja":
         continue
-    tpl = env.from_string(open(path).read())
+    text = open(path).read()
+    tpl = env.from_string(text)
     cases = {}
     for cname, kw in convs.items():
         kw = dict(kw)
@@ -101,6 +107,8 @@ for path in sorted(glob.glob(os.path.join(tdir, "*.jinja"))):
             case["rendered"] = tpl.render(**ctx)
         except Exception as ex:  # noqa: BLE001 - Jinja's refusal is the expected outcome
             case["error"] = type(ex).__name__ + ": " + str(ex)[:200]
+            if type(ex).__name__ == "SecurityError":
+                case["rendered_unsandboxed"] = plain.from_string(text).render(**ctx)
         cases[cname] = case
     out["templates"][name] = cases
 json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
