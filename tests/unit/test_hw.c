@@ -3,6 +3,7 @@
  * /proc/meminfo), plus the output-struct protocol and KT_ISA_MAX. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,6 +61,41 @@ static void parse_cpulist(const char *text, cpu_set_t *set)
             CPU_SET((int)c, set);
         if (*p == ',')
             p++;
+    }
+}
+
+/* First use from many threads at once: detection runs once, all agree. */
+enum { N_RACERS = 8 };
+static pthread_barrier_t race_start;
+
+static void *race_query(void *arg)
+{
+    kt_hw_info *out = arg;
+    pthread_barrier_wait(&race_start);
+    out->struct_size = sizeof *out;
+    if (kt_hw_query(out) != KT_OK)
+        out->physical_cores = -1;
+    return NULL;
+}
+
+static void test_concurrent_first_use(void **state)
+{
+    (void)state;
+    unsetenv("KT_ISA_MAX");
+    pthread_t threads[N_RACERS];
+    kt_hw_info results[N_RACERS];
+    assert_int_equal(pthread_barrier_init(&race_start, NULL, N_RACERS), 0);
+    for (int i = 0; i < N_RACERS; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, race_query, &results[i]), 0);
+    for (int i = 0; i < N_RACERS; i++)
+        pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&race_start);
+    for (int i = 0; i < N_RACERS; i++) {
+        assert_true(results[i].physical_cores >= 1);
+        assert_int_equal(results[i].physical_cores, results[0].physical_cores);
+        assert_true(results[i].isa == results[0].isa);
+        assert_int_equal(results[i].gpus, results[0].gpus);
+        assert_int_equal(results[i].amx_permission, results[0].amx_permission);
     }
 }
 
@@ -432,6 +468,7 @@ static void test_gpus(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_first_use), /* must run first */
         cmocka_unit_test(test_sanity),
         cmocka_unit_test(test_topology_matches_kernel),
         cmocka_unit_test(test_isa_matches_cpuinfo),
