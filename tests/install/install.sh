@@ -15,7 +15,7 @@ meson install -C "$build" --destdir "$tmp/root" --no-rebuild --quiet > "$tmp/ins
 
 pc=$(find "$tmp/root" -name libkt.pc | head -n 1)
 [ -n "$pc" ] || { echo "FAIL: libkt.pc was not installed"; exit 1; }
-export PKG_CONFIG_PATH="$(dirname "$pc")"
+export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 prefix=$(pkg-config --variable=prefix libkt)
 # The files sit under the destdir: point the .pc's prefix there.
 pkgconf() { pkg-config --define-variable=prefix="$tmp/root$prefix" "$@"; }
@@ -40,13 +40,15 @@ echo "cc $src/examples/info.c $cflags $libs"
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c99 -Wall -Wextra -pedantic -Werror $san "$src/examples/info.c" -o "$tmp/info" \
     $cflags $libs
-out=$(LD_LIBRARY_PATH="$libdir" "$tmp/info")
+# Keep the caller's LD_LIBRARY_PATH after ours: dependencies may live there.
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+out=$("$tmp/info")
 echo "$out"
 # The program must have loaded the installed library, not the build tree's.
 case "$out" in
     "libkt $(pkgconf --modversion libkt)"*) ;;
     *) echo "FAIL: unexpected output from the installed example"; exit 1 ;;
 esac
-LD_LIBRARY_PATH="$libdir" ldd "$tmp/info" | grep -q "$tmp/root" || {
+ldd "$tmp/info" | grep -q "$tmp/root" || {
     echo "FAIL: the example did not resolve libkt from the install prefix"; exit 1; }
 echo "install test passed"
