@@ -15,7 +15,8 @@ meson install -C "$build" --destdir "$tmp/root" --no-rebuild --quiet > "$tmp/ins
 
 pc=$(find "$tmp/root" -name libkt.pc | head -n 1)
 [ -n "$pc" ] || { echo "FAIL: libkt.pc was not installed"; exit 1; }
-export PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+PKG_CONFIG_PATH="$(dirname "$pc")${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export PKG_CONFIG_PATH
 prefix=$(pkg-config --variable=prefix libkt)
 # The files sit under the destdir: point the .pc's prefix there.
 pkgconf() { pkg-config --define-variable=prefix="$tmp/root$prefix" "$@"; }
