@@ -74,6 +74,10 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
                          o.n_pools);
     if (o.method != KT_METHOD_NONE && !kt_method_name((kt_method)o.method))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown method %d", o.method);
+    if (o.weight_path)
+        return kt__error(KT_ERR_UNSUPPORTED, "kt_context_options: weight_path '%s': libkt CPU "
+                         "expert files (kt-convert output) are not supported by the engine yet; "
+                         "run from the checkpoint's own weights", o.weight_path);
 
     kt_context *ctx = kt__calloc(1, sizeof *ctx);
     if (!ctx)
@@ -128,6 +132,7 @@ void kt_context_free(kt_context *ctx)
     if (!ctx)
         return;
     kt__experts_free(ctx);
+    kt__scratch_free(&ctx->scratch);
     kt__weights_free(&ctx->w, &ctx->hp);
     if (ctx->k_cache)
         for (int32_t l = 0; l < ctx->hp.n_layer; l++)

@@ -152,6 +152,24 @@ void kt__rmsnorm_to(const float *x, float *y, int32_t n, const float *w, float e
 void kt__softmax(float *x, int32_t n);
 float kt__silu(float x);
 
+/* ---- scratch memory (scratch.c) ---- */
+typedef struct kt__scratch_block kt__scratch_block;
+typedef struct kt__scratch {
+    kt__scratch_block *head, *cur;
+} kt__scratch;
+/* n * size bytes, 64-byte aligned, valid until the next reset; NULL on NOMEM. */
+void *kt__scratch_alloc(kt__scratch *a, size_t n, size_t size);
+void kt__scratch_reset(kt__scratch *a);
+/* Stack discipline inside a forward call: release frees what was allocated
+ * after the mark (the memory stays with the scratch). */
+typedef struct kt__scratch_mark {
+    kt__scratch_block *block;
+    size_t used;
+} kt__scratch_mark;
+kt__scratch_mark kt__scratch_get_mark(const kt__scratch *a);
+void kt__scratch_release(kt__scratch *a, kt__scratch_mark m);
+void kt__scratch_free(kt__scratch *a);
+
 /* ---- the context ---- */
 struct kt_context {
     const kt_model *model;
@@ -167,6 +185,8 @@ struct kt_context {
     kt_type kv_type;
     int32_t k_row, v_row;   /* values per position (all kv heads) */
     void **k_cache, **v_cache;
+
+    kt__scratch scratch;    /* scratch memory of kt__forward            */
 
     /* routed experts through the CPU MoE backend (fast path); NULL: own F32 path */
     kt_moe_backend *moe;

@@ -11,6 +11,9 @@
 
 #include "engine_internal.h"
 
+/* Scratch from the context's arena (released per block, see scratch.c). */
+#define SCRATCH(n, size) kt__scratch_alloc(&ctx->scratch, (n), (size))
+
 /* Scratch buffers of one forward call. */
 typedef struct fwd {
     kt_context *ctx;
@@ -112,16 +115,17 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     int32_t qdim = nh * hd, kvdim = nkv * hd, P = f->pos0 + T, half = hp->rope_dim / 2;
     int32_t group = nh / nkv;
     kt_status st = KT_OK;
+    kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
 
-    float *q = kt__malloc_array((size_t)T * qdim, sizeof(float));
-    float *k = kt__malloc_array((size_t)T * kvdim, sizeof(float));
-    float *v = kt__malloc_array((size_t)T * kvdim, sizeof(float));
-    float *o = kt__malloc_array((size_t)T * qdim, sizeof(float));
-    float *sc = kt__malloc_array((size_t)P, sizeof(float));
+    float *q = SCRATCH((size_t)T * qdim, sizeof(float));
+    float *k = SCRATCH((size_t)T * kvdim, sizeof(float));
+    float *v = SCRATCH((size_t)T * kvdim, sizeof(float));
+    float *o = SCRATCH((size_t)T * qdim, sizeof(float));
+    float *sc = SCRATCH((size_t)P, sizeof(float));
     float *kbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
-                                              : kt__malloc_array((size_t)P * kvdim, sizeof(float));
+                                              : SCRATCH((size_t)P * kvdim, sizeof(float));
     float *vbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
-                                              : kt__malloc_array((size_t)P * kvdim, sizeof(float));
+                                              : SCRATCH((size_t)P * kvdim, sizeof(float));
     if (!q || !k || !v || !o || !sc || (ctx->kv_type != KT_TYPE_F32 && (!kbuf || !vbuf))) {
         st = KT_ERR_NOMEM;
         goto done;
@@ -186,8 +190,7 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     }
     kt__linear(o, T, &L->wo, L->bo, f->out);
 done:
-    kt__free(q), kt__free(k), kt__free(v), kt__free(o), kt__free(sc);
-    kt__free(kbuf), kt__free(vbuf);
+    kt__scratch_release(&ctx->scratch, mark);
     return st;
 }
 
@@ -204,14 +207,15 @@ static kt_status attn_mla(fwd *f, int32_t l)
     int32_t qk = nope + rd, row = R + rd, kvb_rows = nope + vd;
     bool absorbed = ctx->mla_mode == 2 || (ctx->mla_mode == 0 && T == 1);
     kt_status st = KT_OK;
+    kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
 
     float *cq = NULL, *kvb = NULL, *qt_abs = NULL, *ot_abs = NULL;
-    float *q = kt__malloc_array((size_t)T * nh * qk, sizeof(float));
-    float *kva = kt__malloc_array((size_t)T * row, sizeof(float));
-    float *o = kt__malloc_array((size_t)T * nh * vd, sizeof(float));
-    float *sc = kt__malloc_array((size_t)P, sizeof(float));
+    float *q = SCRATCH((size_t)T * nh * qk, sizeof(float));
+    float *kva = SCRATCH((size_t)T * row, sizeof(float));
+    float *o = SCRATCH((size_t)T * nh * vd, sizeof(float));
+    float *sc = SCRATCH((size_t)P, sizeof(float));
     float *cbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
-                                              : kt__malloc_array((size_t)P * row, sizeof(float));
+                                              : SCRATCH((size_t)P * row, sizeof(float));
     if (!q || !kva || !o || !sc || (ctx->kv_type != KT_TYPE_F32 && !cbuf)) {
         st = KT_ERR_NOMEM;
         goto done;
@@ -219,7 +223,7 @@ static kt_status attn_mla(fwd *f, int32_t l)
 
     /* q = W_qb · RMSNorm(W_qa · x)   (or W_q · x)      [T][nh][nope + rope] */
     if (hp->q_lora_rank > 0) {
-        cq = kt__malloc_array((size_t)T * hp->q_lora_rank, sizeof(float));
+        cq = SCRATCH((size_t)T * hp->q_lora_rank, sizeof(float));
         if (!cq) {
             st = KT_ERR_NOMEM;
             goto done;
@@ -248,20 +252,18 @@ static kt_status attn_mla(fwd *f, int32_t l)
 
     if (!absorbed) {
         /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ */
-        kvb = kt__malloc_array((size_t)P * nh * kvb_rows, sizeof(float));
-        float *ckv = kt__malloc_array((size_t)P * R, sizeof(float));
+        kvb = SCRATCH((size_t)P * nh * kvb_rows, sizeof(float));
+        float *ckv = SCRATCH((size_t)P * R, sizeof(float));
         if (!kvb || !ckv) {
-            kt__free(ckv);
             st = KT_ERR_NOMEM;
             goto done;
         }
         for (int32_t j = 0; j < P; j++)
             memcpy(ckv + (size_t)j * R, C + (size_t)j * row, sizeof(float) * R);
         kt__linear(ckv, P, &L->wkv_b, NULL, kvb);
-        kt__free(ckv);
     } else {
-        qt_abs = kt__malloc_array((size_t)R, sizeof(float));
-        ot_abs = kt__malloc_array((size_t)R, sizeof(float));
+        qt_abs = SCRATCH((size_t)R, sizeof(float));
+        ot_abs = SCRATCH((size_t)R, sizeof(float));
         if (!qt_abs || !ot_abs) {
             st = KT_ERR_NOMEM;
             goto done;
@@ -332,23 +334,24 @@ static kt_status attn_mla(fwd *f, int32_t l)
     }
     kt__linear(o, T, &L->wo, NULL, f->out);
 done:
-    kt__free(q), kt__free(kva), kt__free(o), kt__free(sc), kt__free(cbuf);
-    kt__free(cq), kt__free(kvb), kt__free(qt_abs), kt__free(ot_abs);
+    kt__scratch_release(&ctx->scratch, mark);
     return st;
 }
 
 /* ---------------------------------------------------------- feed-forward --- */
 
 /* out[T][H] = down(act(gate x + bg, up x + bu)) + bd for T rows of x. */
-static kt_status ffn(const kt__hparams *hp, const float *x, int32_t T, const kt__mat *gate,
+static kt_status ffn(kt_context *ctx, const float *x, int32_t T, const kt__mat *gate,
                      const kt__mat *up, const kt__mat *down, const float *bg, const float *bu,
                      const float *bd, bool oai, float *out)
 {
+    const kt__hparams *hp = &ctx->hp;
     int32_t I = gate->rows;
-    float *g = kt__malloc_array((size_t)T * I, sizeof(float));
-    float *u = kt__malloc_array((size_t)T * I, sizeof(float));
+    kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
+    float *g = SCRATCH((size_t)T * I, sizeof(float));
+    float *u = SCRATCH((size_t)T * I, sizeof(float));
     if (!g || !u) {
-        kt__free(g), kt__free(u);
+        kt__scratch_release(&ctx->scratch, mark);
         return KT_ERR_NOMEM;
     }
     kt__linear(x, T, gate, bg, g);
@@ -366,7 +369,7 @@ static kt_status ffn(const kt__hparams *hp, const float *x, int32_t T, const kt_
         }
     }
     kt__linear(g, T, down, bd, out);
-    kt__free(g), kt__free(u);
+    kt__scratch_release(&ctx->scratch, mark);
     return KT_OK;
 }
 
@@ -460,14 +463,15 @@ static kt_status moe_block(fwd *f, int32_t l)
     const kt__layer *L = &ctx->w.layers[l];
     int32_t T = f->T, H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
     kt_status st = KT_OK;
-    float *logits = kt__malloc_array((size_t)T * E, sizeof(float));
-    int32_t *ids = kt__malloc_array((size_t)T * k, sizeof(int32_t));
-    float *wts = kt__malloc_array((size_t)T * k, sizeof(float));
-    float *tmp = kt__malloc_array((size_t)2 * E, sizeof(float));
-    float *xe = kt__malloc_array((size_t)T * H, sizeof(float));
-    float *ye = kt__malloc_array((size_t)T * H, sizeof(float));
-    int32_t *rows = kt__malloc_array((size_t)T, sizeof(int32_t));
-    float *rw = kt__malloc_array((size_t)T, sizeof(float));
+    kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
+    float *logits = SCRATCH((size_t)T * E, sizeof(float));
+    int32_t *ids = SCRATCH((size_t)T * k, sizeof(int32_t));
+    float *wts = SCRATCH((size_t)T * k, sizeof(float));
+    float *tmp = SCRATCH((size_t)2 * E, sizeof(float));
+    float *xe = SCRATCH((size_t)T * H, sizeof(float));
+    float *ye = SCRATCH((size_t)T * H, sizeof(float));
+    int32_t *rows = SCRATCH((size_t)T, sizeof(int32_t));
+    float *rw = SCRATCH((size_t)T, sizeof(float));
     if (!logits || !ids || !wts || !tmp || !xe || !ye || !rows || !rw) {
         st = KT_ERR_NOMEM;
         goto done;
@@ -497,7 +501,7 @@ static kt_status moe_block(fwd *f, int32_t l)
         if (!n)
             continue;
         const kt__expert *x = &L->experts[e];
-        st = ffn(hp, xe, n, &x->gate, &x->up, &x->down, x->b_gate, x->b_up, x->b_down,
+        st = ffn(ctx, xe, n, &x->gate, &x->up, &x->down, x->b_gate, x->b_up, x->b_down,
                  hp->gptoss_act, ye);
         if (st < 0)
             goto done;
@@ -510,7 +514,7 @@ static kt_status moe_block(fwd *f, int32_t l)
     }
     if (L->sh_gate.data) {
         /* shared expert, unscaled (qwen2_moe: times sigmoid(w_g · x)) */
-        st = ffn(hp, f->xn, T, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, false, ye);
+        st = ffn(ctx, f->xn, T, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, false, ye);
         if (st < 0)
             goto done;
         float gate1 = 1.0f;
@@ -524,8 +528,7 @@ static kt_status moe_block(fwd *f, int32_t l)
         }
     }
 done:
-    kt__free(logits), kt__free(ids), kt__free(wts), kt__free(tmp);
-    kt__free(xe), kt__free(ye), kt__free(rows), kt__free(rw);
+    kt__scratch_release(&ctx->scratch, mark);
     return st;
 }
 
@@ -549,11 +552,12 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
     int32_t H = hp->n_embd, half = hp->rope_dim / 2;
     fwd f = {ctx, hp, T, ctx->n_past, NULL, NULL, NULL, NULL, NULL};
     kt_status st = KT_OK;
-    f.x = kt__malloc_array((size_t)T * H, sizeof(float));
-    f.xn = kt__malloc_array((size_t)T * H, sizeof(float));
-    f.out = kt__malloc_array((size_t)T * H, sizeof(float));
-    f.cosv = kt__malloc_array((size_t)T * half + 1, sizeof(float));
-    f.sinv = kt__malloc_array((size_t)T * half + 1, sizeof(float));
+    kt__scratch_reset(&ctx->scratch);
+    f.x = SCRATCH((size_t)T * H, sizeof(float));
+    f.xn = SCRATCH((size_t)T * H, sizeof(float));
+    f.out = SCRATCH((size_t)T * H, sizeof(float));
+    f.cosv = SCRATCH((size_t)T * half + 1, sizeof(float));
+    f.sinv = SCRATCH((size_t)T * half + 1, sizeof(float));
     if (!f.x || !f.xn || !f.out || !f.cosv || !f.sinv) {
         st = KT_ERR_NOMEM;
         goto done;
@@ -585,7 +589,7 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
         if (hp->layer_moe[l])
             st = moe_block(&f, l);
         else
-            st = ffn(hp, f.xn, T, &L->ffn_gate, &L->ffn_up, &L->ffn_down, NULL, NULL, NULL,
+            st = ffn(ctx, f.xn, T, &L->ffn_gate, &L->ffn_up, &L->ffn_down, NULL, NULL, NULL,
                      hp->gptoss_act, f.out);
         if (st < 0)
             goto done;
@@ -606,6 +610,6 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
             kt__linear(f.xn + (size_t)(T - 1) * H, 1, &ctx->w.lm_head, NULL, logits);
     }
 done:
-    kt__free(f.x), kt__free(f.xn), kt__free(f.out), kt__free(f.cosv), kt__free(f.sinv);
+    kt__scratch_reset(&ctx->scratch);
     return st;
 }

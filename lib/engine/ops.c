@@ -1,6 +1,7 @@
 /* Scalar building blocks of the forward pass: linear layers, RMSNorm,
  * softmax, type conversions. F32 accumulation throughout. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "../../cpu/engine_kernels.h"
@@ -14,12 +15,13 @@ typedef void (*linear_f32_fn)(const float *, int32_t, int32_t, int32_t, const fl
                               const float *, float *, int32_t, int32_t);
 static linear_bf16_fn g_linear_bf16;
 static linear_f32_fn g_linear_f32;
-static int g_kernels_picked;
+static float g_e4m3_lut[256];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void pick_kernels(void)
+static void pick_kernels_once(void)
 {
-    if (g_kernels_picked)
-        return;
+    for (int i = 0; i < 256; i++)
+        g_e4m3_lut[i] = kt__e4m3_to_f32((uint8_t)i);
 #if KT_HAVE_ISA_AVX512
     uint64_t need = KT_ISA_AVX512F | KT_ISA_AVX512BW;
     if ((kt_hw_isa() & need) == need) {
@@ -27,7 +29,11 @@ static void pick_kernels(void)
         g_linear_f32 = kt__engine_linear_f32_avx512;
     }
 #endif
-    g_kernels_picked = 1;
+}
+
+static void pick_kernels(void)
+{
+    pthread_once(&g_once, pick_kernels_once);
 }
 
 float kt__silu(float x)
@@ -143,13 +149,7 @@ static void linear_bf16(const float *x, int32_t T, int32_t rows, int32_t cols,
  * (fp8 · scale), then dotted with every token. */
 static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
 {
-    static float lut[256];
-    static int lut_ready;
-    if (!lut_ready) { /* idempotent: concurrent first calls write the same values */
-        for (int i = 0; i < 256; i++)
-            lut[i] = kt__e4m3_to_f32((uint8_t)i);
-        lut_ready = 1;
-    }
+    const float *lut = g_e4m3_lut; /* filled by pick_kernels() */
     int32_t rows = W->rows, cols = W->cols;
     float rowbuf[4096];
     for (int32_t c0 = 0; c0 < cols; c0 += 4096) {
