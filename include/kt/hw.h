@@ -70,8 +70,8 @@ KT_API uint64_t kt_hw_isa(void);
  * if `isa_bit` is not exactly one known bit. Thread-safe. Since 0.1. */
 KT_API const char *kt_hw_isa_name(uint64_t isa_bit);
 
-/* Physical CPU cores this process may run on (hwloc); 0 if unknown.
- * Thread-safe; detection runs once. Since 0.1. */
+/* Physical CPU cores this process may run on (hwloc; the online CPU count if
+ * hwloc fails); always >= 1. Thread-safe; detection runs once. Since 0.1. */
 KT_API int32_t kt_hw_physical_cores(void);
 
 /* Outcome of the AMX tile-data permission request. Values are ABI. */
