@@ -317,6 +317,11 @@ typedef enum kt_role {
     KT_ROLE_KV_A_PROJ = 25,         /* MLA kv_a_proj_with_mqa [kv_lora+rope][hidden] */
     KT_ROLE_KV_A_NORM = 26,         /* MLA [kv_lora]                                */
     KT_ROLE_KV_B_PROJ = 27,         /* MLA [n_heads*(nope+v)][kv_lora]              */
+    KT_ROLE_K_B_PROJ = 28,          /* MLA split kv_b, key part, per head transposed:
+                                       [n_heads][kv_lora][nope] (GGUF attn_k_b)     */
+    KT_ROLE_V_B_PROJ = 29,          /* MLA split kv_b, value part [n_heads][v][kv_lora]
+                                       (GGUF attn_v_b); a model has either KV_B_PROJ
+                                       or K_B_PROJ + V_B_PROJ                        */
 
     KT_ROLE_FFN_NORM = 40,          /* post_attention_layernorm [hidden]            */
     KT_ROLE_GATE_PROJ = 41,         /* dense MLP [intermediate][hidden]             */

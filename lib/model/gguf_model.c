@@ -208,9 +208,16 @@ static kt_status read_config(gctx *c)
         return st;
     if (arch == KT_ARCH_DEEPSEEK_V3 || arch == KT_ARCH_KIMI_K2) {
         a->attn_kind = KT_ATTN_MLA;
-        if (kt__gguf_find(c->g, key(c, "attention.key_length_mla")))
-            return kt__error(KT_ERR_UNSUPPORTED, "%s: MLA with split attn_k_b/attn_v_b "
-                             "(key_length_mla) is not supported yet", path);
+        /* newer conversions split attn_kv_b into attn_k_b / attn_v_b and then give
+         * key/value_length as the latent sizes and the per-head ones in *_mla */
+        if (!find(c, 0, "attn_kv_b", "weight") && find(c, 0, "attn_k_b", "weight")) {
+            cfg->mla_split_kv_b = true;
+            if ((st = get_u32(c, "attention.key_length_mla", key_len, KT__MAX_DIM,
+                              &key_len)) < 0 ||
+                (st = get_u32(c, "attention.value_length_mla", val_len, KT__MAX_DIM,
+                              &val_len)) < 0)
+                return st;
+        }
         if ((st = get_u32(c, "attention.q_lora_rank", 0, KT__MAX_DIM, &a->q_lora_rank)) < 0 ||
             (st = get_u32(c, "attention.kv_lora_rank", 0, KT__MAX_DIM, &a->kv_lora_rank)) < 0 ||
             (st = get_u32(c, "rope.dimension_count", 64, KT__MAX_DIM, &rope_dim)) < 0)
@@ -372,6 +379,8 @@ static gname gguf_name(kt_role role)
     case KT_ROLE_KV_A_PROJ: return (gname){"attn_kv_a_mqa", "weight"};
     case KT_ROLE_KV_A_NORM: return (gname){"attn_kv_a_norm", "weight"};
     case KT_ROLE_KV_B_PROJ: return (gname){"attn_kv_b", "weight"};
+    case KT_ROLE_K_B_PROJ: return (gname){"attn_k_b", "weight"};
+    case KT_ROLE_V_B_PROJ: return (gname){"attn_v_b", "weight"};
     case KT_ROLE_FFN_NORM: return (gname){"ffn_norm", "weight"};
     case KT_ROLE_GATE_PROJ: return (gname){"ffn_gate", "weight"};
     case KT_ROLE_UP_PROJ: return (gname){"ffn_up", "weight"};
@@ -419,11 +428,17 @@ static kt_status add_view(gctx *c, uint32_t layer, kt_role role, uint32_t expert
     uint64_t want[3];
     uint32_t nd = 0;
     bool vector = cols == 1 && role != KT_ROLE_EMBED;
-    if (!vector)
+    if (role == KT_ROLE_K_B_PROJ || role == KT_ROLE_V_B_PROJ) { /* per-head stack */
         want[nd++] = cols;
-    want[nd++] = rows;
-    if (expert_role)
-        want[nd++] = a->n_routed_experts;
+        want[nd++] = rows / a->n_heads;
+        want[nd++] = a->n_heads;
+    } else {
+        if (!vector)
+            want[nd++] = cols;
+        want[nd++] = rows;
+        if (expert_role)
+            want[nd++] = a->n_routed_experts;
+    }
     bool ok = t->n_dims == nd;
     for (uint32_t d = 0; ok && d < nd; d++)
         ok = t->ne[d] == want[d];
@@ -437,7 +452,7 @@ static kt_status add_view(gctx *c, uint32_t layer, kt_role role, uint32_t expert
                          "[%llu%s%llu%s] (innermost first)", path, t->name, got,
                          (unsigned long long)want[0], nd > 1 ? ", " : "",
                          nd > 1 ? (unsigned long long)want[1] : 0ull,
-                         nd > 2 ? ", experts" : "");
+                         nd > 2 ? ", ..." : "");
     }
 
     kt_tensor_view v;

@@ -35,6 +35,7 @@ typedef struct kt__config {
     uint8_t *layer_moe;         /* [n_layers]                                     */
     uint32_t *layer_window;     /* [n_layers] sliding window, 0: full             */
     bool ignore_substring;      /* fp8 modules_to_not_convert match as substrings */
+    bool mla_split_kv_b;        /* GGUF: attn_k_b + attn_v_b instead of attn_kv_b */
 } kt__config;
 
 /* Parses a config from JSON text. `file` names it in messages ("path/config.json").

@@ -38,6 +38,8 @@ static const struct role_desc {
     {KT_ROLE_KV_A_PROJ, "KV_A_PROJ", ROLE_LAYER},
     {KT_ROLE_KV_A_NORM, "KV_A_NORM", ROLE_LAYER},
     {KT_ROLE_KV_B_PROJ, "KV_B_PROJ", ROLE_LAYER},
+    {KT_ROLE_K_B_PROJ, "K_B_PROJ", ROLE_LAYER},
+    {KT_ROLE_V_B_PROJ, "V_B_PROJ", ROLE_LAYER},
     {KT_ROLE_FFN_NORM, "FFN_NORM", ROLE_LAYER},
     {KT_ROLE_GATE_PROJ, "GATE_PROJ", ROLE_LAYER},
     {KT_ROLE_UP_PROJ, "UP_PROJ", ROLE_LAYER},
@@ -252,6 +254,14 @@ static void describe(const indexer *ix, uint32_t layer, kt_role role, uint32_t e
         NAME("%s.self_attn.kv_b_proj", L);
         LIN(nh * ((uint64_t)a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank);
         break;
+    case KT_ROLE_K_B_PROJ: /* [nh][kv_lora][nope]: nh stacked [kv_lora][nope] matrices */
+        NAME("%s.self_attn.k_b_proj", L);
+        LIN(nh * a->kv_lora_rank, a->qk_nope_head_dim);
+        break;
+    case KT_ROLE_V_B_PROJ: /* [nh][v][kv_lora] */
+        NAME("%s.self_attn.v_b_proj", L);
+        LIN(nh * a->v_head_dim, a->kv_lora_rank);
+        break;
     case KT_ROLE_GATE_PROJ: NAME("%s.mlp.gate_proj", L); LIN(I, H); break;
     case KT_ROLE_UP_PROJ: NAME("%s.mlp.up_proj", L); LIN(I, H); break;
     case KT_ROLE_DOWN_PROJ: NAME("%s.mlp.down_proj", L); LIN(H, I); break;
@@ -352,7 +362,12 @@ static size_t layer_roles(const kt__config *cfg, uint32_t layer, kt_role *out)
         }
         out[n++] = KT_ROLE_KV_A_PROJ;
         out[n++] = KT_ROLE_KV_A_NORM;
-        out[n++] = KT_ROLE_KV_B_PROJ;
+        if (cfg->mla_split_kv_b) {
+            out[n++] = KT_ROLE_K_B_PROJ;
+            out[n++] = KT_ROLE_V_B_PROJ;
+        } else {
+            out[n++] = KT_ROLE_KV_B_PROJ;
+        }
     } else {
         out[n++] = KT_ROLE_Q_PROJ;
         out[n++] = KT_ROLE_K_PROJ;

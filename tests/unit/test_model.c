@@ -1258,7 +1258,8 @@ static void add_tensor(kt_gguf_writer *w, const char *name, const kt_st_tensor *
 }
 
 /* Writes `out` from a safetensors fixture the way convert_hf_to_gguf.py lays it out. */
-static void fixture_to_gguf(const char *fixture, const char *arch, const char *out)
+static void fixture_to_gguf(const char *fixture, const char *arch, const char *out,
+                            bool split_kv_b)
 {
     char dir[512];
     fixture_path(dir, sizeof dir, fixture);
@@ -1278,8 +1279,16 @@ static void fixture_to_gguf(const char *fixture, const char *arch, const char *o
     kt__gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), a.moe_intermediate_size);
     kt__gguf_writer_add_u32(w, KEY("attention.head_count"), a.n_heads);
     kt__gguf_writer_add_u32(w, KEY("attention.head_count_kv"), a.n_kv_heads);
-    kt__gguf_writer_add_u32(w, KEY("attention.key_length"), a.head_dim);
-    kt__gguf_writer_add_u32(w, KEY("attention.value_length"), a.v_head_dim);
+    if (split_kv_b) { /* llama.cpp's MLA layout: latent sizes, per-head ones in *_mla */
+        kt__gguf_writer_add_u32(w, KEY("attention.key_length"),
+                                a.kv_lora_rank + a.qk_rope_head_dim);
+        kt__gguf_writer_add_u32(w, KEY("attention.value_length"), a.kv_lora_rank);
+        kt__gguf_writer_add_u32(w, KEY("attention.key_length_mla"), a.head_dim);
+        kt__gguf_writer_add_u32(w, KEY("attention.value_length_mla"), a.v_head_dim);
+    } else {
+        kt__gguf_writer_add_u32(w, KEY("attention.key_length"), a.head_dim);
+        kt__gguf_writer_add_u32(w, KEY("attention.value_length"), a.v_head_dim);
+    }
     kt__gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), a.rms_norm_eps);
     kt__gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)a.rope_theta);
     kt__gguf_writer_add_u32(w, KEY("rope.dimension_count"), a.rotary_dim);
@@ -1357,6 +1366,31 @@ static void fixture_to_gguf(const char *fixture, const char *arch, const char *o
                 add_tensor(w, name, t, buf, a.n_routed_experts);
                 continue;
             }
+            if (split_kv_b && !strcmp(rest, "self_attn.kv_b_proj.weight")) {
+                /* kv_b [nh*(nope+v)][lora] -> k_b [nh][lora][nope], v_b [nh][v][lora] */
+                const uint32_t nh = a.n_heads, nope = a.qk_nope_head_dim, v = a.v_head_dim,
+                               lora = a.kv_lora_rank;
+                const uint16_t *src = t->data;
+                uint16_t *kb = malloc((size_t)nh * lora * nope * 2);
+                uint16_t *vb = malloc((size_t)nh * v * lora * 2);
+                assert_true(kb && vb && n_stacks + 2 <= 64);
+                for (uint32_t h = 0; h < nh; h++) {
+                    const uint16_t *hs = src + (size_t)h * (nope + v) * lora;
+                    for (uint32_t r = 0; r < nope; r++)
+                        for (uint32_t c = 0; c < lora; c++)
+                            kb[((size_t)h * lora + c) * nope + r] = hs[(size_t)r * lora + c];
+                    memcpy(vb + (size_t)h * v * lora, hs + (size_t)nope * lora,
+                           (size_t)v * lora * 2);
+                }
+                stacks[n_stacks++] = kb;
+                stacks[n_stacks++] = vb;
+                uint64_t ne_k[3] = {nope, lora, nh}, ne_v[3] = {lora, v, nh};
+                snprintf(name, sizeof name, "blk.%u.attn_k_b.weight", layer);
+                assert_int_equal(kt__gguf_writer_add_tensor(w, name, 30, 3, ne_k, kb), KT_OK);
+                snprintf(name, sizeof name, "blk.%u.attn_v_b.weight", layer);
+                assert_int_equal(kt__gguf_writer_add_tensor(w, name, 30, 3, ne_v, vb), KT_OK);
+                continue;
+            }
             const char *to = NULL;
             for (size_t j = 0; j < sizeof hf_to_gguf / sizeof hf_to_gguf[0]; j++)
                 if (!strcmp(rest, hf_to_gguf[j][0]))
@@ -1390,7 +1424,7 @@ static void test_gguf_models(void **state)
         char dir[512], path[400];
         fixture_path(dir, sizeof dir, cases[i][0]);
         snprintf(path, sizeof path, "%s/model-%zu.gguf", tmp_root, i);
-        fixture_to_gguf(cases[i][0], cases[i][1], path);
+        fixture_to_gguf(cases[i][0], cases[i][1], path, false);
         kt_model *st = open_ok(dir);
         kt_model *gg = open_ok(path);
         assert_int_equal(kt_model_format(gg), KT_FORMAT_GGUF);
@@ -1427,6 +1461,46 @@ static void test_gguf_models(void **state)
             if (kt__role_is_expert((kt_role)a.role))
                 assert_true(b.flags & KT_TENSOR_F_STACKED);
         }
+        kt_model_free(gg);
+        kt_model_free(st);
+    }
+
+    /* DeepSeek with the kv_b projection split the way newer llama.cpp conversions do */
+    {
+        char dir[512], path[400];
+        fixture_path(dir, sizeof dir, "deepseek_v3_tiny/bf16");
+        snprintf(path, sizeof path, "%s/mla-split.gguf", tmp_root);
+        fixture_to_gguf("deepseek_v3_tiny/bf16", "deepseek2", path, true);
+        kt_model *st = open_ok(dir);
+        kt_model *gg = open_ok(path);
+        kt_arch_info x = arch_of(st), y = arch_of(gg);
+        y.quant_method = x.quant_method;
+#define CMP(f)                                                                                 \
+    if ((double)x.f != (double)y.f)                                                            \
+        fail_msg("split kv_b: field %s: safetensors %g, gguf %g", #f, (double)x.f, (double)y.f);
+        ARCH_FIELDS(CMP)
+#undef CMP
+        assert_int_equal(kt_model_has_tensor(gg, 1, KT_ROLE_KV_B_PROJ, 0), 0);
+        kt_tensor_view kvb = view_of(st, 1, KT_ROLE_KV_B_PROJ, 0);
+        kt_tensor_view kb = view_of(gg, 1, KT_ROLE_K_B_PROJ, 0);
+        kt_tensor_view vb = view_of(gg, 1, KT_ROLE_V_B_PROJ, 0);
+        const uint32_t nh = x.n_heads, nope = x.qk_nope_head_dim, v = x.v_head_dim,
+                       lora = x.kv_lora_rank;
+        assert_int_equal(kb.n_dims, 3);
+        assert_int_equal(kb.shape[0], nh);
+        assert_int_equal(kb.shape[1], lora);
+        assert_int_equal(kb.shape[2], nope);
+        assert_int_equal(vb.shape[1], v);
+        const uint16_t *W = kvb.data, *K = kb.data, *V = vb.data;
+        for (uint32_t h = 0; h < nh; h++)
+            for (uint32_t c = 0; c < lora; c++) {
+                for (uint32_t r = 0; r < nope; r++)
+                    assert_int_equal(K[((size_t)h * lora + c) * nope + r],
+                                     W[((size_t)h * (nope + v) + r) * lora + c]);
+                for (uint32_t r = 0; r < v; r++)
+                    assert_int_equal(V[((size_t)h * v + r) * lora + c],
+                                     W[((size_t)h * (nope + v) + nope + r) * lora + c]);
+            }
         kt_model_free(gg);
         kt_model_free(st);
     }
