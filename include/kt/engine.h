@@ -69,7 +69,8 @@ typedef struct kt_context_options {
     int32_t n_batch;         /* prefill chunk (tokens per forward); 0: 512                */
     int32_t precision;       /* kt_precision                                             */
     int32_t method;          /* kt_method of the routed experts; 0: as the weights are    */
-    int32_t n_threads;       /* worker threads; 0: the runtime's                          */
+    int32_t n_threads;       /* CPU MoE worker threads; 0: the runtime's threads minus one
+                                (the calling thread runs the dense layers)               */
     int32_t n_pools;         /* thread pools (one per NUMA node); 0: automatic            */
     const char *weight_path; /* libkt CPU expert weights (kt-convert output); NULL: none.
                                 Copied at create time.                                    */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "kt/hw.h"
 
 #define KT__DEFAULT_CTX_CAP 8192
 #define KT__DEFAULT_BATCH 512
@@ -94,7 +95,14 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
         kt__log(rt, KT_LOG_WARN, "n_ctx %d exceeds the model's max_position_embeddings %d",
                 o.n_ctx, max_pos);
     ctx->n_batch = o.n_batch ? o.n_batch : KT__DEFAULT_BATCH;
-    ctx->n_threads = o.n_threads ? o.n_threads : (rt ? kt_runtime_n_threads(rt) : 1);
+    /* Default: one worker per physical core but one, which the engine thread
+     * keeps (it runs the dense layers and waits on the MoE workers). */
+    if (o.n_threads) {
+        ctx->n_threads = o.n_threads;
+    } else {
+        int32_t cores = rt ? kt_runtime_n_threads(rt) : kt_hw_physical_cores();
+        ctx->n_threads = cores > 1 ? cores - 1 : 1;
+    }
     /* BF16 keys perturb near-tied routers enough to flip experts, so F32 unless asked */
     ctx->kv_type = ctx->precision == KT_PRECISION_FAST && (o.flags & KT_CONTEXT_F_KV_BF16)
                        ? KT_TYPE_BF16
