@@ -1,5 +1,7 @@
 /* Cores, hardware threads and NUMA nodes this process may use (hwloc). */
+#define _GNU_SOURCE
 #include <hwloc.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -18,11 +20,25 @@ static int compare_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Without hwloc's view: one node holding every online CPU, one core each. */
+/* Without hwloc's view: one node holding the CPUs of our affinity mask, each
+ * counted as a core. */
 static void fallback_topology(kt__hw_state *s)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    int32_t cpus = n > 0 ? (int32_t)n : 1;
+    cpu_set_t mask;
+    int32_t cpus = 0;
+    if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+        cpus = (int32_t)CPU_COUNT(&mask);
+    } else {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        CPU_ZERO(&mask);
+        for (long c = 0; c < n && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, &mask);
+        cpus = (int32_t)CPU_COUNT(&mask);
+    }
+    if (cpus < 1) {
+        cpus = 1;
+        CPU_SET(0, &mask);
+    }
     s->physical_cores = cpus;
     s->logical_cpus = cpus;
     s->n_numa = 0;
@@ -39,9 +55,12 @@ static void fallback_topology(kt__hw_state *s)
         s->numa = NULL;
         return;
     }
-    for (int32_t i = 0; i < cpus; i++)
-        node->cpus[i] = node->core_cpus[i] = i;
-    node->n_cpus = node->n_cores = cpus;
+    for (int c = 0; c < CPU_SETSIZE && node->n_cpus < cpus; c++) {
+        if (!CPU_ISSET(c, &mask))
+            continue;
+        node->cpus[node->n_cpus++] = c;
+        node->core_cpus[node->n_cores++] = c;
+    }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     node->memory_total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
     s->n_numa = 1;
@@ -106,17 +125,33 @@ void kt__hw_detect_topology(kt__hw_state *s)
         fallback_topology(s);
         return;
     }
-    hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(topo);
+    /* CPUs this process may use: the cgroup's allowed set within its affinity
+     * mask (taskset, numactl --cpunodebind), so pools never pin outside it. */
+    hwloc_bitmap_t allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo));
+    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+    if (!allowed || !bound) {
+        hwloc_bitmap_free(allowed);
+        hwloc_bitmap_free(bound);
+        hwloc_topology_destroy(topo);
+        fallback_topology(s);
+        return;
+    }
+    if (hwloc_get_cpubind(topo, bound, HWLOC_CPUBIND_PROCESS) == 0 &&
+        hwloc_bitmap_intersects(allowed, bound))
+        hwloc_bitmap_and(allowed, allowed, bound);
+    hwloc_bitmap_free(bound);
     int n_nodes = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
     int n_cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
     int n_pus = hwloc_bitmap_weight(allowed);
     if (n_nodes <= 0 || n_cores <= 0 || n_pus <= 0) {
+        hwloc_bitmap_free(allowed);
         hwloc_topology_destroy(topo);
         fallback_topology(s);
         return;
     }
     s->numa = calloc((size_t)n_nodes, sizeof *s->numa);
     if (!s->numa) {
+        hwloc_bitmap_free(allowed);
         hwloc_topology_destroy(topo);
         fallback_topology(s);
         return;
@@ -132,6 +167,7 @@ void kt__hw_detect_topology(kt__hw_state *s)
     qsort(s->numa, (size_t)s->n_numa, sizeof *s->numa, compare_numa);
     s->physical_cores = cores > 0 ? cores : n_cores;
     s->logical_cpus = n_pus;
+    hwloc_bitmap_free(allowed);
     hwloc_topology_destroy(topo);
     if (s->n_numa == 0) {
         free(s->numa);
