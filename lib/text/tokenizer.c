@@ -1105,29 +1105,13 @@ static kt_status parse_config(loader *L, const cJSON *cfg, bool tiktoken)
     if (st < 0)
         return st;
 
-    const cJSON *cu = cJSON_GetObjectItemCaseSensitive(cfg, "clean_up_tokenization_spaces");
-    tok->clean_up_spaces = cJSON_IsTrue(cu);
-
-    /* explicit add_bos_token / add_eos_token rebuild the template (as
-     * transformers' update_post_processor does) */
-    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(cfg, "add_bos_token");
-    const cJSON *ae = cJSON_GetObjectItemCaseSensitive(cfg, "add_eos_token");
-    if (cJSON_IsBool(ab) || cJSON_IsBool(ae)) {
-        tok->n_post = 0;
-        tok->has_post = true;
-        int32_t bos = -1, eos = -1;
-        kt_tokenizer_token_id(tok, tok->special_text[0] ? tok->special_text[0] : "",
-                              tok->special_text[0] ? strlen(tok->special_text[0]) : 0, &bos);
-        kt_tokenizer_token_id(tok, tok->special_text[1] ? tok->special_text[1] : "",
-                              tok->special_text[1] ? strlen(tok->special_text[1]) : 0, &eos);
-        kt_clear_error();
-        if (cJSON_IsTrue(ab) && bos >= 0)
-            st = post_push(tok, bos);
-        if (st == KT_OK)
-            st = post_push(tok, -1);
-        if (st == KT_OK && cJSON_IsTrue(ae) && eos >= 0)
-            st = post_push(tok, eos);
-    }
+    /* transformers 5 ignores clean_up_tokenization_spaces for BPE tokenizers
+     * unless told twice; and it adds bos/eos only as tokenizer.json's
+     * post-processor says (add_bos_token/add_eos_token do not change it). */
+    tok->clean_up_spaces =
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "clean_up_tokenization_spaces")) &&
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+            cfg, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"));
     return st;
 }
 

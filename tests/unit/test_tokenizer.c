@@ -553,6 +553,59 @@ static void test_unicode_normalization(void **state)
     cJSON_Delete(ref);
 }
 
+/* tokenizer_config.json shapes (AddedToken objects, add_bos_token that
+ * transformers 5 ignores, named template lists) against AutoTokenizer
+ * (tokenizer_synth/make_config_reference.py). */
+static void test_config_shapes(void **state)
+{
+    (void)state;
+    char path[1200], dir[1024];
+    snprintf(path, sizeof path, "%s/tokenizer_synth/config_reference.json", data_dir());
+    snprintf(dir, sizeof dir, "%s/tokenizer_synth/with_config", data_dir());
+    cJSON *ref = read_json(path);
+    assert_non_null(ref);
+    kt_tokenizer *tok = NULL;
+    assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
+    static const char *const roles[] = {"bos", "eos", "pad", "unk"};
+    static const kt_special_token which[] = {KT_SPECIAL_BOS, KT_SPECIAL_EOS, KT_SPECIAL_PAD,
+                                             KT_SPECIAL_UNK};
+    for (int k = 0; k < 4; k++) {
+        const cJSON *r = cJSON_GetObjectItem(ref, roles[k]);
+        const cJSON *text = cJSON_GetArrayItem(r, 0), *id = cJSON_GetArrayItem(r, 1);
+        if (cJSON_IsNull(text)) {
+            assert_null(kt_tokenizer_special_text(tok, which[k]));
+            assert_int_equal(kt_tokenizer_special_id(tok, which[k]), -1);
+        } else {
+            assert_string_equal(kt_tokenizer_special_text(tok, which[k]), text->valuestring);
+            assert_int_equal(kt_tokenizer_special_id(tok, which[k]), (int)id->valuedouble);
+        }
+    }
+    const cJSON *names = cJSON_GetObjectItem(ref, "templates"), *c;
+    assert_int_equal(kt_tokenizer_chat_template_count(tok), cJSON_GetArraySize(names));
+    cJSON_ArrayForEach(c, names) assert_non_null(kt_tokenizer_chat_template(tok, c->valuestring));
+    assert_non_null(strstr(kt_tokenizer_chat_template(tok, "tool_use"), "[TOOLS]"));
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "cases")) {
+        const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
+        size_t n;
+        int32_t *ids = encode(tok, text, strlen(text), KT_ENCODE_PARSE_SPECIAL, &n);
+        assert_ids(cJSON_GetObjectItem(c, "ids"), ids, n, text);
+        kt_buf out = KT_BUF_INIT;
+        assert_int_equal(kt_tokenizer_decode(tok, ids, n, 0, &out), KT_OK);
+        assert_string_equal(out.ptr, cJSON_GetObjectItem(c, "decoded")->valuestring);
+        kt_buf_dispose(&out);
+        free(ids);
+        ids = encode(tok, text, strlen(text), KT_ENCODE_PARSE_SPECIAL | KT_ENCODE_ADD_SPECIAL, &n);
+        assert_ids(cJSON_GetObjectItem(c, "ids_special"), ids, n, text);
+        assert_int_equal(kt_tokenizer_decode(tok, ids, n, KT_DECODE_SKIP_SPECIAL, &out), KT_OK);
+        assert_string_equal(out.ptr, cJSON_GetObjectItem(c, "decoded_skip")->valuestring);
+        kt_buf_dispose(&out);
+        free(ids);
+    }
+    assert_int_equal(kt_tokenizer_adds_bos(tok), 1);
+    kt_tokenizer_free(tok);
+    cJSON_Delete(ref);
+}
+
 /* ---- bad files ---------------------------------------------------------- */
 
 static char tmpdir[256];
@@ -666,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_tiktoken_kimi),
         cmocka_unit_test(test_synthetic_pipelines),
         cmocka_unit_test(test_unicode_normalization),
+        cmocka_unit_test(test_config_shapes),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
