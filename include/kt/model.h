@@ -130,7 +130,7 @@ typedef enum kt_quant_method {
 typedef struct kt_model_open_options {
     uint32_t struct_size;           /* sizeof(kt_model_open_options); set by the INIT macro */
     uint32_t flags;                 /* KT_MODEL_OPEN_F_*; unknown bits are rejected         */
-    kt_progress_fn progress_fn;     /* may be NULL; called per file opened                  */
+    kt_progress_fn progress_fn;     /* may be NULL; called per phase of the open         */
     void *progress_user_data;
 } kt_model_open_options;
 
