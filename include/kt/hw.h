@@ -110,7 +110,9 @@ typedef struct kt_hw_info {
 
 /* Fills *out with the machine's description. The caller sets out->struct_size
  * (KT_HW_INFO_INIT does). Static facts are detected once per process; the first
- * call may take tens of milliseconds (hwloc, CUDA device count).
+ * call may take tens of milliseconds (hwloc) and, in a CUDA build, initialises
+ * the CUDA driver to count devices (so a process that forks should call it
+ * after forking).
  * Returns KT_OK, or KT_ERR_INVALID_ARG for a NULL or too-small struct.
  * Thread-safe. Since 0.1. */
 KT_API kt_status kt_hw_query(kt_hw_info *out);
