@@ -204,6 +204,10 @@ typedef enum jn_op {
     JOP_EQ, JOP_NE, JOP_LT, JOP_LE, JOP_GT, JOP_GE, JOP_IN, JOP_NOTIN
 } jn_op;
 
+/* JN_MACRO op bits: the body reads varargs / kwargs. */
+#define JMACRO_VARARGS 1u
+#define JMACRO_KWARGS 2u
+
 typedef struct jnode jnode;
 struct jnode {
     uint8_t kind;

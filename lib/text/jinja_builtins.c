@@ -118,7 +118,15 @@ static int change_case(jrender *r, const jnode *at, jv s, int mode, jv *out)
         uint32_t c = kt__utf8_next(s.u.s.p, s.u.s.n, &i), o = c;
         switch (mode) {
         case CASE_UPPER: o = cp_upper(c); break;
-        case CASE_LOWER: o = cp_lower(c); break;
+        case CASE_LOWER:
+            o = cp_lower(c);
+            if (c == 0x3A3 && prev_cased) { /* final sigma at the end of a word */
+                size_t j = i;
+                if (j >= s.u.s.n || !cp_cased(kt__utf8_next(s.u.s.p, s.u.s.n, &j)))
+                    o = 0x3C2;
+            }
+            prev_cased = cp_cased(c);
+            break;
         case CASE_TITLE:
             o = prev_cased ? cp_lower(c) : cp_upper(c);
             prev_cased = cp_cased(c);
@@ -282,9 +290,8 @@ static int str_split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit
                 break;
             size_t start = i;
             if (maxsplit >= 0 && (int64_t)l->n >= maxsplit) {
-                size_t end = n;
-                jv rest = str_strip(jv_str(p + start, end - start), jv_none(), 2);
-                if (!kt__jlist_push(r->a, l, rest))
+                /* The unsplit rest keeps its trailing whitespace (Python). */
+                if (!kt__jlist_push(r->a, l, jv_str(p + start, n - start)))
                     return OOM(r, at);
                 break;
             }
@@ -1659,7 +1666,23 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         if (!common && !ceil_m && !floor_m)
             return kt__jr_fail(r, at, "method must be common, ceil or floor");
         if (is_int_like(v) && common) {
-            *out = jv_int(as_int(v)); /* round(int, n) stays an int */
+            /* round(int, n) stays an int; n < 0 rounds half to even to 10^-n. */
+            int64_t x = as_int(v), nd = as_int(prec);
+            if (nd < 0) {
+                int64_t m = 1;
+                for (int64_t k = 0; k < -nd && m <= INT64_MAX / 10; k++)
+                    m *= 10;
+                int64_t q = x / m, rem = x % m;
+                if (rem < 0) {
+                    rem += m;
+                    q--;
+                }
+                if (rem * 2 > m || (rem * 2 == m && (q & 1)))
+                    q++;
+                if (__builtin_mul_overflow(q, m, &x))
+                    return kt__jr_fail(r, at, "integer overflow");
+            }
+            *out = jv_int(x);
             return 0;
         }
         if (v.type != JV_FLOAT && !is_int_like(v))

@@ -842,6 +842,12 @@ static int call_macro(jrender *r, const jnode *at, const jmacro *m, const jargs 
     if (!varargs || !kwargs)
         return kt__jr_oom(r, at);
     varargs->tuple = true;
+    bool is_macro = def->kind == JN_MACRO;
+    if (is_macro && args->npos > np && !(def->op & JMACRO_VARARGS)) {
+        r->depth--;
+        return kt__jr_fail(r, at, "macro '%s' takes not more than %zu argument(s)", def->name,
+                           np);
+    }
     for (size_t i = np; i < args->npos; i++)
         if (!kt__jlist_push(r->a, varargs, args->pos[i]))
             return kt__jr_oom(r, at);
@@ -850,8 +856,14 @@ static int call_macro(jrender *r, const jnode *at, const jmacro *m, const jargs 
         for (size_t i = 0; i < np; i++)
             if (!strcmp(def->names[i], args->kwn[k]))
                 known = true;
-        if (!known && strcmp(args->kwn[k], "caller") &&
-            !kt__jdict_set(r->a, kwargs, jv_str(args->kwn[k], strlen(args->kwn[k])),
+        if (known || !strcmp(args->kwn[k], "caller"))
+            continue;
+        if (is_macro && !(def->op & JMACRO_KWARGS)) {
+            r->depth--;
+            return kt__jr_fail(r, at, "macro '%s' takes no keyword argument '%s'", def->name,
+                               args->kwn[k]);
+        }
+        if (!kt__jdict_set(r->a, kwargs, jv_str(args->kwn[k], strlen(args->kwn[k])),
                            args->kwv[k]))
             return kt__jr_oom(r, at);
     }

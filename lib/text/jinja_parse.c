@@ -1052,6 +1052,26 @@ static jnode *parse_set(parser *p, const jtok *t)
     return expect_end_tag(p, "endset") ? n : NULL;
 }
 
+/* Does the subtree read the name `name`? (Jinja lets a macro take extra
+ * positional/keyword arguments only when its body uses varargs/kwargs.) */
+static bool uses_name(const jnode *n, const char *name, int depth)
+{
+    if (!n || depth > 4 * MAX_NESTING)
+        return false;
+    if (n->kind == JN_NAME && !strcmp(n->name, name))
+        return true;
+    if (uses_name(n->a, name, depth + 1) || uses_name(n->b, name, depth + 1) ||
+        uses_name(n->c, name, depth + 1) || uses_name(n->d, name, depth + 1))
+        return true;
+    for (size_t i = 0; i < n->n; i++)
+        if (uses_name(n->list[i], name, depth + 1))
+            return true;
+    for (size_t i = 0; i < n->n2; i++)
+        if (uses_name(n->list2[i], name, depth + 1))
+            return true;
+    return false;
+}
+
 static jnode *parse_macro(parser *p, const jtok *t)
 {
     jnode *n = new_node(p, JN_MACRO, t);
@@ -1071,6 +1091,11 @@ static jnode *parse_macro(parser *p, const jtok *t)
     p->loop_depth = saved;
     if (!ok)
         return NULL;
+    jnode body = {0};
+    body.list = n->list;
+    body.n = n->n;
+    n->op = (uint8_t)((uses_name(&body, "varargs", 0) ? JMACRO_VARARGS : 0) |
+                      (uses_name(&body, "kwargs", 0) ? JMACRO_KWARGS : 0));
     return expect_end_tag(p, "endmacro") ? n : NULL;
 }
 

@@ -170,6 +170,9 @@ int cmd_template(int argc, char **argv)
                 st = kt_template_set_default(t, specials[k].key, text);
         }
     } else {
+        /* As transformers: with tools, a model's "tool_use" template wins. */
+        if (!name && tools_path && kt_tokenizer_chat_template(tok, "tool_use"))
+            name = "tool_use";
         st = kt_template_create_from_tokenizer(&t, tok, name, NULL);
     }
     if (st >= 0 && bos)
