@@ -60,6 +60,27 @@ kt_status kt__json_parse(cJSON **out, const char *text, size_t n, const char *wh
             text[i] != '\t')
             return kt__error(KT_ERR_FORMAT, "%s: control character 0x%02x in JSON at byte %zu",
                              what, (unsigned)(unsigned char)text[i], i);
+    /* cJSON allocates one ~64-byte node per value: bound the node count so that a
+     * hostile document cannot turn a size-capped file into gigabytes. Values are at
+     * most one more than the commas and opening brackets outside strings. */
+    size_t nodes = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == '[' || c == '{') {
+            nodes++;
+        }
+    }
+    if (nodes > KT_JSON_MAX_NODES)
+        return kt__error(KT_ERR_FORMAT, "%s: JSON with over %zu values exceeds the %zu value "
+                         "limit", what, nodes, (size_t)KT_JSON_MAX_NODES);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!root) {

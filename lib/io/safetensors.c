@@ -226,9 +226,16 @@ static kt_status parse_tensor_entry(kt_st_tensor *t, const cJSON *e, const char 
         return kt__error(KT_ERR_FORMAT, "%s: tensor '%s': missing or non-string dtype", path,
                          name);
     t->type = dtype_from_string(dtype->valuestring);
-    if (t->type == KT_TYPE_INVALID)
+    if (t->type == KT_TYPE_INVALID) {
+        /* Valid safetensors dtypes that kt_type has no name for yet. */
+        static const char *const newer[] = {"F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+        for (size_t i = 0; i < KT_ARRAY_LEN(newer); i++)
+            if (strcmp(dtype->valuestring, newer[i]) == 0)
+                return kt__error(KT_ERR_UNSUPPORTED, "%s: tensor '%s': dtype %s is not "
+                                 "supported", path, name, newer[i]);
         return kt__error(KT_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s'", path, name,
                          dtype->valuestring);
+    }
     if (!cJSON_IsArray(shape))
         return kt__error(KT_ERR_FORMAT, "%s: tensor '%s': missing or non-array shape", path,
                          name);

@@ -385,6 +385,29 @@ static void test_parse_memory(void **state)
     kt__st_close(set);
 }
 
+/* A header within the size cap but with millions of values is refused before cJSON
+ * allocates a node for each (a 8 MB header would otherwise cost ~300 MB). */
+static void test_json_value_limit(void **state)
+{
+    (void)state;
+    const char *head = "{\"__metadata__\":{\"a\":\"b\"},\"x\":[";
+    size_t n_values = KT_JSON_MAX_NODES + 1, len = strlen(head) + 2 * n_values + 2;
+    unsigned char *buf = malloc(8 + len);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    char *p = (char *)buf + 8;
+    memcpy(p, head, strlen(head));
+    p += strlen(head);
+    for (size_t i = 0; i < n_values; i++, p += 2)
+        memcpy(p, i + 1 < n_values ? "0," : "0]", 2);
+    memcpy(p, "} ", 2);
+    kt_st_set *set = NULL;
+    assert_int_equal(kt__st_parse_memory(&set, buf, 8 + len, "many_values"), KT_ERR_FORMAT);
+    assert_non_null(strstr(kt_last_error(), "value limit"));
+    free(buf);
+}
+
 /* Many tensors: the hash table grows and every name is found. */
 static void test_many_tensors(void **state)
 {
@@ -870,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_writer_abandoned),
         cmocka_unit_test(test_parse_memory),
         cmocka_unit_test(test_many_tensors),
+        cmocka_unit_test(test_json_value_limit),
         cmocka_unit_test(test_dir_variants),
         cmocka_unit_test(test_index_checks),
         cmocka_unit_test(test_fixtures),

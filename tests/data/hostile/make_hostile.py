@@ -81,6 +81,8 @@ def safetensors_cases():
     st_case("st_deep_nesting.safetensors",
             st_bytes('{"__metadata__":' + "[" * 5000 + "]" * 5000 + "}"), "FORMAT", "JSON")
     st_simple("st_bad_dtype.safetensors", tensor("F12", [1], 0, 4), 4, "FORMAT", "dtype")
+    st_simple("st_dtype_f8_e8m0.safetensors", tensor("F8_E8M0", [1], 0, 1), 1, "UNSUPPORTED",
+              "F8_E8M0")
     st_simple("st_dtype_number.safetensors", tensor(5, [1], 0, 4), 4, "FORMAT", "dtype")
     st_simple("st_no_dtype.safetensors", {"shape": [1], "data_offsets": [0, 4]}, 4,
               "FORMAT", "dtype")
