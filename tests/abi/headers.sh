@@ -42,6 +42,32 @@ for path in "$@"; do
         fails=$((fails + 1))
     fi
 done
+# Every KT_X_INIT macro initialises its kt_x without warnings in C and C++
+# (missing initialisers, narrowing, wrong order show up here, not in users' builds).
+inits=$(grep -ho '#define KT_[A-Z0-9_]*_INIT\b' "$@" | awk '{print $2}' | sort -u)
+{
+    echo '#include <kt/kt.h>'
+    echo 'void kt_abi_inits(void);'
+    echo 'void kt_abi_inits(void)'
+    echo '{'
+    for m in $inits; do
+        t=$(echo "${m%_INIT}" | tr 'A-Z' 'a-z')
+        echo "    $t v_$t = $m;"
+        echo "    (void)v_$t;"
+    done
+    echo '}'
+} > "$tmp/inits.c"
+for pair in "${CC:-cc} c c99" "${CXX:-} c++ c++11"; do
+    set -- $pair
+    [ $# -eq 3 ] || continue
+    if ! $1 -x "$2" -std="$3" -Wall -Wextra -pedantic -Werror -fsyntax-only \
+            -I"$src_inc" -I"$build_inc" "$tmp/inits.c" > "$tmp/log" 2>&1; then
+        echo "FAIL: the *_INIT macros as $2 ($3) (KT_X_INIT must initialise a kt_x):"
+        sed 's/^/    /' "$tmp/log"
+        fails=$((fails + 1))
+    fi
+done
+echo "$(echo "$inits" | wc -w) *_INIT macros checked"
 [ -n "${CXX:-}" ] || echo "note: no C++ compiler found; C++ checks skipped"
 echo "$n headers checked, $fails failures"
 [ "$fails" -eq 0 ]
