@@ -27,11 +27,14 @@ enum {
     KT__ACT_BF16 = 1,  /* uint16 [K]                                              */
     KT__ACT_Q8G32 = 2, /* int8 q[K], float d[K/32], int32 s[K/32]: x = q * d per
                           group of 32, s = 8 * sum(q) of the group (INT4 offset)  */
-    KT__ACT_Q8P64 = 3  /* AVX-512 RAWINT4: per chunk of 64 inputs (K padded to 64):
-                          int8 q[64] with the 32 even inputs first, then the odd;
-                          after all chunks, per chunk float d[16] (the group scale
-                          of each 4-byte lane) and int32 c[16] (-8 * lane sum);
-                          then the same inputs as BF16 [K padded to 64] (prefill) */
+    KT__ACT_BF16P64 = 3, /* AVX-512 FP8: BF16, K padded to 64, each chunk of 64 inputs
+                          permuted as the byte-table decode leaves the weights:
+                          input 16L + j goes to 8L + j (j < 8), 32 + 8L + j - 8 */
+    KT__ACT_Q8P128 = 4 /* AVX-512 RAWINT4, K padded to 128: per chunk of 128 inputs
+                          int8 q[128] (the 64 even inputs, then the 64 odd); after
+                          all chunks, per chunk float d[16] (lane l holds the scale
+                          of group l / 4) and int32 c[16] (-8 * the lane's sum over
+                          both halves); then the inputs as BF16 (prefill)        */
 };
 
 typedef struct kt__wmat {
@@ -66,8 +69,10 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
         b = (size_t)K * 2;
     else if (act == KT__ACT_Q8G32)
         b = (size_t)K + (size_t)(K / 32) * 8;
+    else if (act == KT__ACT_BF16P64)
+        b = (size_t)((K + 63) / 64) * 128;
     else
-        b = (size_t)((K + 63) / 64) * (64 + 128 + 128);
+        b = (size_t)((K + 127) / 128) * 512;
     return (b + 63) & ~(size_t)63;
 }
 

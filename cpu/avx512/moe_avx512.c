@@ -4,15 +4,16 @@
  *
  *  BF16     vdpbf16ps on BF16 activations; 4 weight rows x up to 4 tokens per
  *           register tile, K in chunks that stay in L1.
- *  FP8      E4M3 bytes -> BF16 through a 128-entry table held in 4 registers
- *           (vpermt2w), sign or'ed back. Up to 2 tokens: decoded in registers,
- *           block scale applied per 128 inputs to block partial sums. More
- *           tokens: a 4-row chunk is decoded once with its scales folded in,
- *           then the BF16 tile kernel reuses it for every token.
- *  RAWINT4  up to 3 tokens: nibbles (value + 8, unsigned) x INT8 activations
- *           (per 32-group scales) with vpdpbusd, the +8 offset removed by
- *           starting each lane at -8 * (sum of its activation bytes). More
- *           tokens: chunk dequantized to BF16 (scales folded) + BF16 tiles.
+ *  FP8      E4M3 bytes -> BF16 with two 128-entry byte tables (vpermt2b on
+ *           64 bytes: high and low byte of each BF16, sign or'ed in) and one
+ *           interleave; the activations are stored permuted to match. Up to 2
+ *           tokens: decoded in registers, block scale applied per 128 inputs
+ *           to block partial sums. More tokens: a 4-row chunk is decoded once
+ *           with its scales folded in, then BF16 tiles reuse it for every token.
+ *  RAWINT4  up to 3 tokens: 128 inputs per step, nibbles (value + 8, unsigned)
+ *           x INT8 activations (scale per 32-group) with vpdpbusd, each lane
+ *           started at -8 * (sum of its activation bytes) to remove the +8.
+ *           More tokens: a chunk dequantized to BF16 (scales folded) + BF16 tiles.
  */
 #include <immintrin.h>
 
@@ -20,25 +21,25 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* BF16 bits of the E4M3 magnitudes 0..127 (127 = NaN). */
-static const uint16_t e4m3_lut[128] = {
-    0x0000, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60,
-    0x3c80, 0x3c90, 0x3ca0, 0x3cb0, 0x3cc0, 0x3cd0, 0x3ce0, 0x3cf0,
-    0x3d00, 0x3d10, 0x3d20, 0x3d30, 0x3d40, 0x3d50, 0x3d60, 0x3d70,
-    0x3d80, 0x3d90, 0x3da0, 0x3db0, 0x3dc0, 0x3dd0, 0x3de0, 0x3df0,
-    0x3e00, 0x3e10, 0x3e20, 0x3e30, 0x3e40, 0x3e50, 0x3e60, 0x3e70,
-    0x3e80, 0x3e90, 0x3ea0, 0x3eb0, 0x3ec0, 0x3ed0, 0x3ee0, 0x3ef0,
-    0x3f00, 0x3f10, 0x3f20, 0x3f30, 0x3f40, 0x3f50, 0x3f60, 0x3f70,
-    0x3f80, 0x3f90, 0x3fa0, 0x3fb0, 0x3fc0, 0x3fd0, 0x3fe0, 0x3ff0,
-    0x4000, 0x4010, 0x4020, 0x4030, 0x4040, 0x4050, 0x4060, 0x4070,
-    0x4080, 0x4090, 0x40a0, 0x40b0, 0x40c0, 0x40d0, 0x40e0, 0x40f0,
-    0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170,
-    0x4180, 0x4190, 0x41a0, 0x41b0, 0x41c0, 0x41d0, 0x41e0, 0x41f0,
-    0x4200, 0x4210, 0x4220, 0x4230, 0x4240, 0x4250, 0x4260, 0x4270,
-    0x4280, 0x4290, 0x42a0, 0x42b0, 0x42c0, 0x42d0, 0x42e0, 0x42f0,
-    0x4300, 0x4310, 0x4320, 0x4330, 0x4340, 0x4350, 0x4360, 0x4370,
-    0x4380, 0x4390, 0x43a0, 0x43b0, 0x43c0, 0x43d0, 0x43e0, 0x7fc0
-};
+/* High and low bytes of the BF16 of each E4M3 magnitude 0..127 (127 = NaN). */
+static const uint8_t e4m3_hi[128] = {
+    0x00, 0x3b, 0x3b, 0x3b, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c,
+    0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d,
+    0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e,
+    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
+    0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
+    0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41,
+    0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42,
+    0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x7f};
+static const uint8_t e4m3_lo[128] = {
+    0x00, 0x00, 0x80, 0xc0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xc0};
 
 #define KC_BF16 2048 /* BF16 K chunk: 4 rows x 4 KiB stay in L1            */
 #define KC_DEQ 2048  /* FP8 / INT4 dequantized chunk (multiple of 128)       */
@@ -73,44 +74,53 @@ static void quant_bf16(const float *x, int k0, int k1, int K, void *row)
         r[k] = kt__moe_f32_bf16(x[k]);
 }
 
-/* Q8P64 row (see moe_kernels.h): per 32-group d = max|x| / 127, q = round(x / d);
- * chunk of 64 stored even inputs first; lane scales and -8 * lane sums; and a
- * BF16 copy for the prefill path. */
-static void quant_q8p64(const float *x, int k0, int k1, int K, void *row)
+/* Position of input j (0..63) of a chunk in the BF16P64 order. */
+static inline int p64_pos(int j)
 {
-    int K64 = (K + 63) & ~63;
+    int L = j / 16, i = j % 16;
+    return i < 8 ? 8 * L + i : 32 + 8 * L + i - 8;
+}
+
+static void quant_bf16p64(const float *x, int k0, int k1, int K, void *row)
+{
+    (void)K;
+    uint16_t *r = row;
+    for (int k = k0; k < k1; k++)
+        r[(k & ~63) + p64_pos(k & 63)] = kt__moe_f32_bf16(x[k]);
+}
+
+/* Q8P128 row (see moe_kernels.h), one 32-group at a time: d = max|x| / 127,
+ * q = round(x / d); lane scales and -8 * lane sums; BF16 copy for prefill. */
+static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
+{
+    int K128 = (K + 127) & ~127;
     int8_t *q = row;
-    float *lanes = (float *)((char *)row + K64);
-    uint16_t *xb = (uint16_t *)((char *)row + 3 * (size_t)K64);
-    for (int c = k0 / 64; c * 64 < k1; c++) {
-        float d[2] = {0.0f, 0.0f}, inv[2] = {0.0f, 0.0f};
-        for (int g = 0; g < 2; g++) {
-            int kg = c * 64 + g * 32;
-            if (kg >= k1)
-                continue;
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++) {
-                float a = x[kg + i] < 0 ? -x[kg + i] : x[kg + i];
-                amax = a > amax ? a : amax;
-            }
-            d[g] = amax / 127.0f;
-            inv[g] = amax > 0.0f ? 127.0f / amax : 0.0f;
+    float *lanes = (float *)((char *)row + K128);
+    uint16_t *xb = (uint16_t *)((char *)row + 2 * (size_t)K128);
+    for (int g = k0 / 32; g < k1 / 32; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float a = x[g * 32 + i] < 0 ? -x[g * 32 + i] : x[g * 32 + i];
+            amax = a > amax ? a : amax;
         }
-        int8_t *qc = q + c * 64;
-        for (int j = 0; j < 64; j++) {
-            int k = c * 64 + j, v = 0;
-            if (k < k1) {
-                v = (int)__builtin_nearbyintf(x[k] * inv[j / 32]);
-                v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            }
-            qc[(j & 1) ? 32 + j / 2 : j / 2] = (int8_t)v;
-            xb[k] = k < k1 ? kt__moe_f32_bf16(x[k]) : 0;
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int c = g / 4, gi = g % 4;
+        int8_t *qc = q + (size_t)c * 128;
+        for (int i = 0; i < 32; i++) {
+            int k = g * 32 + i, kl = k % 128;
+            int v = (int)__builtin_nearbyintf(x[k] * inv);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            qc[(kl & 1) ? 64 + kl / 2 : kl / 2] = (int8_t)v;
+            xb[k] = kt__moe_f32_bf16(x[k]);
         }
-        float *dl = lanes + c * 32;
+        float *dl = lanes + (size_t)c * 32;
         int32_t *cl = (int32_t *)(dl + 16);
-        for (int l = 0; l < 16; l++) {
-            dl[l] = d[(l & 4) ? 1 : 0]; /* lanes 4-7 and 12-15 hold the second group */
-            cl[l] = -8 * (qc[4 * l] + qc[4 * l + 1] + qc[4 * l + 2] + qc[4 * l + 3]);
+        for (int l = 4 * gi; l < 4 * gi + 4; l++) {
+            dl[l] = amax / 127.0f;
+            int sum = 0;
+            for (int b = 0; b < 4; b++)
+                sum += qc[4 * l + b] + qc[64 + 4 * l + b];
+            cl[l] = -8 * sum;
         }
     }
 }
@@ -129,8 +139,11 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
     /* hot loop: 4 weight vectors x MR activation vectors per 32 inputs */
     for (; k + 32 <= kn; k += 32) {
         __m512bh v[4];
-        for (int r = 0; r < 4; r++)
+        for (int r = 0; r < 4; r++) {
+            if (MR <= 2) /* decode: weights stream from memory */
+                _mm_prefetch((const char *)(w[r] + k) + 2048, _MM_HINT_T1);
             v[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
+        }
         for (int m = 0; m < MR; m++) {
             __m512bh x = (__m512bh)_mm512_loadu_si512(a[m] + k);
             for (int r = 0; r < 4; r++)
@@ -189,8 +202,10 @@ static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 {
     (void)scratch;
     const uint16_t *w = W->w;
-    for (int kc = k0; kc < k1; kc += KC_BF16) {
-        int kn = imin(KC_BF16, k1 - kc);
+    /* decode: whole rows (long sequential streams); prefill: L1-sized chunks */
+    int kc_step = M <= 4 ? k1 - k0 : KC_BF16;
+    for (int kc = k0; kc < k1; kc += kc_step) {
+        int kn = imin(kc_step, k1 - kc);
         for (int n = n0; n < n1; n += 4)
             tiles_bf16(w + (size_t)n * W->cols + kc, (size_t)W->cols, imin(4, n1 - n), A,
                        a_stride, rows, M, kc, kn, C + (n - n0), ldc, kc > k0);
@@ -199,30 +214,33 @@ static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 
 /* ---- FP8 E4M3 ------------------------------------------------------------- */
 
-typedef struct lut4 {
-    __m512i t0, t1, t2, t3;
-} lut4;
+typedef struct lut8 {
+    __m512i h0, h1, l0, l1;
+} lut8;
 
-ALWAYS_INLINE lut4 lut_load(void)
+ALWAYS_INLINE lut8 lut_load(void)
 {
-    lut4 L;
-    L.t0 = _mm512_loadu_si512(e4m3_lut);
-    L.t1 = _mm512_loadu_si512(e4m3_lut + 32);
-    L.t2 = _mm512_loadu_si512(e4m3_lut + 64);
-    L.t3 = _mm512_loadu_si512(e4m3_lut + 96);
+    lut8 L;
+    L.h0 = _mm512_loadu_si512(e4m3_hi);
+    L.h1 = _mm512_loadu_si512(e4m3_hi + 64);
+    L.l0 = _mm512_loadu_si512(e4m3_lo);
+    L.l1 = _mm512_loadu_si512(e4m3_lo + 64);
     return L;
 }
 
-/* 32 E4M3 bytes -> 32 BF16: magnitude from the table, sign bit or'ed in. */
-ALWAYS_INLINE __m512i fp8x32_bf16(const lut4 *L, __m256i b)
+/* 64 E4M3 bytes -> 64 BF16 in BF16P64 order (u[0]: first 32, u[1]: last 32). */
+ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
 {
-    __m512i v = _mm512_cvtepu8_epi16(b);
-    __m512i lo = _mm512_permutex2var_epi16(L->t0, v, L->t1);
-    __m512i hi = _mm512_permutex2var_epi16(L->t2, v, L->t3);
-    __mmask32 h = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x40));
-    __m512i mag = _mm512_mask_blend_epi16(h, lo, hi);
-    return _mm512_ternarylogic_epi32(mag, _mm512_slli_epi16(v, 8),
-                                     _mm512_set1_epi16((short)0x8000), 0xF8);
+    __m512i hi = _mm512_permutex2var_epi8(L->h0, v, L->h1);
+    __m512i lo = _mm512_permutex2var_epi8(L->l0, v, L->l1);
+    hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8); /* | sign */
+    u[0] = _mm512_unpacklo_epi8(lo, hi);
+    u[1] = _mm512_unpackhi_epi8(lo, hi);
+}
+
+static inline __mmask64 tail64(int left)
+{
+    return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
 }
 
 /* Decode path: 4 rows x MR (1..2) tokens; per 128-input block the partial
@@ -230,7 +248,7 @@ ALWAYS_INLINE __m512i fp8x32_bf16(const lut4 *L, __m256i b)
 ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
                             const uint16_t *const *a, const int MR, int k0, int k1, float *out)
 {
-    lut4 L = lut_load();
+    lut8 L = lut_load();
     __m512 tot[2][4];
     for (int m = 0; m < MR; m++)
         for (int r = 0; r < 4; r++)
@@ -241,16 +259,22 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
         for (int m = 0; m < MR; m++)
             for (int r = 0; r < 4; r++)
                 blk[m][r] = _mm512_setzero_ps();
-        /* hot loop: decode 4 x 32 weights, dot with MR tokens */
-        for (int k = kb; k < ke; k += 32) {
-            __mmask32 msk = tail32(ke - k);
-            __m512bh v[4];
-            for (int r = 0; r < 4; r++)
-                v[r] = (__m512bh)fp8x32_bf16(&L, _mm256_maskz_loadu_epi8(msk, w[r] + k));
+        /* hot loop: decode 4 x 64 weights, dot with MR tokens */
+        for (int k = kb; k < ke; k += 64) {
+            __mmask64 msk = tail64(ke - k);
+            __m512bh x[2][2];
             for (int m = 0; m < MR; m++) {
-                __m512bh x = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k);
-                for (int r = 0; r < 4; r++)
-                    blk[m][r] = _mm512_dpbf16_ps(blk[m][r], v[r], x);
+                x[m][0] = (__m512bh)_mm512_loadu_si512(a[m] + k);
+                x[m][1] = (__m512bh)_mm512_loadu_si512(a[m] + k + 32);
+            }
+            for (int r = 0; r < 4; r++) {
+                _mm_prefetch((const char *)(w[r] + k) + 2048, _MM_HINT_T1);
+                __m512i u[2];
+                fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(msk, w[r] + k), u);
+                for (int m = 0; m < MR; m++) {
+                    blk[m][r] = _mm512_dpbf16_ps(blk[m][r], (__m512bh)u[0], x[m][0]);
+                    blk[m][r] = _mm512_dpbf16_ps(blk[m][r], (__m512bh)u[1], x[m][1]);
+                }
             }
         }
         __m512 s = _mm512_set1_ps(srow[kb / 128]);
@@ -263,7 +287,7 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
             out[m * 4 + r] = _mm512_reduce_add_ps(tot[m][r]);
 }
 
-/* bf16 x32 -> two f32 x16 vectors, times s, back to bf16 x32. */
+/* bf16 x32 -> two f32 x16 vectors, times s, back to bf16 x32 (order kept). */
 ALWAYS_INLINE __m512i scale_bf16x32(__m512i b, __m512 s)
 {
     __m512 lo = _mm512_castsi512_ps(
@@ -273,7 +297,7 @@ ALWAYS_INLINE __m512i scale_bf16x32(__m512i b, __m512 s)
     return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
 }
 
-/* C = A W^T, W = e4m3(q) * scale[n / 128][k / 128]. */
+/* C = A W^T, W = e4m3(q) * scale[n / 128][k / 128]; A in BF16P64 order. */
 static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                      void *scratch)
@@ -305,75 +329,84 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         }
         return;
     }
-    /* prefill: decode a 4-row chunk once (scales folded in), reuse it for all tokens */
+    /* prefill: decode a 4-row chunk once (scales folded in), reuse it for all
+     * tokens; the chunk keeps the BF16P64 order, so tiles run over whole 64s */
     uint16_t *deq = scratch; /* [4][KC_DEQ] */
-    lut4 L = lut_load();
+    lut8 L = lut_load();
     for (int kc = k0; kc < k1; kc += KC_DEQ) {
-        int kn = imin(KC_DEQ, k1 - kc);
+        int kn = imin(KC_DEQ, k1 - kc), kn64 = (kn + 63) & ~63;
         for (int n = n0; n < n1; n += 4) {
             int nr = imin(4, n1 - n);
             for (int r = 0; r < nr; r++) {
                 const uint8_t *row = w + (size_t)(n + r) * cols + kc;
                 const float *srow = sc + (size_t)((n + r) / 128) * cb;
-                for (int k = 0; k < kn; k += 32) {
-                    __m512i b = fp8x32_bf16(&L, _mm256_maskz_loadu_epi8(tail32(kn - k), row + k));
+                for (int k = 0; k < kn; k += 64) {
+                    __m512i u[2];
+                    fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(kn - k), row + k), u);
                     __m512 s = _mm512_set1_ps(srow[(kc + k) / 128]);
-                    _mm512_storeu_si512(deq + (size_t)r * KC_DEQ + k, scale_bf16x32(b, s));
+                    _mm512_storeu_si512(deq + (size_t)r * KC_DEQ + k, scale_bf16x32(u[0], s));
+                    _mm512_storeu_si512(deq + (size_t)r * KC_DEQ + k + 32, scale_bf16x32(u[1], s));
                 }
             }
-            tiles_bf16(deq, KC_DEQ, nr, A, a_stride, rows, M, kc, kn, C + (n - n0), ldc, kc > k0);
+            tiles_bf16(deq, KC_DEQ, nr, A, a_stride, rows, M, kc, kn64, C + (n - n0), ldc,
+                       kc > k0);
         }
     }
 }
 
 /* ---- RAWINT4 -------------------------------------------------------------- */
 
-/* 32 packed bytes (64 nibbles) -> 64 unsigned bytes: even inputs, then odd. */
-ALWAYS_INLINE __m512i unpack_nibbles(const uint8_t *p, __mmask32 msk)
+/* The 16 weight scales of 4 chunks (n_valid of them present) as f32. */
+ALWAYS_INLINE __m512 scales16(const uint16_t *s, int n_valid)
 {
-    __m256i b = _mm256_maskz_loadu_epi8(msk, p);
-    __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256i lo = _mm256_and_si256(b, m4);
-    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    __mmask16 m = n_valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n_valid) - 1u);
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-/* Weight scales of groups g and g + 1 spread over the lanes of a Q8P64 chunk. */
-ALWAYS_INLINE __m512 lane_scales(const uint16_t *s, int g, int n_groups)
-{
-    float a = kt__moe_bf16_f32(s[g]);
-    float b = g + 1 < n_groups ? kt__moe_bf16_f32(s[g + 1]) : 0.0f;
-    return _mm512_mask_blend_ps((__mmask16)0xF0F0, _mm512_set1_ps(a), _mm512_set1_ps(b));
-}
-
-/* Decode path: 2 rows x MR (1..3) tokens.
- * Per chunk of 64 inputs and lane: i = -8 * sum(q) + sum (nib) * q
- *                                    = sum (nib - 8) * q;  acc += i * (s_w * d_x). */
+/* Decode path: 2 rows x MR (1..3) tokens, 128 inputs per step.
+ * Per lane: i = -8 * sum(q) + sum(nib * q) = sum((nib - 8) * q);
+ *           acc += i * (s_w[group] * d_x[group]). */
 ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
                              const int8_t *const *a, const int MR, int K, int k0, int k1,
                              float *out)
 {
-    int K64 = (K + 63) & ~63, n_groups = K / 32;
+    int K128 = (K + 127) & ~127;
     __m512 acc[3][2];
     for (int m = 0; m < MR; m++)
         for (int r = 0; r < 2; r++)
             acc[m][r] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lane_group = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 s16[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     /* hot loop */
-    for (int c = k0 / 64; c * 64 < k1; c++) {
-        __mmask32 msk = k1 - c * 64 >= 64 ? (__mmask32)0xffffffffu : (__mmask32)0xffffu;
-        __m512i wv[2];
+    for (int c = k0 / 128; c * 128 < k1; c++) {
+        int left = imin(128, k1 - c * 128);
+        __mmask64 msk = tail64(left / 2);
+        if ((c - k0 / 128) % 4 == 0) /* scales of the next 4 chunks, widened once */
+            for (int r = 0; r < 2; r++)
+                s16[r] = scales16(s[r] + (size_t)c * 4, (k1 - c * 128) / 32);
+        /* lane l: group l / 4 of this chunk */
+        __m512i idx = _mm512_add_epi32(lane_group,
+                                       _mm512_set1_epi32(4 * ((c - k0 / 128) % 4)));
+        __m512i lo[2], hi[2];
         __m512 sv[2];
         for (int r = 0; r < 2; r++) {
-            wv[r] = unpack_nibbles(w[r] + (size_t)c * 32, msk);
-            sv[r] = lane_scales(s[r], 2 * c, n_groups);
+            _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + 2048, _MM_HINT_T1);
+            __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
+            lo[r] = _mm512_and_si512(b, m4);
+            hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+            sv[r] = _mm512_permutexvar_ps(idx, s16[r]);
         }
         for (int m = 0; m < MR; m++) {
-            __m512i qv = _mm512_loadu_si512(a[m] + (size_t)c * 64);
-            const float *lane = (const float *)(a[m] + K64) + (size_t)c * 32;
+            const int8_t *q = a[m] + (size_t)c * 128;
+            __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
+            const float *lane = (const float *)(a[m] + K128) + (size_t)c * 32;
             __m512 dv = _mm512_loadu_ps(lane);
             __m512i cv = _mm512_loadu_si512(lane + 16);
             for (int r = 0; r < 2; r++) {
-                __m512i iv = _mm512_dpbusd_epi32(cv, wv[r], qv);
+                __m512i iv = _mm512_dpbusd_epi32(cv, lo[r], qlo);
+                iv = _mm512_dpbusd_epi32(iv, hi[r], qhi);
                 acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv), _mm512_mul_ps(sv[r], dv),
                                             acc[m][r]);
             }
@@ -384,14 +417,14 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
             out[m * 2 + r] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
-/* C = A W^T, W = (nibble - 8) * scale[n][k / 32]. */
+/* C = A W^T, W = (nibble - 8) * scale[n][k / 32]; A in Q8P128 format. */
 static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
     const uint8_t *w = W->w;
     const uint16_t *sc = W->scale;
-    int K = W->cols, K64 = (K + 63) & ~63;
+    int K = W->cols, K128 = (K + 127) & ~127;
     size_t rb = (size_t)K / 2, sb = (size_t)K / 32;
     if (M < 4) {
         for (int n = n0; n < n1; n += 2) {
@@ -421,7 +454,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     /* prefill: dequantize a 4-row chunk to BF16 once, BF16 tiles against the
      * BF16 copy of the activations */
     uint16_t *deq = scratch; /* [4][KC_DEQ] */
-    const void *Abf = (const char *)A + 3 * (size_t)K64;
+    const void *Abf = (const char *)A + 2 * (size_t)K128;
     for (int kc = k0; kc < k1; kc += KC_DEQ) {
         int kn = imin(KC_DEQ, k1 - kc);
         for (int n = n0; n < n1; n += 4) {
@@ -453,9 +486,9 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 }
 
 static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, gemm_bf16, 0};
-static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16, quant_bf16, gemm_fp8,
+static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64, quant_bf16p64, gemm_fp8,
                                       4 * KC_DEQ * 2};
-static const kt__moe_kernels k_int4 = {"avx512-vnni", KT__ACT_Q8P64, quant_q8p64, gemm_int4,
+static const kt__moe_kernels k_int4 = {"avx512-vnni", KT__ACT_Q8P128, quant_q8p128, gemm_int4,
                                        4 * KC_DEQ * 2};
 
 const kt__moe_kernels *kt__moe_kernels_avx512(int method)
