@@ -346,7 +346,7 @@ static bool ends_with_word(const char *s, size_t n)
         i--;
     uint32_t cp;
     kt__utf8_decode(s + i, n - i, &cp);
-    return cp == '_' || kt__unicode_is_alnum(cp);
+    return kt__unicode_is_word(cp);
 }
 
 static bool starts_with_word(const char *s, size_t n)
@@ -355,7 +355,7 @@ static bool starts_with_word(const char *s, size_t n)
         return false;
     uint32_t cp;
     kt__utf8_decode(s, n, &cp);
-    return cp == '_' || kt__unicode_is_alnum(cp);
+    return kt__unicode_is_word(cp);
 }
 
 /* Splits s by the added tokens of trie t into `out` (tokenizers'

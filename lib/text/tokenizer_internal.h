@@ -71,8 +71,8 @@ kt_status kt__unicode_lower(const char *s, size_t n, kt_buf *out);
 kt_status kt__unicode_strip_marks(const char *s, size_t n, kt_buf *out);
 /* Rust's char::is_whitespace (Unicode White_Space). */
 bool kt__unicode_is_space(uint32_t cp);
-/* Letters and numbers (word characters for single_word added tokens). */
-bool kt__unicode_is_alnum(uint32_t cp);
+/* Word characters as regex \\w sees them (single_word added tokens). */
+bool kt__unicode_is_word(uint32_t cp);
 
 /* ---- pipeline steps ----------------------------------------------------- */
 

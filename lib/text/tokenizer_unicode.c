@@ -198,11 +198,12 @@ static bool in_ranges(uint32_t cp, const void *table, size_t n)
     return false;
 }
 
-bool kt__unicode_is_alnum(uint32_t cp)
+bool kt__unicode_is_word(uint32_t cp)
 {
     if (cp < 0x80)
-        return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
-    return in_ranges(cp, kt_alnum_ranges, KT_ARRAY_LEN(kt_alnum_ranges));
+        return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') ||
+               cp == '_';
+    return cp != INVALID_CP && in_ranges(cp, kt_word_ranges, KT_ARRAY_LEN(kt_word_ranges));
 }
 
 bool kt__unicode_is_space(uint32_t cp)

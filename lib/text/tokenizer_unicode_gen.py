@@ -149,8 +149,14 @@ def main():
             w('    {0x%X, 0x%X},\n' % (a, b))
         w('};\n\n')
 
-    write_ranges('kt_alnum_ranges', 'letters and numbers (word characters with _)',
-                 lambda cp: ud.category(chr(cp))[0] in 'LN')
+    # Rust regex's Unicode \\w: Alphabetic (letters, Nl, the Other_Alphabetic
+    # circled/squared letters) + marks + Nd + Pc + Join_Control
+    other_alpha = [(0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169),
+                   (0x1F170, 0x1F189)]
+    write_ranges('kt_word_ranges', 'word characters (regex \\w), for single_word added tokens',
+                 lambda cp: ud.category(chr(cp)) in ('Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'Nl', 'Mn',
+                                                     'Mc', 'Me', 'Nd', 'Pc')
+                 or cp in (0x200C, 0x200D) or any(a <= cp <= b for a, b in other_alpha))
     write_ranges('kt_cased_ranges', 'Cased (Lowercase, Uppercase, Lt), for final sigma',
                  lambda cp: chr(cp).islower() or chr(cp).isupper() or chr(cp).istitle())
     ignorable_chars = set(map(ord, "'.:^`\u00a8\u00ad\u00af\u00b4\u00b7\u00b8\u0387\u05f4"

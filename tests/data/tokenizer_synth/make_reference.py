@@ -36,6 +36,8 @@ CASES = [
     "热门专家 GPU 上。ひらがな",
     "<s>hello</s> <mask> text <mask>x [SW] a[SW]b [SW]",
     "it's they're WE'VE",
+    "a [SW]\u00bd [SW]\u00e9 [SW]\u200d x [SW]_ \u00bd[SW] \u216b[SW] [SW]\u0301 [SW]",
+    "a [sw]\u00bd [sw]\u00e9 <mask>\u200d[sw] x\u2460[sw]\u2460 [sw]",
     "",
     " ",
 ]
