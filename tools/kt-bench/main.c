@@ -15,6 +15,7 @@ static const struct {
     {"stream", cmd_stream, "memory bandwidth: read, copy, triad (GB/s)"},
     {"gemm", cmd_gemm, "oneDNN matmul: BF16 TFLOP/s and INT8 TOP/s for MoE shapes"},
     {"moe", cmd_moe, "CPU MoE backend: decode GB/s vs stream, prefill TFLOP/s vs oneDNN"},
+    {"engine", cmd_engine, "whole models: prefill and decode tok/s vs rooflines"},
 };
 
 static void usage(FILE *f)
