@@ -38,7 +38,8 @@
  * KT_ERR_LIMIT. Nothing the template or context does can crash the caller.
  *
  * Thread contract: a kt_template is immutable after creation; any number of
- * threads may render with it at once (each render has its own memory).
+ * threads may render with it at once (each render has its own memory). A
+ * render uses at most about 1 MiB of the calling thread's stack.
  */
 #ifndef KT_TEMPLATE_H
 #define KT_TEMPLATE_H

@@ -350,6 +350,7 @@ typedef struct jrender {
     jrender_limits lim;
     uint64_t steps;
     uint32_t depth;
+    uintptr_t stack_base; /* frame address at render start, for the stack guard */
     bool failed;
     kt_status status;
 } jrender;

@@ -109,10 +109,21 @@ bool kt__jargs_get(const jargs *args, size_t index, const char *name, jv *out)
     return false;
 }
 
+/* Stack the evaluator may use below kt__jinja_render's frame: deep macro
+ * recursion over deeply nested statements fails cleanly instead of running
+ * off the caller's stack (renders need about this much stack). */
+#define JINJA_STACK_BUDGET ((uintptr_t)768 << 10)
+
 static bool step(jrender *r, const jnode *at)
 {
     if (++r->steps > r->lim.max_steps) {
         kt__jr_fail(r, at, "render step limit reached (infinite loop?)");
+        r->status = KT_ERR_LIMIT;
+        return false;
+    }
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (r->stack_base > here && r->stack_base - here > JINJA_STACK_BUDGET) {
+        kt__jr_fail(r, at, "template nesting too deep (stack budget exhausted)");
         r->status = KT_ERR_LIMIT;
         return false;
     }
@@ -1387,6 +1398,7 @@ kt_status kt__jinja_render(const jtemplate *t, ja_arena *arena, jdict *vars, int
     r.out = &b;
     jscope root = {NULL, vars};
     r.root = &root;
+    r.stack_base = (uintptr_t)__builtin_frame_address(0);
     int rc = exec_body(&r, &root, t->root->list, t->root->n);
     if (rc < 0 || r.failed)
         return r.status < 0 ? r.status : KT_ERR_FORMAT;
