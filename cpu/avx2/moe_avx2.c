@@ -54,22 +54,29 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const float *const *a, co
                              int k0, int k1, float *out)
 {
     __m256 acc[2][4];
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             acc[m][r] = _mm256_setzero_ps();
     int k = k0;
     /* hot loop */
     for (; k + 8 <= k1; k += 8) {
         __m256 v[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             v[r] = bf16x8(w[r] + k);
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             __m256 x = _mm256_loadu_ps(a[m] + k);
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm256_fmadd_ps(v[r], x, acc[m][r]);
         }
     }
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             float s = hsum(acc[m][r]);
             for (int kk = k; kk < k1; kk++)
@@ -83,22 +90,29 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *const *srow,
                             const float *const *a, const int MR, int k0, int k1, float *out)
 {
     __m256 acc[2][4];
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             acc[m][r] = _mm256_setzero_ps();
     int k = k0;
     /* hot loop */
     for (; k + 8 <= k1; k += 8) {
         __m256 v[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             v[r] = _mm256_mul_ps(fp8x8(w[r] + k), _mm256_set1_ps(srow[r][k / 128]));
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             __m256 x = _mm256_loadu_ps(a[m] + k);
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm256_fmadd_ps(v[r], x, acc[m][r]);
         }
     }
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             float s = hsum(acc[m][r]);
             for (int kk = k; kk < k1; kk++)
@@ -116,6 +130,7 @@ static void gemm_plain(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k
         const uint16_t *wb[4];
         const uint8_t *w8[4];
         const float *sr[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             int row = n + (r < nr ? r : nr - 1);
             wb[r] = (const uint16_t *)W->w + (size_t)row * cols;
@@ -125,6 +140,7 @@ static void gemm_plain(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k
         for (int m = 0; m < M; m += 2) {
             int mr = imin(2, M - m);
             const float *a[2];
+            #pragma GCC unroll 4
             for (int i = 0; i < 2; i++)
                 a[i] = arow(A, a_stride, rows, m + (i < mr ? i : mr - 1));
             float t[8];
@@ -172,6 +188,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *w, const uint16_t *s, const int8_t *
     float corr[4] = {0, 0, 0, 0};
     const float *d[4];
     const int32_t *sums[4];
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++) {
         acc[m] = _mm256_setzero_ps();
         d[m] = kt__q8_scales(a[m], K);
@@ -185,6 +202,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *w, const uint16_t *s, const int8_t *
             _mm256_and_si256(b, _mm256_set1_epi16(0x0f)),
             _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0xf0)), 4));
         float sw = kt__moe_bf16_f32(s[g]);
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(a[m] + (size_t)g * 32));
             __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(nib, q), ones);
@@ -193,6 +211,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *w, const uint16_t *s, const int8_t *
             corr[m] += (float)sums[m][g] * f;
         }
     }
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
         out[m] = hsum(acc[m]) - corr[m];
 }

@@ -132,20 +132,25 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
                              int kn, float *out)
 {
     __m512 acc[4][4];
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             acc[m][r] = _mm512_setzero_ps();
     int k = 0;
     /* hot loop: 4 weight vectors x MR activation vectors per 32 inputs */
     for (; k + 32 <= kn; k += 32) {
         __m512bh v[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             if (MR <= 2) /* decode: weights stream from memory */
                 _mm_prefetch((const char *)(w[r] + k) + 2048, _MM_HINT_T1);
             v[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
         }
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             __m512bh x = (__m512bh)_mm512_loadu_si512(a[m] + k);
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], x);
         }
@@ -153,15 +158,20 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
     if (k < kn) {
         __mmask32 msk = tail32(kn - k);
         __m512bh v[4];
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             v[r] = (__m512bh)_mm512_maskz_loadu_epi16(msk, w[r] + k);
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             __m512bh x = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k);
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], x);
         }
     }
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             out[m * 4 + r] = _mm512_reduce_add_ps(acc[m][r]);
 }
@@ -173,6 +183,7 @@ static void tiles_bf16(const uint16_t *wtile, size_t wstride, int nr, const void
                        int ldc, int accumulate)
 {
     const uint16_t *w[4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         w[r] = wtile + (size_t)(r < nr ? r : nr - 1) * wstride;
     for (int m = 0; m < M; m += 4) {
@@ -250,27 +261,34 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
 {
     lut8 L = lut_load();
     __m512 tot[2][4];
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             tot[m][r] = _mm512_setzero_ps();
     for (int kb = k0; kb < k1; kb += 128) {
         int ke = imin(kb + 128, k1);
         __m512 blk[2][4];
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 blk[m][r] = _mm512_setzero_ps();
         /* hot loop: decode 4 x 64 weights, dot with MR tokens */
         for (int k = kb; k < ke; k += 64) {
             __mmask64 msk = tail64(ke - k);
             __m512bh x[2][2];
+            #pragma GCC unroll 4
             for (int m = 0; m < MR; m++) {
                 x[m][0] = (__m512bh)_mm512_loadu_si512(a[m] + k);
                 x[m][1] = (__m512bh)_mm512_loadu_si512(a[m] + k + 32);
             }
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 _mm_prefetch((const char *)(w[r] + k) + 2048, _MM_HINT_T1);
                 __m512i u[2];
                 fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(msk, w[r] + k), u);
+                #pragma GCC unroll 4
                 for (int m = 0; m < MR; m++) {
                     blk[m][r] = _mm512_dpbf16_ps(blk[m][r], (__m512bh)u[0], x[m][0]);
                     blk[m][r] = _mm512_dpbf16_ps(blk[m][r], (__m512bh)u[1], x[m][1]);
@@ -278,11 +296,15 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
             }
         }
         __m512 s = _mm512_set1_ps(srow[kb / 128]);
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 tot[m][r] = _mm512_fmadd_ps(blk[m][r], s, tot[m][r]);
     }
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             out[m * 4 + r] = _mm512_reduce_add_ps(tot[m][r]);
 }
@@ -309,12 +331,14 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         for (int n = n0, nr; n < n1; n += nr) {
             nr = imin(imin(4, n1 - n), 128 - n % 128); /* one scale row per tile */
             const uint8_t *wr[4];
+            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 wr[r] = w + (size_t)(n + (r < nr ? r : nr - 1)) * cols;
             const float *srow = sc + (size_t)(n / 128) * cb;
             for (int m = 0; m < M; m += 2) {
                 int mr = imin(2, M - m);
                 const uint16_t *a[2];
+                #pragma GCC unroll 4
                 for (int i = 0; i < 2; i++)
                     a[i] = arow(A, a_stride, rows, m + (i < mr ? i : mr - 1));
                 float t[8];
@@ -373,7 +397,9 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
 {
     int K128 = (K + 127) & ~127;
     __m512 acc[3][2];
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 2; r++)
             acc[m][r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -384,6 +410,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
         int left = imin(128, k1 - c * 128);
         __mmask64 msk = tail64(left / 2);
         if ((c - k0 / 128) % 4 == 0) /* scales of the next 4 chunks, widened once */
+            #pragma GCC unroll 4
             for (int r = 0; r < 2; r++)
                 s16[r] = scales16(s[r] + (size_t)c * 4, (k1 - c * 128) / 32);
         /* lane l: group l / 4 of this chunk */
@@ -391,6 +418,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
                                        _mm512_set1_epi32(4 * ((c - k0 / 128) % 4)));
         __m512i lo[2], hi[2];
         __m512 sv[2];
+        #pragma GCC unroll 4
         for (int r = 0; r < 2; r++) {
             _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + 2048, _MM_HINT_T1);
             __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
@@ -398,12 +426,14 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
             hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
             sv[r] = _mm512_permutexvar_ps(idx, s16[r]);
         }
+        #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             const int8_t *q = a[m] + (size_t)c * 128;
             __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
             const float *lane = (const float *)(a[m] + K128) + (size_t)c * 32;
             __m512 dv = _mm512_loadu_ps(lane);
             __m512i cv = _mm512_loadu_si512(lane + 16);
+            #pragma GCC unroll 4
             for (int r = 0; r < 2; r++) {
                 __m512i iv = _mm512_dpbusd_epi32(cv, lo[r], qlo);
                 iv = _mm512_dpbusd_epi32(iv, hi[r], qhi);
@@ -412,7 +442,9 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
             }
         }
     }
+    #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
         for (int r = 0; r < 2; r++)
             out[m * 2 + r] = _mm512_reduce_add_ps(acc[m][r]);
 }
@@ -431,6 +463,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
             int nr = imin(2, n1 - n);
             const uint8_t *wr[2];
             const uint16_t *sr[2];
+            #pragma GCC unroll 4
             for (int r = 0; r < 2; r++) {
                 int row = n + (r < nr ? r : nr - 1);
                 wr[r] = w + (size_t)row * rb;
