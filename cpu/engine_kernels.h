@@ -16,4 +16,9 @@ void kt__engine_linear_f32_avx512(const float *x, int32_t T, int32_t rows, int32
                                   const float *W, const float *bias, float *y, int32_t r0,
                                   int32_t r1);
 
+/* Σ a[i]·b[i] over n F32 values (AVX-512F). */
+float kt__engine_dot_avx512(const float *a, const float *b, int32_t n);
+/* y[i] += s · x[i] over n F32 values (AVX-512F). */
+void kt__engine_axpy_avx512(float *y, float s, const float *x, int32_t n);
+
 #endif /* KT_CPU_ENGINE_KERNELS_H */

@@ -78,3 +78,30 @@ DEFINE_BLOCK(block_f32, float, load_w_f32)
 
 DEFINE_LINEAR(kt__engine_linear_bf16_avx512, block_bf16, uint16_t)
 DEFINE_LINEAR(kt__engine_linear_f32_avx512, block_f32, float)
+
+/* attention helpers: one score (q·k) and one value accumulation (o += p·v) */
+float kt__engine_dot_avx512(const float *a, const float *b, int32_t n)
+{
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    int32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                               acc0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+}
+
+void kt__engine_axpy_avx512(float *y, float s, const float *x, int32_t n)
+{
+    __m512 sv = _mm512_set1_ps(s);
+    for (int32_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 yv = _mm512_maskz_loadu_ps(m, y + i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + i), yv));
+    }
+}

@@ -164,8 +164,9 @@ kt_status kt_context_eval(kt_context *ctx, const int32_t *tokens, size_t n_token
     if (n_tokens == 0)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval: no tokens");
     if (n_tokens > (size_t)(ctx->n_ctx - ctx->n_past))
-        return kt__error(KT_ERR_LIMIT, "context limit: %d cached + %zu new tokens > n_ctx %d",
-                         ctx->n_past, n_tokens, ctx->n_ctx);
+        return kt__error(KT_ERR_LIMIT, "context limit: %d cached + %zu new tokens exceed n_ctx "
+                         "%d (create the context with a larger n_ctx)", ctx->n_past, n_tokens,
+                         ctx->n_ctx);
     for (size_t i = 0; i < n_tokens; i++)
         if (tokens[i] < 0 || tokens[i] >= ctx->hp.n_vocab)
             return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval: token %d at index %zu is "

@@ -150,6 +150,9 @@ void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, 
 void kt__rmsnorm(float *x, int32_t n, const float *w, float eps);
 void kt__rmsnorm_to(const float *x, float *y, int32_t n, const float *w, float eps);
 void kt__softmax(float *x, int32_t n);
+/* Σ a·b and y += s·x over n values (AVX-512 when available). */
+float kt__dot(const float *a, const float *b, int32_t n);
+void kt__axpy(float *y, float s, const float *x, int32_t n);
 float kt__silu(float x);
 
 /* ---- scratch memory (scratch.c) ---- */

@@ -171,20 +171,14 @@ static kt_status attn_gqa(fwd *f, int32_t l)
             /* s_j = scale · q·k_j over the visible positions */
             for (int32_t j = 0; j < n; j++) {
                 const float *kj = K + (size_t)(lo + j) * kvdim + (size_t)kvh * hd;
-                float d = 0.0f;
-                for (int32_t i = 0; i < hd; i++)
-                    d += qh[i] * kj[i];
-                sc[j] = d * hp->attn_scale;
+                sc[j] = kt__dot(qh, kj, hd) * hp->attn_scale;
             }
             softmax_sink(sc, n, L->sinks ? &L->sinks[h] : NULL);
             /* o_h = Σ_j p_j v_j */
             float *oh = o + (size_t)t * qdim + (size_t)h * hd;
             memset(oh, 0, sizeof(float) * hd);
             for (int32_t j = 0; j < n; j++) {
-                const float *vj = V + (size_t)(lo + j) * kvdim + (size_t)kvh * hd;
-                float p = sc[j];
-                for (int32_t i = 0; i < hd; i++)
-                    oh[i] += p * vj[i];
+                kt__axpy(oh, sc[j], V + (size_t)(lo + j) * kvdim + (size_t)kvh * hd, hd);
             }
         }
     }
@@ -281,54 +275,29 @@ static kt_status attn_mla(fwd *f, int32_t l)
                 for (int32_t j = 0; j < n; j++) {
                     const float *kn = kvb + ((size_t)j * nh + h) * kvb_rows;
                     const float *kr = C + (size_t)j * row + R;
-                    float d = 0.0f;
-                    for (int32_t i = 0; i < nope; i++)
-                        d += qh[i] * kn[i];
-                    for (int32_t i = 0; i < rd; i++)
-                        d += qr[i] * kr[i];
-                    sc[j] = d * hp->attn_scale;
+                    sc[j] = (kt__dot(qh, kn, nope) + kt__dot(qr, kr, rd)) * hp->attn_scale;
                 }
                 softmax_sink(sc, n, NULL);
                 memset(oh, 0, sizeof(float) * vd);
-                for (int32_t j = 0; j < n; j++) {
-                    const float *vj = kvb + ((size_t)j * nh + h) * kvb_rows + nope;
-                    for (int32_t i = 0; i < vd; i++)
-                        oh[i] += sc[j] * vj[i];
-                }
+                for (int32_t j = 0; j < n; j++)
+                    kt__axpy(oh, sc[j], kvb + ((size_t)j * nh + h) * kvb_rows + nope, vd);
             } else {
                 /* q̃ = W_ukᵀ q_nope   [R] */
                 memset(qt_abs, 0, sizeof(float) * R);
-                for (int32_t d = 0; d < nope; d++) {
-                    const float *wr = Wh + (size_t)d * R;
-                    float qd = qh[d];
-                    for (int32_t c = 0; c < R; c++)
-                        qt_abs[c] += qd * wr[c];
-                }
+                for (int32_t d = 0; d < nope; d++)
+                    kt__axpy(qt_abs, qh[d], Wh + (size_t)d * R, R);
                 /* s_j = scale · (q̃·c_kv_j + q_rope·k_rope_j) */
                 for (int32_t j = 0; j < n; j++) {
                     const float *cj = C + (size_t)j * row;
-                    float d = 0.0f;
-                    for (int32_t c = 0; c < R; c++)
-                        d += qt_abs[c] * cj[c];
-                    for (int32_t i = 0; i < rd; i++)
-                        d += qr[i] * cj[R + i];
-                    sc[j] = d * hp->attn_scale;
+                    sc[j] = (kt__dot(qt_abs, cj, R) + kt__dot(qr, cj + R, rd)) * hp->attn_scale;
                 }
                 softmax_sink(sc, n, NULL);
                 /* õ = Σ p_j c_kv_j ; o_h = W_uv õ */
                 memset(ot_abs, 0, sizeof(float) * R);
-                for (int32_t j = 0; j < n; j++) {
-                    const float *cj = C + (size_t)j * row;
-                    for (int32_t c = 0; c < R; c++)
-                        ot_abs[c] += sc[j] * cj[c];
-                }
-                for (int32_t e = 0; e < vd; e++) {
-                    const float *wr = Wh + (size_t)(nope + e) * R;
-                    float d = 0.0f;
-                    for (int32_t c = 0; c < R; c++)
-                        d += wr[c] * ot_abs[c];
-                    oh[e] = d;
-                }
+                for (int32_t j = 0; j < n; j++)
+                    kt__axpy(ot_abs, sc[j], C + (size_t)j * row, R);
+                for (int32_t e = 0; e < vd; e++)
+                    oh[e] = kt__dot(Wh + (size_t)(nope + e) * R, ot_abs, R);
             }
         }
     }

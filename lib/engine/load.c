@@ -181,8 +181,9 @@ kt_status kt__hparams_from_model(kt__hparams *hp, const kt_model *model)
     for (uint32_t i = 0; i < a.n_eos_token_ids && hp->n_eos < KT__MAX_EOS; i++) {
         int32_t id = a.eos_token_ids[i];
         if (id < 0 || id >= hp->n_vocab) {
-            kt__log(NULL, KT_LOG_WARN, "%s: eos_token_id %d is outside the vocabulary (%d); "
-                    "ignored", kt_model_path(model), id, hp->n_vocab);
+            /* kt_model_open() already warned */
+            kt__log(NULL, KT_LOG_INFO, "%s: eos_token_id %d is outside the vocabulary (%d); "
+                    "generation will not stop on it", kt_model_path(model), id, hp->n_vocab);
             continue;
         }
         hp->eos[hp->n_eos++] = id;

@@ -13,6 +13,8 @@ typedef void (*linear_bf16_fn)(const float *, int32_t, int32_t, int32_t, const u
                                const float *, float *, int32_t, int32_t);
 typedef void (*linear_f32_fn)(const float *, int32_t, int32_t, int32_t, const float *,
                               const float *, float *, int32_t, int32_t);
+static float (*g_dot)(const float *, const float *, int32_t);
+static void (*g_axpy)(float *, float, const float *, int32_t);
 static linear_bf16_fn g_linear_bf16;
 static linear_f32_fn g_linear_f32;
 static float g_e4m3_lut[256];
@@ -27,6 +29,8 @@ static void pick_kernels_once(void)
     if ((kt_hw_isa() & need) == need) {
         g_linear_bf16 = kt__engine_linear_bf16_avx512;
         g_linear_f32 = kt__engine_linear_f32_avx512;
+        g_dot = kt__engine_dot_avx512;
+        g_axpy = kt__engine_axpy_avx512;
     }
 #endif
 }
@@ -34,6 +38,28 @@ static void pick_kernels_once(void)
 static void pick_kernels(void)
 {
     pthread_once(&g_once, pick_kernels_once);
+}
+
+float kt__dot(const float *a, const float *b, int32_t n)
+{
+    pick_kernels();
+    if (g_dot)
+        return g_dot(a, b, n);
+    float s = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void kt__axpy(float *y, float s, const float *x, int32_t n)
+{
+    pick_kernels();
+    if (g_axpy) {
+        g_axpy(y, s, x, n);
+        return;
+    }
+    for (int32_t i = 0; i < n; i++)
+        y[i] += s * x[i];
 }
 
 float kt__silu(float x)
