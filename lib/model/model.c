@@ -2,6 +2,7 @@
  * The model handle: open (config + mapped weights + tensor index), the
  * description getters, tensor lookup and the memory estimate.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -65,13 +66,44 @@ static kt_status progress(const kt_model_open_options *o, uint64_t done, uint64_
     return KT_OK;
 }
 
+/* Names (into buf) up to three subdirectories of dir that hold a config.json:
+ * a fixture or download with variants (bf16/, fp8/) opened one level too high. */
+static void model_subdirs(const char *dir, char *buf, size_t size)
+{
+    buf[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)) && found < 3) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[4096];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s/config.json", dir, e->d_name);
+        if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        size_t used = strlen(buf);
+        snprintf(buf + used, size - used, "%s%s/%s", found ? ", " : "", dir, e->d_name);
+        found++;
+    }
+    closedir(d);
+}
+
 static kt_status open_config(kt_model *m, const char *config_path)
 {
     cJSON *root = NULL;
     kt_status st = kt__json_parse_file(&root, config_path);
-    if (st == KT_ERR_NOT_FOUND)
+    if (st == KT_ERR_NOT_FOUND) {
+        char subdirs[1024];
+        model_subdirs(m->path, subdirs, sizeof subdirs);
+        if (subdirs[0])
+            return kt__error(KT_ERR_IO, "%s: no config.json here; models below it: %s",
+                             m->path, subdirs);
         return kt__error(KT_ERR_IO, "%s: no config.json (a model directory needs config.json "
                          "beside its safetensors files)", m->path);
+    }
     if (st < 0)
         return st;
     st = kt__config_from_json(&m->cfg, root, config_path, m->rt);

@@ -1185,6 +1185,15 @@ static void test_bad_models(void **state)
         assert_int_equal(system(cmd), 0);
         expect_open_fails("shard", KT_ERR_FORMAT, "model-00002-of-00002.safetensors");
     }
+    /* a directory of variants: the error points at them */
+    {
+        char dir[512];
+        fixture_path(dir, sizeof dir, "deepseek_v3_tiny");
+        kt_model *v = NULL;
+        assert_int_equal(kt_model_open(&v, NULL, dir, NULL), KT_ERR_IO);
+        if (!strstr(kt_last_error(), "models below it") || !strstr(kt_last_error(), "/fp8"))
+            fail_msg("message: %s", kt_last_error());
+    }
     /* bad arguments and paths */
     kt_model *m = NULL;
     assert_int_equal(kt_model_open(NULL, NULL, "x", NULL), KT_ERR_INVALID_ARG);
