@@ -167,7 +167,9 @@ int cmd_generate(int argc, char **argv)
     }
     if (kt_context_eval(e.ctx, prompt, n_prompt, logits, logits_out ? KT_EVAL_ALL_LOGITS : 0) <
         0) {
-        fprintf(stderr, "%s: prompt of %zu tokens: %s\n", TOOL, n_prompt, kt_last_error());
+        kt_status est = kt_context_n_ctx(e.ctx) < (int32_t)n_prompt ? KT_ERR_LIMIT : KT_OK;
+        fprintf(stderr, "%s: prompt of %zu tokens: %s%s\n", TOOL, n_prompt, kt_last_error(),
+                est == KT_ERR_LIMIT ? "; raise --ctx-size" : "");
         goto done;
     }
     if (logits_out && !write_npy_f32_2d(logits_out, logits, n_prompt, V))

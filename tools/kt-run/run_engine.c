@@ -19,6 +19,7 @@ const char run_engine_help[] =
     "  -b, --batch-size N       prefill chunk in tokens (default 512)\n"
     "  --precision f32|fast     f32: F32 activations, weights and KV cache (validation);\n"
     "                           fast (default): BF16 weights and KV cache\n"
+    "  --cache-type f32|bf16    KV cache element type (default f32; bf16 halves it)\n"
     "  --kt-method NAME         CPU expert method: BF16, FP8, RAWINT4, AMXINT8, AMXINT4,\n"
     "                           LLAMAFILE (default: the checkpoint's own)\n"
     "  --kt-weight-path DIR     libkt CPU expert weights written by kt-convert\n"
@@ -69,6 +70,19 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         if (o->method == KT_METHOD_NONE) {
             fprintf(stderr, "%s: --kt-method: unknown method '%s' (BF16, FP8, RAWINT4, "
                     "AMXINT8, AMXINT4, LLAMAFILE)\n", tool, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (opt_match(argc, argv, i, "--cache-type", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        if (!strcasecmp(v, "bf16"))
+            o->kv_bf16 = true;
+        else if (!strcasecmp(v, "f32"))
+            o->kv_bf16 = false;
+        else {
+            fprintf(stderr, "%s: --cache-type: '%s' is not f32 or bf16\n", tool, v);
             return -1;
         }
         return 1;
@@ -129,6 +143,8 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
     co.n_threads = (int32_t)o->n_threads;
     co.n_pools = (int32_t)o->n_pools;
     co.weight_path = o->weight_path;
+    if (o->kv_bf16)
+        co.flags |= KT_CONTEXT_F_KV_BF16;
     if (kt_context_create(&e->ctx, e->rt, e->model, &co) < 0) {
         fprintf(stderr, "%s: %s: %s\n", tool, path, kt_last_error());
         run_engine_close(e);
