@@ -1202,11 +1202,14 @@ static kt_status finish(loader *L)
         snprintf(name, sizeof name, "<0x%02X>", b);
         tok->byte_ids[b] = kt__strmap_get(&tok->vocab, &tok->arena, name, 6);
     }
+    static const char *const roles[4] = {"bos_token", "eos_token", "pad_token", "unk_token"};
     for (int k = 0; k < 4; k++) {
         tok->special_ids[k] = -1;
-        if (tok->special_text[k])
+        if (tok->special_text[k] &&
             kt_tokenizer_token_id(tok, tok->special_text[k], strlen(tok->special_text[k]),
-                                  &tok->special_ids[k]);
+                                  &tok->special_ids[k]) < 0)
+            kt__log(tok->rt, KT_LOG_WARN, "%s: %s \"%.80s\" is not in the vocabulary",
+                    L->file, roles[k], tok->special_text[k]);
     }
     kt_clear_error();
     if (tok->has_post) {
