@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -606,6 +607,64 @@ static void test_config_shapes(void **state)
     cJSON_Delete(ref);
 }
 
+/* One tokenizer, several threads encoding and decoding at once (K26). */
+typedef struct thread_job {
+    const kt_tokenizer *tok;
+    const char *text;
+    size_t len;
+    const int32_t *want;
+    size_t n_want;
+    int ok;
+} thread_job;
+
+static void *thread_main(void *arg)
+{
+    thread_job *j = arg;
+    j->ok = 1;
+    int32_t *ids = malloc((j->len + 16) * sizeof *ids);
+    for (int rep = 0; rep < 8 && j->ok; rep++) {
+        size_t n = 0;
+        if (kt_tokenizer_encode(j->tok, j->text, j->len, KT_ENCODE_PARSE_SPECIAL, ids, j->len + 16,
+                                &n) != KT_OK || n != j->n_want ||
+            memcmp(ids, j->want, n * sizeof *ids))
+            j->ok = 0;
+        kt_buf out = KT_BUF_INIT;
+        if (kt_tokenizer_decode(j->tok, ids, n, 0, &out) != KT_OK || out.size != j->len ||
+            memcmp(out.ptr, j->text, j->len))
+            j->ok = 0;
+        kt_buf_dispose(&out);
+    }
+    free(ids);
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/models/kimi_k2_demo", data_dir());
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    kt_tokenizer *tok = NULL;
+    assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
+    static int32_t held[4096];
+    long hn = safetensors_i32(path, "heldout_ids", held, 4096);
+    assert_true(hn > 100);
+    kt_buf text = KT_BUF_INIT;
+    assert_int_equal(kt_tokenizer_decode(tok, held, (size_t)hn - 1, 0, &text), KT_OK);
+    thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thread_job){tok, text.ptr, text.size, held, (size_t)hn - 1, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, thread_main, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(jobs[i].ok);
+    }
+    kt_buf_dispose(&text);
+    kt_tokenizer_free(tok);
+}
+
 /* ---- bad files ---------------------------------------------------------- */
 
 static char tmpdir[256];
@@ -720,6 +779,7 @@ int main(void)
         cmocka_unit_test(test_synthetic_pipelines),
         cmocka_unit_test(test_unicode_normalization),
         cmocka_unit_test(test_config_shapes),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_bad_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
