@@ -757,6 +757,37 @@ static void test_fixture_values(void **state)
     assert_int_equal(kt__st_get(set, "model.layers.1.mlp.experts.7.down_proj.weight", &t), KT_OK);
     assert_int_equal(t->shape[0], 64);
     assert_int_equal(t->shape[1], 96);
+
+    /* transformers' first hidden state is the embedding of each prompt token: the
+     * BF16 rows we read must equal its F32 values exactly. */
+    char ref_path[700];
+    snprintf(ref_path, sizeof ref_path, "%s/reference.safetensors", dir);
+    kt_st_set *ref = NULL;
+    assert_int_equal(kt__st_open_file(&ref, ref_path), KT_OK);
+    const kt_st_tensor *ids = NULL, *hidden = NULL, *emb = NULL;
+    assert_int_equal(kt__st_get(ref, "prompt_ids", &ids), KT_OK);
+    assert_int_equal(kt__st_get(ref, "hidden_states", &hidden), KT_OK);
+    assert_int_equal(kt__st_get(set, "model.embed_tokens.weight", &emb), KT_OK);
+    assert_int_equal(ids->type, KT_TYPE_I32);
+    assert_int_equal(hidden->type, KT_TYPE_F32);
+    assert_int_equal(hidden->n_dims, 3);
+    uint64_t n_tok = ids->n_elements, hid = emb->shape[1];
+    assert_int_equal(hidden->shape[1], n_tok);
+    assert_int_equal(hidden->shape[2], hid);
+    float *row = malloc(hid * sizeof *row), *want = malloc(hid * sizeof *want);
+    for (uint64_t i = 0; i < n_tok; i++) {
+        int32_t id;
+        memcpy(&id, (const unsigned char *)ids->data + 4 * i, 4);
+        assert_true(id >= 0 && (uint64_t)id < emb->shape[0]);
+        assert_int_equal(kt__tensor_to_f32((const unsigned char *)emb->data + 2 * hid * (uint64_t)id,
+                                           KT_TYPE_BF16, hid, row), KT_OK);
+        assert_int_equal(kt__tensor_to_f32((const unsigned char *)hidden->data + 4 * hid * i,
+                                           KT_TYPE_F32, hid, want), KT_OK);
+        assert_memory_equal(row, want, hid * sizeof *row);
+    }
+    free(row);
+    free(want);
+    kt__st_close(ref);
     kt__st_close(set);
 }
 
