@@ -779,8 +779,8 @@ static void test_fixture_values(void **state)
         int32_t id;
         memcpy(&id, (const unsigned char *)ids->data + 4 * i, 4);
         assert_true(id >= 0 && (uint64_t)id < emb->shape[0]);
-        assert_int_equal(kt__tensor_to_f32((const unsigned char *)emb->data + 2 * hid * (uint64_t)id,
-                                           KT_TYPE_BF16, hid, row), KT_OK);
+        const unsigned char *emb_row = (const unsigned char *)emb->data + 2 * hid * (uint64_t)id;
+        assert_int_equal(kt__tensor_to_f32(emb_row, KT_TYPE_BF16, hid, row), KT_OK);
         assert_int_equal(kt__tensor_to_f32((const unsigned char *)hidden->data + 4 * hid * i,
                                            KT_TYPE_F32, hid, want), KT_OK);
         assert_memory_equal(row, want, hid * sizeof *row);
