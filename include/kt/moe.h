@@ -44,6 +44,7 @@
 #include <stdint.h>
 
 #include "kt/core.h"
+#include "kt/model.h"
 #include "kt/types.h"
 
 #ifdef __cplusplus
@@ -160,6 +161,22 @@ KT_API kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt,
                                        const kt_moe_desc *desc,
                                        const kt_moe_layer_weights *layers, uint32_t n_layers,
                                        const kt_moe_options *opts);
+
+/*
+ * Creates a backend for every MoE layer of an opened model, reading the
+ * routed experts in place (mmap'ed; nothing is copied except gpt-oss's
+ * [in][out] experts) in the method their storage implies: BF16 weights ->
+ * KT_METHOD_BF16, FP8 E4M3 with 128x128 F32 scales -> KT_METHOD_FP8,
+ * compressed-tensors INT4 with group 32 -> KT_METHOD_RAWINT4. Layer indices
+ * in later calls are the model's layer numbers; dense layers are rejected by
+ * kt_moe_forward(). max_tokens etc. come from opts (NULL: defaults). Fails
+ * with KT_ERR_UNSUPPORTED when the experts' storage has no method (named in
+ * the message) or the model has no MoE layer. The model must outlive the
+ * backend. Caller owns *out; free with kt_moe_backend_free(). Since 0.1.
+ */
+KT_API kt_status kt_moe_backend_create_from_model(kt_moe_backend **out, kt_runtime *rt,
+                                                  const kt_model *model,
+                                                  const kt_moe_options *opts);
 
 /* Waits for pending tasks, stops the workers and frees the backend; NULL is a
  * no-op. Since 0.1. */

@@ -56,6 +56,8 @@ struct kt_moe_backend {
     const kt__moe_kernels *kern;
     moe_layer *layers;
     uint32_t n_layers;
+    int32_t *layer_map;            /* model layer -> slot (-1: dense); NULL: identity */
+    uint32_t n_map;
     kt_pool *pool;
     int nth, n_pools;
     int pool_i0[65];               /* I slice of pool p: [pool_i0[p], pool_i0[p+1]) */
@@ -308,6 +310,7 @@ void kt_moe_backend_free(kt_moe_backend *moe)
         return;
     kt__pool_free(moe->pool);
     free_layers(moe);
+    kt__free(moe->layer_map);
     kt__free_aligned(moe->xq);
     kt__free_aligned(moe->hq);
     kt__free_aligned(moe->acc);
@@ -471,12 +474,42 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     return KT_OK;
 }
 
+kt_status kt__moe_set_layer_map(kt_moe_backend *moe, const int32_t *map, uint32_t n)
+{
+    moe->layer_map = kt__malloc_array(n, sizeof(int32_t));
+    if (!moe->layer_map)
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory");
+    memcpy(moe->layer_map, map, (size_t)n * sizeof(int32_t));
+    moe->n_map = n;
+    return KT_OK;
+}
+
+/* Backend slot of a caller's layer index. */
+static kt_status resolve_layer(const kt_moe_backend *moe, uint32_t layer, uint32_t *slot)
+{
+    if (moe->layer_map) {
+        if (layer >= moe->n_map || moe->layer_map[layer] < 0)
+            return kt__error(KT_ERR_INVALID_ARG, "moe: layer %u is not a MoE layer of the model",
+                             layer);
+        *slot = (uint32_t)moe->layer_map[layer];
+        return KT_OK;
+    }
+    if (layer >= moe->n_layers)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: layer %u out of range (%u layers)", layer,
+                         moe->n_layers);
+    *slot = layer;
+    return KT_OK;
+}
+
 kt_status kt_moe_set_expert_mask(kt_moe_backend *moe, uint32_t layer, const uint8_t *mask)
 {
-    if (!moe || layer >= moe->n_layers)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_set_expert_mask: bad backend or layer %u",
-                         layer);
-    atomic_store(&moe->layers[layer].mask, mask);
+    uint32_t slot = 0;
+    if (!moe)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_set_expert_mask: backend is NULL");
+    kt_status st = resolve_layer(moe, layer, &slot);
+    if (st < 0)
+        return st;
+    atomic_store(&moe->layers[slot].mask, mask);
     return KT_OK;
 }
 
@@ -489,7 +522,7 @@ kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
     i.n_threads = moe->nth;
     i.n_pools = moe->n_pools;
     i.max_tokens = moe->max_t;
-    i.n_layers = moe->n_layers;
+    i.n_layers = moe->layer_map ? moe->n_map : moe->n_layers;
     i.hidden = (uint32_t)moe->H;
     i.intermediate = (uint32_t)moe->I;
     i.n_experts = (uint32_t)moe->E;
@@ -771,16 +804,17 @@ static void run_task(void *ctx, int tid)
     }
 }
 
-static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
+static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io,
+                          uint32_t *slot)
 {
     if (!moe || !io)
         return kt__error(KT_ERR_INVALID_ARG, "moe: backend and io are required");
     if (io->struct_size < sizeof(kt_moe_io))
         return kt__error(KT_ERR_VERSION, "moe: kt_moe_io.struct_size %u is too small",
                          io->struct_size);
-    if (layer >= moe->n_layers)
-        return kt__error(KT_ERR_INVALID_ARG, "moe: layer %u out of range (%u layers)", layer,
-                         moe->n_layers);
+    kt_status st = resolve_layer(moe, layer, slot);
+    if (st < 0)
+        return st;
     uint32_t known = KT_MOE_IO_X_F32 | KT_MOE_IO_IDS_I64 | KT_MOE_IO_OUT_F32 |
                      KT_MOE_IO_ACCUMULATE;
     if (io->flags & ~known)
@@ -795,7 +829,8 @@ static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_mo
 
 kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
 {
-    kt_status st = check_io(moe, layer, io);
+    uint32_t slot = 0;
+    kt_status st = check_io(moe, layer, io, &slot);
     if (st < 0)
         return st;
     uint64_t seq = kt__pool_posted(moe->pool);
@@ -803,7 +838,7 @@ kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io
         return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);
     moe_task *task = &moe->tasks[seq % KT_MOE_QUEUE_DEPTH];
     task->moe = moe;
-    task->layer = layer;
+    task->layer = slot;
     task->io = *io;
     if (!kt__pool_post(moe->pool, run_task, task))
         return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);

@@ -14,4 +14,9 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method);
  * (process-wide; ~0 = no cap). */
 void kt__moe_set_isa_cap(uint64_t cap);
 
+/* Makes the backend's layer arguments model layer numbers: map[l] is the
+ * slot of model layer l (-1: dense). Copies map. */
+typedef struct kt_moe_backend kt_moe_backend;
+kt_status kt__moe_set_layer_map(kt_moe_backend *moe, const int32_t *map, uint32_t n);
+
 #endif /* KT_MOE_INTERNAL_H */

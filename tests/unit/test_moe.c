@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "kt/hw.h"
+#include "kt/model.h"
 #include "kt/moe.h"
 #include "kt_internal.h"
 #include "moe/moe_internal.h"
@@ -684,6 +685,47 @@ static void fixture_run(const fixture *fx)
         kt_moe_backend_free(moe);
     }
     kt__moe_set_isa_cap(~UINT64_C(0));
+
+    /* the same through kt_model_open + kt_moe_backend_create_from_model */
+    kt_model *model = NULL;
+    if (kt_model_open(&model, NULL, dir, NULL) < 0)
+        fail_msg("%s: kt_model_open: %s", fx->dir, kt_last_error());
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    o.n_threads = 2;
+    o.max_tokens = T;
+    o.pin_threads = 0;
+    kt_moe_backend *moe = NULL;
+    if (kt_moe_backend_create_from_model(&moe, NULL, model, &o) < 0)
+        fail_msg("%s: create_from_model: %s", fx->dir, kt_last_error());
+    kt_moe_info info = KT_MOE_INFO_INIT;
+    assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
+    assert_int_equal(info.method, fx->method);
+    assert_int_equal(info.hidden, (uint32_t)H);
+    assert_int_equal(info.intermediate, (uint32_t)I);
+    int32_t n_tokens = T;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+    io.n_tokens = &n_tokens;
+    io.top_k = (uint32_t)k;
+    io.x = x;
+    io.ids = tid.data;
+    io.w = tw.data;
+    io.out = out;
+    if (kt_moe_forward(moe, 1, &io) < 0) /* model layer 1 */
+        fail_msg("%s: forward: %s", fx->dir, kt_last_error());
+    double maxref = 0, maxerr = 0;
+    for (int i = 0; i < T * H; i++) {
+        maxref = fmax(maxref, fabs(want[i]));
+        maxerr = fmax(maxerr, fabs(out[i] + shared[i] - want[i]));
+    }
+    printf("  %-22s %-14s from kt_model: rel %.3g\n", fx->dir, info.isa, maxerr / maxref);
+    assert_true(maxerr / maxref <= act_tol(moe));
+    /* layer 0 of DeepSeek is dense: not a MoE layer of the backend */
+    if (fx->shared_fmt)
+        assert_int_equal(kt_moe_forward(moe, 0, &io), KT_ERR_INVALID_ARG);
+    kt_moe_backend_free(moe);
+    kt_model_free(model);
+
     free(out);
     free(shared);
     tst_close(ref);
