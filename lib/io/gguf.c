@@ -602,7 +602,7 @@ kt_status kt__gguf_open_file(kt_gguf **out, const char *path)
     kt_status s = gguf_new(&g, path);
     if (s)
         return s;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat st;
     if (fd < 0) {
         int e = errno;

@@ -101,7 +101,7 @@ kt_status kt__json_parse(cJSON **out, const char *text, size_t n, const char *wh
 kt_status kt__json_parse_file(cJSON **out, const char *path)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return kt__error(e == ENOENT ? KT_ERR_NOT_FOUND : KT_ERR_IO, "%s: cannot open: %s",

@@ -133,7 +133,9 @@ static kt_status add_file(kt_st_set *set, const char *path, uint32_t *index)
 static kt_status map_file(kt_st_set *set, uint32_t fi, kt_status missing_status)
 {
     st_file *f = &set->files[fi];
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking: a FIFO planted as a shard must not hang us (it is then refused
+     * as not a regular file). */
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         return kt__error(e == ENOENT ? missing_status : KT_ERR_IO, "%s: cannot open: %s",
@@ -573,6 +575,11 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
         goto done;
     }
     char root_dir[PATH_MAX];
+    if (strlen(real_dir) >= sizeof root_dir) {
+        s = kt__error(KT_ERR_IO, "%s: path too long", dir);
+        free(real_dir);
+        goto done;
+    }
     allowed_root(real_dir, root_dir, sizeof root_dir);
     free(real_dir);
 

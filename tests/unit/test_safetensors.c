@@ -563,6 +563,13 @@ static void test_index_checks(void **state)
     snprintf(target, sizeof target, "%s/ok/s2.safetensors", tmp_root);
     assert_int_equal(symlink(target, link), 0);
     open_dir_expect(esc, KT_ERR_FORMAT, "outside");
+    /* A FIFO named as a shard is refused at once, not waited on. */
+    char *fifo_dir = make_sharded("fifo", "{\"weight_map\":{\"a\":\"s1.safetensors\","
+                                          "\"x\":\"pipe.safetensors\"}}");
+    char fifo[1400];
+    dir_file(fifo_dir, "pipe.safetensors", fifo, sizeof fifo);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    open_dir_expect(fifo_dir, KT_ERR_IO, "not a regular file");
     /* Symlinks inside the directory are fine. */
     char *inside = make_sharded("inside", "{\"weight_map\":{\"a\":\"l1.safetensors\","
                                           "\"b\":\"s2.safetensors\"}}");
