@@ -9,11 +9,31 @@
 
 /* ---- regex -------------------------------------------------------------- */
 
-/* Oniguruma's (and Rust regex's) Unicode \w also takes marks and letter
- * numbers; PCRE2 10.42's takes letters, numbers and '_'. Rewrites \w (in and
- * out of classes) and \W (outside classes) to Oniguruma's set. */
+/* Oniguruma (which tokenizers runs) and PCRE2 10.42 differ on two classes:
+ * Oniguruma's Unicode \w also takes marks and letter numbers (PCRE2's:
+ * letters, numbers, '_'), and its \s is White_Space, without the U+180E that
+ * PCRE2 keeps. \w and \s are rewritten to Oniguruma's sets in and out of
+ * classes, \W and \S outside classes. */
 #define ONIG_WORD "\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}"
-static kt_status rewrite_word_class(const char *p, size_t n, kt_buf *out)
+#define ONIG_SPACE "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}" \
+                   "\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+/* A \p{...} name that is a script (not a general category or special name). */
+static bool is_script_name(const char *s, size_t n)
+{
+    static const char *const not_scripts[] = {
+        "L", "L&", "LC", "Lc", "Lu", "Ll", "Lt", "Lm", "Lo", "M", "Mn", "Mc", "Me", "N", "Nd",
+        "Nl", "No", "P", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S", "Sm", "Sc", "Sk", "So",
+        "Z", "Zs", "Zl", "Zp", "C", "Cc", "Cf", "Cs", "Co", "Cn", "Any", "Xan", "Xps", "Xsp",
+        "Xwd", "Xuc"};
+    if (n == 0 || n > 40 || memchr(s, ':', n) || memchr(s, '=', n) || s[0] == '^')
+        return false;
+    for (size_t i = 0; i < KT_ARRAY_LEN(not_scripts); i++)
+        if (strlen(not_scripts[i]) == n && !memcmp(s, not_scripts[i], n))
+            return false;
+    return true;
+}
+
+static kt_status rewrite_classes(const char *p, size_t n, kt_buf *out)
 {
     kt_status st = KT_OK;
     int in_class = 0;
@@ -21,10 +41,22 @@ static kt_status rewrite_word_class(const char *p, size_t n, kt_buf *out)
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char e = p[i + 1];
-            if (e == 'w')
-                st = kt__buf_appendf(out, in_class ? "%s" : "[%s]", ONIG_WORD);
-            else if (e == 'W' && !in_class)
-                st = kt__buf_appendf(out, "[^%s]", ONIG_WORD);
+            if ((e == 'p' || e == 'P') && i + 2 < n && p[i + 2] == '{') {
+                const char *close = memchr(p + i + 3, '}', n - i - 3);
+                if (close && is_script_name(p + i + 3, (size_t)(close - (p + i + 3)))) {
+                    /* \p{Han}: Script, as Oniguruma and Rust read it (PCRE2 10.42
+                     * reads Script_Extensions, which puts U+3002 in Han) */
+                    st = kt__buf_appendf(out, "\\%c{sc:%.*s}", e, (int)(close - (p + i + 3)),
+                                         p + i + 3);
+                    i = (size_t)(close - p);
+                    continue;
+                }
+            }
+            if (e == 'w' || e == 's')
+                st = kt__buf_appendf(out, in_class ? "%s" : "[%s]",
+                                     e == 'w' ? ONIG_WORD : ONIG_SPACE);
+            else if ((e == 'W' || e == 'S') && !in_class)
+                st = kt__buf_appendf(out, "[^%s]", e == 'W' ? ONIG_WORD : ONIG_SPACE);
             else
                 st = kt__buf_append(out, p + i, 2);
             i++;
@@ -64,7 +96,7 @@ kt_status kt__tok_regex(pcre2_code **out, const char *pattern, size_t len, bool 
     opts |= literal ? PCRE2_LITERAL : PCRE2_UCP; /* LITERAL refuses UCP */
     kt_buf rewritten = KT_BUF_INIT;
     if (!literal && memchr(pattern, '\\', len)) {
-        if (rewrite_word_class(pattern, len, &rewritten) < 0) {
+        if (rewrite_classes(pattern, len, &rewritten) < 0) {
             kt_buf_dispose(&rewritten);
             return kt__error(KT_ERR_NOMEM, "%s: %s: out of memory", file, what);
         }
