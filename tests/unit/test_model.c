@@ -1267,6 +1267,21 @@ static void add_tensor(kt_gguf_writer *w, const char *name, const kt_st_tensor *
 }
 
 /* Writes `out` from a safetensors fixture the way convert_hf_to_gguf.py lays it out. */
+/* One u32 key of the converted file replaced (or left out with UINT32_MAX): hostile
+ * metadata for the error tests. */
+static const char *g_override_key;
+static uint32_t g_override_value;
+
+static void put_u32(kt_gguf_writer *w, const char *key, uint32_t v)
+{
+    if (g_override_key && !strcmp(key, g_override_key)) {
+        if (g_override_value == UINT32_MAX)
+            return;
+        v = g_override_value;
+    }
+    assert_int_equal(kt__gguf_writer_add_u32(w, key, v), KT_OK);
+}
+
 static void fixture_to_gguf(const char *fixture, const char *arch, const char *out,
                             bool split_kv_b)
 {
@@ -1281,47 +1296,47 @@ static void fixture_to_gguf(const char *fixture, const char *arch, const char *o
     char k[160];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
     assert_int_equal(kt__gguf_writer_add_str(w, "general.architecture", arch), KT_OK);
-    kt__gguf_writer_add_u32(w, KEY("block_count"), a.n_layers);
-    kt__gguf_writer_add_u32(w, KEY("context_length"), a.max_position_embeddings);
-    kt__gguf_writer_add_u32(w, KEY("embedding_length"), a.hidden_size);
-    kt__gguf_writer_add_u32(w, KEY("feed_forward_length"), a.intermediate_size);
-    kt__gguf_writer_add_u32(w, KEY("expert_feed_forward_length"), a.moe_intermediate_size);
-    kt__gguf_writer_add_u32(w, KEY("attention.head_count"), a.n_heads);
-    kt__gguf_writer_add_u32(w, KEY("attention.head_count_kv"), a.n_kv_heads);
+    put_u32(w, KEY("block_count"), a.n_layers);
+    put_u32(w, KEY("context_length"), a.max_position_embeddings);
+    put_u32(w, KEY("embedding_length"), a.hidden_size);
+    put_u32(w, KEY("feed_forward_length"), a.intermediate_size);
+    put_u32(w, KEY("expert_feed_forward_length"), a.moe_intermediate_size);
+    put_u32(w, KEY("attention.head_count"), a.n_heads);
+    put_u32(w, KEY("attention.head_count_kv"), a.n_kv_heads);
     if (split_kv_b) { /* llama.cpp's MLA layout: latent sizes, per-head ones in *_mla */
-        kt__gguf_writer_add_u32(w, KEY("attention.key_length"),
+        put_u32(w, KEY("attention.key_length"),
                                 a.kv_lora_rank + a.qk_rope_head_dim);
-        kt__gguf_writer_add_u32(w, KEY("attention.value_length"), a.kv_lora_rank);
-        kt__gguf_writer_add_u32(w, KEY("attention.key_length_mla"), a.head_dim);
-        kt__gguf_writer_add_u32(w, KEY("attention.value_length_mla"), a.v_head_dim);
+        put_u32(w, KEY("attention.value_length"), a.kv_lora_rank);
+        put_u32(w, KEY("attention.key_length_mla"), a.head_dim);
+        put_u32(w, KEY("attention.value_length_mla"), a.v_head_dim);
     } else {
-        kt__gguf_writer_add_u32(w, KEY("attention.key_length"), a.head_dim);
-        kt__gguf_writer_add_u32(w, KEY("attention.value_length"), a.v_head_dim);
+        put_u32(w, KEY("attention.key_length"), a.head_dim);
+        put_u32(w, KEY("attention.value_length"), a.v_head_dim);
     }
     kt__gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), a.rms_norm_eps);
     kt__gguf_writer_add_f32(w, KEY("rope.freq_base"), (float)a.rope_theta);
-    kt__gguf_writer_add_u32(w, KEY("rope.dimension_count"), a.rotary_dim);
-    kt__gguf_writer_add_u32(w, KEY("expert_count"), a.n_routed_experts);
-    kt__gguf_writer_add_u32(w, KEY("expert_used_count"), a.n_experts_per_tok);
-    kt__gguf_writer_add_u32(w, KEY("vocab_size"), a.vocab_size);
+    put_u32(w, KEY("rope.dimension_count"), a.rotary_dim);
+    put_u32(w, KEY("expert_count"), a.n_routed_experts);
+    put_u32(w, KEY("expert_used_count"), a.n_experts_per_tok);
+    put_u32(w, KEY("vocab_size"), a.vocab_size);
     kt__gguf_writer_add_bool(w, KEY("expert_weights_norm"), a.norm_topk_prob != 0);
-    kt__gguf_writer_add_u32(w, KEY("expert_gating_func"),
+    put_u32(w, KEY("expert_gating_func"),
                             a.score_func == KT_SCORE_SIGMOID ? 2 : 1);
     if (a.n_shared_experts)
-        kt__gguf_writer_add_u32(w, KEY("expert_shared_count"), a.n_shared_experts);
+        put_u32(w, KEY("expert_shared_count"), a.n_shared_experts);
     if (a.attn_kind == KT_ATTN_MLA) {
-        kt__gguf_writer_add_u32(w, KEY("leading_dense_block_count"), a.first_k_dense_replace);
+        put_u32(w, KEY("leading_dense_block_count"), a.first_k_dense_replace);
         kt__gguf_writer_add_f32(w, KEY("expert_weights_scale"), a.routed_scaling_factor);
-        kt__gguf_writer_add_u32(w, KEY("expert_group_count"), a.n_group);
-        kt__gguf_writer_add_u32(w, KEY("expert_group_used_count"), a.topk_group);
-        kt__gguf_writer_add_u32(w, KEY("attention.q_lora_rank"), a.q_lora_rank);
-        kt__gguf_writer_add_u32(w, KEY("attention.kv_lora_rank"), a.kv_lora_rank);
-        kt__gguf_writer_add_u32(w, KEY("nextn_predict_layers"), a.n_nextn_layers);
+        put_u32(w, KEY("expert_group_count"), a.n_group);
+        put_u32(w, KEY("expert_group_used_count"), a.topk_group);
+        put_u32(w, KEY("attention.q_lora_rank"), a.q_lora_rank);
+        put_u32(w, KEY("attention.kv_lora_rank"), a.kv_lora_rank);
+        put_u32(w, KEY("nextn_predict_layers"), a.n_nextn_layers);
     }
     if (a.rope_type == KT_ROPE_YARN) {
         kt__gguf_writer_add_str(w, KEY("rope.scaling.type"), "yarn");
         kt__gguf_writer_add_f32(w, KEY("rope.scaling.factor"), a.rope_factor);
-        kt__gguf_writer_add_u32(w, KEY("rope.scaling.original_context_length"),
+        put_u32(w, KEY("rope.scaling.original_context_length"),
                                 a.rope_original_max_pos);
         kt__gguf_writer_add_f32(w, KEY("rope.scaling.yarn_log_multiplier"),
                                 0.1f * a.yarn_mscale_all_dim);
@@ -1512,6 +1527,38 @@ static void test_gguf_models(void **state)
             }
         kt_model_free(gg);
         kt_model_free(st);
+    }
+
+    /* hostile metadata: clean errors naming the key or the tensor */
+    static const struct {
+        const char *key;
+        uint32_t value;
+        const char *needle;
+    } bad[] = {
+        {"qwen3moe.attention.head_count", 0, "head_count"},
+        {"qwen3moe.attention.head_count_kv", 3, "heads 4/3"},
+        {"qwen3moe.expert_used_count", 9, "expert_used_count"},
+        {"qwen3moe.expert_count", UINT32_MAX, "expert_count"},
+        {"qwen3moe.block_count", 3, "blk.2.attn_norm.weight"},
+        {"qwen3moe.block_count", 100000, "block_count"},
+        {"qwen3moe.embedding_length", 65, "token_embd.weight"},
+        {"qwen3moe.vocab_size", 100, "token_embd.weight"},
+        {"qwen3moe.rope.dimension_count", 33, "rope 33"},
+        {"qwen3moe.expert_feed_forward_length", 95, "ffn_gate_exps.weight"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/hostile-%zu.gguf", tmp_root, i);
+        g_override_key = bad[i].key;
+        g_override_value = bad[i].value;
+        fixture_to_gguf("qwen3_moe_tiny", "qwen3moe", path, false);
+        g_override_key = NULL;
+        kt_model *h = (kt_model *)0x1;
+        kt_status hs = kt_model_open(&h, NULL, path, NULL);
+        assert_null(h);
+        if (hs != KT_ERR_FORMAT || !strstr(kt_last_error(), bad[i].needle))
+            fail_msg("%s = %u: got %s: %s", bad[i].key, bad[i].value, kt_status_str(hs),
+                     kt_last_error());
     }
 
     /* an unsupported architecture and a missing tensor: clean errors naming them */
