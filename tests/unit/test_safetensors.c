@@ -595,6 +595,50 @@ static void test_index_checks(void **state)
     open_dir_expect(sub, KT_OK, NULL);
 }
 
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    if (!f)
+        return -1;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Failing and succeeding opens leave no mapping or descriptor behind. */
+static void test_no_leaked_maps_or_fds(void **state)
+{
+    (void)state;
+    char ok_dir[600], bad_dir[600];
+    snprintf(ok_dir, sizeof ok_dir, "%s/ok", tmp_root);
+    snprintf(bad_dir, sizeof bad_dir, "%s/hostile/dir_tensor_missing", test_data());
+    kt_st_set *set = NULL;
+    assert_int_equal(kt__st_open_dir(&set, ok_dir), KT_OK); /* warm up lazy allocations */
+    kt__st_close(set);
+    int maps = count_lines("/proc/self/maps"), fds = count_fds();
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(kt__st_open_dir(&set, ok_dir), KT_OK);
+        kt__st_close(set);
+        assert_int_equal(kt__st_open_dir(&set, bad_dir), KT_ERR_FORMAT);
+    }
+    assert_int_equal(count_lines("/proc/self/maps"), maps);
+    assert_int_equal(count_fds(), fds);
+}
+
 /* ---- real checkpoints ---------------------------------------------------------------- */
 
 /* Checks one sharded fixture directory against its own index and files. */
@@ -934,6 +978,7 @@ int main(void)
         cmocka_unit_test(test_json_value_limit),
         cmocka_unit_test(test_dir_variants),
         cmocka_unit_test(test_index_checks),
+        cmocka_unit_test(test_no_leaked_maps_or_fds),
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_fixture_values),
         cmocka_unit_test(test_hostile_corpus),
