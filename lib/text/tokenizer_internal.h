@@ -67,7 +67,7 @@ typedef enum kt__unorm { KT__NFC, KT__NFD, KT__NFKC, KT__NFKD } kt__unorm;
 kt_status kt__unicode_normalize(kt__unorm form, const char *s, size_t n, kt_buf *out);
 /* Appends the full lowercase mapping of s (final sigma included). */
 kt_status kt__unicode_lower(const char *s, size_t n, kt_buf *out);
-/* Appends s without nonspacing marks (Mn). */
+/* Appends s without marks (Mn, Mc, Me), as tokenizers' StripAccents. */
 kt_status kt__unicode_strip_marks(const char *s, size_t n, kt_buf *out);
 /* Rust's char::is_whitespace (Unicode White_Space). */
 bool kt__unicode_is_space(uint32_t cp);

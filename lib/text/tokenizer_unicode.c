@@ -498,7 +498,7 @@ kt_status kt__unicode_strip_marks(const char *s, size_t n, kt_buf *out)
         uint32_t cp;
         size_t used = kt__utf8_decode(s + i, n - i, &cp);
         if (cp == INVALID_CP || cp < 0x300 ||
-            !in_ranges(cp, kt_mn_ranges, KT_ARRAY_LEN(kt_mn_ranges)))
+            !in_ranges(cp, kt_mark_ranges, KT_ARRAY_LEN(kt_mark_ranges)))
             st = kt__buf_append(out, s + i, used);
         i += used;
     }

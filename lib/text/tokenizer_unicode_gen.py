@@ -166,8 +166,8 @@ def main():
                  'Case_Ignorable (Mn Me Cf Lm Sk and the MidLetter/MidNumLet quotes)',
                  lambda cp: ud.category(chr(cp)) in ('Mn', 'Me', 'Cf', 'Lm', 'Sk')
                  or cp in ignorable_chars)
-    write_ranges('kt_mn_ranges', 'nonspacing marks (Mn), removed by StripAccents',
-                 lambda cp: ud.category(chr(cp)) == 'Mn')
+    write_ranges('kt_mark_ranges', 'marks (Mn Mc Me), removed by StripAccents',
+                 lambda cp: ud.category(chr(cp)) in ('Mn', 'Mc', 'Me'))
     w('#endif\n')
 
 

@@ -37,6 +37,7 @@ CASES = [
     "<s>hello</s> <mask> text <mask>x [SW] a[SW]b [SW]",
     "it's they're WE'VE",
     "a [SW]\u00bd [SW]\u00e9 [SW]\u200d x [SW]_ \u00bd[SW] \u216b[SW] [SW]\u0301 [SW]",
+    "a\u0903b a\u20ddb \U000e0001\u20dd\u02b0\u20ac \u01c5\u2040~ \u203f_",
     "a\u180e b\x85c\u2028d \u200b e\x1cf\u3000g \u180e\u180e h",
     "a [sw]\u00bd [sw]\u00e9 <mask>\u200d[sw] x\u2460[sw]\u2460 [sw]",
     "",
