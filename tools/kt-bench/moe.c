@@ -292,6 +292,7 @@ typedef struct row {
     uint32_t layers;
     int64_t slots;
     uint64_t expert_bytes;
+    int32_t threads;      /* the backend's worker threads (kt_moe_backend_info) */
 } row;
 
 /* Layer and slot counts for one method: total >= 8 x L3, <= mem cap. */
@@ -610,7 +611,7 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, i
         r->layers = n_layers;
         r->slots = n_slots;
         r->expert_bytes = lay.bytes;
-        (void)threads;
+        r->threads = threads;
         if (t <= 16) {
             /* The decode yardstick, measured right before (the backend's
              * workers are idle meanwhile). */
@@ -901,7 +902,7 @@ int cmd_moe(int argc, char **argv)
                  m->n_experts, m->top_k, x->layers, (long long)x->slots,
                  (unsigned long long)x->expert_bytes, (long long)x->t,
                  x->t <= 16 ? "decode" : "prefill", x->gbs, x->gbs_mean, x->stream_gbs,
-                 x->tflops, x->tflops_mean, x->onednn_tflops, (long long)x->calls, c.threads,
+                 x->tflops, x->tflops_mean, x->onednn_tflops, (long long)x->calls, x->threads,
                  x->isa);
     }
     if (json && !json_close(json)) {
