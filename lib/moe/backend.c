@@ -31,7 +31,7 @@
 
 #define RB1 64    /* I rows per phase-1 item                    */
 #define RB2 64    /* H rows per phase-2 item                    */
-#define MCH 64    /* tokens per kernel call (bounds the C tiles) */
+#define MCH 256   /* tokens per kernel call (bounds the C tiles) */
 
 typedef struct moe_layer {
     kt__wmat *gate, *up, *down;  /* [E]; gate[e].w == NULL: expert absent */

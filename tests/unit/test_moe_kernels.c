@@ -84,7 +84,7 @@ static void check_set(const kt__moe_kernels *ks, int method)
     static const int rows_list[] = {1, 5, 67, 130};
     static const int cols_fp[] = {7, 64, 200, 300};
     static const int cols_i4[] = {32, 96, 160, 256};
-    static const int m_list[] = {1, 2, 3, 4, 5, 17};
+    static const int m_list[] = {1, 2, 3, 4, 5, 17, 170};
     double worst = 0;
     for (int ri = 0; ri < 4; ri++) {
         for (int ci = 0; ci < 4; ci++) {
@@ -94,7 +94,7 @@ static void check_set(const kt__moe_kernels *ks, int method)
             float *f;
             rand_weights(method, N, K, &w, &s, &f);
             kt__wmat W = {w, s, N, K};
-            for (int mi = 0; mi < 6; mi++) {
+            for (int mi = 0; mi < 7; mi++) {
                 int M = m_list[mi];
                 int n_act = M + 3;
                 float *x = malloc((size_t)n_act * K * sizeof(float));
@@ -107,7 +107,7 @@ static void check_set(const kt__moe_kernels *ks, int method)
                     ref->quant(x + (size_t)t * K, 0, K, K, ar + (size_t)t * sr);
                     ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
                 }
-                int32_t rows_idx[17];
+                int32_t rows_idx[170];
                 for (int m = 0; m < M; m++)
                     rows_idx[m] = (m * 5 + 2) % n_act;
                 /* full range, then a slice of rows and inputs */
