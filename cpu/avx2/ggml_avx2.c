@@ -151,3 +151,248 @@ float kt__ggml_vec_dot_q6_K_avx2(int64_t n, const void *vx, const void *vy)
     }
     return hsum8(acc);
 }
+
+/* ---- the other block types ------------------------------------------------- */
+
+/* 0xff in byte j where bit j of the 32-bit word at qh is set. */
+static inline __m256i bits_to_bytes(const uint8_t *qh)
+{
+    uint32_t bits;
+    __builtin_memcpy(&bits, qh, 4);
+    const __m256i spread = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll,
+                                             0x0101010101010101ll, 0x0000000000000000ll);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfell));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* 32 x (u8 * s8) summed into 8 int32 lanes. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+static inline int hsum_i32(__m256i v)
+{
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+    return _mm_cvtsi128_si32(h);
+}
+
+/* sum_b d_x d_y sum q y + m_x s_y */
+float kt__ggml_vec_dot_q4_1_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q4_1 *x = vx;
+    const kt_block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float ms = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(unpack_nibbles32(x[i].qs), a)),
+                              _mm256_set1_ps(d), acc);
+        ms += kt__ggml_f16_to_f32(x[i].m) * kt__ggml_f16_to_f32(y[i].s);
+    }
+    return hsum8(acc) + ms;
+}
+
+/* 5-bit codes: nibble | (qh bit) << 4 */
+static inline __m256i q5_codes(const uint8_t *qs, const uint8_t *qh)
+{
+    return _mm256_or_si256(unpack_nibbles32(qs),
+                           _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+}
+
+/* sum_b d_x d_y sum (q - 16) y */
+float kt__ggml_vec_dot_q5_0_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q5_0 *x = vx;
+    const kt_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i q = _mm256_sub_epi8(q5_codes(x[i].qs, x[i].qh), _mm256_set1_epi8(16));
+        __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, a)), _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}
+
+float kt__ggml_vec_dot_q5_1_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q5_1 *x = vx;
+    const kt_block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float ms = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q5_codes(x[i].qs, x[i].qh), a)),
+                              _mm256_set1_ps(d), acc);
+        ms += kt__ggml_f16_to_f32(x[i].m) * kt__ggml_f16_to_f32(y[i].s);
+    }
+    return hsum8(acc) + ms;
+}
+
+/* The grid levels of 32 IQ4 codes (a 16-entry byte table lookup). */
+static inline __m256i iq4_levels(const uint8_t *qs)
+{
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)kt__iq4nl_values));
+    return _mm256_shuffle_epi8(table, unpack_nibbles32(qs));
+}
+
+/* sum_b d_x d_y sum level(q) y */
+float kt__ggml_vec_dot_iq4_nl_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_iq4_nl *x = vx;
+    const kt_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(iq4_levels(x[i].qs), a)),
+                              _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}
+
+/* sum_b d_x d_y sum_ib (ls_ib - 32) sum level(q) y */
+float kt__ggml_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_iq4_xs *x = vx;
+    const kt_block_q8_K *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / KT_QK_K; i++) {
+        __m256i isum = _mm256_setzero_si256();
+        for (int ib = 0; ib < 8; ib++) {
+            int ls = ((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 15) |
+                     (((x[i].scales_h >> (2 * ib)) & 3) << 4);
+            __m256i q = iq4_levels(x[i].qs + 16 * ib);
+            __m256i a = _mm256_loadu_si256((const __m256i *)(y[i].qs + 32 * ib));
+            __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16(
+                                                                    (short)(ls - 32))));
+        }
+        float d = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}
+
+/* sum_b d_y (d_x sum_g sc_g sum q y - dmin_x sum_g m_g bsum_g), q = 5 bits */
+float kt__ggml_vec_dot_q5_K_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q5_K *x = vx;
+    const kt_block_q8_K *y = vy;
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / KT_QK_K; i++) {
+        uint8_t sc[8], m[8];
+        k4_scales(x[i].scales, sc, m);
+        int msum = 0;
+        for (int g = 0; g < 8; g++)
+            msum += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+        __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i isum = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * p));
+            /* bit 2p of qh[l] is group 2p's fifth bit, bit 2p+1 group 2p+1's */
+            __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * p), one);
+            __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * p + 1), one);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), _mm256_slli_epi16(h0, 4));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                         _mm256_slli_epi16(h1, 4));
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * p));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * p + 32));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0),
+                                                            _mm256_set1_epi16(sc[2 * p])));
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1),
+                                                            _mm256_set1_epi16(sc[2 * p + 1])));
+        }
+        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
+        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+    }
+    return hsum8(acc) - mins;
+}
+
+/* Scales of the two 16-element groups a 32-element slice spans. */
+static inline __m256i two_group_scales(int a, int b)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)b), _mm_set1_epi16((short)a));
+}
+
+/* sum_b d_y (d_x sum_g sc_g sum q y - dmin_x sum_g m_g bsum_g), q = 2 bits,
+ * 16 groups of 16 */
+float kt__ggml_vec_dot_q2_K_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q2_K *x = vx;
+    const kt_block_q8_K *y = vy;
+    const __m256i mask2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / KT_QK_K; i++) {
+        const uint8_t *sc = x[i].scales;
+        int msum = 0;
+        for (int g = 0; g < 16; g++)
+            msum += (sc[g] >> 4) * y[i].bsums[g];
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int s = 0; s < 4; s++) {
+                int g = 8 * h + 2 * s;
+                __m256i c = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), mask2);
+                __m256i a = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * s));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(c, a),
+                                                                two_group_scales(sc[g] & 15,
+                                                                                 sc[g + 1] & 15)));
+            }
+        }
+        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
+        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+    }
+    return hsum8(acc) - mins;
+}
+
+/* sum_b d_x d_y sum_g sc_g (sum c y - 4 bsum_g), c = q2 | hbit << 2 in 0..7
+ * (the code minus 4 is q - 4 (1 - hbit)) */
+float kt__ggml_vec_dot_q3_K_avx2(int64_t n, const void *vx, const void *vy)
+{
+    const kt_block_q3_K *x = vx;
+    const kt_block_q8_K *y = vy;
+    const __m256i mask2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / KT_QK_K; i++) {
+        int sc[16], offset = 0;
+        for (int g = 0; g < 16; g++) {
+            int lo = g < 8 ? x[i].scales[g] & 15 : x[i].scales[g - 8] >> 4;
+            int hi = (x[i].scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+            sc[g] = (lo | (hi << 4)) - 32;
+            offset += sc[g] * y[i].bsums[g];
+        }
+        __m256i hm = _mm256_loadu_si256((const __m256i *)x[i].hmask);
+        __m256i isum = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * h));
+            for (int s = 0; s < 4; s++) {
+                int g = 8 * h + 2 * s;
+                __m256i hbit = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + s), one);
+                __m256i c = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), mask2),
+                                            _mm256_slli_epi16(hbit, 2));
+                __m256i a = _mm256_loadu_si256((const __m256i *)(y[i].qs + 128 * h + 32 * s));
+                isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(c, a),
+                                                                two_group_scales(sc[g],
+                                                                                 sc[g + 1])));
+            }
+        }
+        float d = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        __m256i corr = _mm256_setr_epi32(-4 * offset, 0, 0, 0, 0, 0, 0, 0);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, corr)),
+                              _mm256_set1_ps(d), acc);
+    }
+    return hsum8(acc);
+}

@@ -1396,6 +1396,14 @@ kt_ggml_vec_dot_fn kt__ggml_vec_dot_for(kt_type type, kt_ggml_isa isa)
         case KT_TYPE_Q8_0: return kt__ggml_vec_dot_q8_0_avx2;
         case KT_TYPE_Q4_K: return kt__ggml_vec_dot_q4_K_avx2;
         case KT_TYPE_Q6_K: return kt__ggml_vec_dot_q6_K_avx2;
+        case KT_TYPE_Q4_1: return kt__ggml_vec_dot_q4_1_avx2;
+        case KT_TYPE_Q5_0: return kt__ggml_vec_dot_q5_0_avx2;
+        case KT_TYPE_Q5_1: return kt__ggml_vec_dot_q5_1_avx2;
+        case KT_TYPE_IQ4_NL: return kt__ggml_vec_dot_iq4_nl_avx2;
+        case KT_TYPE_IQ4_XS: return kt__ggml_vec_dot_iq4_xs_avx2;
+        case KT_TYPE_Q5_K: return kt__ggml_vec_dot_q5_K_avx2;
+        case KT_TYPE_Q2_K: return kt__ggml_vec_dot_q2_K_avx2;
+        case KT_TYPE_Q3_K: return kt__ggml_vec_dot_q3_K_avx2;
         default: break;
         }
 #endif

@@ -276,12 +276,25 @@ static void random_blocks(kt_type type, uint8_t *buf, int64_t n)
         uint16_t dmin = kt__ggml_f32_to_f16((float)(rng() % 1000) * 1e-5f);
         switch (type) {
         case KT_TYPE_Q4_0:
+        case KT_TYPE_Q5_0:
         case KT_TYPE_Q8_0:
+        case KT_TYPE_IQ4_NL:
+        case KT_TYPE_IQ4_XS:
             memcpy(blk, &d, 2);
             break;
-        case KT_TYPE_Q4_K:
+        case KT_TYPE_Q4_1:   /* d, m */
+        case KT_TYPE_Q5_1:
+        case KT_TYPE_Q4_K:   /* d, dmin */
+        case KT_TYPE_Q5_K:
             memcpy(blk, &d, 2);
             memcpy(blk + 2, &dmin, 2);
+            break;
+        case KT_TYPE_Q2_K:
+            memcpy(blk + offsetof(kt_block_q2_K, d), &d, 2);
+            memcpy(blk + offsetof(kt_block_q2_K, dmin), &dmin, 2);
+            break;
+        case KT_TYPE_Q3_K:
+            memcpy(blk + offsetof(kt_block_q3_K, d), &d, 2);
             break;
         case KT_TYPE_Q6_K:
             memcpy(blk + offsetof(kt_block_q6_K, d), &d, 2);
@@ -298,7 +311,10 @@ static void random_blocks(kt_type type, uint8_t *buf, int64_t n)
 static void test_simd_vs_scalar(void **state)
 {
     (void)state;
-    static const kt_type simd_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
+    static const kt_type simd_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q4_1, KT_TYPE_Q5_0, KT_TYPE_Q5_1,
+                                         KT_TYPE_Q8_0, KT_TYPE_Q2_K, KT_TYPE_Q3_K, KT_TYPE_Q4_K,
+                                         KT_TYPE_Q5_K, KT_TYPE_Q6_K, KT_TYPE_IQ4_NL,
+                                         KT_TYPE_IQ4_XS};
     static float act[8 * COLS], w[8 * COLS], a[8 * COLS];
     static uint8_t wq[8 * 4 * COLS], aq[8 * 4 * COLS];
     kt_ggml_isa best = kt__ggml_isa_best();
