@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/threadpool.h"
 #include "engine_internal.h"
 #include "kt/hw.h"
 
@@ -120,6 +121,17 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
         kt__log(rt, KT_LOG_INFO, "precision f32: --kt-method %s ignored (experts run in F32)",
                 kt_method_name((kt_method)o.method));
     }
+    if (!ctx->moe) {
+        /* no MoE workers: the engine's own workers run the dense layers */
+        int32_t nth = o.n_threads ? o.n_threads
+                                  : (rt ? kt_runtime_n_threads(rt) : kt_hw_physical_cores());
+        if (nth > 1) {
+            kt_pool_config pc = {nth, o.n_pools, true};
+            st = kt__pool_create(&ctx->pool, &pc);
+            if (st < 0)
+                goto fail;
+        }
+    }
     st = kt__weights_load(&ctx->w, &ctx->hp, model,
                           ctx->precision == KT_PRECISION_F32 ? KT_TYPE_F32 : KT_TYPE_BF16,
                           ctx->moe != NULL);
@@ -140,6 +152,7 @@ void kt_context_free(kt_context *ctx)
     if (!ctx)
         return;
     kt__experts_free(ctx);
+    kt__pool_free(ctx->pool);
     kt__scratch_free(&ctx->scratch);
     kt__weights_free(&ctx->w, &ctx->hp);
     if (ctx->k_cache)

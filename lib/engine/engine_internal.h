@@ -147,6 +147,13 @@ void kt__hparams_free(kt__hparams *hp);
 /* ---- ops (ops.c) ---- */
 /* y[T][rows] = x[T][cols] · Wᵀ (+ bias) */
 void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y);
+/* rows r0 <= r < r1 of the same product */
+void kt__linear_rows(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y,
+                     int32_t r0, int32_t r1);
+/* the product split by rows over the context's workers (when it has any) */
+typedef struct kt_context kt_context;
+void kt__linear_par(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
+                    const float *bias, float *y);
 void kt__rmsnorm(float *x, int32_t n, const float *w, float eps);
 void kt__rmsnorm_to(const float *x, float *y, int32_t n, const float *w, float eps);
 void kt__softmax(float *x, int32_t n);
@@ -190,6 +197,9 @@ struct kt_context {
     void **k_cache, **v_cache;
 
     kt__scratch scratch;    /* scratch memory of kt__forward            */
+    /* workers for dense layers; NULL while the MoE backend's workers own the
+     * cores (two spinning pools on the same cores slow each other down) */
+    struct kt_pool *pool;
 
     /* routed experts through the CPU MoE backend (fast path); NULL: own F32 path */
     kt_moe_backend *moe;

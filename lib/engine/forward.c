@@ -132,9 +132,9 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     }
 
     /* q[T][nh*hd] = xn Wqᵀ + bq ; k, v [T][nkv*hd] likewise */
-    kt__linear(f->xn, T, &L->wq, L->bq, q);
-    kt__linear(f->xn, T, &L->wk, L->bk, k);
-    kt__linear(f->xn, T, &L->wv, L->bv, v);
+    kt__linear_par(ctx, f->xn, T, &L->wq, L->bq, q);
+    kt__linear_par(ctx, f->xn, T, &L->wk, L->bk, k);
+    kt__linear_par(ctx, f->xn, T, &L->wv, L->bv, v);
 
     for (int32_t t = 0; t < T; t++) {
         float *qt = q + (size_t)t * qdim, *kt = k + (size_t)t * kvdim;
@@ -182,7 +182,7 @@ static kt_status attn_gqa(fwd *f, int32_t l)
             }
         }
     }
-    kt__linear(o, T, &L->wo, L->bo, f->out);
+    kt__linear_par(ctx, o, T, &L->wo, L->bo, f->out);
 done:
     kt__scratch_release(&ctx->scratch, mark);
     return st;
@@ -222,16 +222,16 @@ static kt_status attn_mla(fwd *f, int32_t l)
             st = KT_ERR_NOMEM;
             goto done;
         }
-        kt__linear(f->xn, T, &L->wq_a, NULL, cq);
+        kt__linear_par(ctx, f->xn, T, &L->wq_a, NULL, cq);
         for (int32_t t = 0; t < T; t++)
             kt__rmsnorm(cq + (size_t)t * hp->q_lora_rank, hp->q_lora_rank, L->q_a_norm,
                         hp->rms_eps);
-        kt__linear(cq, T, &L->wq_b, NULL, q);
+        kt__linear_par(ctx, cq, T, &L->wq_b, NULL, q);
     } else {
-        kt__linear(f->xn, T, &L->wq, NULL, q);
+        kt__linear_par(ctx, f->xn, T, &L->wq, NULL, q);
     }
     /* [c_kv | k_rope] = W_kva · x ; c_kv normed, k_rope rotated (one head) */
-    kt__linear(f->xn, T, &L->wkv_a, NULL, kva);
+    kt__linear_par(ctx, f->xn, T, &L->wkv_a, NULL, kva);
     for (int32_t t = 0; t < T; t++) {
         float *r = kva + (size_t)t * row;
         const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
@@ -254,7 +254,7 @@ static kt_status attn_mla(fwd *f, int32_t l)
         }
         for (int32_t j = 0; j < P; j++)
             memcpy(ckv + (size_t)j * R, C + (size_t)j * row, sizeof(float) * R);
-        kt__linear(ckv, P, &L->wkv_b, NULL, kvb);
+        kt__linear_par(ctx, ckv, P, &L->wkv_b, NULL, kvb);
     } else {
         qt_abs = SCRATCH((size_t)R, sizeof(float));
         ot_abs = SCRATCH((size_t)R, sizeof(float));
@@ -301,7 +301,7 @@ static kt_status attn_mla(fwd *f, int32_t l)
             }
         }
     }
-    kt__linear(o, T, &L->wo, NULL, f->out);
+    kt__linear_par(ctx, o, T, &L->wo, NULL, f->out);
 done:
     kt__scratch_release(&ctx->scratch, mark);
     return st;
@@ -323,8 +323,8 @@ static kt_status ffn(kt_context *ctx, const float *x, int32_t T, const kt__mat *
         kt__scratch_release(&ctx->scratch, mark);
         return KT_ERR_NOMEM;
     }
-    kt__linear(x, T, gate, bg, g);
-    kt__linear(x, T, up, bu, u);
+    kt__linear_par(ctx, x, T, gate, bg, g);
+    kt__linear_par(ctx, x, T, up, bu, u);
     for (size_t i = 0; i < (size_t)T * I; i++) {
         if (oai) {
             /* g = min(g, limit); u = clamp(u, ±limit); a = (u + 1) · g · σ(alpha g) */
@@ -337,7 +337,7 @@ static kt_status ffn(kt_context *ctx, const float *x, int32_t T, const kt__mat *
             g[i] = kt__silu(g[i]) * u[i];
         }
     }
-    kt__linear(g, T, down, bd, out);
+    kt__linear_par(ctx, g, T, down, bd, out);
     kt__scratch_release(&ctx->scratch, mark);
     return KT_OK;
 }
@@ -446,7 +446,7 @@ static kt_status moe_block(fwd *f, int32_t l)
         goto done;
     }
     /* router logits [T][E] in F32 */
-    kt__linear(f->xn, T, &L->router, L->router_b, logits);
+    kt__linear_par(ctx, f->xn, T, &L->router, L->router_b, logits);
     for (int32_t t = 0; t < T; t++)
         route(hp, L, logits + (size_t)t * E, ids + (size_t)t * k, wts + (size_t)t * k, tmp);
 
@@ -489,7 +489,7 @@ static kt_status moe_block(fwd *f, int32_t l)
         float gate1 = 1.0f;
         for (int32_t t = 0; t < T; t++) {
             if (L->sh_gate_inp.data) {
-                kt__linear(f->xn + (size_t)t * H, 1, &L->sh_gate_inp, NULL, &gate1);
+                kt__linear_par(ctx, f->xn + (size_t)t * H, 1, &L->sh_gate_inp, NULL, &gate1);
                 gate1 = 1.0f / (1.0f + expf(-gate1));
             }
             for (int32_t c = 0; c < H; c++)
@@ -574,9 +574,9 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
         memcpy(cap + (size_t)hp->n_layer * cap_stride, f.xn, sizeof(float) * T * H);
     if (logits) {
         if (all_logits)
-            kt__linear(f.xn, T, &ctx->w.lm_head, NULL, logits);
+            kt__linear_par(ctx, f.xn, T, &ctx->w.lm_head, NULL, logits);
         else
-            kt__linear(f.xn + (size_t)(T - 1) * H, 1, &ctx->w.lm_head, NULL, logits);
+            kt__linear_par(ctx, f.xn + (size_t)(T - 1) * H, 1, &ctx->w.lm_head, NULL, logits);
     }
 done:
     kt__scratch_reset(&ctx->scratch);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../../cpu/engine_kernels.h"
+#include "core/threadpool.h"
 #include "engine_internal.h"
 #include "kt/hw.h"
 
@@ -100,9 +101,9 @@ void kt__rmsnorm(float *x, int32_t n, const float *w, float eps)
 /* Dot products over 4 tokens at once so that each weight row is read once per
  * 4 tokens; 8 partial sums per row keep the compiler's vectoriser busy. */
 static void linear_f32(const float *x, int32_t T, int32_t rows, int32_t cols, const float *W,
-                       const float *bias, float *y)
+                       const float *bias, float *y, int32_t r0, int32_t r1)
 {
-    for (int32_t r = 0; r < rows; r++) {
+    for (int32_t r = r0; r < r1; r++) {
         const float *wr = W + (size_t)r * cols;
         int32_t t = 0;
         for (; t + 4 <= T; t += 4) {
@@ -140,12 +141,12 @@ static void linear_f32(const float *x, int32_t T, int32_t rows, int32_t cols, co
 
 /* BF16 weights: widen one row at a time into a small F32 buffer. */
 static void linear_bf16(const float *x, int32_t T, int32_t rows, int32_t cols,
-                        const uint16_t *W, const float *bias, float *y)
+                        const uint16_t *W, const float *bias, float *y, int32_t r0, int32_t r1)
 {
     float rowbuf[4096];
     for (int32_t c0 = 0; c0 < cols; c0 += 4096) {
         int32_t nc = KT_MIN(4096, cols - c0);
-        for (int32_t r = 0; r < rows; r++) {
+        for (int32_t r = r0; r < r1; r++) {
             const uint16_t *wr = W + (size_t)r * cols + c0;
             for (int32_t c = 0; c < nc; c++)
                 rowbuf[c] = kt__bf16_to_f32(wr[c]);
@@ -173,14 +174,15 @@ static void linear_bf16(const float *x, int32_t T, int32_t rows, int32_t cols,
 
 /* FP8 E4M3 weights with block scales: each row widened exactly to F32
  * (fp8 · scale), then dotted with every token. */
-static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
+static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y,
+                       int32_t r0, int32_t r1)
 {
     const float *lut = g_e4m3_lut; /* filled by pick_kernels() */
     int32_t rows = W->rows, cols = W->cols;
     float rowbuf[4096];
     for (int32_t c0 = 0; c0 < cols; c0 += 4096) {
         int32_t nc = KT_MIN(4096, cols - c0);
-        for (int32_t r = 0; r < rows; r++) {
+        for (int32_t r = r0; r < r1; r++) {
             const uint8_t *q = (const uint8_t *)W->data + (size_t)r * cols + c0;
             size_t srow = (size_t)(r / W->block_rows) * W->scale_cols;
             for (int32_t c = 0; c < nc; c++) {
@@ -209,17 +211,56 @@ static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float 
     }
 }
 
-void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
+void kt__linear_rows(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y,
+                     int32_t r0, int32_t r1)
 {
     pick_kernels();
     if (W->type == KT_TYPE_BF16 && g_linear_bf16)
-        g_linear_bf16(x, T, W->rows, W->cols, W->data, bias, y, 0, W->rows);
+        g_linear_bf16(x, T, W->rows, W->cols, W->data, bias, y, r0, r1);
     else if (W->type == KT_TYPE_F32 && g_linear_f32)
-        g_linear_f32(x, T, W->rows, W->cols, W->data, bias, y, 0, W->rows);
+        g_linear_f32(x, T, W->rows, W->cols, W->data, bias, y, r0, r1);
     else if (W->type == KT_TYPE_BF16)
-        linear_bf16(x, T, W->rows, W->cols, W->data, bias, y);
+        linear_bf16(x, T, W->rows, W->cols, W->data, bias, y, r0, r1);
     else if (W->type == KT_TYPE_F8_E4M3)
-        linear_fp8(x, T, W, bias, y);
+        linear_fp8(x, T, W, bias, y, r0, r1);
     else
-        linear_f32(x, T, W->rows, W->cols, W->data, bias, y);
+        linear_f32(x, T, W->rows, W->cols, W->data, bias, y, r0, r1);
+}
+
+void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y)
+{
+    kt__linear_rows(x, T, W, bias, y, 0, W->rows);
+}
+
+/* One job of kt__linear_par: worker tid takes a contiguous share of the rows
+ * (a multiple of 4, the kernels' row block). */
+typedef struct linear_job {
+    const float *x;
+    int32_t T;
+    const kt__mat *W;
+    const float *bias;
+    float *y;
+    int n;
+} linear_job;
+
+static void linear_worker(void *arg, int tid)
+{
+    const linear_job *j = arg;
+    int32_t rows = j->W->rows;
+    int32_t per = ((rows + j->n - 1) / j->n + 3) & ~3;
+    int32_t r0 = tid * per, r1 = KT_MIN(rows, r0 + per);
+    if (r0 < r1)
+        kt__linear_rows(j->x, j->T, j->W, j->bias, j->y, r0, r1);
+}
+
+void kt__linear_par(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
+                    const float *bias, float *y)
+{
+    /* below ~64K multiply-adds a job costs more than it saves */
+    if (!ctx->pool || (int64_t)W->rows * W->cols * T < (1 << 16)) {
+        kt__linear(x, T, W, bias, y);
+        return;
+    }
+    linear_job j = {x, T, W, bias, y, kt__pool_n_threads(ctx->pool)};
+    kt__pool_run(ctx->pool, linear_worker, &j);
 }

@@ -111,6 +111,7 @@ static float margin(const float *x, int32_t n)
 
 static uint32_t g_ctx_flags; /* extra kt_context_options flags for the next open_ctx */
 static int32_t g_n_batch;    /* prefill chunk for the next open_ctx (0: default)      */
+static int32_t g_n_threads = 1; /* threads for the next open_ctx                      */
 
 static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model)
 {
@@ -122,7 +123,7 @@ static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model
     kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
     co.n_ctx = 256;
     co.precision = prec;
-    co.n_threads = 1;
+    co.n_threads = g_n_threads;
     co.flags = g_ctx_flags;
     co.n_batch = g_n_batch;
     kt_context *ctx = NULL;
@@ -264,6 +265,15 @@ static void check_chunked(const char *name, const char *variant)
     g_n_batch = 0;
 }
 
+/* f32 with the engine's own workers (3 threads) splitting the dense layers. */
+static void check_threads(const char *name, const char *variant)
+{
+    g_n_threads = 3;
+    check_prefill(name, variant, KT_PRECISION_F32);
+    check_decode(name, variant, KT_PRECISION_F32);
+    g_n_threads = 1;
+}
+
 /* Fast mode with the engine's F32-activation experts instead of the backend. */
 static void check_engine_experts(const char *name, const char *variant)
 {
@@ -276,6 +286,7 @@ static void check_engine_experts(const char *name, const char *variant)
     static void fn##_kv_bf16(void **s) { (void)s; check_kv_bf16(name, variant); }        \
     static void fn##_own_experts(void **s) { (void)s; check_engine_experts(name, variant); } \
     static void fn##_chunked(void **s) { (void)s; check_chunked(name, variant); }          \
+    static void fn##_threads(void **s) { (void)s; check_threads(name, variant); }          \
     static void fn##_prefill_f32(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_F32); } \
     static void fn##_decode_f32(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_F32); }   \
     static void fn##_prefill_fast(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_FAST); } \
@@ -294,7 +305,7 @@ FIXTURE_TESTS(dsv3_int4, "deepseek_v3_tiny", "int4")
     cmocka_unit_test(fn##_prefill_f32), cmocka_unit_test(fn##_decode_f32),              \
         cmocka_unit_test(fn##_prefill_fast), cmocka_unit_test(fn##_decode_fast),           \
         cmocka_unit_test(fn##_kv_bf16), cmocka_unit_test(fn##_own_experts),                \
-        cmocka_unit_test(fn##_chunked)
+        cmocka_unit_test(fn##_chunked), cmocka_unit_test(fn##_threads)
 
 static void test_bad_input(void **state)
 {
