@@ -7,9 +7,10 @@
  * blocks stored back to back. Byte layouts (little endian, "half" = IEEE
  * binary16; QK_K = 256; every scale below multiplies the integer code):
  *
- *   Q4_0   18 B / 32: half d; u8 qs[16]          x[j] = d*((qs[j]&15)-8), x[j+16] = d*((qs[j]>>4)-8)
+ *   Q4_0   18 B / 32: half d; u8 qs[16]          x[j] = d*((qs[j]&15)-8),
+ *                                               x[j+16] = d*((qs[j]>>4)-8)
  *   Q4_1   20 B / 32: half d, m; u8 qs[16]        x = d*q + m
- *   Q5_0   22 B / 32: half d; u8 qh[4]; u8 qs[16] 5th bit of x[j] in bit j of qh (j < 32); code - 16
+ *   Q5_0   22 B / 32: half d; u8 qh[4]; u8 qs[16] bit 4 of code j in bit j of qh; x = d*(code-16)
  *   Q5_1   24 B / 32: half d, m; u8 qh[4]; u8 qs[16]
  *   Q8_0   34 B / 32: half d; i8 qs[32]
  *   Q8_1   36 B / 32: half d, s (= d * sum qs); i8 qs[32]
