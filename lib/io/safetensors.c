@@ -541,26 +541,32 @@ typedef struct shard_ref {
     uint32_t file;     /* index into set->files */
 } shard_ref;
 
-/* File of a shard name from the index, UINT32_MAX if not seen yet. Entries of one
- * shard usually come together, so the last hit is tried first. */
-static uint32_t ref_of(const shard_ref *refs, size_t n_refs, const char *name, size_t *last)
+/* Shard names of an index, hashed: a hostile index may name very many. */
+typedef struct shard_refs {
+    shard_ref *refs;
+    size_t n, n_slots;
+    size_t *slots; /* ref index + 1; 0 = empty */
+} shard_refs;
+
+static size_t *ref_slot(const shard_refs *r, const char *name)
 {
-    if (*last < n_refs && strcmp(refs[*last].name, name) == 0)
-        return refs[*last].file;
-    for (size_t r = 0; r < n_refs; r++) {
-        if (strcmp(refs[r].name, name) == 0) {
-            *last = r;
-            return refs[r].file;
-        }
-    }
-    return UINT32_MAX;
+    size_t mask = r->n_slots - 1, j = (size_t)hash_name(name) & mask;
+    while (r->slots[j] && strcmp(r->refs[r->slots[j] - 1].name, name) != 0)
+        j = (j + 1) & mask;
+    return &r->slots[j];
+}
+
+/* File of a shard name from the index, UINT32_MAX if not seen yet. */
+static uint32_t ref_of(const shard_refs *r, const char *name)
+{
+    size_t *slot = ref_slot(r, name);
+    return *slot ? r->refs[*slot - 1].file : UINT32_MAX;
 }
 
 static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index_path)
 {
     cJSON *root = NULL;
-    shard_ref *refs = NULL;
-    size_t n_refs = 0, last_ref = 0;
+    shard_refs refs = {NULL, 0, 0, NULL};
     kt_status s = kt__json_parse_file(&root, index_path);
     if (s)
         return s;
@@ -585,8 +591,12 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
 
     /* Open every distinct shard once, in order of first mention. */
     size_t n_entries = (size_t)cJSON_GetArraySize(map);
-    refs = kt__calloc(n_entries ? n_entries : 1, sizeof *refs);
-    if (!refs) {
+    refs.n_slots = 16;
+    while (refs.n_slots < 2 * n_entries)
+        refs.n_slots *= 2;
+    refs.refs = kt__calloc(n_entries ? n_entries : 1, sizeof *refs.refs);
+    refs.slots = kt__calloc(refs.n_slots, sizeof *refs.slots);
+    if (!refs.refs || !refs.slots) {
         s = KT_ERR_NOMEM;
         goto done;
     }
@@ -596,7 +606,8 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
                           index_path, e->string);
             break;
         }
-        if (ref_of(refs, n_refs, e->valuestring, &last_ref) != UINT32_MAX)
+        size_t *slot = ref_slot(&refs, e->valuestring);
+        if (*slot)
             continue;
         s = check_shard_name(index_path, e->valuestring);
         if (s)
@@ -630,14 +641,14 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
         } else {
             s = parse_file(set, fi);
         }
-        refs[n_refs].name = e->valuestring;
-        refs[n_refs].file = fi;
-        n_refs++;
+        refs.refs[refs.n].name = e->valuestring;
+        refs.refs[refs.n].file = fi;
+        *slot = ++refs.n;
     }
     /* Every indexed tensor must be in the shard the index names. A tensor listed twice
      * (duplicate JSON keys) naming two files fails here too: it lives in only one. */
     for (const cJSON *e = map->child; e && !s; e = e->next) {
-        uint32_t fi = ref_of(refs, n_refs, e->valuestring, &last_ref);
+        uint32_t fi = ref_of(&refs, e->valuestring);
         const kt_st_tensor *t = kt__st_find(set, e->string);
         if (!t)
             s = kt__error(KT_ERR_FORMAT, "%s: tensor '%s' is missing from shard %s", index_path,
@@ -648,7 +659,8 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
                           set->files[t->file_index].path);
     }
 done:
-    kt__free(refs);
+    kt__free(refs.refs);
+    kt__free(refs.slots);
     cJSON_Delete(root);
     return s;
 }
