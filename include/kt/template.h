@@ -103,9 +103,16 @@ KT_API const char *kt_template_name(const kt_template *t);
  * Not thread-safe: call before sharing the template. Since 0.1. */
 KT_API kt_status kt_template_set_default(kt_template *t, const char *key, const char *value);
 
+/* kt_template_render_options.flags */
+/* OpenAI-style messages carry tool_calls[].function.arguments as JSON text;
+ * with this flag a string that parses as a JSON object is handed to the
+ * template as that object (what servers do: templates such as MiniMax-M2's
+ * and GLM-4.6's iterate arguments.items()). */
+#define KT_TEMPLATE_RENDER_TOOL_ARGS_AS_OBJECTS (1u << 0)
+
 typedef struct kt_template_render_options {
     uint32_t struct_size;      /* sizeof(kt_template_render_options)                 */
-    uint32_t flags;            /* reserved, must be 0                                */
+    uint32_t flags;            /* KT_TEMPLATE_RENDER_* bits; unknown bits rejected   */
     int64_t now;               /* Unix time for strftime_now(); 0: the current time  */
     uint64_t max_output_bytes; /* 0: 16 MiB; larger output fails with KT_ERR_LIMIT   */
 } kt_template_render_options;

@@ -189,6 +189,36 @@ static kt_status parse_json_arg(const kt_template *t, ja_arena *a, const char *w
     return KT_OK;
 }
 
+/* messages[*].tool_calls[*].function.arguments: JSON-object text -> object. */
+static kt_status tool_args_to_objects(const kt_template *t, ja_arena *a, jdict *vars)
+{
+    jv *msgs = kt__jdict_get_str(vars, "messages", 8);
+    if (!msgs || msgs->type != JV_LIST)
+        return KT_OK;
+    for (size_t i = 0; i < msgs->u.l->n; i++) {
+        jv m = msgs->u.l->items[i];
+        jv *calls = m.type == JV_DICT ? kt__jdict_get_str(m.u.d, "tool_calls", 10) : NULL;
+        if (!calls || calls->type != JV_LIST)
+            continue;
+        for (size_t k = 0; k < calls->u.l->n; k++) {
+            jv c = calls->u.l->items[k];
+            jv *fn = c.type == JV_DICT ? kt__jdict_get_str(c.u.d, "function", 8) : NULL;
+            jv *args = fn && fn->type == JV_DICT ? kt__jdict_get_str(fn->u.d, "arguments", 9)
+                                                  : NULL;
+            if (!args || args->type != JV_STR)
+                continue;
+            jv obj;
+            char err[8];
+            if (kt__jv_from_json(a, args->u.s.p, args->u.s.n, &obj, err, sizeof err) &&
+                obj.type == JV_DICT)
+                *args = obj;
+            else if (a->limit && a->total >= a->limit)
+                return kt__error(KT_ERR_LIMIT, "template %s: out of memory", t->jt.name);
+        }
+    }
+    return KT_OK;
+}
+
 static kt_status render_vars(const kt_template *t, ja_arena *a, jdict *vars,
                              const kt_template_render_options *opts, kt_buf *out)
 {
@@ -196,8 +226,12 @@ static kt_status render_vars(const kt_template *t, ja_arena *a, jdict *vars,
     kt_status st = kt__options_read(&o, sizeof o, opts, "kt_template_render_options");
     if (st < 0)
         return st;
-    if (o.flags)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_template_render: flags must be 0");
+    if (o.flags & ~KT_TEMPLATE_RENDER_TOOL_ARGS_AS_OBJECTS)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_template_render: unknown flags 0x%x",
+                         o.flags & ~KT_TEMPLATE_RENDER_TOOL_ARGS_AS_OBJECTS);
+    if ((o.flags & KT_TEMPLATE_RENDER_TOOL_ARGS_AS_OBJECTS) &&
+        (st = tool_args_to_objects(t, a, vars)) < 0)
+        return st;
     if (!add_default(a, vars, "tools", jv_none()) ||
         !add_default(a, vars, "documents", jv_none()) ||
         !add_default(a, vars, "add_generation_prompt", jv_bool(false)))

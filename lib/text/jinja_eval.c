@@ -40,9 +40,27 @@ int kt__jr_oom(jrender *r, const jnode *at)
 
 int kt__jr_undefined(jrender *r, const jnode *at, jv u)
 {
+    if (u.u.s.p && u.u.s.n == 1) /* a whole message (see undef_attr) */
+        return kt__jr_fail(r, at, "%s", u.u.s.p);
     if (u.u.s.p)
         return kt__jr_fail(r, at, "'%s' is undefined", u.u.s.p);
     return kt__jr_fail(r, at, "value is undefined");
+}
+
+/* Undefined for a missing attribute, worded as Jinja: "'dict object' has no
+ * attribute 'x'" (falls back to the bare name if memory is short). */
+static jv undef_attr(jrender *r, jv obj, const char *name)
+{
+    char tmp[160];
+    int n = snprintf(tmp, sizeof tmp, "'%s object' has no attribute '%s'",
+                     obj.type == JV_NONE ? "None" : kt__jv_type_name(obj), name);
+    jv u = kt__jv_undef_named(name);
+    jv msg = kt__jv_strcopy(r->a, tmp, n > 0 ? KT_MIN((size_t)n, sizeof tmp - 1) : 0);
+    if (msg.type == JV_STR) {
+        u.u.s.p = msg.u.s.p;
+        u.u.s.n = 1;
+    }
+    return u;
 }
 
 jv kt__jv_undef_named(const char *name)
@@ -287,26 +305,26 @@ int kt__jr_getattr(jrender *r, const jnode *at, jv obj, const char *name, size_t
             return 0;
         }
         jv *v = kt__jdict_get_str(obj.u.d, name, n);
-        *out = v ? *v : kt__jv_undef_named(name);
+        *out = v ? *v : undef_attr(r, obj, name);
         return 0;
     }
     case JV_NS: {
         jv *v = kt__jdict_get_str(obj.u.d, name, n);
-        *out = v ? *v : kt__jv_undef_named(name);
+        *out = v ? *v : undef_attr(r, obj, name);
         return 0;
     }
     case JV_LOOP:
         if (!loop_attr(r, obj.u.loop, name, out))
-            *out = kt__jv_undef_named(name);
+            *out = undef_attr(r, obj, name);
         return 0;
     case JV_STR:
     case JV_LIST: {
         jv m = kt__jinja_method(r, obj, name, n);
-        *out = m.type == JV_FUNC ? m : kt__jv_undef_named(name);
+        *out = m.type == JV_FUNC ? m : undef_attr(r, obj, name);
         return 0;
     }
     default:
-        *out = kt__jv_undef_named(name);
+        *out = undef_attr(r, obj, name);
         return 0;
     }
 }

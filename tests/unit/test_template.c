@@ -447,6 +447,24 @@ static void test_api(void **state)
     kt_template_free(t);
     kt_buf_dispose(&out);
 
+    /* OpenAI-style string arguments become objects on request. */
+    const char *ta = "{% for m in messages %}{% for c in m.tool_calls %}"
+                     "{{ c.function.arguments is mapping }}:{{ c.function.arguments | tojson }};"
+                     "{% endfor %}{% endfor %}";
+    const char *tctx = "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": ["
+                       "{\"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1.0}\"}},"
+                       "{\"function\": {\"name\": \"g\", \"arguments\": \"not json\"}}]}]}";
+    assert_int_equal(kt_template_create(&t, ta, strlen(ta), "args", NULL), KT_OK);
+    assert_int_equal(kt_template_render(t, tctx, NULL, &out), KT_OK);
+    assert_string_equal(out.ptr, "False:\"{\\\"x\\\": 1.0}\";False:\"not json\";");
+    kt_template_render_options ra = KT_TEMPLATE_RENDER_OPTIONS_INIT;
+    ra.flags = KT_TEMPLATE_RENDER_TOOL_ARGS_AS_OBJECTS;
+    assert_int_equal(kt_template_render(t, tctx, &ra, &out), KT_OK);
+    assert_string_equal(out.ptr, "True:{\"x\": 1.0};False:\"not json\";");
+    ra.flags = 0x100;
+    assert_int_equal(kt_template_render(t, tctx, &ra, &out), KT_ERR_INVALID_ARG);
+    kt_template_free(t);
+
     /* strftime_now follows the render option. */
     const char *d = "{{ strftime_now('%Y-%m-%d') }}";
     assert_int_equal(kt_template_create(&t, d, strlen(d), "date", NULL), KT_OK);

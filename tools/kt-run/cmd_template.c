@@ -18,7 +18,7 @@ static void usage(FILE *f)
             "usage: kt-run template [MODEL] [--template FILE.jinja] --messages FILE.json\n"
             "                       [--tools FILE.json] [--no-generation-prompt]\n"
             "                       [--bos S] [--eos S] [--kwargs JSON] [--name NAME]\n"
-            "                       [--now UNIX_TIME]\n"
+            "                       [--now UNIX_TIME] [--parse-tool-args]\n"
             "\n"
             "Renders a chat template as Hugging Face transformers' apply_chat_template\n"
             "does and prints the prompt exactly, with no added newline.\n"
@@ -33,7 +33,9 @@ static void usage(FILE *f)
             "  --bos S, --eos S        bos_token / eos_token (override the model's)\n"
             "  --kwargs JSON           extra template variables ('{\"enable_thinking\":false}')\n"
             "  --name NAME             a named template of the model (\"tool_use\")\n"
-            "  --now UNIX_TIME         the time strftime_now() sees (default: now)\n");
+            "  --now UNIX_TIME         the time strftime_now() sees (default: now)\n"
+            "  --parse-tool-args       hand tool_calls' JSON-text arguments to the template as\n"
+            "                          objects (as OpenAI-compatible servers do)\n");
 }
 
 static char *read_all(FILE *f, size_t *len)
@@ -89,7 +91,7 @@ int cmd_template(int argc, char **argv)
 {
     const char *model = NULL, *tpl_path = NULL, *msgs_path = NULL, *tools_path = NULL;
     const char *bos = NULL, *eos = NULL, *kwargs = NULL, *name = NULL, *now_text = NULL;
-    bool gen_prompt = true, bad = false;
+    bool gen_prompt = true, parse_args = false, bad = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -114,6 +116,8 @@ int cmd_template(int argc, char **argv)
             now_text = v;
         else if (opt_match(argc, argv, &i, "--no-generation-prompt", false, &v, &bad))
             gen_prompt = false;
+        else if (opt_match(argc, argv, &i, "--parse-tool-args", false, &v, &bad))
+            parse_args = true;
         else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "kt-run template: unknown option '%s'\n", argv[i]);
             bad = true;
@@ -142,6 +146,8 @@ int cmd_template(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (parse_args)
+        ro.flags |= KT_TEMPLATE_RENDER_TOOL_ARGS_AS_OBJECTS;
 
     int rc = 1;
     kt_tokenizer *tok = NULL;
