@@ -5,6 +5,12 @@
 
 #include "ref/ggml_quants.h"
 
+/* f16 -> f32 in hardware (F16C; exact, like the scalar reference). */
+static inline float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
 /* Sum of the 8 floats of v. */
 static inline float hsum8(__m256 v)
 {
@@ -38,7 +44,7 @@ float kt__ggml_vec_dot_q4_0_avx2(int64_t n, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / 32; i++) {
         __m256i q = _mm256_sub_epi8(unpack_nibbles32(x[i].qs), _mm256_set1_epi8(8));
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        float d = f16(x[i].d) * f16(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, a)), _mm256_set1_ps(d), acc);
     }
     return hsum8(acc);
@@ -52,7 +58,7 @@ float kt__ggml_vec_dot_q8_0_avx2(int64_t n, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / 32; i++) {
         __m256i q = _mm256_loadu_si256((const __m256i *)x[i].qs);
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        float d = f16(x[i].d) * f16(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, a)), _mm256_set1_ps(d), acc);
     }
     return hsum8(acc);
@@ -97,9 +103,9 @@ float kt__ggml_vec_dot_q4_K_avx2(int64_t n, const void *vx, const void *vy)
                                            _mm256_set1_epi16(sc[2 * p + 1]));
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
         }
-        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float dall = y[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
-        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+        mins += y[i].d * f16(x[i].dmin) * (float)msum;
     }
     return hsum8(acc) - mins;
 }
@@ -144,7 +150,7 @@ float kt__ggml_vec_dot_q6_K_avx2(int64_t n, const void *vx, const void *vy)
                                         _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], a), scv));
             }
         }
-        float d = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float d = y[i].d * f16(x[i].d);
         __m256i corr = _mm256_setr_epi32(-32 * offset, 0, 0, 0, 0, 0, 0, 0);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, corr)),
                               _mm256_set1_ps(d), acc);
@@ -189,10 +195,10 @@ float kt__ggml_vec_dot_q4_1_avx2(int64_t n, const void *vx, const void *vy)
     float ms = 0;
     for (int64_t i = 0; i < n / 32; i++) {
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        float d = f16(x[i].d) * f16(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(unpack_nibbles32(x[i].qs), a)),
                               _mm256_set1_ps(d), acc);
-        ms += kt__ggml_f16_to_f32(x[i].m) * kt__ggml_f16_to_f32(y[i].s);
+        ms += f16(x[i].m) * f16(y[i].s);
     }
     return hsum8(acc) + ms;
 }
@@ -213,7 +219,7 @@ float kt__ggml_vec_dot_q5_0_avx2(int64_t n, const void *vx, const void *vy)
     for (int64_t i = 0; i < n / 32; i++) {
         __m256i q = _mm256_sub_epi8(q5_codes(x[i].qs, x[i].qh), _mm256_set1_epi8(16));
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        float d = f16(x[i].d) * f16(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(q, a)), _mm256_set1_ps(d), acc);
     }
     return hsum8(acc);
@@ -227,10 +233,10 @@ float kt__ggml_vec_dot_q5_1_avx2(int64_t n, const void *vx, const void *vy)
     float ms = 0;
     for (int64_t i = 0; i < n / 32; i++) {
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        float d = f16(x[i].d) * f16(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q5_codes(x[i].qs, x[i].qh), a)),
                               _mm256_set1_ps(d), acc);
-        ms += kt__ggml_f16_to_f32(x[i].m) * kt__ggml_f16_to_f32(y[i].s);
+        ms += f16(x[i].m) * f16(y[i].s);
     }
     return hsum8(acc) + ms;
 }
@@ -251,7 +257,7 @@ float kt__ggml_vec_dot_iq4_nl_avx2(int64_t n, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / 32; i++) {
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
-        float d = kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d);
+        float d = f16(x[i].d) * f16(y[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_s8(iq4_levels(x[i].qs), a)),
                               _mm256_set1_ps(d), acc);
     }
@@ -275,7 +281,7 @@ float kt__ggml_vec_dot_iq4_xs_avx2(int64_t n, const void *vx, const void *vy)
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p16, _mm256_set1_epi16(
                                                                     (short)(ls - 32))));
         }
-        float d = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float d = y[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d), acc);
     }
     return hsum8(acc);
@@ -312,9 +318,9 @@ float kt__ggml_vec_dot_q5_K_avx2(int64_t n, const void *vx, const void *vy)
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1),
                                                             _mm256_set1_epi16(sc[2 * p + 1])));
         }
-        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float dall = y[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
-        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+        mins += y[i].d * f16(x[i].dmin) * (float)msum;
     }
     return hsum8(acc) - mins;
 }
@@ -351,9 +357,9 @@ float kt__ggml_vec_dot_q2_K_avx2(int64_t n, const void *vx, const void *vy)
                                                                                  sc[g + 1] & 15)));
             }
         }
-        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float dall = y[i].d * f16(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
-        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+        mins += y[i].d * f16(x[i].dmin) * (float)msum;
     }
     return hsum8(acc) - mins;
 }
@@ -389,7 +395,7 @@ float kt__ggml_vec_dot_q3_K_avx2(int64_t n, const void *vx, const void *vy)
                                                                                  sc[g + 1])));
             }
         }
-        float d = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float d = y[i].d * f16(x[i].d);
         __m256i corr = _mm256_setr_epi32(-4 * offset, 0, 0, 0, 0, 0, 0, 0);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, corr)),
                               _mm256_set1_ps(d), acc);

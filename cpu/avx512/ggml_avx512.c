@@ -6,6 +6,12 @@
 
 #include "ref/ggml_quants.h"
 
+/* f16 -> f32 in hardware (F16C; exact, like the scalar reference). */
+static inline float f16(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
 /* Two 256-bit halves -> one 512-bit register. */
 static inline __m512i join256(__m256i lo, __m256i hi)
 {
@@ -40,8 +46,8 @@ float kt__ggml_vec_dot_q4_0_avx512(int64_t n, const void *vx, const void *vy)
                             _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
         __m512i s8 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, a);
-        __m512 d = join_scales(kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d),
-                               kt__ggml_f16_to_f32(x[i + 1].d) * kt__ggml_f16_to_f32(y[i + 1].d));
+        __m512 d = join_scales(f16(x[i].d) * f16(y[i].d),
+                               f16(x[i + 1].d) * f16(y[i + 1].d));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s, s8)), d, acc);
     }
     float tail = 0;
@@ -55,7 +61,7 @@ float kt__ggml_vec_dot_q4_0_avx512(int64_t n, const void *vx, const void *vy)
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         tail += (float)_mm_cvtsi128_si32(h) *
-                (kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d));
+                (f16(x[i].d) * f16(y[i].d));
     }
     return _mm512_reduce_add_ps(acc) + tail;
 }
@@ -75,8 +81,8 @@ float kt__ggml_vec_dot_q8_0_avx512(int64_t n, const void *vx, const void *vy)
         __mmask64 neg = _mm512_movepi8_mask(q);
         __m512i sa = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), sa);
-        __m512 d = join_scales(kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d),
-                               kt__ggml_f16_to_f32(x[i + 1].d) * kt__ggml_f16_to_f32(y[i + 1].d));
+        __m512 d = join_scales(f16(x[i].d) * f16(y[i].d),
+                               f16(x[i + 1].d) * f16(y[i + 1].d));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc);
     }
     float tail = 0;
@@ -84,7 +90,7 @@ float kt__ggml_vec_dot_q8_0_avx512(int64_t n, const void *vx, const void *vy)
         int s = 0;
         for (int j = 0; j < 32; j++)
             s += x[i].qs[j] * y[i].qs[j];
-        tail += (float)s * (kt__ggml_f16_to_f32(x[i].d) * kt__ggml_f16_to_f32(y[i].d));
+        tail += (float)s * (f16(x[i].d) * f16(y[i].d));
     }
     return _mm512_reduce_add_ps(acc) + tail;
 }
@@ -125,9 +131,9 @@ float kt__ggml_vec_dot_q4_K_avx512(int64_t n, const void *vx, const void *vy)
             isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q, a),
                                        pair_scales(sc[2 * p], sc[2 * p + 1]));
         }
-        float dall = y[i].d * kt__ggml_f16_to_f32(x[i].d);
+        float dall = y[i].d * f16(x[i].d);
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dall), acc);
-        mins += y[i].d * kt__ggml_f16_to_f32(x[i].dmin) * (float)msum;
+        mins += y[i].d * f16(x[i].dmin) * (float)msum;
     }
     return _mm512_reduce_add_ps(acc) - mins;
 }
@@ -176,7 +182,7 @@ float kt__ggml_vec_dot_q6_K_avx512(int64_t n, const void *vx, const void *vy)
                                                                 scales16));
         }
         int total = _mm512_reduce_add_epi32(isum) - 32 * offset;
-        sum += (float)total * (y[i].d * kt__ggml_f16_to_f32(x[i].d));
+        sum += (float)total * (y[i].d * f16(x[i].d));
     }
     return sum;
 }
