@@ -168,6 +168,11 @@ def dir_cases():
              index_text='{"weight_map":{"a":7}}')
     dir_case("dir_corrupt_shard", ok, "FORMAT", "s2.safetensors",
              shard2=SHARD2[:len(SHARD2) - 2])
+    # A shard that is a symlink leaving the directory (to the valid file beside it).
+    dir_case("dir_symlink_escape", {"a": "s1.safetensors", "c": "link.safetensors"}, "FORMAT",
+             "outside")
+    os.symlink("../valid.safetensors", os.path.join(OUT, "dir_symlink_escape",
+                                                     "link.safetensors"))
 
 
 # ---- GGUF --------------------------------------------------------------------------
