@@ -136,8 +136,9 @@ KT_API int32_t kt_argmax(const float *x, size_t n);
 /* Greedy generation: evaluates prompt[0..n_prompt) after the cached
  * positions, then writes up to n_predict argmax tokens to out_ids, stopping
  * after an EOS id (which is written). Every generated token but the last is
- * evaluated, so the cache ends holding the prompt and out_ids[0..*n_out-1). *n_out receives how many were written. A prompt that would pass
- * n_ctx is KT_ERR_LIMIT; generation stops quietly at n_ctx. Since 0.1. */
+ * evaluated, so the cache ends holding the prompt and out_ids[0..*n_out-1).
+ * *n_out receives how many were written. A prompt that would pass n_ctx is
+ * KT_ERR_LIMIT; generation stops quietly at n_ctx. Since 0.1. */
 KT_API kt_status kt_context_greedy(kt_context *ctx, const int32_t *prompt, size_t n_prompt,
                                    size_t n_predict, int32_t *out_ids, size_t *n_out);
 

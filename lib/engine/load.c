@@ -32,7 +32,8 @@ static void rope_frequencies(kt__hparams *hp, const kt_arch_info *a)
             hp->inv_freq[i] /= a->rope_factor;
     } else if (a->rope_type == KT_ROPE_YARN) {
         double factor = a->rope_factor > 0 ? a->rope_factor : 1.0;
-        double orig = a->rope_original_max_pos ? a->rope_original_max_pos : a->max_position_embeddings;
+        double orig = a->rope_original_max_pos ? a->rope_original_max_pos
+                                               : a->max_position_embeddings;
         double beta_fast = a->yarn_beta_fast > 0 ? a->yarn_beta_fast : 32.0;
         double beta_slow = a->yarn_beta_slow > 0 ? a->yarn_beta_slow : 1.0;
         double low = yarn_correction_dim(beta_fast, dim, base, orig);

@@ -287,10 +287,26 @@ static void check_engine_experts(const char *name, const char *variant)
     static void fn##_own_experts(void **s) { (void)s; check_engine_experts(name, variant); } \
     static void fn##_chunked(void **s) { (void)s; check_chunked(name, variant); }          \
     static void fn##_threads(void **s) { (void)s; check_threads(name, variant); }          \
-    static void fn##_prefill_f32(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_F32); } \
-    static void fn##_decode_f32(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_F32); }   \
-    static void fn##_prefill_fast(void **s) { (void)s; check_prefill(name, variant, KT_PRECISION_FAST); } \
-    static void fn##_decode_fast(void **s) { (void)s; check_decode(name, variant, KT_PRECISION_FAST); }
+    static void fn##_prefill_f32(void **s)                                                 \
+    {                                                                                      \
+        (void)s;                                                                           \
+        check_prefill(name, variant, KT_PRECISION_F32);                                    \
+    }                                                                                      \
+    static void fn##_decode_f32(void **s)                                                  \
+    {                                                                                      \
+        (void)s;                                                                           \
+        check_decode(name, variant, KT_PRECISION_F32);                                     \
+    }                                                                                      \
+    static void fn##_prefill_fast(void **s)                                                \
+    {                                                                                      \
+        (void)s;                                                                           \
+        check_prefill(name, variant, KT_PRECISION_FAST);                                   \
+    }                                                                                      \
+    static void fn##_decode_fast(void **s)                                                 \
+    {                                                                                      \
+        (void)s;                                                                           \
+        check_decode(name, variant, KT_PRECISION_FAST);                                    \
+    }
 
 FIXTURE_TESTS(qwen3, "qwen3_moe_tiny", NULL)
 FIXTURE_TESTS(mixtral, "mixtral_tiny", NULL)

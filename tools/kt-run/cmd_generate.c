@@ -201,8 +201,8 @@ int cmd_generate(int argc, char **argv)
         if (detok) {
             /* stream the text as it completes (EOS tokens are not printed) */
             piece.size = 0;
-            if (!kt_context_is_eos(e.ctx, tok) && kt_detokenizer_feed(detok, tok, &piece) == KT_OK &&
-                piece.size) {
+            if (!kt_context_is_eos(e.ctx, tok) &&
+                kt_detokenizer_feed(detok, tok, &piece) == KT_OK && piece.size) {
                 fwrite(piece.ptr, 1, piece.size, stdout);
                 fflush(stdout);
             }
