@@ -305,8 +305,9 @@ static void print_text(const machine *m)
     for (int32_t i = 0; i < hw->numa_nodes; i++) {
         const numa_view *v = &m->numa[i];
         cpu_ranges(v->cpus, v->n_cpus, list, sizeof list);
-        printf("  node %-4d %d cores, CPUs %s; %s memory, %s free\n", (int)v->node.os_index,
-               (int)v->node.physical_cores, list[0] ? list : "none",
+        printf("  node %-4d %d core%s, CPUs %s; %s memory, %s free\n", (int)v->node.os_index,
+               (int)v->node.physical_cores, v->node.physical_cores == 1 ? "" : "s",
+               list[0] ? list : "none",
                term_bytes(v->node.memory_total, a, sizeof a),
                term_bytes(v->node.memory_free, b, sizeof b));
     }
