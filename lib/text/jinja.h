@@ -61,6 +61,7 @@ typedef struct jloop jloop;
 
 typedef struct jv {
     uint8_t type;
+    uint8_t hint; /* JV_UNDEF from a missing attribute: 1 + type of the object */
     union {
         bool b;
         int64_t i;
@@ -89,7 +90,15 @@ struct jdict {
     size_t n, cap;
 };
 
-static inline jv jv_undef(void) { jv v; v.type = JV_UNDEF; v.u.s.p = NULL; v.u.s.n = 0; return v; }
+static inline jv jv_undef(void)
+{
+    jv v;
+    v.type = JV_UNDEF;
+    v.hint = 0;
+    v.u.s.p = NULL;
+    v.u.s.n = 0;
+    return v;
+}
 static inline jv jv_none(void) { jv v; v.type = JV_NONE; v.u.i = 0; return v; }
 static inline jv jv_bool(bool b) { jv v; v.type = JV_BOOL; v.u.i = 0; v.u.b = b; return v; }
 static inline jv jv_int(int64_t i) { jv v; v.type = JV_INT; v.u.i = i; return v; }

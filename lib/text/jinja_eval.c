@@ -40,26 +40,27 @@ int kt__jr_oom(jrender *r, const jnode *at)
 
 int kt__jr_undefined(jrender *r, const jnode *at, jv u)
 {
-    if (u.u.s.p && u.u.s.n == 1) /* a whole message (see undef_attr) */
-        return kt__jr_fail(r, at, "%s", u.u.s.p);
+    if (u.u.s.p && u.hint) {
+        jv obj;
+        memset(&obj, 0, sizeof obj);
+        obj.type = (uint8_t)(u.hint - 1);
+        const char *what = obj.type == JV_NONE   ? "None"
+                           : obj.type == JV_LIST ? "list" /* no object to ask tuple-ness */
+                                                 : kt__jv_type_name(obj);
+        return kt__jr_fail(r, at, "'%s object' has no attribute '%s'", what, u.u.s.p);
+    }
     if (u.u.s.p)
         return kt__jr_fail(r, at, "'%s' is undefined", u.u.s.p);
     return kt__jr_fail(r, at, "value is undefined");
 }
 
-/* Undefined for a missing attribute, worded as Jinja: "'dict object' has no
- * attribute 'x'" (falls back to the bare name if memory is short). */
+/* Undefined for a missing attribute; the error names the object's type, as
+ * Jinja does ("'dict object' has no attribute 'x'"). */
 static jv undef_attr(jrender *r, jv obj, const char *name)
 {
-    char tmp[160];
-    int n = snprintf(tmp, sizeof tmp, "'%s object' has no attribute '%s'",
-                     obj.type == JV_NONE ? "None" : kt__jv_type_name(obj), name);
+    (void)r;
     jv u = kt__jv_undef_named(name);
-    jv msg = kt__jv_strcopy(r->a, tmp, n > 0 ? KT_MIN((size_t)n, sizeof tmp - 1) : 0);
-    if (msg.type == JV_STR) {
-        u.u.s.p = msg.u.s.p;
-        u.u.s.n = 1;
-    }
+    u.hint = (uint8_t)(obj.type + 1);
     return u;
 }
 
