@@ -78,7 +78,8 @@ KT_API kt_status kt_template_options_init(kt_template_options *opts, size_t stru
  * name: used in error messages (NULL: "template"); copied.
  * opts: NULL for transformers' settings.
  * Caller owns *out; free with kt_template_free(). On failure *out is NULL and
- * kt_last_error() says where the syntax error is. Since 0.1. */
+ * kt_last_error() says where the syntax error is (KT_ERR_FORMAT). Thread-safe.
+ * Since 0.1. */
 KT_API kt_status kt_template_create(kt_template **out, const char *source, size_t source_len,
                                     const char *name, const kt_template_options *opts);
 
@@ -139,7 +140,9 @@ KT_API kt_status kt_template_render(const kt_template *t, const char *context_js
 
 /* Convenience over kt_template_render for chat: messages_json is a JSON
  * array of messages, tools_json a JSON array of tools or NULL (none),
- * extra_json a JSON object of extra variables or NULL. Since 0.1. */
+ * add_generation_prompt nonzero to end with the assistant's turn opening,
+ * extra_json a JSON object of extra variables ("enable_thinking", ...) or
+ * NULL. Output, errors and thread-safety as kt_template_render(). Since 0.1. */
 KT_API kt_status kt_template_render_chat(const kt_template *t, const char *messages_json,
                                          const char *tools_json, int32_t add_generation_prompt,
                                          const char *extra_json,
