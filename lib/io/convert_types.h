@@ -107,8 +107,9 @@ static inline float kt__e5m2_to_f32(uint8_t b)
     return kt__f16_to_f32((uint16_t)((uint16_t)b << 8));
 }
 
-/* f32 -> F8_E4M3 (fn), round to nearest even, saturating to +-448 (as
- * checkpoints are quantized); NaN gives NaN. */
+/* f32 -> F8_E4M3 (fn), round to nearest even; magnitudes past 448 (inf too)
+ * saturate to +-448, where torch's cast would give NaN (quantizers scale
+ * values into range first); NaN gives NaN. */
 static inline uint8_t kt__f32_to_e4m3(float f)
 {
     uint32_t x = kt__f32_bits(f);
