@@ -193,7 +193,8 @@ static kt_status read_config(gctx *c)
         return kt__error(KT_ERR_FORMAT, "%s: rms epsilon and rope.freq_base must be > 0", path);
     a->rms_norm_eps = (float)eps;
     a->rope_theta = theta;
-    a->dtype = KT_TYPE_BF16;
+    /* compute type: the embedding's when it is a float type (else BF16) */
+    a->dtype = embd->type == KT_TYPE_F32 || embd->type == KT_TYPE_F16 ? embd->type : KT_TYPE_BF16;
     a->quant_method = KT_QUANT_GGUF;
     a->tie_word_embeddings = kt__gguf_find_tensor(c->g, "output.weight") ? 0 : 1;
     if ((st = read_tokens(c, a)) < 0)
@@ -492,7 +493,7 @@ static kt_status add_view(gctx *c, uint32_t layer, kt_role role, uint32_t expert
 
 kt_status kt__model_open_gguf(kt_model *m)
 {
-    kt_status st = kt__gguf_open_file(&m->gguf, m->path);
+    kt_status st = m->gguf ? KT_OK : kt__gguf_open_file(&m->gguf, m->path);
     if (st < 0)
         return st;
     gctx c;

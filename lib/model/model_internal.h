@@ -92,7 +92,8 @@ bool kt__role_is_global(kt_role role);
 
 /* Builds the tensor index of a safetensors model (tensors.c). */
 kt_status kt__model_index_safetensors(kt_model *m);
-/* Builds the config and tensor index of a GGUF model (gguf_model.c). */
+/* Builds the config and tensor index of a GGUF model (gguf_model.c): of m->gguf
+ * when already parsed (the fuzz harness parses from memory), else of m->path. */
 kt_status kt__model_open_gguf(kt_model *m);
 
 /* Bytes of dense weights and, per layer, of all its routed experts (scales

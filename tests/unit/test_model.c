@@ -1593,6 +1593,66 @@ static void test_gguf_models(void **state)
     assert_null(m);
 }
 
+/* The fuzz seeds, written by tests/fuzz/make_gguf_model_seeds.py (an independent,
+ * Python-only GGUF writer with llama.cpp's names), read as the script describes them. */
+static void test_gguf_python_seeds(void **state)
+{
+    (void)state;
+    char path[600];
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/gguf_model/deepseek2.gguf", source_root());
+    kt_model *m = open_ok(path);
+    kt_arch_info a = arch_of(m);
+    assert_int_equal(a.arch, KT_ARCH_DEEPSEEK_V3);
+    assert_int_equal(a.dtype, KT_TYPE_F32);
+    assert_int_equal(a.attn_kind, KT_ATTN_MLA);
+    assert_int_equal(a.n_layers, 2);
+    assert_int_equal(a.n_moe_layers, 1);
+    assert_int_equal(a.q_lora_rank, 4);
+    assert_int_equal(a.kv_lora_rank, 4);
+    assert_int_equal(a.qk_nope_head_dim, 4);
+    assert_int_equal(a.qk_rope_head_dim, 2);
+    assert_int_equal(a.v_head_dim, 4);
+    assert_int_equal(a.n_shared_experts, 1);
+    assert_int_equal(a.shared_intermediate_size, 4);
+    assert_int_equal(a.score_func, KT_SCORE_SIGMOID);
+    assert_int_equal(a.score_correction_bias, 1);
+    assert_int_equal(a.rope_type, KT_ROPE_YARN);
+    assert_int_equal(a.rope_original_max_pos, 16);
+    assert_true(fabsf(a.yarn_mscale_all_dim - 1.0f) < 1e-6f);
+    double ms = 0.1 * log(4.0) + 1.0;
+    assert_true(fabs(a.attn_scale - ms * ms / sqrt(6.0)) < 1e-6);
+    assert_true(fabsf(a.routed_scaling_factor - 2.5f) < 1e-6f);
+    assert_int_equal(kt_model_layer_is_moe(m, 0), 0);
+    assert_int_equal(a.bos_token_id, 1);
+    assert_int_equal(a.eos_token_ids[0], 2);
+    /* values are (i % 7) * 0.01 in each tensor; expert 1 of down starts at 4 * 8 */
+    kt_tensor_view v = view_of(m, 1, KT_ROLE_EXPERT_DOWN, 1);
+    assert_int_equal(v.rows, 8);
+    assert_int_equal(v.cols, 4);
+    const float *f = v.data;
+    for (int i = 0; i < 32; i++)
+        assert_true(fabsf(f[i] - (float)((32 + i) % 7) * 0.01f) < 1e-7f);
+    kt_model_free(m);
+
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/gguf_model/qwen3moe.gguf", source_root());
+    m = open_ok(path);
+    a = arch_of(m);
+    assert_int_equal(a.arch, KT_ARCH_QWEN3_MOE);
+    assert_int_equal(a.qk_norm, KT_QK_NORM_PER_HEAD);
+    assert_int_equal(a.n_kv_heads, 1);
+    assert_int_equal(a.head_dim, 4);
+    assert_int_equal(a.rope_interleave, 0);
+    kt_model_free(m);
+
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/gguf_model/llama.gguf", source_root());
+    m = open_ok(path);
+    a = arch_of(m);
+    assert_int_equal(a.arch, KT_ARCH_MIXTRAL);
+    assert_int_equal(a.rope_interleave, 1);
+    assert_int_equal(a.norm_topk_prob, 1);
+    kt_model_free(m);
+}
+
 static int cancel_at_tensors(uint64_t done, uint64_t total, const char *what, void *ud)
 {
     (void)done;
@@ -1740,6 +1800,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_open_options),
         cmocka_unit_test(test_gguf_models),
         cmocka_unit_test(test_out_of_vocab_ids_warn),
+        cmocka_unit_test(test_gguf_python_seeds),
     };
     return cmocka_run_group_tests(tests, make_tmp_root, remove_tmp_root);
 }
