@@ -245,6 +245,19 @@ static void test_tensor_to_f32(void **state)
     assert_int_equal(kt__tensor_to_f32(u32, KT_TYPE_U32, 1, out), KT_OK);
     assert_true(out[0] == 4e9f);
     assert_int_equal(kt__tensor_to_f32(raw, KT_TYPE_Q4_K, 256, out), KT_ERR_UNSUPPORTED);
+    /* The 8-bit float tables agree with the scalar decoders on every byte. */
+    uint8_t all[256];
+    float f8[256];
+    for (int i = 0; i < 256; i++)
+        all[i] = (uint8_t)i;
+    for (int k = 0; k < 2; k++) {
+        kt_type t = k ? KT_TYPE_F8_E5M2 : KT_TYPE_F8_E4M3;
+        assert_int_equal(kt__tensor_to_f32(all, t, 256, f8), KT_OK);
+        for (int i = 0; i < 256; i++) {
+            float want = k ? kt__e5m2_to_f32((uint8_t)i) : kt__e4m3_to_f32((uint8_t)i);
+            assert_true(isnan(want) ? isnan(f8[i]) : f8[i] == want);
+        }
+    }
 }
 
 /* ---- writer / reader round trip ------------------------------------------------------ */
