@@ -671,6 +671,22 @@ static kt_status parse_attention(const parser *p, kt__config *cfg)
         a->qk_norm = use_qk_norm ? KT_QK_NORM_PER_HEAD : KT_QK_NORM_NONE;
         break;
     case KT_ARCH_MINIMAX_M2: {
+        /* attn_type_list: 1 = softmax attention; 0 (lightning attention, MiniMax-01) */
+        const cJSON *types = field(r, "attn_type_list");
+        if (types) {
+            const cJSON *t;
+            uint32_t i = 0;
+            if (!cJSON_IsArray(types))
+                return kt__error(KT_ERR_FORMAT, "%s: field 'attn_type_list': expected a list",
+                                 p->file);
+            cJSON_ArrayForEach(t, types) {
+                uint64_t v;
+                if (!kt__json_u64(t, &v) || v != 1)
+                    return kt__error(KT_ERR_UNSUPPORTED, "%s: attn_type_list[%u]: only softmax "
+                                     "attention (1) is supported", p->file, i);
+                i++;
+            }
+        }
         if ((st = get_bool(p, r, "use_qk_norm", true, &use_qk_norm)) < 0)
             return st;
         const char *kind = NULL;

@@ -1047,6 +1047,9 @@ static void test_bad_configs(void **state)
         {"minimax_m2_tiny/bf16", "rotary_dim", "15", KT_ERR_FORMAT, "rotary dim"},
         {"minimax_m2_tiny/bf16", "rotary_dim", "64", KT_ERR_FORMAT, "rotary dim"},
         {"minimax_m2_tiny/bf16", "qk_norm_type", "\"weird\"", KT_ERR_UNSUPPORTED, "weird"},
+        {"minimax_m2_tiny/bf16", "attn_type_list", "[1, 0]", KT_ERR_UNSUPPORTED,
+         "attn_type_list[1]"},
+        {"minimax_m2_tiny/bf16", "attn_type_list", "1", KT_ERR_FORMAT, "attn_type_list"},
         {"minimax_m2_tiny/bf16", "rope_parameters.partial_rotary_factor", "1.5", KT_ERR_FORMAT,
          "partial_rotary_factor"},
     };
