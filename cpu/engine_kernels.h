@@ -16,6 +16,14 @@ void kt__engine_linear_f32_avx512(const float *x, int32_t T, int32_t rows, int32
                                   const float *W, const float *bias, float *y, int32_t r0,
                                   int32_t r1);
 
+/* FP8 E4M3 weights [rows][cols] with block scales: w = fp8 · scale[r / br][c / bc]
+ * (scale F32, or BF16 when scale_bf16); bc must be a multiple of 16. Rows
+ * r0 <= r < r1; y row stride `rows`. AVX-512F + AVX-512BW. */
+void kt__engine_linear_fp8_avx512(const float *x, int32_t T, int32_t rows, int32_t cols,
+                                  const uint8_t *W, const void *scale, int scale_bf16,
+                                  int32_t br, int32_t bc, int32_t scale_cols, const float *bias,
+                                  float *y, int32_t r0, int32_t r1);
+
 /* Σ a[i]·b[i] over n F32 values (AVX-512F). */
 float kt__engine_dot_avx512(const float *a, const float *b, int32_t n);
 /* y[i] += s · x[i] over n F32 values (AVX-512F). */

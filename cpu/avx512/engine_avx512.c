@@ -105,3 +105,70 @@ void kt__engine_axpy_avx512(float *y, float s, const float *x, int32_t n)
         _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + i), yv));
     }
 }
+
+/* 16 E4M3 bytes widened to F32 exactly: a normal value S.EEEE.MMM becomes the
+ * F32 with exponent E + 120 and mantissa MMM << 20; E = 0 is the subnormal
+ * MMM · 2^-9. (0x7f / 0xff, the NaNs, do not occur in weights.) */
+static inline __m512 fp8_to_f32(const uint8_t *p, __mmask16 m)
+{
+    __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+    __m512i sign = _mm512_slli_epi32(_mm512_and_si512(b, _mm512_set1_epi32(0x80)), 24);
+    __m512i em = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
+    __m512i normal = _mm512_add_epi32(_mm512_slli_epi32(em, 20), _mm512_set1_epi32(120 << 23));
+    __mmask16 sub = _mm512_cmpeq_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x78)),
+                                             _mm512_setzero_si512());
+    __m512 subv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(7))),
+                                _mm512_set1_ps(1.0f / 512.0f));
+    __m512 v = _mm512_mask_mov_ps(_mm512_castsi512_ps(normal), sub, subv);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v), sign));
+}
+
+static inline float fp8_scale(const void *scale, int bf16, size_t i)
+{
+    if (bf16) {
+        uint32_t u = (uint32_t)((const uint16_t *)scale)[i] << 16;
+        float f;
+        __builtin_memcpy(&f, &u, 4);
+        return f;
+    }
+    return ((const float *)scale)[i];
+}
+
+/* 4 weight rows x up to 4 tokens per pass; the block scale is folded into the
+ * widened weights once per 16 columns. The hot loop. */
+void kt__engine_linear_fp8_avx512(const float *x, int32_t T, int32_t rows, int32_t cols,
+                                  const uint8_t *W, const void *scale, int scale_bf16,
+                                  int32_t br, int32_t bc, int32_t scale_cols, const float *bias,
+                                  float *y, int32_t r0, int32_t r1)
+{
+    for (int32_t t0 = 0; t0 < T; t0 += 4) {
+        int TB = T - t0 < 4 ? T - t0 : 4;
+        for (int32_t r = r0; r < r1; r += 4) {
+            int R = r1 - r < 4 ? r1 - r : 4;
+            __m512 acc[4][4];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = _mm512_setzero_ps();
+            for (int32_t c = 0; c < cols; c += 16) {
+                __mmask16 m = cols - c >= 16 ? (__mmask16)0xffff
+                                             : (__mmask16)((1u << (cols - c)) - 1u);
+                __m512 xv[4], wv[4];
+                for (int j = 0; j < TB; j++)
+                    xv[j] = _mm512_maskz_loadu_ps(m, x + (size_t)(t0 + j) * cols + c);
+                for (int i = 0; i < R; i++) {
+                    float s = fp8_scale(scale, scale_bf16,
+                                        (size_t)((r + i) / br) * scale_cols + (size_t)(c / bc));
+                    wv[i] = _mm512_mul_ps(fp8_to_f32(W + (size_t)(r + i) * cols + c, m),
+                                          _mm512_set1_ps(s));
+                }
+                for (int i = 0; i < R; i++)
+                    for (int j = 0; j < TB; j++)
+                        acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+            }
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < TB; j++)
+                    y[(size_t)(t0 + j) * rows + r + i] =
+                        _mm512_reduce_add_ps(acc[i][j]) + (bias ? bias[r + i] : 0.0f);
+        }
+    }
+}

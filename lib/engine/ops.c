@@ -14,6 +14,9 @@ typedef void (*linear_bf16_fn)(const float *, int32_t, int32_t, int32_t, const u
                                const float *, float *, int32_t, int32_t);
 typedef void (*linear_f32_fn)(const float *, int32_t, int32_t, int32_t, const float *,
                               const float *, float *, int32_t, int32_t);
+static void (*g_linear_fp8)(const float *, int32_t, int32_t, int32_t, const uint8_t *,
+                            const void *, int, int32_t, int32_t, int32_t, const float *, float *,
+                            int32_t, int32_t);
 static float (*g_dot)(const float *, const float *, int32_t);
 static void (*g_axpy)(float *, float, const float *, int32_t);
 static linear_bf16_fn g_linear_bf16;
@@ -30,6 +33,7 @@ static void pick_kernels_once(void)
     if ((kt_hw_isa() & need) == need) {
         g_linear_bf16 = kt__engine_linear_bf16_avx512;
         g_linear_f32 = kt__engine_linear_f32_avx512;
+        g_linear_fp8 = kt__engine_linear_fp8_avx512;
         g_dot = kt__engine_dot_avx512;
         g_axpy = kt__engine_axpy_avx512;
     }
@@ -221,6 +225,9 @@ void kt__linear_rows(const float *x, int32_t T, const kt__mat *W, const float *b
         g_linear_f32(x, T, W->rows, W->cols, W->data, bias, y, r0, r1);
     else if (W->type == KT_TYPE_BF16)
         linear_bf16(x, T, W->rows, W->cols, W->data, bias, y, r0, r1);
+    else if (W->type == KT_TYPE_F8_E4M3 && g_linear_fp8 && W->block_cols % 16 == 0)
+        g_linear_fp8(x, T, W->rows, W->cols, W->data, W->scale, W->scale_type == KT_TYPE_BF16,
+                     W->block_rows, W->block_cols, W->scale_cols, bias, y, r0, r1);
     else if (W->type == KT_TYPE_F8_E4M3)
         linear_fp8(x, T, W, bias, y, r0, r1);
     else
