@@ -762,6 +762,62 @@ static void test_hub_style_configs(void **state)
     kt_model_free(fx);
 }
 
+/* Kimi-K2-Thinking's config.json as published (values of research/landscape.md §3.1):
+ * the full-size description and estimate from the config alone. */
+static const char hub_kimi_k2_thinking[] =
+    "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"bos_token_id\":163584,\"eos_token_id\":163585,"
+    "\"first_k_dense_replace\":1,\"hidden_act\":\"silu\",\"hidden_size\":7168,"
+    "\"initializer_range\":0.02,\"intermediate_size\":18432,\"kv_lora_rank\":512,"
+    "\"max_position_embeddings\":262144,\"model_type\":\"kimi_k2\","
+    "\"moe_intermediate_size\":2048,\"moe_layer_freq\":1,\"n_group\":1,"
+    "\"n_routed_experts\":384,\"n_shared_experts\":1,\"norm_topk_prob\":true,"
+    "\"num_attention_heads\":64,\"num_experts_per_tok\":8,\"num_hidden_layers\":61,"
+    "\"num_key_value_heads\":64,\"num_nextn_predict_layers\":0,\"pretraining_tp\":1,"
+    "\"q_lora_rank\":1536,\"qk_nope_head_dim\":128,\"qk_rope_head_dim\":64,"
+    "\"rms_norm_eps\":1e-06,\"rope_scaling\":{\"beta_fast\":1.0,\"beta_slow\":1.0,"
+    "\"factor\":64.0,\"mscale\":1.0,\"mscale_all_dim\":1.0,"
+    "\"original_max_position_embeddings\":4096,\"type\":\"yarn\"},\"rope_theta\":50000.0,"
+    "\"routed_scaling_factor\":2.827,\"scoring_func\":\"sigmoid\",\"tie_word_embeddings\":false,"
+    "\"topk_group\":1,\"topk_method\":\"noaux_tc\",\"torch_dtype\":\"bfloat16\","
+    "\"use_cache\":true,\"v_head_dim\":128,\"vocab_size\":163840%s}";
+
+static void test_full_size_configs(void **state)
+{
+    (void)state;
+    static char buf[8192];
+    /* INT4 routed experts: packed I32 [out][in/8] + BF16 scales [out][in/32] */
+    snprintf(buf, sizeof buf, hub_kimi_k2_thinking, hub_int4_quant);
+    kt_model *m = open_json_text("k2_thinking", buf);
+    kt_arch_info a = arch_of(m);
+    assert_int_equal(a.arch, KT_ARCH_KIMI_K2);
+    assert_int_equal(a.n_moe_layers, 60);
+    assert_int_equal(a.head_dim, 192);
+    assert_int_equal(a.rope_interleave, 1);
+    /* m = 0.1 ln 64 + 1; scale = m^2 / sqrt(192) (landscape §3.9: m^2 = 2.0047) */
+    assert_true(fabs(a.attn_scale * sqrt(192.0) - 2.0047) < 1e-4);
+    kt_memory_estimate e;
+    e.struct_size = sizeof e;
+    kt_estimate_options o = KT_ESTIMATE_OPTIONS_INIT;
+    o.context_length = 131072;
+    assert_int_equal(kt_model_estimate(m, &o, &e), KT_OK);
+    const uint64_t w = 2048ull * 7168; /* weights per projection */
+    assert_int_equal(e.expert_bytes, 3 * (w / 2 + w / 32 * 2)); /* 24.8 MB (§3.10) */
+    assert_int_equal(e.routed_expert_bytes, 60ull * 384 * e.expert_bytes);
+    assert_int_equal(e.kv_bytes_per_token, 61ull * 576 * 2); /* 68.6 KiB (§3.9) */
+    assert_int_equal(e.kv_bytes, e.kv_bytes_per_token * 131072);
+    kt_model_free(m);
+
+    /* the same model as FP8 blocks of 128x128 (DeepSeek-V3 / Kimi-K2-Instruct) */
+    snprintf(buf, sizeof buf, hub_kimi_k2_thinking,
+             ",\"quantization_config\":{\"activation_scheme\":\"dynamic\",\"fmt\":\"e4m3\","
+             "\"quant_method\":\"fp8\",\"weight_block_size\":[128,128]}");
+    m = open_json_text("k2_fp8", buf);
+    assert_int_equal(kt_model_estimate(m, &o, &e), KT_OK);
+    assert_int_equal(e.expert_bytes, 3 * (w + 16 * 56 * 4)); /* 44.0 MB (§3.10) */
+    kt_model_free(m);
+}
+
 static void test_other_families_config_only(void **state)
 {
     (void)state;
@@ -1797,6 +1853,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_views_other_families),
         cmocka_unit_test(test_hub_style_configs),
         cmocka_unit_test(test_other_families_config_only),
+        cmocka_unit_test(test_full_size_configs),
         cmocka_unit_test(test_estimate),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_bad_models),
