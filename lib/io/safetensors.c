@@ -6,6 +6,18 @@
  * dtype, shape and offsets are checked (sizes overflow-checked, byte range inside
  * the data region, matching dtype x shape), tensors of one file may not overlap
  * and names are unique in a set. A sharded set is checked against its index.
+ *
+ * Policies worth knowing:
+ * - Index shard names must be relative, without "..", and must resolve (symlinks
+ *   followed) inside the model directory, or, for a Hugging Face cache snapshot
+ *   (.../models--org--name/snapshots/<rev>, whose files link to ../../blobs), inside
+ *   the cached repository. One file named twice (e.g. "./a" and "a") is opened once.
+ * - The set holds every tensor of every listed shard; each indexed tensor must be
+ *   in the shard the index names, and a name in two shards is an error.
+ * - Gaps between tensors and bytes after the last one are tolerated (the format
+ *   forbids them, but they are harmless to a reader).
+ * - Tensors are not aligned beyond what the file gives: read them with memcpy or
+ *   kt__tensor_to_f32 (the writer aligns only the data region, to 64 bytes).
  */
 #define _GNU_SOURCE /* realpath, O_CLOEXEC */
 #include "safetensors.h"
