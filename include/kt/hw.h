@@ -60,9 +60,9 @@ extern "C" {
 /* Instruction sets this process may use: reported by CPUID, enabled by the OS
  * (XCR0) and, for AMX, tile-data permission granted by the kernel
  * (arch_prctl ARCH_REQ_XCOMP_PERM, requested once on first call). The
- * environment variable KT_ISA_MAX=scalar|avx2|avx512 caps the result (for
- * testing lower kernel paths); it is read at every call, so set it before the
- * kernels are chosen. Unknown KT_ISA_MAX values are ignored with a warning.
+ * environment variable KT_ISA_MAX=scalar|avx2|avx512|amx caps the result (for
+ * testing lower kernel paths; "amx" means no cap); it is read at every call,
+ * so set it before the kernels are chosen. Unknown KT_ISA_MAX values are ignored with a warning.
  * Thread-safe; detection runs once. Since 0.1. */
 KT_API uint64_t kt_hw_isa(void);
 
