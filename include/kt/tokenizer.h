@@ -87,9 +87,9 @@ KT_API kt_status kt_tokenizer_open(kt_tokenizer **out, const char *path,
 KT_API void kt_tokenizer_free(kt_tokenizer *tok);
 
 /* kt_tokenizer_encode() flags. */
-#define KT_ENCODE_ADD_SPECIAL   (1u << 0) /* add bos/eos as the tokenizer's post-processor and
-                                             tokenizer_config.json's add_bos_token/add_eos_token
-                                             say (transformers' add_special_tokens=True)       */
+#define KT_ENCODE_ADD_SPECIAL   (1u << 0) /* add bos/eos as tokenizer.json's post-processor
+                                             says (transformers' add_special_tokens=True; like
+                                             transformers 5, add_bos_token is not consulted) */
 #define KT_ENCODE_PARSE_SPECIAL (1u << 1) /* special-token strings in the text ("<|im_end|>")
                                              become their ids (transformers' default); without
                                              it they are encoded as plain text                */
@@ -111,10 +111,10 @@ KT_API kt_status kt_tokenizer_encode(const kt_tokenizer *tok, const char *text, 
 /* kt_tokenizer_decode() / kt_detokenizer_create() flags. */
 #define KT_DECODE_SKIP_SPECIAL (1u << 0) /* leave out special tokens (skip_special_tokens) */
 
-/* Decodes ids into UTF-8 text, as transformers' decode() does (including
- * clean_up_tokenization_spaces when tokenizer_config.json asks for it), and
- * appends it to *out (NUL-terminated). Unknown ids are skipped. Bytes that are
- * not valid UTF-8 become U+FFFD.
+/* Decodes ids into UTF-8 text, as transformers' decode() does, and appends
+ * it to *out (NUL-terminated). Unknown ids are skipped. Bytes that are not
+ * valid UTF-8 become U+FFFD (one per maximal invalid sequence, as Python's
+ * errors="replace").
  * Returns KT_OK, KT_ERR_INVALID_ARG, KT_ERR_NOMEM (out keeps what it had).
  * Thread-safe. Since 0.1. */
 KT_API kt_status kt_tokenizer_decode(const kt_tokenizer *tok, const int32_t *ids, size_t n_ids,
