@@ -113,7 +113,8 @@ typedef enum kt_quant_method {
     KT_QUANT_NONE = 0,
     KT_QUANT_FP8_BLOCK = 1,   /* quant_method fp8, weight_block_size [bh, bw], weight_scale_inv */
     KT_QUANT_INT4_PACKED = 2, /* compressed-tensors pack-quantized int4 (Kimi-K2-Thinking)      */
-    KT_QUANT_GGUF = 3         /* GGUF file: per-tensor ggml block types                        */
+    KT_QUANT_GGUF = 3,        /* GGUF file: per-tensor ggml block types                        */
+    KT_QUANT_MXFP4 = 4        /* quant_method mxfp4 (gpt-oss): routed experts in MXFP4         */
 } kt_quant_method;
 
 /* Limits of fixed-size arrays in public structs. */
@@ -353,7 +354,10 @@ typedef enum kt_storage {
                                    F32/BF16, value = fp8 * scale (weight_scale_inv)           */
     KT_STORAGE_INT4_PACKED = 2, /* I32 [rows][cols/8], 8 nibbles per word, lowest first,
                                    stored q+8; scale BF16 [rows][cols/group], value = q*scale */
-    KT_STORAGE_GGML_BLOCK = 3   /* ggml block type (kt_type_block_size/bytes) along cols     */
+    KT_STORAGE_GGML_BLOCK = 3,  /* ggml block type (kt_type_block_size/bytes) along cols     */
+    KT_STORAGE_MXFP4 = 4        /* U8 [rows][cols/32][16]: 32 FP4 E2M1 per block, low nibble
+                                   first; scale U8 E8M0 [rows][cols/32], value = fp4 *
+                                   2^(scale - 127)                                          */
 } kt_storage;
 
 /* "PLAIN", "FP8_BLOCK", ...; NULL if unknown. Since 0.1. */

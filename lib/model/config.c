@@ -465,9 +465,20 @@ static kt_status parse_quant(const parser *p, kt__config *cfg)
         return parse_fp8(p, cfg, q);
     if (!strcmp(method, "compressed-tensors"))
         return parse_compressed_tensors(p, cfg, q);
+    if (!strcmp(method, "mxfp4")) { /* gpt-oss: experts as *_blocks + *_scales */
+        cfg->info.quant_method = KT_QUANT_MXFP4;
+        cfg->info.quant_bits = 4;
+        cfg->info.quant_block_rows = 1;
+        cfg->info.quant_block_cols = 32;
+        cfg->info.quant_group_size = 32;
+        cfg->info.quant_symmetric = 1;
+        cfg->ignore_substring = true;
+        return add_ignore_list(p, cfg, field(q, "modules_to_not_convert"),
+                               "modules_to_not_convert");
+    }
     return kt__error(KT_ERR_UNSUPPORTED, "%s: quantization_config.quant_method '%s' is not "
                      "supported (supported: fp8 with weight_block_size, compressed-tensors "
-                     "pack-quantized int4)", p->file, method);
+                     "pack-quantized int4, mxfp4)", p->file, method);
 }
 
 /* ------------------------------------------------------------- layers --- */

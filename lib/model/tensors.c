@@ -92,6 +92,7 @@ const char *kt_storage_name(kt_storage storage)
     case KT_STORAGE_FP8_BLOCK: return "FP8_BLOCK";
     case KT_STORAGE_INT4_PACKED: return "INT4_PACKED";
     case KT_STORAGE_GGML_BLOCK: return "GGML_BLOCK";
+    case KT_STORAGE_MXFP4: return "MXFP4";
     }
     return NULL;
 }
@@ -487,6 +488,48 @@ static void view_from(kt_tensor_view *v, const kt_st_tensor *t, const role_spec 
     }
 }
 
+/* gpt-oss MXFP4 experts: blocks U8 [E][out][in/32][16], scales U8 [E][out][in/32]. */
+static kt_status resolve_mxfp4(indexer *ix, kt_tensor_view *v, const role_spec *s,
+                               const kt_st_tensor *bl, const kt_st_tensor *sc,
+                               const char *bname, const char *sname, uint32_t expert)
+{
+    const uint64_t E = ix->a->n_routed_experts;
+    if (!bl || !sc)
+        return kt__error(KT_ERR_FORMAT, "%s: missing tensor '%s'", ix->m->path,
+                         bl ? sname : bname);
+    if (ix->a->quant_method != KT_QUANT_MXFP4)
+        return kt__error(KT_ERR_FORMAT, "%s: tensor '%s' is MXFP4 but the config has no mxfp4 "
+                         "quantization_config", ix->m->path, bname);
+    if (s->cols % 32)
+        return kt__error(KT_ERR_FORMAT, "%s: tensor '%s': %llu input features are not a "
+                         "multiple of 32", ix->m->path, bname, (unsigned long long)s->cols);
+    uint64_t bwant[4] = {E, s->rows, s->cols / 32, 16}, swant[3] = {E, s->rows, s->cols / 32};
+    if (!shape_is(bl, bwant, 4))
+        return bad_shape(ix, bl, bwant, 4);
+    if (!shape_is(sc, swant, 3))
+        return bad_shape(ix, sc, swant, 3);
+    if (bl->type != KT_TYPE_U8 || sc->type != KT_TYPE_U8)
+        return kt__error(KT_ERR_FORMAT, "%s: MXFP4 tensors '%s' / '%s' must be U8", ix->m->path,
+                         bname, sname);
+    kt_status st;
+    role_spec plain = *s;
+    view_from(v, bl, &plain, expert, E); /* expert slice, shape [out][in/32][16] */
+    v->storage = KT_STORAGE_MXFP4;
+    v->layout = KT_LAYOUT_OUT_IN; /* blocks are output-major, unlike the BF16 tensors */
+    uint64_t sstride = sc->nbytes / E;
+    v->scale_data = (const uint8_t *)sc->data + sstride * expert;
+    v->scale_type = KT_TYPE_U8;
+    v->scale_n_dims = 2;
+    v->scale_shape[0] = swant[1];
+    v->scale_shape[1] = swant[2];
+    v->scale_nbytes = sstride;
+    v->block_rows = 1;
+    v->block_cols = 32;
+    if (expert == 0 && ((st = mark_used(ix, bl)) < 0 || (st = mark_used(ix, sc)) < 0))
+        return st;
+    return kt__model_add_entry(ix->m, v, &ix->capacity);
+}
+
 /* Looks up one (layer, role, expert) and appends its entry. */
 static kt_status resolve(indexer *ix, uint32_t layer, kt_role role, uint32_t expert)
 {
@@ -510,6 +553,14 @@ static kt_status resolve(indexer *ix, uint32_t layer, kt_role role, uint32_t exp
     const kt_st_tensor *t = kt__st_find(ix->st, name);
     kt_status st;
 
+    if (s.stacked && !t && s.linear) { /* MXFP4 experts: *_blocks + *_scales */
+        char bname[320], sname[320];
+        snprintf(bname, sizeof bname, "%s.%s_blocks", s.module, s.param);
+        snprintf(sname, sizeof sname, "%s.%s_scales", s.module, s.param);
+        const kt_st_tensor *bl = kt__st_find(ix->st, bname), *sc = kt__st_find(ix->st, sname);
+        if (bl || sc)
+            return resolve_mxfp4(ix, &v, &s, bl, sc, bname, sname, expert);
+    }
     if (s.stacked) {
         if (!t)
             return kt__error(KT_ERR_FORMAT, "%s: missing tensor '%s'", ix->m->path, name);
@@ -767,6 +818,8 @@ static uint64_t config_role_bytes(const indexer *ix, const role_spec *s, kt_role
     bool ignored = kt__config_quant_ignored(&ix->m->cfg, s->module);
     bool router_or_embed = role == KT_ROLE_ROUTER || role == KT_ROLE_EMBED ||
                            role == KT_ROLE_LM_HEAD;
+    if (a->quant_method == KT_QUANT_MXFP4 && s->stacked && s->linear)
+        return n / 2 + n / 32; /* per expert: nibbles + one E8M0 scale per 32 */
     if (s->linear && !ignored && !router_or_embed && !s->stacked) {
         if (a->quant_method == KT_QUANT_FP8_BLOCK)
             return n + 4 * ceil_div(s->rows, a->quant_block_rows) *

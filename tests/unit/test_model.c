@@ -1066,8 +1066,8 @@ static void test_bad_configs(void **state)
         {"deepseek_v3_tiny/bf16", "rope_parameters.factor", "-2", KT_ERR_FORMAT, "factor"},
         {"deepseek_v3_tiny/bf16", "quantization_config", "{\"quant_method\":\"awq\"}",
          KT_ERR_UNSUPPORTED, "awq"},
-        {"deepseek_v3_tiny/bf16", "quantization_config", "{\"quant_method\":\"mxfp4\"}",
-         KT_ERR_UNSUPPORTED, "mxfp4"},
+        {"deepseek_v3_tiny/bf16", "quantization_config", "{\"quant_method\":\"bitsandbytes\"}",
+         KT_ERR_UNSUPPORTED, "bitsandbytes"},
         {"deepseek_v3_tiny/bf16", "quantization_config", "{}", KT_ERR_FORMAT, "quant_method"},
         {"deepseek_v3_tiny/bf16", "quantization_config", "[1]", KT_ERR_FORMAT,
          "quantization_config"},
@@ -1712,6 +1712,128 @@ static void test_gguf_python_seeds(void **state)
     kt_model_free(m);
 }
 
+/* gpt-oss as published: routed experts as MXFP4 *_blocks / *_scales (U8), output-major.
+ * The fixture's other tensors are kept; the expert bytes are a counting pattern. */
+static void test_gpt_oss_mxfp4(void **state)
+{
+    (void)state;
+    char src[512], dir[600], path[700];
+    fixture_path(src, sizeof src, "gpt_oss_tiny");
+    snprintf(dir, sizeof dir, "%s/gpt-oss-mxfp4", tmp_root);
+    mkdir(dir, 0755);
+    char *t = mutate("gpt_oss_tiny", "quantization_config",
+                     "{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":["
+                     "\"model.layers.*.self_attn\",\"model.layers.*.mlp.router\","
+                     "\"model.embed_tokens\",\"lm_head\"]}");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, t);
+    free(t);
+    kt_st_set *set = NULL;
+    assert_int_equal(kt__st_open_dir(&set, src), KT_OK);
+    kt_st_writer *w = NULL;
+    assert_int_equal(kt__st_writer_create(&w), KT_OK);
+    const uint64_t E = 8, H = 64, I = 96;
+    static uint8_t blocks[2][8 * 192 * 2 * 16], scales[2][8 * 192 * 2];
+    for (size_t i = 0; i < sizeof blocks[0]; i++)
+        blocks[0][i] = blocks[1][i] = (uint8_t)(i * 7);
+    for (size_t i = 0; i < sizeof scales[0]; i++)
+        scales[0][i] = scales[1][i] = (uint8_t)(120 + i % 13);
+    /* declare: every fixture tensor but the BF16 expert weights, then the MXFP4 ones */
+    for (size_t i = 0; i < kt__st_count(set); i++) {
+        const kt_st_tensor *x = kt__st_at(set, i);
+        if (strstr(x->name, "experts.gate_up_proj") && !strstr(x->name, "bias"))
+            continue;
+        if (strstr(x->name, "experts.down_proj") && !strstr(x->name, "bias"))
+            continue;
+        assert_int_equal(kt__st_writer_declare(w, x->name, x->type, x->n_dims, x->shape), KT_OK);
+    }
+    for (int l = 0; l < 2; l++) {
+        char n[128];
+        uint64_t gb[4] = {E, 2 * I, H / 32, 16}, gs[3] = {E, 2 * I, H / 32};
+        uint64_t db[4] = {E, H, I / 32, 16}, ds[3] = {E, H, I / 32};
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_blocks", l);
+        assert_int_equal(kt__st_writer_declare(w, n, KT_TYPE_U8, 4, gb), KT_OK);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_scales", l);
+        assert_int_equal(kt__st_writer_declare(w, n, KT_TYPE_U8, 3, gs), KT_OK);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_blocks", l);
+        assert_int_equal(kt__st_writer_declare(w, n, KT_TYPE_U8, 4, db), KT_OK);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_scales", l);
+        assert_int_equal(kt__st_writer_declare(w, n, KT_TYPE_U8, 3, ds), KT_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(kt__st_writer_begin(w, path), KT_OK);
+    for (size_t i = 0; i < kt__st_count(set); i++) {
+        const kt_st_tensor *x = kt__st_at(set, i);
+        if ((strstr(x->name, "experts.gate_up_proj") || strstr(x->name, "experts.down_proj")) &&
+            !strstr(x->name, "bias"))
+            continue;
+        assert_int_equal(kt__st_writer_write(w, x->name, x->data, x->nbytes), KT_OK);
+    }
+    for (int l = 0; l < 2; l++) {
+        char n[128];
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_blocks", l);
+        assert_int_equal(kt__st_writer_write(w, n, blocks[0], E * 2 * I * 2 * 16), KT_OK);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj_scales", l);
+        assert_int_equal(kt__st_writer_write(w, n, scales[0], E * 2 * I * 2), KT_OK);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_blocks", l);
+        assert_int_equal(kt__st_writer_write(w, n, blocks[1], E * H * 3 * 16), KT_OK);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj_scales", l);
+        assert_int_equal(kt__st_writer_write(w, n, scales[1], E * H * 3), KT_OK);
+    }
+    assert_int_equal(kt__st_writer_finish(w), KT_OK);
+    kt__st_writer_free(w);
+    kt__st_close(set);
+
+    kt_model *m = open_ok(dir);
+    kt_arch_info a = arch_of(m);
+    assert_int_equal(a.quant_method, KT_QUANT_MXFP4);
+    assert_int_equal(a.quant_block_cols, 32);
+    assert_int_equal(a.n_quant_ignore, 4);
+    kt_tensor_view v = view_of(m, 1, KT_ROLE_EXPERT_GATE_UP, 3);
+    assert_string_equal(v.name, "model.layers.1.mlp.experts.gate_up_proj_blocks");
+    assert_int_equal(v.storage, KT_STORAGE_MXFP4);
+    assert_int_equal(v.layout, KT_LAYOUT_OUT_IN);
+    assert_int_equal(v.type, KT_TYPE_U8);
+    assert_int_equal(v.rows, 2 * I);
+    assert_int_equal(v.cols, H);
+    assert_int_equal(v.n_dims, 3);
+    assert_int_equal(v.shape[0], 2 * I);
+    assert_int_equal(v.shape[1], 2);
+    assert_int_equal(v.shape[2], 16);
+    assert_int_equal(v.nbytes, 2 * I * 2 * 16);
+    assert_int_equal(v.scale_shape[0], 2 * I);
+    assert_int_equal(v.scale_shape[1], 2);
+    assert_int_equal(v.scale_nbytes, 2 * I * 2);
+    /* expert 3's bytes: offset 3 * 192 * 2 * 16 of the pattern */
+    const uint8_t *b = v.data, *sc = v.scale_data;
+    for (size_t i = 0; i < 64; i++) {
+        assert_int_equal(b[i], (uint8_t)((3 * 192 * 2 * 16 + i) * 7));
+        assert_int_equal(sc[i], (uint8_t)(120 + (3 * 192 * 2 + i) % 13));
+    }
+    v = view_of(m, 0, KT_ROLE_EXPERT_DOWN, 7);
+    assert_int_equal(v.rows, H);
+    assert_int_equal(v.cols, I);
+    assert_int_equal(v.shape[1], 3);
+    v = view_of(m, 0, KT_ROLE_EXPERT_DOWN_BIAS, 7); /* biases stay BF16 */
+    assert_int_equal(v.storage, KT_STORAGE_PLAIN);
+    assert_int_equal(kt_model_n_ignored_tensors(m), 0);
+    /* the estimate counts 4.25 bits per expert weight */
+    kt_memory_estimate e;
+    e.struct_size = sizeof e;
+    assert_int_equal(kt_model_estimate(m, NULL, &e), KT_OK);
+    uint64_t bias = (2 * I + H) * 2;
+    assert_int_equal(e.expert_bytes, 3 * H * I / 2 + 3 * H * I / 32 + bias);
+    kt_model_free(m);
+    snprintf(path, sizeof path, "%s/config.json", dir); /* config only: the same bytes */
+    m = open_ok(path);
+    kt_memory_estimate ec;
+    ec.struct_size = sizeof ec;
+    assert_int_equal(kt_model_estimate(m, NULL, &ec), KT_OK);
+    assert_int_equal(ec.expert_bytes, e.expert_bytes);
+    assert_int_equal(ec.routed_expert_bytes, e.routed_expert_bytes);
+    kt_model_free(m);
+}
+
 static int cancel_at_tensors(uint64_t done, uint64_t total, const char *what, void *ud)
 {
     (void)done;
@@ -1861,6 +1983,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gguf_models),
         cmocka_unit_test(test_out_of_vocab_ids_warn),
         cmocka_unit_test(test_gguf_python_seeds),
+        cmocka_unit_test(test_gpt_oss_mxfp4),
     };
     return cmocka_run_group_tests(tests, make_tmp_root, remove_tmp_root);
 }

@@ -121,11 +121,12 @@ static void summarize(const kt_model *m, const kt_arch_info *a, summary *s)
         const char *type = kt_type_name((kt_type)v.type);
         const char *role = kt_role_name((kt_role)v.role);
         static const char *const storage_tag[] = {"", "+scale (FP8 blocks)",
-                                                  "+scale (INT4 packed)", " (GGML blocks)"};
+                                                  "+scale (INT4 packed)", " (GGML blocks)",
+                                                  "+scale (MXFP4)"};
         /* label per type and storage: "F8_E4M3+scale (FP8 blocks)" */
         char label[48];
         snprintf(label, sizeof label, "%s%s", type ? type : "?",
-                 v.storage > 0 && v.storage < 4 ? storage_tag[v.storage] : "");
+                 v.storage > 0 && v.storage < 5 ? storage_tag[v.storage] : "");
         add(s->types, &s->n_types, 32, label, bytes);
         add(s->roles, &s->n_roles, 64, role ? role : "?", bytes);
         tally *p = &s->parts[part_of((kt_role)v.role)];
@@ -159,6 +160,7 @@ static const char *quant_name(int32_t q)
     case KT_QUANT_FP8_BLOCK: return "fp8";
     case KT_QUANT_INT4_PACKED: return "int4-pack-quantized";
     case KT_QUANT_GGUF: return "gguf";
+    case KT_QUANT_MXFP4: return "mxfp4";
     default: return "none";
     }
 }
