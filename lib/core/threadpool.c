@@ -20,10 +20,22 @@
 #define cpu_relax() ((void)0)
 #endif
 
-/* Spin iterations before sleeping: waiting for the next job (keeps decode
- * wake-up latency low) and inside a job (barriers, job hand-over). */
-#define SPIN_IDLE 200000
-#define SPIN_SYNC 20000
+/* Spin iterations (pause) before sleeping on a futex: waiting for the next
+ * job (about a millisecond: keeps decode wake-up latency low) and inside a job
+ * (barriers, job hand-over: peers normally arrive within microseconds). Past
+ * SPIN_YIELD_AFTER iterations a spinner yields now and then, so a peer that
+ * shares its core (an oversubscribed machine) gets to run. */
+#define SPIN_IDLE 50000
+#define SPIN_SYNC 4000
+#define SPIN_YIELD_AFTER 1024
+
+static inline void spin_step(int i)
+{
+    if (i >= SPIN_YIELD_AFTER && (i & 255) == 0)
+        sched_yield();
+    else
+        cpu_relax();
+}
 
 #define MAX_POOLS 64
 
@@ -100,7 +112,7 @@ static void wait_done(kt_pool *p, uint64_t seq, int spin)
         if (atomic_load_explicit(&p->done, memory_order_acquire) >= seq)
             return;
         if (i < spin)
-            cpu_relax();
+            spin_step(i);
         else
             sleep_on(&p->done_gen, g, &p->done_sleepers);
     }
@@ -119,7 +131,7 @@ void kt__pool_barrier(kt_pool *p, int tid)
     }
     for (int i = 0; atomic_load(&p->bar_gen) == gen; i++) {
         if (i < SPIN_SYNC)
-            cpu_relax();
+            spin_step(i);
         else
             sleep_on(&p->bar_gen, gen, &p->bar_sleepers);
     }
@@ -144,7 +156,7 @@ static void *worker_main(void *arg)
             if (atomic_load(&p->stop))
                 return NULL;
             if (i < SPIN_IDLE)
-                cpu_relax();
+                spin_step(i);
             else
                 sleep_on(&p->post_gen, g, &p->idle_sleepers);
         }
