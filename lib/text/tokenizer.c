@@ -23,6 +23,9 @@ static const char kimi_pattern[] =
     "|[^\\r\\n\\p{L}\\p{N}]?(?:" KIMI_NOT_HAN "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])+"
     "(?:" KIMI_NOT_HAN "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* Largest token id accepted (real vocabularies stay below 2^18); bounds the
+ * by-id table a hostile file could make us allocate. */
+#define KT_TOKEN_ID_MAX ((1 << 24) - 1)
 /* tokenization_kimi.py reserves this many ids after the ranks for special tokens. */
 #define KIMI_RESERVED_SPECIAL 256
 
@@ -328,9 +331,10 @@ static kt_status parse_added_tokens(loader *L, const cJSON *arr)
     cJSON_ArrayForEach(t, arr) {
         int64_t id;
         const char *content = jstr(t, "content");
-        if (!content || !jint(cJSON_GetObjectItemCaseSensitive(t, "id"), 0, INT32_MAX - 1, &id))
+        const cJSON *jid = cJSON_GetObjectItemCaseSensitive(t, "id");
+        if (!content || !jint(jid, 0, KT_TOKEN_ID_MAX, &id))
             return kt__error(KT_ERR_FORMAT, "%s: added_tokens[%zu] needs a string content "
-                             "and an id in [0, 2^31)", L->file, i);
+                             "and an id in [0, 2^24)", L->file, i);
         bool special = jbool(t, "special", false);
         kt_status st = add_added(L, content, (int32_t)id, special, jbool(t, "lstrip", false),
                                  jbool(t, "rstrip", false), jbool(t, "single_word", false),
@@ -749,7 +753,7 @@ static kt_status parse_post(loader *L, const cJSON *n, int depth)
                                  "has no ids", L->file, name ? name : "?");
             cJSON_ArrayForEach(x, ids) {
                 int64_t id;
-                if (!jint(x, 0, INT32_MAX - 1, &id))
+                if (!jint(x, 0, KT_TOKEN_ID_MAX, &id))
                     return kt__error(KT_ERR_FORMAT, "%s: TemplateProcessing: bad id for '%s'",
                                      L->file, name);
                 kt_status st = post_push(tok, (int32_t)id);
@@ -763,8 +767,8 @@ static kt_status parse_post(loader *L, const cJSON *n, int depth)
         const cJSON *cls = cJSON_GetObjectItemCaseSensitive(n, "cls");
         const cJSON *sep = cJSON_GetObjectItemCaseSensitive(n, "sep");
         int64_t c, s;
-        if (!jint(cJSON_GetArrayItem(cls, 1), 0, INT32_MAX - 1, &c) ||
-            !jint(cJSON_GetArrayItem(sep, 1), 0, INT32_MAX - 1, &s))
+        if (!jint(cJSON_GetArrayItem(cls, 1), 0, KT_TOKEN_ID_MAX, &c) ||
+            !jint(cJSON_GetArrayItem(sep, 1), 0, KT_TOKEN_ID_MAX, &s))
             return kt__error(KT_ERR_FORMAT, "%s: %s needs cls and sep [token, id] pairs",
                              L->file, type);
         tok->has_post = true;
@@ -810,9 +814,9 @@ static kt_status parse_bpe(loader *L, const cJSON *model)
         return kt__error(KT_ERR_FORMAT, "%s: model.merges is not an array", L->file);
     cJSON_ArrayForEach(v, vocab) {
         int64_t id;
-        if (!jint(v, 0, INT32_MAX - 1, &id))
+        if (!jint(v, 0, KT_TOKEN_ID_MAX, &id))
             return kt__error(KT_ERR_FORMAT, "%s: model.vocab[\"%.40s\"] is not an id in "
-                             "[0, 2^31)", L->file, v->string);
+                             "[0, 2^24)", L->file, v->string);
         kt_status st = add_vocab(L, v->string, strlen(v->string), (int32_t)id);
         if (st < 0)
             return st;
@@ -961,7 +965,7 @@ static kt_status parse_tiktoken(loader *L, const char *data, size_t size)
                                                                       : -1;
             }
             bytes.size = 0;
-            if (!sp || rank < 0 || rank >= INT32_MAX ||
+            if (!sp || rank < 0 || rank > KT_TOKEN_ID_MAX ||
                 !b64_decode(data + i, (size_t)(sp - (data + i)), &bytes) || bytes.size == 0) {
                 st = kt__error(KT_ERR_FORMAT, "%s: line %zu is not \"<base64 token> <rank>\"",
                                L->file, line_no);
@@ -1045,7 +1049,7 @@ static kt_status parse_config(loader *L, const cJSON *cfg, bool tiktoken)
         errno = 0;
         long long id = strtoll(t->string ? t->string : "", &end, 10);
         const char *content = jstr(t, "content");
-        if (!t->string || !*t->string || *end || errno || id < 0 || id >= INT32_MAX - 1 ||
+        if (!t->string || !*t->string || *end || errno || id < 0 || id > KT_TOKEN_ID_MAX ||
             !content)
             return kt__error(KT_ERR_FORMAT, "%s: added_tokens_decoder[\"%.20s\"] needs an "
                              "integer key and a content string", L->file,

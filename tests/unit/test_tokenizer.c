@@ -394,7 +394,8 @@ static void test_stream_multibyte(void **state)
     static const char *const texts[] = {
         "\xF0\x9F\xA4\x96\xF0\x9F\x9A\x80 emoji \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9",
         "\xE7\x83\xAD\xE9\x97\xA8\xE4\xB8\x93\xE5\xAE\xB6 CJK \xE3\x81\x8B\xE3\x81\xAA",
-        "caf\xC3\xA9 na\xC3\xAFve \xC3\x9Cn\xC3\xAF" "c\xC3\xB6" "d\xC3\xA9 \xD0\x9F\xD1\x80\xD0\xB8",
+        "caf\xC3\xA9 na\xC3\xAFve \xC3\x9Cn\xC3\xAF" "c\xC3\xB6" "d\xC3\xA9 "
+        "\xD0\x9F\xD1\x80\xD0\xB8",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         size_t n;
@@ -723,6 +724,8 @@ static void test_bad_files(void **state)
                "Unigram");
     expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -4}, \"merges\": []}}",
                KT_ERR_FORMAT, "vocab");
+    expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 2000000000}, \"merges\": []}}",
+               KT_ERR_FORMAT, "2^24");
     expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a c\"]}}",
                KT_ERR_FORMAT, "not in the vocabulary");
     expect_bad("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"abc\"]}}",
