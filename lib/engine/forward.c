@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/threadpool.h"
 #include "engine_internal.h"
 
 /* Scratch from the context's arena (released per block, see scratch.c). */
@@ -106,6 +107,124 @@ static void softmax_sink(float *s, int32_t n, const float *sink)
 
 /* ------------------------------------------------------------ attention --- */
 
+/* Attention of one head over all T tokens of the call is independent of the
+ * other heads: heads are split over the workers, each with its own scratch
+ * (ws_floats values: scores and, for absorbed MLA, the latent q̃ and õ). */
+typedef struct heads_job heads_job;
+struct heads_job {
+    void (*fn)(const heads_job *j, int32_t h, float *ws);
+    const fwd *f;
+    int32_t l, n_workers;
+    size_t ws_floats;
+    float *ws;            /* [n_workers][ws_floats] */
+    const float *q;       /* [T][nh][qk]            */
+    const float *K, *V;   /* GQA [P][kvdim]         */
+    const float *C;       /* MLA [P][R + rope]      */
+    const float *kvb;     /* MLA naive [P][nh][nope + v] */
+    bool absorbed;
+    float *o;             /* [T][nh][v]             */
+};
+
+static void heads_worker(void *arg, int tid)
+{
+    const heads_job *j = arg;
+    int32_t nh = j->f->hp->n_head;
+    int32_t per = (nh + j->n_workers - 1) / j->n_workers;
+    for (int32_t h = tid * per; h < nh && h < (tid + 1) * per; h++)
+        j->fn(j, h, j->ws + (size_t)tid * j->ws_floats);
+}
+
+static kt_status run_heads(kt_context *ctx, heads_job *j)
+{
+    int32_t nh = ctx->hp.n_head;
+    bool par = ctx->pool && nh > 1 && (int64_t)j->f->T * (j->f->pos0 + j->f->T) * nh >= 4096;
+    j->n_workers = par ? kt__pool_n_threads(ctx->pool) : 1;
+    j->ws = SCRATCH((size_t)j->n_workers * j->ws_floats, sizeof(float));
+    if (!j->ws)
+        return KT_ERR_NOMEM;
+    if (par) {
+        kt__pool_run(ctx->pool, heads_worker, j);
+    } else {
+        for (int32_t h = 0; h < nh; h++)
+            j->fn(j, h, j->ws);
+    }
+    return KT_OK;
+}
+
+/* GQA, one head: o[t][h] = Σ_j softmax(scale · q·k_j (+ sink))_j v_j over the
+ * visible (causal, windowed) positions. */
+static void gqa_head(const heads_job *j, int32_t h, float *sc)
+{
+    const fwd *f = j->f;
+    const kt__hparams *hp = f->hp;
+    const kt__layer *L = &f->ctx->w.layers[j->l];
+    int32_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
+    int32_t qdim = nh * hd, kvdim = nkv * hd, kvh = h / (nh / nkv);
+    int32_t window = hp->layer_sliding[j->l] ? hp->sliding_window : 0;
+    for (int32_t t = 0; t < f->T; t++) {
+        int32_t pos = f->pos0 + t;
+        int32_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        int32_t n = pos + 1 - lo;
+        const float *qh = j->q + (size_t)t * qdim + (size_t)h * hd;
+        /* s_j = scale · q·k_j */
+        for (int32_t i = 0; i < n; i++)
+            sc[i] = kt__dot(qh, j->K + (size_t)(lo + i) * kvdim + (size_t)kvh * hd, hd) *
+                    hp->attn_scale;
+        softmax_sink(sc, n, L->sinks ? &L->sinks[h] : NULL);
+        /* o_h = Σ_j p_j v_j */
+        float *oh = j->o + (size_t)t * qdim + (size_t)h * hd;
+        memset(oh, 0, sizeof(float) * hd);
+        for (int32_t i = 0; i < n; i++)
+            kt__axpy(oh, sc[i], j->V + (size_t)(lo + i) * kvdim + (size_t)kvh * hd, hd);
+    }
+}
+
+/* MLA, one head, naive (k_nope, v expanded in kvb) or absorbed (latent space). */
+static void mla_head(const heads_job *j, int32_t h, float *ws)
+{
+    const fwd *f = j->f;
+    const kt__hparams *hp = f->hp;
+    const kt__layer *L = &f->ctx->w.layers[j->l];
+    int32_t nh = hp->n_head, nope = hp->qk_nope, rd = hp->qk_rope, vd = hp->v_head;
+    int32_t R = hp->kv_lora_rank, qk = nope + rd, row = R + rd, kvb_rows = nope + vd;
+    int32_t P = f->pos0 + f->T;
+    float *sc = ws, *qt_abs = ws + P, *ot_abs = ws + P + R;
+    const float *Wh = L->wkv_b_f32 + (size_t)h * kvb_rows * R; /* [nope + v][R] */
+    for (int32_t t = 0; t < f->T; t++) {
+        int32_t n = f->pos0 + t + 1;
+        const float *qh = j->q + ((size_t)t * nh + h) * qk, *qr = qh + nope;
+        float *oh = j->o + ((size_t)t * nh + h) * vd;
+        if (!j->absorbed) {
+            for (int32_t i = 0; i < n; i++) {
+                const float *kn = j->kvb + ((size_t)i * nh + h) * kvb_rows;
+                sc[i] = (kt__dot(qh, kn, nope) + kt__dot(qr, j->C + (size_t)i * row + R, rd)) *
+                        hp->attn_scale;
+            }
+            softmax_sink(sc, n, NULL);
+            memset(oh, 0, sizeof(float) * vd);
+            for (int32_t i = 0; i < n; i++)
+                kt__axpy(oh, sc[i], j->kvb + ((size_t)i * nh + h) * kvb_rows + nope, vd);
+            continue;
+        }
+        /* q̃ = W_ukᵀ q_nope   [R] */
+        memset(qt_abs, 0, sizeof(float) * R);
+        for (int32_t d = 0; d < nope; d++)
+            kt__axpy(qt_abs, qh[d], Wh + (size_t)d * R, R);
+        /* s_j = scale · (q̃·c_kv_j + q_rope·k_rope_j) */
+        for (int32_t i = 0; i < n; i++) {
+            const float *ci = j->C + (size_t)i * row;
+            sc[i] = (kt__dot(qt_abs, ci, R) + kt__dot(qr, ci + R, rd)) * hp->attn_scale;
+        }
+        softmax_sink(sc, n, NULL);
+        /* õ = Σ p_j c_kv_j ; o_h = W_uv õ */
+        memset(ot_abs, 0, sizeof(float) * R);
+        for (int32_t i = 0; i < n; i++)
+            kt__axpy(ot_abs, sc[i], j->C + (size_t)i * row, R);
+        for (int32_t e = 0; e < vd; e++)
+            oh[e] = kt__dot(Wh + (size_t)(nope + e) * R, ot_abs, R);
+    }
+}
+
 static kt_status attn_gqa(fwd *f, int32_t l)
 {
     kt_context *ctx = f->ctx;
@@ -113,7 +232,6 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     const kt__layer *L = &ctx->w.layers[l];
     int32_t T = f->T, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
     int32_t qdim = nh * hd, kvdim = nkv * hd, P = f->pos0 + T, half = hp->rope_dim / 2;
-    int32_t group = nh / nkv;
     kt_status st = KT_OK;
     kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
 
@@ -121,12 +239,11 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     float *k = SCRATCH((size_t)T * kvdim, sizeof(float));
     float *v = SCRATCH((size_t)T * kvdim, sizeof(float));
     float *o = SCRATCH((size_t)T * qdim, sizeof(float));
-    float *sc = SCRATCH((size_t)P, sizeof(float));
     float *kbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
                                               : SCRATCH((size_t)P * kvdim, sizeof(float));
     float *vbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
                                               : SCRATCH((size_t)P * kvdim, sizeof(float));
-    if (!q || !k || !v || !o || !sc || (ctx->kv_type != KT_TYPE_F32 && (!kbuf || !vbuf))) {
+    if (!q || !k || !v || !o || (ctx->kv_type != KT_TYPE_F32 && (!kbuf || !vbuf))) {
         st = KT_ERR_NOMEM;
         goto done;
     }
@@ -160,28 +277,9 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     const float *K = cache_f32(ctx, ctx->k_cache[l], kvdim, P, kbuf);
     const float *V = cache_f32(ctx, ctx->v_cache[l], kvdim, P, vbuf);
 
-    int32_t window = hp->layer_sliding[l] ? hp->sliding_window : 0;
-    for (int32_t t = 0; t < T; t++) {
-        int32_t pos = f->pos0 + t;
-        int32_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-        int32_t n = pos + 1 - lo;
-        for (int32_t h = 0; h < nh; h++) {
-            const float *qh = q + (size_t)t * qdim + (size_t)h * hd;
-            int32_t kvh = h / group;
-            /* s_j = scale · q·k_j over the visible positions */
-            for (int32_t j = 0; j < n; j++) {
-                const float *kj = K + (size_t)(lo + j) * kvdim + (size_t)kvh * hd;
-                sc[j] = kt__dot(qh, kj, hd) * hp->attn_scale;
-            }
-            softmax_sink(sc, n, L->sinks ? &L->sinks[h] : NULL);
-            /* o_h = Σ_j p_j v_j */
-            float *oh = o + (size_t)t * qdim + (size_t)h * hd;
-            memset(oh, 0, sizeof(float) * hd);
-            for (int32_t j = 0; j < n; j++) {
-                kt__axpy(oh, sc[j], V + (size_t)(lo + j) * kvdim + (size_t)kvh * hd, hd);
-            }
-        }
-    }
+    heads_job hj = {gqa_head, f, l, 0, (size_t)P, NULL, q, K, V, NULL, NULL, false, o};
+    if ((st = run_heads(ctx, &hj)) < 0)
+        goto done;
     kt__linear_par(ctx, o, T, &L->wo, L->bo, f->out);
 done:
     kt__scratch_release(&ctx->scratch, mark);
@@ -203,14 +301,13 @@ static kt_status attn_mla(fwd *f, int32_t l)
     kt_status st = KT_OK;
     kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
 
-    float *cq = NULL, *kvb = NULL, *qt_abs = NULL, *ot_abs = NULL;
+    float *cq = NULL, *kvb = NULL;
     float *q = SCRATCH((size_t)T * nh * qk, sizeof(float));
     float *kva = SCRATCH((size_t)T * row, sizeof(float));
     float *o = SCRATCH((size_t)T * nh * vd, sizeof(float));
-    float *sc = SCRATCH((size_t)P, sizeof(float));
     float *cbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
                                               : SCRATCH((size_t)P * row, sizeof(float));
-    if (!q || !kva || !o || !sc || (ctx->kv_type != KT_TYPE_F32 && !cbuf)) {
+    if (!q || !kva || !o || (ctx->kv_type != KT_TYPE_F32 && !cbuf)) {
         st = KT_ERR_NOMEM;
         goto done;
     }
@@ -242,7 +339,6 @@ static kt_status attn_mla(fwd *f, int32_t l)
         cache_store(ctx, ctx->k_cache[l], row, f->pos0 + t, r);
     }
     const float *C = cache_f32(ctx, ctx->k_cache[l], row, P, cbuf);
-    const float *W = L->wkv_b_f32; /* [nh][nope + v][R] */
 
     if (!absorbed) {
         /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ */
@@ -255,52 +351,12 @@ static kt_status attn_mla(fwd *f, int32_t l)
         for (int32_t j = 0; j < P; j++)
             memcpy(ckv + (size_t)j * R, C + (size_t)j * row, sizeof(float) * R);
         kt__linear_par(ctx, ckv, P, &L->wkv_b, NULL, kvb);
-    } else {
-        qt_abs = SCRATCH((size_t)R, sizeof(float));
-        ot_abs = SCRATCH((size_t)R, sizeof(float));
-        if (!qt_abs || !ot_abs) {
-            st = KT_ERR_NOMEM;
-            goto done;
-        }
     }
 
-    for (int32_t t = 0; t < T; t++) {
-        int32_t n = f->pos0 + t + 1;
-        for (int32_t h = 0; h < nh; h++) {
-            const float *qh = q + ((size_t)t * nh + h) * qk;
-            const float *qr = qh + nope;
-            float *oh = o + ((size_t)t * nh + h) * vd;
-            const float *Wh = W + (size_t)h * kvb_rows * R;
-            if (!absorbed) {
-                for (int32_t j = 0; j < n; j++) {
-                    const float *kn = kvb + ((size_t)j * nh + h) * kvb_rows;
-                    const float *kr = C + (size_t)j * row + R;
-                    sc[j] = (kt__dot(qh, kn, nope) + kt__dot(qr, kr, rd)) * hp->attn_scale;
-                }
-                softmax_sink(sc, n, NULL);
-                memset(oh, 0, sizeof(float) * vd);
-                for (int32_t j = 0; j < n; j++)
-                    kt__axpy(oh, sc[j], kvb + ((size_t)j * nh + h) * kvb_rows + nope, vd);
-            } else {
-                /* q̃ = W_ukᵀ q_nope   [R] */
-                memset(qt_abs, 0, sizeof(float) * R);
-                for (int32_t d = 0; d < nope; d++)
-                    kt__axpy(qt_abs, qh[d], Wh + (size_t)d * R, R);
-                /* s_j = scale · (q̃·c_kv_j + q_rope·k_rope_j) */
-                for (int32_t j = 0; j < n; j++) {
-                    const float *cj = C + (size_t)j * row;
-                    sc[j] = (kt__dot(qt_abs, cj, R) + kt__dot(qr, cj + R, rd)) * hp->attn_scale;
-                }
-                softmax_sink(sc, n, NULL);
-                /* õ = Σ p_j c_kv_j ; o_h = W_uv õ */
-                memset(ot_abs, 0, sizeof(float) * R);
-                for (int32_t j = 0; j < n; j++)
-                    kt__axpy(ot_abs, sc[j], C + (size_t)j * row, R);
-                for (int32_t e = 0; e < vd; e++)
-                    oh[e] = kt__dot(Wh + (size_t)(nope + e) * R, ot_abs, R);
-            }
-        }
-    }
+    heads_job hj = {mla_head, f, l, 0, (size_t)P + 2 * (size_t)R, NULL, q, NULL, NULL, C,
+                    kvb, absorbed, o};
+    if ((st = run_heads(ctx, &hj)) < 0)
+        goto done;
     kt__linear_par(ctx, o, T, &L->wo, NULL, f->out);
 done:
     kt__scratch_release(&ctx->scratch, mark);
