@@ -82,6 +82,7 @@ struct jlist {
     jv *items;
     size_t n, cap;
     bool tuple;
+    bool group; /* groupby's (grouper, list): a tuple with .grouper/.list */
 };
 
 struct jdict {

@@ -1079,7 +1079,8 @@ static int jtest(jrender *r, const jnode *at, const char *name, jv v, const jarg
     } else if (!strcmp(name, "filter") || !strcmp(name, "test")) {
         static const char *const known_f[] = {
             "abs", "attr", "batch", "capitalize", "center", "count", "d", "default",
-            "dictsort", "e", "escape", "first", "float", "forceescape", "format", "indent",
+            "dictsort", "e", "escape", "first", "float", "forceescape", "format", "groupby",
+            "indent",
             "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min",
             "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
             "selectattr", "slice", "sort", "string", "sum", "title", "tojson", "trim",
@@ -1559,6 +1560,63 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
                 return OOM(r, at);
         }
         *out = mklist(l);
+        return 0;
+    }
+    if (!strcmp(name, "groupby")) {
+        jv attribute, def = jv_none();
+        if (!kt__jargs_get(args, 0, "attribute", &attribute))
+            return kt__jr_fail(r, at, "groupby needs an attribute");
+        bool has_def = kt__jargs_get(args, 1, "default", &def);
+        bool cs = kw_bool(args, 2, "case_sensitive", false);
+        const jv *items;
+        size_t n;
+        if (kt__jr_iter(r, at, v, &items, &n) < 0)
+            return -1;
+        size_t m = n ? n : 1;
+        jv *keys = kt__ja_alloc(r->a, m * sizeof(jv)), *vals = kt__ja_alloc(r->a, m * sizeof(jv));
+        jv *tk = kt__ja_alloc(r->a, m * sizeof(jv)), *tv = kt__ja_alloc(r->a, m * sizeof(jv));
+        if (!keys || !vals || !tk || !tv)
+            return OOM(r, at);
+        sort_ctx c = {r, at, cs, false, false};
+        for (size_t i = 0; i < n; i++) {
+            jv key;
+            if (get_attr_path(r, at, items[i], attribute, &key) < 0)
+                return -1;
+            if (key.type == JV_UNDEF && has_def)
+                key = def;
+            keys[i] = sort_key_fold(&c, key);
+            vals[i] = items[i];
+        }
+        merge_sort(&c, keys, vals, tk, tv, n);
+        if (c.failed)
+            return -1;
+        jlist *groups = kt__jlist_new(r->a, 0);
+        if (!groups)
+            return OOM(r, at);
+        jlist *cur = NULL;
+        for (size_t i = 0; i < n; i++) {
+            jv item = vals[i];
+            if (!cur || !kt__jv_equal(keys[i], keys[i - 1])) {
+                /* The grouper is the first item's real (unfolded) key. */
+                jv key;
+                if (get_attr_path(r, at, item, attribute, &key) < 0)
+                    return -1;
+                if (key.type == JV_UNDEF && has_def)
+                    key = def;
+                jlist *pair = kt__jlist_new(r->a, 2);
+                if (!pair || !(cur = kt__jlist_new(r->a, 0)))
+                    return OOM(r, at);
+                pair->tuple = pair->group = true;
+                pair->items[0] = key;
+                pair->items[1] = mklist(cur);
+                pair->n = 2;
+                if (!kt__jlist_push(r->a, groups, mklist(pair)))
+                    return OOM(r, at);
+            }
+            if (!kt__jlist_push(r->a, cur, item))
+                return OOM(r, at);
+        }
+        *out = mklist(groups);
         return 0;
     }
     if (!strcmp(name, "min") || !strcmp(name, "max"))

@@ -320,6 +320,11 @@ int kt__jr_getattr(jrender *r, const jnode *at, jv obj, const char *name, size_t
         return 0;
     case JV_STR:
     case JV_LIST: {
+        if (obj.type == JV_LIST && obj.u.l->group && obj.u.l->n == 2 &&
+            (!strcmp(name, "grouper") || !strcmp(name, "list"))) {
+            *out = obj.u.l->items[name[0] == 'g' ? 0 : 1];
+            return 0;
+        }
         jv m = kt__jinja_method(r, obj, name, n);
         *out = m.type == JV_FUNC ? m : undef_attr(r, obj, name);
         return 0;

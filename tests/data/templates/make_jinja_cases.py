@@ -278,6 +278,11 @@ T = [
     "{% macro m(a, b=a ~ '!') %}{{ a }}{{ b }}{% endmacro %}{{ m('x') }} {{ m('x', 'y') }}",
     '{% macro m(a) %}{{ a }}{% endmacro %}{{ m() }}|{{ m(1, 2) }}',
     "{{ 'ß ΣΑΣ Привет'|lower }} {{ 'straße'|upper }} {{ 'ÿ'|upper }}",
+    # ---- groupby
+    "{% for g in [{'a': 'X', 'v': 1}, {'a': 'y', 'v': 2}, {'a': 'x', 'v': 3}]|groupby('a') %}{{ g.grouper }}:{{ g.list|map(attribute='v')|list }};{% endfor %}",
+    "{% for k, items in [{'a': 'X', 'v': 1}, {'a': 'y', 'v': 2}, {'a': 'x', 'v': 3}]|groupby('a', case_sensitive=true) %}{{ k }}={{ items|length }};{% endfor %}",
+    "{{ [{'a': 1}, {'b': 2}]|groupby('a', default=0)|list }}",
+    "{{ [{'a': 1}, {'a': 1}]|groupby('a') }}",
 ]
 
 cases = []
