@@ -881,58 +881,109 @@ static kt_status bpe_encode(const kt_tokenizer *tok, const char *s, size_t n, bp
 }
 
 /* tiktoken's byte-pair merge: the piece whole if it is a token, else merge
- * the adjacent pair whose concatenation has the lowest rank, leftmost first. */
-static kt_status tiktoken_encode(const kt_tokenizer *tok, const char *s, size_t n,
-                                 bpe_work *w, idvec *out)
+ * the adjacent pair whose concatenation has the lowest rank, leftmost first.
+ * A heap of candidate pairs (stale ones skipped) keeps long pieces
+ * O(n log n). syms[i] is the part starting at byte i (id: its start). */
+#define TIKTOKEN_SHORT 48
+
+static int32_t rank_of(const kt_tokenizer *tok, const char *s, size_t n)
 {
-    int32_t whole = kt__strmap_get(&tok->vocab, &tok->arena, s, n);
-    if (whole >= 0)
-        return id_push(out, whole);
-    /* syms[i].len = start offset of part i; part i spans [start_i, start_{i+1}) */
-    w->n_syms = 0;
-    kt_status st = KT_OK;
-    for (size_t i = 0; i <= n && st == KT_OK; i++)
-        st = sym_push(w, 0, (uint32_t)i);
-    if (st < 0)
-        return st;
-    bpe_sym *p = w->syms;
-    size_t np = w->n_syms; /* parts + 1 boundaries */
-    /* id of rank of [p[i], p[i+2]) kept in p[i].id; INT32_MAX: none */
+    return kt__strmap_get(&tok->vocab, &tok->arena, s, n);
+}
+
+static kt_status tiktoken_push_pair(const kt_tokenizer *tok, const char *s, bpe_work *w,
+                                    int32_t left)
+{
+    const bpe_sym *a = &w->syms[left];
+    if (a->next < 0)
+        return KT_OK;
+    int32_t r = rank_of(tok, s + a->id, a->len + w->syms[a->next].len);
+    if (r < 0)
+        return KT_OK;
+    return heap_push(w, (bpe_merge){(uint32_t)r, left, r});
+}
+
+/* The same merge for short pieces: a scan for the lowest rank beats the heap. */
+static kt_status tiktoken_encode_short(const kt_tokenizer *tok, const char *s, size_t n,
+                                       idvec *out)
+{
+    /* [n + 1] part boundaries; rank[i]: rank of parts i and i+1 joined, INT32_MAX none */
+    uint32_t start[TIKTOKEN_SHORT + 1];
+    int32_t rank[TIKTOKEN_SHORT + 1];
+    size_t np = n + 1;
+    for (size_t i = 0; i < np; i++)
+        start[i] = (uint32_t)i;
     for (size_t i = 0; i + 2 < np; i++) {
-        int32_t r = kt__strmap_get(&tok->vocab, &tok->arena, s + p[i].len, p[i + 2].len - p[i].len);
-        p[i].id = r >= 0 ? r : INT32_MAX;
+        int32_t r = rank_of(tok, s + i, 2);
+        rank[i] = r >= 0 ? r : INT32_MAX;
     }
-    if (np >= 2)
-        p[np - 2].id = INT32_MAX;
-    p[np - 1].id = INT32_MAX;
     while (np > 2) {
         int32_t best = INT32_MAX;
         size_t bi = 0;
         for (size_t i = 0; i + 2 < np; i++)
-            if (p[i].id < best) {
-                best = p[i].id;
+            if (rank[i] < best) {
+                best = rank[i];
                 bi = i;
             }
         if (best == INT32_MAX)
             break;
-        memmove(p + bi + 1, p + bi + 2, (np - bi - 2) * sizeof *p);
+        memmove(start + bi + 1, start + bi + 2, (np - bi - 2) * sizeof *start);
+        memmove(rank + bi + 1, rank + bi + 2, (np - bi - 2) * sizeof *rank);
         np--;
         for (size_t i = bi ? bi - 1 : 0; i <= bi; i++) {
-            if (i + 2 < np) {
-                int32_t r = kt__strmap_get(&tok->vocab, &tok->arena, s + p[i].len,
-                                           p[i + 2].len - p[i].len);
-                p[i].id = r >= 0 ? r : INT32_MAX;
-            } else {
-                p[i].id = INT32_MAX;
-            }
+            int32_t r = i + 2 < np ? rank_of(tok, s + start[i], start[i + 2] - start[i]) : -1;
+            rank[i] = r >= 0 ? r : INT32_MAX;
         }
     }
+    kt_status st = KT_OK;
     for (size_t i = 0; i + 1 < np && st == KT_OK; i++) {
-        int32_t id = kt__strmap_get(&tok->vocab, &tok->arena, s + p[i].len,
-                                    p[i + 1].len - p[i].len);
+        int32_t id = rank_of(tok, s + start[i], start[i + 1] - start[i]);
         if (id < 0) /* a byte with no rank: the file lacks single-byte tokens */
             return kt__error(KT_ERR_FORMAT, "tiktoken vocabulary has no token for byte 0x%02X",
-                             (uint8_t)s[p[i].len]);
+                             (uint8_t)s[start[i]]);
+        st = id_push(out, id);
+    }
+    return st;
+}
+
+static kt_status tiktoken_encode(const kt_tokenizer *tok, const char *s, size_t n,
+                                 bpe_work *w, idvec *out)
+{
+    int32_t whole = rank_of(tok, s, n);
+    if (whole >= 0)
+        return id_push(out, whole);
+    if (n <= TIKTOKEN_SHORT)
+        return tiktoken_encode_short(tok, s, n, out);
+    w->n_syms = 0;
+    w->n_heap = 0;
+    kt_status st = KT_OK;
+    for (size_t i = 0; i < n && st == KT_OK; i++)
+        st = sym_push(w, (int32_t)i, 1);
+    for (size_t i = 0; i + 1 < n && st == KT_OK; i++)
+        st = tiktoken_push_pair(tok, s, w, (int32_t)i);
+    while (w->n_heap && st == KT_OK) {
+        bpe_merge top = heap_pop(w);
+        bpe_sym *a = &w->syms[top.pos];
+        if (!a->len || a->next < 0)
+            continue;
+        bpe_sym *b = &w->syms[a->next];
+        if (rank_of(tok, s + a->id, a->len + b->len) != top.new_id)
+            continue; /* stale: a neighbour has changed */
+        a->len += b->len;
+        b->len = 0;
+        a->next = b->next;
+        if (a->next >= 0)
+            w->syms[a->next].prev = top.pos;
+        if (a->prev >= 0)
+            st = tiktoken_push_pair(tok, s, w, a->prev);
+        if (st == KT_OK)
+            st = tiktoken_push_pair(tok, s, w, top.pos);
+    }
+    for (int32_t i = n ? 0 : -1; i >= 0 && st == KT_OK; i = w->syms[i].next) {
+        int32_t id = rank_of(tok, s + w->syms[i].id, w->syms[i].len);
+        if (id < 0) /* a byte with no rank: the file lacks single-byte tokens */
+            return kt__error(KT_ERR_FORMAT, "tiktoken vocabulary has no token for byte 0x%02X",
+                             (uint8_t)s[w->syms[i].id]);
         st = id_push(out, id);
     }
     return st;
@@ -1010,6 +1061,49 @@ static void wcache_free(wcache *c)
 
 /* ---- the pipeline ------------------------------------------------------- */
 
+/* Python's str.isspace(). */
+static bool py_isspace(uint32_t cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
+           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/* Where tokenization_kimi.py's encode() cuts the text before tiktoken sees
+ * it: every 400000 characters from the start, and inside each such window
+ * wherever a run of whitespace or of non-whitespace passes 25000 characters.
+ * Appends the byte offsets of the cuts to `cuts`. */
+#define KIMI_MAX_ENCODE_CHARS 400000
+#define KIMI_MAX_RUN_CHARS 25000
+static kt_status kimi_cuts(const char *s, size_t n, idvec *cuts)
+{
+    if (n <= KIMI_MAX_RUN_CHARS)
+        return KT_OK; /* too short for either rule */
+    size_t chars = 0, run = 0;
+    bool run_space = false;
+    kt_status st = KT_OK;
+    for (size_t i = 0; i < n && st == KT_OK;) {
+        uint32_t cp;
+        size_t used = kt__utf8_decode(s + i, n - i, &cp);
+        bool sp = py_isspace(cp);
+        if (chars % KIMI_MAX_ENCODE_CHARS == 0) { /* a new window: fresh state */
+            if (chars)
+                st = id_push(cuts, (int32_t)i);
+            run_space = sp;
+            run = 1;
+        } else if (sp != run_space) {
+            run_space = sp;
+            run = 1;
+        } else if (++run > KIMI_MAX_RUN_CHARS) {
+            st = id_push(cuts, (int32_t)i);
+            run = 1;
+        }
+        chars++;
+        i += used;
+    }
+    return st;
+}
+
 kt_status kt__tok_encode(const kt_tokenizer *tok, const char *text, size_t len, uint32_t flags,
                          int32_t **ids, size_t *n, size_t *cap)
 {
@@ -1022,9 +1116,23 @@ kt_status kt__tok_encode(const kt_tokenizer *tok, const char *text, size_t len, 
     pcre2_match_data *md = pcre2_match_data_create(1, NULL);
     kt_status st = md ? KT_OK : KT_ERR_NOMEM;
 
-    /* 1. added tokens that match the raw text */
-    if (st == KT_OK)
+    /* 1. added tokens that match the raw text (tiktoken: chunk by chunk, as
+     * tokenization_kimi.py feeds tiktoken) */
+    if (st == KT_OK && tok->model == KT__MODEL_TIKTOKEN && len > KIMI_MAX_RUN_CHARS) {
+        idvec cuts = {0};
+        st = len < INT32_MAX ? kimi_cuts(text, len, &cuts)
+                             : kt__error(KT_ERR_LIMIT, "tiktoken input over 2 GiB");
+        size_t at = 0;
+        for (size_t k = 0; k <= cuts.n && st == KT_OK; k++) {
+            size_t end = k < cuts.n ? (size_t)cuts.v[k] : len;
+            st = split_added(tok, &tok->trie_raw, parse_special, text + at, end - at, at == 0,
+                             &a);
+            at = end;
+        }
+        kt__free(cuts.v);
+    } else if (st == KT_OK) {
         st = split_added(tok, &tok->trie_raw, parse_special, text, len, true, &a);
+    }
     /* 2. normalize the rest, then match the normalized added tokens */
     for (size_t i = 0; i < a.n && st == KT_OK; i++) {
         const kt__piece *pc = &a.v[i];

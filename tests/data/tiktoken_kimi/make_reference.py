@@ -6,7 +6,8 @@ written as Kimi ships its own ("<base64 bytes> <rank>" lines, ranks 0..n-1).
 tokenizer_config.json: special tokens after the ranks, as Kimi-K2's
 added_tokens_decoder names them (others stay <|reserved_token_N|>).
 reference.json: ids from tiktoken itself (the library tokenization_kimi.py
-runs), with Kimi's pat_str, for each text in CASES.
+runs), with Kimi's pat_str, for each text in CASES, cut first as
+tokenization_kimi.py's encode() cuts long texts (kimi_encode below).
 
     pip install tiktoken && python3 make_reference.py
 """
@@ -54,8 +55,33 @@ CASES = [
     "a",
     "!!!???... --- ===",
     "热门。's 上，'S ひらがなー カタカナ・ー 〆々〇",
+    " " * 26000 + "x",
     "a\u180e b\x85c\u2028d \u200b e\x1cf\u3000g \u180e\u180e h",
 ]
+
+
+def split_runs(s, max_run):
+    """tokenization_kimi.py: cut where a run of whitespace or non-whitespace
+    passes max_run characters."""
+    run, run_space, start = 0, (s[0].isspace() if s else False), 0
+    for i, ch in enumerate(s):
+        space = ch.isspace()
+        if space != run_space:
+            run, run_space = 1, space
+        else:
+            run += 1
+            if run > max_run:
+                yield s[start:i]
+                start, run = i, 1
+    yield s[start:]
+
+
+def kimi_encode(enc, text):
+    ids = []
+    for i in range(0, len(text), 400_000):
+        for sub in split_runs(text[i:i + 400_000], 25_000):
+            ids.extend(enc.encode(sub, allowed_special='all'))
+    return ids
 
 
 def main():
@@ -97,7 +123,7 @@ def main():
         json.dump(cfg, f, indent=2, ensure_ascii=False)
     enc = tiktoken.Encoding(name='kimi_test', pat_str=PAT_STR, mergeable_ranks=ranks,
                             special_tokens=specials)
-    cases = [{'text': t, 'ids': enc.encode(t, allowed_special='all')} for t in CASES]
+    cases = [{'text': t, 'ids': kimi_encode(enc, t)} for t in CASES]
     for c in cases:
         assert enc.decode(c['ids']) == c['text']
     ref = {'tiktoken': tiktoken.__version__, 'pat_str': PAT_STR, 'cases': cases,
