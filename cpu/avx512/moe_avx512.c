@@ -582,8 +582,8 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
         __m512 sv[2];
         #pragma GCC unroll 4
         for (int r = 0; r < 2; r++) {
-            /* rows are short: fetch the next tile's rows (2 rows = K bytes on) */
-            _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + (size_t)K + 1024, _MM_HINT_T1);
+            /* rows are short: fetch two tiles on (a 2-row tile is K bytes) */
+            _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + 2 * (size_t)K + 1024, _MM_HINT_T1);
             __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
             lo[r] = _mm512_and_si512(b, m4);
             hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
