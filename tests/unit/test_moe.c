@@ -78,7 +78,8 @@ static void make_matrix(int method, int rows, int cols, void **w, void **s, floa
             for (int c = 0; c < cols; c++) {
                 uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
                 int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
-                (*f)[(size_t)r * cols + c] = (float)v * tst_bf16(sc[(size_t)r * (cols / 32) + c / 32]);
+                float scale = tst_bf16(sc[(size_t)r * (cols / 32) + c / 32]);
+                (*f)[(size_t)r * cols + c] = (float)v * scale;
             }
         *w = p;
         *s = sc;

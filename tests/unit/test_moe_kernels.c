@@ -131,7 +131,8 @@ static void check_set(const kt__moe_kernels *ks, int method)
                             double mag = 0;
                             for (int k = k0; k < k1; k++)
                                 mag += fabs(x[(size_t)rows_idx[m] * K + k] * f[(size_t)n * K + k]);
-                            double d = fabs(ct[(size_t)m * nb + n - n0] - cr[(size_t)m * nb + n - n0]);
+                            size_t at = (size_t)m * nb + n - n0;
+                            double d = fabs(ct[at] - cr[at]);
                             double rel = d / (mag + 1e-30);
                             if (rel > worst && c < 1e-4)
                                 worst = rel;
