@@ -28,7 +28,9 @@ static bool is_int_like(jv v)
 
 static int64_t as_int(jv v)
 {
-    return v.type == JV_BOOL ? (int64_t)v.u.b : v.type == JV_FLOAT ? (int64_t)v.u.f : v.u.i;
+    if (v.type == JV_FLOAT) /* callers pass ints; never convert out of range */
+        return isfinite(v.u.f) && fabs(v.u.f) < 9.2e18 ? (int64_t)v.u.f : 0;
+    return v.type == JV_BOOL ? (int64_t)v.u.b : v.u.i;
 }
 
 static int need_int(jrender *r, const jnode *at, jv v, const char *what, int64_t *out)
@@ -799,8 +801,21 @@ int kt__jinja_percent_format(jrender *r, const jnode *at, jv fmt, jv args, jv *o
         case 'X':
         case 'o':
         case 'c':
-            if (v.type == JV_FLOAT && conv != 'c')
+            if (v.type == JV_FLOAT && conv != 'c') {
+                if (!isfinite(v.u.f))
+                    return kt__jr_fail(r, at, "cannot convert float %s to integer",
+                                       isnan(v.u.f) ? "NaN" : "infinity");
+                if (fabs(v.u.f) >= 9.2e18) {
+                    if (conv != 'd' && conv != 'i' && conv != 'u')
+                        return kt__jr_fail(r, at, "%%%c of a float beyond 64 bits", conv);
+                    /* Python prints the float's exact integer value. */
+                    len = snprintf(tmp, sizeof tmp, "%.0f", trunc(v.u.f));
+                    if (len < 0 || !kt__jbuf_put(&b, tmp, KT_MIN((size_t)len, sizeof tmp - 1)))
+                        return OOM(r, at);
+                    continue;
+                }
                 v = jv_int((int64_t)v.u.f);
+            }
             if (!is_int_like(v))
                 return kt__jr_fail(r, at, "%%%c format: a number is required, not %s", conv,
                                    kt__jv_type_name(v));
@@ -1683,7 +1698,8 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
                 *out = jv_int(iv);
             } else {
                 double d = k ? strtod(tmp, &end) : 0;
-                *out = k && *end == 0 && isfinite(d) ? jv_int((int64_t)d) : def;
+                *out = k && *end == 0 && isfinite(d) && fabs(d) < 9.2e18 ? jv_int((int64_t)d)
+                                                                          : def;
             }
         } else {
             *out = def;
