@@ -137,7 +137,8 @@ static void heads_worker(void *arg, int tid)
 static kt_status run_heads(kt_context *ctx, heads_job *j)
 {
     int32_t nh = ctx->hp.n_head;
-    bool par = ctx->pool && nh > 1 && (int64_t)j->f->T * (j->f->pos0 + j->f->T) * nh >= 4096;
+    /* (query, key, head) triples; below ~64K the workers cost more than they save */
+    bool par = ctx->pool && nh > 1 && (int64_t)j->f->T * (j->f->pos0 + j->f->T) * nh >= 65536;
     j->n_workers = par ? kt__pool_n_threads(ctx->pool) : 1;
     j->ws = SCRATCH((size_t)j->n_workers * j->ws_floats, sizeof(float));
     if (!j->ws)
