@@ -60,6 +60,12 @@ typedef enum kt_precision {
  * path (weights widened row by row) instead of the CPU MoE backend, whose
  * kernels take BF16 activations. Slower; for validating the backend. */
 #define KT_CONTEXT_F_ENGINE_EXPERTS (1u << 1)
+/* Give the dense layers and attention their own workers (one per physical
+ * core, pinned) even while the CPU MoE backend's workers run; without a backend
+ * they always have them. Two pools then share the cores, alternating (each
+ * spins briefly after its job), which pays off on large idle machines and
+ * costs on small or busy ones: measure with `kt-bench engine`. */
+#define KT_CONTEXT_F_DENSE_WORKERS (1u << 2)
 
 typedef struct kt_context_options {
     uint32_t struct_size;    /* sizeof(kt_context_options); set by the INIT macro        */

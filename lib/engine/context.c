@@ -65,7 +65,8 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     kt_status st = kt__options_read(&o, sizeof o, opts, "kt_context_options");
     if (st < 0)
         return st;
-    if (o.flags & ~(KT_CONTEXT_F_KV_BF16 | KT_CONTEXT_F_ENGINE_EXPERTS))
+    if (o.flags & ~(KT_CONTEXT_F_KV_BF16 | KT_CONTEXT_F_ENGINE_EXPERTS |
+                    KT_CONTEXT_F_DENSE_WORKERS))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown flags 0x%x", o.flags);
     if (o.precision != KT_PRECISION_FAST && o.precision != KT_PRECISION_F32)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: precision %d is neither "
@@ -121,10 +122,11 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
         kt__log(rt, KT_LOG_INFO, "precision f32: --kt-method %s ignored (experts run in F32)",
                 kt_method_name((kt_method)o.method));
     }
-    if (!ctx->moe) {
-        /* no MoE workers: the engine's own workers run the dense layers */
-        int32_t nth = o.n_threads ? o.n_threads
-                                  : (rt ? kt_runtime_n_threads(rt) : kt_hw_physical_cores());
+    if (!ctx->moe || (o.flags & KT_CONTEXT_F_DENSE_WORKERS)) {
+        /* the engine's own workers run the dense layers and attention */
+        int32_t nth = o.n_threads && !ctx->moe
+                          ? o.n_threads
+                          : (rt ? kt_runtime_n_threads(rt) : kt_hw_physical_cores());
         if (nth > 1) {
             kt_pool_config pc = {nth, o.n_pools, true};
             st = kt__pool_create(&ctx->pool, &pc);

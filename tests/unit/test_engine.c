@@ -265,13 +265,18 @@ static void check_chunked(const char *name, const char *variant)
     g_n_batch = 0;
 }
 
-/* f32 with the engine's own workers (3 threads) splitting the dense layers. */
+/* f32 with the engine's own workers (3 threads) splitting the dense layers,
+ * and fast with KT_CONTEXT_F_DENSE_WORKERS. */
 static void check_threads(const char *name, const char *variant)
 {
     g_n_threads = 3;
     check_prefill(name, variant, KT_PRECISION_F32);
     check_decode(name, variant, KT_PRECISION_F32);
     g_n_threads = 1;
+    /* fast with dense workers next to the MoE backend's */
+    g_ctx_flags = KT_CONTEXT_F_DENSE_WORKERS;
+    check_prefill(name, variant, KT_PRECISION_FAST);
+    g_ctx_flags = 0;
 }
 
 /* Fast mode with the engine's F32-activation experts instead of the backend. */

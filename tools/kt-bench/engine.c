@@ -206,8 +206,8 @@ static bool model_cost_of(const kt_model *m, model_cost *c)
 
 /* ---- one model ---------------------------------------------------------------- */
 
-static int bench_model(const char *dir, int prompt, int gen, int precision, double stream_gbs,
-                       double gemm_tflops, bench_json *json)
+static int bench_model(const char *dir, int prompt, int gen, int precision, uint32_t flags,
+                       double stream_gbs, double gemm_tflops, bench_json *json)
 {
     kt_model *m = NULL;
     if (kt_model_open(&m, NULL, dir, NULL) < 0) {
@@ -223,6 +223,7 @@ static int bench_model(const char *dir, int prompt, int gen, int precision, doub
     kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
     co.n_ctx = prompt + gen + 1;
     co.precision = precision;
+    co.flags = flags;
     kt_context *ctx = NULL;
     if (kt_context_create(&ctx, NULL, m, &co) < 0) {
         fprintf(stderr, "kt-bench engine: %s: %s\n", dir, kt_last_error());
@@ -254,8 +255,9 @@ static int bench_model(const char *dir, int prompt, int gen, int precision, doub
     double pre_tps = prompt / t_pre, dec_tps = gen / t_dec;
     double dec_roof = stream_gbs * 1e9 / cost.decode_bytes;
     double pre_roof = gemm_tflops > 0 ? gemm_tflops * 1e12 / cost.flops : 0;
-    printf("engine %-28s %s: prefill %5d tok %9.1f tok/s", dir,
-           precision == KT_PRECISION_F32 ? "f32 " : "fast", prompt, pre_tps);
+    printf("engine %-28s %s%s: prefill %5d tok %9.1f tok/s", dir,
+           precision == KT_PRECISION_F32 ? "f32 " : "fast",
+           (flags & KT_CONTEXT_F_DENSE_WORKERS) ? "+dw" : "", prompt, pre_tps);
     if (pre_roof > 0)
         printf(" (oneDNN roofline %.0f, %4.1f%%)", pre_roof, 100.0 * pre_tps / pre_roof);
     printf(" | decode %9.2f tok/s (stream roofline %.1f, %4.1f%%; %.1f MB/token)\n", dec_tps,
@@ -294,6 +296,7 @@ static void usage(FILE *f)
             "  --prompt N           prefill tokens (default 256)\n"
             "  --gen N              decoded tokens (default 32)\n"
             "  --precision f32|fast (default fast)\n"
+            "  --dense-workers      dense layers get their own workers next to the MoE ones\n"
             "  --threads N          threads of the yardsticks (default: physical cores)\n"
             "  --stream-size MIB    stream buffer (default 1024)\n"
             "  --json FILE          append result rows as JSON\n");
@@ -306,6 +309,7 @@ int cmd_engine(int argc, char **argv)
     const char *synthetic = NULL, *syn_dir = "/tmp/kt-bench-qwen3", *json_path = NULL;
     int64_t layers = 2, prompt = 256, gen = 32, threads = 0, stream_mib = 1024;
     int precision = KT_PRECISION_FAST;
+    uint32_t flags = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         bool bad = false;
@@ -336,6 +340,8 @@ int cmd_engine(int argc, char **argv)
                 return 2;
         } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
             json_path = v;
+        } else if (!strcmp(argv[i], "--dense-workers")) {
+            flags |= KT_CONTEXT_F_DENSE_WORKERS;
         } else if (opt_match(argc, argv, &i, "--precision", true, &v, &bad)) {
             if (!bad && !strcasecmp(v, "f32"))
                 precision = KT_PRECISION_F32;
@@ -391,10 +397,10 @@ int cmd_engine(int argc, char **argv)
             if (!write_synthetic(syn_dir, (int)layers))
                 return 1;
         }
-        rc |= bench_model(syn_dir, (int)prompt, (int)gen, precision, stream_gbs, tflops, json);
+        rc |= bench_model(syn_dir, (int)prompt, (int)gen, precision, flags, stream_gbs, tflops, json);
     }
     for (int i = 0; i < n_models; i++)
-        rc |= bench_model(models[i], (int)prompt, (int)gen, precision, stream_gbs, tflops, json);
+        rc |= bench_model(models[i], (int)prompt, (int)gen, precision, flags, stream_gbs, tflops, json);
     if (json && !json_close(json))
         rc = 1;
     return rc;

@@ -25,6 +25,7 @@ const char run_engine_help[] =
     "  --kt-weight-path DIR     libkt CPU expert weights written by kt-convert\n"
     "  -t, --kt-cpuinfer N      CPU worker threads (default: physical cores)\n"
     "  --kt-threadpool-count N  thread pools, one per NUMA node (default: automatic)\n"
+    "  --dense-workers          dense layers get their own workers next to the MoE ones\n"
     "  -v, --verbose            log at INFO level\n";
 
 void run_engine_opts_init(run_engine_opts *o)
@@ -101,6 +102,10 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         return !bad && opt_parse_i64(tool, "--kt-threadpool-count", v, 1, 256, &o->n_pools)
                    ? 1
                    : -1;
+    if (!strcmp(argv[*i], "--dense-workers")) {
+        o->dense_workers = true;
+        return 1;
+    }
     if (!strcmp(argv[*i], "-v") || !strcmp(argv[*i], "--verbose")) {
         o->verbose = true;
         return 1;
@@ -145,6 +150,8 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
     co.weight_path = o->weight_path;
     if (o->kv_bf16)
         co.flags |= KT_CONTEXT_F_KV_BF16;
+    if (o->dense_workers)
+        co.flags |= KT_CONTEXT_F_DENSE_WORKERS;
     if (kt_context_create(&e->ctx, e->rt, e->model, &co) < 0) {
         fprintf(stderr, "%s: %s: %s\n", tool, path, kt_last_error());
         run_engine_close(e);

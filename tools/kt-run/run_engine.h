@@ -19,6 +19,7 @@ typedef struct run_engine_opts {
     int64_t n_pools;          /* --kt-threadpool-count                         */
     const char *weight_path;  /* --kt-weight-path                              */
     bool kv_bf16;             /* --cache-type bf16                             */
+    bool dense_workers;       /* --dense-workers                               */
     bool verbose;             /* -v                                            */
 } run_engine_opts;
 
