@@ -419,9 +419,9 @@ static void route(const kt__hparams *hp, const kt__layer *L, float *logit, int32
         if (hp->n_group > 1 && hp->topk_group < hp->n_group) {
             /* group score = sum of its top-2; keep topk_group groups, zero the rest */
             int32_t gs = E / hp->n_group;
-            float gscore[64];
+            float gscore[64]; /* n_group <= 64 (checked at load) */
             bool keep[64] = {false};
-            int32_t ng = KT_MIN(hp->n_group, 64);
+            int32_t ng = hp->n_group;
             for (int32_t g = 0; g < ng; g++) {
                 float a = -INFINITY, b = -INFINITY;
                 for (int32_t i = 0; i < gs; i++) {

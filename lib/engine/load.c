@@ -171,6 +171,9 @@ kt_status kt__hparams_from_model(kt__hparams *hp, const kt_model *model)
     hp->routed_scale = a.routed_scaling_factor > 0 ? a.routed_scaling_factor : 1.0f;
     hp->n_group = a.n_group > 0 ? (int32_t)a.n_group : 1;
     hp->topk_group = a.topk_group > 0 ? (int32_t)a.topk_group : hp->n_group;
+    if (hp->n_group > 64)
+        return kt__error(KT_ERR_UNSUPPORTED, "engine: %s: n_group %d > 64 is not supported",
+                         kt_model_path(model), hp->n_group);
     if (hp->n_expert > 0 && (hp->n_expert % hp->n_group || hp->topk_group > hp->n_group))
         return kt__error(KT_ERR_FORMAT, "engine: %s: n_group %d / topk_group %d do not divide "
                          "%d experts", kt_model_path(model), hp->n_group, hp->topk_group,
