@@ -298,8 +298,9 @@ static kt_status read_config(gctx *c)
         (st = get_u32(c, "leading_dense_block_count", 0, KT__MAX_LAYERS,
                       &a->first_k_dense_replace)) < 0)
         return st;
-    bool sigmoid_family = arch == KT_ARCH_DEEPSEEK_V3 || arch == KT_ARCH_KIMI_K2 ||
-                          arch == KT_ARCH_GLM4_MOE || arch == KT_ARCH_MINIMAX_M2;
+    /* without the key llama.cpp takes softmax for deepseek2 (V2/V2.5 files; V3 files
+     * always carry 2 = sigmoid); GLM-4.5 and MiniMax-M2 are sigmoid by design */
+    bool sigmoid_family = arch == KT_ARCH_GLM4_MOE || arch == KT_ARCH_MINIMAX_M2;
     a->score_func = gating == 2 || (gating == 0 && sigmoid_family) ? KT_SCORE_SIGMOID
                                                                    : KT_SCORE_SOFTMAX;
     double scale;
