@@ -41,7 +41,7 @@ static const uint8_t e4m3_lo[128] = {
     0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
     0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xc0};
 
-#define KC_BF16 2048 /* BF16 K chunk: 4 rows x 4 KiB stay in L1            */
+#define KC_BF16 4096 /* BF16 K chunk (prefill): 4 rows x 8 KiB, reductions rare */
 #define KC_DEQ 2048  /* FP8 / INT4 dequantized chunk (multiple of 128)       */
 /* Decode prefetch distance in bytes: the same place in the next 4-row tile,
  * 1 KiB on (the hardware prefetchers see 4 interleaved streams that restart
@@ -149,8 +149,7 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
         __m512bh v[4];
         #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            if (MR <= 2) /* decode: weights stream from memory */
-                _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
+            _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1); /* next tile */
             v[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
         }
         #pragma GCC unroll 6
@@ -528,6 +527,7 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                 const float *srow = sc + (size_t)((n + r) / 128) * cb;
                 for (int k = 0; k < kn; k += 64) {
                     __m512i u[2];
+                    _mm_prefetch((const char *)(row + k) + 4 * (size_t)cols, _MM_HINT_T1);
                     fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(kn - k), row + k), u);
                     __m512 s = _mm512_set1_ps(srow[(kc + k) / 128]);
                     _mm512_storeu_si512(deq + (size_t)r * KC_DEQ + k, scale_bf16x32(u[0], s));
@@ -659,6 +659,9 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                 const uint8_t *row = w + (size_t)(n + r) * rb;
                 const uint16_t *srow = sc + (size_t)(n + r) * sb;
                 for (int k = 0; k < kn; k += 32) {
+                    if (k % 128 == 0) /* the next tile's rows */
+                        _mm_prefetch((const char *)(row + (size_t)(kc + k) / 2) + 4 * rb,
+                                     _MM_HINT_T1);
                     /* 16 bytes = 32 nibbles in input order -> 32 bytes */
                     __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(
                         (const __m128i *)(row + (size_t)(kc + k) / 2)));
