@@ -148,6 +148,25 @@ KT_API kt_status kt_template_render_chat(const kt_template *t, const char *messa
                                          const char *extra_json,
                                          const kt_template_render_options *opts, kt_buf *out);
 
+/* One plain chat message for kt_template_render_messages(). Strings are
+ * UTF-8, NUL-terminated and borrowed for the call. */
+typedef struct kt_chat_message {
+    const char *role;              /* "system", "user", "assistant", "tool", ... */
+    const char *content;           /* NULL: content is none                       */
+    const char *reasoning_content; /* NULL: no reasoning_content key              */
+} kt_chat_message;
+
+/* Renders a conversation given as C strings (no JSON to build or escape):
+ * messages[i] become {"role", "content"[, "reasoning_content"]} dicts.
+ * extra_json: a JSON object of extra variables or NULL. Output, errors and
+ * thread-safety as kt_template_render(). Since 0.1. */
+KT_API kt_status kt_template_render_messages(const kt_template *t,
+                                             const kt_chat_message *messages, size_t n_messages,
+                                             int32_t add_generation_prompt,
+                                             const char *extra_json,
+                                             const kt_template_render_options *opts,
+                                             kt_buf *out);
+
 #ifdef __cplusplus
 }
 #endif

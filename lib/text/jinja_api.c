@@ -329,3 +329,62 @@ kt_status kt_template_render_chat(const kt_template *t, const char *messages_jso
     kt__ja_free_all(&a);
     return st;
 }
+
+kt_status kt_template_render_messages(const kt_template *t, const kt_chat_message *messages,
+                                      size_t n_messages, int32_t add_generation_prompt,
+                                      const char *extra_json,
+                                      const kt_template_render_options *opts, kt_buf *out)
+{
+    if (!t || !out || (!messages && n_messages))
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "kt_template_render_messages: t, messages or out is NULL");
+    out->size = 0;
+    if (out->ptr)
+        out->ptr[0] = 0;
+    ja_arena a = {0};
+    jdict *vars = NULL;
+    jlist *msgs = kt__jlist_new(&a, n_messages);
+    kt_status st = msgs ? KT_OK : kt__error(KT_ERR_NOMEM, "out of memory");
+    if (st >= 0 && extra_json && *extra_json) {
+        jv v;
+        st = parse_json_arg(t, &a, "extra variables", extra_json, &v);
+        if (st >= 0 && v.type != JV_DICT)
+            st = kt__error(KT_ERR_FORMAT, "template %s: extra variables must be a JSON object",
+                           t->jt.name);
+        if (st >= 0)
+            vars = v.u.d;
+    }
+    if (st >= 0 && !vars && !(vars = kt__jdict_new(&a, 4)))
+        st = kt__error(KT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st >= 0 && i < n_messages; i++) {
+        const kt_chat_message *m = &messages[i];
+        if (!m->role) {
+            st = kt__error(KT_ERR_INVALID_ARG, "kt_template_render_messages: message %zu has "
+                                               "no role", i);
+            break;
+        }
+        jdict *d = kt__jdict_new(&a, 3);
+        bool ok = d && kt__jdict_set(&a, d, jv_str("role", 4), jv_str(m->role, strlen(m->role)));
+        ok = ok && kt__jdict_set(&a, d, jv_str("content", 7),
+                                 m->content ? jv_str(m->content, strlen(m->content)) : jv_none());
+        if (ok && m->reasoning_content)
+            ok = kt__jdict_set(&a, d, jv_str("reasoning_content", 17),
+                               jv_str(m->reasoning_content, strlen(m->reasoning_content)));
+        if (!ok)
+            st = kt__error(KT_ERR_NOMEM, "out of memory");
+        else
+            msgs->items[msgs->n++] = kt__jv_dict(d);
+    }
+    if (st >= 0 && (!kt__jdict_set(&a, vars, jv_str("messages", 8), kt__jv_list(msgs)) ||
+                    !kt__jdict_set(&a, vars, jv_str("add_generation_prompt", 21),
+                                   jv_bool(add_generation_prompt != 0))))
+        st = kt__error(KT_ERR_NOMEM, "out of memory");
+    if (st >= 0)
+        st = render_vars(t, &a, vars, opts, out);
+    if (st < 0)
+        out->size = 0;
+    if (st < 0 && out->ptr)
+        out->ptr[0] = 0;
+    kt__ja_free_all(&a);
+    return st;
+}

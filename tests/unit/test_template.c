@@ -432,6 +432,25 @@ static void test_api(void **state)
     kt_template_free(t);
     kt_template_free(NULL);
 
+    /* Messages as C strings: no JSON escaping for the caller. */
+    const char *q3 = "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                     "{% if m.reasoning_content is defined %}[{{ m.reasoning_content }}]"
+                     "{% endif %}{% if m.content is none %}(none){% endif %}{% endfor %}"
+                     "{{ add_generation_prompt }}{{ enable_thinking }}";
+    assert_int_equal(kt_template_create(&t, q3, strlen(q3), "msgs", NULL), KT_OK);
+    kt_chat_message msgs[3] = {{"user", "a \"quoted\" \\ line\n", NULL},
+                               {"assistant", "b", "why"},
+                               {"tool", NULL, NULL}};
+    assert_int_equal(kt_template_render_messages(t, msgs, 3, 1, "{\"enable_thinking\": false}",
+                                                 NULL, &out),
+                     KT_OK);
+    assert_string_equal(out.ptr, "<user>a \"quoted\" \\ line\n<assistant>b[why]<tool>None(none)"
+                                 "TrueFalse");
+    msgs[0].role = NULL;
+    assert_int_equal(kt_template_render_messages(t, msgs, 3, 1, NULL, NULL, &out),
+                     KT_ERR_INVALID_ARG);
+    kt_template_free(t);
+
     /* Flags: plain Jinja whitespace. */
     kt_template_options o = KT_TEMPLATE_OPTIONS_INIT;
     o.flags = KT_TEMPLATE_NO_TRIM_BLOCKS | KT_TEMPLATE_NO_LSTRIP_BLOCKS |
