@@ -19,7 +19,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kt-run inspect [MODEL] [--json] [--gpus N] [--gpu-experts K] [--context N]\n"
+            "usage: kt-run inspect [MODEL] [--json] [--tensors] [--gpus N] [--gpu-experts K]\n"
+            "                      [--context N]\n"
             "\n"
             "Prints the architecture libkt reads from MODEL (a directory with config.json and\n"
             "safetensors files, a .gguf file, or a bare config .json), its tensors by type,\n"
@@ -27,6 +28,8 @@ static void usage(FILE *f)
             "\n"
             "  MODEL             default: " DEFAULT_MODEL "\n"
             "  --json            machine-readable output\n"
+            "  --tensors         also list every weight: layer, role, expert, storage, type,\n"
+            "                    shape and the file tensor it views\n"
             "  --gpus N          estimate with N GPUs (default 0: CPU only)\n"
             "  --gpu-experts K   routed experts per MoE layer kept on the GPUs (default 0)\n"
             "  --context N       KV cache tokens for the estimate (default: 4096)\n");
@@ -293,6 +296,64 @@ static void print_text(const kt_model *m, const kt_arch_info *a, const summary *
     printf("\n");
 }
 
+/* One line per indexed weight. */
+static void print_tensors(const kt_model *m)
+{
+    printf("\n%-6s %-20s %-6s %-12s %-8s %-20s %s\n", "layer", "role", "expert", "storage",
+           "type", "shape", "tensor");
+    size_t n = kt_model_n_tensors(m);
+    for (size_t i = 0; i < n; i++) {
+        kt_tensor_view v;
+        v.struct_size = sizeof v;
+        if (kt_model_tensor_at(m, i, &v) < 0)
+            continue;
+        char layer[16] = "-", expert[16] = "-", shape[64] = "";
+        if (v.layer != UINT32_MAX)
+            snprintf(layer, sizeof layer, "%u", v.layer);
+        if (v.expert != UINT32_MAX)
+            snprintf(expert, sizeof expert, "%u", v.expert);
+        size_t off = 0;
+        for (uint32_t d = 0; d < v.n_dims && off < sizeof shape; d++)
+            off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%" PRIu64, d ? "x" : "",
+                                    v.shape[d]);
+        const char *storage = kt_storage_name((kt_storage)v.storage);
+        const char *type = kt_type_name((kt_type)v.type);
+        printf("%-6s %-20s %-6s %-12s %-8s %-20s %s\n", layer, kt_role_name((kt_role)v.role),
+               expert, storage ? storage : "?", type ? type : "?", shape, v.name);
+    }
+}
+
+static cJSON *tensors_json(const kt_model *m)
+{
+    cJSON *arr = cJSON_CreateArray();
+    size_t n = kt_model_n_tensors(m);
+    for (size_t i = 0; i < n; i++) {
+        kt_tensor_view v;
+        v.struct_size = sizeof v;
+        if (kt_model_tensor_at(m, i, &v) < 0)
+            continue;
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "name", v.name);
+        cJSON_AddStringToObject(t, "role", kt_role_name((kt_role)v.role));
+        if (v.layer != UINT32_MAX)
+            cJSON_AddNumberToObject(t, "layer", v.layer);
+        if (v.expert != UINT32_MAX)
+            cJSON_AddNumberToObject(t, "expert", v.expert);
+        const char *storage = kt_storage_name((kt_storage)v.storage);
+        const char *type = kt_type_name((kt_type)v.type);
+        cJSON_AddStringToObject(t, "storage", storage ? storage : "?");
+        cJSON_AddStringToObject(t, "type", type ? type : "?");
+        cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+        for (uint32_t d = 0; d < v.n_dims; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)v.shape[d]));
+        cJSON_AddNumberToObject(t, "rows", (double)v.rows);
+        cJSON_AddNumberToObject(t, "cols", (double)v.cols);
+        cJSON_AddNumberToObject(t, "bytes", (double)(v.nbytes + v.scale_nbytes));
+        cJSON_AddItemToArray(arr, t);
+    }
+    return arr;
+}
+
 /* ---- JSON ---------------------------------------------------------------------------------- */
 
 /* A float as its shortest faithful decimal (1e-06, not 9.99999997e-07). */
@@ -317,7 +378,7 @@ static cJSON *tallies_json(const tally *t, size_t n)
 }
 
 static char *to_json(const kt_model *m, const kt_arch_info *a, const summary *s,
-                     const kt_memory_estimate *e, const kt_estimate_options *eo)
+                     const kt_memory_estimate *e, const kt_estimate_options *eo, bool tensors)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "path", kt_model_path(m));
@@ -417,6 +478,8 @@ static char *to_json(const kt_model *m, const kt_arch_info *a, const summary *s,
     cJSON_AddItemToObject(t, "by_part", tallies_json(s->parts, PART_COUNT));
     cJSON_AddItemToObject(t, "by_type", tallies_json(s->types, s->n_types));
     cJSON_AddItemToObject(t, "by_role", tallies_json(s->roles, s->n_roles));
+    if (tensors)
+        cJSON_AddItemToObject(t, "list", tensors_json(m));
     cJSON *x = cJSON_AddObjectToObject(root, "estimate");
     cJSON_AddNumberToObject(x, "n_gpus", eo->n_gpus);
     cJSON_AddNumberToObject(x, "gpu_experts_per_layer", eo->gpu_experts_per_layer);
@@ -441,7 +504,7 @@ static char *to_json(const kt_model *m, const kt_arch_info *a, const summary *s,
 int cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
-    bool json = false, bad = false;
+    bool json = false, tensors = false, bad = false;
     kt_estimate_options eo = KT_ESTIMATE_OPTIONS_INIT;
     eo.context_length = 4096;
     for (int i = 1; i < argc; i++) {
@@ -452,6 +515,8 @@ int cmd_inspect(int argc, char **argv)
             return 0;
         } else if (opt_match(argc, argv, &i, "--json", false, &v, &bad)) {
             json = true;
+        } else if (opt_match(argc, argv, &i, "--tensors", false, &v, &bad)) {
+            tensors = true;
         } else if (opt_match(argc, argv, &i, "--gpus", true, &v, &bad)) {
             if (bad || !opt_parse_i64("kt-run inspect", "--gpus", v, 0, KT_ESTIMATE_MAX_GPUS, &n))
                 return 2;
@@ -502,7 +567,7 @@ int cmd_inspect(int argc, char **argv)
     summarize(m, &a, s);
     int rc = 0;
     if (json) {
-        char *text = to_json(m, &a, s, &e, &eo);
+        char *text = to_json(m, &a, s, &e, &eo, tensors);
         if (text) {
             printf("%s\n", text);
             free(text);
@@ -511,6 +576,8 @@ int cmd_inspect(int argc, char **argv)
         }
     } else {
         print_text(m, &a, s, &e, &eo);
+        if (tensors)
+            print_tensors(m);
     }
     free(s);
     kt_model_free(m);
