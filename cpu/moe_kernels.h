@@ -126,6 +126,10 @@ static inline float kt__moe_e4m3_f32(uint8_t b)
 const kt__moe_kernels *kt__moe_kernels_ref(int method);
 const kt__moe_kernels *kt__moe_kernels_avx2(int method);
 const kt__moe_kernels *kt__moe_kernels_avx512(int method);
+/* AMX-BF16 prefill on top of the AVX-512 set (cpu/amx/moe_amx.c). */
+const kt__moe_kernels *kt__moe_kernels_amx(int method);
+/* The same with a scalar tile emulation; tests only. */
+const kt__moe_kernels *kt__moe_kernels_amx_emulated(int method);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

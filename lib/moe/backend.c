@@ -103,6 +103,12 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method)
     uint64_t isa = kt_hw_isa() & isa_cap;
     (void)isa;
     const kt__moe_kernels *k = NULL;
+#if KT_HAVE_ISA_AMX
+    /* AMX-BF16 prefill on top of the AVX-512 set (tile permission is part of the bits). */
+    if ((isa & (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16)) ==
+        (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16))
+        k = kt__moe_kernels_amx(method);
+#endif
 #if KT_HAVE_ISA_AVX512
     if (!k && (isa & AVX512_NEED) == AVX512_NEED)
         k = kt__moe_kernels_avx512(method);

@@ -124,7 +124,8 @@ static void check_set(const kt__moe_kernels *ks, int method)
                     ref->gemm(&W, n0, n1, k0, k1, ar, sr, rows_idx, M, cr, nb, scr_r);
                     ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr_t);
                     double c = 1e-5;
-                    if (method != KT_METHOD_BF16 && M >= 4 && strstr(ks->name, "avx512"))
+                    if (method != KT_METHOD_BF16 && M >= 4 &&
+                        (strstr(ks->name, "avx512") || strstr(ks->name, "amx")))
                         c = 8e-3;
                     for (int m = 0; m < M; m++)
                         for (int n = n0; n < n1; n++) {
@@ -198,6 +199,30 @@ static void test_avx2(void **state)
 #endif
 }
 
+/* AMX-BF16 prefill (AVX-512 below 8 tokens): on AMX machines for real, and
+ * everywhere with AVX-512 through a scalar tile emulation of the same code. */
+static void test_amx(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AMX
+    if ((kt_hw_isa() & (KT_ISA_AMX_TILE | KT_ISA_AMX_BF16)) != (KT_ISA_AMX_TILE | KT_ISA_AMX_BF16))
+        skip();
+    run_isa(AVX512_BITS | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16, kt__moe_kernels_amx, "amx");
+#else
+    skip();
+#endif
+}
+
+static void test_amx_emulated(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    run_isa(AVX512_BITS, kt__moe_kernels_amx_emulated, "amx-emulated");
+#else
+    skip();
+#endif
+}
+
 /* The scalar INT8 quantizer itself: round(x / d) with d = max|x| / 127. */
 static void test_quant_q8(void **state)
 {
@@ -227,6 +252,8 @@ int main(void)
         cmocka_unit_test(test_quant_q8),
         cmocka_unit_test(test_avx512),
         cmocka_unit_test(test_avx2),
+        cmocka_unit_test(test_amx_emulated),
+        cmocka_unit_test(test_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

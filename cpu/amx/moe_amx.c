@@ -1,0 +1,419 @@
+/*
+ * AMX-BF16 prefill kernels for the BF16, FP8 and RAWINT4 MoE methods.
+ *
+ * Same contract as every kernel set (cpu/moe_kernels.h): C = A W^T over output
+ * rows [n0, n1) and inputs [k0, k1). Each set here keeps the activation format
+ * and the decode path of the AVX-512 set of its method, and takes over only
+ * calls with at least AMX_MIN_M tokens, where tiles pay.
+ *
+ * The tiles compute the transposed product, C^T = W A^T:
+ *   tile A operand = 16 weight rows x 32 inputs, loaded straight from the
+ *                    weights (BF16) or from a decoded copy (FP8, RAWINT4),
+ *   tile B operand = 32 inputs x 16 tokens in the pair-interleaved (VNNI)
+ *                    layout, packed once per K chunk from the activations,
+ *   tile C         = 16 weight rows x 16 tokens, FP32.
+ * So the weights, the operand that streams from memory, are never repacked;
+ * only the activations (reused by every weight row) are.
+ *
+ * Built twice: into the AMX library with -mamx-*, and, with KT_AMX_EMULATE,
+ * into a unit test whose scalar tile emulation checks the packing and the
+ * loop structure on machines without AMX.
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "moe_kernels.h"
+
+#ifdef KT_AMX_EMULATE
+#include "amx_emulate.h"
+#define AMX_FN(name) name##_emulated
+#else
+#define AMX_FN(name) name
+#endif
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define AMX_MIN_M 8   /* fewer tokens per expert: the AVX-512 path             */
+#define KCH 512       /* inputs per chunk (multiple of 64)                     */
+#define MMAX 256      /* tokens per packed batch                                */
+#define NB 32         /* weight rows per tile block (two A tiles)               */
+
+/* Tile registers: C00 C01 C10 C11 (rows x tokens), W0 W1, X0 X1. Macros, not
+ * enums: GCC's tile intrinsics paste the register number into the assembly. */
+#define TC00 0
+#define TC01 1
+#define TC10 2
+#define TC11 3
+#define TW0 4
+#define TW1 5
+#define TX0 6
+#define TX1 7
+
+typedef struct tile_config {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* Every tile is 16 rows x 64 bytes; configured once per call (cheap). */
+static void configure_tiles(void)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+typedef struct amx_scratch {
+    uint16_t xpack[(MMAX / 16) * (KCH / 32) * 512]; /* [M/16][KCH/32][16 pairs][16 tok][2] */
+    uint16_t wdec[NB * KCH];                        /* [32][KCH] decoded weight rows       */
+    float ctile[16 * 16];                           /* one C^T tile on its way out         */
+} amx_scratch;
+
+static inline int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static const void *arow(const void *A, size_t stride, const int32_t *rows, int m)
+{
+    return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
+}
+
+/* Pack the BF16 view of tokens [m0, m0 + mn) x inputs [kc, kc + kn) into VNNI
+ * tiles: xpack[mb][kt][r][c][j] = x[m0 + 16 mb + c][kc + 32 kt + 2 r + j].
+ * As 32-bit pairs that is a 16 x 16 transpose per (mb, kt); tokens and inputs
+ * past the ends are zero. `view` is the byte offset of the BF16 copy in a row. */
+static void pack_x(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
+                   int mn, int kc, int kn, uint16_t *xpack)
+{
+    int kt_n = (kn + 31) / 32, mb_n = (mn + 15) / 16;
+    for (int mb = 0; mb < mb_n; mb++) {
+        for (int c = 0; c < 16; c++) {
+            int m = mb * 16 + c;
+            const uint32_t *src =
+                m < mn ? (const uint32_t *)((const char *)arow(A, a_stride, rows, m0 + m) + view +
+                                            (size_t)kc * 2)
+                       : NULL;
+            for (int kt = 0; kt < kt_n; kt++) {
+                uint32_t *dst = (uint32_t *)(xpack + ((size_t)mb * (KCH / 32) + kt) * 512);
+                int pairs = imin(16, (kn - kt * 32 + 1) / 2);
+                if (src && kn - kt * 32 >= 32) {
+                    /* hot path: 16 pairs of one token -> column c of the tile */
+                    __m512i v = _mm512_loadu_si512(src + kt * 16);
+                    _mm512_i32scatter_epi32(dst + c,
+                                            _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144,
+                                                             128, 112, 96, 80, 64, 48, 32, 16, 0),
+                                            v, 4);
+                    continue;
+                }
+                for (int r = 0; r < 16; r++) {
+                    uint32_t pair = 0;
+                    if (src && r < pairs) {
+                        const uint16_t *s16 = (const uint16_t *)src + kt * 32 + 2 * r;
+                        int k = kt * 32 + 2 * r;
+                        uint16_t lo = s16[0], hi = k + 1 < kn ? s16[1] : 0;
+                        pair = (uint32_t)lo | ((uint32_t)hi << 16);
+                    }
+                    dst[r * 16 + c] = pair;
+                }
+            }
+        }
+    }
+}
+
+/* C rows m, columns (n - n0) += / = C^T tile (16 weight rows x 16 tokens). */
+static void store_ct(const float *ct, float *C, int ldc, int n_off, int nr, int m0, int mr,
+                     int accumulate)
+{
+    for (int t = 0; t < mr; t++) {
+        float *c = C + (size_t)(m0 + t) * ldc + n_off;
+        if (accumulate)
+            for (int r = 0; r < nr; r++)
+                c[r] += ct[r * 16 + t];
+        else
+            for (int r = 0; r < nr; r++)
+                c[r] = ct[r * 16 + t];
+    }
+}
+
+/* The tile loop for one block of up to 32 weight rows (BF16, row stride ldw
+ * bytes, KCH-chunk local, kt_n 32-input steps) against every packed token
+ * block: the hot loop. */
+static void tiles_block(const uint16_t *w, size_t ldw, int nr, const uint16_t *xpack, int mn,
+                        int kt_n, float *C, int ldc, int n_off, int accumulate,
+                        amx_scratch *s)
+{
+    int two_w = nr > 16;
+    for (int mb = 0; mb < mn; mb += 32) {
+        int two_x = mn - mb > 16;
+        _tile_zero(TC00);
+        _tile_zero(TC01);
+        _tile_zero(TC10);
+        _tile_zero(TC11);
+        const uint16_t *x0 = xpack + (size_t)(mb / 16) * (KCH / 32) * 512;
+        const uint16_t *x1 = x0 + (size_t)(KCH / 32) * 512;
+        for (int kt = 0; kt < kt_n; kt++) {
+            _tile_loadd(TW0, w + kt * 32, ldw);
+            _tile_loadd(TX0, x0 + (size_t)kt * 512, 64);
+            _tile_dpbf16ps(TC00, TW0, TX0);
+            if (two_x) {
+                _tile_loadd(TX1, x1 + (size_t)kt * 512, 64);
+                _tile_dpbf16ps(TC01, TW0, TX1);
+            }
+            if (two_w) {
+                _tile_loadd(TW1, (const char *)w + 16 * ldw + kt * 64, ldw);
+                _tile_dpbf16ps(TC10, TW1, TX0);
+                if (two_x)
+                    _tile_dpbf16ps(TC11, TW1, TX1);
+            }
+        }
+        int mr0 = imin(16, mn - mb), mr1 = imin(16, mn - mb - 16);
+        _tile_stored(TC00, s->ctile, 64);
+        store_ct(s->ctile, C, ldc, n_off, imin(16, nr), mb, mr0, accumulate);
+        if (two_x) {
+            _tile_stored(TC01, s->ctile, 64);
+            store_ct(s->ctile, C, ldc, n_off, imin(16, nr), mb + 16, mr1, accumulate);
+        }
+        if (two_w) {
+            _tile_stored(TC10, s->ctile, 64);
+            store_ct(s->ctile, C, ldc, n_off + 16, nr - 16, mb, mr0, accumulate);
+            if (two_x) {
+                _tile_stored(TC11, s->ctile, 64);
+                store_ct(s->ctile, C, ldc, n_off + 16, nr - 16, mb + 16, mr1, accumulate);
+            }
+        }
+    }
+}
+
+/* Fills s->wdec rows [0, nr) x [0, kpad) with BF16 weights of rows [n, n + nr)
+ * and inputs [kc, kc + kn) (zero past kn), in the order of the activation view. */
+typedef void (*decode_fn)(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                          uint16_t *dst);
+
+static void decode_bf16(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                        uint16_t *dst)
+{
+    const uint16_t *w = W->w;
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        if (r < nr)
+            memcpy(d, w + (size_t)(n + r) * W->cols + kc, (size_t)kn * 2);
+        memset(d + (r < nr ? kn : 0), 0, (size_t)(kpad - (r < nr ? kn : 0)) * 2);
+    }
+}
+
+/* E4M3 -> BF16 by byte tables: hi byte and lo byte of the BF16 of |v| for the
+ * 128 magnitudes, sign or'ed in; the unpack leaves the BF16P64 order the
+ * activations of this method use. */
+static uint8_t e4m3_hi[128], e4m3_lo[128];
+static void init_e4m3_tables(void)
+{
+    for (int b = 0; b < 128; b++) {
+        uint16_t h = kt__moe_f32_bf16(kt__moe_e4m3_f32((uint8_t)b));
+        e4m3_lo[b] = (uint8_t)(h & 0xff);
+        e4m3_hi[b] = (uint8_t)(h >> 8);
+    }
+}
+
+ALWAYS_INLINE __m512i scale_bf16x32(__m512i b, __m512 s)
+{
+    __m512 lo = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(b)), 16));
+    __m512 hi = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1)), 16));
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+}
+
+static void decode_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                       uint16_t *dst)
+{
+    const uint8_t *w = W->w;
+    const float *sc = W->scale;
+    int cols = W->cols, cb = (cols + 127) / 128;
+    __m512i h0 = _mm512_loadu_si512(e4m3_hi), h1 = _mm512_loadu_si512(e4m3_hi + 64);
+    __m512i l0 = _mm512_loadu_si512(e4m3_lo), l1 = _mm512_loadu_si512(e4m3_lo + 64);
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad * 2);
+            continue;
+        }
+        const uint8_t *row = w + (size_t)(n + r) * cols + kc;
+        const float *srow = sc + (size_t)((n + r) / 128) * cb;
+        for (int k = 0; k < kpad; k += 64) {
+            int left = kn - k;
+            __mmask64 msk = left >= 64 ? ~(__mmask64)0
+                                       : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
+            __m512i v = _mm512_maskz_loadu_epi8(msk, row + k);
+            __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
+            __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
+            hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8);
+            __m512 s = _mm512_set1_ps(srow[(kc + k) / 128]);
+            _mm512_storeu_si512(d + k, scale_bf16x32(_mm512_unpacklo_epi8(lo, hi), s));
+            _mm512_storeu_si512(d + k + 32, scale_bf16x32(_mm512_unpackhi_epi8(lo, hi), s));
+        }
+    }
+}
+
+/* Packed nibbles (first input in the low bits, stored as value + 8) times the
+ * BF16 scale of each 32 inputs -> BF16 in input order. */
+static void decode_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                        uint16_t *dst)
+{
+    const uint8_t *w = W->w;
+    const uint16_t *sc = W->scale;
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad * 2);
+            continue;
+        }
+        const uint8_t *row = w + (size_t)(n + r) * rb;
+        const uint16_t *srow = sc + (size_t)(n + r) * sb;
+        for (int k = 0; k < kn; k += 32) {
+            __m256i b = _mm256_cvtepu8_epi16(
+                _mm_loadu_si128((const __m128i *)(row + (size_t)(kc + k) / 2)));
+            __m256i nib = _mm256_or_si256(
+                _mm256_and_si256(b, _mm256_set1_epi16(0x0f)),
+                _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0xf0)), 4));
+            __m512 s = _mm512_set1_ps(kt__moe_bf16_f32(srow[(kc + k) / 32]));
+            __m512i eight = _mm512_set1_epi32(8);
+            __m512 lo = _mm512_cvtepi32_ps(
+                _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(nib)), eight));
+            __m512 hi = _mm512_cvtepi32_ps(
+                _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(nib, 1)), eight));
+            __m512bh v = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+            _mm512_storeu_si512(d + k, (__m512i)v);
+        }
+        if (kpad > kn)
+            memset(d + kn, 0, (size_t)(kpad - kn) * 2);
+    }
+}
+
+/* C = A W^T with tiles. `view` is the byte offset of the BF16 activations in
+ * a row; `decode` is NULL when the weights are BF16 and can be tiled in place. */
+static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                     size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                     amx_scratch *s, size_t view, decode_fn decode, int kalign)
+{
+    configure_tiles();
+    for (int m0 = 0; m0 < M; m0 += MMAX) {
+        int mn = imin(MMAX, M - m0);
+        float *Cm = C + (size_t)m0 * ldc;
+        for (int kc = k0; kc < k1; kc += KCH) {
+            /* kalign 64: the FP8 activations are permuted within each 64 inputs,
+             * so a partial chunk covers its whole 64 (the decoded weights of
+             * inputs past the end are zero) */
+            int kn = imin(KCH, k1 - kc), kpad = (kn + kalign - 1) / kalign * kalign;
+            int kt_n = kpad / 32;
+            pack_x(A, a_stride, rows ? rows + m0 : NULL, view, rows ? 0 : m0, mn, kc,
+                   kalign == 64 ? kpad : kn, s->xpack);
+            for (int nb = n0; nb < n1; nb += NB) {
+                int nr = imin(NB, n1 - nb);
+                const uint16_t *w;
+                size_t ldw;
+                /* BF16 in place when whole rows and inputs are there; else a copy. */
+                if (!decode && nr == NB && kn == kpad) {
+                    w = (const uint16_t *)W->w + (size_t)nb * W->cols + kc;
+                    ldw = (size_t)W->cols * 2;
+                } else {
+                    (decode ? decode : decode_bf16)(W, nb, nr, kc, kn, kpad, s->wdec);
+                    w = s->wdec;
+                    ldw = KCH * 2;
+                }
+                tiles_block(w, ldw, nr, s->xpack, mn, kt_n, Cm, ldc, nb - n0, kc > k0, s);
+            }
+        }
+    }
+}
+
+/* ---- the three kernel sets ----------------------------------------------- */
+
+static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4;
+
+static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                      void *scratch)
+{
+    if (M < AMX_MIN_M) {
+        avx512_bf16->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
+    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, NULL, 32);
+}
+
+static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                     size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                     void *scratch)
+{
+    if (M < AMX_MIN_M) {
+        avx512_fp8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
+    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_fp8, 64);
+}
+
+static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                      void *scratch)
+{
+    if (M < AMX_MIN_M) {
+        avx512_int4->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
+    /* Q8P128 rows: int8 part (K128 bytes), lane scales and sums (K128 bytes), BF16 copy. */
+    size_t view = 2 * (size_t)((W->cols + 127) & ~127);
+    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, view, decode_int4, 32);
+}
+
+static kt__moe_kernels k_bf16, k_fp8, k_int4;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* The AVX-512 set's scratch or ours, whichever is larger (a call uses one). */
+static size_t scratch_of(const kt__moe_kernels *k)
+{
+    return k->scratch_bytes > sizeof(amx_scratch) ? k->scratch_bytes : sizeof(amx_scratch);
+}
+
+static void init_sets(void)
+{
+    avx512_bf16 = kt__moe_kernels_avx512(KT_METHOD_BF16);
+    avx512_fp8 = kt__moe_kernels_avx512(KT_METHOD_FP8);
+    avx512_int4 = kt__moe_kernels_avx512(KT_METHOD_RAWINT4);
+    if (!avx512_bf16 || !avx512_fp8 || !avx512_int4)
+        return;
+    init_e4m3_tables();
+    k_bf16 = (kt__moe_kernels){"amx-bf16", avx512_bf16->act, avx512_bf16->quant, gemm_bf16,
+                               scratch_of(avx512_bf16)};
+    k_fp8 = (kt__moe_kernels){"amx-bf16+fp8", avx512_fp8->act, avx512_fp8->quant, gemm_fp8,
+                              scratch_of(avx512_fp8)};
+    k_int4 = (kt__moe_kernels){"amx-bf16+int4", avx512_int4->act, avx512_int4->quant, gemm_int4,
+                               scratch_of(avx512_int4)};
+}
+
+const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
+{
+    pthread_once(&init_once, init_sets);
+    if (!k_bf16.gemm)
+        return NULL;
+    switch (method) {
+    case KT_METHOD_BF16:
+        return &k_bf16;
+    case KT_METHOD_FP8:
+        return &k_fp8;
+    case KT_METHOD_RAWINT4:
+        return &k_int4;
+    default:
+        return NULL;
+    }
+}
