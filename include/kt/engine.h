@@ -47,7 +47,7 @@ typedef struct kt_context kt_context;
 
 /* Numeric mode of a context. Values are ABI. */
 typedef enum kt_precision {
-    KT_PRECISION_FAST = 0, /* BF16 weights, F32 accumulation (default)                */
+    KT_PRECISION_FAST = 0, /* weights as stored (BF16/FP8), F32 accumulation (default) */
     KT_PRECISION_F32 = 1   /* F32 everywhere: validation against FP32 references     */
 } kt_precision;
 
@@ -63,7 +63,7 @@ typedef enum kt_precision {
 /* Give the dense layers and attention their own workers (one per physical
  * core, pinned) even while the CPU MoE backend's workers run; without a backend
  * they always have them. Two pools then share the cores, alternating (each
- * spins briefly after its job), which pays off on large idle machines and
+ * spins briefly after its job); this may pay off on large idle machines and
  * costs on small or busy ones: measure with `kt-bench engine`. */
 #define KT_CONTEXT_F_DENSE_WORKERS (1u << 2)
 
