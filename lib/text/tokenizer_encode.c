@@ -598,9 +598,11 @@ static kt_status pretok_step(const kt_tokenizer *tok, const kt__pretok *pt,
             for (size_t k = 0; k < sv->n && st == KT_OK; k++) {
                 /* map each byte to its printable character */
                 mapped.size = 0;
+                st = kt__buf_reserve(&mapped, 2 * (sv->v[k].e - sv->v[k].s));
                 for (size_t j = sv->v[k].s; j < sv->v[k].e && st == KT_OK; j++) {
-                    uint8_t c = (uint8_t)tmp.ptr[j];
-                    st = kt__buf_append(&mapped, tok->byte_chars[c], tok->byte_char_len[c]);
+                    uint8_t c = (uint8_t)tmp.ptr[j]; /* at most 2 bytes each: reserved */
+                    memcpy(mapped.ptr + mapped.size, tok->byte_chars[c], tok->byte_char_len[c]);
+                    mapped.size += tok->byte_char_len[c];
                 }
                 if (st == KT_OK)
                     st = plist_add(out, mapped.ptr, mapped.size, -1, pc->first && sv->v[k].s == 0);
