@@ -29,5 +29,6 @@
 #include "kt/engine.h"
 #include "kt/sampler.h"
 #include "kt/placement.h"
+#include "kt/chat.h"
 
 #endif /* KT_KT_H */
