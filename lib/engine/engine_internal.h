@@ -205,6 +205,7 @@ struct kt_context {
     kt_moe_backend *moe;
     int32_t *moe_index;     /* [n_layer] backend layer, -1 for dense layers */
     kt_method moe_method;
+    bool moe_shared_folded; /* the shared expert is the backend's expert E */
 
     /* test hooks: when set, eval writes [n_layer+1][T][H] hidden states here */
     float *capture_hidden;
@@ -215,9 +216,9 @@ struct kt_context {
 /* experts.c: builds the MoE backend over the model's expert views in place. */
 kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools);
 void kt__experts_free(kt_context *ctx);
-/* out[T][H] = Σ_j w[t][j] · FFN_{ids[t][j]}(x[t]) for one MoE layer. */
+/* out[T][H] = Σ_{j<k} w[t][j] · FFN_{ids[t][j]}(x[t]) for one MoE layer. */
 kt_status kt__experts_forward(kt_context *ctx, int32_t layer, const float *x, int32_t T,
-                              const int32_t *ids, const float *w, float *out);
+                              const int32_t *ids, const float *w, int32_t k, float *out);
 
 /* Forward over tokens[T] at positions n_past..n_past+T-1; writes logits for
  * all positions ([T][V]) or only the last ([V]) into `logits` (may be NULL). */

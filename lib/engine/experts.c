@@ -56,6 +56,27 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
     }
     bool fused = hp->family == KT__FAM_GPT_OSS;
     kt_method have = KT_METHOD_NONE;
+    /* A shared expert of a routed expert's shape and storage (DeepSeek, Kimi
+     * with FP8/BF16 checkpoints, GLM) runs as expert E of the backend with
+     * weight 1 for every token, so it uses the backend's workers too. */
+    bool fold = hp->n_ff_shared > 0 && hp->n_ff_shared == hp->n_ff_exp && !hp->shared_gate &&
+                !fused;
+    for (int32_t l = 0; fold && l < hp->n_layer; l++) {
+        if (!hp->layer_moe[l])
+            continue;
+        kt_tensor_view e0, sv;
+        if (view(m, (uint32_t)l, KT_ROLE_EXPERT_GATE, 0, &e0) < 0) {
+            fold = false;
+            break;
+        }
+        kt_role roles[3] = {KT_ROLE_SHARED_GATE, KT_ROLE_SHARED_UP, KT_ROLE_SHARED_DOWN};
+        for (int i = 0; i < 3 && fold; i++)
+            fold = view(m, (uint32_t)l, roles[i], 0, &sv) == KT_OK &&
+                   method_of_view(&sv) == method_of_view(&e0) &&
+                   method_of_view(&e0) != KT_METHOD_NONE;
+    }
+    kt_clear_error();
+    int32_t Eb = E + (fold ? 1 : 0); /* experts the backend sees */
     int32_t k = 0;
     for (int32_t l = 0; l < hp->n_layer; l++) {
         ctx->moe_index[l] = hp->layer_moe[l] ? k : -1;
@@ -63,7 +84,7 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
             continue;
         layer_arrays *a = &arr[k];
         for (int i = 0; i < 9; i++)
-            if (!(a->p[i] = kt__calloc((size_t)E, sizeof(void *)))) {
+            if (!(a->p[i] = kt__calloc((size_t)Eb, sizeof(void *)))) {
                 st = KT_ERR_NOMEM;
                 goto done;
             }
@@ -122,6 +143,15 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
                 }
             }
         }
+        if (fold) {
+            kt_tensor_view g, u, d;
+            if ((st = view(m, (uint32_t)l, KT_ROLE_SHARED_GATE, 0, &g)) < 0 ||
+                (st = view(m, (uint32_t)l, KT_ROLE_SHARED_UP, 0, &u)) < 0 ||
+                (st = view(m, (uint32_t)l, KT_ROLE_SHARED_DOWN, 0, &d)) < 0)
+                goto done;
+            a->p[0][E] = g.data, a->p[1][E] = u.data, a->p[2][E] = d.data;
+            a->p[3][E] = g.scale_data, a->p[4][E] = u.scale_data, a->p[5][E] = d.scale_data;
+        }
         lw->flags = fused ? KT_MOE_W_GATE_UP_FUSED | KT_MOE_W_IN_MAJOR : 0;
         lw->gate = a->p[0];
         lw->up = a->p[1];
@@ -149,8 +179,8 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
     d.act = hp->gptoss_act ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
     d.hidden = (uint32_t)hp->n_embd;
     d.intermediate = (uint32_t)hp->n_ff_exp;
-    d.n_experts = (uint32_t)E;
-    d.top_k = (uint32_t)hp->n_expert_used;
+    d.n_experts = (uint32_t)Eb;
+    d.top_k = (uint32_t)(hp->n_expert_used + (fold ? 1 : 0));
     d.swiglu_alpha = hp->act_alpha;
     d.swiglu_limit = hp->act_limit;
     kt_moe_options mo = KT_MOE_OPTIONS_INIT;
@@ -161,6 +191,7 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
     if (st < 0)
         kt__error_prefix(st, "engine: CPU MoE backend (%s)", kt_method_name(have));
     ctx->moe_method = have;
+    ctx->moe_shared_folded = fold && st == KT_OK;
 done:
     if (arr)
         for (int32_t i = 0; i < n_moe; i++)
@@ -179,12 +210,12 @@ void kt__experts_free(kt_context *ctx)
 }
 
 kt_status kt__experts_forward(kt_context *ctx, int32_t layer, const float *x, int32_t T,
-                              const int32_t *ids, const float *w, float *out)
+                              const int32_t *ids, const float *w, int32_t k, float *out)
 {
     kt_moe_io io = KT_MOE_IO_INIT;
     io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
     io.n_tokens = &T;
-    io.top_k = (uint32_t)ctx->hp.n_expert_used;
+    io.top_k = (uint32_t)k;
     io.x = x;
     io.ids = ids;
     io.w = w;

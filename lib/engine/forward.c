@@ -508,8 +508,26 @@ static kt_status moe_block(fwd *f, int32_t l)
         route(hp, L, logits + (size_t)t * E, ids + (size_t)t * k, wts + (size_t)t * k, tmp);
 
     memset(f->out, 0, sizeof(float) * T * H);
-    if (ctx->moe) {
-        st = kt__experts_forward(ctx, l, f->xn, T, ids, wts, f->out);
+    if (ctx->moe && ctx->moe_shared_folded) {
+        /* the shared expert rides along as expert E with weight 1 */
+        int32_t k1 = k + 1;
+        int32_t *ids1 = SCRATCH((size_t)T * k1, sizeof(int32_t));
+        float *w1 = SCRATCH((size_t)T * k1, sizeof(float));
+        if (!ids1 || !w1) {
+            st = KT_ERR_NOMEM;
+            goto done;
+        }
+        for (int32_t t = 0; t < T; t++) {
+            memcpy(ids1 + (size_t)t * k1, ids + (size_t)t * k, sizeof(int32_t) * k);
+            memcpy(w1 + (size_t)t * k1, wts + (size_t)t * k, sizeof(float) * k);
+            ids1[(size_t)t * k1 + k] = E;
+            w1[(size_t)t * k1 + k] = 1.0f;
+        }
+        st = kt__experts_forward(ctx, l, f->xn, T, ids1, w1, k1, f->out);
+        if (st < 0)
+            goto done;
+    } else if (ctx->moe) {
+        st = kt__experts_forward(ctx, l, f->xn, T, ids, wts, k, f->out);
         if (st < 0)
             goto done;
     }
@@ -538,7 +556,7 @@ static kt_status moe_block(fwd *f, int32_t l)
                 o[c] += rw[i] * y[c];
         }
     }
-    if (L->sh_gate.data) {
+    if (L->sh_gate.data && !(ctx->moe && ctx->moe_shared_folded)) {
         /* shared expert, unscaled (qwen2_moe: times sigmoid(w_g · x)) */
         st = ffn(ctx, f->xn, T, &L->sh_gate, &L->sh_up, &L->sh_down, NULL, NULL, NULL, false, ye);
         if (st < 0)

@@ -183,7 +183,10 @@ static void check_prefill(const char *name, const char *variant, kt_precision pr
         }
         bool backend = ctx->moe != NULL;
         print_message("  %s fast%s: %d/%d positions within 5e-2, %d argmax misses\n", name,
-                      backend ? " (MoE backend)" : "", ok, r.T, argmax_bad);
+                      !backend                  ? ""
+                      : ctx->moe_shared_folded ? " (MoE backend, shared expert folded in)"
+                                               : " (MoE backend)",
+                      ok, r.T, argmax_bad);
         if (!backend) {
             /* F32 activations: the criterion exactly */
             assert_true(ok * 100 >= 99 * r.T);
