@@ -140,7 +140,8 @@ typedef struct kt_model_open_options {
 /* Fills *opts with defaults; struct_size is the caller's sizeof(*opts). Since 0.1. */
 KT_API kt_status kt_model_open_options_init(kt_model_open_options *opts, size_t struct_size);
 
-/* Opens a model directory (config.json + safetensors), a .gguf file, or a bare
+/* Opens a model directory (config.json + safetensors; a shard or the index file
+ * inside it opens the directory), a .gguf file, or a bare
  * config .json file (description only, as with KT_MODEL_OPEN_F_CONFIG_ONLY).
  * rt may be NULL (warnings go to stderr); if given it must outlive the model.
  * opts may be NULL (defaults). Validates the config (consistency of every

@@ -131,6 +131,26 @@ kt_status kt_model_open(kt_model **out, kt_runtime *rt, const char *path,
     if (stat(path, &sb) != 0)
         return kt__error(KT_ERR_IO, "%s: %s", path, strerror(errno));
 
+    /* a shard or the index of a model directory: open the directory */
+    if (S_ISREG(sb.st_mode) &&
+        (ends_with(path, ".safetensors") || ends_with(path, ".safetensors.index.json"))) {
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? kt__malloc((size_t)(slash - path) + 2) : kt__strdup(".");
+        if (!dir)
+            return KT_ERR_NOMEM;
+        if (slash) {
+            memcpy(dir, path, (size_t)(slash - path));
+            dir[slash - path] = 0;
+            if (!dir[0]) { /* "/model.safetensors" */
+                dir[0] = '/';
+                dir[1] = 0;
+            }
+        }
+        st = kt_model_open(out, rt, dir, opts);
+        kt__free(dir);
+        return st;
+    }
+
     kt_model *m = kt__calloc(1, sizeof *m);
     if (!m)
         return KT_ERR_NOMEM;

@@ -1244,6 +1244,18 @@ static void test_bad_models(void **state)
         assert_int_equal(system(cmd), 0);
         expect_open_fails("shard", KT_ERR_FORMAT, "model-00002-of-00002.safetensors");
     }
+    /* a shard or the index given instead of the directory: the directory is opened */
+    {
+        char file[600];
+        fixture_path(file, sizeof file, "mixtral_tiny/model-00001-of-00002.safetensors");
+        kt_model *v = open_ok(file);
+        assert_int_equal(kt_model_n_layers(v), 2);
+        assert_int_equal(kt_model_n_ignored_tensors(v), 0);
+        kt_model_free(v);
+        fixture_path(file, sizeof file, "mixtral_tiny/model.safetensors.index.json");
+        v = open_ok(file);
+        kt_model_free(v);
+    }
     /* a directory of variants: the error points at them */
     {
         char dir[512];
