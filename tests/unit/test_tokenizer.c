@@ -551,6 +551,30 @@ static void test_unicode_normalization(void **state)
         }
     }
     assert_true(n >= 3000);
+    /* characters newer than tokenizers' Unicode data, as tokenizers normalizes them */
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(ref, "hf_cases")) {
+        const char *s = cJSON_GetObjectItem(c, "s")->valuestring;
+        for (int k = 0; k < 5; k++) {
+            kt_buf out = KT_BUF_INIT, tmp = KT_BUF_INIT;
+            const char *want;
+            if (k < 4) {
+                assert_int_equal(kt__unicode_normalize(forms[k], s, strlen(s), &out), KT_OK);
+                want = cJSON_GetObjectItem(c, keys[k])->valuestring;
+            } else {
+                assert_int_equal(kt__unicode_normalize(KT__NFD, s, strlen(s), &tmp), KT_OK);
+                assert_int_equal(kt__unicode_strip_marks(tmp.ptr, tmp.size, &out), KT_OK);
+                want = cJSON_GetObjectItem(c, "strip")->valuestring;
+            }
+            if (out.size != strlen(want) || memcmp(out.ptr ? out.ptr : "", want, out.size)) {
+                if (bad++ < 10)
+                    fprintf(stderr, "hf %s of [%s]: got [%.*s] want [%s]\n",
+                            k < 4 ? keys[k] : "strip", s, (int)out.size, out.ptr, want);
+            }
+            kt_buf_dispose(&out);
+            kt_buf_dispose(&tmp);
+            n++;
+        }
+    }
     assert_int_equal(bad, 0);
     cJSON_Delete(ref);
 }

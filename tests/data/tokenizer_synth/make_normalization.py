@@ -3,7 +3,9 @@
 normalization is hard (combining marks in every order, Hangul syllables and
 jamo, composition exclusions, singletons, compatibility characters, final
 sigma) with their NFC, NFD, NFKC, NFKD and lowercase forms from Python's
-unicodedata / str.lower(). Deterministic (seeded)."""
+unicodedata / str.lower(); and "hf_cases": strings with characters added
+after Unicode 9 (which Hugging Face tokenizers' normalization data lacks),
+normalized by tokenizers itself (pip install tokenizers). Deterministic."""
 import json
 import os
 import random
@@ -39,6 +41,15 @@ for _ in range(600):
                   "nfkc": unicodedata.normalize("NFKC", s),
                   "nfkd": unicodedata.normalize("NFKD", s),
                   "lower": s.lower()})
+from tokenizers import normalizers as hf  # noqa: E402
+
+NEW = "\u0898\u08cd\u09fe\u1ac1\u1df6\U00010d24\U0001e130\ua7f2\ua7f3\U00011a5b\u0345\u0301\u0316"
+hf_forms = {"nfc": hf.NFC(), "nfd": hf.NFD(), "nfkc": hf.NFKC(), "nfkd": hf.NFKD(),
+            "strip": hf.Sequence([hf.NFD(), hf.StripAccents()])}
+hf_cases = []
+for _ in range(200):
+    s = "".join(rng.choice("aeoAE" if rng.random() < 0.4 else NEW) for _ in range(rng.randint(1, 6)))
+    hf_cases.append({"s": s} | {k: n.normalize_str(s) for k, n in hf_forms.items()})
 with open(os.path.join(HERE, "normalization.json"), "w") as f:
-    json.dump({"unicode": unicodedata.unidata_version, "cases": cases}, f, ensure_ascii=False,
-              indent=0)
+    json.dump({"unicode": unicodedata.unidata_version, "cases": cases, "hf_cases": hf_cases}, f,
+              ensure_ascii=False, indent=0)
