@@ -121,6 +121,15 @@ static inline float kt__moe_e4m3_f32(uint8_t b)
     return f;
 }
 
+/* Kernels may keep data derived from activation rows (packed copies) between
+ * calls of one epoch. Whoever rewrites activation buffers starts a new epoch
+ * first (the backend does at every call; tests between cases). */
+extern uint64_t kt__moe_epoch;
+static inline void kt__moe_new_epoch(void)
+{
+    __atomic_add_fetch(&kt__moe_epoch, 1, __ATOMIC_RELEASE);
+}
+
 /* Kernel sets. Method: KT_METHOD_BF16 / _FP8 / _RAWINT4. NULL when the set
  * has no kernel for the method (or its ISA library was not built). */
 const kt__moe_kernels *kt__moe_kernels_ref(int method);

@@ -72,10 +72,25 @@ static void configure_tiles(void)
     _tile_loadconfig(&cfg);
 }
 
+/* Which activations the packed copy holds: reused while the key matches
+ * (the gate and up calls of an item, a thread's next item of the same
+ * expert). The epoch changes with every backend call, so a copy never outlives
+ * the activations it was made from. */
+typedef struct pack_key {
+    const void *A;
+    const int32_t *rows;
+    size_t a_stride, view;
+    uint64_t epoch;
+    int m0, mn, k0, kx, valid;
+} pack_key;
+
+#define KTMAX (8192 / 32) /* 32-input steps the whole-K copy holds (K <= 8192) */
+
 typedef struct amx_scratch {
-    uint16_t xpack[(MMAX / 16) * (KCH / 32) * 512]; /* [M/16][KCH/32][16 pairs][16 tok][2] */
-    uint16_t wdec[NB * KCH];                        /* [32][KCH] decoded weight rows       */
-    float ctile[16 * 16];                           /* one C^T tile on its way out         */
+    pack_key key;
+    float ctile[16 * 16];                     /* one C^T tile on its way out        */
+    uint16_t wdec[NB * KCH];                  /* [32][KCH] decoded weight rows      */
+    uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2] */
 } amx_scratch;
 
 static inline int imin(int a, int b)
@@ -88,44 +103,61 @@ static const void *arow(const void *A, size_t stride, const int32_t *rows, int m
     return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
 }
 
-/* Pack the BF16 view of tokens [m0, m0 + mn) x inputs [kc, kc + kn) into VNNI
- * tiles: xpack[mb][kt][r][c][j] = x[m0 + 16 mb + c][kc + 32 kt + 2 r + j].
- * As 32-bit pairs that is a 16 x 16 transpose per (mb, kt); tokens and inputs
- * past the ends are zero. `view` is the byte offset of the BF16 copy in a row. */
+/* 16 x 16 transpose of 32-bit elements: out[i][j] = in[j][i]. */
+ALWAYS_INLINE void transpose16(__m512i r[16])
+{
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* u[4i + j], 128-bit lane L = column 4L + j of rows 4i..4i+3 */
+    for (int j = 0; j < 4; j++) {
+        __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);
+        __m512i v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);
+        __m512i w0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+        __m512i w1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+        r[4 + j] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + j] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+    }
+}
+
+/* Pack the BF16 view of tokens [m0, m0 + mn) x inputs [kb, kb + kn) into VNNI
+ * tiles: xpack[mb][kt][r][c][j] = x[m0 + 16 mb + c][kb + 32 kt + 2 r + j], with
+ * kt_stride tiles between token blocks. As 32-bit pairs each (mb, kt) tile is
+ * a 16 x 16 transpose. Tokens and inputs past the ends are zero. `view` is the
+ * byte offset of the BF16 copy in an activation row. */
 static void pack_x(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
-                   int mn, int kc, int kn, uint16_t *xpack)
+                   int mn, int kb, int kn, uint16_t *xpack, int kt_stride)
 {
     int kt_n = (kn + 31) / 32, mb_n = (mn + 15) / 16;
     for (int mb = 0; mb < mb_n; mb++) {
+        const uint16_t *src[16];
         for (int c = 0; c < 16; c++) {
             int m = mb * 16 + c;
-            const uint32_t *src =
-                m < mn ? (const uint32_t *)((const char *)arow(A, a_stride, rows, m0 + m) + view +
-                                            (size_t)kc * 2)
-                       : NULL;
-            for (int kt = 0; kt < kt_n; kt++) {
-                uint32_t *dst = (uint32_t *)(xpack + ((size_t)mb * (KCH / 32) + kt) * 512);
-                int pairs = imin(16, (kn - kt * 32 + 1) / 2);
-                if (src && kn - kt * 32 >= 32) {
-                    /* hot path: 16 pairs of one token -> column c of the tile */
-                    __m512i v = _mm512_loadu_si512(src + kt * 16);
-                    _mm512_i32scatter_epi32(dst + c,
-                                            _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144,
-                                                             128, 112, 96, 80, 64, 48, 32, 16, 0),
-                                            v, 4);
-                    continue;
-                }
-                for (int r = 0; r < 16; r++) {
-                    uint32_t pair = 0;
-                    if (src && r < pairs) {
-                        const uint16_t *s16 = (const uint16_t *)src + kt * 32 + 2 * r;
-                        int k = kt * 32 + 2 * r;
-                        uint16_t lo = s16[0], hi = k + 1 < kn ? s16[1] : 0;
-                        pair = (uint32_t)lo | ((uint32_t)hi << 16);
-                    }
-                    dst[r * 16 + c] = pair;
-                }
-            }
+            src[c] = m < mn ? (const uint16_t *)((const char *)arow(A, a_stride, rows, m0 + m) +
+                                                 view) + kb
+                            : NULL;
+        }
+        for (int kt = 0; kt < kt_n; kt++) {
+            int left = kn - kt * 32;
+            __mmask32 msk = left >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << left) - 1);
+            __m512i r[16];
+            for (int c = 0; c < 16; c++)
+                r[c] = src[c] ? _mm512_maskz_loadu_epi16(msk, src[c] + kt * 32)
+                              : _mm512_setzero_si512();
+            transpose16(r);
+            uint16_t *dst = xpack + ((size_t)mb * kt_stride + kt) * 512;
+            for (int i = 0; i < 16; i++)
+                _mm512_store_si512(dst + i * 32, r[i]);
         }
     }
 }
@@ -148,9 +180,9 @@ static void store_ct(const float *ct, float *C, int ldc, int n_off, int nr, int 
 /* The tile loop for one block of up to 32 weight rows (BF16, row stride ldw
  * bytes, KCH-chunk local, kt_n 32-input steps) against every packed token
  * block: the hot loop. */
-static void tiles_block(const uint16_t *w, size_t ldw, int nr, const uint16_t *xpack, int mn,
-                        int kt_n, float *C, int ldc, int n_off, int accumulate,
-                        amx_scratch *s)
+static void tiles_block(const uint16_t *w, size_t ldw, int nr, const uint16_t *xpack,
+                        size_t x_mb_stride, int mn, int kt_n, float *C, int ldc, int n_off,
+                        int accumulate, int prefetch, amx_scratch *s)
 {
     int two_w = nr > 16;
     for (int mb = 0; mb < mn; mb += 32) {
@@ -159,9 +191,14 @@ static void tiles_block(const uint16_t *w, size_t ldw, int nr, const uint16_t *x
         _tile_zero(TC01);
         _tile_zero(TC10);
         _tile_zero(TC11);
-        const uint16_t *x0 = xpack + (size_t)(mb / 16) * (KCH / 32) * 512;
-        const uint16_t *x1 = x0 + (size_t)(KCH / 32) * 512;
+        const uint16_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride;
+        const uint16_t *x1 = x0 + x_mb_stride;
+        /* hot loop: 4 tile products per 32 inputs; on the first token block
+         * the weights come from memory, so fetch 8 steps ahead */
         for (int kt = 0; kt < kt_n; kt++) {
+            if (prefetch && mb == 0)
+                for (int r = 0; r < nr; r++)
+                    _mm_prefetch((const char *)w + (size_t)r * ldw + (kt + 8) * 64, _MM_HINT_T0);
             _tile_loadd(TW0, w + kt * 32, ldw);
             _tile_loadd(TX0, x0 + (size_t)kt * 512, 64);
             _tile_dpbf16ps(TC00, TW0, TX0);
@@ -307,31 +344,65 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                      amx_scratch *s, size_t view, decode_fn decode, int kalign)
 {
     configure_tiles();
+    /* kalign 64: the FP8 activations are permuted within each 64 inputs, so a
+     * partial 64 is covered whole (the decoded weights past the end are zero) */
+    int kx_all = kalign == 64 ? (k1 - k0 + 63) & ~63 : k1 - k0;
+    int kt_all = (kx_all + 31) / 32;
+    int whole_k = kt_all <= KTMAX; /* the packed copy holds all of [k0, k1) */
+    int in_place = !decode && (k1 - k0) % 32 == 0;
+    uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     for (int m0 = 0; m0 < M; m0 += MMAX) {
         int mn = imin(MMAX, M - m0);
+        const int32_t *r = rows ? rows + m0 : NULL;
+        int mfirst = rows ? 0 : m0;
         float *Cm = C + (size_t)m0 * ldc;
-        for (int kc = k0; kc < k1; kc += KCH) {
-            /* kalign 64: the FP8 activations are permuted within each 64 inputs,
-             * so a partial chunk covers its whole 64 (the decoded weights of
-             * inputs past the end are zero) */
-            int kn = imin(KCH, k1 - kc), kpad = (kn + kalign - 1) / kalign * kalign;
-            int kt_n = kpad / 32;
-            pack_x(A, a_stride, rows ? rows + m0 : NULL, view, rows ? 0 : m0, mn, kc,
-                   kalign == 64 ? kpad : kn, s->xpack);
+        size_t x_mb_stride = (size_t)(whole_k ? kt_all : KCH / 32) * 512;
+        if (whole_k) {
+            pack_key key;
+            memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
+            key.A = A;
+            key.rows = r;
+            key.a_stride = a_stride;
+            key.view = view;
+            key.epoch = epoch;
+            key.m0 = mfirst;
+            key.mn = mn;
+            key.k0 = k0;
+            key.kx = kx_all;
+            key.valid = 1;
+            if (memcmp(&key, &s->key, sizeof key) != 0) {
+                s->key.valid = 0;
+                pack_x(A, a_stride, r, view, mfirst, mn, k0, kx_all, s->xpack, kt_all);
+                s->key = key;
+            }
+        }
+        /* whole rows of BF16 weights: one pass over K, C stays in tiles */
+        int step = whole_k && in_place ? k1 - k0 : KCH;
+        for (int kc = k0; kc < k1; kc += step) {
+            int kn = imin(step, k1 - kc), kpad = (kn + kalign - 1) / kalign * kalign;
+            int kt_n = (kpad + 31) / 32;
+            const uint16_t *xk = s->xpack;
+            if (whole_k)
+                xk += (size_t)((kc - k0) / 32) * 512;
+            else
+                pack_x(A, a_stride, r, view, mfirst, mn, kc, kalign == 64 ? kpad : kn, s->xpack,
+                       KCH / 32);
             for (int nb = n0; nb < n1; nb += NB) {
                 int nr = imin(NB, n1 - nb);
-                const uint16_t *w;
-                size_t ldw;
-                /* BF16 in place when whole rows and inputs are there; else a copy. */
-                if (!decode && nr == NB && kn == kpad) {
-                    w = (const uint16_t *)W->w + (size_t)nb * W->cols + kc;
-                    ldw = (size_t)W->cols * 2;
-                } else {
-                    (decode ? decode : decode_bf16)(W, nb, nr, kc, kn, kpad, s->wdec);
-                    w = s->wdec;
-                    ldw = KCH * 2;
+                if (in_place && nr == NB) {
+                    const uint16_t *w = (const uint16_t *)W->w + (size_t)nb * W->cols + kc;
+                    tiles_block(w, (size_t)W->cols * 2, nr, xk, x_mb_stride, mn, kt_n, Cm, ldc,
+                                nb - n0, kc > k0, 1, s);
+                    continue;
                 }
-                tiles_block(w, ldw, nr, s->xpack, mn, kt_n, Cm, ldc, nb - n0, kc > k0, s);
+                /* decoded (or ragged BF16) rows, KCH inputs at a time */
+                for (int sc = kc; sc < kc + kn; sc += KCH) {
+                    int sn = imin(KCH, kc + kn - sc);
+                    int st = ((kalign == 64 ? (sn + 63) & ~63 : sn) + 31) / 32;
+                    (decode ? decode : decode_bf16)(W, nb, nr, sc, sn, st * 32, s->wdec);
+                    tiles_block(s->wdec, KCH * 2, nr, xk + (size_t)((sc - kc) / 32) * 512,
+                                x_mb_stride, mn, st, Cm, ldc, nb - n0, sc > k0, 0, s);
+                }
             }
         }
     }

@@ -98,6 +98,8 @@ void kt__moe_set_isa_cap(uint64_t cap)
      KT_ISA_F16C)
 #define AVX2_NEED (KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C)
 
+uint64_t kt__moe_epoch;
+
 const kt__moe_kernels *kt__moe_pick_kernels(int method)
 {
     uint64_t isa = kt_hw_isa() & isa_cap;
@@ -630,6 +632,7 @@ static void phase0(kt_moe_backend *moe, const moe_task *task, int tid, float *xf
     const kt_moe_io *io = &task->io;
     int T = read_tokens(moe, io);
     if (tid == 0) {
+        kt__moe_new_epoch(); /* new activations: kernels drop packed copies */
         moe->cur_t = T < 0 ? 0 : T;
         moe->n_active = 0;
         if (T < 0) {
