@@ -131,6 +131,18 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
     }
 }
 
+/* The sums of 4 vectors, as one 4-float vector (4 rows of one token). */
+ALWAYS_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+    __m256 ab = _mm256_hadd_ps(a8, b8), cd = _mm256_hadd_ps(c8, d8);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 /* ---- BF16 tiles ----------------------------------------------------------- */
 
 /* out[m * 4 + r] = sum_{k < kn} w_r[k] a_m[k] for 4 rows and MR (<= 6) tokens. */
@@ -176,9 +188,7 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
     }
     #pragma GCC unroll 6
     for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            out[m * 4 + r] = _mm512_reduce_add_ps(acc[m][r]);
+        _mm_storeu_ps(out + m * 4, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
 }
 
 /* C[m][r] (+)= sum over inputs [kofs, kofs + kn) of W tile rows (nr <= 4 rows at
@@ -465,9 +475,7 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
     }
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            out[m * 4 + r] = _mm512_reduce_add_ps(tot[m][r]);
+        _mm_storeu_ps(out + m * 4, hsum4(tot[m][0], tot[m][1], tot[m][2], tot[m][3]));
 }
 
 /* bf16 x32 -> two f32 x16 vectors, times s, back to bf16 x32 (order kept). */
