@@ -137,8 +137,8 @@ typedef struct kt_moe_options {
     uint32_t flags;        /* reserved, must be 0                                      */
     int32_t n_threads;     /* worker threads; 0: physical cores (kt_hw_physical_cores) */
     int32_t n_pools;       /* NUMA pools; 0: NUMA nodes the workers run on             */
-    int32_t max_tokens;    /* largest T of one call; workspaces are sized for it;
-                              0: 512                                                   */
+    int32_t max_tokens;    /* tokens computed at once; workspaces are sized for it; a
+                              call with more runs in chunks of max_tokens; 0: 512     */
     int32_t pin_threads;   /* 1: pin workers one per physical core (default), 0: no    */
 } kt_moe_options;
 
@@ -206,7 +206,7 @@ KT_API kt_status kt_moe_set_expert_mask(kt_moe_backend *moe, uint32_t layer,
 typedef struct kt_moe_io {
     uint32_t struct_size;     /* sizeof(kt_moe_io)                                       */
     uint32_t flags;           /* KT_MOE_IO_*                                             */
-    const int32_t *n_tokens;  /* -> T, read at execution time; 0 <= T <= max_tokens      */
+    const int32_t *n_tokens;  /* -> T >= 0, read at execution time (any T: chunked)      */
     uint32_t top_k;           /* k: columns of ids and w; 1 <= k <= desc.top_k           */
     const void *x;            /* [T][H] BF16 or F32                                      */
     const void *ids;          /* [T][k] int32 or int64 expert ids; -1 (any < 0) = skip   */
@@ -219,7 +219,8 @@ typedef struct kt_moe_io {
 /*
  * Computes one layer for the T tokens of io and returns when out is written.
  * Waits for earlier submitted tasks first. Returns KT_ERR_INVALID_ARG for a
- * bad layer, k, T > max_tokens or an expert id >= E (out is then unspecified).
+ * bad layer, k, T < 0 or an expert id >= E (out is then unspecified; ids >= E
+ * are skipped).
  * Since 0.1.
  */
 KT_API kt_status kt_moe_forward(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io);

@@ -556,11 +556,6 @@ static void task_error(kt_moe_backend *moe, kt_status st, const char *msg)
         snprintf(moe->err_msg, sizeof moe->err_msg, "%s", msg);
 }
 
-static int read_tokens(const kt_moe_backend *moe, const kt_moe_io *io)
-{
-    int32_t T = *io->n_tokens;
-    return (T < 0 || T > moe->max_t) ? -1 : T;
-}
 
 /* Per-thread scratch: f32 row [max(H, I)] (rounded to 16), then the gate, up
  * and down tiles [MCH][64] each, then the kernel's own scratch. */
@@ -627,22 +622,15 @@ static void group_pairs(kt_moe_backend *moe, const moe_layer *L, const kt_moe_io
     moe->n_active = n_active;
 }
 
-static void phase0(kt_moe_backend *moe, const moe_task *task, int tid, float *xf)
+/* Phase 0 of a chunk of T (<= max_tokens) tokens. */
+static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, float *xf)
 {
     const kt_moe_io *io = &task->io;
-    int T = read_tokens(moe, io);
     if (tid == 0) {
         kt__moe_new_epoch(); /* new activations: kernels drop packed copies */
-        moe->cur_t = T < 0 ? 0 : T;
+        moe->cur_t = T;
         moe->n_active = 0;
-        if (T < 0) {
-            char msg[128];
-            snprintf(msg, sizeof msg, "moe: n_tokens %d is outside 0..max_tokens (%d)",
-                     *io->n_tokens, moe->max_t);
-            task_error(moe, KT_ERR_INVALID_ARG, msg);
-        } else {
-            group_pairs(moe, &moe->layers[task->layer], io, T);
-        }
+        group_pairs(moe, &moe->layers[task->layer], io, T);
         for (int p = 0; p < moe->n_pools; p++) {
             atomic_store(&moe->item1[p], 0);
             atomic_store(&moe->item2[p], 0);
@@ -797,19 +785,52 @@ static void phase3(kt_moe_backend *moe, const moe_task *task, int tid, float *ro
     }
 }
 
+/* The call's tensors advanced by t0 tokens. */
+static void offset_io(const kt_moe_backend *moe, kt_moe_io *io, int64_t t0)
+{
+    int64_t k = io->top_k, H = moe->H;
+    size_t xs = (io->flags & KT_MOE_IO_X_F32) ? 4 : 2;
+    size_t os = (io->flags & KT_MOE_IO_OUT_F32) ? 4 : 2;
+    size_t is = (io->flags & KT_MOE_IO_IDS_I64) ? 8 : 4;
+    io->x = (const char *)io->x + (size_t)(t0 * H) * xs;
+    io->ids = (const char *)io->ids + (size_t)(t0 * k) * is;
+    io->w += t0 * k;
+    io->out = (char *)io->out + (size_t)(t0 * H) * os;
+}
+
+/* One task: T read now (every worker reads the same value), computed in
+ * chunks of max_tokens, each with two barriers (three with several pools)
+ * and one more between chunks (the next grouping overwrites this one's). */
 static void run_task(void *ctx, int tid)
 {
     moe_task *task = ctx;
     kt_moe_backend *moe = task->moe;
     uint8_t *scr = moe->scratch + (size_t)tid * moe->scratch_stride;
-    phase0(moe, task, tid, (float *)scr);
-    kt__pool_barrier(moe->pool, tid);
-    phase1(moe, task, tid, scr);
-    kt__pool_barrier(moe->pool, tid);
-    phase2(moe, task, tid, scr);
-    if (moe->n_pools > 1) {
+    int32_t T = *task->io.n_tokens;
+    if (T < 0) {
+        if (tid == 0) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "moe: n_tokens is %d", (int)T);
+            task_error(moe, KT_ERR_INVALID_ARG, msg);
+        }
+        return;
+    }
+    for (int32_t t0 = 0; t0 == 0 || t0 < T; t0 += moe->max_t) {
+        moe_task chunk = *task;
+        int n = T - t0 < moe->max_t ? T - t0 : moe->max_t;
+        if (t0 > 0) {
+            kt__pool_barrier(moe->pool, tid);
+            offset_io(moe, &chunk.io, t0);
+        }
+        phase0(moe, &chunk, n, tid, (float *)scr);
         kt__pool_barrier(moe->pool, tid);
-        phase3(moe, task, tid, (float *)scr);
+        phase1(moe, &chunk, tid, scr);
+        kt__pool_barrier(moe->pool, tid);
+        phase2(moe, &chunk, tid, scr);
+        if (moe->n_pools > 1) {
+            kt__pool_barrier(moe->pool, tid);
+            phase3(moe, &chunk, tid, (float *)scr);
+        }
     }
 }
 
