@@ -1,0 +1,380 @@
+/* kt-serve's scheduler: one thread owns the model's contexts. Each step
+ * decodes one token for every running request, then runs one prefill chunk
+ * of each request still reading its prompt, so new prompts never stall the
+ * streams already running for more than a chunk. Every request has its own
+ * kt_context (KV cache), sampler and detokenizer: nothing is shared between
+ * requests but the model's weights. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+typedef struct slot {
+    kt_context *ctx;       /* kept across requests (reset before reuse) */
+    job *j;                /* NULL: free                                 */
+    kt_sampler *sampler;
+    kt_detokenizer *detok;
+    float *logits;         /* [n_vocab], the next token's               */
+    size_t prefilled;      /* prompt tokens evaluated                    */
+    kt_buf piece;
+} slot;
+
+struct sched {
+    kt_runtime *rt;
+    const kt_model *model;
+    kt_context_options co;
+    const kt_tokenizer *tok;
+    serve_config cfg;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    job *head, *tail; /* queue, under lock */
+    int n_queued, n_running;
+    bool stopping, started;
+    slot *slots;      /* [max_running], scheduler thread only */
+    int32_t n_vocab;
+};
+
+job *job_new(void)
+{
+    job *j = calloc(1, sizeof *j);
+    if (!j)
+        return NULL;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->changed, NULL);
+    atomic_init(&j->cancelled, false);
+    atomic_init(&j->refs, 1);
+    kt_sampler_options so = KT_SAMPLER_OPTIONS_INIT;
+    j->sampling = so;
+    return j;
+}
+
+void job_release(job *j)
+{
+    if (!j || atomic_fetch_sub(&j->refs, 1) != 1)
+        return;
+    free(j->prompt);
+    for (size_t i = 0; i < j->n_stop; i++)
+        free(j->stop[i]);
+    free(j->text);
+    free(j->error);
+    pthread_mutex_destroy(&j->lock);
+    pthread_cond_destroy(&j->changed);
+    free(j);
+}
+
+static void slot_finish(sched *s, slot *sl, const char *finish, const char *error)
+{
+    job *j = sl->j;
+    pthread_mutex_lock(&j->lock);
+    if (sl->detok && !error) {
+        sl->piece.size = 0;
+        if (kt_detokenizer_flush(sl->detok, &sl->piece) == KT_OK && sl->piece.size) {
+            /* the held-back bytes of a character cut by the stop */
+            char *tmp = realloc(j->text, j->text_len + sl->piece.size + 1);
+            if (tmp) {
+                memcpy(tmp + j->text_len, sl->piece.ptr, sl->piece.size);
+                j->text = tmp;
+                j->text_len += sl->piece.size;
+                j->text[j->text_len] = '\0';
+            }
+        }
+    }
+    j->state = JOB_DONE;
+    j->finish = finish;
+    if (error)
+        j->error = strdup(error);
+    pthread_cond_broadcast(&j->changed);
+    pthread_mutex_unlock(&j->lock);
+    kt_sampler_free(sl->sampler);
+    kt_detokenizer_free(sl->detok);
+    sl->sampler = NULL;
+    sl->detok = NULL;
+    sl->j = NULL;
+    job_release(j);
+    pthread_mutex_lock(&s->lock);
+    s->n_running--;
+    pthread_mutex_unlock(&s->lock);
+}
+
+static bool slot_start(sched *s, slot *sl, job *j)
+{
+    char err[256];
+    sl->j = j;
+    sl->prefilled = 0;
+    if (!sl->ctx && kt_context_create(&sl->ctx, s->rt, s->model, &s->co) < 0) {
+        snprintf(err, sizeof err, "context: %s", kt_last_error());
+        sl->ctx = NULL;
+        slot_finish(s, sl, NULL, err);
+        return false;
+    }
+    kt_context_reset(sl->ctx);
+    if (kt_sampler_create(&sl->sampler, s->n_vocab, &j->sampling) < 0 ||
+        kt_detokenizer_create(&sl->detok, s->tok, 0) < 0) {
+        snprintf(err, sizeof err, "%s", kt_last_error());
+        slot_finish(s, sl, NULL, err);
+        return false;
+    }
+    for (size_t i = 0; i < j->n_prompt; i++)
+        kt_sampler_accept(sl->sampler, j->prompt[i]);
+    pthread_mutex_lock(&j->lock);
+    j->state = JOB_RUNNING;
+    pthread_mutex_unlock(&j->lock);
+    return true;
+}
+
+/* Appends a piece of text and ends the job at a stop string; true if stopped. */
+static bool append_text(job *j, const char *p, size_t n)
+{
+    bool stopped = false;
+    pthread_mutex_lock(&j->lock);
+    size_t old = j->text_len;
+    char *tmp = realloc(j->text, old + n + 1);
+    if (tmp) {
+        memcpy(tmp + old, p, n);
+        j->text = tmp;
+        j->text_len = old + n;
+        tmp[j->text_len] = '\0';
+        for (size_t k = 0; k < j->n_stop; k++) {
+            size_t sl = strlen(j->stop[k]);
+            size_t from = old >= sl ? old - sl + 1 : 0;
+            char *hit = strstr(j->text + from, j->stop[k]);
+            if (hit) {
+                j->text_len = (size_t)(hit - j->text);
+                j->text[j->text_len] = '\0';
+                stopped = true;
+            }
+        }
+    }
+    pthread_cond_broadcast(&j->changed);
+    pthread_mutex_unlock(&j->lock);
+    return stopped;
+}
+
+static void slot_decode(sched *s, slot *sl)
+{
+    job *j = sl->j;
+    int32_t tok;
+    if (kt_sampler_sample(sl->sampler, sl->logits, &tok) < 0) {
+        slot_finish(s, sl, NULL, kt_last_error());
+        return;
+    }
+    kt_sampler_accept(sl->sampler, tok);
+    pthread_mutex_lock(&j->lock);
+    j->n_generated++;
+    pthread_mutex_unlock(&j->lock);
+    if (kt_context_is_eos(sl->ctx, tok)) {
+        slot_finish(s, sl, "stop", NULL);
+        return;
+    }
+    sl->piece.size = 0;
+    if (kt_detokenizer_feed(sl->detok, tok, &sl->piece) < 0) {
+        slot_finish(s, sl, NULL, kt_last_error());
+        return;
+    }
+    if (append_text(j, sl->piece.ptr ? sl->piece.ptr : "", sl->piece.size)) {
+        slot_finish(s, sl, "stop", NULL);
+        return;
+    }
+    if (j->n_generated >= j->max_tokens || kt_context_n_past(sl->ctx) >= s->cfg.n_ctx) {
+        slot_finish(s, sl, "length", NULL);
+        return;
+    }
+    if (kt_context_eval(sl->ctx, &tok, 1, sl->logits, 0) < 0)
+        slot_finish(s, sl, NULL, kt_last_error());
+}
+
+static void slot_prefill(sched *s, slot *sl)
+{
+    job *j = sl->j;
+    size_t n = j->n_prompt - sl->prefilled;
+    if (n > (size_t)s->cfg.n_batch)
+        n = (size_t)s->cfg.n_batch;
+    bool last = sl->prefilled + n == j->n_prompt;
+    if (kt_context_eval(sl->ctx, j->prompt + sl->prefilled, n, last ? sl->logits : NULL, 0) <
+        0) {
+        slot_finish(s, sl, NULL, kt_last_error());
+        return;
+    }
+    sl->prefilled += n;
+    if (last && j->max_tokens == 0)
+        slot_finish(s, sl, "length", NULL);
+}
+
+static void *sched_main(void *arg)
+{
+    sched *s = arg;
+    const int cap = s->cfg.max_running;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        int active = 0;
+        for (int i = 0; i < cap; i++)
+            active += s->slots[i].j != NULL;
+        while (!s->stopping && !s->head && active == 0)
+            pthread_cond_wait(&s->wake, &s->lock);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->lock);
+            break;
+        }
+        /* admit queued requests into free slots */
+        job *admitted[256];
+        slot *where[256];
+        int n_admit = 0;
+        for (int i = 0; i < cap && s->head && n_admit < 256; i++) {
+            if (s->slots[i].j)
+                continue;
+            job *j = s->head;
+            s->head = j->next;
+            if (!s->head)
+                s->tail = NULL;
+            s->n_queued--;
+            s->n_running++;
+            s->slots[i].j = j; /* reserve */
+            admitted[n_admit] = j;
+            where[n_admit++] = &s->slots[i];
+        }
+        pthread_mutex_unlock(&s->lock);
+        for (int k = 0; k < n_admit; k++)
+            slot_start(s, where[k], admitted[k]);
+
+        /* one decode step for every request past its prompt */
+        for (int i = 0; i < cap; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->j && atomic_load(&sl->j->cancelled))
+                slot_finish(s, sl, "cancelled", NULL);
+            else if (sl->j && sl->prefilled == sl->j->n_prompt)
+                slot_decode(s, sl);
+        }
+        /* then a prefill chunk for each request still reading its prompt */
+        for (int i = 0; i < cap; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->j && sl->prefilled < sl->j->n_prompt)
+                slot_prefill(s, sl);
+        }
+    }
+    return NULL;
+}
+
+int sched_start(sched **out, kt_runtime *rt, const kt_model *model,
+                const kt_context_options *co, const kt_tokenizer *tok, const serve_config *cfg)
+{
+    sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->rt = rt;
+    s->model = model;
+    s->co = *co;
+    s->tok = tok;
+    s->cfg = *cfg;
+    s->slots = calloc((size_t)cfg->max_running, sizeof *s->slots);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    if (!s->slots) {
+        sched_free(s);
+        return -1;
+    }
+    /* the first context now: a model the engine cannot run fails at startup */
+    if (kt_context_create(&s->slots[0].ctx, rt, model, co) < 0) {
+        fprintf(stderr, "kt-serve: %s\n", kt_last_error());
+        s->slots[0].ctx = NULL;
+        sched_free(s);
+        return -1;
+    }
+    s->n_vocab = kt_context_n_vocab(s->slots[0].ctx);
+    s->cfg.n_ctx = kt_context_n_ctx(s->slots[0].ctx);
+    for (int i = 0; i < cfg->max_running; i++) {
+        s->slots[i].logits = malloc(sizeof(float) * (size_t)s->n_vocab);
+        if (!s->slots[i].logits) {
+            sched_free(s);
+            return -1;
+        }
+    }
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        fprintf(stderr, "kt-serve: cannot start the scheduler thread\n");
+        sched_free(s);
+        return -1;
+    }
+    s->started = true;
+    *out = s;
+    return 0;
+}
+
+bool sched_submit(sched *s, job *j)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->n_queued >= s->cfg.max_queued || s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        return false;
+    }
+    atomic_fetch_add(&j->refs, 1);
+    j->next = NULL;
+    if (s->tail)
+        s->tail->next = j;
+    else
+        s->head = j;
+    s->tail = j;
+    s->n_queued++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    return true;
+}
+
+int32_t sched_n_ctx(const sched *s)
+{
+    return s->cfg.n_ctx;
+}
+
+void sched_counts(sched *s, int *running, int *queued)
+{
+    pthread_mutex_lock(&s->lock);
+    *running = s->n_running;
+    *queued = s->n_queued;
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sched_stop(sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    job *queued = s->head;
+    s->head = s->tail = NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (s->started) {
+        pthread_join(s->thread, NULL);
+        s->started = false;
+    }
+    for (job *j = queued; j;) {
+        job *next = j->next;
+        pthread_mutex_lock(&j->lock);
+        j->state = JOB_DONE;
+        j->error = strdup("server shutting down");
+        pthread_cond_broadcast(&j->changed);
+        pthread_mutex_unlock(&j->lock);
+        job_release(j);
+        j = next;
+    }
+    for (int i = 0; s->slots && i < s->cfg.max_running; i++)
+        if (s->slots[i].j)
+            slot_finish(s, &s->slots[i], NULL, "server shutting down");
+}
+
+void sched_free(sched *s)
+{
+    if (!s)
+        return;
+    sched_stop(s);
+    for (int i = 0; s->slots && i < s->cfg.max_running; i++) {
+        slot *sl = &s->slots[i];
+        kt_context_free(sl->ctx);
+        free(sl->logits);
+        kt_buf_dispose(&sl->piece);
+    }
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    free(s->slots);
+    free(s);
+}
