@@ -602,7 +602,7 @@ static kt_status parse_pretok(loader *L, const cJSON *n, int depth)
         }
         if (st < 0)
             return st;
-        return push_split(L, "[\\p{P}!-/:-@\\[-`{-~]", b, false, "Punctuation");
+        return push_split(L, kt__unicode_punct_class(), b, false, "Punctuation");
     }
     return kt__error(KT_ERR_UNSUPPORTED, "%s: pre_tokenizer type '%s' is not supported", L->file,
                      type);

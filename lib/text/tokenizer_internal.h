@@ -69,6 +69,8 @@ kt_status kt__unicode_normalize(kt__unorm form, const char *s, size_t n, kt_buf 
 kt_status kt__unicode_lower(const char *s, size_t n, kt_buf *out);
 /* Appends s without marks (Mn, Mc, Me), as tokenizers' StripAccents. */
 kt_status kt__unicode_strip_marks(const char *s, size_t n, kt_buf *out);
+/* A PCRE2 class of what tokenizers' Punctuation pre-tokenizer isolates. */
+const char *kt__unicode_punct_class(void);
 /* Rust's char::is_whitespace (Unicode White_Space). */
 bool kt__unicode_is_space(uint32_t cp);
 /* Word characters as regex \\w sees them (single_word added tokens). */

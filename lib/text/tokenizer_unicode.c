@@ -206,6 +206,11 @@ bool kt__unicode_is_word(uint32_t cp)
     return cp != INVALID_CP && in_ranges(cp, kt_word_ranges, KT_ARRAY_LEN(kt_word_ranges));
 }
 
+const char *kt__unicode_punct_class(void)
+{
+    return kt_punct_class;
+}
+
 bool kt__unicode_is_space(uint32_t cp)
 {
     return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 ||

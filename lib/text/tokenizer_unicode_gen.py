@@ -20,6 +20,7 @@ import sys
 import unicodedata as ud
 
 from tokenizers import normalizers as hf
+from tokenizers import pre_tokenizers
 
 HF_NFD, HF_NFKD, HF_NFC = hf.NFD(), hf.NFKD(), hf.NFC()
 HF_STRIP = hf.StripAccents()
@@ -180,6 +181,19 @@ def main():
                  lambda cp: ud.category(chr(cp)) in ('Lu', 'Ll', 'Lt', 'Lm', 'Lo', 'Nl', 'Mn',
                                                      'Mc', 'Me', 'Nd', 'Pc')
                  or cp in (0x200C, 0x200D) or any(a <= cp <= b for a, b in other_alpha))
+    # tokenizers' Punctuation pre-tokenizer (ASCII punctuation and its own,
+    # older, table of P categories), as a PCRE2 class for the Split step
+    punct = pre_tokenizers.Punctuation()
+    rs = ranges(lambda cp: not 0xD800 <= cp < 0xE000
+                and len(punct.pre_tokenize_str("a" + chr(cp) + "b")) == 3)
+    w('/* characters tokenizers\' Punctuation pre-tokenizer isolates, as a PCRE2 class */\n')
+    w('static const char kt_punct_class[] =\n    "[')
+    for i, (a, b) in enumerate(rs):
+        w('\\\\x{%X}' % a if a == b else '\\\\x{%X}-\\\\x{%X}' % (a, b))
+        if i % 6 == 5:
+            w('"\n    "')
+    w(']";\n\n')
+
     write_ranges('kt_cased_ranges', 'Cased (Lowercase, Uppercase, Lt), for final sigma',
                  lambda cp: chr(cp).islower() or chr(cp).isupper() or chr(cp).istitle())
     ignorable_chars = set(map(ord, "'.:^`\u00a8\u00ad\u00af\u00b4\u00b7\u00b8\u0387\u05f4"

@@ -10067,6 +10067,36 @@ static const struct { uint32_t first, last; } kt_word_ranges[] = {
     {0xE0100, 0xE01EF},
 };
 
+/* characters tokenizers' Punctuation pre-tokenizer isolates, as a PCRE2 class */
+static const char kt_punct_class[] =
+    "[\\x{21}-\\x{2F}\\x{3A}-\\x{40}\\x{5B}-\\x{60}\\x{7B}-\\x{7E}\\x{A1}\\x{A7}"
+    "\\x{AB}\\x{B6}-\\x{B7}\\x{BB}\\x{BF}\\x{37E}\\x{387}"
+    "\\x{55A}-\\x{55F}\\x{589}-\\x{58A}\\x{5BE}\\x{5C0}\\x{5C3}\\x{5C6}"
+    "\\x{5F3}-\\x{5F4}\\x{609}-\\x{60A}\\x{60C}-\\x{60D}\\x{61B}\\x{61E}-\\x{61F}\\x{66A}-\\x{66D}"
+    "\\x{6D4}\\x{700}-\\x{70D}\\x{7F7}-\\x{7F9}\\x{830}-\\x{83E}\\x{85E}\\x{964}-\\x{965}"
+    "\\x{970}\\x{AF0}\\x{DF4}\\x{E4F}\\x{E5A}-\\x{E5B}\\x{F04}-\\x{F12}"
+    "\\x{F14}\\x{F3A}-\\x{F3D}\\x{F85}\\x{FD0}-\\x{FD4}\\x{FD9}-\\x{FDA}\\x{104A}-\\x{104F}"
+    "\\x{10FB}\\x{1360}-\\x{1368}\\x{1400}\\x{166D}-\\x{166E}\\x{169B}-\\x{169C}\\x{16EB}-\\x{16ED}"
+    "\\x{1735}-\\x{1736}\\x{17D4}-\\x{17D6}\\x{17D8}-\\x{17DA}\\x{1800}-\\x{180A}\\x{1944}-\\x{1945}\\x{1A1E}-\\x{1A1F}"
+    "\\x{1AA0}-\\x{1AA6}\\x{1AA8}-\\x{1AAD}\\x{1B5A}-\\x{1B60}\\x{1BFC}-\\x{1BFF}\\x{1C3B}-\\x{1C3F}\\x{1C7E}-\\x{1C7F}"
+    "\\x{1CC0}-\\x{1CC7}\\x{1CD3}\\x{2010}-\\x{2027}\\x{2030}-\\x{2043}\\x{2045}-\\x{2051}\\x{2053}-\\x{205E}"
+    "\\x{207D}-\\x{207E}\\x{208D}-\\x{208E}\\x{2308}-\\x{230B}\\x{2329}-\\x{232A}\\x{2768}-\\x{2775}\\x{27C5}-\\x{27C6}"
+    "\\x{27E6}-\\x{27EF}\\x{2983}-\\x{2998}\\x{29D8}-\\x{29DB}\\x{29FC}-\\x{29FD}\\x{2CF9}-\\x{2CFC}\\x{2CFE}-\\x{2CFF}"
+    "\\x{2D70}\\x{2E00}-\\x{2E2E}\\x{2E30}-\\x{2E42}\\x{3001}-\\x{3003}\\x{3008}-\\x{3011}\\x{3014}-\\x{301F}"
+    "\\x{3030}\\x{303D}\\x{30A0}\\x{30FB}\\x{A4FE}-\\x{A4FF}\\x{A60D}-\\x{A60F}"
+    "\\x{A673}\\x{A67E}\\x{A6F2}-\\x{A6F7}\\x{A874}-\\x{A877}\\x{A8CE}-\\x{A8CF}\\x{A8F8}-\\x{A8FA}"
+    "\\x{A8FC}\\x{A92E}-\\x{A92F}\\x{A95F}\\x{A9C1}-\\x{A9CD}\\x{A9DE}-\\x{A9DF}\\x{AA5C}-\\x{AA5F}"
+    "\\x{AADE}-\\x{AADF}\\x{AAF0}-\\x{AAF1}\\x{ABEB}\\x{FD3E}-\\x{FD3F}\\x{FE10}-\\x{FE19}\\x{FE30}-\\x{FE52}"
+    "\\x{FE54}-\\x{FE61}\\x{FE63}\\x{FE68}\\x{FE6A}-\\x{FE6B}\\x{FF01}-\\x{FF03}\\x{FF05}-\\x{FF0A}"
+    "\\x{FF0C}-\\x{FF0F}\\x{FF1A}-\\x{FF1B}\\x{FF1F}-\\x{FF20}\\x{FF3B}-\\x{FF3D}\\x{FF3F}\\x{FF5B}"
+    "\\x{FF5D}\\x{FF5F}-\\x{FF65}\\x{10100}-\\x{10102}\\x{1039F}\\x{103D0}\\x{1056F}"
+    "\\x{10857}\\x{1091F}\\x{1093F}\\x{10A50}-\\x{10A58}\\x{10A7F}\\x{10AF0}-\\x{10AF6}"
+    "\\x{10B39}-\\x{10B3F}\\x{10B99}-\\x{10B9C}\\x{11047}-\\x{1104D}\\x{110BB}-\\x{110BC}\\x{110BE}-\\x{110C1}\\x{11140}-\\x{11143}"
+    "\\x{11174}-\\x{11175}\\x{111C5}-\\x{111C9}\\x{111CD}\\x{111DB}\\x{111DD}-\\x{111DF}\\x{11238}-\\x{1123D}"
+    "\\x{112A9}\\x{114C6}\\x{115C1}-\\x{115D7}\\x{11641}-\\x{11643}\\x{1173C}-\\x{1173E}\\x{12470}-\\x{12474}"
+    "\\x{16A6E}-\\x{16A6F}\\x{16AF5}\\x{16B37}-\\x{16B3B}\\x{16B44}\\x{1BC9F}\\x{1DA87}-\\x{1DA8B}"
+    "]";
+
 /* [n] {first, last}: Cased (Lowercase, Uppercase, Lt), for final sigma */
 static const struct { uint32_t first, last; } kt_cased_ranges[] = {
     {0x41, 0x5A},
