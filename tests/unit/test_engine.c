@@ -331,6 +331,12 @@ FIXTURE_TESTS(dsv3_int4, "deepseek_v3_tiny", "int4")
         cmocka_unit_test(fn##_kv_bf16), cmocka_unit_test(fn##_own_experts),                \
         cmocka_unit_test(fn##_chunked), cmocka_unit_test(fn##_threads)
 
+static const int32_t *toks_dummy(void)
+{
+    static const int32_t t[1] = {1};
+    return t;
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -347,7 +353,24 @@ static void test_bad_input(void **state)
     assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
     assert_null(ctx);
     co.precision = KT_PRECISION_F32;
+    co.flags = 1u << 30;
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
+    co.flags = 0;
+    co.n_ctx = -1;
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
+    co.n_ctx = 8;
+    co.method = 99;
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
+    co.method = 0;
+    co.weight_path = "/nonexistent";
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_UNSUPPORTED);
+    co.weight_path = NULL;
+    assert_int_equal(kt_context_create(&ctx, NULL, NULL, &co), KT_ERR_INVALID_ARG);
+    assert_int_equal(kt_context_create(NULL, NULL, model, &co), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_OK);
+    assert_int_equal(kt_context_eval(ctx, NULL, 1, NULL, 0), KT_ERR_INVALID_ARG);
+    assert_int_equal(kt_context_eval(ctx, toks_dummy(), 0, NULL, 0), KT_ERR_INVALID_ARG);
+    assert_int_equal(kt_context_eval(ctx, toks_dummy(), 1, NULL, 1u << 7), KT_ERR_INVALID_ARG);
     int32_t toks[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     assert_int_equal(kt_context_eval(ctx, toks, 9, NULL, 0), KT_ERR_LIMIT);
     assert_non_null(strstr(kt_last_error(), "context"));
