@@ -166,31 +166,39 @@ static void pack_x(const void *A, size_t a_stride, const int32_t *rows, size_t v
 static void store_ct(const float *ct, float *C, int ldc, int n_off, int nr, int m0, int mr,
                      int accumulate)
 {
+    __m512i r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = _mm512_loadu_si512(ct + i * 16);
+    transpose16(r); /* r[t] = the 16 weight rows of token t */
+    __mmask16 msk = (__mmask16)((1u << nr) - 1u);
     for (int t = 0; t < mr; t++) {
         float *c = C + (size_t)(m0 + t) * ldc + n_off;
+        __m512 v = _mm512_castsi512_ps(r[t]);
         if (accumulate)
-            for (int r = 0; r < nr; r++)
-                c[r] += ct[r * 16 + t];
-        else
-            for (int r = 0; r < nr; r++)
-                c[r] = ct[r * 16 + t];
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(msk, c));
+        _mm512_mask_storeu_ps(c, msk, v);
     }
 }
 
 /* The tile loop for one block of up to 32 weight rows (BF16, row stride ldw
  * bytes, KCH-chunk local, kt_n 32-input steps) against every packed token
  * block: the hot loop. */
+/* With at most 32 tokens, `first` / `last` let a caller keep the C tiles in
+ * the tile registers across several calls (successive K chunks): zero them
+ * only on the first, store them only on the last. */
 static void tiles_block(const uint16_t *w, size_t ldw, int nr, const uint16_t *xpack,
                         size_t x_mb_stride, int mn, int kt_n, float *C, int ldc, int n_off,
-                        int accumulate, int prefetch, amx_scratch *s)
+                        int accumulate, int prefetch, int first, int last, amx_scratch *s)
 {
     int two_w = nr > 16;
     for (int mb = 0; mb < mn; mb += 32) {
         int two_x = mn - mb > 16;
-        _tile_zero(TC00);
-        _tile_zero(TC01);
-        _tile_zero(TC10);
-        _tile_zero(TC11);
+        if (first) {
+            _tile_zero(TC00);
+            _tile_zero(TC01);
+            _tile_zero(TC10);
+            _tile_zero(TC11);
+        }
         const uint16_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride;
         const uint16_t *x1 = x0 + x_mb_stride;
         /* hot loop: 4 tile products per 32 inputs; on the first token block
@@ -213,6 +221,8 @@ static void tiles_block(const uint16_t *w, size_t ldw, int nr, const uint16_t *x
                     _tile_dpbf16ps(TC11, TW1, TX1);
             }
         }
+        if (!last)
+            continue;
         int mr0 = imin(16, mn - mb), mr1 = imin(16, mn - mb - 16);
         _tile_stored(TC00, s->ctile, 64);
         store_ct(s->ctile, C, ldc, n_off, imin(16, nr), mb, mr0, accumulate);
@@ -290,6 +300,7 @@ static void decode_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpa
             int left = kn - k;
             __mmask64 msk = left >= 64 ? ~(__mmask64)0
                                        : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
+            _mm_prefetch((const char *)row + k + KCH, _MM_HINT_T0); /* this row's next chunk */
             __m512i v = _mm512_maskz_loadu_epi8(msk, row + k);
             __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
             __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
@@ -318,6 +329,8 @@ static void decode_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kp
         const uint8_t *row = w + (size_t)(n + r) * rb;
         const uint16_t *srow = sc + (size_t)(n + r) * sb;
         for (int k = 0; k < kn; k += 32) {
+            if (!(k & 127))
+                _mm_prefetch((const char *)row + (size_t)(kc + k + KCH) / 2, _MM_HINT_T0);
             __m256i b = _mm256_cvtepu8_epi16(
                 _mm_loadu_si128((const __m128i *)(row + (size_t)(kc + k) / 2)));
             __m256i nib = _mm256_or_si256(
@@ -376,8 +389,9 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                 s->key = key;
             }
         }
-        /* whole rows of BF16 weights: one pass over K, C stays in tiles */
-        int step = whole_k && in_place ? k1 - k0 : KCH;
+        /* with the whole-K copy: one pass over K (BF16 weights in place; decoded
+         * weights chunk by chunk below, C staying in the tiles) */
+        int step = whole_k ? k1 - k0 : KCH;
         for (int kc = k0; kc < k1; kc += step) {
             int kn = imin(step, k1 - kc), kpad = (kn + kalign - 1) / kalign * kalign;
             int kt_n = (kpad + 31) / 32;
@@ -392,16 +406,20 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                 if (in_place && nr == NB) {
                     const uint16_t *w = (const uint16_t *)W->w + (size_t)nb * W->cols + kc;
                     tiles_block(w, (size_t)W->cols * 2, nr, xk, x_mb_stride, mn, kt_n, Cm, ldc,
-                                nb - n0, kc > k0, 1, s);
+                                nb - n0, kc > k0, 1, 1, 1, s);
                     continue;
                 }
-                /* decoded (or ragged BF16) rows, KCH inputs at a time */
+                /* decoded (or ragged BF16) rows, KCH inputs at a time; up to 32
+                 * tokens keep their C tiles in registers over all the chunks */
+                int keep = mn <= 32;
                 for (int sc = kc; sc < kc + kn; sc += KCH) {
                     int sn = imin(KCH, kc + kn - sc);
                     int st = ((kalign == 64 ? (sn + 63) & ~63 : sn) + 31) / 32;
+                    int first = !keep || sc == kc, last = !keep || sc + KCH >= kc + kn;
                     (decode ? decode : decode_bf16)(W, nb, nr, sc, sn, st * 32, s->wdec);
                     tiles_block(s->wdec, KCH * 2, nr, xk + (size_t)((sc - kc) / 32) * 512,
-                                x_mb_stride, mn, st, Cm, ldc, nb - n0, sc > k0, 0, s);
+                                x_mb_stride, mn, st, Cm, ldc, nb - n0,
+                                keep ? kc > k0 : sc > k0, 0, first, last, s);
                 }
             }
         }
