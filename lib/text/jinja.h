@@ -83,7 +83,13 @@ struct jlist {
     size_t n, cap;
     bool tuple;
     bool group; /* groupby's (grouper, list): a tuple with .grouper/.list */
+    bool lazy;  /* a Python generator/iterator (select, map, unique, ...): always
+                 * true, no len(), not JSON, consumed by the first iteration */
+    uint8_t view; /* dict.items()/keys()/values() view: JVIEW_*; not a sequence */
+    const char *lazy_error; /* generator over a non-iterable: fails when consumed */
 };
+
+enum { JVIEW_NONE = 0, JVIEW_ITEMS, JVIEW_KEYS, JVIEW_VALUES };
 
 struct jdict {
     jv *keys;

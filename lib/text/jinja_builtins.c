@@ -852,7 +852,9 @@ int kt__jinja_percent_format(jrender *r, const jnode *at, jv fmt, jv args, jv *o
         if (!kt__jbuf_put(&b, tmp, KT_MIN((size_t)len, sizeof tmp - 1)))
             return OOM(r, at);
     }
-    if (!mapping && next < nitems)
+    /* Python skips this check when args is a mapping or a list (PyMapping_Check). */
+    bool lenient = mapping || (args.type == JV_LIST && !args.u.l->tuple);
+    if (!lenient && next < nitems)
         return kt__jr_fail(r, at, "not all arguments converted during string formatting");
     *out = mkstr(&b);
     return 0;
@@ -1013,7 +1015,8 @@ static int jtest(jrender *r, const jnode *at, const char *name, jv v, const jarg
     else if (!strcmp(name, "iterable"))
         *out = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF;
     else if (!strcmp(name, "sequence"))
-        *out = v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF;
+        *out = v.type == JV_STR || (v.type == JV_LIST && !v.u.l->lazy && !v.u.l->view) ||
+               v.type == JV_DICT || v.type == JV_UNDEF;
     else if (!strcmp(name, "callable"))
         *out = v.type == JV_MACRO || v.type == JV_FUNC || v.type == JV_LOOP;
     else if (!strcmp(name, "sameas")) {
@@ -1066,15 +1069,33 @@ static int jtest(jrender *r, const jnode *at, const char *name, jv v, const jarg
                 ok = false;
         }
         *out = ok && any_cased;
-    } else if (!strcmp(name, "even") || !strcmp(name, "odd")) {
-        if (!is_int_like(v))
-            return kt__jr_fail(r, at, "test '%s' needs an integer", name);
-        int64_t m = as_int(v) % 2;
-        *out = name[0] == 'e' ? m == 0 : m != 0;
-    } else if (!strcmp(name, "divisibleby")) {
-        if (!is_int_like(v) || !has_a || !is_int_like(a) || as_int(a) == 0)
-            return kt__jr_fail(r, at, "test 'divisibleby' needs integers (non-zero divisor)");
-        *out = as_int(v) % as_int(a) == 0;
+    } else if (!strcmp(name, "even") || !strcmp(name, "odd") || !strcmp(name, "divisibleby")) {
+        /* value % k == 0 (odd: value % 2 == 1), floats included as in Python */
+        bool div = name[0] == 'd';
+        if (div && !has_a)
+            return kt__jr_fail(r, at, "test 'divisibleby' needs a divisor");
+        jv k = div ? a : jv_int(2);
+        bool num_v = is_int_like(v) || v.type == JV_FLOAT;
+        bool num_k = is_int_like(k) || k.type == JV_FLOAT;
+        if (!num_v || !num_k)
+            return kt__jr_fail(r, at, "test '%s' needs numbers", name);
+        if (is_int_like(v) && is_int_like(k)) {
+            if (as_int(k) == 0)
+                return kt__jr_fail(r, at, "integer division or modulo by zero");
+            int64_t m = as_int(k) == -1 ? 0 : as_int(v) % as_int(k);
+            if (m != 0 && ((m < 0) != (as_int(k) < 0)))
+                m += as_int(k);
+            *out = name[0] == 'o' ? m == 1 : m == 0;
+        } else {
+            double x = v.type == JV_FLOAT ? v.u.f : (double)as_int(v);
+            double y = k.type == JV_FLOAT ? k.u.f : (double)as_int(k);
+            if (y == 0.0)
+                return kt__jr_fail(r, at, "float modulo");
+            double m = fmod(x, y);
+            if (m != 0.0 && ((m < 0) != (y < 0)))
+                m += y;
+            *out = name[0] == 'o' ? m == 1.0 : m == 0.0;
+        }
     } else if (!strcmp(name, "eq") || !strcmp(name, "equalto") || !strcmp(name, "==")) {
         *out = kt__jv_equal(v, a);
     } else if (!strcmp(name, "ne") || !strcmp(name, "!=")) {
@@ -1261,11 +1282,35 @@ static double py_round(double x, int64_t nd)
     return rr * p;
 }
 
+/* Jinja's generator filters fail only when consumed: over a value that cannot
+ * be iterated they return a generator that raises on first use. */
+static bool deferred_not_iterable(jrender *r, jv v, jv *out, int *rc)
+{
+    if (v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF)
+        return false;
+    jlist *l = kt__jlist_new(r->a, 0);
+    char msg[96];
+    snprintf(msg, sizeof msg, "'%s' object is not iterable", kt__jv_type_name(v));
+    jv m = kt__jv_strcopy(r->a, msg, strlen(msg));
+    if (!l || m.type != JV_STR) {
+        *rc = OOM(r, NULL);
+        return true;
+    }
+    l->lazy = true;
+    l->lazy_error = m.u.s.p;
+    *out = mklist(l);
+    *rc = 0;
+    return true;
+}
+
 static int select_filter(jrender *r, const jnode *at, jv seq, const jargs *args, bool attr,
                          bool want, jv *out)
 {
     const jv *items;
     size_t n;
+    int rc;
+    if (deferred_not_iterable(r, seq, out, &rc))
+        return rc;
     if (kt__jr_iter(r, at, seq, &items, &n) < 0)
         return -1;
     size_t first_test = attr ? 1 : 0;
@@ -1302,6 +1347,7 @@ static int select_filter(jrender *r, const jnode *at, jv seq, const jargs *args,
         if (res == want && !kt__jlist_push(r->a, l, items[i]))
             return OOM(r, at);
     }
+    l->lazy = true; /* select_or_reject is a generator */
     *out = mklist(l);
     return 0;
 }
@@ -1313,6 +1359,9 @@ static int map_filter(jrender *r, const jnode *at, jv seq, const jargs *args, jv
 {
     const jv *items;
     size_t n;
+    int rc;
+    if (deferred_not_iterable(r, seq, out, &rc))
+        return rc;
     if (kt__jr_iter(r, at, seq, &items, &n) < 0)
         return -1;
     jv attribute, def = jv_undef(), fname;
@@ -1330,6 +1379,7 @@ static int map_filter(jrender *r, const jnode *at, jv seq, const jargs *args, jv
                 v = def;
             l->items[l->n++] = v;
         }
+        l->lazy = true;
         *out = mklist(l);
         return 0;
     }
@@ -1344,6 +1394,7 @@ static int map_filter(jrender *r, const jnode *at, jv seq, const jargs *args, jv
     for (size_t i = 0; i < n; i++)
         if (filter_impl(r, at, fn.u.s.p, items[i], &fargs, &l->items[l->n++]) < 0)
             return -1;
+    l->lazy = true;
     *out = mklist(l);
     return 0;
 }
@@ -1352,24 +1403,13 @@ static int minmax(jrender *r, const jnode *at, jv seq, const jargs *args, bool w
 {
     jv attribute = jv_none();
     kt__jargs_get(args, 1, "attribute", &attribute);
+    /* min: first of the stable ascending sort; max: first of the stable
+     * descending sort (Python's max keeps the first maximal item). */
     jv sorted;
-    if (sorted_list(r, at, seq, false, kw_bool(args, 0, "case_sensitive", false), attribute,
+    if (sorted_list(r, at, seq, want_max, kw_bool(args, 0, "case_sensitive", false), attribute,
                     &sorted) < 0)
         return -1;
-    if (sorted.u.l->n == 0) {
-        *out = jv_undef();
-        return 0;
-    }
-    /* min: first of the stable sort; max: Python max keeps the first maximal item. */
-    if (!want_max) {
-        *out = sorted.u.l->items[0];
-        return 0;
-    }
-    jv rsorted;
-    if (sorted_list(r, at, seq, true, kw_bool(args, 0, "case_sensitive", false), attribute,
-                    &rsorted) < 0)
-        return -1;
-    *out = rsorted.u.l->items[0];
+    *out = sorted.u.l->n ? sorted.u.l->items[0] : jv_undef();
     return 0;
 }
 
@@ -1391,6 +1431,8 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
             *out = jv_int((int64_t)kt__utf8_len(v.u.s.p, v.u.s.n));
             return 0;
         case JV_LIST:
+            if (v.u.l->lazy)
+                return kt__jr_fail(r, at, "object of type 'generator' has no len()");
             *out = jv_int((int64_t)v.u.l->n);
             return 0;
         case JV_DICT:
@@ -1468,19 +1510,23 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         return 0;
     }
     if (!strcmp(name, "items")) {
-        if (v.type == JV_UNDEF) {
+        /* A generator: empty for Undefined, failing on use for a non-mapping. */
+        if (v.type != JV_DICT) {
             jlist *l = kt__jlist_new(r->a, 0);
             if (!l)
                 return OOM(r, at);
+            l->lazy = true;
+            if (v.type != JV_UNDEF)
+                l->lazy_error = "Can only get item pairs from a mapping.";
             *out = mklist(l);
             return 0;
         }
-        if (v.type != JV_DICT)
-            return kt__jr_fail(r, at, "items filter needs a mapping, got '%s'",
-                               kt__jv_type_name(v));
         jv m = kt__jinja_method(r, v, "items", 5);
         jargs none = {0};
-        return kt__jinja_call_builtin(r, at, m.u.fn, &none, out);
+        if (kt__jinja_call_builtin(r, at, m.u.fn, &none, out) < 0)
+            return -1;
+        out->u.l->lazy = true; /* do_items is a generator */
+        return 0;
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         const jv *items;
@@ -1523,11 +1569,13 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         size_t n;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
+        bool was_lazy = v.type == JV_LIST && v.u.l->lazy;
         jlist *l = kt__jlist_new(r->a, n);
         if (!l)
             return OOM(r, at);
         for (size_t i = 0; i < n; i++)
             l->items[l->n++] = items[n - 1 - i];
+        l->lazy = !was_lazy; /* reversed() iterator; a generator gives a list */
         *out = mklist(l);
         return 0;
     }
@@ -1554,6 +1602,9 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
     if (!strcmp(name, "unique")) {
         const jv *items;
         size_t n;
+        int rc;
+        if (deferred_not_iterable(r, v, out, &rc))
+            return rc;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
         bool cs = kw_bool(args, 0, "case_sensitive", false);
@@ -1574,6 +1625,7 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
             if (!dup && (!kt__jlist_push(r->a, seen, key) || !kt__jlist_push(r->a, l, items[i])))
                 return OOM(r, at);
         }
+        l->lazy = true;
         *out = mklist(l);
         return 0;
     }
@@ -1673,6 +1725,8 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
             return kt__jr_fail(r, at, "bad operand type for abs(): '%s'", kt__jv_type_name(v));
         return 0;
     }
+    if ((!strcmp(name, "int") || !strcmp(name, "float")) && v.type == JV_UNDEF)
+        return kt__jr_undefined(r, at, v); /* int(Undefined) raises in Jinja */
     if (!strcmp(name, "int")) {
         jv def = jv_int(0), base = jv_int(10);
         kt__jargs_get(args, 0, "default", &def);
@@ -1770,10 +1824,9 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         return 0;
     }
     if (!strcmp(name, "indent")) {
-        jv s;
-        if (kt__jr_to_str(r, at, v, &s) < 0)
-            return -1;
-        return do_indent(r, at, s, args, out);
+        if (v.type != JV_STR) /* Jinja appends "\n" to the value: str only */
+            return kt__jr_fail(r, at, "indent expects a string, got '%s'", kt__jv_type_name(v));
+        return do_indent(r, at, v, args, out);
     }
     if (!strcmp(name, "e") || !strcmp(name, "escape") || !strcmp(name, "forceescape")) {
         jv s;
@@ -1848,9 +1901,7 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         return 0;
     }
     if (!strcmp(name, "truncate")) {
-        jv s;
-        if (kt__jr_to_str(r, at, v, &s) < 0)
-            return -1;
+        jv s = v;
         jv lenv = jv_int(255), endv = jv_str("...", 3), lw = jv_int(5);
         kt__jargs_get(args, 0, "length", &lenv);
         bool killwords = kw_bool(args, 1, "killwords", false);
@@ -1859,6 +1910,16 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         if (!is_int_like(lenv) || !is_int_like(lw) || endv.type != JV_STR)
             return kt__jr_fail(r, at, "truncate: bad arguments");
         int64_t length = as_int(lenv), leeway = as_int(lw);
+        if (s.type != JV_STR) {
+            /* Jinja does not stringify: a short sequence (or Undefined) passes. */
+            int64_t n = s.type == JV_UNDEF ? 0 : s.type == JV_LIST && !s.u.l->lazy
+                      ? (int64_t)s.u.l->n : s.type == JV_DICT ? (int64_t)s.u.d->n : -1;
+            if (n < 0 || n > length + leeway)
+                return kt__jr_fail(r, at, "truncate expects a string, got '%s'",
+                                   kt__jv_type_name(s));
+            *out = s;
+            return 0;
+        }
         int64_t slen = (int64_t)kt__utf8_len(s.u.s.p, s.u.s.n);
         int64_t elen = (int64_t)kt__utf8_len(endv.u.s.p, endv.u.s.n);
         if (length < elen)
@@ -1886,6 +1947,9 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
     if (!strcmp(name, "batch") || !strcmp(name, "slice")) {
         const jv *items;
         size_t n;
+        int rc;
+        if (deferred_not_iterable(r, v, out, &rc))
+            return rc;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
         int64_t k;
@@ -1928,6 +1992,7 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
                     return OOM(r, at);
             }
         }
+        outl->lazy = true;
         *out = mklist(outl);
         return 0;
     }
@@ -2268,6 +2333,7 @@ static int call_dict_method(jrender *r, const jnode *at, int id, jdict *d, const
         jlist *l = kt__jlist_new(r->a, d->n);
         if (!l)
             return OOM(r, at);
+        l->view = id == JF_D_ITEMS ? JVIEW_ITEMS : id == JF_D_KEYS ? JVIEW_KEYS : JVIEW_VALUES;
         for (size_t i = 0; i < d->n; i++) {
             if (id == JF_D_ITEMS) {
                 jlist *pair = kt__jlist_new(r->a, 2);

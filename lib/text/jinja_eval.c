@@ -203,8 +203,12 @@ int kt__jr_iter(jrender *r, const jnode *at, jv v, const jv **items, size_t *n)
         *n = 0;
         return 0;
     case JV_LIST:
+        if (v.u.l->lazy_error)
+            return kt__jr_fail(r, at, "%s", v.u.l->lazy_error);
         *items = v.u.l->items;
         *n = v.u.l->n;
+        if (v.u.l->lazy)
+            v.u.l->n = 0; /* a generator is consumed by iterating it */
         return 0;
     case JV_DICT: {
         jv *keys = kt__ja_alloc(r->a, (v.u.d->n ? v.u.d->n : 1) * sizeof(jv));

@@ -930,7 +930,8 @@ static bool parse_node_body(parser *p, jnode *n, const char *const *ends)
 static jnode *parse_if(parser *p, const jtok *t)
 {
     jnode *n = new_node(p, JN_IF, t);
-    if (!n || !(n->a = parse_tuple(p, false, true, NULL, false)) || !expect_block_end(p))
+    /* As Jinja: no inline `x if c else y` in an if test without parentheses. */
+    if (!n || !(n->a = parse_tuple(p, false, false, NULL, false)) || !expect_block_end(p))
         return NULL;
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     if (!parse_node_body(p, n, ends))

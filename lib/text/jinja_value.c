@@ -313,7 +313,7 @@ bool kt__jv_truthy(jv v)
     case JV_STR:
         return v.u.s.n != 0;
     case JV_LIST:
-        return v.u.l->n != 0;
+        return v.u.l->lazy || v.u.l->n != 0;
     case JV_DICT:
         return v.u.d->n != 0;
     default:
@@ -352,6 +352,8 @@ bool kt__jv_equal(jv a, jv b)
     case JV_STR:
         return a.u.s.n == b.u.s.n && (a.u.s.n == 0 || !memcmp(a.u.s.p, b.u.s.p, a.u.s.n));
     case JV_LIST:
+        if (a.u.l->lazy || b.u.l->lazy || a.u.l->view != b.u.l->view)
+            return a.u.l == b.u.l;
         if (a.u.l->tuple != b.u.l->tuple || a.u.l->n != b.u.l->n)
             return false;
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -577,6 +579,13 @@ static bool repr_depth(jbuf *b, jv v, int depth)
         return repr_str(b, v.u.s.p, v.u.s.n);
     case JV_LIST: {
         const jlist *l = v.u.l;
+        if (l->lazy)
+            return kt__jbuf_puts(b, "<generator object>");
+        if (l->view) {
+            static const char *const names[] = {"", "dict_items(", "dict_keys(", "dict_values("};
+            if (!kt__jbuf_puts(b, names[l->view % 4]))
+                return false;
+        }
         if (!kt__jbuf_putc(b, l->tuple ? '(' : '['))
             return false;
         for (size_t i = 0; i < l->n; i++) {
@@ -587,7 +596,9 @@ static bool repr_depth(jbuf *b, jv v, int depth)
         }
         if (l->tuple && l->n == 1 && !kt__jbuf_putc(b, ','))
             return false;
-        return kt__jbuf_putc(b, l->tuple ? ')' : ']');
+        if (!kt__jbuf_putc(b, l->tuple ? ')' : ']'))
+            return false;
+        return l->view ? kt__jbuf_putc(b, ')') : true;
     }
     case JV_DICT:
     case JV_NS: {
@@ -748,6 +759,11 @@ static bool json_val(jbuf *b, jv v, const json_fmt *f, int level)
         return json_str(b, v.u.s.p, v.u.s.n, f->ensure_ascii);
     case JV_LIST: {
         const jlist *l = v.u.l;
+        if (l->lazy || l->view) {
+            *f->err = l->lazy ? "Object of type generator is not JSON serializable"
+                              : "Object of type dict view is not JSON serializable";
+            return false;
+        }
         if (l->n == 0)
             return kt__jbuf_puts(b, "[]");
         if (!kt__jbuf_putc(b, '['))
