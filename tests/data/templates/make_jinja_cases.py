@@ -283,6 +283,19 @@ T = [
     "{% for k, items in [{'a': 'X', 'v': 1}, {'a': 'y', 'v': 2}, {'a': 'x', 'v': 3}]|groupby('a', case_sensitive=true) %}{{ k }}={{ items|length }};{% endfor %}",
     "{{ [{'a': 1}, {'b': 2}]|groupby('a', default=0)|list }}",
     "{{ [{'a': 1}, {'a': 1}]|groupby('a') }}",
+    # ---- generators, dict views, corner cases
+    "{% if [] | select %}T{% else %}F{% endif %}{% if [] | map('string') %}T{% endif %}{% if undefined_var | items %}T{% endif %}",
+    "{% set g = [1, 2] | map('string') %}{{ g | list }}{{ g | list }}",
+    "{{ {'a': 1}.items() }} {{ {'a': 1}.keys() }} {{ {'a': 1}.values() }} {{ {'a': 1}.items() is sequence }} {{ {'a': 1}.keys() | list }}",
+    '{{ ([1] | select) is sequence }} {{ ([1] | select) is iterable }} {{ [1, 2] | reverse | list }} {{ ([1] | reverse) is sequence }}',
+    '{{ 2.5 is even }} {{ 3.0 is odd }} {{ 4.5 is divisibleby 1.5 }} {{ -3 is odd }}',
+    "{{ undefined_var | truncate(5) }}|{{ [1, 2] | truncate(5) }}|{{ 'ab' % [1] }}|{{ '%s' % [1, 2] }}",
+    '{% if 1 if true else 0 %}x{% endif %}',
+    '{{ undefined_var | int }}',
+    '{{ l | select | length }}',
+    "{{ l | map('string') | tojson }}",
+    '{{ d.items() | tojson }}',
+    '{{ 5 | indent }}',
 ]
 
 cases = []
