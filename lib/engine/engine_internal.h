@@ -117,7 +117,6 @@ typedef struct kt__layer {
     /* MLA */
     kt__mat wq_a, wq_b, wkv_a, wkv_b;
     float *q_a_norm, *kv_a_norm;
-    float *wkv_b_f32;                            /* [n_head*(nope+v)][kv_lora]     */
     /* dense MLP */
     kt__mat ffn_gate, ffn_up, ffn_down;
     /* MoE */
@@ -147,6 +146,8 @@ void kt__hparams_free(kt__hparams *hp);
 /* ---- ops (ops.c) ---- */
 /* y[T][rows] = x[T][cols] · Wᵀ (+ bias) */
 void kt__linear(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y);
+/* row r of W widened to F32 [W->cols] */
+void kt__mat_row_f32(const kt__mat *W, int32_t r, float *out);
 /* rows r0 <= r < r1 of the same product */
 void kt__linear_rows(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y,
                      int32_t r0, int32_t r1);

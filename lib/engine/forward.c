@@ -189,8 +189,8 @@ static void mla_head(const heads_job *j, int32_t h, float *ws)
     int32_t nh = hp->n_head, nope = hp->qk_nope, rd = hp->qk_rope, vd = hp->v_head;
     int32_t R = hp->kv_lora_rank, qk = nope + rd, row = R + rd, kvb_rows = nope + vd;
     int32_t P = f->pos0 + f->T;
-    float *sc = ws, *qt_abs = ws + P, *ot_abs = ws + P + R;
-    const float *Wh = L->wkv_b_f32 + (size_t)h * kvb_rows * R; /* [nope + v][R] */
+    float *sc = ws, *qt_abs = ws + P, *ot_abs = ws + P + R, *wrow = ws + P + 2 * (size_t)R;
+    int32_t r0 = h * kvb_rows; /* this head's rows of kv_b: [nope + v][R] */
     for (int32_t t = 0; t < f->T; t++) {
         int32_t n = f->pos0 + t + 1;
         const float *qh = j->q + ((size_t)t * nh + h) * qk, *qr = qh + nope;
@@ -207,10 +207,12 @@ static void mla_head(const heads_job *j, int32_t h, float *ws)
                 kt__axpy(oh, sc[i], j->kvb + ((size_t)i * nh + h) * kvb_rows + nope, vd);
             continue;
         }
-        /* q̃ = W_ukᵀ q_nope   [R] */
+        /* q̃ = W_ukᵀ q_nope   [R]  (kv_b rows widened one at a time) */
         memset(qt_abs, 0, sizeof(float) * R);
-        for (int32_t d = 0; d < nope; d++)
-            kt__axpy(qt_abs, qh[d], Wh + (size_t)d * R, R);
+        for (int32_t d = 0; d < nope; d++) {
+            kt__mat_row_f32(&L->wkv_b, r0 + d, wrow);
+            kt__axpy(qt_abs, qh[d], wrow, R);
+        }
         /* s_j = scale · (q̃·c_kv_j + q_rope·k_rope_j) */
         for (int32_t i = 0; i < n; i++) {
             const float *ci = j->C + (size_t)i * row;
@@ -221,8 +223,10 @@ static void mla_head(const heads_job *j, int32_t h, float *ws)
         memset(ot_abs, 0, sizeof(float) * R);
         for (int32_t i = 0; i < n; i++)
             kt__axpy(ot_abs, sc[i], j->C + (size_t)i * row, R);
-        for (int32_t e = 0; e < vd; e++)
-            oh[e] = kt__dot(Wh + (size_t)(nope + e) * R, ot_abs, R);
+        for (int32_t e = 0; e < vd; e++) {
+            kt__mat_row_f32(&L->wkv_b, r0 + nope + e, wrow);
+            oh[e] = kt__dot(wrow, ot_abs, R);
+        }
     }
 }
 
@@ -354,7 +358,7 @@ static kt_status attn_mla(fwd *f, int32_t l)
         kt__linear_par(ctx, ckv, P, &L->wkv_b, NULL, kvb);
     }
 
-    heads_job hj = {mla_head, f, l, 0, (size_t)P + 2 * (size_t)R, NULL, q, NULL, NULL, C,
+    heads_job hj = {mla_head, f, l, 0, (size_t)P + 3 * (size_t)R, NULL, q, NULL, NULL, C,
                     kvb, absorbed, o};
     if ((st = run_heads(ctx, &hj)) < 0)
         goto done;

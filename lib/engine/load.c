@@ -499,15 +499,10 @@ static kt_status load_layer(const loader *ld, int32_t l, kt__layer *L)
         TRY(load_mat(ld, l, KT_ROLE_KV_A_PROJ, -1, hp->kv_lora_rank + hp->qk_rope, H, true,
                      &L->wkv_a));
         TRY(load_vec(ld, l, KT_ROLE_KV_A_NORM, -1, hp->kv_lora_rank, true, &L->kv_a_norm));
-        /* kv_b stays F32 for both MLA forms (absorbed decode reads it per head) */
-        loader f32 = *ld;
-        f32.mat_type = KT_TYPE_F32;
-        kt__mat kvb;
-        TRY(load_mat(&f32, l, KT_ROLE_KV_B_PROJ, -1, (int64_t)nh * (hp->qk_nope + hp->v_head),
-                     hp->kv_lora_rank, true, &kvb));
-        L->wkv_b_f32 = kvb.data;
-        L->wkv_b = kvb;
-        L->wkv_b.owned = false; /* freed through wkv_b_f32 */
+        /* kv_b as stored in fast mode: absorbed decode widens its rows per head,
+         * which reads a quarter (FP8) or half (BF16) of the bytes of F32 */
+        TRY(load_mat(ld, l, KT_ROLE_KV_B_PROJ, -1, (int64_t)nh * (hp->qk_nope + hp->v_head),
+                     hp->kv_lora_rank, true, &L->wkv_b));
         TRY(load_mat(ld, l, KT_ROLE_O_PROJ, -1, H, (int64_t)nh * hp->v_head, true, &L->wo));
     } else {
         TRY(load_mat(ld, l, KT_ROLE_Q_PROJ, -1, (int64_t)nh * hd, H, true, &L->wq));
@@ -598,7 +593,7 @@ void kt__weights_free(kt__weights *w, const kt__hparams *hp)
         for (int32_t l = 0; l < hp->n_layer; l++) {
             kt__layer *L = &w->layers[l];
             float *vecs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->bo, L->q_norm,
-                             L->k_norm, L->sinks, L->q_a_norm, L->kv_a_norm, L->wkv_b_f32,
+                             L->k_norm, L->sinks, L->q_a_norm, L->kv_a_norm,
                              L->router_b, L->e_bias};
             for (size_t i = 0; i < KT_ARRAY_LEN(vecs); i++)
                 kt__free(vecs[i]);

@@ -215,6 +215,29 @@ static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float 
     }
 }
 
+void kt__mat_row_f32(const kt__mat *W, int32_t r, float *out)
+{
+    pick_kernels();
+    int32_t cols = W->cols;
+    if (W->type == KT_TYPE_F32) {
+        memcpy(out, (const float *)W->data + (size_t)r * cols, sizeof(float) * cols);
+    } else if (W->type == KT_TYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)W->data + (size_t)r * cols;
+        for (int32_t c = 0; c < cols; c++)
+            out[c] = kt__bf16_to_f32(s[c]);
+    } else { /* F8_E4M3: fp8 · block scale */
+        const uint8_t *q = (const uint8_t *)W->data + (size_t)r * cols;
+        size_t srow = (size_t)(r / W->block_rows) * W->scale_cols;
+        for (int32_t c = 0; c < cols; c++) {
+            size_t si = srow + (size_t)(c / W->block_cols);
+            float sc = W->scale_type == KT_TYPE_BF16
+                           ? kt__bf16_to_f32(((const uint16_t *)W->scale)[si])
+                           : ((const float *)W->scale)[si];
+            out[c] = g_e4m3_lut[q[c]] * sc;
+        }
+    }
+}
+
 void kt__linear_rows(const float *x, int32_t T, const kt__mat *W, const float *bias, float *y,
                      int32_t r0, int32_t r1)
 {
