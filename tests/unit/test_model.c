@@ -189,6 +189,27 @@ static void check_common(const kt_arch_info *a, const cJSON *c)
     if (isnan(experts))
         experts = num(c, "num_local_experts");
     assert_int_equal(a->n_routed_experts, (uint32_t)experts);
+    /* fields most families share, where the config has them */
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(c, "attention_bias");
+    if (cJSON_IsBool(ab))
+        assert_int_equal(a->attention_bias, boolean(c, "attention_bias"));
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(c, "sliding_window");
+    if (sw && cJSON_IsNull(sw))
+        assert_int_equal(a->sliding_window, 0);
+    if (!isnan(num(c, "partial_rotary_factor")))
+        ASSERT_FIELD(a->partial_rotary_factor, c, "partial_rotary_factor");
+    if (!isnan(num(c, "routed_scaling_factor")))
+        ASSERT_FIELD(a->routed_scaling_factor, c, "routed_scaling_factor");
+    else
+        assert_true(a->routed_scaling_factor == 1.0f);
+    if (!isnan(num(c, "n_shared_experts")))
+        ASSERT_FIELD(a->n_shared_experts, c, "n_shared_experts");
+    else
+        assert_int_equal(a->n_shared_experts, 0);
+    if (!isnan(num(c, "head_dim")) && a->attn_kind == KT_ATTN_GQA)
+        ASSERT_FIELD(a->head_dim, c, "head_dim");
+    assert_int_equal(a->pad_token_id, isnan(num(c, "pad_token_id")) ? -1
+                                                                    : (int)num(c, "pad_token_id"));
     const char *rt = str(rp, "rope_type");
     if (!strcmp(rt, "yarn")) {
         assert_int_equal(a->rope_type, KT_ROPE_YARN);
