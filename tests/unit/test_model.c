@@ -1867,6 +1867,177 @@ static void test_gpt_oss_mxfp4(void **state)
     kt_model_free(m);
 }
 
+/* A model dir from a config and a list of (name, dims) with BF16 zeros (F32 for names
+ * ending in e_score_correction_bias), the way the families' checkpoints name them. */
+typedef struct synth_tensor {
+    char name[128];
+    uint32_t n_dims;
+    uint64_t shape[3];
+} synth_tensor;
+
+static void synth_add(synth_tensor *t, size_t *n, const char *name, uint64_t a, uint64_t b)
+{
+    snprintf(t[*n].name, sizeof t[*n].name, "%s", name);
+    t[*n].n_dims = b ? 2 : 1;
+    t[*n].shape[0] = a;
+    t[*n].shape[1] = b;
+    (*n)++;
+}
+
+static void synth_model(const char *dir, const char *config, const synth_tensor *t, size_t n)
+{
+    char path[700];
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, config);
+    kt_st_writer *w = NULL;
+    assert_int_equal(kt__st_writer_create(&w), KT_OK);
+    static uint8_t zeros[1 << 16];
+    for (size_t i = 0; i < n; i++) {
+        kt_type ty = strstr(t[i].name, "e_score_correction_bias") ? KT_TYPE_F32 : KT_TYPE_BF16;
+        assert_int_equal(kt__st_writer_declare(w, t[i].name, ty, t[i].n_dims, t[i].shape),
+                         KT_OK);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(kt__st_writer_begin(w, path), KT_OK);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bytes = strstr(t[i].name, "e_score_correction_bias") ? 4 : 2;
+        for (uint32_t d = 0; d < t[i].n_dims; d++)
+            bytes *= t[i].shape[d];
+        assert_true(bytes <= sizeof zeros);
+        assert_int_equal(kt__st_writer_write(w, t[i].name, zeros, bytes), KT_OK);
+    }
+    assert_int_equal(kt__st_writer_finish(w), KT_OK);
+    kt__st_writer_free(w);
+}
+
+/* GLM-4.5 and Qwen1.5-MoE (qwen2_moe) have no fixture: tiny synthetic checkpoints with
+ * their published tensor names open, and the roles land where they should. */
+static void test_glm_qwen2_synthetic(void **state)
+{
+    (void)state;
+    static synth_tensor t[256];
+    size_t n = 0;
+    char nm[128], dir[600];
+    const uint64_t H = 32, nh = 4, nkv = 2, hd = 16, I = 64, MI = 16, E = 4, V = 16;
+    /* glm4_moe: 2 layers, layer 0 dense, q/k/v bias, per-head QK norm, shared expert, MTP 2 */
+    synth_add(t, &n, "model.embed_tokens.weight", V, H);
+    synth_add(t, &n, "model.norm.weight", H, 0);
+    synth_add(t, &n, "lm_head.weight", V, H);
+    for (int l = 0; l < 3; l++) { /* layer 2 is the MTP layer: ignored */
+#define L(f, a, b) (snprintf(nm, sizeof nm, "model.layers.%d." f, l), synth_add(t, &n, nm, a, b))
+        L("input_layernorm.weight", H, 0);
+        L("post_attention_layernorm.weight", H, 0);
+        L("self_attn.q_proj.weight", nh * hd, H);
+        L("self_attn.k_proj.weight", nkv * hd, H);
+        L("self_attn.v_proj.weight", nkv * hd, H);
+        L("self_attn.q_proj.bias", nh * hd, 0);
+        L("self_attn.k_proj.bias", nkv * hd, 0);
+        L("self_attn.v_proj.bias", nkv * hd, 0);
+        L("self_attn.o_proj.weight", H, nh * hd);
+        L("self_attn.q_norm.weight", hd, 0);
+        L("self_attn.k_norm.weight", hd, 0);
+        if (l == 0) {
+            L("mlp.gate_proj.weight", I, H);
+            L("mlp.up_proj.weight", I, H);
+            L("mlp.down_proj.weight", H, I);
+            continue;
+        }
+        L("mlp.gate.weight", E, H);
+        L("mlp.gate.e_score_correction_bias", E, 0);
+        L("mlp.shared_experts.gate_proj.weight", MI, H);
+        L("mlp.shared_experts.up_proj.weight", MI, H);
+        L("mlp.shared_experts.down_proj.weight", H, MI);
+        for (int e = 0; e < (int)E; e++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+            synth_add(t, &n, nm, MI, H);
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+            synth_add(t, &n, nm, MI, H);
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+            synth_add(t, &n, nm, H, MI);
+        }
+#undef L
+    }
+    snprintf(dir, sizeof dir, "%s/glm", tmp_root);
+    synth_model(dir,
+                "{\"model_type\":\"glm4_moe\",\"hidden_size\":32,\"intermediate_size\":64,"
+                "\"moe_intermediate_size\":16,\"num_attention_heads\":4,"
+                "\"num_key_value_heads\":2,\"head_dim\":16,\"partial_rotary_factor\":0.5,"
+                "\"num_hidden_layers\":2,\"n_routed_experts\":4,\"n_shared_experts\":1,"
+                "\"num_experts_per_tok\":2,\"first_k_dense_replace\":1,\"n_group\":1,"
+                "\"topk_group\":1,\"vocab_size\":16,\"attention_bias\":true,"
+                "\"use_qk_norm\":true,\"num_nextn_predict_layers\":1,\"rope_theta\":1000000}",
+                t, n);
+    kt_model *m = open_ok(dir);
+    kt_arch_info a = arch_of(m);
+    assert_int_equal(a.arch, KT_ARCH_GLM4_MOE);
+    assert_int_equal(a.rotary_dim, 8);
+    assert_int_equal(a.qk_norm, KT_QK_NORM_PER_HEAD);
+    assert_int_equal(kt_model_n_ignored_tensors(m), 11 + 5 + 3 * E); /* the MTP layer */
+    kt_tensor_view v = view_of(m, 1, KT_ROLE_K_BIAS, 0);
+    assert_string_equal(v.name, "model.layers.1.self_attn.k_proj.bias");
+    v = view_of(m, 1, KT_ROLE_SCORE_CORRECTION, 0);
+    assert_int_equal(v.type, KT_TYPE_F32);
+    v = view_of(m, 1, KT_ROLE_SHARED_DOWN, 0);
+    assert_string_equal(v.name, "model.layers.1.mlp.shared_experts.down_proj.weight");
+    assert_int_equal(kt_model_has_tensor(m, 1, KT_ROLE_O_BIAS, 0), 0);
+    kt_model_free(m);
+
+    /* qwen2_moe: shared expert (singular) with its own width and a [1][H] gate */
+    n = 0;
+    synth_add(t, &n, "model.embed_tokens.weight", V, H);
+    synth_add(t, &n, "model.norm.weight", H, 0);
+    synth_add(t, &n, "lm_head.weight", V, H);
+    for (int l = 0; l < 1; l++) {
+#define L(f, a, b) (snprintf(nm, sizeof nm, "model.layers.%d." f, l), synth_add(t, &n, nm, a, b))
+        L("input_layernorm.weight", H, 0);
+        L("post_attention_layernorm.weight", H, 0);
+        L("self_attn.q_proj.weight", nh * 8, H);
+        L("self_attn.k_proj.weight", nkv * 8, H);
+        L("self_attn.v_proj.weight", nkv * 8, H);
+        L("self_attn.q_proj.bias", nh * 8, 0);
+        L("self_attn.k_proj.bias", nkv * 8, 0);
+        L("self_attn.v_proj.bias", nkv * 8, 0);
+        L("self_attn.o_proj.weight", H, nh * 8);
+        L("mlp.gate.weight", E, H);
+        L("mlp.shared_expert.gate_proj.weight", 48, H);
+        L("mlp.shared_expert.up_proj.weight", 48, H);
+        L("mlp.shared_expert.down_proj.weight", H, 48);
+        L("mlp.shared_expert_gate.weight", 1, H);
+        for (int e = 0; e < (int)E; e++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
+            synth_add(t, &n, nm, MI, H);
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
+            synth_add(t, &n, nm, MI, H);
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
+            synth_add(t, &n, nm, H, MI);
+        }
+#undef L
+    }
+    snprintf(dir, sizeof dir, "%s/qwen2", tmp_root);
+    synth_model(dir,
+                "{\"model_type\":\"qwen2_moe\",\"hidden_size\":32,\"intermediate_size\":64,"
+                "\"moe_intermediate_size\":16,\"shared_expert_intermediate_size\":48,"
+                "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"num_hidden_layers\":1,"
+                "\"num_experts\":4,\"num_experts_per_tok\":2,\"vocab_size\":16,"
+                "\"rope_theta\":1000000.0}",
+                t, n);
+    m = open_ok(dir);
+    a = arch_of(m);
+    assert_int_equal(a.head_dim, 8); /* hidden / heads */
+    assert_int_equal(a.shared_intermediate_size, 48);
+    v = view_of(m, 0, KT_ROLE_SHARED_EXPERT_GATE, 0);
+    assert_string_equal(v.name, "model.layers.0.mlp.shared_expert_gate.weight");
+    assert_int_equal(v.rows, 1);
+    assert_int_equal(v.cols, H);
+    v = view_of(m, 0, KT_ROLE_SHARED_UP, 0);
+    assert_int_equal(v.rows, 48);
+    v = view_of(m, 0, KT_ROLE_V_BIAS, 0);
+    assert_int_equal(v.rows, nkv * 8);
+    assert_int_equal(kt_model_n_ignored_tensors(m), 0);
+    kt_model_free(m);
+}
+
 static int cancel_at_tensors(uint64_t done, uint64_t total, const char *what, void *ud)
 {
     (void)done;
@@ -2017,6 +2188,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_out_of_vocab_ids_warn),
         cmocka_unit_test(test_gguf_python_seeds),
         cmocka_unit_test(test_gpt_oss_mxfp4),
+        cmocka_unit_test(test_glm_qwen2_synthetic),
     };
     return cmocka_run_group_tests(tests, make_tmp_root, remove_tmp_root);
 }
