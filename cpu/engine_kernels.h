@@ -24,6 +24,12 @@ void kt__engine_linear_fp8_avx512(const float *x, int32_t T, int32_t rows, int32
                                   int32_t br, int32_t bc, int32_t scale_cols, const float *bias,
                                   float *y, int32_t r0, int32_t r1);
 
+/* out[c] = W[c] widened to F32 over one row of n values: BF16, or E4M3 times
+ * the row's block scales scales[c / bc] (F32; bc a multiple of 16). */
+void kt__engine_row_bf16_avx512(const uint16_t *w, int32_t n, float *out);
+void kt__engine_row_fp8_avx512(const uint8_t *w, int32_t n, const float *scales, int32_t bc,
+                               float *out);
+
 /* Σ a[i]·b[i] over n F32 values (AVX-512F). */
 float kt__engine_dot_avx512(const float *a, const float *b, int32_t n);
 /* y[i] += s · x[i] over n F32 values (AVX-512F). */

@@ -172,3 +172,21 @@ void kt__engine_linear_fp8_avx512(const float *x, int32_t T, int32_t rows, int32
         }
     }
 }
+
+void kt__engine_row_bf16_avx512(const uint16_t *w, int32_t n, float *out)
+{
+    for (int32_t c = 0; c < n; c += 16) {
+        __mmask16 m = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1u);
+        _mm512_mask_storeu_ps(out + c, m, load_w_bf16(w + c, m));
+    }
+}
+
+void kt__engine_row_fp8_avx512(const uint8_t *w, int32_t n, const float *scales, int32_t bc,
+                               float *out)
+{
+    for (int32_t c = 0; c < n; c += 16) {
+        __mmask16 m = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1u);
+        __m512 v = _mm512_mul_ps(fp8_to_f32(w + c, m), _mm512_set1_ps(scales[c / bc]));
+        _mm512_mask_storeu_ps(out + c, m, v);
+    }
+}

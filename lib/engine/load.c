@@ -401,6 +401,12 @@ static kt_status load_mat(const loader *ld, int32_t layer, kt_role role, int32_t
         kt__free(f);
         return st;
     }
+    if (v.storage == KT_STORAGE_INT4_PACKED) {
+        /* int4 · BF16 scale needs up to 11 mantissa bits: BF16 would round it */
+        loader exact = *ld;
+        exact.mat_type = KT_TYPE_F32;
+        return mat_from_f32(&exact, f, (int32_t)rows, (int32_t)cols, m);
+    }
     return mat_from_f32(ld, f, (int32_t)rows, (int32_t)cols, m);
 }
 

@@ -18,6 +18,8 @@ static void (*g_linear_fp8)(const float *, int32_t, int32_t, int32_t, const uint
                             const void *, int, int32_t, int32_t, int32_t, const float *, float *,
                             int32_t, int32_t);
 static float (*g_dot)(const float *, const float *, int32_t);
+static void (*g_row_bf16)(const uint16_t *, int32_t, float *);
+static void (*g_row_fp8)(const uint8_t *, int32_t, const float *, int32_t, float *);
 static void (*g_axpy)(float *, float, const float *, int32_t);
 static linear_bf16_fn g_linear_bf16;
 static linear_f32_fn g_linear_f32;
@@ -35,6 +37,8 @@ static void pick_kernels_once(void)
         g_linear_f32 = kt__engine_linear_f32_avx512;
         g_linear_fp8 = kt__engine_linear_fp8_avx512;
         g_dot = kt__engine_dot_avx512;
+        g_row_bf16 = kt__engine_row_bf16_avx512;
+        g_row_fp8 = kt__engine_row_fp8_avx512;
         g_axpy = kt__engine_axpy_avx512;
     }
 #endif
@@ -223,8 +227,16 @@ void kt__mat_row_f32(const kt__mat *W, int32_t r, float *out)
         memcpy(out, (const float *)W->data + (size_t)r * cols, sizeof(float) * cols);
     } else if (W->type == KT_TYPE_BF16) {
         const uint16_t *s = (const uint16_t *)W->data + (size_t)r * cols;
+        if (g_row_bf16) {
+            g_row_bf16(s, cols, out);
+            return;
+        }
         for (int32_t c = 0; c < cols; c++)
             out[c] = kt__bf16_to_f32(s[c]);
+    } else if (g_row_fp8 && W->scale_type == KT_TYPE_F32 && W->block_cols % 16 == 0) {
+        g_row_fp8((const uint8_t *)W->data + (size_t)r * cols, cols,
+                  (const float *)W->scale + (size_t)(r / W->block_rows) * W->scale_cols,
+                  W->block_cols, out);
     } else { /* F8_E4M3: fp8 · block scale */
         const uint8_t *q = (const uint8_t *)W->data + (size_t)r * cols;
         size_t srow = (size_t)(r / W->block_rows) * W->scale_cols;
