@@ -91,7 +91,23 @@ static void quant_bf16p64(const float *x, int k0, int k1, int K, void *row)
 {
     (void)K;
     uint16_t *r = row;
-    for (int k = k0; k < k1; k++)
+    /* source input of each position: 16L + j at 8L + j, 16L + 8 + j at 32 + 8L + j */
+    const __m512i idx0 = _mm512_set_epi16(55, 54, 53, 52, 51, 50, 49, 48, 39, 38, 37, 36, 35, 34,
+                                          33, 32, 23, 22, 21, 20, 19, 18, 17, 16, 7, 6, 5, 4, 3,
+                                          2, 1, 0);
+    const __m512i idx1 = _mm512_add_epi16(idx0, _mm512_set1_epi16(8));
+    int k = k0;
+    for (; k < k1 && (k & 63); k++)
+        r[(k & ~63) + p64_pos(k & 63)] = kt__moe_f32_bf16(x[k]);
+    for (; k + 64 <= k1; k += 64) {
+        __m512i n0 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16),
+                                                  _mm512_loadu_ps(x + k));
+        __m512i n1 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 48),
+                                                  _mm512_loadu_ps(x + k + 32));
+        _mm512_storeu_si512(r + k, _mm512_permutex2var_epi16(n0, idx0, n1));
+        _mm512_storeu_si512(r + k + 32, _mm512_permutex2var_epi16(n0, idx1, n1));
+    }
+    for (; k < k1; k++)
         r[(k & ~63) + p64_pos(k & 63)] = kt__moe_f32_bf16(x[k]);
 }
 
@@ -103,31 +119,34 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
     int8_t *q = row;
     float *lanes = (float *)((char *)row + K128);
     uint16_t *xb = (uint16_t *)((char *)row + 2 * (size_t)K128);
+    const __m256i evens_first = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11,
+                                                 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7,
+                                                 9, 11, 13, 15);
     for (int g = k0 / 32; g < k1 / 32; g++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) {
-            float a = x[g * 32 + i] < 0 ? -x[g * 32 + i] : x[g * 32 + i];
-            amax = a > amax ? a : amax;
-        }
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        /* d = max|x| / 127, q = round(x / d) over the 32 inputs of the group */
+        __m512 x0 = _mm512_loadu_ps(x + g * 32), x1 = _mm512_loadu_ps(x + g * 32 + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
+        __m256i v = _mm256_set_m128i(_mm512_cvtsepi32_epi8(q1), _mm512_cvtsepi32_epi8(q0));
+        /* even inputs of the group, then the odd ones */
+        v = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v, evens_first), 0xD8);
         int c = g / 4, gi = g % 4;
         int8_t *qc = q + (size_t)c * 128;
-        for (int i = 0; i < 32; i++) {
-            int k = g * 32 + i, kl = k % 128;
-            int v = (int)__builtin_nearbyintf(x[k] * inv);
-            v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            qc[(kl & 1) ? 64 + kl / 2 : kl / 2] = (int8_t)v;
-            xb[k] = kt__moe_f32_bf16(x[k]);
-        }
+        _mm_storeu_si128((__m128i *)(qc + 16 * gi), _mm256_castsi256_si128(v));
+        _mm_storeu_si128((__m128i *)(qc + 64 + 16 * gi), _mm256_extracti128_si256(v, 1));
+        __m512bh b = _mm512_cvtne2ps_pbh(x1, x0);
+        _mm512_storeu_si512(xb + (size_t)g * 32, (__m512i)b);
         float *dl = lanes + (size_t)c * 32;
         int32_t *cl = (int32_t *)(dl + 16);
-        for (int l = 4 * gi; l < 4 * gi + 4; l++) {
+        /* lane 4 gi + j covers inputs 8j..8j+7 of the group (4 even + 4 odd) */
+        cl[4 * gi + 0] = -8 * _mm512_mask_reduce_add_epi32(0x00ff, q0);
+        cl[4 * gi + 1] = -8 * _mm512_mask_reduce_add_epi32(0xff00, q0);
+        cl[4 * gi + 2] = -8 * _mm512_mask_reduce_add_epi32(0x00ff, q1);
+        cl[4 * gi + 3] = -8 * _mm512_mask_reduce_add_epi32(0xff00, q1);
+        for (int l = 4 * gi; l < 4 * gi + 4; l++)
             dl[l] = amax / 127.0f;
-            int sum = 0;
-            for (int b = 0; b < 4; b++)
-                sum += qc[4 * l + b] + qc[64 + 4 * l + b];
-            cl[l] = -8 * sum;
-        }
     }
 }
 

@@ -755,10 +755,14 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                     /* acc[t] += w * (down h + bias) */
                     for (int m = 0; m < M; m++) {
                         float w = moe->pair_w[base + mc + m];
-                        float *ar = acc + (size_t)moe->pair_tok[base + mc + m] * H;
+                        float *ar = acc + (size_t)moe->pair_tok[base + mc + m] * H + n0;
                         const float *c = cd + (size_t)m * RB2;
-                        for (int n = n0; n < n1; n++)
-                            ar[n] += w * (c[n - n0] + (db ? db[n] : 0.0f));
+                        if (db)
+                            for (int n = 0; n < n1 - n0; n++)
+                                ar[n] += w * (c[n] + db[n0 + n]);
+                        else
+                            for (int n = 0; n < n1 - n0; n++)
+                                ar[n] += w * c[n];
                     }
                 }
             }
