@@ -835,12 +835,15 @@ static enum MHD_Result handle_models(server *srv, struct MHD_Connection *c)
 static enum MHD_Result handle_health(server *srv, struct MHD_Connection *c)
 {
     int running = 0, queued = 0;
-    sched_counts(srv->sched, &running, &queued);
+    uint64_t done = 0, cancelled = 0;
+    sched_counts(srv->sched, &running, &queued, &done, &cancelled);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "status", "ok");
     cJSON_AddStringToObject(root, "model", srv->cfg.model_name);
     cJSON_AddNumberToObject(root, "running", running);
     cJSON_AddNumberToObject(root, "queued", queued);
+    cJSON_AddNumberToObject(root, "finished", (double)done);
+    cJSON_AddNumberToObject(root, "cancelled", (double)cancelled);
     return send_json(c, 200, root);
 }
 

@@ -31,6 +31,7 @@ struct sched {
     pthread_cond_t wake;
     job *head, *tail; /* queue, under lock */
     int n_queued, n_running;
+    uint64_t n_cancelled, n_done;
     bool stopping, started;
     slot *slots;      /* [max_running], scheduler thread only */
     int32_t n_vocab;
@@ -95,6 +96,9 @@ static void slot_finish(sched *s, slot *sl, const char *finish, const char *erro
     job_release(j);
     pthread_mutex_lock(&s->lock);
     s->n_running--;
+    s->n_done++;
+    if (finish && !strcmp(finish, "cancelled"))
+        s->n_cancelled++;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -325,11 +329,13 @@ int32_t sched_n_ctx(const sched *s)
     return s->cfg.n_ctx;
 }
 
-void sched_counts(sched *s, int *running, int *queued)
+void sched_counts(sched *s, int *running, int *queued, uint64_t *done, uint64_t *cancelled)
 {
     pthread_mutex_lock(&s->lock);
     *running = s->n_running;
     *queued = s->n_queued;
+    *done = s->n_done;
+    *cancelled = s->n_cancelled;
     pthread_mutex_unlock(&s->lock);
 }
 

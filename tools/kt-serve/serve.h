@@ -71,8 +71,9 @@ void sched_stop(sched *s);
 void sched_free(sched *s);
 /* KV positions of every context (the model's context length as served). */
 int32_t sched_n_ctx(const sched *s);
-/* Counters for /health and the log. */
-void sched_counts(sched *s, int *running, int *queued);
+/* Counters for /health: requests generating, waiting, finished, and of
+ * those cancelled because the client left. */
+void sched_counts(sched *s, int *running, int *queued, uint64_t *done, uint64_t *cancelled);
 
 
 /* The HTTP side (http.c). */
