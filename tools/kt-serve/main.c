@@ -162,6 +162,7 @@ int main(int argc, char **argv)
     srv.max_body = (size_t)max_body;
     srv.tok = tok;
     srv.verbose = eo.verbose;
+    srv.cfg.verbose = eo.verbose;
     srv.created = (int64_t)time(NULL);
     atomic_init(&srv.serial, 1);
     kt_template *tpl = NULL;

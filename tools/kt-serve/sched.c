@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "serve.h"
 
@@ -36,6 +37,13 @@ struct sched {
     slot *slots;      /* [max_running], scheduler thread only */
     int32_t n_vocab;
 };
+
+double serve_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 job *job_new(void)
 {
@@ -86,6 +94,15 @@ static void slot_finish(sched *s, slot *sl, const char *finish, const char *erro
     j->finish = finish;
     if (error)
         j->error = strdup(error);
+    j->t_end = serve_now();
+    if (s->cfg.verbose) {
+        double gen = j->t_end - j->t_first;
+        fprintf(stderr, "kt-serve: request %llu: %zu prompt + %zu tokens, %s; queued %.0f ms, "
+                "first token %.0f ms, %.1f tok/s\n", (unsigned long long)j->serial, j->n_prompt,
+                j->n_generated, error ? error : finish, (j->t_start - j->t_submit) * 1e3,
+                j->t_first > 0 ? (j->t_first - j->t_start) * 1e3 : 0.0,
+                j->n_generated > 1 && gen > 0 ? (double)(j->n_generated - 1) / gen : 0.0);
+    }
     pthread_cond_broadcast(&j->changed);
     pthread_mutex_unlock(&j->lock);
     kt_sampler_free(sl->sampler);
@@ -124,6 +141,7 @@ static bool slot_start(sched *s, slot *sl, job *j)
         kt_sampler_accept(sl->sampler, j->prompt[i]);
     pthread_mutex_lock(&j->lock);
     j->state = JOB_RUNNING;
+    j->t_start = serve_now();
     pthread_mutex_unlock(&j->lock);
     return true;
 }
@@ -166,7 +184,8 @@ static void slot_decode(sched *s, slot *sl)
     }
     kt_sampler_accept(sl->sampler, tok);
     pthread_mutex_lock(&j->lock);
-    j->n_generated++;
+    if (j->n_generated++ == 0)
+        j->t_first = serve_now();
     pthread_mutex_unlock(&j->lock);
     if (kt_context_is_eos(sl->ctx, tok)) {
         slot_finish(s, sl, "stop", NULL);
@@ -313,6 +332,7 @@ bool sched_submit(sched *s, job *j)
     }
     atomic_fetch_add(&j->refs, 1);
     j->next = NULL;
+    j->t_submit = serve_now();
     if (s->tail)
         s->tail->next = j;
     else

@@ -41,6 +41,8 @@ typedef struct job {
     const char *finish;     /* "stop" / "length" once done; NULL before       */
     char *error;            /* generation failure, once done                  */
 
+    double t_submit, t_start, t_first, t_end; /* monotonic seconds, for the log */
+
     atomic_bool cancelled;  /* the client went away                           */
     atomic_int refs;        /* HTTP side + scheduler                          */
     struct job *next;       /* scheduler queue                                */
@@ -55,7 +57,11 @@ typedef struct serve_config {
     int32_t max_running;
     int32_t max_queued;
     int32_t n_batch;        /* prefill chunk between decode steps */
+    bool verbose;           /* a log line per finished request    */
 } serve_config;
+
+/* Monotonic seconds. */
+double serve_now(void);
 
 typedef struct sched sched;
 
