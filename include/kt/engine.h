@@ -127,6 +127,13 @@ KT_API int32_t kt_context_n_embd(const kt_context *ctx);
 KT_API int32_t kt_context_n_layer(const kt_context *ctx);
 /* Effective precision (kt_precision). */
 KT_API int32_t kt_context_precision(const kt_context *ctx);
+/* kt_method the routed experts run with on the CPU MoE backend, or
+ * KT_METHOD_NONE when they run on the engine's own path (f32 precision,
+ * KT_CONTEXT_F_ENGINE_EXPERTS, or storage the backend cannot read). */
+KT_API int32_t kt_context_expert_method(const kt_context *ctx);
+/* Worker threads of the MoE backend (or of the engine's dense workers when
+ * there is no backend); 1 when everything runs on the calling thread. */
+KT_API int32_t kt_context_n_threads(const kt_context *ctx);
 
 /* End-of-sequence ids from config.json (eos_token_id, one or a list; ids
  * outside the vocabulary are dropped with a warning). Writes up to `cap` ids

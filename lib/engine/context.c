@@ -230,6 +230,23 @@ int32_t kt_context_n_embd(const kt_context *ctx) { return ctx ? ctx->hp.n_embd :
 int32_t kt_context_n_layer(const kt_context *ctx) { return ctx ? ctx->hp.n_layer : 0; }
 int32_t kt_context_precision(const kt_context *ctx) { return ctx ? (int32_t)ctx->precision : 0; }
 
+int32_t kt_context_expert_method(const kt_context *ctx)
+{
+    return ctx && ctx->moe ? (int32_t)ctx->moe_method : KT_METHOD_NONE;
+}
+
+int32_t kt_context_n_threads(const kt_context *ctx)
+{
+    if (!ctx)
+        return 0;
+    if (ctx->moe) {
+        kt_moe_info mi = KT_MOE_INFO_INIT;
+        if (kt_moe_backend_info(ctx->moe, &mi) == KT_OK)
+            return mi.n_threads;
+    }
+    return ctx->pool ? kt__pool_n_threads(ctx->pool) : 1;
+}
+
 size_t kt_context_eos(const kt_context *ctx, int32_t *ids, size_t cap)
 {
     if (!ctx)

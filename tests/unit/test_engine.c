@@ -182,6 +182,7 @@ static void check_prefill(const char *name, const char *variant, kt_precision pr
             }
         }
         bool backend = ctx->moe != NULL;
+        assert_int_equal(kt_context_expert_method(ctx) != KT_METHOD_NONE, backend);
         print_message("  %s fast%s: %d/%d positions within 5e-2, %d argmax misses\n", name,
                       !backend                  ? ""
                       : ctx->moe_shared_folded ? " (MoE backend, shared expert folded in)"
@@ -371,6 +372,9 @@ static void test_bad_input(void **state)
     assert_int_equal(kt_context_create(&ctx, NULL, NULL, &co), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_create(NULL, NULL, model, &co), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_OK);
+    assert_int_equal(kt_context_expert_method(ctx), KT_METHOD_NONE); /* f32: own path */
+    assert_true(kt_context_n_threads(ctx) >= 1);
+    assert_int_equal(kt_context_n_ctx(ctx), 8);
     assert_int_equal(kt_context_eval(ctx, NULL, 1, NULL, 0), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_eval(ctx, toks_dummy(), 0, NULL, 0), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_eval(ctx, toks_dummy(), 1, NULL, 1u << 7), KT_ERR_INVALID_ARG);

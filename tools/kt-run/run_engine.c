@@ -157,6 +157,14 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
         run_engine_close(e);
         return false;
     }
+    if (o->verbose) {
+        int32_t m = kt_context_expert_method(e->ctx);
+        fprintf(stderr, "%s: %s: precision %s, experts %s%s, %d threads, n_ctx %d\n", tool, path,
+                kt_context_precision(e->ctx) == KT_PRECISION_F32 ? "f32" : "fast",
+                m ? kt_method_name((kt_method)m) : "engine path (F32 activations)",
+                m ? " on the CPU MoE backend" : "", kt_context_n_threads(e->ctx),
+                kt_context_n_ctx(e->ctx));
+    }
     return true;
 }
 
