@@ -299,6 +299,28 @@ def group_http():
                                                                           max_tokens=4))
         check(st == 200 and obj["usage"]["completion_tokens"] == 4,
               "the server keeps serving after bad requests")
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                           "required": ["city"]}}}]
+        convo = [{"role": "user", "content": "Weather in Paris?"},
+                 {"role": "assistant", "content": "", "tool_calls": [{
+                     "id": "call_1", "type": "function", "function": {
+                         "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"},
+                 {"role": "user", "content": [{"type": "text", "text": "And "},
+                                              {"type": "text", "text": "tomorrow?"}]}]
+        st, obj, _ = http(srv, "POST", "/v1/chat/completions",
+                          {"messages": convo, "tools": tools, "max_tokens": 3,
+                           "chat_template_kwargs": {"enable_thinking": False}})
+        check(st == 200 and obj["choices"][0]["message"]["role"] == "assistant",
+              "tools, tool calls, tool results and text parts in a request")
+        st, obj, _ = http(srv, "POST", "/v1/chat/completions",
+                          chat_body("hi", chat_template_kwargs=[1]))
+        check(st == 400 and obj["error"]["param"] == "chat_template_kwargs",
+              "chat_template_kwargs not an object -> 400")
+        st, obj, _ = http(srv, "POST", "/v1/chat/completions", chat_body("hi", tools={}))
+        check(st == 400 and obj["error"]["param"] == "tools", "tools not a list -> 400")
         st, obj, _ = http(srv, "POST", "/v1/completions", {"prompt": [0, 100, 200],
                                                            "max_tokens": 3, "temperature": 0})
         check(st == 200 and obj["usage"]["prompt_tokens"] == 3, "completions: token-id prompt")
