@@ -85,6 +85,15 @@ static kt_status get_bool(gctx *c, const char *suffix, bool def, uint32_t *out)
     return KT_OK;
 }
 
+/* A tensor by name in any shard. */
+static const kt_gguf_tensor *find_any(const gctx *c, const char *name)
+{
+    const kt_gguf_tensor *t = kt__gguf_find_tensor(c->g, name);
+    for (uint32_t i = 0; !t && i < c->m->n_gguf_more; i++)
+        t = kt__gguf_find_tensor(c->m->gguf_more[i], name);
+    return t;
+}
+
 static const kt_gguf_tensor *find(gctx *c, uint32_t layer, const char *base, const char *param)
 {
     char name[160];
@@ -92,7 +101,7 @@ static const kt_gguf_tensor *find(gctx *c, uint32_t layer, const char *base, con
         snprintf(name, sizeof name, "%s.%s", base, param);
     else
         snprintf(name, sizeof name, "blk.%u.%s.%s", layer, base, param);
-    return kt__gguf_find_tensor(c->g, name);
+    return find_any(c, name);
 }
 
 /* ------------------------------------------------------------- config --- */
@@ -160,7 +169,7 @@ static kt_status read_config(gctx *c)
     if (!(cfg->model_type = kt__strdup(kt_arch_name((kt_arch)a->arch))))
         return KT_ERR_NOMEM;
 
-    const kt_gguf_tensor *embd = kt__gguf_find_tensor(c->g, "token_embd.weight");
+    const kt_gguf_tensor *embd = find_any(c, "token_embd.weight");
     if (!embd || embd->n_dims != 2)
         return kt__error(KT_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", path);
     uint32_t vocab_from_embd = (uint32_t)KT_MIN(embd->ne[1], (uint64_t)UINT32_MAX);
@@ -196,7 +205,7 @@ static kt_status read_config(gctx *c)
     /* compute type: the embedding's when it is a float type (else BF16) */
     a->dtype = embd->type == KT_TYPE_F32 || embd->type == KT_TYPE_F16 ? embd->type : KT_TYPE_BF16;
     a->quant_method = KT_QUANT_GGUF;
-    a->tie_word_embeddings = kt__gguf_find_tensor(c->g, "output.weight") ? 0 : 1;
+    a->tie_word_embeddings = find_any(c, "output.weight") ? 0 : 1;
     if ((st = read_tokens(c, a)) < 0)
         return st;
 
@@ -492,9 +501,72 @@ static kt_status add_view(gctx *c, uint32_t layer, kt_role role, uint32_t expert
     return kt__model_add_entry(c->m, &v, &c->capacity);
 }
 
+/* split.no / split.count of a shard (llama.cpp's gguf-split); 0/1 when absent. */
+static kt_status split_info(const kt_gguf *g, uint64_t *no, uint64_t *count)
+{
+    *no = 0;
+    *count = 1;
+    kt_status st = KT_OK;
+    if (kt__gguf_find(g, "split.no"))
+        st = kt__gguf_get_uint(g, "split.no", no);
+    if (st == KT_OK && kt__gguf_find(g, "split.count"))
+        st = kt__gguf_get_uint(g, "split.count", count);
+    return st;
+}
+
+/* Opens m->path, or every shard of the split set it belongs to
+ * (PREFIX-00001-of-00003.gguf ...): metadata from the first, tensors from all. */
+static kt_status open_shards(kt_model *m)
+{
+    const char *path = m->path;
+    size_t n = strlen(path);
+    unsigned no = 0, count = 0;
+    int used = 0;
+    /* "-%05u-of-%05u.gguf" is 20 characters */
+    bool named = n > 20 && sscanf(path + n - 20, "-%5u-of-%5u.gguf%n", &no, &count, &used) == 2 &&
+                 used == 20 && no >= 1 && no <= count && count <= 99999;
+    if (!named) {
+        kt_status st = kt__gguf_open_file(&m->gguf, path);
+        uint64_t sno, scount;
+        if (st == KT_OK && (st = split_info(m->gguf, &sno, &scount)) == KT_OK && scount > 1)
+            return kt__error(KT_ERR_FORMAT, "%s: shard %llu of a split GGUF of %llu, but the file "
+                             "name does not end in -NNNNN-of-NNNNN.gguf", path,
+                             (unsigned long long)sno + 1, (unsigned long long)scount);
+        return st;
+    }
+    char *shard = kt__malloc(n + 1);
+    if (!shard)
+        return KT_ERR_NOMEM;
+    kt_status st = KT_OK;
+    if (count > 1 && !(m->gguf_more = kt__calloc(count - 1, sizeof *m->gguf_more)))
+        st = KT_ERR_NOMEM;
+    for (unsigned i = 1; st == KT_OK && i <= count; i++) {
+        snprintf(shard, n + 1, "%.*s-%05u-of-%05u.gguf", (int)(n - 20), path, i, count);
+        kt_gguf *g = NULL;
+        st = kt__gguf_open_file(&g, shard);
+        if (st == KT_ERR_NOT_FOUND)
+            st = kt__error(KT_ERR_IO, "%s: shard %u of %u is missing", shard, i, count);
+        if (st < 0)
+            break;
+        if (i == 1)
+            m->gguf = g;
+        else
+            m->gguf_more[m->n_gguf_more++] = g;
+        uint64_t sno, scount;
+        if ((st = split_info(g, &sno, &scount)) < 0)
+            break;
+        if ((count > 1 || scount > 1) && (sno + 1 != i || scount != count))
+            st = kt__error(KT_ERR_FORMAT, "%s: split.no %llu / split.count %llu do not match "
+                           "the file name (shard %u of %u)", shard, (unsigned long long)sno,
+                           (unsigned long long)scount, i, count);
+    }
+    kt__free(shard);
+    return st;
+}
+
 kt_status kt__model_open_gguf(kt_model *m)
 {
-    kt_status st = m->gguf ? KT_OK : kt__gguf_open_file(&m->gguf, m->path);
+    kt_status st = m->gguf ? KT_OK : open_shards(m);
     if (st < 0)
         return st;
     gctx c;
@@ -530,6 +602,8 @@ kt_status kt__model_open_gguf(kt_model *m)
     if (st < 0)
         return st;
     size_t total = kt__gguf_tensor_count(m->gguf);
+    for (uint32_t i = 0; i < m->n_gguf_more; i++)
+        total += kt__gguf_tensor_count(m->gguf_more[i]);
     m->n_ignored = total > c.n_used ? total - c.n_used : 0;
     return kt__model_finish_index(m);
 }

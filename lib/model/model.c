@@ -46,6 +46,9 @@ void kt_model_free(kt_model *m)
         kt__st_close(m->st);
     if (m->gguf)
         kt__gguf_close(m->gguf);
+    for (uint32_t i = 0; i < m->n_gguf_more; i++)
+        kt__gguf_close(m->gguf_more[i]);
+    kt__free(m->gguf_more);
     kt__free(m->entries);
     kt__free(m->slot);
     kt__free(m->path);

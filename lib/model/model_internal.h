@@ -76,7 +76,9 @@ struct kt_model {
     uint32_t flags;
     kt__config cfg;
     struct kt_st_set *st;       /* safetensors set, or NULL                       */
-    struct kt_gguf *gguf;       /* GGUF file, or NULL                             */
+    struct kt_gguf *gguf;       /* GGUF file (first shard of a split set), or NULL */
+    struct kt_gguf **gguf_more; /* [n_gguf_more] further shards of a split set     */
+    uint32_t n_gguf_more;
     kt__entry *entries;         /* [n_entries] ordered by layer, role, expert      */
     size_t n_entries;
     size_t n_ignored;

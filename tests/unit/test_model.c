@@ -1621,6 +1621,74 @@ static void test_gguf_models(void **state)
         kt_model_free(st);
     }
 
+    /* a split set as llama.cpp's gguf-split writes it: all metadata in the first shard,
+     * split.no / split.count / split.tensors.count in each, tensors spread over 3 files */
+    {
+        char one[400], prefix[400], shard[500];
+        snprintf(one, sizeof one, "%s/model-0.gguf", tmp_root); /* qwen3moe, written above */
+        snprintf(prefix, sizeof prefix, "%s/qwen3-split", tmp_root);
+        kt_gguf *g = NULL;
+        assert_int_equal(kt__gguf_open_file(&g, one), KT_OK);
+        const size_t nt = kt__gguf_tensor_count(g);
+        for (uint16_t k = 0; k < 3; k++) {
+            kt_gguf_writer *w = NULL;
+            assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+            if (k == 0)
+                for (size_t i = 0; i < kt__gguf_kv_count(g); i++) {
+                    const kt_gguf_kv *kv = kt__gguf_kv_at(g, i);
+                    if (strcmp(kv->key, "general.alignment"))
+                        assert_int_equal(kt__gguf_writer_add(w, kv->key, &kv->value), KT_OK);
+                }
+            kt_gguf_value v;
+            memset(&v, 0, sizeof v);
+            v.type = KT_GGUF_U16;
+            v.v.u = k;
+            assert_int_equal(kt__gguf_writer_add(w, "split.no", &v), KT_OK);
+            v.v.u = 3;
+            assert_int_equal(kt__gguf_writer_add(w, "split.count", &v), KT_OK);
+            assert_int_equal(kt__gguf_writer_add_i32(w, "split.tensors.count", (int32_t)nt),
+                             KT_OK);
+            for (size_t i = k; i < nt; i += 3) {
+                const kt_gguf_tensor *t = kt__gguf_tensor_at(g, i);
+                assert_int_equal(kt__gguf_writer_add_tensor(w, t->name, t->ggml_type, t->n_dims,
+                                                            t->ne, t->data),
+                                 KT_OK);
+            }
+            snprintf(shard, sizeof shard, "%s-%05u-of-00003.gguf", prefix, k + 1u);
+            assert_int_equal(kt__gguf_writer_write_file(w, shard), KT_OK);
+            kt__gguf_writer_free(w);
+        }
+        kt_model *whole = open_ok(one);
+        snprintf(shard, sizeof shard, "%s-00002-of-00003.gguf", prefix); /* any shard opens */
+        kt_model *split = open_ok(shard);
+        assert_int_equal(kt_model_n_tensors(split), kt_model_n_tensors(whole));
+        assert_int_equal(kt_model_n_ignored_tensors(split), 0);
+        for (size_t i = 0; i < kt_model_n_tensors(whole); i++) {
+            kt_tensor_view x, y;
+            x.struct_size = y.struct_size = sizeof x;
+            assert_int_equal(kt_model_tensor_at(whole, i, &x), KT_OK);
+            assert_int_equal(kt_model_tensor_at(split, i, &y), KT_OK);
+            assert_string_equal(x.name, y.name);
+            assert_int_equal(x.nbytes, y.nbytes);
+            assert_memory_equal(x.data, y.data, (size_t)x.nbytes);
+        }
+        kt_model_free(split);
+        kt_model_free(whole);
+        kt__gguf_close(g);
+        /* a missing shard, and a shard whose name does not say it is one */
+        snprintf(shard, sizeof shard, "%s-00003-of-00003.gguf", prefix);
+        char moved[520];
+        snprintf(moved, sizeof moved, "%s/renamed.gguf", tmp_root);
+        assert_int_equal(rename(shard, moved), 0);
+        kt_model *x = (kt_model *)0x1;
+        snprintf(shard, sizeof shard, "%s-00001-of-00003.gguf", prefix);
+        assert_int_equal(kt_model_open(&x, NULL, shard, NULL), KT_ERR_IO);
+        assert_null(x);
+        assert_non_null(strstr(kt_last_error(), "shard 3 of 3 is missing"));
+        assert_int_equal(kt_model_open(&x, NULL, moved, NULL), KT_ERR_FORMAT);
+        assert_non_null(strstr(kt_last_error(), "-NNNNN-of-NNNNN.gguf"));
+    }
+
     /* hostile metadata: clean errors naming the key or the tensor */
     static const struct {
         const char *key;
