@@ -2,8 +2,9 @@
  * kt/model.h - model files and their description.
  *
  * kt_model_open() takes a model directory (config.json + safetensors, one file
- * or a sharded set with model.safetensors.index.json) or a .gguf file, maps the
- * weights (nothing is copied or converted) and gives an immutable handle with:
+ * or a sharded set with model.safetensors.index.json), a .gguf file (or any
+ * shard of a split set) or a bare config .json, maps the weights (nothing is
+ * copied or converted) and gives an immutable handle with:
  *
  *   - the architecture description (kt_arch_info): every config.json field an
  *     engine needs, typed and resolved. Both config styles found in the wild
@@ -13,8 +14,9 @@
  *     `num_local_experts`, explicit `rope_interleave`); GGUF metadata too.
  *   - per-layer facts (kt_layer_info): MoE or dense, sliding window.
  *   - the tensor index: every weight addressed by (layer, role, expert), with
- *     its storage (plain, FP8 block-scaled, INT4 packed, GGML blocks) and its
- *     scales, so no caller ever parses a tensor name (kt_tensor_view).
+ *     its storage (plain, FP8 block-scaled, INT4 packed, GGML blocks, MXFP4) and
+ *     its scales, so no caller ever parses a tensor name (kt_tensor_view).
+ * docs/models.md lists the names, keys and both config styles.
  *   - a memory estimate per device for a placement, before anything is loaded.
  *
  *     kt_model *m = NULL;
@@ -386,7 +388,8 @@ typedef struct kt_tensor_view {
     int32_t type;                    /* kt_type of `data` elements / blocks             */
     int32_t layout;                  /* kt_layout of a 2-D weight                       */
     uint32_t n_dims;                 /* of `shape` (as stored, without expert dim)      */
-    uint64_t shape[KT_TENSOR_MAX_DIMS]; /* as stored; shape[0] outermost                 */
+    uint64_t shape[KT_TENSOR_MAX_DIMS]; /* as stored, row-major: shape[0] outermost (GGUF's
+                                        ne reversed)                                    */
     const void *data;                /* mmap'ed bytes (borrowed)                        */
     uint64_t nbytes;
     uint64_t expert_stride;          /* bytes between experts when STACKED; else 0      */
@@ -394,14 +397,16 @@ typedef struct kt_tensor_view {
      * whatever the storage; 1-D tensors: rows = length, cols = 1. */
     uint64_t rows;
     uint64_t cols;
-    /* Scales of FP8_BLOCK / INT4_PACKED; NULL otherwise. */
+    /* Scales of FP8_BLOCK / INT4_PACKED / MXFP4; NULL otherwise (GGML blocks carry
+     * their own). */
     const void *scale_data;          /* borrowed                                         */
-    int32_t scale_type;              /* kt_type (F32 or BF16)                            */
+    int32_t scale_type;              /* kt_type: F32 or BF16 (MXFP4: U8, E8M0)           */
     uint32_t scale_n_dims;
     uint64_t scale_shape[2];
     uint64_t scale_nbytes;
-    uint32_t block_rows;             /* rows per scale (FP8: 128; INT4: 1)               */
-    uint32_t block_cols;             /* cols per scale (FP8: 128; INT4: group size)      */
+    uint32_t block_rows;             /* rows per scale (FP8: 128; INT4, MXFP4, GGML: 1)  */
+    uint32_t block_cols;             /* cols per scale (FP8: 128; INT4: group size;
+                                        MXFP4: 32; GGML: elements per block)            */
 } kt_tensor_view;
 
 /* Looks up a weight by (layer, role, expert) and fills *out. `layer` is
@@ -463,7 +468,8 @@ typedef struct kt_memory_estimate {
     uint64_t routed_expert_bytes;    /* all routed experts                             */
     uint64_t expert_bytes;           /* one routed expert (gate + up + down + scales)   */
     uint64_t kv_bytes_per_token;     /* all layers, BF16                                */
-    uint64_t kv_bytes;               /* kv_bytes_per_token * context_length            */
+    uint64_t kv_bytes;               /* context_length tokens (sliding-window layers
+                                        capped at their window)                         */
 } kt_memory_estimate;
 
 /* Estimates memory per device for a placement before anything is loaded
