@@ -135,6 +135,11 @@ static inline void kt__moe_new_epoch(void)
 const kt__moe_kernels *kt__moe_kernels_ref(int method);
 const kt__moe_kernels *kt__moe_kernels_avx2(int method);
 const kt__moe_kernels *kt__moe_kernels_avx512(int method);
+/* AMXINT8 (int8 [rows][cols], F32 scale per row) kernels, one per ISA
+ * (moe_int8_*.c in cpu/ref, cpu/avx2, cpu/avx512); the getters above return them for KT_METHOD_AMXINT8. */
+const kt__moe_kernels *kt__moe_int8_ref(void);
+const kt__moe_kernels *kt__moe_int8_avx2(void);
+const kt__moe_kernels *kt__moe_int8_avx512(void);
 /* AMX-BF16 prefill on top of the AVX-512 set (cpu/amx/moe_amx.c). */
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */

@@ -350,6 +350,35 @@ static void decode_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kp
     }
 }
 
+/* int8 rows times their F32 scale -> BF16 in input order (AMXINT8). */
+static void decode_int8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                        uint16_t *dst)
+{
+    const int8_t *w = W->w;
+    const float *sc = W->scale;
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad * 2);
+            continue;
+        }
+        const int8_t *row = w + (size_t)(n + r) * W->cols + kc;
+        __m512 s = _mm512_set1_ps(sc[n + r]);
+        for (int k = 0; k < kpad; k += 32) {
+            int left = kn - k;
+            __mmask32 msk = left >= 32 ? ~(__mmask32)0
+                                       : (left <= 0 ? 0 : (((__mmask32)1 << left) - 1));
+            if (!(k & 127))
+                _mm_prefetch((const char *)row + k + KCH, _MM_HINT_T0);
+            __m256i v = _mm256_maskz_loadu_epi8(msk, row + k);
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+            __m512bh b = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+            _mm512_storeu_si512(d + k, (__m512i)b);
+        }
+    }
+}
+
 /* C = A W^T with tiles. `view` is the byte offset of the BF16 activations in
  * a row; `decode` is NULL when the weights are BF16 and can be tiled in place. */
 static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -428,7 +457,7 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
 
 /* ---- the three kernel sets ----------------------------------------------- */
 
-static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4;
+static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
 
 static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
@@ -465,7 +494,18 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, view, decode_int4, 32);
 }
 
-static kt__moe_kernels k_bf16, k_fp8, k_int4;
+static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                      void *scratch)
+{
+    if (M < AMX_MIN_M) {
+        avx512_int8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
+    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_int8, 32);
+}
+
+static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 /* The AVX-512 set's scratch or ours, whichever is larger (a call uses one). */
@@ -479,7 +519,8 @@ static void init_sets(void)
     avx512_bf16 = kt__moe_kernels_avx512(KT_METHOD_BF16);
     avx512_fp8 = kt__moe_kernels_avx512(KT_METHOD_FP8);
     avx512_int4 = kt__moe_kernels_avx512(KT_METHOD_RAWINT4);
-    if (!avx512_bf16 || !avx512_fp8 || !avx512_int4)
+    avx512_int8 = kt__moe_kernels_avx512(KT_METHOD_AMXINT8);
+    if (!avx512_bf16 || !avx512_fp8 || !avx512_int4 || !avx512_int8)
         return;
     init_e4m3_tables();
     k_bf16 = (kt__moe_kernels){"amx-bf16", avx512_bf16->act, avx512_bf16->quant, gemm_bf16,
@@ -488,6 +529,8 @@ static void init_sets(void)
                               scratch_of(avx512_fp8)};
     k_int4 = (kt__moe_kernels){"amx-bf16+int4", avx512_int4->act, avx512_int4->quant, gemm_int4,
                                scratch_of(avx512_int4)};
+    k_int8 = (kt__moe_kernels){"amx-bf16+int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
+                               scratch_of(avx512_int8)};
 }
 
 const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
@@ -502,6 +545,8 @@ const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
         return &k_fp8;
     case KT_METHOD_RAWINT4:
         return &k_int4;
+    case KT_METHOD_AMXINT8:
+        return &k_int8;
     default:
         return NULL;
     }

@@ -257,6 +257,8 @@ const kt__moe_kernels *kt__moe_kernels_avx2(int method)
         return &k_fp8;
     case KT_METHOD_RAWINT4:
         return &k_int4;
+    case KT_METHOD_AMXINT8:
+        return kt__moe_int8_avx2();
     default:
         return NULL;
     }

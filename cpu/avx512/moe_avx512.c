@@ -727,6 +727,8 @@ const kt__moe_kernels *kt__moe_kernels_avx512(int method)
         return &k_fp8;
     case KT_METHOD_RAWINT4:
         return &k_int4;
+    case KT_METHOD_AMXINT8:
+        return kt__moe_int8_avx512();
     default:
         return NULL;
     }

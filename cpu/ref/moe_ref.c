@@ -136,6 +136,8 @@ const kt__moe_kernels *kt__moe_kernels_ref(int method)
         return &ref_fp8;
     case KT_METHOD_RAWINT4:
         return &ref_int4;
+    case KT_METHOD_AMXINT8:
+        return kt__moe_int8_ref();
     default:
         return NULL;
     }

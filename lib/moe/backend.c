@@ -104,6 +104,9 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method)
 {
     uint64_t isa = kt_hw_isa() & isa_cap;
     (void)isa;
+    /* AMXINT4 is kt-convert's group-32 INT4 in the RAWINT4 layout: same kernels */
+    if (method == KT_METHOD_AMXINT4)
+        method = KT_METHOD_RAWINT4;
     const kt__moe_kernels *k = NULL;
 #if KT_HAVE_ISA_AMX
     /* AMX-BF16 prefill on top of the AVX-512 set (tile permission is part of the bits). */
@@ -153,7 +156,10 @@ static uint64_t expert_bytes(int method, uint64_t H, uint64_t I)
         return n + 4 * (2 * ((I + 127) / 128) * ((H + 127) / 128) +
                         ((H + 127) / 128) * ((I + 127) / 128));
     case KT_METHOD_RAWINT4:
+    case KT_METHOD_AMXINT4: /* the same layout, written by kt-convert */
         return n / 2 + 2 * (n / 32);
+    case KT_METHOD_AMXINT8:
+        return n + 4 * (2 * I + H);
     default:
         return 0;
     }
@@ -266,7 +272,8 @@ static kt_status load_layer(kt_moe_backend *moe, moe_layer *L, const kt_moe_laye
     if (!lw.gate || !lw.down || (!fused && !lw.up))
         return kt__error(KT_ERR_INVALID_ARG, "layer %u: gate, up and down arrays are required",
                          li);
-    bool scaled = method == KT_METHOD_FP8 || method == KT_METHOD_RAWINT4;
+    bool scaled = method == KT_METHOD_FP8 || method == KT_METHOD_RAWINT4 ||
+                  method == KT_METHOD_AMXINT8 || method == KT_METHOD_AMXINT4;
     if (scaled && (!lw.gate_scale || !lw.up_scale || !lw.down_scale))
         return kt__error(KT_ERR_INVALID_ARG, "layer %u: method %s needs scale arrays", li,
                          kt_method_name((kt_method)method));
@@ -350,7 +357,8 @@ static kt_status check_desc(const kt_moe_desc *d)
     if (d->flags)
         return kt__error(KT_ERR_INVALID_ARG, "kt_moe_desc.flags must be 0");
     if (d->method != KT_METHOD_BF16 && d->method != KT_METHOD_FP8 &&
-        d->method != KT_METHOD_RAWINT4)
+        d->method != KT_METHOD_RAWINT4 && d->method != KT_METHOD_AMXINT8 &&
+        d->method != KT_METHOD_AMXINT4)
         return kt__error(KT_ERR_UNSUPPORTED, "moe: method %d (%s) has no CPU MoE kernels yet",
                          d->method,
                          kt_method_name((kt_method)d->method) ? kt_method_name((kt_method)d->method)
@@ -368,7 +376,8 @@ static kt_status check_desc(const kt_moe_desc *d)
                          "moe: shape out of range (hidden %u, intermediate %u, experts %u, "
                          "top_k %u)",
                          d->hidden, d->intermediate, d->n_experts, d->top_k);
-    if (d->method == KT_METHOD_RAWINT4 && (d->hidden % 32 || d->intermediate % 32))
+    if ((d->method == KT_METHOD_RAWINT4 || d->method == KT_METHOD_AMXINT4) &&
+        (d->hidden % 32 || d->intermediate % 32))
         return kt__error(KT_ERR_INVALID_ARG,
                          "moe: RAWINT4 needs hidden and intermediate multiples of 32 "
                          "(got %u, %u)",

@@ -59,6 +59,17 @@ static void rand_weights(int method, int rows, int cols, void **w, void **s, flo
             }
         *w = q;
         *s = sc;
+    } else if (method == KT_METHOD_AMXINT8) {
+        int8_t *q = malloc(n);
+        float *sc = malloc((size_t)rows * sizeof(float));
+        for (int r = 0; r < rows; r++)
+            sc[r] = 0.01f + 0.01f * (tst_uniform() + 1.0f);
+        for (size_t i = 0; i < n; i++) {
+            q[i] = (int8_t)((int)(tst_rand() % 255u) - 127);
+            (*f)[i] = (float)q[i] * sc[i / (size_t)cols];
+        }
+        *w = q;
+        *s = sc;
     } else {
         uint32_t *p = malloc(n / 2);
         uint16_t *sc = malloc(n / 32 * 2);
@@ -182,8 +193,8 @@ static void run_isa(uint64_t need, const kt__moe_kernels *(*get)(int), const cha
         printf("  %s: not on this CPU, skipped\n", what);
         return;
     }
-    int methods[] = {KT_METHOD_BF16, KT_METHOD_FP8, KT_METHOD_RAWINT4};
-    for (int i = 0; i < 3; i++) {
+    int methods[] = {KT_METHOD_BF16, KT_METHOD_FP8, KT_METHOD_RAWINT4, KT_METHOD_AMXINT8};
+    for (int i = 0; i < 4; i++) {
         const kt__moe_kernels *ks = get(methods[i]);
         if (ks)
             check_set(ks, methods[i]);
