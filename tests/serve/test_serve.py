@@ -361,6 +361,25 @@ def group_http():
     finally:
         srv.stop()
 
+    # prefix cache: a follow-up turn reuses the KV cache of the previous one
+    srv = Server("--enable-prefix-cache", "--max-running-requests", "2")
+    try:
+        turn1 = [{"role": "user", "content": "What does the json module do? " * 4}]
+        st, a, _ = http(srv, "POST", "/v1/chat/completions",
+                        {"messages": turn1, "max_tokens": 8, "temperature": 0})
+        check(st == 200 and a["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+              "prefix cache: a first request finds nothing")
+        turn2 = turn1 + [{"role": "assistant", "content": a["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": "And the csv module?"}]
+        st, b, _ = http(srv, "POST", "/v1/chat/completions",
+                        {"messages": turn2, "max_tokens": 8, "temperature": 0})
+        cached = b["usage"]["prompt_tokens_details"]["cached_tokens"] if st == 200 else -1
+        check(a["usage"]["prompt_tokens"] <= cached < b["usage"]["prompt_tokens"],
+              f"prefix cache: the second turn reuses the first ({cached} of "
+              f"{b['usage']['prompt_tokens']} prompt tokens)")
+    finally:
+        srv.stop()
+
     # API key
     srv = Server("--api-key", "sekrit")
     try:

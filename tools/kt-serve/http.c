@@ -421,6 +421,8 @@ static cJSON *usage_json(const job *j)
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)j->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)j->n_generated);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + j->n_generated));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"),
+                            "cached_tokens", (double)j->n_cached);
     return u;
 }
 

@@ -33,6 +33,10 @@ static void usage(FILE *f)
             "                               answer; same as --ctx-size)\n"
             "  --chunked-prefill-size N     prompt tokens evaluated between decode steps\n"
             "                               (default 256)\n"
+            "  --enable-prefix-cache        a request reuses the KV cache of a finished one\n"
+            "                               it shares a prefix with (multi-turn chats); its\n"
+            "                               logits then differ in the last bits from a\n"
+            "                               fresh evaluation's\n"
             "  --api-key KEY                require 'Authorization: Bearer KEY' (default:\n"
             "                               $KT_API_KEY when set, else no key)\n"
             "  --max-body-bytes N           largest request body (default 8 MiB)\n"
@@ -57,6 +61,7 @@ int main(int argc, char **argv)
     const char *host = "127.0.0.1", *name = NULL, *api_key = getenv("KT_API_KEY");
     int64_t port = 30000, max_running = 16, max_queued = 1024, max_body = 8 << 20;
     int64_t prefill_chunk = 256, max_total = 0;
+    bool prefix_cache = false;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         bool bad = false;
@@ -94,7 +99,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (opt_match(argc, argv, &i, "--max-queued-requests", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(TOOL, "--max-queued-requests", v, 0, 1 << 20,
+            if (bad || !opt_parse_i64(TOOL, "--max-queued-requests", v, 1, 1 << 20,
                                       &max_queued))
                 return 2;
             continue;
@@ -108,6 +113,10 @@ int main(int argc, char **argv)
             if (bad ||
                 !opt_parse_i64(TOOL, "--chunked-prefill-size", v, 1, 1 << 20, &prefill_chunk))
                 return 2;
+            continue;
+        }
+        if (!strcmp(argv[i], "--enable-prefix-cache")) {
+            prefix_cache = true;
             continue;
         }
         if (opt_match(argc, argv, &i, "--max-body-bytes", true, &v, &bad)) {
@@ -158,6 +167,7 @@ int main(int argc, char **argv)
     srv.cfg.max_running = (int32_t)max_running;
     srv.cfg.max_queued = (int32_t)max_queued;
     srv.cfg.n_batch = (int32_t)prefill_chunk;
+    srv.cfg.prefix_cache = prefix_cache;
     srv.api_key = api_key;
     srv.max_body = (size_t)max_body;
     srv.tok = tok;

@@ -18,6 +18,8 @@ typedef struct slot {
     kt_detokenizer *detok;
     float *logits;         /* [n_vocab], the next token's               */
     size_t prefilled;      /* prompt tokens evaluated                    */
+    int32_t *cached;       /* tokens in ctx's KV cache (prefix cache)    */
+    size_t n_cached, cap_cached;
     kt_buf piece;
 } slot;
 
@@ -119,6 +121,34 @@ static void slot_finish(sched *s, slot *sl, const char *finish, const char *erro
     pthread_mutex_unlock(&s->lock);
 }
 
+/* Notes tokens now in the slot's KV cache; on failure the prefix cache
+ * forgets the slot (it is then only ever reset). */
+static void cache_note(slot *sl, const int32_t *toks, size_t n)
+{
+    if (sl->n_cached + n > sl->cap_cached) {
+        size_t cap = (sl->cap_cached ? sl->cap_cached * 2 : 1024) + n;
+        int32_t *t = realloc(sl->cached, cap * sizeof *t);
+        if (!t) {
+            sl->n_cached = 0;
+            return;
+        }
+        sl->cached = t;
+        sl->cap_cached = cap;
+    }
+    memcpy(sl->cached + sl->n_cached, toks, n * sizeof *toks);
+    sl->n_cached += n;
+}
+
+/* Tokens a slot's cache shares with a prompt; one prompt token at least is
+ * left to evaluate (its logits start the answer). */
+static size_t common_prefix(const slot *sl, const job *j)
+{
+    size_t n = 0;
+    while (n < sl->n_cached && n + 1 < j->n_prompt && sl->cached[n] == j->prompt[n])
+        n++;
+    return n;
+}
+
 static bool slot_start(sched *s, slot *sl, job *j)
 {
     char err[256];
@@ -130,7 +160,11 @@ static bool slot_start(sched *s, slot *sl, job *j)
         slot_finish(s, sl, NULL, err);
         return false;
     }
-    kt_context_reset(sl->ctx);
+    size_t keep = s->cfg.prefix_cache ? common_prefix(sl, j) : 0;
+    kt_context_truncate(sl->ctx, (int32_t)keep);
+    sl->n_cached = keep;
+    sl->prefilled = keep;
+    j->n_cached = keep;
     if (kt_sampler_create(&sl->sampler, s->n_vocab, &j->sampling) < 0 ||
         kt_detokenizer_create(&sl->detok, s->tok, 0) < 0) {
         snprintf(err, sizeof err, "%s", kt_last_error());
@@ -206,6 +240,8 @@ static void slot_decode(sched *s, slot *sl)
     }
     if (kt_context_eval(sl->ctx, &tok, 1, sl->logits, 0) < 0)
         slot_finish(s, sl, NULL, kt_last_error());
+    else
+        cache_note(sl, &tok, 1);
 }
 
 static void slot_prefill(sched *s, slot *sl)
@@ -220,6 +256,7 @@ static void slot_prefill(sched *s, slot *sl)
         slot_finish(s, sl, NULL, kt_last_error());
         return;
     }
+    cache_note(sl, j->prompt + sl->prefilled, n);
     sl->prefilled += n;
     if (last && j->max_tokens == 0)
         slot_finish(s, sl, "length", NULL);
@@ -244,18 +281,28 @@ static void *sched_main(void *arg)
         job *admitted[256];
         slot *where[256];
         int n_admit = 0;
-        for (int i = 0; i < cap && s->head && n_admit < 256; i++) {
-            if (s->slots[i].j)
-                continue;
+        while (s->head && n_admit < 256) {
             job *j = s->head;
+            /* a free slot; with the prefix cache, the one sharing most of the prompt */
+            int best = -1;
+            size_t best_len = 0;
+            for (int i = 0; i < cap; i++) {
+                if (s->slots[i].j)
+                    continue;
+                size_t len = s->cfg.prefix_cache ? common_prefix(&s->slots[i], j) : 0;
+                if (best < 0 || len > best_len)
+                    best = i, best_len = len;
+            }
+            if (best < 0)
+                break;
             s->head = j->next;
             if (!s->head)
                 s->tail = NULL;
             s->n_queued--;
             s->n_running++;
-            s->slots[i].j = j; /* reserve */
+            s->slots[best].j = j; /* reserve */
             admitted[n_admit] = j;
-            where[n_admit++] = &s->slots[i];
+            where[n_admit++] = &s->slots[best];
         }
         pthread_mutex_unlock(&s->lock);
         for (int k = 0; k < n_admit; k++)
@@ -397,6 +444,7 @@ void sched_free(sched *s)
         slot *sl = &s->slots[i];
         kt_context_free(sl->ctx);
         free(sl->logits);
+        free(sl->cached);
         kt_buf_dispose(&sl->piece);
     }
     pthread_mutex_destroy(&s->lock);

@@ -38,6 +38,7 @@ typedef struct job {
                                NUL-terminated; malloc'ed                       */
     size_t text_len;
     size_t n_generated;     /* sampled tokens, EOS included                   */
+    size_t n_cached;        /* prompt tokens found in the prefix cache        */
     const char *finish;     /* "stop" / "length" once done; NULL before       */
     char *error;            /* generation failure, once done                  */
 
@@ -57,6 +58,7 @@ typedef struct serve_config {
     int32_t max_running;
     int32_t max_queued;
     int32_t n_batch;        /* prefill chunk between decode steps */
+    bool prefix_cache;      /* reuse a finished request's KV prefix */
     bool verbose;           /* a log line per finished request    */
 } serve_config;
 
