@@ -120,6 +120,11 @@ static gen_result local_generate(backend *b, const convo *c, const gen_params *p
     if (!ok)
         return GEN_ERROR;
     int32_t n_ctx = kt_context_n_ctx(l->e.ctx);
+    if (n_ids == 0) {
+        fprintf(stderr, "kt-chat: the chat template rendered an empty prompt\n");
+        free(ids);
+        return GEN_ERROR;
+    }
     if (n_ids + 1 >= (size_t)n_ctx) {
         fprintf(stderr, "kt-chat: the conversation (%zu tokens) fills the context of %d: "
                 "/clear it or raise --ctx-size\n", n_ids, n_ctx);

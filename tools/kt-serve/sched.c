@@ -308,12 +308,16 @@ static void *sched_main(void *arg)
         for (int k = 0; k < n_admit; k++)
             slot_start(s, where[k], admitted[k]);
 
-        /* one decode step for every request past its prompt */
+        /* requests whose client left end here, before any more work */
         for (int i = 0; i < cap; i++) {
             slot *sl = &s->slots[i];
             if (sl->j && atomic_load(&sl->j->cancelled))
                 slot_finish(s, sl, "cancelled", NULL);
-            else if (sl->j && sl->prefilled == sl->j->n_prompt)
+        }
+        /* one decode step for every request past its prompt */
+        for (int i = 0; i < cap; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->j && sl->prefilled == sl->j->n_prompt)
                 slot_decode(s, sl);
         }
         /* then a prefill chunk for each request still reading its prompt */
