@@ -108,7 +108,10 @@ typedef struct method_rule {
     rung rungs[4];    /* best first; the last is scalar */
 } method_rule;
 
-/* The decode/prefill paths of DESIGN.md's method table, best first. */
+/* The decode/prefill paths of DESIGN.md's method table, best first, as the MoE
+ * dispatcher (lib/moe/backend.c) picks them: every AMX path prefills with
+ * AMX-BF16 tiles (the integer methods widen int8/int4 weights to BF16), so it
+ * needs AMX-TILE and AMX-BF16 with tile permission on top of the AVX-512 set. */
 static const method_rule method_rules[] = {
     {KT_METHOD_BF16, KT_FEATURE_METHOD_BF16,
      {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512BF16 | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16,
@@ -124,19 +127,19 @@ static const method_rule method_rules[] = {
       {"avx2", ISA_AVX2_BASE, KT_FEATURE_ISA_AVX2},
       {"scalar", 0, 0}}},
     {KT_METHOD_RAWINT4, KT_FEATURE_METHOD_RAWINT4,
-     {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512VNNI | KT_ISA_AMX_TILE | KT_ISA_AMX_INT8,
+     {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512VNNI | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16,
        KT_FEATURE_ISA_AMX},
       {"avx512", ISA_AVX512_BASE | KT_ISA_AVX512VNNI, KT_FEATURE_ISA_AVX512},
       {"avx2", ISA_AVX2_BASE, KT_FEATURE_ISA_AVX2},
       {"scalar", 0, 0}}},
     {KT_METHOD_AMXINT8, KT_FEATURE_METHOD_AMXINT8,
-     {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512VNNI | KT_ISA_AMX_TILE | KT_ISA_AMX_INT8,
+     {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512VNNI | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16,
        KT_FEATURE_ISA_AMX},
       {"avx512", ISA_AVX512_BASE | KT_ISA_AVX512VNNI, KT_FEATURE_ISA_AVX512},
       {"avx2", ISA_AVX2_BASE, KT_FEATURE_ISA_AVX2},
       {"scalar", 0, 0}}},
     {KT_METHOD_AMXINT4, KT_FEATURE_METHOD_AMXINT4,
-     {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512VNNI | KT_ISA_AMX_TILE | KT_ISA_AMX_INT8,
+     {{"amx", ISA_AVX512_BASE | KT_ISA_AVX512VNNI | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16,
        KT_FEATURE_ISA_AMX},
       {"avx512", ISA_AVX512_BASE | KT_ISA_AVX512VNNI, KT_FEATURE_ISA_AVX512},
       {"avx2", ISA_AVX2_BASE, KT_FEATURE_ISA_AVX2},
