@@ -990,6 +990,14 @@ static int jtest(jrender *r, const jnode *at, const char *name, jv v, const jarg
 {
     jv a = jv_undef();
     bool has_a = kt__jargs_get(args, 0, NULL, &a);
+    static const char *const unary[] = {
+        "defined", "undefined", "none", "boolean", "false", "true", "integer", "float",
+        "number", "string", "mapping", "iterable", "sequence", "callable", "escaped", "lower",
+        "upper", "even", "odd", NULL};
+    for (size_t i = 0; unary[i]; i++)
+        if (!strcmp(name, unary[i]) && args->npos + args->nkw > 0)
+            return kt__jr_fail(r, at, "test_%s() takes 1 positional argument but %zu were given",
+                               name, args->npos + args->nkw + 1);
     if (!strcmp(name, "defined"))
         *out = v.type != JV_UNDEF;
     else if (!strcmp(name, "undefined"))
@@ -1055,10 +1063,8 @@ static int jtest(jrender *r, const jnode *at, const char *name, jv v, const jarg
                                kt__jv_type_name(a));
         }
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        if (v.type != JV_STR) {
-            *out = false;
-            return 0;
-        }
+        if (v.type != JV_STR && kt__jr_to_str(r, at, v, &v) < 0) /* str(value).islower() */
+            return -1;
         bool lower = name[0] == 'l', any_cased = false, ok = true;
         for (size_t i = 0; i < v.u.s.n;) {
             uint32_t c = kt__utf8_next(v.u.s.p, v.u.s.n, &i);
@@ -1284,11 +1290,17 @@ static double py_round(double x, int64_t nd)
 
 /* Jinja's generator filters fail only when consumed: over a value that cannot
  * be iterated they return a generator that raises on first use. */
-static bool deferred_not_iterable(jrender *r, jv v, jv *out, int *rc)
+static bool deferred_not_iterable(jrender *r, jv v, bool falsy_empty, jv *out, int *rc)
 {
     if (v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF)
         return false;
     jlist *l = kt__jlist_new(r->a, 0);
+    if (l && falsy_empty && !kt__jv_truthy(v)) { /* select/reject/map: `if seq:` */
+        l->lazy = true;
+        *out = mklist(l);
+        *rc = 0;
+        return true;
+    }
     char msg[96];
     snprintf(msg, sizeof msg, "'%s' object is not iterable", kt__jv_type_name(v));
     jv m = kt__jv_strcopy(r->a, msg, strlen(msg));
@@ -1309,7 +1321,7 @@ static int select_filter(jrender *r, const jnode *at, jv seq, const jargs *args,
     const jv *items;
     size_t n;
     int rc;
-    if (deferred_not_iterable(r, seq, out, &rc))
+    if (deferred_not_iterable(r, seq, true, out, &rc))
         return rc;
     if (kt__jr_iter(r, at, seq, &items, &n) < 0)
         return -1;
@@ -1360,7 +1372,7 @@ static int map_filter(jrender *r, const jnode *at, jv seq, const jargs *args, jv
     const jv *items;
     size_t n;
     int rc;
-    if (deferred_not_iterable(r, seq, out, &rc))
+    if (deferred_not_iterable(r, seq, true, out, &rc))
         return rc;
     if (kt__jr_iter(r, at, seq, &items, &n) < 0)
         return -1;
@@ -1531,6 +1543,8 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         const jv *items;
         size_t n;
+        if (name[0] == 'l' && v.type == JV_LIST && v.u.l->lazy)
+            return kt__jr_fail(r, at, "'generator' object is not reversible");
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
         *out = n ? items[name[0] == 'f' ? 0 : n - 1] : jv_undef();
@@ -1603,7 +1617,7 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         const jv *items;
         size_t n;
         int rc;
-        if (deferred_not_iterable(r, v, out, &rc))
+        if (deferred_not_iterable(r, v, false, out, &rc))
             return rc;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
@@ -1948,7 +1962,7 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         const jv *items;
         size_t n;
         int rc;
-        if (deferred_not_iterable(r, v, out, &rc))
+        if (deferred_not_iterable(r, v, false, out, &rc))
             return rc;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
@@ -2047,7 +2061,7 @@ jv kt__jinja_method(jrender *r, jv self, const char *name, size_t n)
     const method_entry *table = NULL;
     if (self.type == JV_STR)
         table = str_methods;
-    else if (self.type == JV_LIST)
+    else if (self.type == JV_LIST && !self.u.l->lazy && !self.u.l->view)
         table = self.u.l->tuple ? tuple_methods : list_methods;
     else if (self.type == JV_DICT)
         table = dict_methods;

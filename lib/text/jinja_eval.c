@@ -691,6 +691,10 @@ static int binop(jrender *r, const jnode *n, jv a, jv b, jv *out)
         *out = jv_str(p, a.u.s.n + b.u.s.n);
         return 0;
     }
+    bool plain_a = a.type != JV_LIST || (!a.u.l->lazy && !a.u.l->view);
+    bool plain_b = b.type != JV_LIST || (!b.u.l->lazy && !b.u.l->view);
+    if (!plain_a || !plain_b) /* generators and dict views have no + or * */
+        return bad_operands(r, n, a, b);
     if (op == JOP_ADD && a.type == JV_LIST && b.type == JV_LIST &&
         a.u.l->tuple == b.u.l->tuple) {
         jlist *l = kt__jlist_new(r->a, a.u.l->n + b.u.l->n);
@@ -747,6 +751,9 @@ static int contains(jrender *r, const jnode *n, jv needle, jv hay, bool *out)
             }
         return 0;
     case JV_DICT:
+        if (needle.type == JV_DICT || needle.type == JV_NS ||
+            (needle.type == JV_LIST && !needle.u.l->tuple))
+            return kt__jr_fail(r, n, "unhashable type: '%s'", kt__jv_type_name(needle));
         *out = kt__jdict_get(hay.u.d, needle) != NULL;
         return 0;
     default:

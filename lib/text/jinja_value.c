@@ -400,7 +400,8 @@ int kt__jv_compare(jv a, jv b, bool *ok)
             return c < 0 ? -1 : 1;
         return a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n;
     }
-    if (a.type == JV_LIST && b.type == JV_LIST) {
+    if (a.type == JV_LIST && b.type == JV_LIST && !a.u.l->lazy && !b.u.l->lazy &&
+        !a.u.l->view && !b.u.l->view) {
         size_t n = KT_MIN(a.u.l->n, b.u.l->n);
         for (size_t i = 0; i < n; i++) {
             if (kt__jv_equal(a.u.l->items[i], b.u.l->items[i]))
@@ -422,7 +423,13 @@ const char *kt__jv_type_name(jv v)
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.u.l->tuple ? "tuple" : "list";
+    case JV_LIST:
+        if (v.u.l->lazy)
+            return "generator";
+        if (v.u.l->view)
+            return v.u.l->view == JVIEW_ITEMS ? "dict_items"
+                 : v.u.l->view == JVIEW_KEYS  ? "dict_keys" : "dict_values";
+        return v.u.l->tuple ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_MACRO: return "Macro";
