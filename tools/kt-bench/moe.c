@@ -102,7 +102,12 @@ static void layout_for(int method, int64_t h, int64_t inter, expert_layout *l)
         l->size[0] = l->size[1] = l->size[2] = hi;
         l->size[3] = l->size[4] = l->size[5] = bi * bh * 4;
         break;
-    default:              /* RAWINT4: int32 [out][in/8] + BF16 [out][in/32] */
+    case KT_METHOD_AMXINT8:   /* int8 [out][in] + F32 per output row */
+        l->size[0] = l->size[1] = l->size[2] = hi;
+        l->size[3] = l->size[4] = (size_t)inter * 4;
+        l->size[5] = (size_t)h * 4;
+        break;
+    default:              /* RAWINT4, AMXINT4: int32 [out][in/8] + BF16 [out][in/32] */
         l->size[0] = l->size[1] = l->size[2] = hi / 2;
         l->size[3] = l->size[4] = l->size[5] = hi / 32 * 2;
         break;
@@ -156,7 +161,16 @@ static void fill_region(int method, int which, uint8_t *p, size_t bytes, uint64_
     bool scale = which >= 3;
     for (size_t i = 0; i < words; i++) {
         uint64_t r = next_rand(s);
-        if (method == KT_METHOD_BF16 || (method == KT_METHOD_RAWINT4 && scale))
+        bool int4 = method == KT_METHOD_RAWINT4 || method == KT_METHOD_AMXINT4;
+        if (method == KT_METHOD_AMXINT8 && !scale) {
+            /* int8 codes, never -128 (a symmetric quantizer's range) */
+            uint64_t t = r ^ 0x8080808080808080ull;
+            uint64_t zero = ~(((t & 0x7f7f7f7f7f7f7f7full) + 0x7f7f7f7f7f7f7f7full) | t |
+                              0x7f7f7f7f7f7f7f7full);
+            w[i] = r | (zero >> 7);
+        } else if (method == KT_METHOD_AMXINT8)
+            w[i] = 0x3c0000003c000000ull | (r & 0x0000ffff0000ffffull);   /* F32 ~2^-7 */
+        else if (method == KT_METHOD_BF16 || (int4 && scale))
             /* BF16 +-[2^-7, 2^-6): exponent 120, random mantissa and sign */
             w[i] = (r & (scale ? 0x007f007f007f007full : 0x807f807f807f807full)) |
                    0x3c003c003c003c00ull;
@@ -263,7 +277,7 @@ static int64_t route(uint64_t *s, int32_t t, int32_t k, int32_t n_experts, int32
 /* ---- the run ------------------------------------------------------------------ */
 
 #define MAX_TOKEN_COUNTS 8
-#define N_METHODS 3
+#define N_METHODS 5
 
 typedef struct run_cfg {
     const model_shape *model;
@@ -653,7 +667,9 @@ static void moe_usage(FILE *f)
             "                     deepseek-v3 (H 7168, I 2048, E 256, k 8), kimi-k2 (E 384),\n"
             "                     minimax-m2 (H 3072, I 1536, E 256, k 8)\n"
             "  --shape H,I,E,k    any other shape (H and I multiples of 32)\n"
-            "  --method LIST      BF16, FP8, RAWINT4, comma-separated, or all (default)\n"
+            "  --method LIST      BF16, FP8, RAWINT4, AMXINT8, AMXINT4 (libkt's converted\n"
+            "                     formats), comma-separated, or all (= BF16,FP8,RAWINT4;\n"
+            "                     the default)\n"
             "  --tokens LIST      T values (default 1,4,512,2048)\n"
             "  --layers N         layers of weights (default: auto, >= 8x L3 within\n"
             "                     --mem-fraction of available RAM; fewer bytes than\n"
@@ -685,9 +701,10 @@ static bool parse_methods(const char *text, run_cfg *c)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         kt_method mm = kt_method_from_name(tok);
-        if (mm != KT_METHOD_BF16 && mm != KT_METHOD_FP8 && mm != KT_METHOD_RAWINT4) {
+        if (mm != KT_METHOD_BF16 && mm != KT_METHOD_FP8 && mm != KT_METHOD_RAWINT4 &&
+            mm != KT_METHOD_AMXINT8 && mm != KT_METHOD_AMXINT4) {
             fprintf(stderr, "kt-bench moe: --method: '%s' is not one of BF16, FP8, RAWINT4, "
-                            "all\n", tok);
+                            "AMXINT8, AMXINT4, all\n", tok);
             return false;
         }
         if (c->n_methods == N_METHODS)
