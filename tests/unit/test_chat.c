@@ -300,6 +300,52 @@ static void test_streaming_prefixes(void **state)
     kt_buf_dispose(&out);
 }
 
+/* Random texts made of marker pieces, every format and flag combination:
+ * always KT_OK and a JSON object (run under ASan in CI). */
+static void test_random_pieces(void **state)
+{
+    (void)state;
+    static const char *const pieces[] = {
+        "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>",
+        "functions.f:0", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
+        "<|tool_calls_section_end|>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
+        "function", "<｜tool▁sep｜>", "```json", "```", "<｜tool▁call▁end｜>",
+        "<tool_call>", "</tool_call>", "<function=f>", "<parameter=a>", "</parameter>",
+        "</function>", "<minimax:tool_call>", "<invoke name=\"g\">", "<parameter name=\"k\">",
+        "</invoke>", "</minimax:tool_call>", "<|start|>", "assistant", "<|channel|>",
+        "analysis", "final", "commentary to=functions.h", "<|constrain|>json", "<|message|>",
+        "<|end|>", "<|call|>", "<|return|>", "{\"a\": 1}", "{\"name\": \"f\"}", "\n",
+        " text ", "<", "|", ">", "\"", "\xff", "<|tool_c", "</thi",
+    };
+    const size_t n_pieces = sizeof pieces / sizeof pieces[0];
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    char text[1024];
+    kt_buf out = KT_BUF_INIT;
+    for (int iter = 0; iter < 3000; iter++) {
+        size_t len = 0;
+        int n = 1 + (int)(rng % 12);
+        for (int k = 0; k < n; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            const char *p = pieces[(rng >> 33) % n_pieces];
+            size_t pl = strlen(p);
+            if (len + pl < sizeof text) {
+                memcpy(text + len, p, pl);
+                len += pl;
+            }
+        }
+        for (int f = 0; f <= KT_CHAT_FORMAT_GPT_OSS; f++)
+            for (uint32_t flags = 0; flags < 8; flags++) {
+                assert_int_equal(kt_chat_parse(text, len, (kt_chat_format)f, flags,
+                                               "[{\"function\": {\"name\": \"f\"}}]", &out),
+                                 KT_OK);
+                cJSON *j = cJSON_Parse(out.ptr);
+                assert_true(cJSON_IsObject(j));
+                cJSON_Delete(j);
+            }
+    }
+    kt_buf_dispose(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_kimi),         cmocka_unit_test(test_deepseek),
         cmocka_unit_test(test_qwen3),        cmocka_unit_test(test_minimax),
         cmocka_unit_test(test_gpt_oss),      cmocka_unit_test(test_streaming_prefixes),
+        cmocka_unit_test(test_random_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
