@@ -13,6 +13,8 @@
  *   kt/engine.h     the inference engine (contexts, eval, KV cache)
  *   kt/sampler.h    next-token sampling
  *   kt/placement.h  which experts live on the GPU; activation statistics
+ *   kt/registry.h   known models: hub ids, aliases, defaults, published configs
+ *   kt/convert.h    checkpoints to libkt's CPU expert format (kt-convert)
  *
  * Link with `pkg-config --cflags --libs libkt`.
  */
@@ -29,6 +31,9 @@
 #include "kt/engine.h"
 #include "kt/sampler.h"
 #include "kt/placement.h"
+#include "kt/registry.h"
+#include "kt/convert.h"
 #include "kt/chat.h"
+#include "kt/gpu.h"
 
 #endif /* KT_KT_H */

@@ -77,10 +77,13 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
                          o.n_pools);
     if (o.method != KT_METHOD_NONE && !kt_method_name((kt_method)o.method))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown method %d", o.method);
-    if (o.weight_path)
-        return kt__error(KT_ERR_UNSUPPORTED, "kt_context_options: weight_path '%s': libkt CPU "
-                         "expert files (kt-convert output) are not supported by the engine yet; "
-                         "run from the checkpoint's own weights", o.weight_path);
+    if (o.weight_path && o.precision == KT_PRECISION_F32)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: weight_path '%s' (kt-convert "
+                         "output) runs on the CPU MoE backend; precision f32 runs the "
+                         "checkpoint's own experts: drop one of the two", o.weight_path);
+    if (o.weight_path && (o.flags & KT_CONTEXT_F_ENGINE_EXPERTS))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: weight_path needs the CPU MoE "
+                         "backend (KT_CONTEXT_F_ENGINE_EXPERTS is set)");
 
     kt_context *ctx = kt__calloc(1, sizeof *ctx);
     if (!ctx)
@@ -110,8 +113,8 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
                        ? KT_TYPE_BF16
                        : KT_TYPE_F32;
     if (ctx->precision == KT_PRECISION_FAST && !(o.flags & KT_CONTEXT_F_ENGINE_EXPERTS)) {
-        st = kt__experts_init(ctx, o.method, ctx->n_threads, o.n_pools);
-        if (st == KT_ERR_UNSUPPORTED && o.method == KT_METHOD_NONE) {
+        st = kt__experts_init(ctx, o.method, ctx->n_threads, o.n_pools, o.weight_path);
+        if (st == KT_ERR_UNSUPPORTED && o.method == KT_METHOD_NONE && !o.weight_path) {
             kt__log(rt, KT_LOG_WARN, "%s; routed experts run on the engine's own path",
                     kt_last_error());
             kt__experts_free(ctx);
@@ -153,6 +156,7 @@ void kt_context_free(kt_context *ctx)
 {
     if (!ctx)
         return;
+    kt__gpu_free(ctx);
     kt__experts_free(ctx);
     kt__pool_free(ctx->pool);
     kt__scratch_free(&ctx->scratch);

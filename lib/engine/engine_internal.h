@@ -206,7 +206,15 @@ struct kt_context {
     kt_moe_backend *moe;
     int32_t *moe_index;     /* [n_layer] backend layer, -1 for dense layers */
     kt_method moe_method;
+    struct kt__cpu_weights *cpu_weights; /* kt-convert files mapped for the backend, or NULL */
     bool moe_shared_folded; /* the shared expert is the backend's expert E */
+
+    /* routing observers (observe.c); borrowed, NULL when detached */
+    kt_expert_stats *route_stats;
+    kt_route_trace *route_trace;
+
+    /* GPU runtime (lib/gpu, kt/gpu.h); NULL: the CPU forward */
+    struct kt__gpu *gpu;
 
     /* test hooks: when set, eval writes [n_layer+1][T][H] hidden states here */
     float *capture_hidden;
@@ -215,15 +223,26 @@ struct kt_context {
 };
 
 /* experts.c: builds the MoE backend over the model's expert views in place. */
-kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools);
+/* weight_path: libkt CPU expert files (kt-convert) instead of the model's own. */
+kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools,
+                           const char *weight_path);
 void kt__experts_free(kt_context *ctx);
 /* out[T][H] = Σ_{j<k} w[t][j] · FFN_{ids[t][j]}(x[t]) for one MoE layer. */
 kt_status kt__experts_forward(kt_context *ctx, int32_t layer, const float *x, int32_t T,
                               const int32_t *ids, const float *w, int32_t k, float *out);
 
+/* observe.c: hands one MoE layer's routed ids [T][k] to the attached observers. */
+kt_status kt__route_observe(kt_context *ctx, int32_t layer, const int32_t *ids, int32_t T);
+
 /* Forward over tokens[T] at positions n_past..n_past+T-1; writes logits for
  * all positions ([T][V]) or only the last ([V]) into `logits` (may be NULL). */
 kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
                       bool all_logits);
+
+/* lib/gpu: the forward on the context's GPU, and its teardown (NULL gpu: no-op). */
+typedef struct kt__gpu kt__gpu;
+kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
+                          bool all_logits);
+void kt__gpu_free(kt_context *ctx);
 
 #endif /* KT_ENGINE_INTERNAL_H */

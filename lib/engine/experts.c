@@ -4,6 +4,7 @@
  * MoE layers. Precision f32 keeps the engine's own F32 expert path. */
 #include <string.h>
 
+#include "convert/cpu_weights.h"
 #include "engine_internal.h"
 
 /* The method a view's storage can be read with directly. */
@@ -37,8 +38,100 @@ static kt_status view(const kt_model *m, uint32_t l, kt_role role, uint32_t e, k
     return kt_model_tensor(m, l, role, e, v);
 }
 
-kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools)
+/* kt-convert output: every MoE layer's experts from the files in `dir`. */
+static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threads,
+                                int32_t n_pools, const char *dir)
 {
+    const kt__hparams *hp = &ctx->hp;
+    int32_t E = hp->n_expert, n_moe = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        n_moe += hp->layer_moe[l];
+    kt__cpu_weights *cw = NULL;
+    kt_status st = kt__cpu_weights_open(&cw, dir);
+    if (st < 0)
+        return st;
+    ctx->cpu_weights = cw;
+    int have = kt__cpu_weights_method(cw);
+    if (method != KT_METHOD_NONE && method != have)
+        return kt__error(KT_ERR_INVALID_ARG, "engine: --kt-method %s but %s holds %s weights",
+                         kt_method_name((kt_method)method), dir, kt_method_name((kt_method)have));
+    if (kt__cpu_weights_n_experts(cw) != (uint32_t)E ||
+        kt__cpu_weights_hidden(cw) != (uint64_t)hp->n_embd ||
+        kt__cpu_weights_intermediate(cw) != (uint64_t)hp->n_ff_exp)
+        return kt__error(KT_ERR_FORMAT, "engine: %s was converted from another model (%u experts "
+                         "of %llux%llu; this model has %d of %dx%d)", dir,
+                         kt__cpu_weights_n_experts(cw),
+                         (unsigned long long)kt__cpu_weights_hidden(cw),
+                         (unsigned long long)kt__cpu_weights_intermediate(cw), E, hp->n_embd,
+                         hp->n_ff_exp);
+    if (kt__cpu_weights_source_checksum(cw) != kt__cpu_weights_config_checksum(kt_model_path(ctx->model)))
+        kt__log(ctx->rt, KT_LOG_WARN, "%s: converted from a config.json that differs from "
+                "this model's; make sure they belong together", dir);
+    ctx->moe_index = kt__malloc_array((size_t)hp->n_layer, sizeof(int32_t));
+    kt_moe_layer_weights *lws = kt__calloc((size_t)n_moe, sizeof *lws);
+    layer_arrays *arr = kt__calloc((size_t)n_moe, sizeof *arr);
+    if (!ctx->moe_index || !lws || !arr) {
+        st = KT_ERR_NOMEM;
+        goto done;
+    }
+    int32_t k = 0;
+    for (int32_t l = 0; l < hp->n_layer && st == KT_OK; l++) {
+        ctx->moe_index[l] = hp->layer_moe[l] ? k : -1;
+        if (!hp->layer_moe[l])
+            continue;
+        if (!kt__cpu_weights_has_layer(cw, (uint32_t)l)) {
+            st = kt__error(KT_ERR_NOT_FOUND, "engine: %s has no file for MoE layer %d "
+                           "(an interrupted kt-convert? run it again with --resume)", dir, l);
+            break;
+        }
+        layer_arrays *a = &arr[k];
+        for (int i = 0; i < 6; i++)
+            if (!(a->p[i] = kt__calloc((size_t)E, sizeof(void *)))) {
+                st = KT_ERR_NOMEM;
+                goto done;
+            }
+        for (int32_t e = 0; e < E && st == KT_OK; e++)
+            for (int p = 0; p < 3 && st == KT_OK; p++)
+                st = kt__cpu_weights_get(cw, (uint32_t)l, (uint32_t)e, p, &a->p[p][e],
+                                         &a->p[3 + p][e]);
+        kt_moe_layer_weights *lw = &lws[k];
+        *lw = (kt_moe_layer_weights)KT_MOE_LAYER_WEIGHTS_INIT;
+        lw->gate = a->p[0], lw->up = a->p[1], lw->down = a->p[2];
+        lw->gate_scale = a->p[3], lw->up_scale = a->p[4], lw->down_scale = a->p[5];
+        k++;
+    }
+    if (st == KT_OK) {
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = have;
+        d.hidden = (uint32_t)hp->n_embd;
+        d.intermediate = (uint32_t)hp->n_ff_exp;
+        d.n_experts = (uint32_t)E;
+        d.top_k = (uint32_t)hp->n_expert_used;
+        kt_moe_options mo = KT_MOE_OPTIONS_INIT;
+        mo.n_threads = n_threads;
+        mo.n_pools = n_pools;
+        mo.max_tokens = ctx->n_batch;
+        st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
+        if (st < 0)
+            kt__error_prefix(st, "engine: CPU MoE backend (%s from %s)",
+                             kt_method_name((kt_method)have), dir);
+        ctx->moe_method = (kt_method)have;
+        ctx->moe_shared_folded = false;
+    }
+done:
+    if (arr)
+        for (int32_t i = 0; i < n_moe; i++)
+            arrays_free(&arr[i]);
+    kt__free(arr);
+    kt__free(lws);
+    return st;
+}
+
+kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools,
+                           const char *weight_path)
+{
+    if (weight_path)
+        return converted_init(ctx, method, n_threads, n_pools, weight_path);
     const kt__hparams *hp = &ctx->hp;
     const kt_model *m = ctx->model;
     int32_t E = hp->n_expert, n_moe = 0;
@@ -205,6 +298,8 @@ void kt__experts_free(kt_context *ctx)
 {
     kt_moe_backend_free(ctx->moe);
     ctx->moe = NULL;
+    kt__cpu_weights_close(ctx->cpu_weights); /* after the backend: it reads the mappings */
+    ctx->cpu_weights = NULL;
     kt__free(ctx->moe_index);
     ctx->moe_index = NULL;
 }

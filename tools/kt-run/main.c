@@ -60,6 +60,10 @@ int main(int argc, char **argv)
     struct stat sb;
     if (first[0] == '-' || (stat(first, &sb) == 0 && S_ISDIR(sb.st_mode)))
         return cmd_generate(argc - 1, argv + 1);
-    fprintf(stderr, "kt-run: unknown command or option '%s' (try kt-run --help)\n", first);
+    if (strchr(first, '/') || !strcmp(first, ".") || !strcmp(first, ".."))
+        fprintf(stderr, "kt-run: %s: no such model directory\n", first);
+    else
+        fprintf(stderr, "kt-run: unknown command or option '%s' (try kt-run --help)\n",
+                first);
     return 2;
 }

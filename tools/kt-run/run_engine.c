@@ -7,14 +7,20 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "opt.h"
 
+/* The model that ships with libkt. Looked for (first found wins) in
+ * $KT_DEFAULT_MODEL, next to an installed executable (BIN/../share/libkt/
+ * models/), in the configured datadir, in the source tree the tools were built
+ * from, then under the current directory. */
 #define DEFAULT_MODEL "models/kimi-k2-demo"
+#define DEFAULT_MODEL_NAME "kimi-k2-demo"
 
 const char run_engine_help[] =
-    "  --model DIR              model directory (config.json + safetensors);\n"
-    "                           default " DEFAULT_MODEL " when it exists\n"
+    "  --model DIR              model directory (config.json + safetensors); default:\n"
+    "                           the bundled " DEFAULT_MODEL_NAME " ($KT_DEFAULT_MODEL overrides)\n"
     "  -c, --ctx-size N         KV cache positions (default: the model's, at most 8192)\n"
     "  -b, --batch-size N       prefill chunk in tokens (default 512)\n"
     "  --precision f32|fast     f32: F32 activations, weights and KV cache (validation);\n"
@@ -113,20 +119,66 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
     return 0;
 }
 
+static bool is_model_dir(const char *dir)
+{
+    char cfg[4200];
+    struct stat sb;
+    if (snprintf(cfg, sizeof cfg, "%s/config.json", dir) >= (int)sizeof cfg)
+        return false;
+    return stat(cfg, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+const char *run_default_model(const char *tool)
+{
+    static char found[4096];
+    const char *env = getenv("KT_DEFAULT_MODEL");
+    if (env && *env) {
+        if (is_model_dir(env))
+            return env;
+        fprintf(stderr, "%s: KT_DEFAULT_MODEL=%s is not a model directory (no config.json)\n",
+                tool, env);
+        return NULL;
+    }
+    const char *candidates[4] = {NULL, NULL, NULL, DEFAULT_MODEL};
+    /* an installed kt-run: PREFIX/bin/kt-run -> PREFIX/share/libkt/models/ (relocatable) */
+    char exe[4096], rel[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            if (snprintf(rel, sizeof rel, "%s/../share/libkt/models/%s", exe,
+                         DEFAULT_MODEL_NAME) < (int)sizeof rel)
+                candidates[0] = rel;
+        }
+    }
+#ifdef KT_RUN_DATADIR
+    candidates[1] = KT_RUN_DATADIR "/models/" DEFAULT_MODEL_NAME;
+#endif
+#ifdef KT_RUN_SOURCE_ROOT
+    candidates[2] = KT_RUN_SOURCE_ROOT "/" DEFAULT_MODEL;
+#endif
+    for (size_t i = 0; i < 4; i++) {
+        if (candidates[i] && is_model_dir(candidates[i])) {
+            snprintf(found, sizeof found, "%s", candidates[i]);
+            return found;
+        }
+    }
+    fprintf(stderr, "%s: no --model given and the bundled %s was not found (looked in "
+            "$KT_DEFAULT_MODEL, %s, %s, %s, ./%s)\n", tool, DEFAULT_MODEL_NAME,
+            candidates[0] ? candidates[0] : "BIN/../share/libkt/models",
+            candidates[1] ? candidates[1] : "DATADIR/libkt/models",
+            candidates[2] ? candidates[2] : "SOURCE/models", DEFAULT_MODEL);
+    return NULL;
+}
+
 bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
 {
     memset(e, 0, sizeof *e);
-    const char *path = o->model;
-    struct stat sb;
-    if (!path) {
-        if (stat(DEFAULT_MODEL, &sb) == 0) {
-            path = DEFAULT_MODEL;
-        } else {
-            fprintf(stderr, "%s: no --model given and no default model at ./%s\n", tool,
-                    DEFAULT_MODEL);
-            return false;
-        }
-    }
+    const char *path = o->model ? o->model : run_default_model(tool);
+    if (!path)
+        return false;
     e->path = path;
     kt_runtime_options ro = KT_RUNTIME_OPTIONS_INIT;
     ro.log_level = o->verbose ? KT_LOG_INFO : KT_LOG_WARN;

@@ -44,6 +44,10 @@ typedef struct run_engine {
     kt_tokenizer *tok;   /* opened by run_engine_tokenizer(), else NULL   */
 } run_engine;
 bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool);
+/* The bundled default model's directory (see run_engine.c for where it is
+ * looked for); prints an error and returns NULL when it is not found.
+ * Points to static storage. */
+const char *run_default_model(const char *tool);
 void run_engine_close(run_engine *e);
 
 /* The model's tokenizer (opened on first use); prints an error and returns
