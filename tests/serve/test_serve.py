@@ -500,6 +500,13 @@ def group_chat():
         chat_session("in-process",
                      [KT_CHAT, MODEL, "--kt-cpuinfer", "1", *common],
                      d, True)
+    # input from a pipe (no terminal), whole answers
+    out = subprocess.run([KT_CHAT, MODEL, "--kt-cpuinfer", "1", "-t", "0", "--max-tokens", "6",
+                          "--no-stream"], input="hello\n/history\n", capture_output=True,
+                         text=True, timeout=120).stdout
+    m = re.search(r"> (.+)\n\[TTFT .*6 tokens, length\]\n> user: hello\nassistant: (.+)\n", out)
+    check(m is not None and m.group(1) == m.group(2),
+          f"in-process --no-stream from a pipe: the answer printed and kept ({out[-200:]!r})")
     srv = Server()
     try:
         with tempfile.TemporaryDirectory() as d:

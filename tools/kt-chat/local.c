@@ -232,17 +232,17 @@ static gen_result local_generate(backend *b, const convo *c, const gen_params *p
     {
         cJSON *parsed = parse_text(l, &text, flags);
         if (parsed) {
-            if (p->stream)
-                emit_deltas(parsed, &sent_c, &sent_r, on_delta, user);
+            /* the rest of a stream, or the whole answer without streaming */
+            emit_deltas(parsed, &sent_c, &sent_r, on_delta, user);
             *content = dup_field(parsed, "content");
             *reasoning = dup_field(parsed, "reasoning_content");
             const cJSON *calls = cJSON_GetObjectItemCaseSensitive(parsed, "tool_calls");
             if (calls) {
                 char *cs = cJSON_Print(calls);
-                if (cs && !p->stream)
-                    fprintf(stderr, "[tool calls] %s\n", cs);
-                else if (cs)
+                if (cs) {
+                    on_delta(user, false, "\n[tool calls] ", 14);
                     on_delta(user, false, cs, strlen(cs));
+                }
                 cJSON_free(cs);
             }
         }
