@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start on a fresh Debian 12 machine: installs the build dependencies
 # (apt-get; sudo when not root), builds libkt and its tools in ./build
-# (release), then runs the main job. Re-running it only rebuilds what changed.
+# (release), then runs the main job (kt-run on the bundled demo model). Re-running it only rebuilds what changed.
 # CUDA is used when nvcc is found (PATH or /usr/local/cuda), skipped otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,5 +30,11 @@ if [ ! -f build/build.ninja ]; then
 fi
 ninja -C build
 
-# The main job.
+# What libkt sees on this machine (CPU, instruction sets, NUMA, GPUs).
 ./build/tools/kt-run/kt-run doctor
+echo
+
+# The main job: greedy generation on the bundled demo model (models/kimi-k2-demo,
+# a small trained Kimi-K2-architecture MoE). Its first 48 tokens are the
+# continuation transformers predicts (models/kimi-k2-demo/reference.json).
+./build/tools/kt-run/kt-run -p "The json module can be used to"
