@@ -463,6 +463,25 @@ static jnode *parse_subscript(parser *p, jnode *obj)
         parts[0] = parse_expression(p, true);
         if (!parts[0])
             return NULL;
+        if (is_op(cur(p), ",")) { /* x[a, b]: a tuple key, as Jinja */
+            nvec items = {0};
+            if (!nvec_push(p, &items, parts[0], NULL))
+                return NULL;
+            while (is_op(cur(p), ",")) {
+                advance(p);
+                if (is_op(cur(p), "]"))
+                    break;
+                jnode *e = parse_expression(p, true);
+                if (!e || !nvec_push(p, &items, e, NULL))
+                    return NULL;
+            }
+            jnode *tup = new_node(p, JN_TUPLE, t);
+            if (!tup)
+                return NULL;
+            tup->list = items.v;
+            tup->n = items.n;
+            parts[0] = tup;
+        }
     }
     if (is_op(cur(p), ":")) {
         is_slice = true;
