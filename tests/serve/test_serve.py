@@ -380,6 +380,30 @@ def group_http():
     finally:
         srv.stop()
 
+    # generation_config.json's eos_token_id ends an answer (the model's own
+    # files, linked into a directory that adds one naming a token the greedy
+    # reference continuation reaches at its 4th step)
+    ref = json.load(open(os.path.join(MODEL, "reference.json")))
+    stop_tok = ref["greedy_ids"][3]
+    check(stop_tok not in ref["greedy_ids"][:3], "generation_config: the stop token is new")
+    with tempfile.TemporaryDirectory(dir=os.environ.get("KT_BUILD_ROOT")) as d:
+        for name in os.listdir(MODEL):  # hard links (the loader refuses outside symlinks)
+            try:
+                os.link(os.path.join(MODEL, name), os.path.join(d, name))
+            except OSError:
+                shutil.copy(os.path.join(MODEL, name), os.path.join(d, name))
+        with open(os.path.join(d, "generation_config.json"), "w") as f:
+            json.dump({"eos_token_id": [1, stop_tok]}, f)
+        srv = Server("--model", d)
+        try:
+            st, obj, _ = http(srv, "POST", "/v1/completions",
+                              {"prompt": ref["prompt"], "max_tokens": 40, "temperature": 0})
+            check(st == 200 and obj["usage"]["completion_tokens"] == 4 and
+                  obj["choices"][0]["finish_reason"] == "stop",
+                  f"generation_config.json eos_token_id stops generation ({obj})")
+        finally:
+            srv.stop()
+
     # API key
     srv = Server("--api-key", "sekrit")
     try:

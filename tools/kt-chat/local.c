@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "chat.h"
+#include "stop_ids.h"
 
 typedef struct local {
     backend base;
@@ -22,6 +23,7 @@ typedef struct local {
     size_t n_cached, cap_cached;
     float *logits;
     int32_t n_vocab;
+    stop_ids stops;      /* generation_config.json / tokenizer EOS ids */
 } local;
 
 /* The conversation as the template's messages. */
@@ -188,7 +190,7 @@ static gen_result local_generate(backend *b, const convo *c, const gen_params *p
         kt_sampler_accept(sampler, tok);
         if (st->n_gen++ == 0)
             st->ttft = chat_now() - t0;
-        if (kt_context_is_eos(l->e.ctx, tok)) {
+        if (kt_context_is_eos(l->e.ctx, tok) || stop_ids_has(&l->stops, tok)) {
             snprintf(st->finish, sizeof st->finish, "stop");
             break;
         }
@@ -291,6 +293,7 @@ backend *local_open(const run_engine_opts *eo)
     }
     l->format = kt_chat_format_detect(kt_tokenizer_chat_template(l->tok, NULL), &l->chat_flags);
     l->n_vocab = kt_context_n_vocab(l->e.ctx);
+    stop_ids_load(&l->stops, l->e.path, l->tok);
     l->logits = malloc(sizeof(float) * (size_t)l->n_vocab);
     if (!l->logits) {
         local_close(&l->base);

@@ -168,6 +168,7 @@ int main(int argc, char **argv)
     srv.cfg.max_queued = (int32_t)max_queued;
     srv.cfg.n_batch = (int32_t)prefill_chunk;
     srv.cfg.prefix_cache = prefix_cache;
+    stop_ids_load(&srv.cfg.stops, e.path, tok);
     srv.api_key = api_key;
     srv.max_body = (size_t)max_body;
     srv.tok = tok;

@@ -221,7 +221,7 @@ static void slot_decode(sched *s, slot *sl)
     if (j->n_generated++ == 0)
         j->t_first = serve_now();
     pthread_mutex_unlock(&j->lock);
-    if (kt_context_is_eos(sl->ctx, tok)) {
+    if (kt_context_is_eos(sl->ctx, tok) || stop_ids_has(&s->cfg.stops, tok)) {
         slot_finish(s, sl, "stop", NULL);
         return;
     }

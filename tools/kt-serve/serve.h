@@ -16,6 +16,8 @@
 
 #include <kt/kt.h>
 
+#include "stop_ids.h"
+
 #define SERVE_MAX_STOP 4
 
 typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
@@ -60,6 +62,7 @@ typedef struct serve_config {
     int32_t n_batch;        /* prefill chunk between decode steps */
     bool prefix_cache;      /* reuse a finished request's KV prefix */
     bool verbose;           /* a log line per finished request    */
+    stop_ids stops;         /* end-of-turn ids besides config.json's */
 } serve_config;
 
 /* Monotonic seconds. */
