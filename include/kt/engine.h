@@ -38,6 +38,7 @@
 
 #include "kt/core.h"
 #include "kt/model.h"
+#include "kt/placement.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,6 +142,18 @@ KT_API int32_t kt_context_n_threads(const kt_context *ctx);
 KT_API size_t kt_context_eos(const kt_context *ctx, int32_t *ids, size_t cap);
 /* 1 if `token` is one of the EOS ids, else 0. Since 0.1. */
 KT_API int kt_context_is_eos(const kt_context *ctx, int32_t token);
+
+/* Activation statistics: while attached, every evaluated token's routed
+ * experts are counted into `stats` (kt_expert_stats_record per MoE layer, and
+ * the tokens once per forward step). Its shape must be kt_context_n_layer() x
+ * the model's routed experts, else KT_ERR_INVALID_ARG. NULL detaches. `stats`
+ * is borrowed and must outlive the attachment. Since 0.1. */
+KT_API kt_status kt_context_set_expert_stats(kt_context *ctx, kt_expert_stats *stats);
+/* Routing trace: while attached, every MoE layer of every forward step
+ * appends its routed ids (ids[T][top_k], before shared experts) to `trace`,
+ * which must have the context's layers, routed experts and top_k. NULL
+ * detaches. Borrowed. Since 0.1. */
+KT_API kt_status kt_context_set_route_trace(kt_context *ctx, kt_route_trace *trace);
 
 /* Index of the largest of x[0..n) (the lowest index on ties); -1 if n is 0.
  * Since 0.1. */

@@ -145,6 +145,46 @@ KT_API const char *kt_placement_strategy_name(kt_placement_strategy strategy);
 /* Parses a strategy name; -1 if unknown. Since 0.1. */
 KT_API int32_t kt_placement_strategy_from_name(const char *name);
 
+/* ---- routing traces --------------------------------------------------------- */
+
+/* The routed expert ids of a run, per step and MoE layer, for replay (e.g.
+ * `kt-bench placement`). A record is one layer's ids for the tokens of one
+ * forward step, ids[n_tokens][top_k] (-1 = no expert); a record whose layer is
+ * not above the previous record's layer starts a new step.
+ *
+ * File (kt_route_trace_save), little-endian:
+ *   "KTROUTE1" (8 bytes), u32 version = 1, u32 n_layers, u32 n_experts,
+ *   u32 top_k, u64 n_records; then per record: u32 layer, u32 n_tokens,
+ *   i32 ids[n_tokens * top_k]. */
+typedef struct kt_route_trace kt_route_trace;
+
+/* An empty trace for a model of n_layers layers (dense ones included) with
+ * n_experts routed experts, top_k per token. Caller owns *out; free with
+ * kt_route_trace_free(). Since 0.1. */
+KT_API kt_status kt_route_trace_create(kt_route_trace **out, uint32_t n_layers,
+                                       uint32_t n_experts, uint32_t top_k);
+KT_API void kt_route_trace_free(kt_route_trace *trace); /* NULL: no-op */
+/* Appends one record (ids copied). Ids must be -1 or below n_experts, layer
+ * below n_layers: else KT_ERR_INVALID_ARG and nothing changes. Since 0.1. */
+KT_API kt_status kt_route_trace_record(kt_route_trace *trace, uint32_t layer,
+                                       const int32_t *ids, uint32_t n_tokens);
+KT_API uint32_t kt_route_trace_n_layers(const kt_route_trace *trace);
+KT_API uint32_t kt_route_trace_n_experts(const kt_route_trace *trace);
+KT_API uint32_t kt_route_trace_top_k(const kt_route_trace *trace);
+KT_API size_t kt_route_trace_n_records(const kt_route_trace *trace);
+/* Record `index`: its layer, token count and ids (borrowed, valid until the
+ * next record or free). KT_ERR_INVALID_ARG when out of range. Since 0.1. */
+KT_API kt_status kt_route_trace_get(const kt_route_trace *trace, size_t index, uint32_t *layer,
+                                    uint32_t *n_tokens, const int32_t **ids);
+/* Adds every record to stats (same shape) and the tokens of every step.
+ * Records [first, last) only; last = SIZE_MAX for all. Since 0.1. */
+KT_API kt_status kt_route_trace_to_stats(const kt_route_trace *trace, size_t first, size_t last,
+                                         kt_expert_stats *stats);
+/* Writes the file described above (atomically). Since 0.1. */
+KT_API kt_status kt_route_trace_save(const kt_route_trace *trace, const char *path);
+/* Reads a trace file; KT_ERR_FORMAT names the file and the problem. Since 0.1. */
+KT_API kt_status kt_route_trace_load(kt_route_trace **out, const char *path);
+
 /* ---- dynamic rebalancing -------------------------------------------------- */
 
 /* One expert move: `layer`'s expert `in` comes to the GPU, `out` leaves it. */

@@ -510,6 +510,11 @@ static kt_status moe_block(fwd *f, int32_t l)
     kt__linear_par(ctx, f->xn, T, &L->router, L->router_b, logits);
     for (int32_t t = 0; t < T; t++)
         route(hp, L, logits + (size_t)t * E, ids + (size_t)t * k, wts + (size_t)t * k, tmp);
+    if (ctx->route_stats || ctx->route_trace) {
+        st = kt__route_observe(ctx, l, ids, T);
+        if (st < 0)
+            goto done;
+    }
 
     memset(f->out, 0, sizeof(float) * T * H);
     if (ctx->moe && ctx->moe_shared_folded) {

@@ -16,6 +16,7 @@ static const struct {
     {"gemm", cmd_gemm, "oneDNN matmul: BF16 TFLOP/s and INT8 TOP/s for MoE shapes"},
     {"moe", cmd_moe, "CPU MoE backend: decode GB/s vs stream, prefill TFLOP/s vs oneDNN"},
     {"engine", cmd_engine, "whole models: prefill and decode tok/s vs rooflines"},
+    {"placement", cmd_placement, "expert placement: GPU-served share of routed pairs"},
 };
 
 static void usage(FILE *f)
