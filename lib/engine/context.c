@@ -5,6 +5,7 @@
 
 #include "core/threadpool.h"
 #include "engine_internal.h"
+#include "moe/moe_internal.h"
 #include "kt/hw.h"
 
 #define KT__DEFAULT_CTX_CAP 8192
@@ -125,7 +126,15 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
         kt__log(rt, KT_LOG_INFO, "precision f32: --kt-method %s ignored (experts run in F32)",
                 kt_method_name((kt_method)o.method));
     }
-    if (!ctx->moe || (o.flags & KT_CONTEXT_F_DENSE_WORKERS)) {
+    if (ctx->moe && !(o.flags & KT_CONTEXT_F_DENSE_WORKERS)) {
+        /* dense layers and attention run on the MoE backend's workers: the
+         * engine thread posts both kinds of job, so they never overlap */
+        struct kt_pool *mp = kt__moe_backend_pool(ctx->moe);
+        if (mp && kt__pool_n_threads(mp) > 1) {
+            ctx->pool = mp;
+            ctx->pool_borrowed = true;
+        }
+    } else {
         /* the engine's own workers run the dense layers and attention */
         int32_t nth = o.n_threads && !ctx->moe
                           ? o.n_threads
@@ -157,8 +166,10 @@ void kt_context_free(kt_context *ctx)
     if (!ctx)
         return;
     kt__gpu_free(ctx);
+    if (!ctx->pool_borrowed)
+        kt__pool_free(ctx->pool);
+    ctx->pool = NULL;
     kt__experts_free(ctx);
-    kt__pool_free(ctx->pool);
     kt__scratch_free(&ctx->scratch);
     kt__weights_free(&ctx->w, &ctx->hp);
     if (ctx->k_cache)

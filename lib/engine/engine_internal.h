@@ -198,9 +198,11 @@ struct kt_context {
     void **k_cache, **v_cache;
 
     kt__scratch scratch;    /* scratch memory of kt__forward            */
-    /* workers for dense layers; NULL while the MoE backend's workers own the
-     * cores (two spinning pools on the same cores slow each other down) */
+    /* workers for dense layers and attention: the MoE backend's own pool when
+     * there is one (pool_borrowed; two spinning pools on the same cores slow
+     * each other down), else the engine's; NULL: single-threaded */
     struct kt_pool *pool;
+    bool pool_borrowed;     /* pool belongs to ctx->moe: not freed here */
 
     /* routed experts through the CPU MoE backend (fast path); NULL: own F32 path */
     kt_moe_backend *moe;

@@ -501,6 +501,11 @@ kt_status kt__moe_set_layer_map(kt_moe_backend *moe, const int32_t *map, uint32_
     return KT_OK;
 }
 
+struct kt_pool *kt__moe_backend_pool(kt_moe_backend *moe)
+{
+    return moe ? moe->pool : NULL;
+}
+
 /* Backend slot of a caller's layer index. */
 static kt_status resolve_layer(const kt_moe_backend *moe, uint32_t layer, uint32_t *slot)
 {

@@ -19,4 +19,11 @@ void kt__moe_set_isa_cap(uint64_t cap);
 typedef struct kt_moe_backend kt_moe_backend;
 kt_status kt__moe_set_layer_map(kt_moe_backend *moe, const int32_t *map, uint32_t n);
 
+/* The backend's worker pool, for a caller (the engine) that runs its own jobs
+ * on the same workers between MoE calls instead of a second pool spinning on
+ * the same cores. Borrowed: valid until kt_moe_backend_free(). Jobs must be
+ * posted from the thread that submits the MoE work (one producer). */
+struct kt_pool;
+struct kt_pool *kt__moe_backend_pool(kt_moe_backend *moe);
+
 #endif /* KT_MOE_INTERNAL_H */
