@@ -62,10 +62,11 @@ typedef enum kt_precision {
  * kernels take BF16 activations. Slower; for validating the backend. */
 #define KT_CONTEXT_F_ENGINE_EXPERTS (1u << 1)
 /* Give the dense layers and attention their own workers (one per physical
- * core, pinned) even while the CPU MoE backend's workers run; without a backend
- * they always have them. Two pools then share the cores, alternating (each
- * spins briefly after its job); this may pay off on large idle machines and
- * costs on small or busy ones: measure with `kt-bench engine`. */
+ * core, pinned) instead of the CPU MoE backend's (by default they run on the
+ * backend's pool, or on the calling thread when it has one worker); without a
+ * backend they always have them. Two pools then share the cores, alternating
+ * (each spins briefly after its job); this may pay off on large idle machines
+ * and costs on small or busy ones: measure with `kt-bench engine`. */
 #define KT_CONTEXT_F_DENSE_WORKERS (1u << 2)
 
 typedef struct kt_context_options {
