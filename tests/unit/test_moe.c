@@ -12,7 +12,9 @@
  * BF16 activations 1.5e-2, INT8 (Q8 per 32) activations 3e-2; BF16 output adds
  * 8e-3 (its rounding).
  */
+#include <sched.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +28,7 @@
 #include "kt/model.h"
 #include "kt/moe.h"
 #include "kt_internal.h"
+#include "core/threadpool.h"
 #include "moe/moe_internal.h"
 #include "moe_test_util.h"
 
@@ -474,6 +477,87 @@ static void test_async_and_errors(void **state)
     syn_free(&L);
 }
 
+
+/* CUDA-graph replay contract: T, the ids / weights / activations and the
+ * expert mask are read when the task runs, not when it is submitted. A job
+ * that holds the workers keeps the submitted task queued while the values
+ * change. */
+typedef struct hold_ctx {
+    _Atomic int release;
+} hold_ctx;
+
+static void hold_workers(void *arg, int tid)
+{
+    hold_ctx *h = arg;
+    (void)tid;
+    while (!atomic_load(&h->release))
+        sched_yield();
+}
+
+static void test_read_at_execution(void **state)
+{
+    (void)state;
+    const int H = 64, I = 64, E = 8, k = 2, T = 3;
+    syn_layer L;
+    syn_make(&L, KT_METHOD_BF16, H, I, E, -1);
+    kt_moe_layer_weights lw = syn_weights(&L);
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    d.method = KT_METHOD_BF16;
+    d.hidden = H;
+    d.intermediate = I;
+    d.n_experts = E;
+    d.top_k = k;
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    o.n_threads = 2;
+    o.max_tokens = 4;
+    o.pin_threads = 0;
+    kt_moe_backend *moe = NULL;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o), KT_OK);
+    float x[T * H], w[T * k], want[T * H], got[T * H];
+    int32_t ids[T * k];
+    uint8_t mask[8] = {0};
+    for (int i = 0; i < T * H; i++)
+        x[i] = tst_uniform();
+    for (int i = 0; i < T * k; i++) {
+        ids[i] = i % E;
+        w[i] = 0.25f + 0.1f * (float)i;
+    }
+    /* reference: the final values, run directly */
+    mask[2] = 1;
+    assert_int_equal(kt_moe_set_expert_mask(moe, 0, mask), KT_OK);
+    int32_t n_tokens = T;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+    io.n_tokens = &n_tokens;
+    io.top_k = k;
+    io.x = x;
+    io.ids = ids;
+    io.w = w;
+    io.out = want;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+
+    /* submit with stale values while the workers are held, then change them */
+    memset(mask, 0, sizeof mask);
+    n_tokens = 1;
+    float x_final[T * H];
+    memcpy(x_final, x, sizeof x);
+    for (int i = 0; i < T * H; i++)
+        x[i] = 0.0f;
+    hold_ctx hold;
+    atomic_init(&hold.release, 0);
+    assert_true(kt__pool_post(kt__moe_backend_pool(moe), hold_workers, &hold));
+    io.out = got;
+    assert_int_equal(kt_moe_submit(moe, 0, &io), KT_OK);
+    memcpy(x, x_final, sizeof x);
+    n_tokens = T;
+    mask[2] = 1;
+    atomic_store(&hold.release, 1);
+    assert_int_equal(kt_moe_wait(moe, 0), KT_OK);
+    assert_memory_equal(got, want, sizeof want);
+    kt_moe_backend_free(moe);
+    syn_free(&L);
+}
+
 /* ---------------------------------------------------------------------------
  * Fixtures
  */
@@ -748,6 +832,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_async_and_errors),
+        cmocka_unit_test(test_read_at_execution),
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_syn_bf16),
         cmocka_unit_test(test_syn_fp8),
