@@ -54,6 +54,115 @@ int kt__cuda_versions(int32_t *runtime, int32_t *driver);
  * and runs on the device. 0 if the result matches. */
 int kt__cuda_selftest(int32_t index, char *err, size_t err_size);
 
+
+/* ---------------------------------------------------------------------------
+ * The GPU forward's runtime and kernels (cuda/ops.cu). One kt__cuda_rt is a
+ * device and a stream; every launch below is asynchronous on that stream and
+ * returns 0 (launch errors surface at kt__cuda_check / kt__cuda_sync). Device
+ * pointers are plain void* / float*. Not thread-safe: one thread per runtime
+ * (host functions run on CUDA's own thread).
+ */
+typedef struct kt__cuda_rt kt__cuda_rt;
+
+int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, size_t err_size);
+void kt__cuda_rt_free(kt__cuda_rt *rt);
+int kt__cuda_mem_info(kt__cuda_rt *rt, uint64_t *free_bytes, uint64_t *total_bytes);
+void *kt__cuda_alloc(kt__cuda_rt *rt, size_t bytes);   /* device memory; NULL on failure */
+void kt__cuda_free(kt__cuda_rt *rt, void *p);
+void *kt__cuda_host_alloc(size_t bytes);                /* pinned host memory            */
+void kt__cuda_host_free(void *p);
+/* synchronous host -> device copy */
+int kt__cuda_upload(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes, char *err,
+                    size_t err_size);
+/* stream-ordered copy in any direction (host side pinned) */
+int kt__cuda_copy_async(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes);
+/* fn(arg) on CUDA's host thread once the stream reaches it (cudaLaunchHostFunc) */
+int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg);
+int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size);
+int kt__cuda_check(kt__cuda_rt *rt, char *err, size_t err_size);
+/* decode graph: capture the launches between begin and end, replay them */
+int kt__cuda_capture_begin(kt__cuda_rt *rt, char *err, size_t err_size);
+int kt__cuda_capture_end(kt__cuda_rt *rt, char *err, size_t err_size);
+int kt__cuda_graph_launch(kt__cuda_rt *rt, char *err, size_t err_size);
+void kt__cuda_graph_drop(kt__cuda_rt *rt);
+
+/* A weight matrix in device memory, [rows = out][cols = in]. */
+enum { KT__CUDA_W_F32 = 0, KT__CUDA_W_BF16 = 1, KT__CUDA_W_F8 = 2 };
+typedef struct kt__cuda_mat {
+    const void *data;   /* NULL: absent (an expert not on this GPU)             */
+    const void *scale;  /* F8: [ceil(rows / block_rows)][scale_cols]            */
+    int32_t rows, cols, type, scale_bf16;
+    int32_t block_rows, block_cols, scale_cols, reserved;
+} kt__cuda_mat;
+
+/* y[t][r] (+)= Σ_c x[t][c] W[r][c] + bias[r], rows of x and y at the strides */
+int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
+                    const kt__cuda_mat *W, const float *bias, float *y, int32_t y_stride,
+                    int accumulate);
+int kt__cuda_embed(kt__cuda_rt *rt, const kt__cuda_mat *E, const int32_t *tokens, int32_t T,
+                   float *x);
+int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32_t rows, int32_t n,
+                     int32_t x_stride, int32_t y_stride, const float *w, float eps);
+/* rotates v[t][h] + offset (rope_dim values) at positions *pos0 + t */
+int kt__cuda_rope(kt__cuda_rt *rt, float *v, int32_t T, int32_t n_head, int32_t t_stride,
+                  int32_t h_stride, int32_t offset, int32_t rope_dim, int interleave,
+                  const float *inv_freq, float factor, const int32_t *pos0);
+/* cache[*pos0 + t][0..n) = src[t][0..n) */
+int kt__cuda_store_rows(kt__cuda_rt *rt, const float *src, int32_t T, int32_t src_stride,
+                        int32_t n, float *cache, int32_t row, const int32_t *pos0);
+
+/* Attention over positions lo..*pos0+t; key = [ka | kb] (kb optional), strides
+ * per position (sp) and per kv head (sh); kv head = head / group. */
+typedef struct kt__cuda_attn {
+    const float *q;
+    int32_t T, n_head, q_st, q_sh;
+    const float *ka;
+    int32_t ka_dim, ka_sp, ka_sh, group;
+    const float *kb;
+    int32_t kb_dim, kb_sp, kb_sh;
+    const float *v;
+    int32_t v_dim, v_sp, v_sh;
+    float *o;
+    int32_t o_st, o_sh, window;
+    float scale;
+    const float *sinks;   /* [n_head] or NULL */
+    const int32_t *pos0;  /* device */
+} kt__cuda_attn;
+int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos, char *err,
+                       size_t err_size);
+/* g = silu(g) · u, or gpt-oss's clamped form */
+int kt__cuda_act(kt__cuda_rt *rt, float *g, const float *u, size_t n, int oai, float alpha,
+                 float limit);
+/* y[r] += s_r · x[r] over rows of n (s_r = sigmoid(row_gate[r]) or 1) */
+int kt__cuda_add(kt__cuda_rt *rt, float *y, const float *x, int32_t rows, int32_t n,
+                 const float *row_gate);
+int kt__cuda_zero(kt__cuda_rt *rt, float *y, size_t n);
+
+#define KT__CUDA_MAX_EXPERTS 512
+enum { KT__CUDA_ROUTER_SOFTMAX_TOPK = 0, KT__CUDA_ROUTER_SIGMOID_BIAS = 1,
+       KT__CUDA_ROUTER_TOPK_SOFTMAX = 2 };
+typedef struct kt__cuda_router {
+    int32_t kind, n_expert, k, n_group, topk_group, renorm;
+    float scale;
+    const float *e_bias; /* device [E] or NULL */
+} kt__cuda_router_desc;
+int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
+                    int32_t T, int32_t *ids, float *w);
+
+/* out[t] += Σ_j w[t][j] FFN_{ids[t][j]}(x[t]) over the experts whose gate
+ * table entry (device array of kt__cuda_mat) has data */
+typedef struct kt__cuda_experts_args {
+    const kt__cuda_mat *gate, *up, *down; /* device [E] */
+    const float *x;
+    const int32_t *ids;
+    const float *w;
+    float *h;                             /* device [T][k][I] scratch */
+    float *out;
+    int32_t T, H, I, k, oai;
+    float alpha, limit;
+} kt__cuda_experts_args;
+int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a);
+
 #ifdef __cplusplus
 }
 #endif

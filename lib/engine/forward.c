@@ -601,6 +601,8 @@ static void embed_row(const kt__mat *E, int32_t tok, float *dst)
 kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
                       bool all_logits)
 {
+    if (ctx->gpu)
+        return kt__gpu_forward(ctx, tokens, T, logits, all_logits);
     const kt__hparams *hp = &ctx->hp;
     int32_t H = hp->n_embd, half = hp->rope_dim / 2;
     fwd f = {ctx, hp, T, ctx->n_past, NULL, NULL, NULL, NULL, NULL};

@@ -1,0 +1,77 @@
+/*
+ * kt/gpu.h - the GPU runtime: runs a context's forward pass on a CUDA device
+ * (embeddings, attention with a KV cache in device memory, dense MLPs,
+ * routers, shared experts and a share of the routed experts), with the other
+ * routed experts on the CPU MoE backend, overlapped: the CPU experts are
+ * started from a host function on the GPU's stream while the GPU experts run.
+ * Single-token decode steps are captured once into a CUDA graph and replayed
+ * (GQA families).
+ *
+ *     kt_context *ctx = ...;                  // kt_context_create as usual
+ *     kt_gpu_options g = KT_GPU_OPTIONS_INIT;
+ *     g.expert_fraction = 0.5f;               // half of each layer's experts on the GPU
+ *     if (kt_context_use_gpu(ctx, &g) < 0)
+ *         fprintf(stderr, "%s\n", kt_last_error());
+ *     kt_context_eval(ctx, ids, n, logits, 0); // now runs on the GPU
+ *
+ * Thread contract: as kt_context (one thread at a time).
+ */
+#ifndef KT_GPU_H
+#define KT_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kt/core.h"
+#include "kt/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* kt_gpu_options.flags */
+#define KT_GPU_F_NO_GRAPH (1u << 0) /* run decode steps eagerly, without a CUDA graph */
+
+typedef struct kt_gpu_options {
+    uint32_t struct_size;  /* sizeof(kt_gpu_options); set by the INIT macro               */
+    uint32_t flags;        /* KT_GPU_F_*; unknown bits are rejected                        */
+    int32_t device;        /* CUDA device index                                           */
+    float expert_fraction; /* share (0..1) of each MoE layer's routed experts held on the
+                              GPU (the lowest ids); < 0: as many as the budget allows     */
+    float mem_fraction;    /* share of the device's free memory the run may use; 0: 0.9   */
+    int32_t reserved;
+    uint64_t mem_limit;    /* bytes the run may use; 0: from mem_fraction                 */
+} kt_gpu_options;
+
+#define KT_GPU_OPTIONS_INIT \
+    { (uint32_t)sizeof(kt_gpu_options), 0u, 0, 0.0f, 0.0f, 0, UINT64_C(0) }
+
+/* Fills *opts with defaults for a struct of struct_size bytes. Since 0.1. */
+KT_API kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size);
+
+/* Usable CUDA devices (0 without a driver, a device, or in a build without
+ * CUDA). Since 0.1. */
+KT_API int32_t kt_gpu_count(void);
+
+/* Moves a context's evaluation to a GPU: plans the device memory (weights,
+ * KV cache of n_ctx positions, workspaces, the GPU experts) against the
+ * budget and uploads. Fails before allocating with KT_ERR_NOMEM when the
+ * plan does not fit (the message names the flag to change), KT_ERR_UNSUPPORTED
+ * for a build without CUDA, no device, or a family the GPU path does not run.
+ * The context's cached positions are forgotten (n_past = 0). On failure the
+ * context keeps running on the CPU. opts may be NULL (defaults). Since 0.1. */
+KT_API kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts);
+
+/* CUDA device the context runs on, or -1 (CPU). Since 0.1. */
+KT_API int32_t kt_context_gpu(const kt_context *ctx);
+
+/* Routed experts per MoE layer held on the GPU (0 on the CPU). Since 0.1. */
+KT_API int32_t kt_context_gpu_experts(const kt_context *ctx);
+
+/* Device bytes the context's GPU plan uses (0 on the CPU). Since 0.1. */
+KT_API uint64_t kt_context_gpu_bytes(const kt_context *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KT_GPU_H */

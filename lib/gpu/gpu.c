@@ -1,0 +1,827 @@
+/* The GPU runtime (kt/gpu.h): a context's forward pass on a CUDA device.
+ *
+ * The engine's context keeps the architecture (hparams), the host weights
+ * and the CPU MoE backend; kt_context_use_gpu plans the device memory, uploads
+ * the dense weights, the KV cache and the GPU-resident experts, and from then
+ * on kt__forward hands each chunk to kt__gpu_forward. Per MoE layer with CPU
+ * experts the step is: router on the GPU -> ids, weights and the normed input
+ * copied into pinned host buffers -> a host function on the stream submits the
+ * CPU experts (kt_moe_submit) -> the GPU experts and the shared expert run
+ * meanwhile -> a second host function waits for the CPU -> its partial sum is
+ * copied back and added. Everything is stream-ordered and reads the token
+ * count and position through pointers, so a decode step is captured once as
+ * a CUDA graph and replayed. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "kt/gpu.h"
+#include "kt_config.h"
+#include "kt_cuda.h"
+
+kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size)
+{
+    static const kt_gpu_options def = KT_GPU_OPTIONS_INIT;
+    if (!opts)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_gpu_options_init: opts is NULL");
+    if (struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_gpu_options_init: struct_size %zu too small",
+                         struct_size);
+    memset(opts, 0, struct_size);
+    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
+    opts->struct_size = (uint32_t)struct_size;
+    return KT_OK;
+}
+
+int32_t kt_gpu_count(void)
+{
+    int32_t n = 0;
+    char err[256];
+    if (!kt__cuda_built() || kt__cuda_device_count(&n, err, sizeof err) < 0)
+        return 0;
+    return n;
+}
+
+#if !KT_HAVE_CUDA
+
+kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
+{
+    (void)ctx, (void)opts;
+    return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: this libkt was built without CUDA "
+                     "(meson -Dcuda=enabled)");
+}
+int32_t kt_context_gpu(const kt_context *ctx) { (void)ctx; return -1; }
+int32_t kt_context_gpu_experts(const kt_context *ctx) { (void)ctx; return 0; }
+uint64_t kt_context_gpu_bytes(const kt_context *ctx) { (void)ctx; return 0; }
+void kt__gpu_free(kt_context *ctx) { (void)ctx; }
+kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
+                          bool all_logits)
+{
+    (void)ctx, (void)tokens, (void)T, (void)logits, (void)all_logits;
+    return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: built without CUDA");
+}
+
+#else
+
+typedef kt__cuda_mat gmat;
+
+typedef struct glayer {
+    float *attn_norm, *ffn_norm;
+    gmat wq, wk, wv, wo;
+    float *bq, *bk, *bv, *bo, *q_norm, *k_norm, *sinks;
+    gmat wq_a, wq_b, wkv_a, wkv_b;
+    float *q_a_norm, *kv_a_norm;
+    gmat ffn_gate, ffn_up, ffn_down;
+    gmat router, sh_gate, sh_up, sh_down, sh_gate_inp;
+    float *router_b, *e_bias;
+    gmat *egate, *eup, *edown; /* device tables [E]; data NULL: on the CPU */
+    uint8_t *mask;             /* host [E + 1]: 1 = on the GPU (the backend skips it) */
+    float *k_cache, *v_cache;
+} glayer;
+
+typedef struct cb_arg {
+    struct kt__gpu *g;
+    int32_t layer;
+} cb_arg;
+
+struct kt__gpu {
+    kt_context *ctx;
+    kt__cuda_rt *rt;
+    int32_t device, n_gpu_experts;
+    bool counting;            /* planning pass: add up bytes, allocate nothing */
+    uint64_t bytes, expert_bytes;
+    void **allocs;
+    size_t n_allocs, cap_allocs;
+    glayer *L;
+    gmat tok_embd, lm_head;
+    float *out_norm, *inv_freq;
+    /* device workspaces for Tm tokens */
+    int32_t Tm;
+    float *x, *xn, *out, *tmp, *q, *k, *v, *o, *g, *u, *eh, *rlogit, *w, *cq, *kva, *kvb;
+    float *logits, *gate1;
+    int32_t *ids, *tok, *pos;
+    /* pinned host buffers */
+    int32_t *tok_h, *pos_h, *T_h, *ids_h;
+    float *xn_h, *w_h, *out_h;
+    cb_arg *cb;
+    volatile int cb_status;
+    char cb_err[256];
+    bool use_graph, graph_ready, graph_failed;
+    char err[512];
+};
+
+/* ------------------------------------------------------------- memory --- */
+
+static kt_status cuda_error(kt__gpu *g, const char *what)
+{
+    return kt__error(KT_ERR_IO, "GPU runtime: %s: %s", what, g->err);
+}
+
+/* bytes of device memory (counted in the planning pass, allocated after) */
+static void *dalloc(kt__gpu *g, size_t bytes)
+{
+    bytes = (bytes + 255) & ~(size_t)255;
+    g->bytes += bytes;
+    if (g->counting)
+        return (void *)(uintptr_t)1; /* never dereferenced on the host */
+    if (g->n_allocs == g->cap_allocs) {
+        size_t cap = g->cap_allocs ? 2 * g->cap_allocs : 256;
+        void **a = kt__realloc(g->allocs, cap * sizeof *a);
+        if (!a)
+            return NULL;
+        g->allocs = a;
+        g->cap_allocs = cap;
+    }
+    void *p = kt__cuda_alloc(g->rt, bytes);
+    if (p)
+        g->allocs[g->n_allocs++] = p;
+    return p;
+}
+
+static kt_status upload(kt__gpu *g, void **dst, const void *src, size_t bytes)
+{
+    *dst = NULL;
+    if (!src)
+        return KT_OK;
+    void *p = dalloc(g, bytes);
+    if (!p)
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (%zu bytes)", bytes);
+    if (!g->counting && kt__cuda_upload(g->rt, p, src, bytes, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "upload");
+    *dst = p;
+    return KT_OK;
+}
+
+static kt_status upload_vec(kt__gpu *g, float **dst, const float *src, int32_t n)
+{
+    return upload(g, (void **)dst, src, sizeof(float) * (size_t)n);
+}
+
+static size_t type_bytes(kt_type t)
+{
+    return t == KT_TYPE_F32 ? 4 : t == KT_TYPE_BF16 ? 2 : 1;
+}
+
+static kt_status upload_mat(kt__gpu *g, gmat *d, const kt__mat *m)
+{
+    memset(d, 0, sizeof *d);
+    if (!m->data)
+        return KT_OK;
+    d->rows = m->rows, d->cols = m->cols;
+    if (m->type == KT_TYPE_F32)
+        d->type = KT__CUDA_W_F32;
+    else if (m->type == KT_TYPE_BF16)
+        d->type = KT__CUDA_W_BF16;
+    else if (m->type == KT_TYPE_F8_E4M3)
+        d->type = KT__CUDA_W_F8;
+    else
+        return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: weight type %s", kt_type_name(m->type));
+    kt_status st = upload(g, (void **)&d->data, m->data,
+                          (size_t)m->rows * m->cols * type_bytes(m->type));
+    if (st < 0 || d->type != KT__CUDA_W_F8)
+        return st;
+    d->block_rows = m->block_rows, d->block_cols = m->block_cols, d->scale_cols = m->scale_cols;
+    d->scale_bf16 = m->scale_type == KT_TYPE_BF16;
+    size_t srows = (size_t)(m->rows + m->block_rows - 1) / m->block_rows;
+    return upload(g, (void **)&d->scale, m->scale,
+                  srows * m->scale_cols * type_bytes(m->scale_type));
+}
+
+/* An expert matrix from the model's view (BF16 or FP8 block); UNSUPPORTED otherwise. */
+static kt_status upload_view(kt__gpu *g, gmat *d, const kt_model *m, int32_t l, kt_role role,
+                             int32_t e)
+{
+    kt_tensor_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    kt_status st = kt_model_tensor(m, (uint32_t)l, role, (uint32_t)e, &v);
+    if (st < 0)
+        return st;
+    kt__mat mat = {(int32_t)v.rows, (int32_t)v.cols, (kt_type)v.type, (void *)v.data, false,
+                   v.scale_data, (kt_type)v.scale_type, (int32_t)v.block_rows,
+                   (int32_t)v.block_cols, 0};
+    bool bf16 = v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16;
+    bool fp8 = v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3 && v.block_rows &&
+               v.block_cols;
+    if ((!bf16 && !fp8) || v.layout != KT_LAYOUT_OUT_IN)
+        return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: %s: expert storage %s has no GPU "
+                         "kernel (it stays on the CPU)", v.name,
+                         kt_storage_name((kt_storage)v.storage));
+    if (fp8)
+        mat.scale_cols = (int32_t)((v.cols + v.block_cols - 1) / v.block_cols);
+    return upload_mat(g, d, &mat);
+}
+
+/* ------------------------------------------------------------ planning --- */
+
+static kt_status upload_layer(kt__gpu *g, int32_t l, glayer *G)
+{
+    kt_context *ctx = g->ctx;
+    const kt__hparams *hp = &ctx->hp;
+    const kt__layer *L = &ctx->w.layers[l];
+    int32_t H = hp->n_embd, nh = hp->n_head, hd = hp->head_dim;
+    kt_status st = KT_OK;
+#define TRY(x)               \
+    do {                     \
+        if ((st = (x)) < 0)  \
+            return st;       \
+    } while (0)
+    TRY(upload_vec(g, &G->attn_norm, L->attn_norm, H));
+    TRY(upload_vec(g, &G->ffn_norm, L->ffn_norm, H));
+    if (hp->mla) {
+        TRY(upload_mat(g, &G->wq, &L->wq));
+        TRY(upload_mat(g, &G->wq_a, &L->wq_a));
+        TRY(upload_mat(g, &G->wq_b, &L->wq_b));
+        TRY(upload_mat(g, &G->wkv_a, &L->wkv_a));
+        TRY(upload_mat(g, &G->wkv_b, &L->wkv_b));
+        TRY(upload_vec(g, &G->q_a_norm, L->q_a_norm, hp->q_lora_rank));
+        TRY(upload_vec(g, &G->kv_a_norm, L->kv_a_norm, hp->kv_lora_rank));
+        TRY(upload_mat(g, &G->wo, &L->wo));
+    } else {
+        int32_t qdim = nh * hd, kvdim = hp->n_head_kv * hd;
+        TRY(upload_mat(g, &G->wq, &L->wq));
+        TRY(upload_mat(g, &G->wk, &L->wk));
+        TRY(upload_mat(g, &G->wv, &L->wv));
+        TRY(upload_mat(g, &G->wo, &L->wo));
+        TRY(upload_vec(g, &G->bq, L->bq, qdim));
+        TRY(upload_vec(g, &G->bk, L->bk, kvdim));
+        TRY(upload_vec(g, &G->bv, L->bv, kvdim));
+        TRY(upload_vec(g, &G->bo, L->bo, H));
+        bool full = hp->qk_norm == KT__QK_NORM_FULL;
+        TRY(upload_vec(g, &G->q_norm, L->q_norm, full ? qdim : hd));
+        TRY(upload_vec(g, &G->k_norm, L->k_norm, full ? kvdim : hd));
+        TRY(upload_vec(g, &G->sinks, L->sinks, nh));
+    }
+    /* KV cache, F32: GQA keys and values, MLA [c_kv | k_rope] */
+    size_t P = (size_t)ctx->n_ctx;
+    if (hp->mla) {
+        G->k_cache = dalloc(g, sizeof(float) * P * (hp->kv_lora_rank + hp->qk_rope));
+    } else {
+        G->k_cache = dalloc(g, sizeof(float) * P * hp->n_head_kv * hd);
+        G->v_cache = dalloc(g, sizeof(float) * P * hp->n_head_kv * hd);
+    }
+    if (!G->k_cache || (!hp->mla && !G->v_cache))
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (KV cache)");
+    if (!hp->layer_moe[l]) {
+        TRY(upload_mat(g, &G->ffn_gate, &L->ffn_gate));
+        TRY(upload_mat(g, &G->ffn_up, &L->ffn_up));
+        return upload_mat(g, &G->ffn_down, &L->ffn_down);
+    }
+    int32_t E = hp->n_expert;
+    TRY(upload_mat(g, &G->router, &L->router));
+    TRY(upload_vec(g, &G->router_b, L->router_b, E));
+    TRY(upload_vec(g, &G->e_bias, L->e_bias, E));
+    TRY(upload_mat(g, &G->sh_gate, &L->sh_gate));
+    TRY(upload_mat(g, &G->sh_up, &L->sh_up));
+    TRY(upload_mat(g, &G->sh_down, &L->sh_down));
+    TRY(upload_mat(g, &G->sh_gate_inp, &L->sh_gate_inp));
+    /* routed experts: the first n_gpu_experts on the device, tables of E entries */
+    gmat *tab = kt__calloc((size_t)3 * E, sizeof(gmat));
+    if (!tab)
+        return KT_ERR_NOMEM;
+    for (int32_t e = 0; e < g->n_gpu_experts && st == KT_OK; e++) {
+        if (ctx->moe) {
+            kt_role rg = KT_ROLE_EXPERT_GATE, ru = KT_ROLE_EXPERT_UP, rd = KT_ROLE_EXPERT_DOWN;
+            if ((st = upload_view(g, &tab[e], ctx->model, l, rg, e)) == KT_OK &&
+                (st = upload_view(g, &tab[E + e], ctx->model, l, ru, e)) == KT_OK)
+                st = upload_view(g, &tab[2 * E + e], ctx->model, l, rd, e);
+        } else {
+            const kt__expert *x = &L->experts[e];
+            if ((st = upload_mat(g, &tab[e], &x->gate)) == KT_OK &&
+                (st = upload_mat(g, &tab[E + e], &x->up)) == KT_OK)
+                st = upload_mat(g, &tab[2 * E + e], &x->down);
+        }
+    }
+    if (st == KT_OK) {
+        void *d[3];
+        for (int i = 0; i < 3 && st == KT_OK; i++)
+            st = upload(g, &d[i], tab + (size_t)i * E, sizeof(gmat) * E);
+        if (st == KT_OK)
+            G->egate = d[0], G->eup = d[1], G->edown = d[2];
+    }
+    kt__free(tab);
+    if (st < 0 || g->counting)
+        return st;
+    G->mask = kt__calloc((size_t)E + 1, 1);
+    if (!G->mask)
+        return KT_ERR_NOMEM;
+    for (int32_t e = 0; e < g->n_gpu_experts; e++)
+        G->mask[e] = 1;
+    G->mask[E] = 1; /* a folded shared expert runs on the GPU */
+    if (ctx->moe)
+        st = kt_moe_set_expert_mask(ctx->moe, (uint32_t)ctx->moe_index[l], G->mask);
+    return st;
+#undef TRY
+}
+
+static size_t imax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Everything: weights, caches, workspaces and pinned buffers (or, counting, their bytes). */
+static kt_status build(kt__gpu *g)
+{
+    kt_context *ctx = g->ctx;
+    const kt__hparams *hp = &ctx->hp;
+    int32_t H = hp->n_embd, V = hp->n_vocab, nh = hp->n_head, Tm = ctx->n_batch;
+    kt_status st;
+    g->bytes = 0;
+    g->Tm = Tm;
+    if (!g->counting && !(g->L = kt__calloc((size_t)hp->n_layer, sizeof *g->L)))
+        return KT_ERR_NOMEM;
+    if ((st = upload_mat(g, &g->tok_embd, &ctx->w.tok_embd)) < 0 ||
+        (st = upload_mat(g, &g->lm_head, &ctx->w.lm_head)) < 0 ||
+        (st = upload_vec(g, &g->out_norm, ctx->w.out_norm, H)) < 0 ||
+        (st = upload_vec(g, &g->inv_freq, hp->rope_dim >= 2 ? hp->inv_freq : NULL,
+                         hp->rope_dim / 2)) < 0)
+        return st;
+    glayer scratch; /* the planning pass counts into it */
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        memset(&scratch, 0, sizeof scratch);
+        if ((st = upload_layer(g, l, g->counting ? &scratch : &g->L[l])) < 0)
+            return st;
+    }
+    size_t qk = hp->mla ? (size_t)hp->qk_nope + hp->qk_rope : (size_t)hp->head_dim;
+    size_t vd = hp->mla ? (size_t)hp->v_head : (size_t)hp->head_dim;
+    size_t kvdim = hp->mla ? 0 : (size_t)hp->n_head_kv * hp->head_dim;
+    size_t ff = imax(imax((size_t)hp->n_ff, (size_t)hp->n_ff_shared), (size_t)hp->n_ff_exp);
+    size_t k = (size_t)hp->n_expert_used, row = (size_t)hp->kv_lora_rank + hp->qk_rope;
+    size_t f = sizeof(float), T = (size_t)Tm;
+    float **bufs[] = {&g->x, &g->xn, &g->out, &g->tmp, &g->q, &g->k, &g->v, &g->o, &g->g,
+                      &g->u, &g->eh, &g->rlogit, &g->w, &g->cq, &g->kva, &g->kvb, &g->logits,
+                      &g->gate1};
+    size_t sizes[] = {T * H, T * H, T * H, T * H, T * nh * qk, T * kvdim, T * kvdim,
+                      T * nh * vd, T * ff, T * ff, T * k * hp->n_ff_exp, T * hp->n_expert,
+                      T * k, T * hp->q_lora_rank, T * row,
+                      hp->mla ? (size_t)ctx->n_ctx * nh * (hp->qk_nope + hp->v_head) : 0,
+                      T * V, T};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (!(*bufs[i] = dalloc(g, (sizes[i] + 1) * f)))
+            return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    if (!(g->ids = dalloc(g, (T * k + 1) * 4)) || !(g->tok = dalloc(g, T * 4)) ||
+        !(g->pos = dalloc(g, 4)))
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    if (g->counting)
+        return KT_OK;
+    g->tok_h = kt__cuda_host_alloc(T * 4);
+    g->pos_h = kt__cuda_host_alloc(8);
+    g->T_h = kt__cuda_host_alloc(8);
+    g->ids_h = kt__cuda_host_alloc((T * k + 1) * 4);
+    g->xn_h = kt__cuda_host_alloc(T * H * f);
+    g->w_h = kt__cuda_host_alloc((T * k + 1) * f);
+    g->out_h = kt__cuda_host_alloc(T * H * f);
+    g->cb = kt__calloc((size_t)hp->n_layer, sizeof *g->cb);
+    if (!g->tok_h || !g->pos_h || !g->T_h || !g->ids_h || !g->xn_h || !g->w_h || !g->out_h ||
+        !g->cb)
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of pinned host memory");
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        g->cb[l] = (cb_arg){g, l};
+    return KT_OK;
+}
+
+static void gpu_destroy(kt__gpu *g)
+{
+    if (!g)
+        return;
+    if (g->rt) {
+        char err[64];
+        kt__cuda_sync(g->rt, err, sizeof err);
+        for (size_t i = 0; i < g->n_allocs; i++)
+            kt__cuda_free(g->rt, g->allocs[i]);
+    }
+    if (g->L && g->ctx) {
+        for (int32_t l = 0; l < g->ctx->hp.n_layer; l++) {
+            if (g->ctx->moe && g->ctx->moe_index && g->ctx->moe_index[l] >= 0)
+                kt_moe_set_expert_mask(g->ctx->moe, (uint32_t)g->ctx->moe_index[l], NULL);
+            kt__free(g->L[l].mask);
+        }
+    }
+    kt__free(g->L);
+    kt__free(g->allocs);
+    kt__free(g->cb);
+    kt__cuda_host_free(g->tok_h);
+    kt__cuda_host_free(g->pos_h);
+    kt__cuda_host_free(g->T_h);
+    kt__cuda_host_free(g->ids_h);
+    kt__cuda_host_free(g->xn_h);
+    kt__cuda_host_free(g->w_h);
+    kt__cuda_host_free(g->out_h);
+    kt__cuda_rt_free(g->rt);
+    kt__free(g);
+}
+
+void kt__gpu_free(kt_context *ctx)
+{
+    if (ctx && ctx->gpu) {
+        gpu_destroy(ctx->gpu);
+        ctx->gpu = NULL;
+    }
+}
+
+/* Whether the routed experts' storage has a GPU kernel (BF16, FP8 block). */
+static bool experts_gpu_ok(kt_context *ctx)
+{
+    for (int32_t l = 0; l < ctx->hp.n_layer; l++) {
+        if (!ctx->hp.layer_moe[l])
+            continue;
+        kt_tensor_view v;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        if (kt_model_tensor(ctx->model, (uint32_t)l, KT_ROLE_EXPERT_GATE, 0, &v) < 0)
+            return false;
+        bool ok = (v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16) ||
+                  (v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3);
+        if (!ok || v.layout != KT_LAYOUT_OUT_IN) {
+            kt__error(KT_ERR_UNSUPPORTED, "%s: expert storage %s has no GPU kernel", v.name,
+                      kt_storage_name((kt_storage)v.storage));
+            return false;
+        }
+        return true;
+    }
+    return true;
+}
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
+{
+    kt_gpu_options o = KT_GPU_OPTIONS_INIT;
+    if (!ctx)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: ctx is NULL");
+    kt_status rs = kt__options_read(&o, sizeof o, opts, "kt_gpu_options");
+    if (rs < 0)
+        return rs;
+    if (o.flags & ~KT_GPU_F_NO_GRAPH)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: unknown flags 0x%x", o.flags);
+    if (o.expert_fraction > 1.0f || o.mem_fraction < 0.0f || o.mem_fraction > 1.0f)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: expert_fraction %g must be "
+                         "<= 1 and mem_fraction %g within 0..1", o.expert_fraction,
+                         o.mem_fraction);
+    const kt__hparams *hp = &ctx->hp;
+    if (hp->n_expert > KT__CUDA_MAX_EXPERTS || hp->n_group > 64)
+        return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: %d experts (router kernel limit %d)",
+                         hp->n_expert, KT__CUDA_MAX_EXPERTS);
+    if ((int64_t)ctx->n_ctx * 4 > 200 * 1024)
+        return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: n_ctx %d: the attention kernel keeps "
+                         "a row of scores in shared memory (at most 51200 positions; lower "
+                         "--ctx-size)", ctx->n_ctx);
+    if (hp->family == KT__FAM_GPT_OSS && !ctx->moe)
+        return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: gpt-oss experts (biases, fused "
+                         "[in][out] layout) run only on the CPU MoE backend: use fast precision");
+    int32_t n = kt_gpu_count();
+    if (o.device < 0 || o.device >= n)
+        return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: no CUDA device %d (%d found)",
+                         o.device, n);
+    kt__gpu_free(ctx);
+    kt__gpu *g = kt__calloc(1, sizeof *g);
+    if (!g)
+        return KT_ERR_NOMEM;
+    g->ctx = ctx;
+    g->device = o.device;
+    g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && !hp->mla;
+    kt_status st = KT_OK;
+    if (kt__cuda_rt_create(&g->rt, o.device, g->err, sizeof g->err) < 0) {
+        st = cuda_error(g, "device");
+        goto fail;
+    }
+    /* planning: dense part, then one expert's bytes, against the budget */
+    uint64_t free_b = 0, total_b = 0;
+    kt__cuda_mem_info(g->rt, &free_b, &total_b);
+    uint64_t budget = o.mem_limit ? o.mem_limit
+                                  : (uint64_t)((double)free_b *
+                                               (o.mem_fraction > 0 ? o.mem_fraction : 0.9));
+    int32_t E = hp->n_expert, n_moe = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        n_moe += hp->layer_moe[l];
+    bool cpu_experts = ctx->moe != NULL && hp->family != KT__FAM_GPT_OSS;
+    if (cpu_experts && !experts_gpu_ok(ctx)) {
+        kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: %s; routed experts stay on the CPU",
+                kt_last_error());
+        cpu_experts = false;
+    }
+    g->counting = true;
+    g->n_gpu_experts = 0;
+    if ((st = build(g)) < 0)
+        goto fail;
+    uint64_t dense = g->bytes;
+    if (E > 0 && n_moe > 0 && (cpu_experts || !ctx->moe)) {
+        g->n_gpu_experts = 1;
+        if ((st = build(g)) < 0)
+            goto fail;
+        g->expert_bytes = (g->bytes - dense) / (uint64_t)n_moe;
+    }
+    int32_t want;
+    if (!ctx->moe)
+        want = E; /* no CPU backend (f32 precision, engine experts): all on the GPU */
+    else if (!cpu_experts)
+        want = 0; /* gpt-oss's fused [in][out] or INT4 experts stay with the CPU backend */
+    else if (o.expert_fraction < 0)
+        want = g->expert_bytes && budget > dense
+                   ? (int32_t)KT_MIN((uint64_t)E, (budget - dense) / (g->expert_bytes * n_moe))
+                   : 0;
+    else
+        want = (int32_t)lrintf(o.expert_fraction * (float)E);
+    uint64_t need = dense + (uint64_t)want * n_moe * g->expert_bytes;
+    if (need > budget) {
+        st = kt__error(KT_ERR_NOMEM, "GPU runtime: the plan needs %.2f GiB (weights, KV cache "
+                       "of %d positions, workspaces, %d experts per layer at %.1f MiB) but the "
+                       "budget is %.2f GiB of %.2f GiB free: lower --gpu-experts or --ctx-size, "
+                       "or raise --mem-fraction-static", gib(need), ctx->n_ctx, want,
+                       (double)g->expert_bytes / 1048576.0, gib(budget), gib(free_b));
+        goto fail;
+    }
+    g->n_gpu_experts = want;
+    g->counting = false;
+    if ((st = build(g)) < 0)
+        goto fail;
+    /* the attention kernel's shared memory for n_ctx scores, set outside any capture */
+    kt__cuda_attn none;
+    memset(&none, 0, sizeof none);
+    if (kt__cuda_attention(g->rt, &none, ctx->n_ctx, g->err, sizeof g->err) < 0) {
+        st = cuda_error(g, "attention setup");
+        goto fail;
+    }
+    kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: device %d, %.2f GiB planned, %d of %d experts "
+            "per layer on the GPU, decode graph %s", o.device, gib(g->bytes), want, E,
+            g->use_graph ? "on" : "off");
+    ctx->gpu = g;
+    ctx->n_past = 0;
+    return KT_OK;
+fail:
+    gpu_destroy(g);
+    return st;
+}
+
+int32_t kt_context_gpu(const kt_context *ctx)
+{
+    return ctx && ctx->gpu ? ctx->gpu->device : -1;
+}
+
+int32_t kt_context_gpu_experts(const kt_context *ctx)
+{
+    return ctx && ctx->gpu ? ctx->gpu->n_gpu_experts : 0;
+}
+
+uint64_t kt_context_gpu_bytes(const kt_context *ctx)
+{
+    return ctx && ctx->gpu ? ctx->gpu->bytes : 0;
+}
+
+/* ------------------------------------------------------------- forward --- */
+
+/* CUDA host thread: queue this layer's CPU experts */
+static void submit_cpu(void *p)
+{
+    cb_arg *a = p;
+    kt__gpu *g = a->g;
+    kt_context *ctx = g->ctx;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+    io.n_tokens = g->T_h;
+    io.top_k = (uint32_t)ctx->hp.n_expert_used;
+    io.x = g->xn_h;
+    io.ids = g->ids_h;
+    io.w = g->w_h;
+    io.out = g->out_h;
+    if (kt_moe_submit(ctx->moe, (uint32_t)ctx->moe_index[a->layer], &io) < 0 && !g->cb_status) {
+        snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
+        g->cb_status = -1;
+    }
+}
+
+/* CUDA host thread: block the stream until the CPU experts are done */
+static void wait_cpu(void *p)
+{
+    cb_arg *a = p;
+    kt__gpu *g = a->g;
+    if (kt_moe_wait(g->ctx->moe, 0) < 0 && !g->cb_status) {
+        snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
+        g->cb_status = -1;
+    }
+}
+
+/* out[T][H] = down(act(gate x, up x)) */
+static void ffn(kt__gpu *g, const float *x, int32_t T, const gmat *gate, const gmat *up,
+                const gmat *down, float *out, int accumulate)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    int32_t I = gate->rows, H = hp->n_embd;
+    kt__cuda_linear(g->rt, x, T, H, gate, NULL, g->g, I, 0);
+    kt__cuda_linear(g->rt, x, T, H, up, NULL, g->u, I, 0);
+    kt__cuda_act(g->rt, g->g, g->u, (size_t)T * I, hp->gptoss_act, hp->act_alpha,
+                 hp->act_limit);
+    kt__cuda_linear(g->rt, g->g, T, I, down, NULL, out, H, accumulate);
+}
+
+static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    const glayer *G = &g->L[l];
+    int32_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
+    int32_t qdim = nh * hd, kvdim = nkv * hd;
+    kt__cuda_rt *rt = g->rt;
+    kt__cuda_linear(rt, g->xn, T, H, &G->wq, G->bq, g->q, qdim, 0);
+    kt__cuda_linear(rt, g->xn, T, H, &G->wk, G->bk, g->k, kvdim, 0);
+    kt__cuda_linear(rt, g->xn, T, H, &G->wv, G->bv, g->v, kvdim, 0);
+    if (hp->qk_norm == KT__QK_NORM_FULL) {
+        kt__cuda_rmsnorm(rt, g->q, g->q, T, qdim, qdim, qdim, G->q_norm, hp->rms_eps);
+        kt__cuda_rmsnorm(rt, g->k, g->k, T, kvdim, kvdim, kvdim, G->k_norm, hp->rms_eps);
+    } else if (hp->qk_norm == KT__QK_NORM_HEAD) {
+        kt__cuda_rmsnorm(rt, g->q, g->q, T * nh, hd, hd, hd, G->q_norm, hp->rms_eps);
+        kt__cuda_rmsnorm(rt, g->k, g->k, T * nkv, hd, hd, hd, G->k_norm, hp->rms_eps);
+    }
+    kt__cuda_rope(rt, g->q, T, nh, qdim, hd, 0, hp->rope_dim, hp->rope_interleave, g->inv_freq,
+                  hp->rope_attn_factor, g->pos);
+    kt__cuda_rope(rt, g->k, T, nkv, kvdim, hd, 0, hp->rope_dim, hp->rope_interleave,
+                  g->inv_freq, hp->rope_attn_factor, g->pos);
+    kt__cuda_store_rows(rt, g->k, T, kvdim, kvdim, G->k_cache, kvdim, g->pos);
+    kt__cuda_store_rows(rt, g->v, T, kvdim, kvdim, G->v_cache, kvdim, g->pos);
+    kt__cuda_attn a;
+    memset(&a, 0, sizeof a);
+    a.q = g->q, a.T = T, a.n_head = nh, a.q_st = qdim, a.q_sh = hd;
+    a.ka = G->k_cache, a.ka_dim = hd, a.ka_sp = kvdim, a.ka_sh = hd, a.group = nh / nkv;
+    a.v = G->v_cache, a.v_dim = hd, a.v_sp = kvdim, a.v_sh = hd;
+    a.o = g->o, a.o_st = qdim, a.o_sh = hd;
+    a.window = hp->layer_sliding && hp->layer_sliding[l] ? hp->sliding_window : 0;
+    a.scale = hp->attn_scale, a.sinks = G->sinks, a.pos0 = g->pos;
+    if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "attention");
+    kt__cuda_linear(rt, g->o, T, qdim, &G->wo, G->bo, g->out, H, 0);
+    return KT_OK;
+}
+
+/* MLA, naive: k_nope and v of every cached position expanded through kv_b. */
+static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    const glayer *G = &g->L[l];
+    int32_t H = hp->n_embd, nh = hp->n_head, nope = hp->qk_nope, rd = hp->qk_rope;
+    int32_t vd = hp->v_head, R = hp->kv_lora_rank, qk = nope + rd, row = R + rd;
+    int32_t kvb_rows = nope + vd, ql = hp->q_lora_rank;
+    kt__cuda_rt *rt = g->rt;
+    if (ql > 0) {
+        kt__cuda_linear(rt, g->xn, T, H, &G->wq_a, NULL, g->cq, ql, 0);
+        kt__cuda_rmsnorm(rt, g->cq, g->cq, T, ql, ql, ql, G->q_a_norm, hp->rms_eps);
+        kt__cuda_linear(rt, g->cq, T, ql, &G->wq_b, NULL, g->q, nh * qk, 0);
+    } else {
+        kt__cuda_linear(rt, g->xn, T, H, &G->wq, NULL, g->q, nh * qk, 0);
+    }
+    kt__cuda_linear(rt, g->xn, T, H, &G->wkv_a, NULL, g->kva, row, 0);
+    kt__cuda_rmsnorm(rt, g->kva, g->kva, T, R, row, row, G->kv_a_norm, hp->rms_eps);
+    kt__cuda_rope(rt, g->kva, T, 1, row, 0, R, hp->rope_dim, hp->rope_interleave, g->inv_freq,
+                  hp->rope_attn_factor, g->pos);
+    kt__cuda_rope(rt, g->q, T, nh, nh * qk, qk, nope, hp->rope_dim, hp->rope_interleave,
+                  g->inv_freq, hp->rope_attn_factor, g->pos);
+    kt__cuda_store_rows(rt, g->kva, T, row, row, G->k_cache, row, g->pos);
+    /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ over every cached position */
+    kt__cuda_linear(rt, G->k_cache, P, row, &G->wkv_b, NULL, g->kvb, nh * kvb_rows, 0);
+    kt__cuda_attn a;
+    memset(&a, 0, sizeof a);
+    a.q = g->q, a.T = T, a.n_head = nh, a.q_st = nh * qk, a.q_sh = qk;
+    a.ka = g->kvb, a.ka_dim = nope, a.ka_sp = nh * kvb_rows, a.ka_sh = kvb_rows, a.group = 1;
+    a.kb = G->k_cache + R, a.kb_dim = rd, a.kb_sp = row, a.kb_sh = 0;
+    a.v = g->kvb + nope, a.v_dim = vd, a.v_sp = nh * kvb_rows, a.v_sh = kvb_rows;
+    a.o = g->o, a.o_st = nh * vd, a.o_sh = vd;
+    a.scale = hp->attn_scale, a.pos0 = g->pos;
+    if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "attention");
+    kt__cuda_linear(rt, g->o, T, nh * vd, &G->wo, NULL, g->out, H, 0);
+    return KT_OK;
+}
+
+static void moe(kt__gpu *g, int32_t l, int32_t T)
+{
+    kt_context *ctx = g->ctx;
+    const kt__hparams *hp = &ctx->hp;
+    const glayer *G = &g->L[l];
+    int32_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    kt__cuda_rt *rt = g->rt;
+    bool cpu = ctx->moe && g->n_gpu_experts < E;
+    kt__cuda_linear(rt, g->xn, T, H, &G->router, G->router_b, g->rlogit, E, 0);
+    int32_t kind = hp->router == KT__ROUTER_SOFTMAX_TOPK    ? KT__CUDA_ROUTER_SOFTMAX_TOPK
+                   : hp->router == KT__ROUTER_SIGMOID_BIAS ? KT__CUDA_ROUTER_SIGMOID_BIAS
+                                                            : KT__CUDA_ROUTER_TOPK_SOFTMAX;
+    int32_t renorm = hp->norm_topk || hp->family == KT__FAM_MIXTRAL ||
+                     hp->family == KT__FAM_MINIMAX_M2;
+    kt__cuda_router_desc r = {kind, E, k, hp->n_group, hp->topk_group, renorm, hp->routed_scale,
+                              G->e_bias};
+    kt__cuda_router(rt, &r, g->rlogit, T, g->ids, g->w);
+    if (cpu) {
+        /* CPU experts: inputs to pinned memory, started from the stream */
+        kt__cuda_copy_async(rt, g->xn_h, g->xn, sizeof(float) * T * H);
+        kt__cuda_copy_async(rt, g->ids_h, g->ids, sizeof(int32_t) * T * k);
+        kt__cuda_copy_async(rt, g->w_h, g->w, sizeof(float) * T * k);
+        kt__cuda_host_fn(rt, submit_cpu, &g->cb[l]);
+    }
+    /* meanwhile: shared expert and the GPU experts */
+    if (G->sh_gate.data) {
+        if (G->sh_gate_inp.data) {
+            ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->tmp, 0);
+            kt__cuda_linear(rt, g->xn, T, H, &G->sh_gate_inp, NULL, g->gate1, 1, 0);
+            kt__cuda_zero(rt, g->out, (size_t)T * H);
+            kt__cuda_add(rt, g->out, g->tmp, T, H, g->gate1);
+        } else {
+            ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->out, 0);
+        }
+    } else {
+        kt__cuda_zero(rt, g->out, (size_t)T * H);
+    }
+    if (g->n_gpu_experts > 0) {
+        kt__cuda_experts_args a = {G->egate, G->eup, G->edown, g->xn, g->ids, g->w, g->eh,
+                                   g->out, T, H, hp->n_ff_exp, k, hp->gptoss_act,
+                                   hp->act_alpha, hp->act_limit};
+        kt__cuda_experts(rt, &a);
+    }
+    if (cpu) {
+        kt__cuda_host_fn(rt, wait_cpu, &g->cb[l]);
+        kt__cuda_copy_async(rt, g->tmp, g->out_h, sizeof(float) * T * H);
+        kt__cuda_add(rt, g->out, g->tmp, T, H, NULL);
+    }
+}
+
+/* The launches of one forward over T tokens (P = positions after it). */
+static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
+{
+    kt_context *ctx = g->ctx;
+    const kt__hparams *hp = &ctx->hp;
+    int32_t H = hp->n_embd, V = hp->n_vocab;
+    kt__cuda_rt *rt = g->rt;
+    kt_status st;
+    kt__cuda_copy_async(rt, g->tok, g->tok_h, sizeof(int32_t) * T);
+    kt__cuda_copy_async(rt, g->pos, g->pos_h, sizeof(int32_t));
+    kt__cuda_embed(rt, &g->tok_embd, g->tok, T, g->x);
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const glayer *G = &g->L[l];
+        /* x += Attn(RMSNorm(x)) */
+        kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, G->attn_norm, hp->rms_eps);
+        st = hp->mla ? attn_mla(g, l, T, P) : attn_gqa(g, l, T);
+        if (st < 0)
+            return st;
+        kt__cuda_add(rt, g->x, g->out, T, H, NULL);
+        /* x += FFN(RMSNorm(x)) */
+        kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, G->ffn_norm, hp->rms_eps);
+        if (hp->layer_moe[l])
+            moe(g, l, T);
+        else
+            ffn(g, g->xn, T, &G->ffn_gate, &G->ffn_up, &G->ffn_down, g->out, 0);
+        kt__cuda_add(rt, g->x, g->out, T, H, NULL);
+    }
+    kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, g->out_norm, hp->rms_eps);
+    int32_t rows = all_logits ? T : 1;
+    kt__cuda_linear(rt, g->xn + (size_t)(T - rows) * H, rows, H, &g->lm_head, NULL, g->logits,
+                    V, 0);
+    if (kt__cuda_check(rt, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "launch");
+    return KT_OK;
+}
+
+kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
+                          bool all_logits)
+{
+    kt__gpu *g = ctx->gpu;
+    if (T > g->Tm)
+        return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %d tokens exceed the chunk %d", T,
+                         g->Tm);
+    memcpy(g->tok_h, tokens, sizeof(int32_t) * T);
+    *g->pos_h = ctx->n_past;
+    *g->T_h = T;
+    g->cb_status = 0;
+    kt_status st;
+    /* decode: capture once, replay (the graph reads token and position from pinned memory) */
+    if (T == 1 && g->use_graph && !g->graph_failed && !all_logits) {
+        if (!g->graph_ready) {
+            if (kt__cuda_capture_begin(g->rt, g->err, sizeof g->err) < 0) {
+                g->graph_failed = true;
+            } else {
+                st = enqueue(g, 1, ctx->n_past + 1, false);
+                int cap = kt__cuda_capture_end(g->rt, g->err, sizeof g->err);
+                if (st < 0)
+                    return st;
+                if (cap < 0) {
+                    kt__log(ctx->rt, KT_LOG_WARN, "GPU runtime: decode graph capture failed "
+                            "(%s); decode runs eagerly", g->err);
+                    g->graph_failed = true;
+                } else {
+                    g->graph_ready = true;
+                }
+            }
+        }
+        if (g->graph_ready) {
+            if (kt__cuda_graph_launch(g->rt, g->err, sizeof g->err) < 0)
+                return cuda_error(g, "graph");
+            goto finish;
+        }
+    }
+    if ((st = enqueue(g, T, ctx->n_past + T, all_logits)) < 0)
+        return st;
+finish:
+    if (logits)
+        kt__cuda_copy_async(g->rt, logits, g->logits,
+                            sizeof(float) * (size_t)(all_logits ? T : 1) * ctx->hp.n_vocab);
+    if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "forward");
+    if (g->cb_status)
+        return kt__error(KT_ERR_IO, "GPU runtime: CPU experts: %s", g->cb_err);
+    return KT_OK;
+}
+
+#endif /* KT_HAVE_CUDA */

@@ -1,0 +1,269 @@
+/* GPU runtime (kt/gpu.h) against the fixtures' transformers outputs: prefill
+ * logits, token-by-token decode logits through the device KV cache (a CUDA
+ * graph after the first step) and greedy ids, with 0%, 50% and 100% of the
+ * routed experts on the GPU (the rest on the CPU MoE backend, overlapped);
+ * the demo model's greedy text as the CPU engine's. Exits 77 without a GPU. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/engine_internal.h"
+#include "io/safetensors.h"
+#include "kt/kt.h"
+
+typedef struct ref_data {
+    kt_st_set *set;
+    int32_t T, V, L1, H; /* L1 = n_layer + 1 */
+    int32_t *prompt;
+    float *logits;       /* [T][V]      */
+    float *hidden;       /* [L1][T][H]  */
+    int32_t *greedy;
+    int32_t n_greedy;
+} ref_data;
+
+static char *fixture_path(const char *name, const char *variant)
+{
+    const char *root = getenv("KT_TEST_DATA");
+    static char buf[1024];
+    snprintf(buf, sizeof buf, "%s/fixtures/%s%s%s", root ? root : "tests/data", name,
+             variant ? "/" : "", variant ? variant : "");
+    return buf;
+}
+
+static float *tensor_f32(const kt_st_tensor *t)
+{
+    float *p = malloc(sizeof(float) * t->n_elements);
+    assert_non_null(p);
+    assert_int_equal(kt__tensor_to_f32(t->data, t->type, t->n_elements, p), KT_OK);
+    return p;
+}
+
+static int32_t *tensor_i32(const kt_st_tensor *t)
+{
+    float *f = tensor_f32(t);
+    int32_t *p = malloc(sizeof(int32_t) * (t->n_elements + 1));
+    for (uint64_t i = 0; i < t->n_elements; i++)
+        p[i] = (int32_t)f[i];
+    free(f);
+    return p;
+}
+
+static int ref_load(ref_data *r, const char *dir)
+{
+    memset(r, 0, sizeof *r);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    if (kt__st_open_file(&r->set, path) < 0)
+        return -1;
+    const kt_st_tensor *p = kt__st_find(r->set, "prompt_ids");
+    const kt_st_tensor *lg = kt__st_find(r->set, "logits");
+    const kt_st_tensor *hs = kt__st_find(r->set, "hidden_states");
+    const kt_st_tensor *g = kt__st_find(r->set, "greedy_ids");
+    assert_non_null(p), assert_non_null(lg), assert_non_null(hs), assert_non_null(g);
+    r->T = (int32_t)p->shape[0];
+    r->V = (int32_t)lg->shape[1];
+    r->L1 = (int32_t)hs->shape[0];
+    r->H = (int32_t)hs->shape[2];
+    r->prompt = tensor_i32(p);
+    r->logits = tensor_f32(lg);
+    r->hidden = tensor_f32(hs);
+    r->greedy = tensor_i32(g);
+    r->n_greedy = (int32_t)g->n_elements;
+    return 0;
+}
+
+static void ref_free(ref_data *r)
+{
+    free(r->prompt), free(r->logits), free(r->hidden), free(r->greedy);
+    kt__st_close(r->set);
+}
+
+static float max_abs_diff(const float *a, const float *b, size_t n)
+{
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (!(d <= m))
+            m = d; /* NaN propagates as a failure */
+    }
+    return m;
+}
+
+static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_model **model)
+{
+    *model = NULL;
+    if (kt_model_open(model, NULL, dir, NULL) < 0) {
+        fail_msg("kt_model_open(%s): %s", dir, kt_last_error());
+        return NULL;
+    }
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 256;
+    co.precision = prec;
+    co.n_threads = 2;
+    kt_context *ctx = NULL;
+    if (kt_context_create(&ctx, NULL, *model, &co) < 0)
+        fail_msg("kt_context_create(%s): %s", dir, kt_last_error());
+    kt_gpu_options go = KT_GPU_OPTIONS_INIT;
+    go.expert_fraction = frac;
+    if (kt_context_use_gpu(ctx, &go) < 0)
+        fail_msg("kt_context_use_gpu(%s): %s", dir, kt_last_error());
+    assert_int_equal(kt_context_gpu(ctx), 0);
+    return ctx;
+}
+
+/* The bound of the issue: BF16 weights, F32 activations on the GPU, BF16
+ * activations on the CPU backend: logits within 5e-2 of transformers' FP32. */
+#define TOL 5e-2f
+
+static void check(const char *name, const char *variant, kt_precision prec, float frac)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        return;
+    }
+    kt_model *model;
+    kt_context *ctx = open_gpu(dir, prec, frac, &model);
+    float *lg = calloc((size_t)r.T * r.V, sizeof(float));
+    assert_int_equal(kt_context_eval(ctx, r.prompt, (size_t)r.T, lg, KT_EVAL_ALL_LOGITS), KT_OK);
+    float dp = max_abs_diff(lg, r.logits, (size_t)r.T * r.V);
+    kt_context_reset(ctx);
+    float dd = 0.0f;
+    for (int32_t t = 0; t < r.T; t++) {
+        assert_int_equal(kt_context_eval(ctx, &r.prompt[t], 1, lg, 0), KT_OK);
+        float d = max_abs_diff(lg, r.logits + (size_t)t * r.V, (size_t)r.V);
+        dd = d > dd ? d : dd;
+    }
+    kt_context_reset(ctx);
+    int32_t out[64];
+    size_t n = 0;
+    assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy, out, &n),
+                     KT_OK);
+    int same = (int)n == r.n_greedy;
+    for (int32_t i = 0; same && i < r.n_greedy; i++)
+        same = out[i] == r.greedy[i];
+    print_message("  %s/%s %s, %d/%d experts on the GPU: prefill max|diff| %.3g, decode "
+                  "%.3g, greedy %s\n", name, variant ? variant : "bf16",
+                  prec == KT_PRECISION_F32 ? "f32" : "fast", kt_context_gpu_experts(ctx),
+                  ctx->hp.n_expert, dp, dd, same ? "identical" : "DIFFERENT");
+    assert_true(dp <= TOL);
+    assert_true(dd <= TOL);
+    assert_true(same);
+    free(lg);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
+#define FIXTURE(fn, name, variant)                                                          \
+    static void fn(void **s)                                                                \
+    {                                                                                       \
+        (void)s;                                                                            \
+        check(name, variant, KT_PRECISION_F32, 1.0f);                                       \
+        check(name, variant, KT_PRECISION_FAST, 0.0f);                                      \
+        check(name, variant, KT_PRECISION_FAST, 0.5f);                                      \
+        check(name, variant, KT_PRECISION_FAST, 1.0f);                                      \
+    }
+FIXTURE(test_qwen3_moe, "qwen3_moe_tiny", NULL)
+FIXTURE(test_deepseek_v3_bf16, "deepseek_v3_tiny", "bf16")
+FIXTURE(test_deepseek_v3_fp8, "deepseek_v3_tiny", "fp8")
+FIXTURE(test_deepseek_v3_int4, "deepseek_v3_tiny", "int4")
+FIXTURE(test_mixtral, "mixtral_tiny", NULL)
+FIXTURE(test_minimax_m2, "minimax_m2_tiny", NULL)
+/* gpt-oss: experts on the CPU backend only (fused [in][out] with biases) */
+static void test_gpt_oss(void **s)
+{
+    (void)s;
+    check("gpt_oss_tiny", NULL, KT_PRECISION_FAST, 0.0f);
+    check("gpt_oss_tiny", NULL, KT_PRECISION_FAST, 1.0f);
+}
+
+/* The trained Kimi-K2-architecture demo model: the GPU's greedy ids are the
+ * CPU engine's (fast precision, half the experts on the GPU). */
+static void test_demo_model(void **state)
+{
+    (void)state;
+    char dir[1024];
+    const char *src = getenv("KT_SOURCE_ROOT");
+    snprintf(dir, sizeof dir, "%s/models/kimi-k2-demo", src ? src : ".");
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        skip();
+        return;
+    }
+    int32_t ids[2][64];
+    size_t n[2] = {0, 0};
+    for (int gpu = 0; gpu < 2; gpu++) {
+        kt_model *model = NULL;
+        assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
+        kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+        co.n_ctx = 256;
+        co.n_threads = 2;
+        kt_context *ctx = NULL;
+        assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_OK);
+        if (gpu) {
+            kt_gpu_options go = KT_GPU_OPTIONS_INIT;
+            go.expert_fraction = 0.5f;
+            assert_int_equal(kt_context_use_gpu(ctx, &go), KT_OK);
+        }
+        assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy,
+                                           ids[gpu], &n[gpu]), KT_OK);
+        kt_context_free(ctx);
+        kt_model_free(model);
+    }
+    int same = n[0] == n[1] && !memcmp(ids[0], ids[1], sizeof(int32_t) * n[0]);
+    int ref = (int)n[1] == r.n_greedy && !memcmp(ids[1], r.greedy, sizeof(int32_t) * n[1]);
+    print_message("  kimi-k2-demo: GPU greedy %zu ids, %s the CPU engine's, %s transformers'\n",
+                  n[1], same ? "identical to" : "DIFFERENT from", ref ? "identical to" :
+                  "different from");
+    assert_true(same);
+    ref_free(&r);
+}
+
+/* A budget too small fails before loading, naming the flag to change. */
+static void test_budget(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
+    kt_model *model = NULL;
+    assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
+    kt_context *ctx = NULL;
+    assert_int_equal(kt_context_create(&ctx, NULL, model, NULL), KT_OK);
+    kt_gpu_options go = KT_GPU_OPTIONS_INIT;
+    go.mem_limit = 4096;
+    assert_int_equal(kt_context_use_gpu(ctx, &go), KT_ERR_NOMEM);
+    assert_non_null(strstr(kt_last_error(), "--mem-fraction-static"));
+    assert_int_equal(kt_context_gpu(ctx), -1);
+    go.mem_limit = 0;
+    go.flags = 1u << 30;
+    assert_int_equal(kt_context_use_gpu(ctx, &go), KT_ERR_INVALID_ARG);
+    kt_context_free(ctx);
+    kt_model_free(model);
+}
+
+int main(void)
+{
+    if (kt_gpu_count() < 1) {
+        fprintf(stderr, "no CUDA device (or a build without CUDA): skipped\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_budget),
+        cmocka_unit_test(test_qwen3_moe),
+        cmocka_unit_test(test_deepseek_v3_bf16),
+        cmocka_unit_test(test_deepseek_v3_fp8),
+        cmocka_unit_test(test_deepseek_v3_int4),
+        cmocka_unit_test(test_mixtral),
+        cmocka_unit_test(test_minimax_m2),
+        cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_demo_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
