@@ -52,4 +52,16 @@ case "$out" in
 esac
 ldd "$tmp/info" | grep -q "$tmp/root" || {
     echo "FAIL: the example did not resolve libkt from the install prefix"; exit 1; }
+# An installed kt-run finds the bundled demo model installed next to it
+# (PREFIX/share/libkt/models/kimi-k2-demo), whatever the working directory.
+ktrun="$tmp/root$prefix/bin/kt-run"
+if [ -x "$ktrun" ]; then
+    used=$(cd / && env -u KT_DEFAULT_MODEL "$ktrun" -p "The json module can be used to" -n 4 \
+           -v --no-stats 2>&1 >/dev/null | grep "^kt-run: " | head -n 1)
+    case "$used" in
+        "kt-run: $tmp/root$prefix/bin/../share/libkt/models/kimi-k2-demo:"*) ;;
+        *) echo "FAIL: the installed kt-run did not use the installed demo model: $used"
+           exit 1 ;;
+    esac
+fi
 echo "install test passed"
