@@ -8,6 +8,9 @@
  * otherwise. test_abi fails for any `typedef struct kt_x {` in include/kt/
  * that is missing here.
  */
+/* kt/convert.h */
+KT_ABI_TAGGED(kt_convert_options, 56)
+KT_ABI_TAGGED(kt_convert_report, 40)
 /* kt/core.h */
 KT_ABI_TAGGED(kt_runtime_options, 32)
 KT_ABI_PLAIN(kt_buf, 24)

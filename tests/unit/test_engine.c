@@ -366,8 +366,12 @@ static void test_bad_input(void **state)
     co.method = 99;
     assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
     co.method = 0;
-    co.weight_path = "/nonexistent";
-    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_UNSUPPORTED);
+    co.weight_path = "/nonexistent"; /* converted experts run on the backend, not in f32 */
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_INVALID_ARG);
+    co.precision = KT_PRECISION_FAST; /* kt-convert output that is not there */
+    assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_ERR_IO);
+    assert_non_null(strstr(kt_last_error(), "/nonexistent"));
+    co.precision = KT_PRECISION_F32;
     co.weight_path = NULL;
     assert_int_equal(kt_context_create(&ctx, NULL, NULL, &co), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_create(NULL, NULL, model, &co), KT_ERR_INVALID_ARG);
