@@ -8,6 +8,7 @@
  * default --temp 0), streaming the text as it completes and stopping at the
  * model's EOS ids or the context limit. <think>...</think> blocks are shown
  * apart from the answer. A stats line goes to stderr at the end. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +60,17 @@ static void usage(FILE *f)
             "<think>...</think> is dimmed on a colour terminal; otherwise it goes to stderr\n"
             "between '[thinking]' and '[/thinking]' lines, so stdout holds only the answer.\n"
             "The stats line on stderr: prompt tokens, prefill tok/s, time to first token,\n"
-            "decode tok/s.\n",
+            "decode tok/s. Ctrl-C stops the generation (exit status 130) and still prints it.\n",
             run_engine_help);
+}
+
+/* Ctrl-C stops the generation; the text so far and the stats line are printed. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
 }
 
 static double now_s(void)
@@ -372,7 +382,8 @@ int cmd_generate(int argc, char **argv)
     think_split ts = {.color = term_use_color(stdout)};
     float *logits = NULL;
     int32_t *gen = NULL;
-    bool opens_think = false;
+    bool opens_think = false, sig_set = false;
+    struct sigaction old_sa;
 
     if (print_prompt) {
         /* the tokenizer alone: no weights are loaded */
@@ -454,6 +465,9 @@ int cmd_generate(int argc, char **argv)
 
     size_t n_gen = 0;
     bool hit_limit = false;
+    struct sigaction sa = {.sa_handler = on_sigint};
+    sigemptyset(&sa.sa_mask);
+    sig_set = sigaction(SIGINT, &sa, &old_sa) == 0;
     double t_first = t_prefill, t_end = t_prefill;
     while (n_gen < (size_t)n_predict) {
         int32_t tok;
@@ -475,7 +489,7 @@ int cmd_generate(int argc, char **argv)
                 goto done;
             }
         }
-        if (kt_context_is_eos(e.ctx, tok) || n_gen == (size_t)n_predict)
+        if (kt_context_is_eos(e.ctx, tok) || n_gen == (size_t)n_predict || interrupted)
             break;
         if (kt_context_n_past(e.ctx) >= kt_context_n_ctx(e.ctx)) {
             hit_limit = true;
@@ -515,10 +529,12 @@ int cmd_generate(int argc, char **argv)
             fprintf(stderr, ", %zu token%s generated", n_gen, n_gen == 1 ? "" : "s");
         if (temp > 0)
             fprintf(stderr, ", seed %lld", (long long)seed);
-        fputc('\n', stderr);
+        fputs(interrupted ? " (interrupted)\n" : "\n", stderr);
     }
-    rc = 0;
+    rc = interrupted ? 130 : 0; /* as a shell reports a job ended by SIGINT */
 done:
+    if (sig_set)
+        sigaction(SIGINT, &old_sa, NULL);
     free(ts.hold);
     kt_buf_dispose(&piece);
     kt_buf_dispose(&rendered);

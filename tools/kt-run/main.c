@@ -23,10 +23,12 @@ static const struct {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kt-run [COMMAND] [OPTIONS]\n"
+            "usage: kt-run [MODEL_DIR | --model DIR] -p PROMPT [OPTIONS]   generate\n"
+            "       kt-run COMMAND [OPTIONS]\n"
             "\n"
             "Runs Mixture-of-Experts language models with libkt (experts split\n"
-            "between GPU and CPU).\n"
+            "between GPU and CPU). Without a model, the bundled demo model is used:\n"
+            "  kt-run -p \"The json module can be used to\"\n"
             "\n"
             "Commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
