@@ -108,6 +108,27 @@ elif group == "sample":
     check(g1[0] == 0 and g1 == g2, "greedy (--temp 0) does not depend on the seed")
     rc, _, err = run(*base[:-1], "--temp", "0.9", "--seed", "77")
     check(rc == 0 and "seed 77" in err, "the stats line names the seed when sampling", err)
+    # streamed Chinese text stays valid UTF-8 (whole characters only)
+    p = subprocess.run([kt_run, "-p", "KTransformers 是一个", "-n", "64", "--temp", "1.0",
+                        "--seed", "5", "--no-stats"], capture_output=True, timeout=300)
+    try:
+        text = p.stdout.decode("utf-8", "strict")
+    except UnicodeDecodeError as exc:
+        text = None
+        print(exc, file=sys.stderr)
+    check(p.returncode == 0 and text and "\ufffd" not in text,
+          "sampled Chinese output is whole UTF-8 characters", repr(p.stdout[:200]))
+    # Ctrl-C ends the generation: the text so far, the stats line, exit 130
+    import signal
+    proc = subprocess.Popen([kt_run, "-p", "The json module", "-n", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.read(1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    err = err.decode()
+    check(first and proc.returncode == 130 and "(interrupted)" in err and "decode" in err,
+          "SIGINT stops the generation with its stats (exit 130)",
+          "rc=%s err=%r" % (proc.returncode, err))
 elif group == "chat":
     with tempfile.TemporaryDirectory() as tmp:
         msgs = os.path.join(tmp, "messages.json")
