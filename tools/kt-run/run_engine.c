@@ -32,12 +32,19 @@ const char run_engine_help[] =
     "  -t, --kt-cpuinfer N      CPU worker threads (default: physical cores)\n"
     "  --kt-threadpool-count N  thread pools, one per NUMA node (default: automatic)\n"
     "  --dense-workers          dense layers get their own workers next to the MoE ones\n"
+    "  --device cuda|cpu|auto   where the model runs (default auto: cuda when a GPU is\n"
+    "                           present, with the experts it cannot hold on the CPU)\n"
+    "  --gpu-experts F          share 0..1 of each MoE layer's experts on the GPU, or\n"
+    "                           'fill' for as many as --mem-fraction-static allows (default)\n"
+    "  --mem-fraction-static F  share of the GPU's free memory to use (default 0.9)\n"
     "  -v, --verbose            log at INFO level\n";
 
 void run_engine_opts_init(run_engine_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->precision = KT_PRECISION_FAST;
+    o->device = -1;
+    o->gpu_experts = -1.0;
 }
 
 int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, int *i)
@@ -108,6 +115,33 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         return !bad && opt_parse_i64(tool, "--kt-threadpool-count", v, 1, 256, &o->n_pools)
                    ? 1
                    : -1;
+    if (opt_match(argc, argv, i, "--device", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        if (!strcasecmp(v, "cpu"))
+            o->device = 0;
+        else if (!strcasecmp(v, "cuda") || !strcasecmp(v, "gpu"))
+            o->device = 1;
+        else if (!strcasecmp(v, "auto"))
+            o->device = -1;
+        else {
+            fprintf(stderr, "%s: --device: '%s' is not cuda, cpu or auto\n", tool, v);
+            return -1;
+        }
+        return 1;
+    }
+    if (opt_match(argc, argv, i, "--gpu-experts", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        if (!strcasecmp(v, "fill")) {
+            o->gpu_experts = -1.0;
+            return 1;
+        }
+        return opt_parse_f64(tool, "--gpu-experts", v, 0.0, 1.0, &o->gpu_experts) ? 1 : -1;
+    }
+    if (opt_match(argc, argv, i, "--mem-fraction-static", true, &v, &bad))
+        return !bad && opt_parse_f64(tool, "--mem-fraction-static", v, 0.01, 1.0,
+                                     &o->mem_fraction) ? 1 : -1;
     if (!strcmp(argv[*i], "--dense-workers")) {
         o->dense_workers = true;
         return 1;
@@ -208,6 +242,21 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
         fprintf(stderr, "%s: %s: %s\n", tool, path, kt_last_error());
         run_engine_close(e);
         return false;
+    }
+    if (o->device == 1 || (o->device < 0 && kt_gpu_count() > 0)) {
+        kt_gpu_options go = KT_GPU_OPTIONS_INIT;
+        go.expert_fraction = (float)o->gpu_experts;
+        go.mem_fraction = (float)o->mem_fraction;
+        if (kt_context_use_gpu(e->ctx, &go) < 0) {
+            fprintf(stderr, "%s: %s: %s%s\n", tool, path, kt_last_error(),
+                    o->device < 0 ? " (--device cpu runs without the GPU)" : "");
+            run_engine_close(e);
+            return false;
+        }
+        if (o->verbose)
+            fprintf(stderr, "%s: %s: GPU %d, %d experts per layer on it, %.2f GiB\n", tool,
+                    path, kt_context_gpu(e->ctx), kt_context_gpu_experts(e->ctx),
+                    (double)kt_context_gpu_bytes(e->ctx) / (1024.0 * 1024.0 * 1024.0));
     }
     if (o->verbose) {
         int32_t m = kt_context_expert_method(e->ctx);

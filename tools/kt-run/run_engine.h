@@ -21,6 +21,9 @@ typedef struct run_engine_opts {
     bool kv_bf16;             /* --cache-type bf16                             */
     bool dense_workers;       /* --dense-workers                               */
     bool verbose;             /* -v                                            */
+    int32_t device;           /* --device: -1 auto (cuda when present), 0 cpu, 1 cuda */
+    double gpu_experts;       /* --gpu-experts F: share on the GPU (-1: fill)  */
+    double mem_fraction;      /* --mem-fraction-static (0: 0.9)                */
 } run_engine_opts;
 
 /* Defaults. */
