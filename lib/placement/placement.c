@@ -1,5 +1,6 @@
 /* Expert placement: budgets, strategies, inspection, dynamic rebalancing. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -323,13 +324,24 @@ kt_status kt_placement_describe(const kt_placement *p, int32_t json, kt_buf *out
                          kt_placement_strategy_name(p->strategy),
                          (unsigned long long)kt_placement_gpu_total(p),
                          (unsigned long long)(n_moe * E));
-    /* One line per layer; GPU experts as compressed id ranges ("0-5,9,12-16"). */
-    for (uint32_t l = 0; st == KT_OK && l < p->n_layers; l++) {
+    /* One line per run of layers with the same map; GPU experts as compressed
+     * id ranges ("0-5,9,12-16"). */
+    for (uint32_t l = 0, next; st == KT_OK && l < p->n_layers; l = next) {
+        next = l + 1;
+        while (next < p->n_layers && p->moe[next] == p->moe[l] &&
+               !memcmp(p->gpu + (size_t)next * E, p->gpu + (size_t)l * E, E))
+            next++;
+        char name[32];
+        if (next - l > 1)
+            snprintf(name, sizeof name, "layers %u-%u", l, next - 1);
+        else
+            snprintf(name, sizeof name, "layer %u", l);
         if (!p->moe[l]) {
-            st = kt__buf_appendf(out, "  layer %3u: dense\n", l);
+            st = kt__buf_appendf(out, "  %-13s dense\n", name);
             continue;
         }
-        st = kt__buf_appendf(out, "  layer %3u: %4u/%u on GPU", l, kt_placement_gpu_count(p, l), E);
+        st = kt__buf_appendf(out, "  %-13s %4u/%u on GPU", name, kt_placement_gpu_count(p, l),
+                             E);
         const uint8_t *row = p->gpu + (size_t)l * E;
         int first = 1;
         for (uint32_t e = 0; st == KT_OK && e < E;) {

@@ -59,8 +59,10 @@ static void test_uniform_and_front_loading(void **state)
     kt_buf b = KT_BUF_INIT;
     assert_int_equal(kt_placement_describe(p, 0, &b), KT_OK);
     assert_non_null(strstr(b.ptr, "front-loading, 10 of 32"));
-    assert_non_null(strstr(b.ptr, "layer   1:    8/8 on GPU  [0-7]"));
-    assert_non_null(strstr(b.ptr, "layer   0: dense"));
+    assert_non_null(strstr(b.ptr, "  layer 1          8/8 on GPU  [0-7]\n"));
+    assert_non_null(strstr(b.ptr, "  layer 2          2/8 on GPU  [0-1]\n"));
+    assert_non_null(strstr(b.ptr, "  layer 0       dense\n"));
+    assert_non_null(strstr(b.ptr, "  layers 3-4       0/8 on GPU\n")); /* runs collapse */
     kt_buf_dispose(&b);
     assert_int_equal(kt_placement_describe(p, 1, &b), KT_OK);
     assert_non_null(strstr(b.ptr, "{\"layer\": 2, \"moe\": true, \"gpu_experts\": [0, 1]}"));

@@ -11,5 +11,6 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

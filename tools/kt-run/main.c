@@ -18,6 +18,7 @@ static const struct {
     {"inspect", cmd_inspect, "what a model holds: architecture, tensors by type and role, memory"},
     {"tokenize", cmd_tokenize, "text to token ids as JSON (--decode: ids to text)"},
     {"template", cmd_template, "render a chat template over messages, print the exact prompt"},
+    {"plan", cmd_plan, "resolved plan of a run, without loading weights (= --dry-run)"},
 };
 
 static void usage(FILE *f)
@@ -55,6 +56,11 @@ int main(int argc, char **argv)
         printf("kt-run %s (libkt %s)\n", KT_VERSION_STRING, kt_version());
         return 0;
     }
+    /* `kt-run --dry-run ALIAS|DIR ...` (also after `generate`): the plan, nothing loaded */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--dry-run"))
+            return strcmp(first, "generate") ? cmd_plan(argc, argv)
+                                             : cmd_plan(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(first, commands[i].name))
             return commands[i].fn(argc - 1, argv + 1);
