@@ -24,6 +24,11 @@ CASES = [
       "--chunked-prefill-size", "2048"] + HW, 0, ""),
     # ratio budget, no GPU rule: bytes budget from free VRAM
     ("qwen3_30b_a3b", ["plan", "qwen3-30b-a3b"] + HW, 0, ""),
+    # a model directory (no registry entry): method from the checkpoint, frequency placement
+    # from a statistics file (kt-bench placement --stats-out over the demo's held-out text)
+    ("kimi_k2_demo_dir",
+     ["--dry-run", "models/kimi-k2-demo", "--kt-gpu-experts-ratio", "0.25",
+      "--kt-expert-stats", "tests/data/golden/kimi_k2_demo_stats.json"] + HW, 0, ""),
     # too little RAM: the plan, then a clear error and exit 1
     ("kimi_k2_small_ram",
      ["--dry-run", "kimi-k2-thinking", "--hw-ram", "125G", "--hw-cores", "16", "--hw-gpus",
@@ -38,7 +43,8 @@ def main():
     gold = os.path.join(root, "tests", "data", "golden")
     failed = 0
     for name, args, want_rc, want_err in CASES:
-        p = subprocess.run([kt_run] + args, capture_output=True, text=True, timeout=60)
+        p = subprocess.run([os.path.abspath(kt_run)] + args, capture_output=True, text=True,
+                           timeout=60, cwd=root)
         path = os.path.join(gold, "dry_run_%s.%s" % (name, "json" if "--json" in args else "txt"))
         if update:
             with open(path, "w") as f:

@@ -116,6 +116,16 @@ static item *add(plan *p, const char *key, const char *source, const char *fmt, 
     return it;
 }
 
+/* "548.5 GB", or "12.3 MB" below 1 GB (decimal units). */
+static const char *human(uint64_t bytes, char *buf, size_t size)
+{
+    if ((double)bytes >= GB)
+        snprintf(buf, size, "%.1f GB", (double)bytes / GB);
+    else
+        snprintf(buf, size, "%.1f MB", (double)bytes / 1e6);
+    return buf;
+}
+
 static bool is_dir(const char *path)
 {
     struct stat sb;
@@ -510,18 +520,19 @@ int cmd_plan(int argc, char **argv)
     /* host: the estimate counts gpu_experts_per_layer in every layer; correct to the total */
     uint64_t host = est.host_bytes + ((uint64_t)eo.gpu_experts_per_layer * a.n_moe_layers -
                                       gpu_total) * est.expert_bytes;
-    it = add(&P, "host_memory", "model", "%.1f GB", (double)host / GB);
+    char hb[32];
+    it = add(&P, "host_memory", "model", "%s", human(host, hb, sizeof hb));
     snprintf(it->note, sizeof it->note, "this machine: %.1f GB (%s)", (double)ram / GB, hw_src);
     if (host > ram) {
         plan_error(&P, TOOL ": needs %.0f GB of RAM, this machine has %.0f GB\n",
                    (double)host / GB, (double)ram / GB);
         rc = 1;
     }
-    add(&P, "pinned_memory", "model", "%.2f GB", (double)est.pinned_bytes / GB);
+    add(&P, "pinned_memory", "model", "%s", human(est.pinned_bytes, hb, sizeof hb));
     char gkeys[KT_ESTIMATE_MAX_GPUS][16];
     for (int64_t g = 0; g < n_tp; g++) {
         snprintf(gkeys[g], sizeof gkeys[g], "gpu%" PRId64 "_memory", g);
-        it = add(&P, gkeys[g], "model", "%.1f GB", (double)est.gpu_bytes[g] / GB);
+        it = add(&P, gkeys[g], "model", "%s", human(est.gpu_bytes[g], hb, sizeof hb));
         snprintf(it->note, sizeof it->note, "free: %.1f GB (%s)", (double)vram_free[g] / GB,
                  hw_src);
         if (est.gpu_bytes[g] > vram_free[g]) {
