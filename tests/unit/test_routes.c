@@ -156,6 +156,63 @@ static void test_engine_records(void **state)
         for (uint32_t e = 0; e < E; e++)
             assert_true(kt_expert_stats_count(from_trace, l, e) == kt_expert_stats_count(s, l, e));
 
+    /* replay: calibration = the first half of the windows, evaluated = the rest;
+     * at a quarter of the experts on the GPU, frequency (calibration counts) and
+     * dynamic rebalancing (starting uniform) serve far more pairs than uniform */
+    const size_t n_rec = kt_route_trace_n_records(t), half = n_rec / 2; /* 3 per window */
+    kt_expert_stats *cal = NULL, *eval = NULL;
+    assert_int_equal(kt_expert_stats_create(&cal, L, E), KT_OK);
+    assert_int_equal(kt_expert_stats_create(&eval, L, E), KT_OK);
+    assert_int_equal(kt_route_trace_to_stats(t, 0, half, cal), KT_OK);
+    assert_int_equal(kt_route_trace_to_stats(t, half, SIZE_MAX, eval), KT_OK);
+    uint8_t moe[8];
+    for (uint32_t l = 0; l < L; l++)
+        moe[l] = (uint8_t)kt_model_layer_is_moe(m, l);
+    kt_placement_options po = KT_PLACEMENT_OPTIONS_INIT;
+    po.budget = KT_BUDGET_RATIO;
+    po.ratio = 0.25;
+    po.strategy = KT_PLACEMENT_UNIFORM;
+    kt_placement *uni = NULL, *freq = NULL, *dyn = NULL;
+    assert_int_equal(kt_placement_create(&uni, L, E, moe, &po), KT_OK);
+    assert_int_equal(kt_placement_create(&dyn, L, E, moe, &po), KT_OK);
+    po.strategy = KT_PLACEMENT_FREQUENCY;
+    po.stats = cal;
+    assert_int_equal(kt_placement_create(&freq, L, E, moe, &po), KT_OK);
+    double cov_uni = kt_placement_coverage(uni, eval), cov_freq = kt_placement_coverage(freq, eval);
+    /* dynamic: token by token, served by the placement as it stands */
+    kt_rebalancer *rb = NULL;
+    assert_int_equal(kt_rebalancer_create(&rb, dyn, NULL, NULL), KT_OK);
+    double served = 0, pairs = 0;
+    kt_expert_move moves[16];
+    for (size_t r0 = half; r0 < n_rec; r0 += 3) {
+        for (uint32_t tok = 0; tok < W; tok++) {
+            for (size_t r = r0; r < r0 + 3; r++) {
+                uint32_t layer, n;
+                const int32_t *ids;
+                assert_int_equal(kt_route_trace_get(t, r, &layer, &n, &ids), KT_OK);
+                for (int j = 0; j < 4; j++)
+                    served += kt_placement_on_gpu(dyn, layer, (uint32_t)ids[tok * 4 + j]);
+                pairs += 4;
+                kt_rebalancer_observe(rb, layer, ids + tok * 4, 4);
+            }
+            kt_rebalancer_advance(rb, 1);
+            size_t nm = 0;
+            if (tok % 8 == 7 && kt_rebalancer_plan(rb, moves, 16, &nm) == KT_OK && nm)
+                assert_int_equal(kt_rebalancer_apply(rb, moves, nm), KT_OK);
+        }
+    }
+    double cov_dyn = served / pairs;
+    printf("# 25%% of experts on the GPU: uniform %.3f, frequency %.3f, dynamic %.3f\n",
+           cov_uni, cov_freq, cov_dyn);
+    assert_true(cov_freq > cov_uni + 0.3);
+    assert_true(cov_dyn > cov_uni + 0.3);
+    kt_rebalancer_free(rb);
+    kt_placement_free(uni);
+    kt_placement_free(freq);
+    kt_placement_free(dyn);
+    kt_expert_stats_free(cal);
+    kt_expert_stats_free(eval);
+
     /* detached: nothing more recorded */
     assert_int_equal(kt_context_set_expert_stats(ctx, NULL), KT_OK);
     assert_int_equal(kt_context_set_route_trace(ctx, NULL), KT_OK);
