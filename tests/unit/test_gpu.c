@@ -191,10 +191,15 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
         float *cpre = calloc(TV, sizeof(float)), *cdec = calloc(TV, sizeof(float));
         run_logits(cctx, &r, cpre, cdec);
         float ep = max_abs_diff(pre, cpre, TV), ed = max_abs_diff(dec, cdec, TV);
-        print_message("    vs the CPU engine: prefill max|diff| %.3g, decode %.3g\n", ep, ed);
-        assert_true(ep <= 5e-2f);
-        assert_true(ed <= 5e-2f);
-        assert_true(rows_within(pre, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+        int32_t wp = rows_within(pre, r.logits, r.T, r.V, 5e-2f);
+        int32_t wd = rows_within(dec, r.logits, r.T, r.V, 5e-2f);
+        print_message("    vs the CPU engine: prefill max|diff| %.3g, decode %.3g; vs transformers "
+                      "%d/%d prefill and %d/%d decode positions within 5e-2\n", ep, ed, wp, r.T,
+                      wd, r.T);
+        /* a near-tied expert may flip on either side (GPU F32 or CPU BF16
+         * activations), so each side is held to transformers position by position */
+        assert_true(wp >= r.T - 2);
+        assert_true(wd >= r.T - 2);
         free(cpre), free(cdec);
         kt_context_free(cctx);
     }
@@ -240,9 +245,9 @@ static void test_demo_model(void **state)
         skip();
         return;
     }
-    int32_t ids[2][64];
-    size_t n[2] = {0, 0};
-    for (int gpu = 0; gpu < 2; gpu++) {
+    int32_t ids[3][64];
+    size_t n[3] = {0, 0, 0};
+    for (int gpu = 0; gpu < 3; gpu++) {
         kt_model *model = NULL;
         assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
         kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
@@ -252,7 +257,7 @@ static void test_demo_model(void **state)
         assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_OK);
         if (gpu) {
             kt_gpu_options go = KT_GPU_OPTIONS_INIT;
-            go.expert_fraction = 0.5f;
+            go.expert_fraction = gpu == 1 ? 0.5f : 1.0f;
             assert_int_equal(kt_context_use_gpu(ctx, &go), KT_OK);
         }
         assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy,
@@ -265,7 +270,11 @@ static void test_demo_model(void **state)
     print_message("  kimi-k2-demo: GPU greedy %zu ids, %s the CPU engine's, %s transformers'\n",
                   n[1], same ? "identical to" : "DIFFERENT from", ref ? "identical to" :
                   "different from");
+    int ref1 = (int)n[2] == r.n_greedy && !memcmp(ids[2], r.greedy, sizeof(int32_t) * n[2]);
+    print_message("  kimi-k2-demo, all experts on the GPU: greedy %s transformers'\n",
+                  ref1 ? "identical to" : "DIFFERENT from");
     assert_true(same);
+    assert_true(ref);
     ref_free(&r);
 }
 
