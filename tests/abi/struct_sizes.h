@@ -46,3 +46,5 @@ KT_ABI_TAGGED(kt_tokenizer_options, 16)
 KT_ABI_TAGGED(kt_template_options, 8)
 KT_ABI_TAGGED(kt_template_render_options, 24)
 KT_ABI_PLAIN(kt_chat_message, 24)
+/* kt/gpu.h */
+KT_ABI_TAGGED(kt_gpu_options, 32)
