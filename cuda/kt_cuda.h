@@ -130,6 +130,12 @@ typedef struct kt__cuda_attn {
 } kt__cuda_attn;
 int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos, char *err,
                        size_t err_size);
+/* Absorbed MLA (kv_b [n_head·(nope + v)][R]): qa[t][h] = [W_ukᵀ q_nope | q_rope]
+ * ([R + rope] from q [t][h][nope + rope]), and o[t][h] = W_uv õ[t][h] ([v] from [R]). */
+int kt__cuda_mla_absorb_q(kt__cuda_rt *rt, const float *q, int32_t T, int32_t n_head,
+                          int32_t nope, int32_t rope, const kt__cuda_mat *kv_b, float *qa);
+int kt__cuda_mla_absorb_o(kt__cuda_rt *rt, const float *ot, int32_t T, int32_t n_head,
+                          int32_t nope, int32_t v_dim, const kt__cuda_mat *kv_b, float *o);
 /* g = silu(g) · u, or gpt-oss's clamped form */
 int kt__cuda_act(kt__cuda_rt *rt, float *g, const float *u, size_t n, int oai, float alpha,
                  float limit);

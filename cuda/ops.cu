@@ -684,3 +684,59 @@ extern "C" int kt__cuda_zero(kt__cuda_rt *rt, float *y, size_t n)
         k_fill<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(y, n, 0.0f);
     return 0;
 }
+
+/* Absorbed MLA, query side: qa[t][h] = [W_ukᵀ q_nope (R) | q_rope (rd)], with
+ * W_uk = rows h·(nope + v) + d of kv_b [nh·(nope + v)][R]; one block per (head, token) */
+__global__ void k_mla_q(const float *q, int32_t nope, int32_t rd, kt__cuda_mat kvb,
+                        int32_t kvb_rows, float *qa)
+{
+    int32_t h = blockIdx.x, t = blockIdx.y, nh = gridDim.x, R = kvb.cols;
+    const float *qh = q + ((size_t)t * nh + h) * (nope + rd);
+    float *o = qa + ((size_t)t * nh + h) * (R + rd);
+    for (int32_t r = threadIdx.x; r < R; r += blockDim.x) {
+        float acc = 0.0f;
+        for (int32_t d = 0; d < nope; d++)
+            acc += qh[d] * wval(kvb, h * kvb_rows + d, r);
+        o[r] = acc;
+    }
+    for (int32_t i = threadIdx.x; i < rd; i += blockDim.x)
+        o[R + i] = qh[nope + i];
+}
+
+/* Absorbed MLA, output side: o[t][h][e] = W_uv[e] · õ[t][h], W_uv = rows
+ * h·(nope + v) + nope + e of kv_b; a warp per e */
+__global__ void k_mla_o(const float *ot, kt__cuda_mat kvb, int32_t nope, int32_t vd,
+                        int32_t kvb_rows, float *o)
+{
+    int32_t h = blockIdx.x, t = blockIdx.y, nh = gridDim.x, R = kvb.cols;
+    int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    const float *oh = ot + ((size_t)t * nh + h) * R;
+    for (int32_t e = warp; e < vd; e += nw) {
+        float s = 0.0f;
+        for (int32_t r = lane; r < R; r += 32)
+            s += wval(kvb, h * kvb_rows + nope + e, r) * oh[r];
+        s = warp_sum(s);
+        if (lane == 0)
+            o[((size_t)t * nh + h) * vd + e] = s;
+    }
+}
+
+extern "C" int kt__cuda_mla_absorb_q(kt__cuda_rt *rt, const float *q, int32_t T, int32_t n_head,
+                                     int32_t nope, int32_t rope, const kt__cuda_mat *kv_b,
+                                     float *qa)
+{
+    if (T > 0)
+        k_mla_q<<<dim3(n_head, T), 256, 0, rt->stream>>>(q, nope, rope, *kv_b,
+                                                         kv_b->rows / n_head, qa);
+    return 0;
+}
+
+extern "C" int kt__cuda_mla_absorb_o(kt__cuda_rt *rt, const float *ot, int32_t T, int32_t n_head,
+                                     int32_t nope, int32_t v_dim, const kt__cuda_mat *kv_b,
+                                     float *o)
+{
+    if (T > 0)
+        k_mla_o<<<dim3(n_head, T), 256, 0, rt->stream>>>(ot, *kv_b, nope, v_dim,
+                                                         kv_b->rows / n_head, o);
+    return 0;
+}

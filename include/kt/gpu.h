@@ -5,7 +5,7 @@
  * routed experts on the CPU MoE backend, overlapped: the CPU experts are
  * started from a host function on the GPU's stream while the GPU experts run.
  * Single-token decode steps are captured once into a CUDA graph and replayed
- * (GQA families).
+ * (GQA families; MLA with KT_GPU_F_MLA_ABSORB).
  *
  *     kt_context *ctx = ...;                  // kt_context_create as usual
  *     kt_gpu_options g = KT_GPU_OPTIONS_INIT;
@@ -31,6 +31,11 @@ extern "C" {
 
 /* kt_gpu_options.flags */
 #define KT_GPU_F_NO_GRAPH (1u << 0) /* run decode steps eagerly, without a CUDA graph */
+/* MLA decode steps in the latent space (kv_b folded into the query and the
+ * output, as the CPU engine decodes) instead of expanding k_nope and v for
+ * every cached position; also lets MLA decode run as a CUDA graph. Opt-in
+ * until validated on a device. */
+#define KT_GPU_F_MLA_ABSORB (1u << 1)
 
 typedef struct kt_gpu_options {
     uint32_t struct_size;  /* sizeof(kt_gpu_options); set by the INIT macro               */

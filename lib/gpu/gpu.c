@@ -100,6 +100,7 @@ struct kt__gpu {
     int32_t Tm;
     float *x, *xn, *out, *tmp, *q, *k, *v, *o, *g, *u, *eh, *rlogit, *w, *cq, *kva, *kvb;
     float *logits, *gate1;
+    float *qa, *ot;           /* absorbed MLA decode: [n_head][R + rope], [n_head][R] */
     int32_t *ids, *tok, *pos;
     /* pinned host buffers */
     int32_t *tok_h, *pos_h, *T_h, *ids_h;
@@ -107,7 +108,7 @@ struct kt__gpu {
     cb_arg *cb;
     volatile int cb_status;
     char cb_err[256];
-    bool use_graph, graph_ready, graph_failed;
+    bool use_graph, graph_ready, graph_failed, absorb;
     char err[512];
 };
 
@@ -357,6 +358,9 @@ static kt_status build(kt__gpu *g)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!(*bufs[i] = dalloc(g, (sizes[i] + 1) * f)))
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    if (hp->mla && (!(g->qa = dalloc(g, (size_t)nh * (row + 1) * f)) ||
+                    !(g->ot = dalloc(g, ((size_t)nh * hp->kv_lora_rank + 1) * f))))
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     if (!(g->ids = dalloc(g, (T * k + 1) * 4)) || !(g->tok = dalloc(g, T * 4)) ||
         !(g->pos = dalloc(g, 4)))
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
@@ -450,7 +454,7 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     kt_status rs = kt__options_read(&o, sizeof o, opts, "kt_gpu_options");
     if (rs < 0)
         return rs;
-    if (o.flags & ~KT_GPU_F_NO_GRAPH)
+    if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: unknown flags 0x%x", o.flags);
     if (o.expert_fraction > 1.0f || o.mem_fraction < 0.0f || o.mem_fraction > 1.0f)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: expert_fraction %g must be "
@@ -477,7 +481,9 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         return KT_ERR_NOMEM;
     g->ctx = ctx;
     g->device = o.device;
-    g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && !hp->mla;
+    g->absorb = hp->mla && (o.flags & KT_GPU_F_MLA_ABSORB);
+    /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
+    g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
     kt_status st = KT_OK;
     if (kt__cuda_rt_create(&g->rt, o.device, g->err, sizeof g->err) < 0) {
         st = cuda_error(g, "device");
@@ -541,8 +547,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         goto fail;
     }
     kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: device %d, %.2f GiB planned, %d of %d experts "
-            "per layer on the GPU, decode graph %s", o.device, gib(g->bytes), want, E,
-            g->use_graph ? "on" : "off");
+            "per layer on the GPU, decode graph %s%s", o.device, gib(g->bytes), want, E,
+            g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "");
     ctx->gpu = g;
     ctx->n_past = 0;
     return KT_OK;
@@ -649,7 +655,8 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     return KT_OK;
 }
 
-/* MLA, naive: k_nope and v of every cached position expanded through kv_b. */
+/* MLA: naive (k_nope and v of every cached position expanded through kv_b) or, for a
+ * decode step with KT_GPU_F_MLA_ABSORB, absorbed (kv_b folded into q and o). */
 static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
 {
     const kt__hparams *hp = &g->ctx->hp;
@@ -672,10 +679,25 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
     kt__cuda_rope(rt, g->q, T, nh, nh * qk, qk, nope, hp->rope_dim, hp->rope_interleave,
                   g->inv_freq, hp->rope_attn_factor, g->pos);
     kt__cuda_store_rows(rt, g->kva, T, row, row, G->k_cache, row, g->pos);
-    /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ over every cached position */
-    kt__cuda_linear(rt, G->k_cache, P, row, &G->wkv_b, NULL, g->kvb, nh * kvb_rows, 0);
     kt__cuda_attn a;
     memset(&a, 0, sizeof a);
+    if (g->absorb && T == 1) {
+        /* q̃ = W_ukᵀ q_nope; s_j = scale · (q̃·c_j + q_rope·k_rope_j); õ = Σ p_j c_j; o = W_uv õ */
+        kt__cuda_mla_absorb_q(rt, g->q, T, nh, nope, rd, &G->wkv_b, g->qa);
+        a.q = g->qa, a.T = T, a.n_head = nh, a.q_st = nh * row, a.q_sh = row;
+        a.ka = G->k_cache, a.ka_dim = R, a.ka_sp = row, a.ka_sh = 0, a.group = 1;
+        a.kb = G->k_cache + R, a.kb_dim = rd, a.kb_sp = row, a.kb_sh = 0;
+        a.v = G->k_cache, a.v_dim = R, a.v_sp = row, a.v_sh = 0;
+        a.o = g->ot, a.o_st = nh * R, a.o_sh = R;
+        a.scale = hp->attn_scale, a.pos0 = g->pos;
+        if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
+            return cuda_error(g, "attention");
+        kt__cuda_mla_absorb_o(rt, g->ot, T, nh, nope, vd, &G->wkv_b, g->o);
+        kt__cuda_linear(rt, g->o, T, nh * vd, &G->wo, NULL, g->out, H, 0);
+        return KT_OK;
+    }
+    /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ over every cached position */
+    kt__cuda_linear(rt, G->k_cache, P, row, &G->wkv_b, NULL, g->kvb, nh * kvb_rows, 0);
     a.q = g->q, a.T = T, a.n_head = nh, a.q_st = nh * qk, a.q_sh = qk;
     a.ka = g->kvb, a.ka_dim = nope, a.ka_sp = nh * kvb_rows, a.ka_sh = kvb_rows, a.group = 1;
     a.kb = G->k_cache + R, a.kb_dim = rd, a.kb_sp = row, a.kb_sh = 0;

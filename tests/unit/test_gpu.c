@@ -95,6 +95,8 @@ static float max_abs_diff(const float *a, const float *b, size_t n)
     return m;
 }
 
+static uint32_t g_gpu_flags; /* kt_gpu_options.flags for the next open_gpu */
+
 static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_model **model)
 {
     *model = NULL;
@@ -111,6 +113,7 @@ static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_m
         fail_msg("kt_context_create(%s): %s", dir, kt_last_error());
     kt_gpu_options go = KT_GPU_OPTIONS_INIT;
     go.expert_fraction = frac;
+    go.flags = g_gpu_flags;
     if (kt_context_use_gpu(ctx, &go) < 0)
         fail_msg("kt_context_use_gpu(%s): %s", dir, kt_last_error());
     assert_int_equal(kt_context_gpu(ctx), 0);
@@ -169,9 +172,10 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
     for (int32_t i = 0; same && i < r.n_greedy; i++)
         same = out[i] == r.greedy[i];
     bool cpu = ctx->moe && kt_context_gpu_experts(ctx) < ctx->hp.n_expert;
-    print_message("  %s/%s %s, %d/%d experts on the GPU: prefill max|diff| %.3g (%d/%d "
+    print_message("  %s/%s %s%s, %d/%d experts on the GPU: prefill max|diff| %.3g (%d/%d "
                   "positions within 5e-2), decode %.3g, greedy %s\n", name,
                   variant ? variant : "bf16", prec == KT_PRECISION_F32 ? "f32" : "fast",
+                  g_gpu_flags & KT_GPU_F_MLA_ABSORB ? " (absorbed MLA decode)" : "",
                   kt_context_gpu_experts(ctx), ctx->hp.n_expert, dp,
                   rows_within(pre, r.logits, r.T, r.V, 5e-2f), r.T, dd,
                   same ? "identical" : "DIFFERENT");
@@ -219,6 +223,18 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
         check(name, variant, KT_PRECISION_FAST, 1.0f);                                      \
     }
 FIXTURE(test_qwen3_moe, "qwen3_moe_tiny", NULL)
+
+/* MLA decode in the latent space (KT_GPU_F_MLA_ABSORB), replayed as a graph */
+static void test_deepseek_v3_absorbed(void **s)
+{
+    (void)s;
+    g_gpu_flags = KT_GPU_F_MLA_ABSORB;
+    check("deepseek_v3_tiny", "bf16", KT_PRECISION_F32, 1.0f);
+    check("deepseek_v3_tiny", "bf16", KT_PRECISION_FAST, 1.0f);
+    check("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST, 0.5f);
+    check("deepseek_v3_tiny", "int4", KT_PRECISION_FAST, 0.0f);
+    g_gpu_flags = 0;
+}
 FIXTURE(test_deepseek_v3_bf16, "deepseek_v3_tiny", "bf16")
 FIXTURE(test_deepseek_v3_fp8, "deepseek_v3_tiny", "fp8")
 FIXTURE(test_deepseek_v3_int4, "deepseek_v3_tiny", "int4")
@@ -245,9 +261,9 @@ static void test_demo_model(void **state)
         skip();
         return;
     }
-    int32_t ids[3][64];
-    size_t n[3] = {0, 0, 0};
-    for (int gpu = 0; gpu < 3; gpu++) {
+    int32_t ids[4][64];
+    size_t n[4] = {0, 0, 0, 0};
+    for (int gpu = 0; gpu < 4; gpu++) {
         kt_model *model = NULL;
         assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
         kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
@@ -257,7 +273,8 @@ static void test_demo_model(void **state)
         assert_int_equal(kt_context_create(&ctx, NULL, model, &co), KT_OK);
         if (gpu) {
             kt_gpu_options go = KT_GPU_OPTIONS_INIT;
-            go.expert_fraction = gpu == 1 ? 0.5f : 1.0f;
+            go.expert_fraction = gpu == 2 ? 1.0f : 0.5f;
+            go.flags = gpu == 3 ? KT_GPU_F_MLA_ABSORB : 0;
             assert_int_equal(kt_context_use_gpu(ctx, &go), KT_OK);
         }
         assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy,
@@ -273,8 +290,12 @@ static void test_demo_model(void **state)
     int ref1 = (int)n[2] == r.n_greedy && !memcmp(ids[2], r.greedy, sizeof(int32_t) * n[2]);
     print_message("  kimi-k2-demo, all experts on the GPU: greedy %s transformers'\n",
                   ref1 ? "identical to" : "DIFFERENT from");
+    int same3 = n[3] == n[0] && !memcmp(ids[3], ids[0], sizeof(int32_t) * n[0]);
+    print_message("  kimi-k2-demo, absorbed MLA decode: greedy %s the CPU engine's\n",
+                  same3 ? "identical to" : "DIFFERENT from");
     assert_true(same);
     assert_true(ref);
+    assert_true(same3);
     ref_free(&r);
 }
 
@@ -314,6 +335,7 @@ int main(void)
         cmocka_unit_test(test_mixtral),
         cmocka_unit_test(test_minimax_m2),
         cmocka_unit_test(test_gpt_oss),
+        cmocka_unit_test(test_deepseek_v3_absorbed),
         cmocka_unit_test(test_demo_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,6 +24,7 @@ typedef struct run_engine_opts {
     int32_t device;           /* --device: -1 auto (cuda when present), 0 cpu, 1 cuda */
     double gpu_experts;       /* --gpu-experts F: share on the GPU (-1: fill)  */
     double mem_fraction;      /* --mem-fraction-static (0: 0.9)                */
+    bool mla_absorb;          /* --gpu-mla-absorb                              */
 } run_engine_opts;
 
 /* Defaults. */
