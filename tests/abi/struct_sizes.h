@@ -38,6 +38,8 @@ KT_ABI_TAGGED(kt_router_params, 40)
 KT_ABI_TAGGED(kt_placement_options, 64)
 KT_ABI_PLAIN(kt_expert_move, 24)
 KT_ABI_TAGGED(kt_rebalancer_options, 48)
+/* kt/registry.h */
+KT_ABI_TAGGED(kt_registry_entry, 96)
 /* kt/sampler.h */
 KT_ABI_TAGGED(kt_sampler_options, 48)
 /* kt/tokenizer.h */
