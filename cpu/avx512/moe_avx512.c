@@ -581,36 +581,38 @@ ALWAYS_INLINE __m512 scales16(const uint16_t *s, int n_valid)
  * Per lane: i = -8 * sum(q) + sum(nib * q) = sum((nib - 8) * q);
  *           acc += i * (s_w[group] * d_x[group]). */
 ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
-                             const int8_t *const *a, const int MR, int K, int k0, int k1,
-                             float *out)
+                             const int8_t *const *a, const int NR, const int MR, int K, int k0,
+                             int k1, float *out)
 {
     int K128 = (K + 127) & ~127;
-    __m512 acc[3][2];
+    __m512 acc[3][4];
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < NR; r++)
             acc[m][r] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i lane_group = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512 s16[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m512 s16[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                      _mm512_setzero_ps()};
     /* hot loop */
     for (int c = k0 / 128; c * 128 < k1; c++) {
         int left = imin(128, k1 - c * 128);
         __mmask64 msk = tail64(left / 2);
         if ((c - k0 / 128) % 4 == 0) /* scales of the next 4 chunks, widened once */
             #pragma GCC unroll 4
-            for (int r = 0; r < 2; r++)
+            for (int r = 0; r < NR; r++)
                 s16[r] = scales16(s[r] + (size_t)c * 4, (k1 - c * 128) / 32);
         /* lane l: group l / 4 of this chunk */
         __m512i idx = _mm512_add_epi32(lane_group,
                                        _mm512_set1_epi32(4 * ((c - k0 / 128) % 4)));
-        __m512i lo[2], hi[2];
-        __m512 sv[2];
+        __m512i lo[4], hi[4];
+        __m512 sv[4];
         #pragma GCC unroll 4
-        for (int r = 0; r < 2; r++) {
-            /* rows are short: fetch two tiles on (a 2-row tile is K bytes) */
-            _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + 2 * (size_t)K + 1024, _MM_HINT_T1);
+        for (int r = 0; r < NR; r++) {
+            /* rows are short: fetch two tiles on (a tile is NR * K / 2 bytes) */
+            _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + (size_t)NR * K + 1024,
+                         _MM_HINT_T1);
             __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
             lo[r] = _mm512_and_si512(b, m4);
             hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
@@ -624,7 +626,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
             __m512 dv = _mm512_loadu_ps(lane);
             __m512i cv = _mm512_loadu_si512(lane + 16);
             #pragma GCC unroll 4
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < NR; r++) {
                 __m512i iv = _mm512_dpbusd_epi32(cv, lo[r], qlo);
                 iv = _mm512_dpbusd_epi32(iv, hi[r], qhi);
                 acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv), _mm512_mul_ps(sv[r], dv),
@@ -635,8 +637,8 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
-        for (int r = 0; r < 2; r++)
-            out[m * 2 + r] = _mm512_reduce_add_ps(acc[m][r]);
+        for (int r = 0; r < NR; r++)
+            out[m * 4 + r] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
 /* C = A W^T, W = (nibble - 8) * scale[n][k / 32]; A in Q8P128 format. */
@@ -649,12 +651,13 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     int K = W->cols, K128 = (K + 127) & ~127;
     size_t rb = (size_t)K / 2, sb = (size_t)K / 32;
     if (M < 4) {
-        for (int n = n0; n < n1; n += 2) {
-            int nr = imin(2, n1 - n);
-            const uint8_t *wr[2];
-            const uint16_t *sr[2];
+        int step = M == 1 ? 4 : 2; /* one token: 4 rows share each activation load */
+        for (int n = n0; n < n1; n += step) {
+            int nr = imin(step, n1 - n);
+            const uint8_t *wr[4];
+            const uint16_t *sr[4];
             #pragma GCC unroll 4
-            for (int r = 0; r < 2; r++) {
+            for (int r = 0; r < 4; r++) {
                 int row = n + (r < nr ? r : nr - 1);
                 wr[r] = w + (size_t)row * rb;
                 sr[r] = sc + (size_t)row * sb;
@@ -662,15 +665,15 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
             const int8_t *a[3];
             for (int i = 0; i < 3; i++)
                 a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
-            float t[6];
+            float t[12];
             switch (M) {
-            case 1: tile_int4(wr, sr, a, 1, K, k0, k1, t); break;
-            case 2: tile_int4(wr, sr, a, 2, K, k0, k1, t); break;
-            default: tile_int4(wr, sr, a, 3, K, k0, k1, t); break;
+            case 1: tile_int4(wr, sr, a, 4, 1, K, k0, k1, t); break;
+            case 2: tile_int4(wr, sr, a, 2, 2, K, k0, k1, t); break;
+            default: tile_int4(wr, sr, a, 2, 3, K, k0, k1, t); break;
             }
             for (int i = 0; i < M; i++)
                 for (int r = 0; r < nr; r++)
-                    C[(size_t)i * ldc + (n - n0) + r] = t[i * 2 + r];
+                    C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
         }
         return;
     }
