@@ -95,6 +95,11 @@ typedef struct kt__cuda_mat {
     int32_t block_rows, block_cols, scale_cols, reserved;
 } kt__cuda_mat;
 
+/* Lets kt__cuda_linear hand products of 16+ tokens with F32 or BF16 weights to
+ * cuBLAS (BF16: activations rounded to BF16 into `staging`, device memory of
+ * staging_elems uint16 values; larger products stay on the own kernel). */
+int kt__cuda_gemm_enable(kt__cuda_rt *rt, void *staging, size_t staging_elems, char *err,
+                         size_t err_size);
 /* y[t][r] (+)= Σ_c x[t][c] W[r][c] + bias[r], rows of x and y at the strides */
 int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
                     const kt__cuda_mat *W, const float *bias, float *y, int32_t y_stride,

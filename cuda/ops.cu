@@ -4,6 +4,7 @@
  * or FP8 E4M3 with block scales, read through kt__cuda_mat. Every kernel that
  * depends on the position reads it from device memory, so a captured decode
  * step replays at any position. */
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -20,6 +21,9 @@ struct kt__cuda_rt {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
+    cublasHandle_t blas;  /* NULL: every product runs on k_linear */
+    uint16_t *xb;         /* BF16 copy of the activations for cuBLAS */
+    size_t xb_elems;
 };
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
@@ -73,6 +77,8 @@ extern "C" void kt__cuda_rt_free(kt__cuda_rt *rt)
     cudaSetDevice(rt->device);
     cudaStreamSynchronize(rt->stream);
     kt__cuda_graph_drop(rt);
+    if (rt->blas)
+        cublasDestroy(rt->blas);
     cudaStreamDestroy(rt->stream);
     free(rt);
 }
@@ -267,11 +273,82 @@ __global__ void k_linear(const float *x, int32_t T, int32_t xs, kt__cuda_mat W, 
     }
 }
 
+/* xb[t][c] = bf16(x[t][c]) (round to nearest even) */
+__global__ void k_to_bf16(const float *x, int32_t xs, int32_t cols, size_t n, uint16_t *xb)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    uint32_t u = __float_as_uint(x[(i / cols) * xs + i % cols]);
+    xb[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* y[t][r] += b[r] */
+__global__ void k_bias(float *y, int32_t ys, int32_t rows, size_t n, const float *b)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[(i / rows) * ys + i % rows] += b[i % rows];
+}
+
+extern "C" int kt__cuda_gemm_enable(kt__cuda_rt *rt, void *staging, size_t staging_elems,
+                                    char *err, size_t err_size)
+{
+    if (!rt->blas) {
+        if (cublasCreate(&rt->blas) != CUBLAS_STATUS_SUCCESS) {
+            rt->blas = NULL;
+            set_err(err, err_size, "cublasCreate failed");
+            return -1;
+        }
+        cublasSetStream(rt->blas, rt->stream);
+    }
+    rt->xb = (uint16_t *)staging;
+    rt->xb_elems = staging_elems;
+    return 0;
+}
+
+/* Products of GEMM_MIN_T tokens or more go to cuBLAS when it is enabled:
+ * column-major, yᵀ[rows][T] = W[rows][cols] · xᵀ, W read transposed in place. */
+#define GEMM_MIN_T 16
+
+static bool gemm(kt__cuda_rt *rt, const float *x, int32_t T, int32_t xs, const kt__cuda_mat *W,
+                 const float *bias, float *y, int32_t ys, int acc)
+{
+    if (!rt->blas || T < GEMM_MIN_T ||
+        (W->type != KT__CUDA_W_BF16 && W->type != KT__CUDA_W_F32))
+        return false;
+    float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
+    cublasStatus_t st;
+    if (W->type == KT__CUDA_W_F32) {
+        st = cublasGemmEx(rt->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, T, W->cols, &alpha,
+                          W->data, CUDA_R_32F, W->cols, x, CUDA_R_32F, xs, &beta, y, CUDA_R_32F,
+                          ys, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    } else {
+        size_t n = (size_t)T * W->cols;
+        if (n > rt->xb_elems)
+            return false;
+        k_to_bf16<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(x, xs, W->cols, n,
+                                                                          rt->xb);
+        st = cublasGemmEx(rt->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, T, W->cols, &alpha,
+                          W->data, CUDA_R_16BF, W->cols, rt->xb, CUDA_R_16BF, W->cols, &beta,
+                          y, CUDA_R_32F, ys, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return false;
+    if (bias) {
+        size_t n = (size_t)T * W->rows;
+        k_bias<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(y, ys, W->rows, n, bias);
+    }
+    return true;
+}
+
 extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
                                const kt__cuda_mat *W, const float *bias, float *y,
                                int32_t y_stride, int accumulate)
 {
     if (T <= 0)
+        return 0;
+    if (gemm(rt, x, T, x_stride, W, bias, y, y_stride, accumulate))
         return 0;
     dim3 grid((W->rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
     k_linear<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);

@@ -36,6 +36,10 @@ extern "C" {
  * every cached position; also lets MLA decode run as a CUDA graph. Opt-in
  * until validated on a device. */
 #define KT_GPU_F_MLA_ABSORB (1u << 1)
+/* Products of 16 or more tokens (prefill) through cuBLAS: BF16 weights with
+ * the activations rounded to BF16, F32 weights in F32. Opt-in until validated
+ * on a device; without it every product runs on libkt's own F32 kernel. */
+#define KT_GPU_F_CUBLAS (1u << 2)
 
 typedef struct kt_gpu_options {
     uint32_t struct_size;  /* sizeof(kt_gpu_options); set by the INIT macro               */

@@ -101,6 +101,8 @@ struct kt__gpu {
     float *x, *xn, *out, *tmp, *q, *k, *v, *o, *g, *u, *eh, *rlogit, *w, *cq, *kva, *kvb;
     float *logits, *gate1;
     float *qa, *ot;           /* absorbed MLA decode: [n_head][R + rope], [n_head][R] */
+    void *staging;            /* KT_GPU_F_CUBLAS: BF16 activations, staging_elems values */
+    size_t staging_elems;
     int32_t *ids, *tok, *pos;
     /* pinned host buffers */
     int32_t *tok_h, *pos_h, *T_h, *ids_h;
@@ -108,7 +110,7 @@ struct kt__gpu {
     cb_arg *cb;
     volatile int cb_status;
     char cb_err[256];
-    bool use_graph, graph_ready, graph_failed, absorb;
+    bool use_graph, graph_ready, graph_failed, absorb, cublas;
     char err[512];
 };
 
@@ -361,6 +363,14 @@ static kt_status build(kt__gpu *g)
     if (hp->mla && (!(g->qa = dalloc(g, (size_t)nh * (row + 1) * f)) ||
                     !(g->ot = dalloc(g, ((size_t)nh * hp->kv_lora_rank + 1) * f))))
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    if (g->cublas) {
+        /* the widest product input: Tm tokens (or, MLA prefill, n_ctx cached rows of c_kv) */
+        size_t cols = imax(imax((size_t)H, ff), imax((size_t)nh * qk, (size_t)nh * vd));
+        cols = imax(cols, (size_t)hp->q_lora_rank);
+        g->staging_elems = imax(T * cols, hp->mla ? (size_t)ctx->n_ctx * hp->kv_lora_rank : 0);
+        if (!(g->staging = dalloc(g, g->staging_elems * 2)))
+            return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    }
     if (!(g->ids = dalloc(g, (T * k + 1) * 4)) || !(g->tok = dalloc(g, T * 4)) ||
         !(g->pos = dalloc(g, 4)))
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
@@ -454,7 +464,7 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     kt_status rs = kt__options_read(&o, sizeof o, opts, "kt_gpu_options");
     if (rs < 0)
         return rs;
-    if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB))
+    if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB | KT_GPU_F_CUBLAS))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: unknown flags 0x%x", o.flags);
     if (o.expert_fraction > 1.0f || o.mem_fraction < 0.0f || o.mem_fraction > 1.0f)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: expert_fraction %g must be "
@@ -482,6 +492,7 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     g->ctx = ctx;
     g->device = o.device;
     g->absorb = hp->mla && (o.flags & KT_GPU_F_MLA_ABSORB);
+    g->cublas = (o.flags & KT_GPU_F_CUBLAS) != 0;
     /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
     g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
     kt_status st = KT_OK;
@@ -539,6 +550,11 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     g->counting = false;
     if ((st = build(g)) < 0)
         goto fail;
+    if (g->cublas &&
+        kt__cuda_gemm_enable(g->rt, g->staging, g->staging_elems, g->err, sizeof g->err) < 0) {
+        st = cuda_error(g, "cuBLAS");
+        goto fail;
+    }
     /* the attention kernel's shared memory for n_ctx scores, set outside any capture */
     kt__cuda_attn none;
     memset(&none, 0, sizeof none);
@@ -547,8 +563,9 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         goto fail;
     }
     kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: device %d, %.2f GiB planned, %d of %d experts "
-            "per layer on the GPU, decode graph %s%s", o.device, gib(g->bytes), want, E,
-            g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "");
+            "per layer on the GPU, decode graph %s%s%s", o.device, gib(g->bytes), want, E,
+            g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "",
+            g->cublas ? ", cuBLAS prefill" : "");
     ctx->gpu = g;
     ctx->n_past = 0;
     return KT_OK;

@@ -38,6 +38,7 @@ const char run_engine_help[] =
     "                           'fill' for as many as --mem-fraction-static allows (default)\n"
     "  --mem-fraction-static F  share of the GPU's free memory to use (default 0.9)\n"
     "  --gpu-mla-absorb         MLA decode on the GPU in the latent space, as a CUDA graph\n"
+    "  --gpu-cublas             prefill products on the GPU through cuBLAS (BF16 inputs)\n"
     "  -v, --verbose            log at INFO level\n";
 
 void run_engine_opts_init(run_engine_opts *o)
@@ -143,6 +144,10 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
     if (opt_match(argc, argv, i, "--mem-fraction-static", true, &v, &bad))
         return !bad && opt_parse_f64(tool, "--mem-fraction-static", v, 0.01, 1.0,
                                      &o->mem_fraction) ? 1 : -1;
+    if (!strcmp(argv[*i], "--gpu-cublas")) {
+        o->cublas = true;
+        return 1;
+    }
     if (!strcmp(argv[*i], "--gpu-mla-absorb")) {
         o->mla_absorb = true;
         return 1;
@@ -254,6 +259,8 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
         go.mem_fraction = (float)o->mem_fraction;
         if (o->mla_absorb)
             go.flags |= KT_GPU_F_MLA_ABSORB;
+        if (o->cublas)
+            go.flags |= KT_GPU_F_CUBLAS;
         if (kt_context_use_gpu(e->ctx, &go) < 0) {
             fprintf(stderr, "%s: %s: %s%s\n", tool, path, kt_last_error(),
                     o->device < 0 ? " (--device cpu runs without the GPU)" : "");

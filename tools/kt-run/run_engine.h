@@ -25,6 +25,7 @@ typedef struct run_engine_opts {
     double gpu_experts;       /* --gpu-experts F: share on the GPU (-1: fill)  */
     double mem_fraction;      /* --mem-fraction-static (0: 0.9)                */
     bool mla_absorb;          /* --gpu-mla-absorb                              */
+    bool cublas;              /* --gpu-cublas                                  */
 } run_engine_opts;
 
 /* Defaults. */
