@@ -30,18 +30,30 @@ enum {
     KT__ACT_BF16P64 = 3, /* AVX-512 FP8: BF16, K padded to 64, each chunk of 64 inputs
                           permuted as the byte-table decode leaves the weights:
                           input 16L + j goes to 8L + j (j < 8), 32 + 8L + j - 8 */
-    KT__ACT_Q8P128 = 4 /* AVX-512 RAWINT4, K padded to 128: per chunk of 128 inputs
+    KT__ACT_Q8P128 = 4, /* AVX-512 RAWINT4, K padded to 128: per chunk of 128 inputs
                           int8 q[128] (the 64 even inputs, then the 64 odd); after
                           all chunks, per chunk float d[16] (lane l holds the scale
                           of group l / 4) and int32 c[16] (-8 * the lane's sum over
                           both halves); then the inputs as BF16 (prefill)        */
+    KT__ACT_GGML = 16  /* LLAMAFILE: KT__ACT_GGML + mask of KT__GGML_ACT_* sections
+                          (cpu/ref/moe_llamafile.c)                               */
 };
+
+/* LLAMAFILE activation sections (partner formats of the ggml weight types). */
+#define KT__GGML_ACT_F32 1u
+#define KT__GGML_ACT_Q80 2u
+#define KT__GGML_ACT_Q81 4u
+#define KT__GGML_ACT_Q8K 8u
+size_t kt__ggml_act_row_bytes(unsigned mask, int K);
+/* The section a weight of kt_type `type` reads (0: not a LLAMAFILE type). */
+unsigned kt__ggml_act_section(int type);
 
 typedef struct kt__wmat {
     const void *w;     /* [rows][cols] as stored (RAWINT4: int32 [rows][cols/8])  */
     const void *scale; /* FP8: F32 [ceil(rows/128)][ceil(cols/128)];
                           RAWINT4: BF16 [rows][cols/32]; BF16: NULL           */
     int rows, cols;
+    int type;          /* LLAMAFILE: kt_type of the ggml blocks; else unused      */
 } kt__wmat;
 
 typedef void (*kt__moe_gemm_fn)(const kt__wmat *W, int n0, int n1, int k0, int k1,
@@ -69,6 +81,8 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
         b = (size_t)K * 2;
     else if (act == KT__ACT_Q8G32)
         b = (size_t)K + (size_t)(K / 32) * 8;
+    else if (act >= KT__ACT_GGML)
+        return kt__ggml_act_row_bytes((unsigned)(act - KT__ACT_GGML), K);
     else if (act == KT__ACT_BF16P64)
         b = (size_t)((K + 63) / 64) * 128;
     else
@@ -144,6 +158,10 @@ const kt__moe_kernels *kt__moe_int8_avx512(void);
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */
 const kt__moe_kernels *kt__moe_kernels_amx_emulated(int method);
+
+/* LLAMAFILE kernel set for a ggml ISA level (0 scalar, 1 AVX2, 2 AVX-512
+ * VNNI) and a mask of KT__GGML_ACT_* sections (cpu/ref/moe_llamafile.c). */
+const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

@@ -125,11 +125,16 @@ typedef struct kt_moe_layer_weights {
     const void *const *up_bias;      /* [E] or NULL                                     */
     const void *const *down_bias;    /* [E] or NULL                                     */
     int32_t bias_type;               /* kt_type of the biases; default KT_TYPE_BF16     */
+    /* KT_METHOD_LLAMAFILE: kt_type of each projection's ggml blocks (KT_TYPE_Q4_0,
+     * _Q4_1, _Q5_0, _Q5_1, _Q8_0, _Q2_K.._Q6_K, _IQ4_NL, _IQ4_XS, _BF16, _F16, _F32);
+     * gate[e] etc. point at the expert's [out] rows of blocks as a GGUF stores them
+     * (a row is in / block_size blocks; in a multiple of the block size). Since 0.1. */
+    int32_t gate_type, up_type, down_type;
 } kt_moe_layer_weights;
 
 #define KT_MOE_LAYER_WEIGHTS_INIT \
     { (uint32_t)sizeof(kt_moe_layer_weights), 0u, NULL, NULL, NULL, NULL, NULL, NULL, \
-      NULL, NULL, NULL, KT_TYPE_BF16 }
+      NULL, NULL, NULL, KT_TYPE_BF16, KT_TYPE_INVALID, KT_TYPE_INVALID, KT_TYPE_INVALID }
 
 /* Execution options; NULL means all defaults. */
 typedef struct kt_moe_options {

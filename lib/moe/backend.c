@@ -28,6 +28,7 @@
 #include "kt_internal.h"
 #include "core/threadpool.h"
 #include "moe_internal.h"
+#include "../../cpu/ref/ggml_quants.h"
 
 #define RB1 64    /* I rows per phase-1 item                    */
 #define RB2 64    /* H rows per phase-2 item                    */
@@ -253,6 +254,44 @@ static kt_status load_relayout(moe_layer *L, const kt_moe_layer_weights *lw, int
     return KT_OK;
 }
 
+/* LLAMAFILE: each projection's block type is a ggml type whose block size
+ * divides the projection's input width. */
+static kt_status check_ggml_types(const kt_moe_layer_weights *lw, uint32_t li, int H, int I)
+{
+    const char *what[3] = {"gate", "up", "down"};
+    int32_t types[3] = {lw->gate_type, lw->up_type, lw->down_type};
+    int cols[3] = {H, H, I};
+    for (int j = 0; j < 3; j++) {
+        if (!kt__ggml_act_section(types[j]) || !kt__ggml_row_bytes((kt_type)types[j], cols[j]))
+            return kt__error(KT_ERR_INVALID_ARG,
+                             "layer %u: %s_type %d (%s) is not a LLAMAFILE block type that "
+                             "divides a row of %d",
+                             li, what[j], types[j],
+                             kt_type_name((kt_type)types[j]) ? kt_type_name((kt_type)types[j])
+                                                             : "unknown",
+                             cols[j]);
+    }
+    return KT_OK;
+}
+
+/* LLAMAFILE: the kernel set with the activation sections every layer's
+ * types need, at the ggml ISA level the CPU (and the test cap) allows. */
+static const kt__moe_kernels *pick_llamafile(const kt_moe_backend *moe)
+{
+    unsigned mask = 0;
+    for (uint32_t l = 0; l < moe->n_layers; l++)
+        for (int e = 0; e < moe->E; e++)
+            if (moe->layers[l].gate[e].w)
+                mask |= kt__ggml_act_section(moe->layers[l].gate[e].type) |
+                        kt__ggml_act_section(moe->layers[l].up[e].type) |
+                        kt__ggml_act_section(moe->layers[l].down[e].type);
+    uint64_t isa = kt_hw_isa() & isa_cap;
+    uint64_t avx512 = KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ |
+                      KT_ISA_AVX512VNNI | AVX2_NEED;
+    int level = (isa & avx512) == avx512 ? 2 : (isa & AVX2_NEED) == AVX2_NEED ? 1 : 0;
+    return kt__moe_llamafile_kernels(level, mask ? mask : KT__GGML_ACT_F32);
+}
+
 static kt_status load_layer(kt_moe_backend *moe, moe_layer *L, const kt_moe_layer_weights *src,
                             uint32_t li)
 {
@@ -291,10 +330,13 @@ static kt_status load_layer(kt_moe_backend *moe, moe_layer *L, const kt_moe_laye
         if (scaled && (!lw.gate_scale[e] || !lw.up_scale[e] || !lw.down_scale[e]))
             return kt__error(KT_ERR_INVALID_ARG, "layer %u expert %d: a scale pointer is NULL",
                              li, e);
-        L->gate[e] = (kt__wmat){lw.gate[e], scaled ? lw.gate_scale[e] : NULL, I, H};
-        L->up[e] = (kt__wmat){fused ? NULL : lw.up[e], scaled ? lw.up_scale[e] : NULL, I, H};
-        L->down[e] = (kt__wmat){lw.down[e], scaled ? lw.down_scale[e] : NULL, H, I};
+        L->gate[e] = (kt__wmat){lw.gate[e], scaled ? lw.gate_scale[e] : NULL, I, H, lw.gate_type};
+        L->up[e] = (kt__wmat){fused ? NULL : lw.up[e], scaled ? lw.up_scale[e] : NULL, I, H,
+                                 lw.up_type};
+        L->down[e] = (kt__wmat){lw.down[e], scaled ? lw.down_scale[e] : NULL, H, I, lw.down_type};
     }
+    if (method == KT_METHOD_LLAMAFILE && (st = check_ggml_types(&lw, li, H, I)) < 0)
+        return st;
     if (relayout && (st = load_relayout(L, &lw, E, H, I)) < 0)
         return st;
     if (moe->d.act == KT_MOE_ACT_SWIGLU_OAI && (st = load_biases(L, &lw, E, H, I, fused)) < 0)
@@ -358,7 +400,7 @@ static kt_status check_desc(const kt_moe_desc *d)
         return kt__error(KT_ERR_INVALID_ARG, "kt_moe_desc.flags must be 0");
     if (d->method != KT_METHOD_BF16 && d->method != KT_METHOD_FP8 &&
         d->method != KT_METHOD_RAWINT4 && d->method != KT_METHOD_AMXINT8 &&
-        d->method != KT_METHOD_AMXINT4)
+        d->method != KT_METHOD_AMXINT4 && d->method != KT_METHOD_LLAMAFILE)
         return kt__error(KT_ERR_UNSUPPORTED, "moe: method %d (%s) has no CPU MoE kernels yet",
                          d->method,
                          kt_method_name((kt_method)d->method) ? kt_method_name((kt_method)d->method)
@@ -423,7 +465,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     moe->max_t = o.max_tokens ? o.max_tokens : 512;
     moe->alpha = d.swiglu_alpha != 0.0f ? d.swiglu_alpha : 1.702f;
     moe->limit = d.swiglu_limit != 0.0f ? d.swiglu_limit : 7.0f;
-    moe->kern = kt__moe_pick_kernels(d.method);
+    moe->kern = d.method == KT_METHOD_LLAMAFILE ? kt__moe_llamafile_kernels(0, KT__GGML_ACT_F32)
+                                                : kt__moe_pick_kernels(d.method);
     atomic_init(&moe->err_status, 0);
     if (!moe->kern) {
         kt_moe_backend_free(moe);
@@ -444,6 +487,9 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         }
     }
 
+    if (d.method == KT_METHOD_LLAMAFILE)
+        moe->kern = pick_llamafile(moe);
+
     kt_pool_config pc = {o.n_threads, o.n_pools, o.pin_threads != 0};
     if ((st = kt__pool_create(&moe->pool, &pc)) < 0) {
         kt_moe_backend_free(moe);
@@ -455,6 +501,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->n_pools = 64;
     /* I slices per pool, aligned to the format's block (FP8 128, else 32) */
     int align = 128; /* FP8 scale blocks; AVX-512 RAWINT4 chunks of 64 */
+    if (d.method == KT_METHOD_LLAMAFILE)
+        align = 256; /* Q8_K activation blocks */
     for (int p = 0; p <= moe->n_pools; p++) {
         int64_t b = (int64_t)moe->I * p / moe->n_pools;
         b = p == moe->n_pools ? moe->I : (b / align) * align;
@@ -551,6 +599,16 @@ kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
     i.top_k = (uint32_t)moe->max_k;
     i.isa = moe->kern->name;
     i.expert_bytes = expert_bytes(moe->d.method, (uint64_t)moe->H, (uint64_t)moe->I);
+    if (moe->d.method == KT_METHOD_LLAMAFILE) {
+        const moe_layer *L0 = &moe->layers[0];
+        for (int e = 0; e < moe->E; e++)
+            if (L0->gate[e].w) {
+                i.expert_bytes = (uint64_t)moe->I * (kt__ggml_row_bytes(L0->gate[e].type, moe->H) +
+                                                     kt__ggml_row_bytes(L0->up[e].type, moe->H)) +
+                                 (uint64_t)moe->H * kt__ggml_row_bytes(L0->down[e].type, moe->I);
+                break;
+            }
+    }
     i.workspace_bytes = moe->workspace_bytes;
     size_t n = info->struct_size < sizeof i ? info->struct_size : sizeof i;
     uint32_t caller_size = info->struct_size;

@@ -5,6 +5,7 @@ uint64_t kt__methods_compiled(void);
 
 uint64_t kt__methods_compiled(void)
 {
-    /* cpu/ref always has BF16, FP8 and RAWINT4; SIMD sets add speed only. */
-    return KT_FEATURE_METHOD_BF16 | KT_FEATURE_METHOD_FP8 | KT_FEATURE_METHOD_RAWINT4;
+    /* cpu/ref always has BF16, FP8, RAWINT4 and LLAMAFILE; SIMD sets add speed only. */
+    return KT_FEATURE_METHOD_BF16 | KT_FEATURE_METHOD_FP8 | KT_FEATURE_METHOD_RAWINT4 |
+           KT_FEATURE_METHOD_LLAMAFILE;
 }

@@ -453,8 +453,11 @@ static void test_async_and_errors(void **state)
 
     /* bad descriptions */
     kt_moe_desc bad = d;
-    bad.method = KT_METHOD_LLAMAFILE; /* GGUF experts come through another constructor */
+    bad.method = 99; /* no such method */
     assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_UNSUPPORTED);
+    assert_null(moe);
+    bad.method = KT_METHOD_LLAMAFILE; /* no ggml block types given */
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_INVALID_ARG);
     assert_null(moe);
     bad = d;
     bad.method = KT_METHOD_AMXINT8; /* no scales given */

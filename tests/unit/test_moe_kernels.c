@@ -104,7 +104,7 @@ static void check_set(const kt__moe_kernels *ks, int method)
             void *w, *s;
             float *f;
             rand_weights(method, N, K, &w, &s, &f);
-            kt__wmat W = {w, s, N, K};
+            kt__wmat W = {w, s, N, K, 0};
             for (int mi = 0; mi < 7; mi++) {
                 int M = m_list[mi];
                 int n_act = M + 3;

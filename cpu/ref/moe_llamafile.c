@@ -1,0 +1,219 @@
+/*
+ * LLAMAFILE kernels: MoE experts stored as ggml (GGUF) block types, read in
+ * place. The weight type travels in kt__wmat.type (each of gate / up / down
+ * may differ, as in Q4_K_M files); the dot products are the ggml vec_dots of
+ * cpu/{ref,avx2,avx512}/ggml_*.c, picked per call for the set's ISA level.
+ *
+ * Activation rows (KT__ACT_GGML + mask) hold one section per partner format
+ * the backend's weight types need, each made once per token:
+ *
+ *   F32   float [K]          F16 / BF16 / F32 weights, and the staging of Q8_K
+ *   Q8_0  [K/32] blocks      Q4_0, Q5_0, Q8_0, IQ4_NL
+ *   Q8_1  [K/32] blocks      Q4_1, Q5_1
+ *   Q8_K  [K/256] blocks     Q2_K..Q6_K, IQ4_XS
+ *   cnt   int32 [K/256]      Q8_K blocks: elements written so far
+ *
+ * The backend writes an activation row in pieces ([k0, k1), 32-aligned, from
+ * several threads). Q8_0 / Q8_1 blocks are whole in a piece; a Q8_K block (256)
+ * spans pieces, so pieces go to the F32 staging first and the thread whose
+ * piece completes a block (atomic count reaches 256) quantizes it and resets
+ * the count for the next call.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "moe_kernels.h"
+#include "ref/ggml_quants.h"
+
+static size_t align64(size_t b)
+{
+    return (b + 63) & ~(size_t)63;
+}
+
+typedef struct act_layout {
+    size_t f32, q80, q81, q8k, cnt, total; /* byte offsets; SIZE_MAX: absent */
+} act_layout;
+
+static act_layout layout(unsigned mask, int K)
+{
+    act_layout L;
+    size_t o = 0;
+    bool f32 = mask & (KT__GGML_ACT_F32 | KT__GGML_ACT_Q8K);
+    L.f32 = f32 ? o : SIZE_MAX;
+    o += f32 ? align64((size_t)K * 4) : 0;
+    L.q80 = (mask & KT__GGML_ACT_Q80) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_Q80) ? align64((size_t)(K / 32) * sizeof(kt_block_q8_0)) : 0;
+    L.q81 = (mask & KT__GGML_ACT_Q81) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_Q81) ? align64((size_t)(K / 32) * sizeof(kt_block_q8_1)) : 0;
+    L.q8k = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256) * sizeof(kt_block_q8_K)) : 0;
+    L.cnt = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256 + 1) * 4) : 0;
+    L.total = o ? o : 64;
+    return L;
+}
+
+size_t kt__ggml_act_row_bytes(unsigned mask, int K)
+{
+    return layout(mask, K).total;
+}
+
+unsigned kt__ggml_act_section(int type)
+{
+    switch (type) {
+    case KT_TYPE_F32: case KT_TYPE_F16: case KT_TYPE_BF16:
+        return KT__GGML_ACT_F32;
+    case KT_TYPE_Q4_0: case KT_TYPE_Q5_0: case KT_TYPE_Q8_0: case KT_TYPE_IQ4_NL:
+        return KT__GGML_ACT_Q80;
+    case KT_TYPE_Q4_1: case KT_TYPE_Q5_1:
+        return KT__GGML_ACT_Q81;
+    case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_Q5_K:
+    case KT_TYPE_Q6_K: case KT_TYPE_IQ4_XS:
+        return KT__GGML_ACT_Q8K;
+    default:
+        return 0;
+    }
+}
+
+/* Writes elements [k0, k1) of a row of length K (k0, k1 multiples of 32 or
+ * k1 == K) into every section of mask. */
+static void quant_row(unsigned mask, const float *x, int k0, int k1, int K, void *row)
+{
+    act_layout L = layout(mask, K);
+    uint8_t *r = row;
+    if (L.f32 != SIZE_MAX)
+        memcpy((float *)(r + L.f32) + k0, x + k0, (size_t)(k1 - k0) * sizeof(float));
+    int b0 = k0 / 32, b1 = k1 / 32; /* whole blocks of 32 in the piece */
+    if (L.q80 != SIZE_MAX && b1 > b0)
+        kt__ggml_traits(KT_TYPE_Q8_0)->from_float(x + 32 * b0,
+                                                  (kt_block_q8_0 *)(r + L.q80) + b0,
+                                                  (int64_t)(b1 - b0) * 32);
+    if (L.q81 != SIZE_MAX && b1 > b0)
+        kt__ggml_traits(KT_TYPE_Q8_1)->from_float(x + 32 * b0,
+                                                  (kt_block_q8_1 *)(r + L.q81) + b0,
+                                                  (int64_t)(b1 - b0) * 32);
+    if (L.q8k != SIZE_MAX) {
+        const float *stage = (const float *)(r + L.f32);
+        _Atomic int *cnt = (_Atomic int *)(r + L.cnt);
+        kt_block_q8_K *q = (kt_block_q8_K *)(r + L.q8k);
+        int nfull = K / 256;
+        /* count the piece into each Q8_K block it touches; the completer quantizes */
+        for (int b = k0 / 256; b < nfull && 256 * b < k1; b++) {
+            int lo = k0 > 256 * b ? k0 : 256 * b;
+            int hi = k1 < 256 * (b + 1) ? k1 : 256 * (b + 1);
+            int done = atomic_fetch_add_explicit(&cnt[b], hi - lo, memory_order_acq_rel) +
+                       (hi - lo);
+            if (done == 256) {
+                kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
+                atomic_store_explicit(&cnt[b], 0, memory_order_relaxed);
+            }
+        }
+    }
+}
+
+static const void *arow(const void *A, size_t stride, const int32_t *rows, int m)
+{
+    return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
+}
+
+/* The activation section and its block size for weight type t. */
+static const uint8_t *act_section(unsigned mask, const void *row, int K, int t, size_t *bbytes,
+                                  int *bsize)
+{
+    act_layout L = layout(mask, K);
+    const uint8_t *r = row;
+    switch (kt__ggml_act_section(t)) {
+    case KT__GGML_ACT_Q80: *bbytes = sizeof(kt_block_q8_0); *bsize = 32; return r + L.q80;
+    case KT__GGML_ACT_Q81: *bbytes = sizeof(kt_block_q8_1); *bsize = 32; return r + L.q81;
+    case KT__GGML_ACT_Q8K: *bbytes = sizeof(kt_block_q8_K); *bsize = 256; return r + L.q8k;
+    default: *bbytes = 4; *bsize = 1; return r + L.f32;
+    }
+}
+
+/* sum_k a[k] w[k] for a plain-float weight row (F32 / F16 / BF16), dequantized
+ * 256 at a time. */
+static float dot_float_row(const kt_ggml_traits *tr, const uint8_t *w, const float *a, int n)
+{
+    float buf[256];
+    double acc = 0;
+    for (int k = 0; k < n; k += 256) {
+        int c = n - k < 256 ? n - k : 256;
+        tr->to_float(w + (size_t)k * tr->block_bytes, buf, c);
+        float s = 0;
+        for (int j = 0; j < c; j++)
+            s += buf[j] * a[k + j];
+        acc += s;
+    }
+    return (float)acc;
+}
+
+/* C[m][n - n0] = sum_{k0 <= k < k1} a_m[k] W[n][k], one vec_dot per (row, token);
+ * rows outer so a weight row is read from memory once for all M tokens. */
+static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0, int n1, int k0,
+                      int k1, const void *A, size_t a_stride, const int32_t *rows, int M,
+                      float *C, int ldc)
+{
+    const kt_ggml_traits *tr = kt__ggml_traits((kt_type)W->type);
+    size_t wrow = kt__ggml_row_bytes((kt_type)W->type, W->cols);
+    size_t wofs = (size_t)(k0 / (int)tr->block_size) * tr->block_bytes;
+    size_t abytes;
+    int absize;
+    kt_ggml_vec_dot_fn dot = kt__ggml_vec_dot_for((kt_type)W->type, isa);
+    bool plain = kt__ggml_act_section(W->type) == KT__GGML_ACT_F32;
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *w = (const uint8_t *)W->w + (size_t)n * wrow + wofs;
+        for (int m = 0; m < M; m++) {
+            const uint8_t *a = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type,
+                                           &abytes, &absize);
+            a += (size_t)(k0 / absize) * abytes;
+            C[(size_t)m * ldc + (n - n0)] =
+                plain ? dot_float_row(tr, w, (const float *)a, k1 - k0)
+                      : dot(k1 - k0, w, a);
+        }
+    }
+}
+
+/* One kernel set per (ISA level, section mask): the quant and gemm function
+ * pointers carry no context, so each pair gets its own small wrappers. */
+#define LF_SET(ISA, MASK)                                                                      \
+    static void quant_##ISA##_##MASK(const float *x, int k0, int k1, int K, void *row)        \
+    {                                                                                          \
+        quant_row(MASK, x, k0, k1, K, row);                                                    \
+    }                                                                                          \
+    static void gemm_##ISA##_##MASK(const kt__wmat *W, int n0, int n1, int k0, int k1,        \
+                                    const void *A, size_t s, const int32_t *r, int M,          \
+                                    float *C, int ldc, void *scratch)                          \
+    {                                                                                          \
+        (void)scratch;                                                                         \
+        gemm_ggml(MASK, ISA, W, n0, n1, k0, k1, A, s, r, M, C, ldc);                          \
+    }
+#define LF_ISA(ISA)                                                                            \
+    LF_SET(ISA, 1) LF_SET(ISA, 2) LF_SET(ISA, 3) LF_SET(ISA, 4) LF_SET(ISA, 5) LF_SET(ISA, 6) \
+    LF_SET(ISA, 7) LF_SET(ISA, 8) LF_SET(ISA, 9) LF_SET(ISA, 10) LF_SET(ISA, 11)              \
+    LF_SET(ISA, 12) LF_SET(ISA, 13) LF_SET(ISA, 14) LF_SET(ISA, 15)
+LF_ISA(0)
+LF_ISA(1)
+LF_ISA(2)
+
+#define LF_ENTRY(ISA, NAME, MASK) \
+    {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK, 0}
+#define LF_ROW(ISA, NAME)                                                                      \
+    {{NULL, 0, NULL, NULL, 0}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),                 \
+     LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                   \
+     LF_ENTRY(ISA, NAME, 6), LF_ENTRY(ISA, NAME, 7), LF_ENTRY(ISA, NAME, 8),                   \
+     LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                 \
+     LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                \
+     LF_ENTRY(ISA, NAME, 15)}
+
+static const kt__moe_kernels lf_sets[3][16] = {
+    LF_ROW(0, "scalar-ggml"),
+    LF_ROW(1, "avx2-ggml"),
+    LF_ROW(2, "avx512-vnni-ggml"),
+};
+
+const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
+{
+    if (isa < 0 || isa > 2 || mask == 0 || mask > 15)
+        return NULL;
+    return &lf_sets[isa][mask];
+}

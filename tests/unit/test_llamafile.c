@@ -1,0 +1,319 @@
+/* The LLAMAFILE method: MoE experts in ggml block types.
+ *
+ * - kernels: one gemm call per block type and ISA level against the
+ *   dequantize-then-F32 product of the same weights and of the activation as
+ *   the kernel quantized it (exact integer sums: only float rounding differs);
+ * - backend: a whole MoE layer per type against the F32 layer of the
+ *   dequantized weights (the error is the activation's Q8 rounding), at every
+ *   ISA level, decode and prefill, mixed types (Q4_K gate/up + Q6_K down as
+ *   in Q4_K_M files), and bad types rejected with a message. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../cpu/moe_kernels.h"
+#include "../../cpu/ref/ggml_quants.h"
+#include "kt/hw.h"
+#include "kt/moe.h"
+#include "kt_internal.h"
+#include "moe/moe_internal.h"
+
+static const kt_type all_types[] = {
+    KT_TYPE_Q4_0, KT_TYPE_Q4_1, KT_TYPE_Q5_0, KT_TYPE_Q5_1, KT_TYPE_Q8_0,
+    KT_TYPE_Q2_K, KT_TYPE_Q3_K, KT_TYPE_Q4_K, KT_TYPE_Q5_K, KT_TYPE_Q6_K,
+    KT_TYPE_IQ4_NL, KT_TYPE_IQ4_XS, KT_TYPE_BF16, KT_TYPE_F16, KT_TYPE_F32,
+};
+#define N_TYPES (sizeof all_types / sizeof all_types[0])
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* rows x cols weights of `type` (quantized from random F32) and their
+ * dequantized values. */
+static void make_weights(kt_type type, int rows, int cols, float scale, uint8_t **q, float **deq)
+{
+    const kt_ggml_traits *tr = kt__ggml_traits(type);
+    size_t rb = kt__ggml_row_bytes(type, cols);
+    float *src = malloc((size_t)cols * sizeof(float));
+    *q = malloc((size_t)rows * rb);
+    *deq = malloc((size_t)rows * cols * sizeof(float));
+    assert_non_null(tr);
+    assert_non_null(tr->quantize);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++)
+            src[c] = frand() * scale;
+        tr->quantize(src, *q + (size_t)r * rb, cols);
+        tr->to_float(*q + (size_t)r * rb, *deq + (size_t)r * cols, cols);
+    }
+    free(src);
+}
+
+/* The activation as the kernel sees it: x quantized to type's partner and back. */
+static void partner_roundtrip(kt_type type, const float *x, int K, float *out)
+{
+    const kt_ggml_traits *tr = kt__ggml_traits(type);
+    const kt_ggml_traits *pt = kt__ggml_traits(tr->vec_dot_type);
+    if (tr->vec_dot_type == type && pt->block_size == 1) {
+        memcpy(out, x, (size_t)K * sizeof(float)); /* plain float types: F32 activations */
+        return;
+    }
+    void *buf = malloc(kt__ggml_row_bytes(tr->vec_dot_type, K));
+    pt->from_float(x, buf, K);
+    pt->to_float(buf, out, K);
+    free(buf);
+}
+
+/* gemm of every type and ISA level vs dequantize-then-F32 (double sums). */
+static void test_kernels(void **state)
+{
+    (void)state;
+    enum { N = 40, K = 768, M = 5 };
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        kt_type type = all_types[ti];
+        uint8_t *q;
+        float *deq;
+        make_weights(type, N, K, 0.5f, &q, &deq);
+        unsigned mask = kt__ggml_act_section(type);
+        assert_true(mask != 0);
+        for (int isa = 0; isa <= 2; isa++) {
+            const kt__moe_kernels *kern = kt__moe_llamafile_kernels(isa, mask | KT__GGML_ACT_Q80);
+            if (isa == 2 && kt__ggml_isa_best() < KT_GGML_AVX512)
+                continue;
+            if (isa == 1 && kt__ggml_isa_best() < KT_GGML_AVX2)
+                continue;
+            size_t rowb = kt__moe_act_row_bytes(kern->act, K);
+            uint8_t *A = calloc(M, rowb);
+            float *x = malloc((size_t)M * K * sizeof(float));
+            float *xr = malloc((size_t)M * K * sizeof(float));
+            for (int m = 0; m < M; m++) {
+                for (int k = 0; k < K; k++)
+                    x[m * K + k] = frand() * (1.0f + (float)m);
+                /* written in 64-wide pieces, as phase 1 does */
+                for (int k0 = 0; k0 < K; k0 += 64)
+                    kern->quant(x + (size_t)m * K, k0, k0 + 64, K, A + m * rowb);
+                partner_roundtrip(type, x + (size_t)m * K, K, xr + (size_t)m * K);
+            }
+            int32_t rows[M] = {4, 0, 2, 1, 3};
+            float C[M * N];
+            kt__wmat W = {q, NULL, N, K, type};
+            int bs = (int)kt__ggml_traits(type)->block_size > 32 ? 256 : 32;
+            int k0 = bs == 256 ? 256 : 64, k1 = K;  /* a pool's slice of the inputs */
+            kern->gemm(&W, 3, N, k0, k1, A, rowb, rows, M, C, N, NULL);
+            for (int m = 0; m < M; m++) {
+                for (int n = 3; n < N; n++) {
+                    double ref = 0, mag = 0;
+                    for (int k = k0; k < k1; k++) {
+                        ref += (double)deq[n * K + k] * xr[rows[m] * K + k];
+                        mag += fabs((double)deq[n * K + k] * xr[rows[m] * K + k]);
+                    }
+                    double got = C[m * N + n - 3];
+                    if (fabs(got - ref) > 1e-4 * mag + 1e-6) {
+                        fprintf(stderr, "%s isa %d m %d n %d: got %g want %g (mag %g)\n",
+                                kt_type_name(type), isa, m, n, got, ref, mag);
+                        fail();
+                    }
+                }
+            }
+            free(A);
+            free(x);
+            free(xr);
+        }
+        free(q);
+        free(deq);
+    }
+}
+
+typedef struct layer_data {
+    uint8_t *g[8], *u[8], *d[8];
+    float *gf[8], *uf[8], *df[8];
+} layer_data;
+
+static float silu(float v)
+{
+    return v / (1.0f + expf(-v));
+}
+
+/* out[t] = sum_j w * down(silu(gate x) * up x) in double from dequantized weights */
+static void moe_ref(const layer_data *L, int H, int I, int T, int k, const float *x,
+                    const int32_t *ids, const float *w, float *out)
+{
+    float *h = malloc((size_t)I * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        for (int c = 0; c < H; c++)
+            out[t * H + c] = 0;
+        for (int j = 0; j < k; j++) {
+            int e = ids[t * k + j];
+            for (int i = 0; i < I; i++) {
+                double g = 0, u = 0;
+                for (int c = 0; c < H; c++) {
+                    g += (double)L->gf[e][(size_t)i * H + c] * x[t * H + c];
+                    u += (double)L->uf[e][(size_t)i * H + c] * x[t * H + c];
+                }
+                h[i] = silu((float)g) * (float)u;
+            }
+            for (int c = 0; c < H; c++) {
+                double s = 0;
+                for (int i = 0; i < I; i++)
+                    s += (double)L->df[e][(size_t)c * I + i] * h[i];
+                out[t * H + c] += w[t * k + j] * (float)s;
+            }
+        }
+    }
+    free(h);
+}
+
+/* One layer of E experts, types (tg, tg, td), T tokens, at an ISA cap;
+ * returns the relative RMS error vs the F32 reference. */
+static double run_layer(kt_type tg, kt_type td, int T, uint64_t cap, int n_threads)
+{
+    enum { H = 512, I = 256, E = 6, K = 2 };
+    layer_data L;
+    const void *gp[E], *up[E], *dp[E];
+    for (int e = 0; e < E; e++) {
+        make_weights(tg, I, H, 0.2f, &L.g[e], &L.gf[e]);
+        make_weights(tg, I, H, 0.2f, &L.u[e], &L.uf[e]);
+        make_weights(td, H, I, 0.2f, &L.d[e], &L.df[e]);
+        gp[e] = L.g[e];
+        up[e] = L.u[e];
+        dp[e] = L.d[e];
+    }
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    d.method = KT_METHOD_LLAMAFILE;
+    d.hidden = H;
+    d.intermediate = I;
+    d.n_experts = E;
+    d.top_k = K;
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+    lw.gate = gp;
+    lw.up = up;
+    lw.down = dp;
+    lw.gate_type = lw.up_type = tg;
+    lw.down_type = td;
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    o.n_threads = n_threads;
+    o.max_tokens = 16; /* T > 16: chunked */
+    o.pin_threads = 0;
+    kt__moe_set_isa_cap(cap);
+    kt_moe_backend *moe = NULL;
+    kt_status st = kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o);
+    kt__moe_set_isa_cap(~UINT64_C(0));
+    if (st < 0)
+        fprintf(stderr, "%s\n", kt_last_error());
+    assert_int_equal(st, KT_OK);
+    float *x = malloc((size_t)T * H * sizeof(float));
+    float *out = malloc((size_t)T * H * sizeof(float));
+    float *ref = malloc((size_t)T * H * sizeof(float));
+    int32_t *ids = malloc((size_t)T * K * sizeof(int32_t));
+    float *w = malloc((size_t)T * K * sizeof(float));
+    for (int i = 0; i < T * H; i++)
+        x[i] = frand();
+    for (int t = 0; t < T; t++) {
+        ids[t * K] = (t * 7 + 1) % E;
+        ids[t * K + 1] = (t * 3 + 2) % E == ids[t * K] ? (ids[t * K] + 1) % E : (t * 3 + 2) % E;
+        w[t * K] = 0.7f;
+        w[t * K + 1] = 0.3f;
+    }
+    int32_t n_tok = T;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+    io.n_tokens = &n_tok;
+    io.top_k = K;
+    io.x = x;
+    io.ids = ids;
+    io.w = w;
+    io.out = out;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+    moe_ref(&L, H, I, T, K, x, ids, w, ref);
+    double num = 0, den = 0;
+    for (int i = 0; i < T * H; i++) {
+        num += (double)(out[i] - ref[i]) * (out[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    kt_moe_backend_free(moe);
+    for (int e = 0; e < E; e++) {
+        free(L.g[e]); free(L.u[e]); free(L.d[e]);
+        free(L.gf[e]); free(L.uf[e]); free(L.df[e]);
+    }
+    free(x); free(out); free(ref); free(ids); free(w);
+    return sqrt(num / den);
+}
+
+static void test_backend_types(void **state)
+{
+    (void)state;
+    const uint64_t caps[3] = {0, KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C, ~UINT64_C(0)};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        kt_type t = all_types[ti];
+        /* the F32 reference uses the exact activations: the error is the
+         * partner's rounding of x and h (8 bits), none for float weights */
+        double tol = kt__ggml_act_section(t) == KT__GGML_ACT_F32 ? 1e-5 : 0.02;
+        for (int c = 0; c < 3; c++) {
+            double err = run_layer(t, t, c == 2 ? 21 : 1, caps[c], 2);
+            if (err > tol) {
+                fprintf(stderr, "%s cap %d: rel rms err %g > %g\n", kt_type_name(t), c, err,
+                        tol);
+                fail();
+            }
+        }
+    }
+}
+
+static void test_backend_mixed(void **state)
+{
+    (void)state;
+    /* Q4_K_M: Q4_K gate/up, Q6_K down; Q8_0 with a K-type down; decode + prefill */
+    assert_true(run_layer(KT_TYPE_Q4_K, KT_TYPE_Q6_K, 1, ~UINT64_C(0), 2) < 0.02);
+    assert_true(run_layer(KT_TYPE_Q4_K, KT_TYPE_Q6_K, 37, ~UINT64_C(0), 2) < 0.02);
+    assert_true(run_layer(KT_TYPE_Q8_0, KT_TYPE_Q5_K, 9, ~UINT64_C(0), 1) < 0.02);
+    assert_true(run_layer(KT_TYPE_Q4_1, KT_TYPE_IQ4_NL, 5, 0, 2) < 0.02);
+}
+
+static void test_bad_types(void **state)
+{
+    (void)state;
+    uint8_t buf[4096] = {0};
+    const void *p[1] = {buf};
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    d.method = KT_METHOD_LLAMAFILE;
+    d.hidden = 64;  /* not a multiple of 256 */
+    d.intermediate = 32;
+    d.n_experts = 1;
+    d.top_k = 1;
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+    lw.gate = lw.up = lw.down = p;
+    kt_moe_backend *moe = NULL;
+    /* types left unset */
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, NULL), KT_ERR_INVALID_ARG);
+    assert_non_null(strstr(kt_last_error(), "gate_type"));
+    lw.gate_type = lw.up_type = KT_TYPE_Q4_K;
+    lw.down_type = KT_TYPE_Q8_0;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, NULL), KT_ERR_INVALID_ARG);
+    assert_non_null(strstr(kt_last_error(), "Q4_K"));
+    lw.gate_type = lw.up_type = KT_TYPE_Q8_K; /* activation-only type */
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, NULL), KT_ERR_INVALID_ARG);
+    assert_null(moe);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels),
+        cmocka_unit_test(test_backend_types),
+        cmocka_unit_test(test_backend_mixed),
+        cmocka_unit_test(test_bad_types),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
