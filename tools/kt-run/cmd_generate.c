@@ -533,6 +533,8 @@ int cmd_generate(int argc, char **argv)
     }
     rc = interrupted ? 130 : 0; /* as a shell reports a job ended by SIGINT */
 done:
+    if (ts.color && ts.in_think && ts.opened)
+        fputs("\033[0m", stdout); /* an error inside a dimmed block: undim the terminal */
     if (sig_set)
         sigaction(SIGINT, &old_sa, NULL);
     free(ts.hold);
