@@ -87,6 +87,12 @@ typedef struct gemm_moe gemm_moe;
 gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_sets,
                           const uint16_t *const *gate, const uint16_t *const *up,
                           const uint16_t *const *down);
+/* Reorders every expert's weights once into the layout oneDNN prefers for
+ * m_hint rows (as an engine would at load time; needs as much memory again)
+ * and runs on those copies from then on. False on failure (gemm_last_error). */
+bool gemm_moe_pack(gemm_moe *g, int32_t m_hint);
+/* oneDNN's implementation name of the first primitive run ("brg:avx512_core_bf16"). */
+const char *gemm_moe_impl(const gemm_moe *g);
 /* Seconds for one layer pass with the given per-expert token counts; -1 on error. */
 double gemm_moe_run(gemm_moe *g, int set, const int32_t *counts);
 void gemm_moe_free(gemm_moe *g);

@@ -122,8 +122,21 @@ static void matmul_free(matmul *m)
 /* dst[m][n] = src[m][k] x wei[k][n]; `wei_tag` is dnnl_ba for weights stored
  * [n][k] (the Hugging Face [out][in] layout) or dnnl_format_tag_any (packed).
  * `wei_handle` NULL: oneDNN allocates the weights. */
+static bool matmul_init_md(matmul *mm, gemm_kind kind, int64_t m, int64_t n, int64_t k,
+                           dnnl_format_tag_t wei_tag, const dnnl_memory_desc_t *wei_md,
+                           void *wei_handle);
+
 static bool matmul_init(matmul *mm, gemm_kind kind, int64_t m, int64_t n, int64_t k,
                         dnnl_format_tag_t wei_tag, void *wei_handle)
+{
+    return matmul_init_md(mm, kind, m, n, k, wei_tag, NULL, wei_handle);
+}
+
+/* As matmul_init, with the weights in the given (e.g. blocked) layout when
+ * wei_md is not NULL. */
+static bool matmul_init_md(matmul *mm, gemm_kind kind, int64_t m, int64_t n, int64_t k,
+                           dnnl_format_tag_t wei_tag, const dnnl_memory_desc_t *wei_md,
+                           void *wei_handle)
 {
     memset(mm, 0, sizeof *mm);
     dnnl_data_type_t st = kind == GEMM_BF16 ? dnnl_bf16 : dnnl_u8;
@@ -135,7 +148,8 @@ static bool matmul_init(matmul *mm, gemm_kind kind, int64_t m, int64_t n, int64_
     if (dnnl_memory_desc_init_by_tag(&smd, 2, sd, st, dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&wmd, 2, wd, wt, wei_tag) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&dmd, 2, dd, dt, dnnl_ab) != dnnl_success ||
-        dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd) != dnnl_success) {
+        dnnl_matmul_desc_init(&desc, &smd, wei_md ? wei_md : &wmd, NULL, &dmd) !=
+            dnnl_success) {
         set_error("oneDNN: bad matmul shape %lldx%lldx%lld", (long long)m, (long long)n,
                   (long long)k);
         return false;
@@ -244,6 +258,12 @@ struct gemm_moe {
     int32_t n_experts;
     int n_sets;
     const uint16_t *const *w_gate, *const *w_up, *const *w_down;   /* [n_sets * E] */
+    /* packed: every weight reordered once into oneDNN's preferred layout */
+    bool packed;
+    dnnl_memory_desc_t md_gate_up, md_down;
+    void **p_gate, **p_up, **p_down;   /* [n_sets * E], oneDNN-allocated copies */
+    dnnl_memory_t *p_mem;              /* [3 * n_sets * E] owners of those copies  */
+    const char *impl;
     int32_t max_m;
     matmul *gate_up;   /* [max_m + 1]: [m][H] x [H][I], created on first use */
     matmul *down;      /* [max_m + 1]: [m][I] x [I][H]                       */
@@ -270,6 +290,92 @@ gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_set
     return g;
 }
 
+/* The layout oneDNN prefers for [K][N] BF16 weights at m rows. */
+static bool preferred_md(int64_t m, int64_t n, int64_t k, dnnl_memory_desc_t *out)
+{
+    matmul probe;
+    if (!matmul_init_md(&probe, GEMM_BF16, m, n, k, dnnl_format_tag_any, NULL, NULL))
+        return false;
+    *out = *dnnl_primitive_desc_query_md(probe.pd, dnnl_query_weights_md, 0);
+    matmul_free(&probe);
+    return true;
+}
+
+/* dst (layout md) = src ([n][k] plain BF16) through a oneDNN reorder. */
+static bool reorder_into(const void *src, int64_t n, int64_t k, const dnnl_memory_desc_t *md,
+                         dnnl_memory_t *dst)
+{
+    dnnl_dims_t wd = {k, n};
+    dnnl_memory_desc_t plain;
+    dnnl_memory_t from = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t prim = NULL;
+    bool ok = dnnl_memory_desc_init_by_tag(&plain, 2, wd, dnnl_bf16, dnnl_ba) == dnnl_success &&
+              dnnl_memory_create(&from, &plain, engine, (void *)src) == dnnl_success &&
+              dnnl_memory_create(dst, md, engine, DNNL_MEMORY_ALLOCATE) == dnnl_success &&
+              dnnl_reorder_primitive_desc_create(&pd, &plain, engine, md, engine, NULL) ==
+                  dnnl_success &&
+              dnnl_primitive_create(&prim, pd) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, *dst}};
+        ok = dnnl_primitive_execute(prim, stream, 2, args) == dnnl_success &&
+             dnnl_stream_wait(stream) == dnnl_success;
+    }
+    if (prim)
+        dnnl_primitive_destroy(prim);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (from)
+        dnnl_memory_destroy(from);
+    if (!ok)
+        set_error("oneDNN: cannot reorder weights into the packed layout");
+    return ok;
+}
+
+bool gemm_moe_pack(gemm_moe *g, int32_t m_hint)
+{
+    size_t total = (size_t)g->n_sets * (size_t)g->n_experts;
+    if (!preferred_md(m_hint, g->inter, g->h, &g->md_gate_up) ||
+        !preferred_md(m_hint, g->h, g->inter, &g->md_down))
+        return false;
+    g->p_gate = calloc(total, sizeof *g->p_gate);
+    g->p_up = calloc(total, sizeof *g->p_up);
+    g->p_down = calloc(total, sizeof *g->p_down);
+    g->p_mem = calloc(3 * total, sizeof *g->p_mem);
+    if (!g->p_gate || !g->p_up || !g->p_down || !g->p_mem) {
+        set_error("out of memory");
+        return false;
+    }
+    /* Aliased slots (the same pointer for several experts) are packed once. */
+    for (size_t i = 0; i < total; i++) {
+        size_t same = i;
+        for (size_t j = 0; j < i && same == i; j++)
+            if (g->w_gate[j] == g->w_gate[i])
+                same = j;
+        if (same != i) {
+            g->p_gate[i] = g->p_gate[same];
+            g->p_up[i] = g->p_up[same];
+            g->p_down[i] = g->p_down[same];
+            continue;
+        }
+        dnnl_memory_t *mem = g->p_mem + 3 * i;
+        if (!reorder_into(g->w_gate[i], g->inter, g->h, &g->md_gate_up, &mem[0]) ||
+            !reorder_into(g->w_up[i], g->inter, g->h, &g->md_gate_up, &mem[1]) ||
+            !reorder_into(g->w_down[i], g->h, g->inter, &g->md_down, &mem[2]))
+            return false;
+        dnnl_memory_get_data_handle(mem[0], &g->p_gate[i]);
+        dnnl_memory_get_data_handle(mem[1], &g->p_up[i]);
+        dnnl_memory_get_data_handle(mem[2], &g->p_down[i]);
+    }
+    g->packed = true;
+    return true;
+}
+
+const char *gemm_moe_impl(const gemm_moe *g)
+{
+    return g->impl ? g->impl : "?";
+}
+
 static bool ensure_m(gemm_moe *g, int32_t m)
 {
     if (m > g->max_m) {
@@ -290,12 +396,18 @@ static bool ensure_m(gemm_moe *g, int32_t m)
     if (g->gate_up[m].prim)
         return true;
     /* The weight handle is swapped per expert at run time; start with expert 0. */
-    if (!matmul_init(&g->gate_up[m], GEMM_BF16, m, g->inter, g->h, dnnl_ba, (void *)g->w_gate[0]))
+    if (!matmul_init_md(&g->gate_up[m], GEMM_BF16, m, g->inter, g->h, dnnl_ba,
+                        g->packed ? &g->md_gate_up : NULL,
+                        g->packed ? g->p_gate[0] : (void *)g->w_gate[0]))
         return false;
-    if (!matmul_init(&g->down[m], GEMM_BF16, m, g->h, g->inter, dnnl_ba, (void *)g->w_down[0])) {
+    if (!matmul_init_md(&g->down[m], GEMM_BF16, m, g->h, g->inter, dnnl_ba,
+                        g->packed ? &g->md_down : NULL,
+                        g->packed ? g->p_down[0] : (void *)g->w_down[0])) {
         matmul_free(&g->gate_up[m]);
         return false;
     }
+    if (!g->impl)
+        g->impl = g->gate_up[m].impl;
     /* First executions allocate scratchpads and touch buffers: keep them untimed. */
     return matmul_exec(&g->gate_up[m]) && matmul_exec(&g->down[m]);
 }
@@ -323,9 +435,11 @@ double gemm_moe_run(gemm_moe *g, int set, const int32_t *counts)
             continue;
         /* gate and up share the [m][H] x [H][I] primitive; down is [m][I] x [I][H].
          * (The activation between them is negligible next to the matmuls.) */
-        if (!run_with(&g->gate_up[m], g->w_gate[base + e]) ||
-            !run_with(&g->gate_up[m], g->w_up[base + e]) ||
-            !run_with(&g->down[m], g->w_down[base + e])) {
+        const void *wg = g->packed ? g->p_gate[base + e] : g->w_gate[base + e];
+        const void *wu = g->packed ? g->p_up[base + e] : g->w_up[base + e];
+        const void *wd = g->packed ? g->p_down[base + e] : g->w_down[base + e];
+        if (!run_with(&g->gate_up[m], wg) || !run_with(&g->gate_up[m], wu) ||
+            !run_with(&g->down[m], wd)) {
             set_error("oneDNN: matmul execution failed");
             return -1;
         }
@@ -343,6 +457,14 @@ void gemm_moe_free(gemm_moe *g)
     }
     free(g->gate_up);
     free(g->down);
+    if (g->p_mem)
+        for (size_t i = 0; i < 3 * (size_t)g->n_sets * (size_t)g->n_experts; i++)
+            if (g->p_mem[i])
+                dnnl_memory_destroy(g->p_mem[i]);
+    free(g->p_mem);
+    free(g->p_gate);
+    free(g->p_up);
+    free(g->p_down);
     free(g);
 }
 
@@ -375,6 +497,14 @@ double gemm_moe_run(gemm_moe *g, int set, const int32_t *counts)
 void gemm_moe_free(gemm_moe *g)
 {
     (void)g;
+}
+bool gemm_moe_pack(gemm_moe *g, int32_t m_hint)
+{
+    return false;
+}
+const char *gemm_moe_impl(const gemm_moe *g)
+{
+    return "none";
 }
 static double measure_tag(gemm_kind kind, int64_t m, int64_t n, int64_t k, int reps, int tag,
                           const char **impl)

@@ -293,6 +293,7 @@ typedef struct run_cfg {
     int64_t stream_mib;
     uint64_t seed;
     bool onednn;
+    bool onednn_packed;    /* oneDNN on weights reordered to its layout */
 } run_cfg;
 
 typedef struct row {
@@ -486,16 +487,10 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
 }
 
 /* oneDNN BF16 over the same shapes and routing sequence (same seed per T). */
-static bool time_onednn(const run_cfg *c, const weight_set *ws, io_bufs *io, int64_t t,
-                        double *tflops)
+static bool time_onednn(const run_cfg *c, gemm_moe *g, const weight_set *ws, io_bufs *io,
+                        int64_t t, double *tflops)
 {
     const model_shape *m = c->model;
-    gemm_moe *g = gemm_moe_create(m->h, m->inter, m->n_experts, (int)ws->n_layers,
-                                  (const uint16_t *const *)ws->ptr[0],
-                                  (const uint16_t *const *)ws->ptr[1],
-                                  (const uint16_t *const *)ws->ptr[2]);
-    if (!g)
-        return false;
     uint64_t s = c->seed ^ (uint64_t)t * 0x2545f4914f6cdd1dull;
     int warm = t <= 16 ? (int)ws->n_layers : 1;
     double busy = 0;
@@ -507,7 +502,7 @@ static bool time_onednn(const run_cfg *c, const weight_set *ws, io_bufs *io, int
               io->slot_seen);
         double dt = gemm_moe_run(g, (int)layer, io->counts);
         if (dt < 0) {
-            gemm_moe_free(g);
+            free(tfl.v);
             return false;
         }
         if (call < warm)
@@ -520,7 +515,6 @@ static bool time_onednn(const run_cfg *c, const weight_set *ws, io_bufs *io, int
         if (busy >= c->min_time && calls >= 3 && calls >= (t <= 16 ? ws->n_layers : 1))
             break;
     }
-    gemm_moe_free(g);
     *tflops = rates_median(&tfl);
     free(tfl.v);
     return true;
@@ -678,6 +672,10 @@ static void moe_usage(FILE *f)
             "  --min-time S       seconds of timed calls per row (default 1.0)\n"
             "  --mem-fraction F   share of available RAM for weights (default 0.4)\n"
             "  --stream-size MIB  stream read buffer (default 1024)\n"
+            "  --onednn-weights W packed (default): oneDNN runs on a copy of the weights\n"
+            "                     reordered once into its preferred layout, as an engine\n"
+            "                     would at load time; plain: on the [out][in] BF16\n"
+            "                     matrices as stored\n"
             "  --no-onednn        skip the oneDNN comparison\n"
             "  --seed N           routing and weight seed (default 1)\n"
             "  --json FILE        write every row as JSON (method, shape, T, GB/s, stream\n"
@@ -730,6 +728,7 @@ int cmd_moe(int argc, char **argv)
     c.stream_mib = 1024;
     c.seed = 1;
     c.onednn = true;
+    c.onednn_packed = true;
     int64_t threads = 0, seed = 1;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -794,6 +793,16 @@ int cmd_moe(int argc, char **argv)
             if (bad || !opt_parse_i64(BENCH_TOOL, "--seed", v, 0, INT64_MAX, &seed))
                 return 2;
             c.seed = (uint64_t)seed;
+        } else if (opt_match(argc, argv, &i, "--onednn-weights", true, &v, &bad)) {
+            if (bad)
+                return 2;
+            if (!strcmp(v, "packed") || !strcmp(v, "plain")) {
+                c.onednn_packed = !strcmp(v, "packed");
+            } else {
+                fprintf(stderr, "kt-bench moe: --onednn-weights: '%s' is not packed or plain\n",
+                        v);
+                return 2;
+            }
         } else if (opt_match(argc, argv, &i, "--no-onednn", false, &v, &bad)) {
             c.onednn = false;
         } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
@@ -867,26 +876,43 @@ int cmd_moe(int argc, char **argv)
         int64_t n_slots;
         char note[256];
         weight_set ws;
-        if (!plan_memory(&c, &hw, &lay, &n_layers, &n_slots, note, sizeof note) ||
+        run_cfg plan = c;
+        if (c.onednn_packed)
+            plan.mem_fraction /= 2;   /* the packed copy needs as much again */
+        gemm_moe *g = NULL;
+        if (!plan_memory(&plan, &hw, &lay, &n_layers, &n_slots, note, sizeof note) ||
             !weight_set_alloc(&ws, team, KT_METHOD_BF16, m, n_layers, n_slots, c.seed + 99)) {
             fprintf(stderr, "kt-bench moe: oneDNN: cannot allocate its BF16 weights\n");
             rc = 1;
+        } else if (gemm_set_threads(c.threads),
+                   !(g = gemm_moe_create(m->h, m->inter, m->n_experts, (int)ws.n_layers,
+                                         (const uint16_t *const *)ws.ptr[0],
+                                         (const uint16_t *const *)ws.ptr[1],
+                                         (const uint16_t *const *)ws.ptr[2])) ||
+                   (c.onednn_packed &&
+                    !gemm_moe_pack(g, 32))) {   /* a typical prefill m */
+            fprintf(stderr, "kt-bench moe: oneDNN: %s\n", gemm_last_error());
+            gemm_moe_free(g);
+            weight_set_free(&ws);
+            rc = 1;
         } else {
-            gemm_set_threads(c.threads);
-            printf("oneDNN BF16 matmul per expert (%d threads), same shapes and routing:\n",
-                   c.threads);
+            printf("oneDNN BF16 matmul per expert (%d threads, %s weights, %u layers), same "
+                   "shapes and routing:\n", c.threads, c.onednn_packed ? "packed" : "plain",
+                   ws.n_layers);
             for (int i = 0; i < c.n_tokens; i++) {
                 double tf;
-                if (!time_onednn(&c, &ws, &io, c.tokens[i], &tf)) {
+                if (!time_onednn(&c, g, &ws, &io, c.tokens[i], &tf)) {
                     fprintf(stderr, "kt-bench moe: oneDNN: %s\n", gemm_last_error());
                     rc = 1;
                     break;
                 }
-                printf("  T=%-5lld %8.4f TFLOP/s\n", (long long)c.tokens[i], tf);
+                printf("  T=%-5lld %8.4f TFLOP/s  [%s]\n", (long long)c.tokens[i], tf,
+                       gemm_moe_impl(g));
                 for (int r = 0; r < n_rows; r++)
                     if (rows[r].t == c.tokens[i])
                         rows[r].onednn_tflops = tf;
             }
+            gemm_moe_free(g);
             weight_set_free(&ws);
         }
     }
