@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "kt/core.h"
+#include "kt/types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,10 +63,16 @@ typedef struct kt_convert_options {
     void *progress_user_data;
     kt_convert_layer_fn layer_fn;    /* may be NULL                                       */
     void *layer_user_data;
+    /* KT_METHOD_LLAMAFILE: the ggml block type of every routed expert (KT_TYPE_Q4_K,
+     * _Q8_0, ...); output_dir is then the path of ONE .gguf file with tensors
+     * blk.N.ffn_{gate,up,down}_exps.weight (ne {in, out, E}, as llama.cpp names
+     * them), read in place by --kt-method LLAMAFILE --kt-weight-path FILE. Since 0.1. */
+    int32_t gguf_type;
 } kt_convert_options;
 
 #define KT_CONVERT_OPTIONS_INIT \
-    { (uint32_t)sizeof(kt_convert_options), 0u, KT_METHOD_NONE, 0u, 0, 0, NULL, NULL, NULL, NULL }
+    { (uint32_t)sizeof(kt_convert_options), 0u, KT_METHOD_NONE, 0u, 0, 0, NULL, NULL, NULL, NULL, \
+      KT_TYPE_INVALID }
 
 typedef struct kt_convert_report {
     uint32_t struct_size;            /* sizeof(kt_convert_report)                         */

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "convert_gguf.h"
 #include "cpu_weights.h"
 #include "io/convert_types.h"
 #include "io/safetensors.h"
@@ -64,6 +65,11 @@ static kt_status view_row_f32(const kt_tensor_view *v, uint64_t r, float *out)
                      "%s: stored as %s; kt-convert reads BF16, F16, F32 and FP8 checkpoints "
                      "(INT4 ones run as they are with --kt-method RAWINT4)",
                      v->name, kt_storage_name((kt_storage)v->storage));
+}
+
+kt_status kt__convert_row_f32(const kt_tensor_view *v, uint64_t r, float *out)
+{
+    return view_row_f32(v, r, out);
 }
 
 /* ---- quantizers (one output row at a time) ------------------------------ */
@@ -443,9 +449,11 @@ kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_d
         return st;
     if (o.flags & ~(KT_CONVERT_F_RESUME | KT_CONVERT_F_VERIFY))
         return kt__error(KT_ERR_INVALID_ARG, "kt_convert_options: unknown flags 0x%x", o.flags);
+    if (o.method == KT_METHOD_LLAMAFILE) /* GGUF of the routed experts (convert_gguf.c) */
+        return kt__convert_gguf(rt, input_dir, output_dir, &o, report);
     if (o.method != KT_METHOD_AMXINT8 && o.method != KT_METHOD_AMXINT4)
         return kt__error(KT_ERR_INVALID_ARG,
-                         "kt_convert: method must be AMXINT8 or AMXINT4 (got %s)",
+                         "kt_convert: method must be AMXINT8, AMXINT4 or LLAMAFILE (got %s)",
                          kt_method_name((kt_method)o.method) ? kt_method_name((kt_method)o.method)
                                                              : "none");
     uint32_t group = o.method == KT_METHOD_AMXINT4 ? (o.group_size ? o.group_size : 32) : 0;

@@ -9,7 +9,7 @@
  * that is missing here.
  */
 /* kt/convert.h */
-KT_ABI_TAGGED(kt_convert_options, 56)
+KT_ABI_TAGGED(kt_convert_options, 64)
 KT_ABI_TAGGED(kt_convert_report, 40)
 /* kt/core.h */
 KT_ABI_TAGGED(kt_runtime_options, 32)

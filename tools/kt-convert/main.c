@@ -16,6 +16,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kt-convert --input MODEL_DIR --output OUT_DIR --method int8|int4\n"
+            "       kt-convert --input MODEL_DIR --output FILE.gguf --method gguf:TYPE\n"
             "                  [--group-size G] [--threads N] [--resume] [--verify] [--quiet]\n"
             "\n"
             "Quantizes the routed experts of a Hugging Face checkpoint (BF16, F16, F32 or\n"
@@ -29,6 +30,10 @@ static void usage(FILE *f)
             "  --output DIR       where the layer files go (created if missing)\n"
             "  --method M         int8 (AMXINT8: per-row INT8) or int4 (AMXINT4: INT4 with a\n"
             "                     scale per group of inputs, chosen to minimise the error)\n"
+            "                     gguf:TYPE (LLAMAFILE): one GGUF file of the routed experts in\n"
+            "                     a ggml type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
+            "                     IQ4_NL IQ4_XS BF16 F16 F32), ggml's reference quantizers; run\n"
+            "                     with --kt-method LLAMAFILE --kt-weight-path FILE.gguf\n"
             "  --group-size G     AMXINT4 inputs per scale (default and, for now, only 32)\n"
             "  --threads N        worker threads (default: physical cores)\n"
             "  --resume           keep layer files an earlier, interrupted run finished\n"
@@ -91,6 +96,20 @@ static void on_layer(uint32_t layer, double rel_rms, uint64_t bytes, int32_t res
     fflush(stdout);
 }
 
+/* "Q4_K" (any case) -> KT_TYPE_Q4_K; KT_TYPE_INVALID if not a GGUF expert type. */
+static int32_t gguf_type_named(const char *name)
+{
+    static const kt_type types[] = {
+        KT_TYPE_Q4_0, KT_TYPE_Q4_1, KT_TYPE_Q5_0, KT_TYPE_Q5_1, KT_TYPE_Q8_0,
+        KT_TYPE_Q2_K, KT_TYPE_Q3_K, KT_TYPE_Q4_K, KT_TYPE_Q5_K, KT_TYPE_Q6_K,
+        KT_TYPE_IQ4_NL, KT_TYPE_IQ4_XS, KT_TYPE_BF16, KT_TYPE_F16, KT_TYPE_F32,
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (kt_type_name(types[i]) && !strcasecmp(kt_type_name(types[i]), name))
+            return types[i];
+    return KT_TYPE_INVALID;
+}
+
 int main(int argc, char **argv)
 {
     const char *input = NULL, *output = NULL, *method = NULL;
@@ -139,8 +158,16 @@ int main(int argc, char **argv)
         co.method = KT_METHOD_AMXINT8;
     else if (!strcasecmp(method, "int4") || !strcasecmp(method, "amxint4"))
         co.method = KT_METHOD_AMXINT4;
-    else {
-        fprintf(stderr, "%s: --method: '%s' is not int8 or int4\n", TOOL, method);
+    else if (!strncasecmp(method, "gguf:", 5)) {
+        co.method = KT_METHOD_LLAMAFILE;
+        co.gguf_type = gguf_type_named(method + 5);
+        if (co.gguf_type == KT_TYPE_INVALID) {
+            fprintf(stderr, "%s: --method: '%s' is not a GGUF expert type (try --help)\n",
+                    TOOL, method + 5);
+            return 2;
+        }
+    } else {
+        fprintf(stderr, "%s: --method: '%s' is not int8, int4 or gguf:TYPE\n", TOOL, method);
         return 2;
     }
     progress p = {isatty(2), quiet, now(), 0, 0.0};

@@ -1,0 +1,18 @@
+/* kt_convert() with KT_METHOD_LLAMAFILE: the routed experts of a checkpoint as
+ * a GGUF file (lib/convert/convert_gguf.c). Internal. */
+#ifndef KT_CONVERT_GGUF_H
+#define KT_CONVERT_GGUF_H
+
+#include "kt/convert.h"
+#include "kt/model.h"
+
+/* Row r of an expert weight view as F32 (plain floats or FP8 blocks), from convert.c. */
+kt_status kt__convert_row_f32(const kt_tensor_view *v, uint64_t r, float *out);
+
+/* Writes output_path (a .gguf file) with tensors blk.N.ffn_{gate,up,down}_exps.weight
+ * ([E][I][H], [E][I][H], [E][H][I] as ggml ne = {in, out, E}) in o->gguf_type for
+ * every MoE layer N of the model in input_dir. */
+kt_status kt__convert_gguf(kt_runtime *rt, const char *input_dir, const char *output_path,
+                           const kt_convert_options *o, kt_convert_report *report);
+
+#endif /* KT_CONVERT_GGUF_H */
