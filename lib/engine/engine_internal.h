@@ -209,6 +209,7 @@ struct kt_context {
     int32_t *moe_index;     /* [n_layer] backend layer, -1 for dense layers */
     kt_method moe_method;
     struct kt__cpu_weights *cpu_weights; /* kt-convert files mapped for the backend, or NULL */
+    struct kt_gguf *gguf_experts; /* LLAMAFILE: the GGUF mapped for the backend, or NULL */
     bool moe_shared_folded; /* the shared expert is the backend's expert E */
 
     /* routing observers (observe.c); borrowed, NULL when detached */
@@ -229,6 +230,11 @@ struct kt_context {
 kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools,
                            const char *weight_path);
 void kt__experts_free(kt_context *ctx);
+/* experts_gguf.c: LLAMAFILE experts from a GGUF file (weight_path ending in .gguf). */
+bool kt__experts_path_is_gguf(const char *path);
+kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threads,
+                                int32_t n_pools, const char *path);
+void kt__experts_gguf_free(kt_context *ctx);
 /* out[T][H] = Σ_{j<k} w[t][j] · FFN_{ids[t][j]}(x[t]) for one MoE layer. */
 kt_status kt__experts_forward(kt_context *ctx, int32_t layer, const float *x, int32_t T,
                               const int32_t *ids, const float *w, int32_t k, float *out);

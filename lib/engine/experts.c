@@ -130,6 +130,11 @@ done:
 kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools,
                            const char *weight_path)
 {
+    if (weight_path && (method == KT_METHOD_LLAMAFILE || kt__experts_path_is_gguf(weight_path)))
+        return kt__experts_gguf_init(ctx, method, n_threads, n_pools, weight_path);
+    if (method == KT_METHOD_LLAMAFILE)
+        return kt__error(KT_ERR_INVALID_ARG, "engine: --kt-method LLAMAFILE reads the experts "
+                         "from a GGUF file: pass --kt-weight-path FILE.gguf");
     if (weight_path)
         return converted_init(ctx, method, n_threads, n_pools, weight_path);
     const kt__hparams *hp = &ctx->hp;
@@ -300,6 +305,7 @@ void kt__experts_free(kt_context *ctx)
     ctx->moe = NULL;
     kt__cpu_weights_close(ctx->cpu_weights); /* after the backend: it reads the mappings */
     ctx->cpu_weights = NULL;
+    kt__experts_gguf_free(ctx);
     kt__free(ctx->moe_index);
     ctx->moe_index = NULL;
 }
