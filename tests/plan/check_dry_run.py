@@ -34,6 +34,11 @@ CASES = [
      ["--dry-run", "kimi-k2-thinking", "--hw-ram", "125G", "--hw-cores", "16", "--hw-gpus",
       "0", "--models-dir", "/nonexistent-models"], 1,
      "needs 609 GB of RAM, this machine has 125 GB"),
+    ("unknown_alias", ["--dry-run", "kimi-k3"] + HW, 1, "unknown model 'kimi-k3' (known: "),
+    ("too_many_gpu_experts", ["plan", "qwen3-30b-a3b", "--kt-num-gpu-experts", "200"] + HW, 2,
+     "the model has 128 experts per layer"),
+    ("two_budgets", ["plan", "m2.1", "--kt-num-gpu-experts", "2", "--kt-gpu-experts-ratio",
+                     "0.5"] + HW, 2, "at most one of"),
 ]
 
 

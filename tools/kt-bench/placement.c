@@ -258,6 +258,86 @@ static score score_dynamic(const token_routes *r, kt_placement *p, const kt_expe
     return s;
 }
 
+/* ---- from statistics files only ---------------------------------------------------- */
+
+/* Scores static strategies against recorded counts (no trace: no dynamic
+ * replay); frequency comes from a separate calibration file when given. */
+static int stats_only(const char *eval_path, const char *calib_path, const double *budgets,
+                      int n_budgets, uint64_t expert_bytes, uint64_t seed)
+{
+    kt_expert_stats *ev = NULL, *cal = NULL;
+    int rc = 1;
+    uint8_t *moe = NULL;
+    if (kt_expert_stats_load(&ev, eval_path) < 0 ||
+        (calib_path && kt_expert_stats_load(&cal, calib_path) < 0)) {
+        fprintf(stderr, TOOL ": %s\n", kt_last_error());
+        goto done;
+    }
+    const uint32_t L = kt_expert_stats_n_layers(ev), E = kt_expert_stats_n_experts(ev);
+    if (cal && (kt_expert_stats_n_layers(cal) != L || kt_expert_stats_n_experts(cal) != E)) {
+        fprintf(stderr, TOOL ": %s and %s have different shapes\n", eval_path, calib_path);
+        goto done;
+    }
+    moe = calloc(L, 1);
+    if (!moe)
+        goto done;
+    double pairs = 0;
+    uint32_t n_moe = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        double row = 0;
+        for (uint32_t e = 0; e < E; e++)
+            row += kt_expert_stats_count(ev, l, e);
+        moe[l] = row > 0; /* layers that routed anything */
+        n_moe += moe[l];
+        pairs += row;
+    }
+    uint64_t tokens = kt_expert_stats_tokens(ev);
+    if (!n_moe || !tokens) {
+        fprintf(stderr, TOOL ": %s: no tokens or no counts\n", eval_path);
+        goto done;
+    }
+    double per_token = pairs / (double)tokens;
+    printf("placement from statistics: %s, %llu tokens, %u MoE layers x %u experts, %.2f routed "
+           "pairs per token\n\n| budget | uniform | front-loading | random |%s oracle |\n"
+           "|---|---|---|---|%s---|\n",
+           eval_path, (unsigned long long)tokens, n_moe, E, per_token,
+           cal ? " frequency |" : "", cal ? "---|" : "");
+    for (int b = 0; b < n_budgets; b++) {
+        printf("| %g%% |", budgets[b] * 100);
+        static const int32_t strategies[] = {KT_PLACEMENT_UNIFORM, KT_PLACEMENT_FRONT_LOADING,
+                                             KT_PLACEMENT_RANDOM, KT_PLACEMENT_FREQUENCY,
+                                             KT_PLACEMENT_FREQUENCY};
+        for (int s = 0; s < 5; s++) {
+            if (s == 3 && !cal)
+                continue;
+            kt_placement_options po = KT_PLACEMENT_OPTIONS_INIT;
+            po.budget = KT_BUDGET_RATIO;
+            po.ratio = budgets[b];
+            po.seed = seed;
+            po.strategy = strategies[s];
+            po.stats = s == 3 ? cal : ev;
+            kt_placement *p = NULL;
+            if (kt_placement_create(&p, L, E, moe, &po) < 0) {
+                fprintf(stderr, TOOL ": %s\n", kt_last_error());
+                goto done;
+            }
+            double cov = kt_placement_coverage(p, ev);
+            kt_placement_free(p);
+            printf(" %.1f%% (%.2f) |", cov * 100,
+                   (1 - cov) * per_token * (double)expert_bytes / 1e6);
+        }
+        printf("\n");
+    }
+    printf("\nCPU MB read per token in brackets (%.3f MB per expert)%s\n",
+           (double)expert_bytes / 1e6, cal ? "; frequency from the calibration file" : "");
+    rc = 0;
+done:
+    free(moe);
+    kt_expert_stats_free(ev);
+    kt_expert_stats_free(cal);
+    return rc;
+}
+
 /* ---- the command ----------------------------------------------------------------- */
 
 enum { S_UNIFORM, S_FRONT, S_RANDOM, S_FREQ, S_FILE, S_DYN, S_FREQ_DYN, S_ORACLE, N_STRAT };
@@ -268,7 +348,7 @@ static const char *const strat_names[N_STRAT] = {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kt-bench placement (--model DIR | --trace FILE) [OPTIONS]\n"
+            "usage: kt-bench placement (--model DIR | --trace FILE | --stats FILE) [OPTIONS]\n"
             "\n"
             "Replays routing traces: per strategy and GPU budget, the share of routed\n"
             "(token, expert) pairs the GPU serves and the expert bytes the CPU reads per token.\n"
@@ -278,7 +358,9 @@ static void usage(FILE *f)
             "  --ids-tensor NAME  I32 tensor holding them (default heldout_ids)\n"
             "  --trace FILE       replay a saved trace (kt_route_trace_save format)\n"
             "  --trace-out FILE   save the recorded trace\n"
-            "  --stats FILE       also score `frequency` from this statistics file (JSON/.npy)\n"
+            "  --stats FILE       also score `frequency` from this statistics file (JSON/.npy);\n"
+            "                     alone: score static strategies against its counts\n"
+            "  --calib-stats FILE with --stats alone: `frequency` from these counts\n"
             "  --stats-out FILE   save the calibration part's statistics (JSON)\n"
             "  --calib X          share of tokens used for calibration (default 0.5)\n"
             "  --budgets LIST     GPU shares of routed experts in percent (default 10,...,90)\n"
@@ -292,6 +374,7 @@ int cmd_placement(int argc, char **argv)
 {
     const char *model = NULL, *ids_path = NULL, *tensor = "heldout_ids", *trace_path = NULL;
     const char *trace_out = NULL, *stats_path = NULL, *stats_out = NULL, *json_path = NULL;
+    const char *calib_stats = NULL;
     const char *budgets_text = "10,20,30,40,50,60,70,80,90";
     double calib = 0.5;
     int64_t every = 8, seed = 42, expert_bytes_arg = 0;
@@ -308,6 +391,7 @@ int cmd_placement(int argc, char **argv)
                    opt_match(argc, argv, &i, "--trace-out", true, &trace_out, &bad) ||
                    opt_match(argc, argv, &i, "--stats", true, &stats_path, &bad) ||
                    opt_match(argc, argv, &i, "--stats-out", true, &stats_out, &bad) ||
+                   opt_match(argc, argv, &i, "--calib-stats", true, &calib_stats, &bad) ||
                    opt_match(argc, argv, &i, "--json", true, &json_path, &bad) ||
                    opt_match(argc, argv, &i, "--budgets", true, &budgets_text, &bad)) {
             if (bad)
@@ -330,8 +414,8 @@ int cmd_placement(int argc, char **argv)
             return 2;
         }
     }
-    if (!model == !trace_path) {
-        fprintf(stderr, TOOL ": give exactly one of --model DIR and --trace FILE\n");
+    if ((model && trace_path) || (!model && !trace_path && !stats_path)) {
+        fprintf(stderr, TOOL ": give one of --model DIR, --trace FILE or --stats FILE\n");
         return 2;
     }
     double budgets[64];
@@ -349,6 +433,9 @@ int cmd_placement(int argc, char **argv)
     }
 
     uint64_t expert_bytes = (uint64_t)expert_bytes_arg;
+    if (!model && !trace_path)
+        return stats_only(stats_path, calib_stats, budgets, n_budgets,
+                          expert_bytes ? expert_bytes : 1000000, (uint64_t)seed);
     kt_route_trace *trace = NULL;
     if (trace_path) {
         if (kt_route_trace_load(&trace, trace_path) < 0) {

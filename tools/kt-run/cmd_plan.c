@@ -86,7 +86,7 @@ typedef struct item {
 } item;
 
 typedef struct plan {
-    item items[24];
+    item items[16 + KT_ESTIMATE_MAX_GPUS];
     int n;
     char errors[1024]; /* printed after the plan */
 } plan;
@@ -105,7 +105,8 @@ static item *add(plan *p, const char *key, const char *source, const char *fmt, 
     __attribute__((format(printf, 4, 5)));
 static item *add(plan *p, const char *key, const char *source, const char *fmt, ...)
 {
-    item *it = &p->items[p->n++];
+    const int cap = (int)(sizeof p->items / sizeof p->items[0]);
+    item *it = &p->items[p->n < cap ? p->n++ : cap - 1];
     memset(it, 0, sizeof *it);
     it->key = key;
     it->source = source;
