@@ -681,6 +681,8 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
      * BF16 copy of the activations */
     uint16_t *deq = scratch; /* [4][KC_DEQ] */
     const void *Abf = (const char *)A + 2 * (size_t)K128;
+    const __m512 iota8 = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
+    const __m512i nib_shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
     for (int kc = k0; kc < k1; kc += KC_DEQ) {
         int kn = imin(KC_DEQ, k1 - kc);
         for (int n = n0; n < n1; n += 4) {
@@ -692,19 +694,17 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                     if (k % 128 == 0) /* the next tile's rows */
                         _mm_prefetch((const char *)(row + (size_t)(kc + k) / 2) + 4 * rb,
                                      _MM_HINT_T1);
-                    /* 16 bytes = 32 nibbles in input order -> 32 bytes */
-                    __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(
-                        (const __m128i *)(row + (size_t)(kc + k) / 2)));
-                    __m256i nib = _mm256_or_si256(
-                        _mm256_and_si256(b, _mm256_set1_epi16(0x0f)),
-                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0xf0)), 4));
-                    __m512 s = _mm512_set1_ps(kt__moe_bf16_f32(srow[(kc + k) / 32]));
-                    __m512i eight = _mm512_set1_epi32(8);
-                    __m512 lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-                        _mm512_cvtepu8_epi32(_mm256_castsi256_si128(nib)), eight));
-                    __m512 hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(
-                        _mm512_cvtepu8_epi32(_mm256_extracti128_si256(nib, 1)), eight));
-                    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+                    /* table (i - 8) * scale of this group; each nibble picks its
+                     * entry (vpermps reads the low 4 bits of each index) */
+                    __m512 table = _mm512_mul_ps(
+                        iota8, _mm512_set1_ps(kt__moe_bf16_f32(srow[(kc + k) / 32])));
+                    __m128i b = _mm_loadu_si128((const __m128i *)(row + (size_t)(kc + k) / 2));
+                    __m512i i0 = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)),
+                                                   nib_shift);
+                    __m512i i1 = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, b)),
+                                                   nib_shift);
+                    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_permutexvar_ps(i1, table),
+                                                     _mm512_permutexvar_ps(i0, table));
                     _mm512_storeu_si512(deq + (size_t)r * KC_DEQ + k, (__m512i)v);
                 }
             }
