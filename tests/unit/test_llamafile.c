@@ -20,7 +20,10 @@
 
 #include "../../cpu/moe_kernels.h"
 #include "../../cpu/ref/ggml_quants.h"
+#include "kt/convert.h"
+#include "kt/engine.h"
 #include "kt/hw.h"
+#include "kt/model.h"
 #include "kt/moe.h"
 #include "kt_internal.h"
 #include "moe/moe_internal.h"
@@ -307,6 +310,154 @@ static void test_bad_types(void **state)
     assert_null(moe);
 }
 
+/* ---- GGUFs written by kt_convert from the fixtures, run by the engine ---- */
+
+static char tmp_root[] = "/tmp/kt_llamafile_XXXXXX";
+
+static kt_status to_gguf(const char *model_dir, kt_type type, const char *out,
+                         kt_convert_report *rep)
+{
+    kt_convert_options co = KT_CONVERT_OPTIONS_INIT;
+    co.method = KT_METHOD_LLAMAFILE;
+    co.gguf_type = type;
+    co.n_threads = 2;
+    return kt_convert(NULL, model_dir, out, &co, rep);
+}
+
+/* Logits of tokens 1..T over the model, experts from weight_path (NULL: BF16). */
+static kt_status logits_of(const kt_model *m, const char *weight_path, int method, float *out,
+                           int T)
+{
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 64;
+    co.n_threads = 2;
+    /* the reference: the engine's own F32 experts */
+    co.precision = weight_path || method ? KT_PRECISION_FAST : KT_PRECISION_F32;
+    co.weight_path = weight_path;
+    co.method = method;
+    kt_context *ctx = NULL;
+    kt_status st = kt_context_create(&ctx, NULL, m, &co);
+    if (st < 0)
+        return st;
+    int32_t toks[32];
+    for (int t = 0; t < T; t++)
+        toks[t] = 1 + (t * 37) % 200;
+    assert_int_equal(kt_context_expert_method(ctx),
+                     weight_path ? KT_METHOD_LLAMAFILE : kt_context_expert_method(ctx));
+    st = kt_context_eval(ctx, toks, (size_t)T, out, KT_EVAL_ALL_LOGITS);
+    kt_context_free(ctx);
+    return st;
+}
+
+static void test_fixture_ggufs(void **state)
+{
+    (void)state;
+    const char *d = getenv("KT_TEST_DATA");
+    const char *fixtures[] = {"qwen3_moe_tiny", "deepseek_v3_tiny", "mixtral_tiny",
+                              "minimax_m2_tiny"};
+    /* relative L2 of all prompt logits vs the engine's F32 experts; the weights'
+     * own relative RMS error is ~0.005 (Q8_0; Q6_K falls back to Q8_0 for rows
+     * of 64), ~0.04 (Q5_0: Q4_K's fallback), ~0.09 (Q4_0); the activations'
+     * Q8 rounding and flipped near-tied routing add to it */
+    const struct { kt_type type; double tol; } types[] = {
+        {KT_TYPE_F32, 1e-3}, {KT_TYPE_BF16, 1e-3}, {KT_TYPE_F16, 1e-3}, {KT_TYPE_Q8_0, 0.02},
+        {KT_TYPE_Q6_K, 0.02}, {KT_TYPE_Q4_K, 0.08}, {KT_TYPE_Q4_0, 0.25}};
+    assert_non_null(mkdtemp(tmp_root));
+    for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/fixtures/%s/bf16/config.json", d ? d : "tests/data",
+                 fixtures[f]);
+        FILE *probe = fopen(dir, "r");
+        if (probe)
+            fclose(probe);
+        snprintf(dir, sizeof dir, "%s/fixtures/%s%s", d ? d : "tests/data", fixtures[f],
+                 probe ? "/bf16" : "");
+        kt_model *m = NULL;
+        if (kt_model_open(&m, NULL, dir, NULL) < 0) {
+            fprintf(stderr, "%s\n", kt_last_error());
+            fail();
+        }
+        enum { T = 12 };
+        int V = 0;
+        {
+            kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+            kt_context *c = NULL;
+            co.n_ctx = 16;
+            assert_int_equal(kt_context_create(&c, NULL, m, &co), KT_OK);
+            V = kt_context_n_vocab(c);
+            kt_context_free(c);
+        }
+        float *ref = malloc((size_t)T * V * sizeof(float));
+        float *got = malloc((size_t)T * V * sizeof(float));
+        assert_int_equal(logits_of(m, NULL, KT_METHOD_NONE, ref, T), KT_OK);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            char out[4200];
+            snprintf(out, sizeof out, "%s/%s-%s.gguf", tmp_root, fixtures[f],
+                     kt_type_name(types[ti].type));
+            kt_convert_report rep = KT_CONVERT_REPORT_INIT;
+            kt_status st = to_gguf(dir, types[ti].type, out, &rep);
+            if (st < 0)
+                fprintf(stderr, "%s\n", kt_last_error());
+            assert_int_equal(st, KT_OK);
+            assert_true(rep.n_layers >= 1);
+            st = logits_of(m, out, KT_METHOD_LLAMAFILE, got, T);
+            if (st < 0)
+                fprintf(stderr, "%s\n", kt_last_error());
+            assert_int_equal(st, KT_OK);
+            /* per token; the median keeps one flipped near-tie of a router
+             * (a different expert: a large change) from deciding */
+            double tok[T];
+            for (int t = 0; t < T; t++) {
+                double num = 0, den = 0;
+                for (int i = t * V; i < (t + 1) * V; i++) {
+                    num += (double)(got[i] - ref[i]) * (got[i] - ref[i]);
+                    den += (double)ref[i] * ref[i];
+                }
+                tok[t] = sqrt(num / den);
+            }
+            for (int a = 0; a < T; a++)
+                for (int b = a + 1; b < T; b++)
+                    if (tok[b] < tok[a]) {
+                        double x = tok[a];
+                        tok[a] = tok[b];
+                        tok[b] = x;
+                    }
+            double rel = tok[T / 2];
+            fprintf(stderr, "  %-18s %-5s weights rel rms %.4f, logits rel L2 median %.4f max %.4f\n",
+                    fixtures[f], kt_type_name(types[ti].type), rep.max_rel_rms, rel,
+                    tok[T - 1]);
+            assert_true(rel < types[ti].tol);
+        }
+        /* a method that does not read GGUF */
+        char out[4200];
+        snprintf(out, sizeof out, "%s/%s-Q8_0.gguf", tmp_root, fixtures[f]);
+        assert_int_equal(logits_of(m, out, KT_METHOD_AMXINT8, got, 2), KT_ERR_INVALID_ARG);
+        assert_non_null(strstr(kt_last_error(), "LLAMAFILE"));
+        /* LLAMAFILE without a file */
+        assert_int_equal(logits_of(m, NULL, KT_METHOD_LLAMAFILE, got, 2), KT_ERR_INVALID_ARG);
+        free(ref);
+        free(got);
+        kt_model_free(m);
+    }
+    {
+        /* another model's experts (hidden 64; MiniMax-M2's is 128): an error
+         * naming the file and the tensor */
+        char dir[4096], out[4200];
+        float logits[512 * 2];
+        snprintf(dir, sizeof dir, "%s/fixtures/minimax_m2_tiny/bf16", d ? d : "tests/data");
+        snprintf(out, sizeof out, "%s/qwen3_moe_tiny-Q8_0.gguf", tmp_root);
+        kt_model *m = NULL;
+        assert_int_equal(kt_model_open(&m, NULL, dir, NULL), KT_OK);
+        assert_int_equal(logits_of(m, out, KT_METHOD_LLAMAFILE, logits, 1), KT_ERR_FORMAT);
+        assert_non_null(strstr(kt_last_error(), out));
+        assert_non_null(strstr(kt_last_error(), "blk.0.ffn_gate_exps.weight"));
+        kt_model_free(m);
+    }
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_mixed),
         cmocka_unit_test(test_bad_types),
+        cmocka_unit_test(test_fixture_ggufs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
