@@ -446,7 +446,9 @@ int cmd_plan(int argc, char **argv)
         gpu_src = "flag";
     } else if (have_reg && reg.gpu_rule_den) {
         uint32_t n = kt_registry_gpu_experts(&reg, (uint32_t)n_tp, vram_total[0]);
-        uint64_t fits = e0.expert_bytes ? free_budget / e0.expert_bytes / a.n_moe_layers : 0;
+        uint64_t fits = e0.expert_bytes && a.n_moe_layers
+                            ? free_budget / e0.expert_bytes / a.n_moe_layers
+                            : 0;
         snprintf(gpu_note, sizeof gpu_note, "rule %u/%u x floor(TP x (GB per GPU - 16))",
                  reg.gpu_rule_num, reg.gpu_rule_den);
         if (n > fits) {
