@@ -168,6 +168,7 @@ KT_API void kt_route_trace_free(kt_route_trace *trace); /* NULL: no-op */
  * below n_layers: else KT_ERR_INVALID_ARG and nothing changes. Since 0.1. */
 KT_API kt_status kt_route_trace_record(kt_route_trace *trace, uint32_t layer,
                                        const int32_t *ids, uint32_t n_tokens);
+/* Shape and number of records; 0 for NULL. Since 0.1. */
 KT_API uint32_t kt_route_trace_n_layers(const kt_route_trace *trace);
 KT_API uint32_t kt_route_trace_n_experts(const kt_route_trace *trace);
 KT_API uint32_t kt_route_trace_top_k(const kt_route_trace *trace);
