@@ -183,6 +183,22 @@ KT_API kt_status kt_moe_backend_create_from_model(kt_moe_backend **out, kt_runti
                                                   const kt_model *model,
                                                   const kt_moe_options *opts);
 
+/*
+ * Creates a LLAMAFILE backend for the routed experts of a GGUF file, read in
+ * place (mmap'ed; the mapping lives until kt_moe_backend_free()): every layer
+ * N with tensors blk.N.ffn_{gate,up,down}_exps.weight (ggml ne {H, I, E} and
+ * {I, H, E}; kt-convert --method gguf:TYPE and llama.cpp write them). H, I
+ * and E come from the tensors and must agree across layers; layer indices in
+ * later calls are the file's N (others are rejected by kt_moe_forward()).
+ * top_k is the largest k a call may pass. Fails with KT_ERR_IO (file),
+ * KT_ERR_FORMAT (no expert tensors, inconsistent shapes: named in the message),
+ * KT_ERR_UNSUPPORTED (a block type LLAMAFILE does not run). Caller owns *out.
+ * Since 0.1.
+ */
+KT_API kt_status kt_moe_backend_create_from_gguf(kt_moe_backend **out, kt_runtime *rt,
+                                                 const char *path, uint32_t top_k,
+                                                 const kt_moe_options *opts);
+
 /* Waits for pending tasks, stops the workers and frees the backend; NULL is a
  * no-op. Since 0.1. */
 KT_API void kt_moe_backend_free(kt_moe_backend *moe);

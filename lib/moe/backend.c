@@ -84,6 +84,9 @@ struct kt_moe_backend {
 
     _Atomic int err_status;
     char err_msg[256];
+
+    void (*release)(void *);       /* frees `owned` after everything else (GGUF mapping) */
+    void *owned;
 };
 
 static uint64_t isa_cap = ~UINT64_C(0);
@@ -378,7 +381,15 @@ void kt_moe_backend_free(kt_moe_backend *moe)
     kt__free(moe->active);
     kt__free(moe->pair_tok);
     kt__free(moe->pair_w);
+    if (moe->release)
+        moe->release(moe->owned);
     kt__free(moe);
+}
+
+void kt__moe_backend_own(kt_moe_backend *moe, void (*release)(void *), void *owned)
+{
+    moe->release = release;
+    moe->owned = owned;
 }
 
 static void *alloc_ws(kt_moe_backend *moe, size_t bytes)

@@ -26,4 +26,8 @@ kt_status kt__moe_set_layer_map(kt_moe_backend *moe, const int32_t *map, uint32_
 struct kt_pool;
 struct kt_pool *kt__moe_backend_pool(kt_moe_backend *moe);
 
+/* Hands the backend something to free after it (a file mapping its weights
+ * live in): kt_moe_backend_free() calls release(owned) last. */
+void kt__moe_backend_own(kt_moe_backend *moe, void (*release)(void *), void *owned);
+
 #endif /* KT_MOE_INTERNAL_H */

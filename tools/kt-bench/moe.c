@@ -677,6 +677,8 @@ static void moe_usage(FILE *f)
             "                     would at load time; plain: on the [out][in] BF16\n"
             "                     matrices as stored\n"
             "  --no-onednn        skip the oneDNN comparison\n"
+            "  --gguf FILE        LLAMAFILE on a GGUF's routed experts instead of synthetic\n"
+            "                     weights (kt-bench moe --gguf FILE --help)\n"
             "  --seed N           routing and weight seed (default 1)\n"
             "  --json FILE        write every row as JSON (method, shape, T, GB/s, stream\n"
             "                     GB/s, TFLOP/s, oneDNN TFLOP/s, threads, ISA path)\n");
@@ -712,8 +714,13 @@ static bool parse_methods(const char *text, run_cfg *c)
     return c->n_methods > 0;
 }
 
+int bench_moe_gguf(int argc, char **argv); /* moe_gguf.c */
+
 int cmd_moe(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--gguf") || !strncmp(argv[i], "--gguf=", 7))
+            return bench_moe_gguf(argc, argv); /* LLAMAFILE on a GGUF file */
     run_cfg c;
     memset(&c, 0, sizeof c);
     c.model = &models[0];

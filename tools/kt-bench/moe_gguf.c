@@ -1,0 +1,247 @@
+/* kt-bench moe --gguf FILE: the LLAMAFILE backend on the routed experts of a
+ * GGUF file (kt_moe_backend_create_from_gguf), decode as GB/s of expert
+ * blocks read next to stream read bandwidth, prefill as TFLOP/s next to
+ * oneDNN BF16 matmuls over the same shapes and routing. */
+#include "bench.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <kt/kt.h>
+#include <kt/moe.h>
+
+#include "opt.h"
+
+bool bench_parse_list(const char *flag, const char *text, int64_t lo, int64_t hi,
+                      int64_t *vals, int *count, int max);
+int bench_moe_gguf(int argc, char **argv);
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* T tokens, k distinct uniform experts each; counts[e] tokens per expert. */
+static void route(uint64_t *s, int T, int k, int E, int32_t *ids, float *w, int32_t *counts)
+{
+    memset(counts, 0, (size_t)E * sizeof(int32_t));
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) {
+            int e;
+            bool dup;
+            do {
+                e = (int)(rng_next(s) % (uint64_t)E);
+                dup = false;
+                for (int q = 0; q < j; q++)
+                    dup |= ids[t * k + q] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+            w[t * k + j] = 1.0f / (float)k;
+            counts[e]++;
+        }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kt-bench moe --gguf FILE [--tokens LIST] [--top-k K] [--threads N]\n"
+            "                    [--min-time S] [--stream-size MIB] [--no-onednn]\n"
+            "\n"
+            "Runs the LLAMAFILE method on the routed experts of a GGUF file\n"
+            "(blk.N.ffn_{gate,up,down}_exps, e.g. written by kt-convert --method gguf:Q4_0).\n"
+            "Decode (T <= 16): GB/s of expert blocks read, next to stream read bandwidth;\n"
+            "prefill: TFLOP/s (6 H I k T per call), next to oneDNN BF16 per-expert matmuls\n"
+            "with the same routing. Layers are cycled so weights come from memory.\n"
+            "  --tokens LIST      T values (default 1,4,512)\n"
+            "  --top-k K          experts per token (default 8)\n");
+}
+
+int bench_moe_gguf(int argc, char **argv)
+{
+    const char *path = NULL;
+    int64_t tokens[8] = {1, 4, 512};
+    int n_tokens = 3;
+    int64_t top_k = 8, threads = 0, stream_mib = 1024;
+    double min_time = 1.0;
+    bool onednn = true;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        bool bad = false;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (opt_match(argc, argv, &i, "--gguf", true, &v, &bad)) {
+            path = v;
+        } else if (opt_match(argc, argv, &i, "--tokens", true, &v, &bad)) {
+            if (!bad && !bench_parse_list("--tokens", v, 1, 1 << 16, tokens, &n_tokens, 8))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--top-k", true, &v, &bad)) {
+            if (!bad && !opt_parse_i64(BENCH_TOOL, "--top-k", v, 1, 64, &top_k))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
+            if (!bad && !opt_parse_i64(BENCH_TOOL, "--threads", v, 1, 4096, &threads))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--stream-size", true, &v, &bad)) {
+            if (!bad && !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 1, 1 << 20, &stream_mib))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--min-time", true, &v, &bad)) {
+            if (!bad)
+                min_time = atof(v);
+        } else if (!strcmp(argv[i], "--no-onednn")) {
+            onednn = false;
+        } else {
+            fprintf(stderr, "kt-bench moe --gguf: unknown option '%s' (try --help)\n", argv[i]);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!path) {
+        fprintf(stderr, "kt-bench moe: --gguf FILE is required here\n");
+        return 2;
+    }
+    int64_t t_max = 1;
+    for (int i = 0; i < n_tokens; i++)
+        t_max = tokens[i] > t_max ? tokens[i] : t_max;
+    kt_moe_options o = KT_MOE_OPTIONS_INIT;
+    o.n_threads = (int32_t)threads;
+    o.max_tokens = (int32_t)t_max;
+    kt_moe_backend *moe = NULL;
+    if (kt_moe_backend_create_from_gguf(&moe, NULL, path, (uint32_t)top_k, &o) < 0) {
+        fprintf(stderr, "kt-bench moe: %s\n", kt_last_error());
+        return 1;
+    }
+    kt_moe_info info = KT_MOE_INFO_INIT;
+    kt_moe_backend_info(moe, &info);
+    int H = (int)info.hidden, I = (int)info.intermediate, E = (int)info.n_experts;
+    int k = (int)top_k;
+    /* the file's layer numbers: probe which are MoE layers */
+    int32_t layers[1024];
+    int n_layers = 0;
+    {
+        int32_t zero = 0;
+        kt_moe_io io = KT_MOE_IO_INIT;
+        float dummy[1] = {0};
+        int32_t id[1] = {-1};
+        io.n_tokens = &zero;
+        io.top_k = 1;
+        io.x = dummy;
+        io.ids = id;
+        io.w = dummy;
+        io.out = dummy;
+        io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+        for (int l = 0; l < 1024 && n_layers < (int)info.n_layers; l++)
+            if (kt_moe_forward(moe, (uint32_t)l, &io) == KT_OK)
+                layers[n_layers++] = l;
+    }
+    printf("%s: %d MoE layers, H %d, I %d, E %d, k %d, %.2f MiB per expert, %s, %d threads\n",
+           path, n_layers, H, I, E, k, (double)info.expert_bytes / 1048576.0, info.isa,
+           info.n_threads);
+    bench_team *team = team_create(info.n_threads);
+    float *x = malloc((size_t)t_max * H * sizeof(float));
+    float *out = malloc((size_t)t_max * H * sizeof(float));
+    int32_t *ids = malloc((size_t)t_max * k * sizeof(int32_t));
+    float *w = malloc((size_t)t_max * k * sizeof(float));
+    int32_t *counts = malloc((size_t)E * sizeof(int32_t));
+    double *samples = malloc(100000 * sizeof(double));
+    uint64_t seed = 12345;
+    for (int64_t i = 0; i < t_max * H; i++)
+        x[i] = (float)((int64_t)(rng_next(&seed) % 2001) - 1000) * 1e-3f;
+    /* oneDNN yardstick for prefill: random BF16 experts of the same shape */
+    void *gm = NULL;
+    uint16_t **bw = NULL;
+    if (onednn && gemm_available()) {
+        bw = calloc(3 * (size_t)E, sizeof *bw);
+        for (int p = 0; p < 3 * E; p++) {
+            bw[p] = malloc((size_t)H * I * 2);
+            for (size_t q = 0; q < (size_t)H * I; q++)
+                bw[p][q] = (uint16_t)(0x3c00 + (rng_next(&seed) & 0xff));
+        }
+        gemm_set_threads(info.n_threads);
+        gm = gemm_moe_create(H, I, E, 1, (const uint16_t *const *)bw,
+                             (const uint16_t *const *)bw + E,
+                             (const uint16_t *const *)bw + 2 * E);
+        if (gm && t_max > 16)
+            gemm_moe_pack(gm, (int32_t)(t_max * k / E > 0 ? t_max * k / E : 1));
+    }
+    for (int ti = 0; ti < n_tokens; ti++) {
+        int T = (int)tokens[ti];
+        int32_t nt = T;
+        kt_moe_io io = KT_MOE_IO_INIT;
+        io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+        io.n_tokens = &nt;
+        io.top_k = (uint32_t)k;
+        io.x = x;
+        io.ids = ids;
+        io.w = w;
+        io.out = out;
+        double stream = 0;
+        if (T <= 16) {
+            stream_result sr;
+            if (stream_measure(team, (uint64_t)stream_mib << 20, 5, true, &sr))
+                stream = sr.read_gbs;
+        }
+        int n = 0;
+        double busy = 0;
+        for (int call = 0; n < 100000; call++) {
+            route(&seed, T, k, E, ids, w, counts);
+            int distinct = 0;
+            for (int e = 0; e < E; e++)
+                distinct += counts[e] > 0;
+            double t0 = bench_now();
+            if (kt_moe_forward(moe, (uint32_t)layers[call % n_layers], &io) < 0) {
+                fprintf(stderr, "kt-bench moe: %s\n", kt_last_error());
+                return 1;
+            }
+            double dt = bench_now() - t0;
+            if (call < n_layers) /* warm-up: one pass over the layers */
+                continue;
+            busy += dt;
+            samples[n++] = T <= 16 ? (double)distinct * (double)info.expert_bytes / dt * 1e-9
+                                   : 6.0 * H * I * (double)k * T / dt * 1e-12;
+            if (busy >= min_time && n >= 3)
+                break;
+        }
+        qsort(samples, (size_t)n, sizeof(double), cmp_double);
+        double med = samples[n / 2];
+        if (T <= 16) {
+            printf("  T=%-5d %8.2f GB/s of expert blocks  (stream read %.2f GB/s: %.2f)\n", T,
+                   med, stream, stream > 0 ? med / stream : 0.0);
+        } else {
+            double dnn = 0;
+            if (gm) {
+                double best = 1e30;
+                for (int r = 0; r < 5; r++) {
+                    route(&seed, T, k, E, ids, w, counts);
+                    double dt = gemm_moe_run(gm, 0, counts);
+                    if (dt > 0 && dt < best)
+                        best = dt;
+                }
+                dnn = 6.0 * H * I * (double)k * T / best * 1e-12;
+            }
+            printf("  T=%-5d %8.4f TFLOP/s  (oneDNN BF16 per-expert matmuls %.4f TFLOP/s: "
+                   "%.2fx)\n", T, med, dnn, dnn > 0 ? med / dnn : 0.0);
+        }
+        fflush(stdout);
+    }
+    if (gm)
+        gemm_moe_free(gm);
+    if (bw) {
+        for (int p = 0; p < 3 * E; p++)
+            free(bw[p]);
+        free(bw);
+    }
+    team_free(team);
+    free(x); free(out); free(ids); free(w); free(counts); free(samples);
+    kt_moe_backend_free(moe);
+    return 0;
+}
