@@ -313,12 +313,11 @@ int cmd_plan(int argc, char **argv)
     kt_model *model = NULL;
     char weights_dir[8192] = "";
     bool weights_present = false;
-    kt_model_open_options oo = KT_MODEL_OPEN_OPTIONS_INIT;
-    oo.flags = KT_MODEL_OPEN_F_CONFIG_ONLY;
     if (is_dir(target) || strchr(target, '/')) {
         have_reg = registry_for_dir(target, &reg);
         snprintf(weights_dir, sizeof weights_dir, "%s", target);
-        if (kt_model_open(&model, NULL, target, &oo) < 0) {
+        /* maps the files and checks every tensor the config implies (no weight is read) */
+        if (kt_model_open(&model, NULL, target, NULL) < 0) {
             fprintf(stderr, TOOL ": %s\n", kt_last_error());
             return 1;
         }
@@ -339,7 +338,7 @@ int cmd_plan(int argc, char **argv)
         }
         snprintf(weights_dir, sizeof weights_dir, "%s/%s", models_dir, reg.display_name);
         weights_present = has_config(weights_dir);
-        kt_status st = weights_present ? kt_model_open(&model, NULL, weights_dir, &oo)
+        kt_status st = weights_present ? kt_model_open(&model, NULL, weights_dir, NULL)
                                        : kt_registry_open_config(&reg, NULL, &model);
         if (st < 0) {
             fprintf(stderr, TOOL ": %s\n", kt_last_error());
@@ -363,6 +362,11 @@ int cmd_plan(int argc, char **argv)
     if (!weights_present)
         snprintf(w->note, sizeof w->note, "hf download %s --local-dir %s", reg.hub_id,
                  weights_dir);
+    else if (kt_model_n_tensors(model) == 0)
+        snprintf(w->note, sizeof w->note, "a bare config: no weights checked");
+    else
+        snprintf(w->note, sizeof w->note, "complete: %zu tensors, every one the config implies",
+                 kt_model_n_tensors(model));
 
     /* method: flag > registry > the checkpoint's storage */
     const char *method = method_flag ? method_flag : have_reg ? reg.method : method_of_model(&a);
