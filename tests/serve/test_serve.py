@@ -345,7 +345,11 @@ def group_http():
         # same for a non-streaming request
         s = raw_request(srv.port, "POST", "/v1/chat/completions",
                         json.dumps(chat_body("Tell me everything", max_tokens=480)).encode())
-        time.sleep(0.3)
+        # close once the scheduler runs it: on a quiet machine the 480 tokens
+        # take only ~0.25 s, so a fixed wait could outlast the answer
+        deadline = time.time() + 10
+        while time.time() < deadline and http(srv, "GET", "/health")[1]["running"] == 0:
+            time.sleep(0.002)
         s.close()
         deadline = time.time() + 20
         while time.time() < deadline:
