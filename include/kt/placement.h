@@ -30,7 +30,8 @@
  * [buffer][layers][experts] or [layers][experts] (kt-kernel / SGLang dumps
  * exported with numpy.save), summed over the first axis.
  *
- * Thread contract: placements and stats are used by one thread at a time.
+ * Thread contract: placements, stats, traces and rebalancers are used by one
+ * thread at a time.
  */
 #ifndef KT_PLACEMENT_H
 #define KT_PLACEMENT_H
