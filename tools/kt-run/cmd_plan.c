@@ -549,6 +549,22 @@ int cmd_plan(int argc, char **argv)
         }
     }
 
+    /* the kt-run command that runs this plan (the GPU runtime takes a per-layer share
+     * and keeps the lowest expert ids: other strategies' maps are not applied yet) */
+    char gpu_arg[48];
+    if (n_tp == 0)
+        snprintf(gpu_arg, sizeof gpu_arg, "--device cpu");
+    else
+        snprintf(gpu_arg, sizeof gpu_arg, "--gpu-experts %.4g",
+                 a.n_routed_experts ? (double)max_row / a.n_routed_experts : 0.0);
+    it = add(&P, "command", "plan", "kt-run --model %s --kt-method %s --kt-cpuinfer %" PRId64
+             " --kt-threadpool-count %" PRId64 " -c %" PRId64 " -b %" PRId64 " %s",
+             weights_dir, method, n_threads, n_pools, ctx_tokens, chunk_tokens, gpu_arg);
+    if (n_tp > 0 && resolved != KT_PLACEMENT_UNIFORM)
+        snprintf(it->note, sizeof it->note, "the GPU runtime keeps the lowest ids per layer; "
+                 "this %s map needs it to take a placement", kt_placement_strategy_name(
+                     (kt_placement_strategy)resolved));
+
     kt_buf desc = KT_BUF_INIT;
     kt_placement_describe(pl, json ? 1 : 0, &desc);
     if (json) {
