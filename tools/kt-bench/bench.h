@@ -65,6 +65,14 @@ typedef struct stream_result {
 bool stream_measure(bench_team *team, uint64_t bytes, int reps, bool read_only,
                     stream_result *out);
 
+/* One read buffer for bandwidth samples taken between other work (so that a
+ * ratio compares figures of the same moments on a busy machine). */
+typedef struct stream_buf stream_buf;
+stream_buf *stream_buf_create(bench_team *team, uint64_t bytes);
+/* GB/s of one multi-threaded read pass over the buffer. */
+double stream_buf_read(bench_team *team, stream_buf *sb);
+void stream_buf_free(stream_buf *sb);
+
 /* ---- oneDNN matmul yardstick ----------------------------------------------- */
 
 typedef enum gemm_kind { GEMM_BF16 = 0, GEMM_INT8 = 1 } gemm_kind;

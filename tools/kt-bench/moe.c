@@ -308,6 +308,7 @@ typedef struct row {
     int64_t slots;
     uint64_t expert_bytes;
     int32_t threads;      /* the backend's worker threads (kt_moe_backend_info) */
+    int32_t stream_samples;
 } row;
 
 /* Layer and slot counts for one method: total >= 8 x L3, <= mem cap. */
@@ -431,7 +432,7 @@ static double rates_median(rates *r)
 /* Runs the backend for one T: warm-up, then calls cycling the layers until
  * min_time seconds of timed calls (>= 3 calls, >= one pass over the layers). */
 static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set *ws,
-                         io_bufs *io, int64_t t, row *r)
+                         io_bufs *io, int64_t t, row *r, bench_team *team, stream_buf *sb)
 {
     const model_shape *m = c->model;
     uint64_t s = c->seed ^ (uint64_t)t * 0x2545f4914f6cdd1dull;
@@ -446,8 +447,16 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
     int warm = t <= 16 ? (int)ws->n_layers : 1;
     double busy = 0, flops = 0, bytes = 0;
     int64_t calls = 0;
-    rates gbs = {0}, tfl = {0};
+    rates gbs = {0}, tfl = {0}, bw = {0};
+    double since_sample = 0;
     for (int64_t call = 0;; call++) {
+        /* Decode: stream read samples taken between the calls, every ~50 ms,
+         * so that both figures see the same neighbours. */
+        if (sb && call >= warm && (bw.n == 0 || since_sample >= 0.05)) {
+            if (!rates_add(&bw, stream_buf_read(team, sb)))
+                break;
+            since_sample = 0;
+        }
         uint32_t layer = (uint32_t)(call % ws->n_layers);
         int64_t distinct = route(&s, tt, m->top_k, m->n_experts, io->ids, io->w, io->counts,
                                  ws, layer, io->slot_seen);
@@ -465,14 +474,19 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
         double call_flops = 2.0 * 3.0 * (double)m->h * (double)m->inter * (double)m->top_k *
                             (double)t;
         busy += dt;
+        since_sample += dt;
         bytes += call_bytes;
         flops += call_flops;
         calls++;
         if (!rates_add(&gbs, call_bytes / dt * 1e-9) || !rates_add(&tfl, call_flops / dt * 1e-12))
             break;
-        if (busy >= c->min_time && calls >= 3 && calls >= (t <= 16 ? ws->n_layers : 1))
+        if (busy >= c->min_time && calls >= 3 && calls >= (t <= 16 ? ws->n_layers : 1) &&
+            (!sb || bw.n >= 5))
             break;
     }
+    r->stream_gbs = rates_median(&bw);
+    r->stream_samples = (int32_t)bw.n;
+    free(bw.v);
     if (!out_finite(io->out, t * m->h))
         fprintf(stderr, "kt-bench moe: warning: %s T=%lld produced NaN/Inf outputs\n",
                 method_name(ws->method), (long long)t);
@@ -520,16 +534,8 @@ static bool time_onednn(const run_cfg *c, gemm_moe *g, const weight_set *ws, io_
     return true;
 }
 
-static double measure_stream(bench_team *team, const run_cfg *c)
-{
-    stream_result sr;
-    if (!stream_measure(team, (uint64_t)c->stream_mib << 20, 5, true, &sr))
-        return 0;
-    return sr.read_gbs;
-}
-
-static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, io_bufs *io,
-                       int method, row *rows, int *n_rows)
+static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, stream_buf *sb,
+                       io_bufs *io, int method, row *rows, int *n_rows)
 {
     const model_shape *m = c->model;
     expert_layout lay;
@@ -620,15 +626,14 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, i
         r->slots = n_slots;
         r->expert_bytes = lay.bytes;
         r->threads = threads;
-        if (t <= 16) {
-            /* The decode yardstick, measured right before (the backend's
-             * workers are idle meanwhile). */
-            r->stream_gbs = measure_stream(team, c);
-        }
-        ok = time_backend(moe, c, &ws, io, t, r);
+        ok = time_backend(moe, c, &ws, io, t, r, team, t <= 16 ? sb : NULL);
         if (ok) {
-            printf("  T=%-5lld %8.2f GB/s  %8.4f TFLOP/s  (median of %lld calls; mean %.2f GB/s)"
-                   "\n", (long long)t, r->gbs, r->tflops, (long long)r->calls, r->gbs_mean);
+            printf("  T=%-5lld %8.2f GB/s  %8.4f TFLOP/s  (median of %lld calls; mean %.2f GB/s)",
+                   (long long)t, r->gbs, r->tflops, (long long)r->calls, r->gbs_mean);
+            if (r->stream_samples)
+                printf("  stream %.2f GB/s (median of %d reads between the calls)",
+                       r->stream_gbs, r->stream_samples);
+            printf("\n");
             fflush(stdout);
             (*n_rows)++;
         }
@@ -650,7 +655,7 @@ static void moe_usage(FILE *f)
             "a real model, against this machine's own limits measured in the same run:\n"
             "  decode (T <= 16): effective GB/s of expert weights read (bytes of the\n"
             "    distinct experts each call touches, scales included, over its time),\n"
-            "    next to the stream read bandwidth measured just before;\n"
+            "    next to the stream read bandwidth sampled between the calls;\n"
             "  prefill: TFLOP/s (2*3*H*I*k*T per call) next to oneDNN BF16 matmuls over\n"
             "    the same per-expert shapes, routing and thread count.\n"
             "Routing is uniform random, k distinct experts per token. The weights span\n"
@@ -671,7 +676,8 @@ static void moe_usage(FILE *f)
             "  --threads N        backend and oneDNN threads (default: physical cores)\n"
             "  --min-time S       seconds of timed calls per row (default 1.0)\n"
             "  --mem-fraction F   share of available RAM for weights (default 0.4)\n"
-            "  --stream-size MIB  stream read buffer (default 1024)\n"
+            "  --stream-size MIB  stream read buffer, read every ~50 ms of decode calls\n"
+            "                     (default: 8x L3, at least 256)\n"
             "  --onednn-weights W packed (default): oneDNN runs on a copy of the weights\n"
             "                     reordered once into its preferred layout, as an engine\n"
             "                     would at load time; plain: on the [out][in] BF16\n"
@@ -732,7 +738,7 @@ int cmd_moe(int argc, char **argv)
     c.n_tokens = 4;
     c.min_time = 1.0;
     c.mem_fraction = 0.4;
-    c.stream_mib = 1024;
+    c.stream_mib = 0;   /* auto: 8x L3, at least 256 MiB */
     c.seed = 1;
     c.onednn = true;
     c.onednn_packed = true;
@@ -870,9 +876,22 @@ int cmd_moe(int argc, char **argv)
     for (int64_t i = 0; i < t_max * m->h; i++)   /* BF16 +-[0.5, 1) */
         io.x[i] = (uint16_t)(0x3f00u | (next_rand(&s) & 0x807fu));
 
+    if (!c.stream_mib) {
+        uint64_t l3 = hw.l3_bytes ? hw.l3_bytes : (32ull << 20);
+        c.stream_mib = (int64_t)((8 * l3) >> 20);
+        if (c.stream_mib < 256)
+            c.stream_mib = 256;
+    }
+    /* The decode yardstick: read samples interleaved with the backend's calls. */
+    stream_buf *sb = stream_buf_create(team, (uint64_t)c.stream_mib << 20);
+    if (!sb) {
+        fprintf(stderr, "kt-bench moe: cannot allocate the %lld MiB stream buffer\n",
+                (long long)c.stream_mib);
+        return 1;
+    }
     int n_rows = 0, rc = 0;
     for (int i = 0; i < c.n_methods; i++)
-        if (!run_method(&c, &hw, team, &io, c.methods[i], rows, &n_rows))
+        if (!run_method(&c, &hw, team, sb, &io, c.methods[i], rows, &n_rows))
             rc = 1;
 
     /* oneDNN yardstick: BF16 weights sized like the BF16 run, same routings. */
@@ -946,19 +965,21 @@ int cmd_moe(int argc, char **argv)
                  "\"E\":%d,\"k\":%d,\"layers\":%u,\"weight_buffers\":%lld,"
                  "\"expert_bytes\":%llu,\"T\":%lld,\"phase\":\"%s\",\"gbs\":%.3f,"
                  "\"gbs_mean\":%.3f,\"stream_gbs\":%.3f,\"tflops\":%.5f,\"tflops_mean\":%.5f,"
-                 "\"onednn_tflops\":%.5f,\"calls\":%lld,"
+                 "\"onednn_tflops\":%.5f,\"stream_samples\":%d,\"calls\":%lld,"
                  "\"threads\":%d,\"isa\":\"%s\"",
                  method_name(x->method), m->name, (long long)m->h, (long long)m->inter,
                  m->n_experts, m->top_k, x->layers, (long long)x->slots,
                  (unsigned long long)x->expert_bytes, (long long)x->t,
                  x->t <= 16 ? "decode" : "prefill", x->gbs, x->gbs_mean, x->stream_gbs,
-                 x->tflops, x->tflops_mean, x->onednn_tflops, (long long)x->calls, x->threads,
+                 x->tflops, x->tflops_mean, x->onednn_tflops, x->stream_samples,
+                 (long long)x->calls, x->threads,
                  x->isa);
     }
     if (json && !json_close(json)) {
         fprintf(stderr, "kt-bench moe: error writing '%s'\n", json_path);
         rc = 1;
     }
+    stream_buf_free(sb);
     team_free(team);
     free(io.x);
     free(io.out);

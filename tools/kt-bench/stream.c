@@ -203,6 +203,54 @@ bool stream_measure(bench_team *team, uint64_t bytes, int reps, bool read_only,
     return true;
 }
 
+/* ---- a reusable read buffer (samples interleaved with other work) --------- */
+
+struct stream_buf {
+    stream_job *job;
+    float *buf;
+    size_t bytes;
+};
+
+stream_buf *stream_buf_create(bench_team *team, uint64_t bytes)
+{
+    uint64_t isa = kt_hw_isa();
+    size_t unit = 3 * 128 * sizeof(float) * (size_t)team_size(team);
+    size_t total = (size_t)bytes / unit * unit;
+    if (total == 0)
+        total = unit;
+    stream_buf *sb = calloc(1, sizeof *sb);
+    if (!sb)
+        return NULL;
+    sb->job = calloc(1, sizeof *sb->job);
+    sb->buf = bench_alloc_big(total);
+    if (!sb->job || !sb->buf) {
+        stream_buf_free(sb);
+        return NULL;
+    }
+    sb->bytes = total;
+    sb->job->a = sb->buf;
+    sb->job->n = total / sizeof(float) / 3;
+    sb->job->path = (isa & KT_ISA_AVX512F) ? "avx512" : (isa & KT_ISA_AVX2) ? "avx2" : "scalar";
+    time_op(team, sb->job, 3, 1);   /* first touch by the readers */
+    time_op(team, sb->job, 0, 1);
+    return sb;
+}
+
+double stream_buf_read(bench_team *team, stream_buf *sb)
+{
+    double t = time_op(team, sb->job, 0, 1);
+    return (double)sb->bytes / t * 1e-9;
+}
+
+void stream_buf_free(stream_buf *sb)
+{
+    if (!sb)
+        return;
+    bench_free_big(sb->buf, sb->bytes);
+    free(sb->job);
+    free(sb);
+}
+
 /* ---- kt-bench stream ------------------------------------------------------ */
 
 static void stream_usage(FILE *f)
