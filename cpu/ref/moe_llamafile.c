@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "kt_config.h"
 #include "moe_kernels.h"
 #include "ref/ggml_quants.h"
 
@@ -167,6 +168,19 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
         use = KT_GGML_AVX2;
     kt_ggml_vec_dot_fn dot = kt__ggml_vec_dot_for((kt_type)W->type, use);
     bool plain = kt__ggml_act_section(W->type) == KT__GGML_ACT_F32;
+#if KT_HAVE_ISA_AVX512
+    if (isa == KT_GGML_AVX512 && (W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_Q8_0) &&
+        M >= 2 && M <= 256) {
+        /* 4 rows x 4 tokens tiles: 1.6-1.9x the vec_dots at 4 tokens (Zen 4,
+         * L2-resident rows), slower for one token */
+        const void *act[256];
+        for (int m = 0; m < M; m++)
+            act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
+                                 &absize);
+        kt__lf_gemm_q80_avx512(W->type, W->w, wrow, n0, n1, k0 / 32, k1 / 32, act, M, C, ldc);
+        return;
+    }
+#endif
     for (int n = n0; n < n1; n++) {
         const uint8_t *w = (const uint8_t *)W->w + (size_t)n * wrow + wofs;
         for (int m = 0; m < M; m++) {
