@@ -1373,6 +1373,9 @@ kt_status kt_tokenizer_open(kt_tokenizer **out, const char *path,
         return st;
     if (o.flags)
         return kt__error(KT_ERR_INVALID_ARG, "kt_tokenizer_options.flags must be 0");
+    size_t plen = strlen(path);
+    if (plen > 5 && !strcmp(path + plen - 5, ".gguf")) /* tokenizer.ggml.* metadata */
+        return kt__tokenizer_from_gguf(out, path);
     kt_tokenizer *tok = kt__calloc(1, sizeof *tok);
     if (!tok)
         return KT_ERR_NOMEM;

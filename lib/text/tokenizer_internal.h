@@ -243,6 +243,9 @@ typedef struct kt__piece {
 /* tokenizer.c: a tokenizer from a tokenizer.json (or tiktoken.model) held in
  * memory, without tokenizer_config.json (for the fuzzer); `name` is used in
  * messages. */
+/* tokenizer_gguf.c: from a GGUF file's tokenizer.ggml.* metadata (byte-level BPE). */
+kt_status kt__tokenizer_from_gguf(kt_tokenizer **out, const char *path);
+
 kt_status kt__tokenizer_parse(kt_tokenizer **out, const char *data, size_t size, bool tiktoken,
                               const char *name);
 

@@ -25,6 +25,9 @@
 #include "kt/hw.h"
 #include "kt/model.h"
 #include "kt/moe.h"
+#include "kt/tokenizer.h"
+#include "io/gguf.h"
+#include <cjson/cJSON.h>
 #include "kt_internal.h"
 #include "moe/moe_internal.h"
 
@@ -458,6 +461,142 @@ static void test_fixture_ggufs(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- tokenizer.ggml.* metadata ------------------------------------------- */
+
+/* A GGUF holding only the tokenizer of a tokenizer.json, as llama.cpp's
+ * converter writes it (tokens by id, token_type 3 for special added tokens,
+ * merges as "a b", pre). */
+static void write_tokenizer_gguf(const char *json_path, const char *pre, const char *out)
+{
+    FILE *f = fopen(json_path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(buf);
+    assert_non_null(root);
+    cJSON *model = cJSON_GetObjectItem(root, "model");
+    cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
+    cJSON *merges = cJSON_GetObjectItem(model, "merges");
+    cJSON *added = cJSON_GetObjectItem(root, "added_tokens");
+    int V = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, vocab) V = (int)it->valuedouble + 1 > V ? (int)it->valuedouble + 1 : V;
+    cJSON_ArrayForEach(it, added) {
+        int id = cJSON_GetObjectItem(it, "id")->valueint;
+        V = id + 1 > V ? id + 1 : V;
+    }
+    const char **toks = calloc((size_t)V, sizeof *toks);
+    int32_t *types = calloc((size_t)V, sizeof *types);
+    cJSON_ArrayForEach(it, vocab) {
+        toks[(int)it->valuedouble] = it->string;
+        types[(int)it->valuedouble] = 1;
+    }
+    cJSON_ArrayForEach(it, added) {
+        int id = cJSON_GetObjectItem(it, "id")->valueint;
+        toks[id] = cJSON_GetObjectItem(it, "content")->valuestring;
+        types[id] = cJSON_IsTrue(cJSON_GetObjectItem(it, "special")) ? 3 : 4;
+    }
+    for (int i = 0; i < V; i++)
+        if (!toks[i])
+            toks[i] = "[PAD]", types[i] = 5;
+    int nm = cJSON_GetArraySize(merges);
+    char **ms = calloc((size_t)nm, sizeof *ms);
+    for (int i = 0; i < nm; i++) {
+        cJSON *m = cJSON_GetArrayItem(merges, i);
+        if (cJSON_IsString(m)) {
+            ms[i] = strdup(m->valuestring);
+        } else {
+            const char *a = cJSON_GetArrayItem(m, 0)->valuestring;
+            const char *b = cJSON_GetArrayItem(m, 1)->valuestring;
+            ms[i] = malloc(strlen(a) + strlen(b) + 2);
+            sprintf(ms[i], "%s %s", a, b);
+        }
+    }
+    kt_gguf_writer *w = NULL;
+    assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+    assert_int_equal(kt__gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2"), KT_OK);
+    assert_int_equal(kt__gguf_writer_add_str(w, "tokenizer.ggml.pre", pre), KT_OK);
+    assert_int_equal(kt__gguf_writer_add_str_array(w, "tokenizer.ggml.tokens", toks, V), KT_OK);
+    assert_int_equal(kt__gguf_writer_add_str_array(w, "tokenizer.ggml.merges",
+                                                   (const char *const *)ms, nm), KT_OK);
+    kt_gguf_value tv;
+    memset(&tv, 0, sizeof tv);
+    tv.type = KT_GGUF_ARRAY;
+    tv.v.arr.elem = KT_GGUF_I32;
+    tv.v.arr.n = (uint64_t)V;
+    tv.v.arr.data = types;
+    assert_int_equal(kt__gguf_writer_add(w, "tokenizer.ggml.token_type", &tv), KT_OK);
+    assert_int_equal(kt__gguf_writer_write_file(w, out), KT_OK);
+    kt__gguf_writer_free(w);
+    for (int i = 0; i < nm; i++)
+        free(ms[i]);
+    free(ms);
+    free(toks);
+    free(types);
+    cJSON_Delete(root);
+    free(buf);
+}
+
+static void test_gguf_tokenizer(void **state)
+{
+    (void)state;
+    const char *d = getenv("KT_TEST_DATA");
+    const char *models[2][2] = {{"qwen3_moe_demo", "qwen2"}, {"kimi_k2_demo", "kimi-k2"}};
+    const char *texts[] = {
+        "The json module can be used to encode and decode JSON data.",
+        "def f(x):\n    return x ** 2  # 12345 numbers, CamelCase and  spaces\n\n",
+        "KTransformers \xe6\x98\xaf\xe4\xb8\x80\xe4\xb8\xaa\xe6\xa1\x86\xe6\x9e\xb6 "
+        "(\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xe3\x81\x8b\xe3\x81\xaa) caf\xc3\xa9!",
+    };
+    char tmp[] = "/tmp/kt_lf_tok_XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    for (int mi = 0; mi < 2; mi++) {
+        char json[4096], gguf[4200];
+        snprintf(json, sizeof json, "%s/models/%s/tokenizer.json", d ? d : "tests/data",
+                 models[mi][0]);
+        snprintf(gguf, sizeof gguf, "%s/%s.gguf", tmp, models[mi][0]);
+        write_tokenizer_gguf(json, models[mi][1], gguf);
+        kt_tokenizer *ref = NULL, *tok = NULL;
+        assert_int_equal(kt_tokenizer_open(&ref, json, NULL), KT_OK);
+        kt_status st = kt_tokenizer_open(&tok, gguf, NULL);
+        if (st < 0)
+            fprintf(stderr, "%s\n", kt_last_error());
+        assert_int_equal(st, KT_OK);
+        assert_int_equal(kt_tokenizer_vocab_size(tok), kt_tokenizer_vocab_size(ref));
+        for (size_t ti = 0; ti < sizeof texts / sizeof texts[0]; ti++) {
+            int32_t a[256], b[256];
+            size_t na = 0, nb = 0;
+            assert_int_equal(kt_tokenizer_encode(ref, texts[ti], strlen(texts[ti]), 0, a, 256,
+                                                 &na), KT_OK);
+            assert_int_equal(kt_tokenizer_encode(tok, texts[ti], strlen(texts[ti]), 0, b, 256,
+                                                 &nb), KT_OK);
+            assert_int_equal(na, nb);
+            assert_memory_equal(a, b, na * sizeof(int32_t));
+        }
+        kt_tokenizer_free(ref);
+        kt_tokenizer_free(tok);
+    }
+    /* an unknown pre-tokenizer and a SentencePiece vocabulary: clear errors */
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/bad.gguf", tmp);
+    kt_gguf_writer *w = NULL;
+    assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+    assert_int_equal(kt__gguf_writer_add_str(w, "tokenizer.ggml.model", "llama"), KT_OK);
+    assert_int_equal(kt__gguf_writer_write_file(w, bad), KT_OK);
+    kt__gguf_writer_free(w);
+    kt_tokenizer *tok = NULL;
+    assert_int_equal(kt_tokenizer_open(&tok, bad, NULL), KT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kt_last_error(), "llama"));
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +605,7 @@ int main(void)
         cmocka_unit_test(test_backend_mixed),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
+        cmocka_unit_test(test_gguf_tokenizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
