@@ -431,6 +431,47 @@ static void test_fixture_ggufs(void **state)
                     tok[T - 1]);
             assert_true(rel < types[ti].tol);
         }
+        {
+            /* the same experts as one 2-D tensor per expert (older converters'
+             * layout): the same logits */
+            char src[4200], dst[4200];
+            snprintf(src, sizeof src, "%s/%s-Q8_0.gguf", tmp_root, fixtures[f]);
+            snprintf(dst, sizeof dst, "%s/%s-per-expert.gguf", tmp_root, fixtures[f]);
+            kt_gguf *g = NULL;
+            assert_int_equal(kt__gguf_open_file(&g, src), KT_OK);
+            kt_gguf_writer *w = NULL;
+            assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
+            char names[3 * 64][64];
+            int nn = 0;
+            for (size_t i = 0; i < kt__gguf_tensor_count(g); i++) {
+                const kt_gguf_tensor *t = kt__gguf_tensor_at(g, i);
+                int l = 0;
+                char proj[32];
+                assert_int_equal(sscanf(t->name, "blk.%d.ffn_%31[a-z]_exps", &l, proj), 2);
+                size_t per = (size_t)(t->nbytes / t->ne[2]);
+                for (uint64_t e = 0; e < t->ne[2]; e++) {
+                    assert_true(nn < 3 * 64);
+                    snprintf(names[nn], sizeof names[nn], "blk.%d.ffn_%s.%llu.weight", l, proj,
+                             (unsigned long long)e);
+                    assert_int_equal(kt__gguf_writer_add_tensor(w, names[nn], t->ggml_type, 2,
+                                                                t->ne,
+                                                                (const uint8_t *)t->data +
+                                                                    e * per),
+                                     KT_OK);
+                    nn++;
+                }
+            }
+            assert_int_equal(kt__gguf_writer_write_file(w, dst), KT_OK);
+            kt__gguf_writer_free(w);
+            kt__gguf_close(g);
+            float *a = malloc((size_t)T * V * sizeof(float));
+            float *b = malloc((size_t)T * V * sizeof(float));
+            assert_int_equal(logits_of(m, src, KT_METHOD_LLAMAFILE, a, T), KT_OK);
+            assert_int_equal(logits_of(m, dst, KT_METHOD_NONE, b, T), KT_OK);
+            assert_memory_equal(a, b, (size_t)T * V * sizeof(float));
+            free(a);
+            free(b);
+        }
         /* a method that does not read GGUF */
         char out[4200];
         snprintf(out, sizeof out, "%s/%s-Q8_0.gguf", tmp_root, fixtures[f]);
