@@ -472,6 +472,61 @@ static void test_fixture_ggufs(void **state)
             free(a);
             free(b);
         }
+        if (f == 0) {
+            /* kt_moe_backend_create_from_gguf: shapes from the file, the file's
+             * layer numbers, the same output as the layer built by hand */
+            char src[4200];
+            snprintf(src, sizeof src, "%s/%s-Q8_0.gguf", tmp_root, fixtures[f]);
+            kt_moe_backend *moe = NULL;
+            assert_int_equal(kt_moe_backend_create_from_gguf(&moe, NULL, src, 2, NULL), KT_OK);
+            kt_moe_info info = KT_MOE_INFO_INIT;
+            assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
+            assert_int_equal(info.hidden, 64);
+            assert_int_equal(info.intermediate, 96);
+            assert_int_equal(info.n_experts, 8);
+            assert_int_equal(info.method, KT_METHOD_LLAMAFILE);
+            kt_gguf *g = NULL;
+            assert_int_equal(kt__gguf_open_file(&g, src), KT_OK);
+            const kt_gguf_tensor *t[3] = {kt__gguf_find_tensor(g, "blk.1.ffn_gate_exps.weight"),
+                                          kt__gguf_find_tensor(g, "blk.1.ffn_up_exps.weight"),
+                                          kt__gguf_find_tensor(g, "blk.1.ffn_down_exps.weight")};
+            const void *pp[3][8];
+            for (int p = 0; p < 3; p++)
+                for (int e = 0; e < 8; e++)
+                    pp[p][e] = (const uint8_t *)t[p]->data + e * (t[p]->nbytes / 8);
+            kt_moe_desc dd = KT_MOE_DESC_INIT;
+            dd.method = KT_METHOD_LLAMAFILE;
+            dd.hidden = 64;
+            dd.intermediate = 96;
+            dd.n_experts = 8;
+            dd.top_k = 2;
+            kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+            lw.gate = pp[0], lw.up = pp[1], lw.down = pp[2];
+            lw.gate_type = lw.up_type = lw.down_type = KT_TYPE_Q8_0;
+            kt_moe_backend *hand = NULL;
+            assert_int_equal(kt_moe_backend_create(&hand, NULL, &dd, &lw, 1, NULL), KT_OK);
+            float x[3 * 64], o1[3 * 64], o2[3 * 64], wts[6] = {0.6f, 0.4f, 0.5f, 0.5f, 1, 0};
+            int32_t ids[6] = {0, 3, 7, 1, 2, 5}, n3 = 3;
+            for (int i = 0; i < 3 * 64; i++)
+                x[i] = frand();
+            kt_moe_io io = KT_MOE_IO_INIT;
+            io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+            io.n_tokens = &n3;
+            io.top_k = 2;
+            io.x = x, io.ids = ids, io.w = wts, io.out = o1;
+            assert_int_equal(kt_moe_forward(moe, 1, &io), KT_OK);
+            io.out = o2;
+            assert_int_equal(kt_moe_forward(hand, 0, &io), KT_OK);
+            assert_memory_equal(o1, o2, sizeof o1);
+            assert_int_equal(kt_moe_forward(moe, 2, &io), KT_ERR_INVALID_ARG);
+            kt_moe_backend_free(hand);
+            kt_moe_backend_free(moe);
+            kt__gguf_close(g);
+            /* not a GGUF of experts */
+            snprintf(src, sizeof src, "%s/config.json", dir);
+            assert_true(kt_moe_backend_create_from_gguf(&moe, NULL, src, 2, NULL) < 0);
+            assert_null(moe);
+        }
         /* a method that does not read GGUF */
         char out[4200];
         snprintf(out, sizeof out, "%s/%s-Q8_0.gguf", tmp_root, fixtures[f]);
