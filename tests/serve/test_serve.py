@@ -503,7 +503,10 @@ def chat_session(label, argv, datadir, expect_history):
         check(False, f"{label}: saved conversation readable")
     # Ctrl-C stops a long answer, and the chat goes on
     p.send("Tell me a very long story.\r")
-    time.sleep(0.5)
+    # interrupt right after the line is taken: on a fast machine the whole
+    # 400-token answer takes only ~0.35 s, so a fixed 0.5 s wait missed it
+    p.expect(r"very long story")
+    time.sleep(0.05)
     p.send("\x03")
     check(p.expect(r"\[stopped\]"), f"{label}: Ctrl-C stops the answer")
     check(p.expect(r"> "), f"{label}: back at the prompt after Ctrl-C")
