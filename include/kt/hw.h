@@ -124,8 +124,9 @@ typedef struct kt_hw_numa_node {
     int32_t physical_cores;    /* cores whose hardware threads lie on this node (may be 0:
                                   a memory-only node)                                      */
     int32_t logical_cpus;      /* hardware threads on this node                            */
-    uint64_t memory_total;     /* bytes of node-local memory                               */
-    uint64_t memory_free;      /* bytes free now (libnuma), read at each call; 0 unknown   */
+    uint64_t memory_total;     /* bytes of node-local memory (one node: all RAM)            */
+    uint64_t memory_free;      /* bytes free now (libnuma; one node: MemAvailable), read at
+                                  each call; 0 unknown                                     */
 } kt_hw_numa_node;
 
 #define KT_HW_NUMA_NODE_INIT { (uint32_t)sizeof(kt_hw_numa_node), 0, 0, 0, 0u, 0u }

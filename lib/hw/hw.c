@@ -217,9 +217,15 @@ kt_status kt_hw_numa_query(kt_hw_numa_node *out, int32_t index)
             info.memory_free = (uint64_t)free_bytes;
     }
 #endif
-    if (info.memory_free == 0 && kt__hw_state_get()->n_numa == 1) {
-        uint64_t total;
-        read_meminfo(&total, &info.memory_free); /* one node: the machine's figure */
+    if (kt__hw_state_get()->n_numa == 1) {
+        /* One node holds all memory. Its sysfs figures lag behind memory
+         * hot-plugged into a VM (seen: 5 GiB of 126), so take the machine's. */
+        uint64_t total, available;
+        read_meminfo(&total, &available);
+        if (total > info.memory_total)
+            info.memory_total = total;
+        if (available > info.memory_free)
+            info.memory_free = available;
     }
     output_write(out, given, &info, sizeof info);
     return KT_OK;
