@@ -465,12 +465,16 @@ class Pty:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 return os.waitstatus_to_exitcode(status)
+            # drain output without blocking: a plain read on the pty would wait
+            # forever for a child that neither writes nor exits
             try:
-                os.read(self.fd, 4096)
+                r, _, _ = select.select([self.fd], [], [], 0.05)
+                if r:
+                    os.read(self.fd, 4096)
             except OSError:
-                pass
-            time.sleep(0.05)
+                time.sleep(0.05)
         os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
         return None
 
 
