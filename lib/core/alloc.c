@@ -70,6 +70,38 @@ void kt__free_aligned(void *p)
     free(p);
 }
 
+kt_status kt__strpairs_set(char ***keys, char ***values, size_t *n, const char *key,
+                           const char *value)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp((*keys)[i], key) == 0) {
+            char *v = kt__strdup(value);
+            if (!v)
+                return KT_ERR_NOMEM;
+            kt__free((*values)[i]);
+            (*values)[i] = v;
+            return KT_OK;
+        }
+    }
+    char **k = kt__realloc(*keys, (*n + 1) * sizeof *k);
+    if (!k)
+        return KT_ERR_NOMEM;
+    *keys = k;
+    char **v = kt__realloc(*values, (*n + 1) * sizeof *v);
+    if (!v)
+        return KT_ERR_NOMEM;
+    *values = v;
+    k[*n] = kt__strdup(key);
+    v[*n] = kt__strdup(value);
+    if (!k[*n] || !v[*n]) {
+        kt__free(k[*n]);
+        kt__free(v[*n]);
+        return KT_ERR_NOMEM;
+    }
+    (*n)++;
+    return KT_OK;
+}
+
 void kt_buf_dispose(kt_buf *buf)
 {
     if (!buf)

@@ -76,6 +76,12 @@ static inline bool kt__add_ok(uint64_t a, uint64_t b, uint64_t *out)
  * unknown tail is zero (else KT_ERR_VERSION). `what` names the struct in errors. */
 kt_status kt__options_read(void *dst, size_t dst_size, const void *src, const char *what);
 
+/* Sets key -> value in a pair of parallel string arrays [*n] (replacing an
+ * existing key's value); both strings are copied. On failure nothing changes
+ * but the arrays' capacity. */
+kt_status kt__strpairs_set(char ***keys, char ***values, size_t *n, const char *key,
+                           const char *value);
+
 /* kt_buf helpers (K8). */
 kt_status kt__buf_reserve(kt_buf *buf, size_t extra);
 kt_status kt__buf_append(kt_buf *buf, const void *data, size_t n);

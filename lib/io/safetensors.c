@@ -882,33 +882,7 @@ kt_status kt__st_writer_set_metadata(kt_st_writer *w, const char *key, const cha
         return kt__error(KT_ERR_INVALID_ARG, "st_writer_set_metadata: NULL argument");
     if (w->path)
         return kt__error(KT_ERR_INVALID_ARG, "st_writer_set_metadata: header already written");
-    for (size_t i = 0; i < w->n_meta; i++) {
-        if (strcmp(w->meta_keys[i], key) == 0) {
-            char *v = kt__strdup(value);
-            if (!v)
-                return KT_ERR_NOMEM;
-            kt__free(w->meta_values[i]);
-            w->meta_values[i] = v;
-            return KT_OK;
-        }
-    }
-    char **k = kt__realloc(w->meta_keys, (w->n_meta + 1) * sizeof *k);
-    if (!k)
-        return KT_ERR_NOMEM;
-    w->meta_keys = k;
-    char **v = kt__realloc(w->meta_values, (w->n_meta + 1) * sizeof *v);
-    if (!v)
-        return KT_ERR_NOMEM;
-    w->meta_values = v;
-    k[w->n_meta] = kt__strdup(key);
-    v[w->n_meta] = kt__strdup(value);
-    if (!k[w->n_meta] || !v[w->n_meta]) {
-        kt__free(k[w->n_meta]);
-        kt__free(v[w->n_meta]);
-        return KT_ERR_NOMEM;
-    }
-    w->n_meta++;
-    return KT_OK;
+    return kt__strpairs_set(&w->meta_keys, &w->meta_values, &w->n_meta, key, value);
 }
 
 kt_status kt__st_writer_declare(kt_st_writer *w, const char *name, kt_type type, uint32_t n_dims,

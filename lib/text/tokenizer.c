@@ -997,33 +997,8 @@ static kt_status parse_tiktoken(loader *L, const char *data, size_t size)
 
 static kt_status add_template(kt_tokenizer *tok, const char *name, const char *src)
 {
-    for (size_t i = 0; i < tok->n_templates; i++) {
-        if (!strcmp(tok->template_names[i], name)) {
-            char *copy = kt__strdup(src);
-            if (!copy)
-                return KT_ERR_NOMEM;
-            kt__free(tok->template_sources[i]);
-            tok->template_sources[i] = copy;
-            return KT_OK;
-        }
-    }
-    char **n = kt__realloc(tok->template_names, (tok->n_templates + 1) * sizeof *n);
-    if (!n)
-        return KT_ERR_NOMEM;
-    tok->template_names = n;
-    char **s = kt__realloc(tok->template_sources, (tok->n_templates + 1) * sizeof *s);
-    if (!s)
-        return KT_ERR_NOMEM;
-    tok->template_sources = s;
-    n[tok->n_templates] = kt__strdup(name);
-    s[tok->n_templates] = kt__strdup(src);
-    if (!n[tok->n_templates] || !s[tok->n_templates]) {
-        kt__free(n[tok->n_templates]);
-        kt__free(s[tok->n_templates]);
-        return KT_ERR_NOMEM;
-    }
-    tok->n_templates++;
-    return KT_OK;
+    return kt__strpairs_set(&tok->template_names, &tok->template_sources, &tok->n_templates,
+                            name, src);
 }
 
 /* bos_token etc.: a string, {"content": ...} or null. */
