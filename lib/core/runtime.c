@@ -33,18 +33,23 @@ kt_status kt__options_read(void *dst, size_t dst_size, const void *src, const ch
     return KT_OK;
 }
 
-kt_status kt_runtime_options_init(kt_runtime_options *opts, size_t struct_size)
+kt_status kt__options_init(void *opts, size_t struct_size, const void *defaults,
+                           size_t defaults_size, const char *fn)
 {
     if (!opts)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_runtime_options_init: opts is NULL");
+        return kt__error(KT_ERR_INVALID_ARG, "%s: opts is NULL", fn);
     if (struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_runtime_options_init: struct_size %zu too small",
-                         struct_size);
-    kt_runtime_options def = KT_RUNTIME_OPTIONS_INIT;
+        return kt__error(KT_ERR_INVALID_ARG, "%s: struct_size %zu too small", fn, struct_size);
     memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
+    memcpy(opts, defaults, KT_MIN(struct_size, defaults_size));
+    memcpy(opts, &(uint32_t){(uint32_t)struct_size}, sizeof(uint32_t));
     return KT_OK;
+}
+
+kt_status kt_runtime_options_init(kt_runtime_options *opts, size_t struct_size)
+{
+    static const kt_runtime_options def = KT_RUNTIME_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 static int32_t default_threads(void)

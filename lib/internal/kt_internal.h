@@ -76,6 +76,12 @@ static inline bool kt__add_ok(uint64_t a, uint64_t b, uint64_t *out)
  * unknown tail is zero (else KT_ERR_VERSION). `what` names the struct in errors. */
 kt_status kt__options_read(void *dst, size_t dst_size, const void *src, const char *what);
 
+/* The body of every public *_options_init (K11): zero the caller's struct_size
+ * bytes, copy the prefix of `defaults` it has room for, stamp struct_size.
+ * `fn` names the public function in errors. */
+kt_status kt__options_init(void *opts, size_t struct_size, const void *defaults,
+                           size_t defaults_size, const char *fn);
+
 /* Sets key -> value in a pair of parallel string arrays [*n] (replacing an
  * existing key's value); both strings are copied. On failure nothing changes
  * but the arrays' capacity. */

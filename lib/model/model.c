@@ -17,24 +17,14 @@
 
 kt_status kt_model_open_options_init(kt_model_open_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_model_open_options_init: bad arguments");
-    kt_model_open_options def = KT_MODEL_OPEN_OPTIONS_INIT;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_model_open_options def = KT_MODEL_OPEN_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 kt_status kt_estimate_options_init(kt_estimate_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_estimate_options_init: bad arguments");
-    kt_estimate_options def = KT_ESTIMATE_OPTIONS_INIT;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_estimate_options def = KT_ESTIMATE_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 void kt_model_free(kt_model *m)

@@ -51,13 +51,8 @@ static double next_unit(uint64_t s[4])
 
 kt_status kt_sampler_options_init(kt_sampler_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_sampler_options_init: bad arguments");
-    kt_sampler_options def = KT_SAMPLER_OPTIONS_INIT;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_sampler_options def = KT_SAMPLER_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 void kt_sampler_reset(kt_sampler *s, uint64_t seed)

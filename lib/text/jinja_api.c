@@ -21,24 +21,14 @@ struct kt_template {
 
 kt_status kt_template_options_init(kt_template_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_template_options_init: bad arguments");
-    memset(opts, 0, struct_size);
-    kt_template_options d = KT_TEMPLATE_OPTIONS_INIT;
-    memcpy(opts, &d, KT_MIN(struct_size, sizeof d));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_template_options def = KT_TEMPLATE_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 kt_status kt_template_render_options_init(kt_template_render_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_template_render_options_init: bad arguments");
-    memset(opts, 0, struct_size);
-    kt_template_render_options d = KT_TEMPLATE_RENDER_OPTIONS_INIT;
-    memcpy(opts, &d, KT_MIN(struct_size, sizeof d));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_template_render_options def = KT_TEMPLATE_RENDER_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 kt_status kt_template_create(kt_template **out, const char *source, size_t source_len,

@@ -1202,13 +1202,8 @@ static kt_status finish(loader *L)
 
 kt_status kt_tokenizer_options_init(kt_tokenizer_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_tokenizer_options_init: bad arguments");
-    kt_tokenizer_options def = KT_TOKENIZER_OPTIONS_INIT;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_tokenizer_options def = KT_TOKENIZER_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 static kt_status open_impl(kt_tokenizer *tok, const char *path)
