@@ -35,6 +35,8 @@ enum {
                           all chunks, per chunk float d[16] (lane l holds the scale
                           of group l / 4) and int32 c[16] (-8 * the lane's sum over
                           both halves); then the inputs as BF16 (prefill)        */
+    KT__ACT_BF16X2 = 5, /* KT_MOE_PREC_BF16X2: uint16 hi[Kp], then lo[Kp] (Kp = K padded
+                          to 64), x = hi + lo, hi = bf16(x), lo = bf16(x - hi)     */
     KT__ACT_GGML = 16  /* LLAMAFILE: KT__ACT_GGML + mask of KT__GGML_ACT_* sections
                           (cpu/ref/moe_llamafile.c)                               */
 };
@@ -85,6 +87,8 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
         return kt__ggml_act_row_bytes((unsigned)(act - KT__ACT_GGML), K);
     else if (act == KT__ACT_BF16P64)
         b = (size_t)((K + 63) / 64) * 128;
+    else if (act == KT__ACT_BF16X2)
+        b = (size_t)((K + 63) / 64) * 256;
     else
         b = (size_t)((K + 127) / 128) * 512;
     return (b + 63) & ~(size_t)63;
@@ -154,6 +158,11 @@ const kt__moe_kernels *kt__moe_kernels_avx512(int method);
 const kt__moe_kernels *kt__moe_int8_ref(void);
 const kt__moe_kernels *kt__moe_int8_avx2(void);
 const kt__moe_kernels *kt__moe_int8_avx512(void);
+/* KT_MOE_PREC_BF16X2 sets (activations within ~1e-5 of F32): the scalar one
+ * with F32 activations for every method (cpu/ref/moe_ref.c), the AVX-512 one
+ * with BF16X2 activations (cpu/avx512/moe_x2_avx512.c). */
+const kt__moe_kernels *kt__moe_kernels_ref_precise(int method);
+const kt__moe_kernels *kt__moe_kernels_avx512_x2(int method);
 /* AMX-BF16 prefill on top of the AVX-512 set (cpu/amx/moe_amx.c). */
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */

@@ -122,10 +122,44 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     }
 }
 
+/* ---- RAWINT4 with F32 activations (KT_MOE_PREC_BF16X2): per group g of 32,
+ *      C += s_w[n][g] * sum_k a[k] * (nibble[n][k] - 8) ---- */
+static void gemm_int4_f32(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                          size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
+                          void *scratch)
+{
+    (void)scratch;
+    const uint32_t *w = W->w;
+    const uint16_t *sc = W->scale;
+    int K = W->cols;
+    for (int m = 0; m < M; m++) {
+        const float *a = arow(A, a_stride, a_rows, m);
+        for (int n = n0; n < n1; n++) {
+            const uint32_t *wr = w + (size_t)n * (K / 8);
+            float acc = 0.0f;
+            for (int g = k0 / 32; g < k1 / 32; g++) {
+                float part = 0.0f;
+                for (int k = g * 32; k < g * 32 + 32; k++)
+                    part += a[k] * (float)((int)((wr[k / 8] >> (4 * (k % 8))) & 0xfu) - 8);
+                acc += part * kt__moe_bf16_f32(sc[(size_t)n * (K / 32) + g]);
+            }
+            C[(size_t)m * ldc + (n - n0)] = acc;
+        }
+    }
+}
+
 static const kt__moe_kernels ref_bf16 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0};
 static const kt__moe_kernels ref_fp8 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0};
 static const kt__moe_kernels ref_int4 = {"scalar", KT__ACT_Q8G32, kt__moe_quant_q8g32,
                                          gemm_int4, 0};
+
+static const kt__moe_kernels ref_int4_f32 = {"scalar-f32", KT__ACT_F32, kt__moe_quant_f32,
+                                             gemm_int4_f32, 0};
+
+const kt__moe_kernels *kt__moe_kernels_ref_precise(int method)
+{
+    return method == KT_METHOD_RAWINT4 ? &ref_int4_f32 : kt__moe_kernels_ref(method);
+}
 
 const kt__moe_kernels *kt__moe_kernels_ref(int method)
 {

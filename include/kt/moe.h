@@ -136,6 +136,24 @@ typedef struct kt_moe_layer_weights {
     { (uint32_t)sizeof(kt_moe_layer_weights), 0u, NULL, NULL, NULL, NULL, NULL, NULL, \
       NULL, NULL, NULL, KT_TYPE_BF16, KT_TYPE_INVALID, KT_TYPE_INVALID, KT_TYPE_INVALID }
 
+/* kt_moe_options.act_precision: how activations (x, and the intermediate
+ * silu(gate x) * up x) enter the expert kernels. Values are ABI. */
+typedef enum kt_moe_precision {
+    /* Each kernel's fastest format: BF16 on AVX-512 and AMX (RAWINT4 decode:
+     * INT8 per 32 inputs), F32 on the AVX2 and scalar BF16 / FP8 kernels.
+     * Relative error of a layer's output about 1e-2 (BF16) to 3e-2 (INT8). */
+    KT_MOE_PREC_DEFAULT = 0,
+    /* Each activation split into two BF16 numbers, x = hi + lo (about 16
+     * significant bits), two dot products per weight, FP8 / INT4 scales applied
+     * in F32 to exact partial sums: about 1e-5 relative, like F32 arithmetic.
+     * About half the compute speed of the default; decode stays memory-bound.
+     * AMX is not used (prefill runs on AVX-512); F32 activations on AVX2 and
+     * scalar kernels. LLAMAFILE ignores it (llama.cpp's activation formats). */
+    KT_MOE_PREC_BF16X2 = 1,
+    /* F32-accurate activations: the same kernels as KT_MOE_PREC_BF16X2. */
+    KT_MOE_PREC_F32 = 2
+} kt_moe_precision;
+
 /* Execution options; NULL means all defaults. */
 typedef struct kt_moe_options {
     uint32_t struct_size;  /* sizeof(kt_moe_options)                                   */
@@ -145,9 +163,10 @@ typedef struct kt_moe_options {
     int32_t max_tokens;    /* tokens computed at once; workspaces are sized for it; a
                               call with more runs in chunks of max_tokens; 0: 512     */
     int32_t pin_threads;   /* 1: pin workers one per physical core (default), 0: no    */
+    int32_t act_precision; /* kt_moe_precision; 0: KT_MOE_PREC_DEFAULT. Since 0.1.     */
 } kt_moe_options;
 
-#define KT_MOE_OPTIONS_INIT { (uint32_t)sizeof(kt_moe_options), 0u, 0, 0, 0, 1 }
+#define KT_MOE_OPTIONS_INIT { (uint32_t)sizeof(kt_moe_options), 0u, 0, 0, 0, 1, 0 }
 
 /* Fills *opts with defaults; struct_size is the caller's sizeof(*opts). Since 0.1. */
 KT_API kt_status kt_moe_options_init(kt_moe_options *opts, size_t struct_size);

@@ -131,6 +131,29 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method)
     return k;
 }
 
+/* Kernel set for KT_MOE_PREC_BF16X2 / _F32: BF16X2 activations on AVX-512 (no
+ * AMX), the F32-activation AVX2 sets, else scalar with F32 activations. */
+const kt__moe_kernels *kt__moe_pick_kernels_precise(int method)
+{
+    uint64_t isa = kt_hw_isa() & isa_cap;
+    (void)isa;
+    if (method == KT_METHOD_AMXINT4)
+        method = KT_METHOD_RAWINT4;
+    const kt__moe_kernels *k = NULL;
+#if KT_HAVE_ISA_AVX512
+    if ((isa & AVX512_NEED) == AVX512_NEED)
+        k = kt__moe_kernels_avx512_x2(method);
+#endif
+#if KT_HAVE_ISA_AVX2
+    /* their BF16, FP8 and INT8-weight kernels take F32 activations */
+    if (!k && (isa & AVX2_NEED) == AVX2_NEED && method != KT_METHOD_RAWINT4)
+        k = kt__moe_kernels_avx2(method);
+#endif
+    if (!k)
+        k = kt__moe_kernels_ref_precise(method);
+    return k;
+}
+
 /* ---------------------------------------------------------------------------
  * Creation
  */
@@ -462,6 +485,11 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
                     o.max_tokens > (1 << 20)))
         st = kt__error(KT_ERR_INVALID_ARG,
                        "kt_moe_options: flags must be 0 and counts >= 0 (max_tokens <= 2^20)");
+    if (st >= 0 &&
+        (o.act_precision < KT_MOE_PREC_DEFAULT || o.act_precision > KT_MOE_PREC_F32))
+        st = kt__error(KT_ERR_INVALID_ARG,
+                       "kt_moe_options: act_precision %d is not a kt_moe_precision",
+                       o.act_precision);
     if (st < 0) {
         kt__free(moe);
         return st;
@@ -476,8 +504,12 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     moe->max_t = o.max_tokens ? o.max_tokens : 512;
     moe->alpha = d.swiglu_alpha != 0.0f ? d.swiglu_alpha : 1.702f;
     moe->limit = d.swiglu_limit != 0.0f ? d.swiglu_limit : 7.0f;
-    moe->kern = d.method == KT_METHOD_LLAMAFILE ? kt__moe_llamafile_kernels(0, KT__GGML_ACT_F32)
-                                                : kt__moe_pick_kernels(d.method);
+    if (d.method == KT_METHOD_LLAMAFILE) /* picked again once the block types are known */
+        moe->kern = kt__moe_llamafile_kernels(0, KT__GGML_ACT_F32);
+    else if (o.act_precision != KT_MOE_PREC_DEFAULT)
+        moe->kern = kt__moe_pick_kernels_precise(d.method);
+    else
+        moe->kern = kt__moe_pick_kernels(d.method);
     atomic_init(&moe->err_status, 0);
     if (!moe->kern) {
         kt_moe_backend_free(moe);

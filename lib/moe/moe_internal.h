@@ -10,6 +10,9 @@
  * that kt_hw_isa() (capped by kt__moe_set_isa_cap) allows. */
 const kt__moe_kernels *kt__moe_pick_kernels(int method);
 
+/* The same for KT_MOE_PREC_BF16X2 / _F32 (activations within ~1e-5 of F32). */
+const kt__moe_kernels *kt__moe_pick_kernels_precise(int method);
+
 /* Test hook: caps the ISA bits backends created afterwards may use
  * (process-wide; ~0 = no cap). */
 void kt__moe_set_isa_cap(uint64_t cap);

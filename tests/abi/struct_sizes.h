@@ -30,7 +30,7 @@ KT_ABI_TAGGED(kt_memory_estimate, 192)
 /* kt/moe.h */
 KT_ABI_TAGGED(kt_moe_desc, 40)
 KT_ABI_TAGGED(kt_moe_layer_weights, 96)
-KT_ABI_TAGGED(kt_moe_options, 24)
+KT_ABI_TAGGED(kt_moe_options, 28)
 KT_ABI_TAGGED(kt_moe_io, 56)
 KT_ABI_TAGGED(kt_moe_info, 64)
 KT_ABI_TAGGED(kt_router_params, 40)

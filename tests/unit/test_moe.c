@@ -8,7 +8,8 @@
  *    router outputs of transformers (plus the shared expert where the family
  *    has one), weights read from the fixture's own safetensors files.
  *
- * Tolerances (max |got - ref| / max |ref|): paths with F32 activations 1e-4,
+ * Everything runs at the default precision and with KT_MOE_PREC_BF16X2.
+ * Tolerances (max |got - ref| / max |ref|): paths with F32 or BF16X2 activations 1e-4,
  * BF16 activations 1.5e-2, INT8 (Q8 per 32) activations 3e-2; BF16 output adds
  * 8e-3 (its rounding).
  */
@@ -185,10 +186,15 @@ static const syn_case syn_cases[] = {
     {257, 6, KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32, 1, 1},
 };
 
+/* Tolerance of a backend's output; backends made with KT_MOE_PREC_BF16X2 have
+ * "bf16x2" or "f32" in their ISA name (or are scalar / AVX2 with F32
+ * activations) and must be as close as F32 arithmetic. */
 static double act_tol(const kt_moe_backend *moe)
 {
     kt_moe_info info = KT_MOE_INFO_INIT;
     kt_moe_backend_info(moe, &info);
+    if (strstr(info.isa, "bf16x2") || strstr(info.isa, "f32"))
+        return 1e-4;
     if (strstr(info.isa, "scalar") && info.method != KT_METHOD_RAWINT4)
         return 1e-4;
     if (info.method == KT_METHOD_RAWINT4)
@@ -299,7 +305,7 @@ static const uint64_t isa_levels[] = {
     0,
 };
 
-static void syn_method(int method, int H, int I, int n_pools)
+static void syn_method_prec(int method, int H, int I, int n_pools, int prec)
 {
     const int E = 20;
     syn_layer L;
@@ -320,6 +326,7 @@ static void syn_method(int method, int H, int I, int n_pools)
         o.n_pools = n_pools;
         o.max_tokens = 100; /* T = 128 and 257 run in chunks */
         o.pin_threads = 0;
+        o.act_precision = prec;
         kt_moe_backend *moe = NULL;
         if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
             fail_msg("create: %s", kt_last_error());
@@ -342,6 +349,12 @@ static void syn_method(int method, int H, int I, int n_pools)
     }
     kt__moe_set_isa_cap(~UINT64_C(0));
     syn_free(&L);
+}
+
+static void syn_method(int method, int H, int I, int n_pools)
+{
+    syn_method_prec(method, H, I, n_pools, KT_MOE_PREC_DEFAULT);
+    syn_method_prec(method, H, I, n_pools, KT_MOE_PREC_BF16X2);
 }
 
 static void test_syn_bf16(void **state)
@@ -474,6 +487,10 @@ static void test_async_and_errors(void **state)
     bad.method = KT_METHOD_RAWINT4;
     bad.hidden = 48;
     assert_int_equal(kt_moe_backend_create(&moe, NULL, &bad, lw, 1, &o), KT_ERR_INVALID_ARG);
+    kt_moe_options bad_o = o;
+    bad_o.act_precision = 7;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, lw, 1, &bad_o), KT_ERR_INVALID_ARG);
+    assert_non_null(strstr(kt_last_error(), "act_precision"));
     kt_moe_options oi;
     assert_int_equal(kt_moe_options_init(&oi, sizeof oi), KT_OK);
     assert_int_equal(oi.pin_threads, 1);
@@ -725,9 +742,10 @@ static void fixture_run(const fixture *fx)
     }
 
     float *out = malloc((size_t)T * H * sizeof(float));
-    const char *seen[3] = {NULL, NULL, NULL};
-    for (int lv = 0; lv < 3; lv++) {
-        kt__moe_set_isa_cap(isa_levels[lv]);
+    const char *seen[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    /* every ISA level, default precision then KT_MOE_PREC_BF16X2 */
+    for (int lv = 0; lv < 6; lv++) {
+        kt__moe_set_isa_cap(isa_levels[lv % 3]);
         kt_moe_desc d = KT_MOE_DESC_INIT;
         d.method = fx->method;
         d.act = fx->oai ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
@@ -739,6 +757,7 @@ static void fixture_run(const fixture *fx)
         o.n_threads = 2;
         o.max_tokens = T;
         o.pin_threads = 0;
+        o.act_precision = lv < 3 ? KT_MOE_PREC_DEFAULT : KT_MOE_PREC_BF16X2;
         kt_moe_backend *moe = NULL;
         if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
             fail_msg("%s: create: %s", fx->dir, kt_last_error());

@@ -89,9 +89,13 @@ static void rand_weights(int method, int rows, int cols, void **w, void **s, flo
     }
 }
 
-static void check_set(const kt__moe_kernels *ks, int method)
+/* precise: a KT_MOE_PREC_BF16X2 set, checked against the scalar F32-activation
+ * set on activations that are not BF16 numbers (so the lo halves matter), and
+ * that oracle against a double-precision dot product. */
+static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
 {
-    const kt__moe_kernels *ref = kt__moe_kernels_ref(method);
+    const kt__moe_kernels *ref =
+        precise ? kt__moe_kernels_ref_precise(method) : kt__moe_kernels_ref(method);
     static const int rows_list[] = {1, 5, 67, 130};
     static const int cols_fp[] = {7, 64, 200, 300};
     static const int cols_i4[] = {32, 96, 160, 256};
@@ -110,7 +114,7 @@ static void check_set(const kt__moe_kernels *ks, int method)
                 int n_act = M + 3;
                 float *x = malloc((size_t)n_act * K * sizeof(float));
                 for (int i = 0; i < n_act * K; i++)
-                    x[i] = tst_bf16(tst_to_bf16(tst_uniform()));
+                    x[i] = precise ? tst_uniform() : tst_bf16(tst_to_bf16(tst_uniform()));
                 size_t sr = kt__moe_act_row_bytes(ref->act, K);
                 size_t st = kt__moe_act_row_bytes(ks->act, K);
                 uint8_t *ar = calloc((size_t)n_act, sr), *at = calloc((size_t)n_act, st);
@@ -135,16 +139,24 @@ static void check_set(const kt__moe_kernels *ks, int method)
                     kt__moe_new_epoch(); /* fresh activation buffers */
                     ref->gemm(&W, n0, n1, k0, k1, ar, sr, rows_idx, M, cr, nb, scr_r);
                     ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr_t);
-                    double c = 1e-5;
-                    if (method != KT_METHOD_BF16 && M >= 4 &&
+                    double c = precise ? 2e-5 : 1e-5;
+                    if (!precise && method != KT_METHOD_BF16 && M >= 4 &&
                         (strstr(ks->name, "avx512") || strstr(ks->name, "amx")))
                         c = 8e-3;
                     for (int m = 0; m < M; m++)
                         for (int n = n0; n < n1; n++) {
-                            double mag = 0;
-                            for (int k = k0; k < k1; k++)
-                                mag += fabs(x[(size_t)rows_idx[m] * K + k] * f[(size_t)n * K + k]);
+                            double mag = 0, dot = 0;
+                            for (int k = k0; k < k1; k++) {
+                                double p = (double)x[(size_t)rows_idx[m] * K + k] *
+                                           f[(size_t)n * K + k];
+                                mag += fabs(p);
+                                dot += p;
+                            }
                             size_t at = (size_t)m * nb + n - n0;
+                            if (precise && !(fabs(cr[at] - dot) <= 1e-5 * mag + 1e-30))
+                                fail_msg("oracle %s %s: C[%d][%d] = %g, double %g",
+                                         ref->name, kt_method_name((kt_method)method), m, n,
+                                         cr[at], dot);
                             double d = fabs(ct[at] - cr[at]);
                             double rel = d / (mag + 1e-30);
                             if (rel > worst && c < 1e-4)
@@ -185,6 +197,11 @@ static void check_set(const kt__moe_kernels *ks, int method)
     }
     printf("  %-12s %-8s ok (worst exact-path error %.2g of sum|a||w|)\n", ks->name,
            kt_method_name((kt_method)method), worst);
+}
+
+static void check_set(const kt__moe_kernels *ks, int method)
+{
+    check_set_mode(ks, method, 0);
 }
 
 static void run_isa(uint64_t need, const kt__moe_kernels *(*get)(int), const char *what)
@@ -248,6 +265,24 @@ static void test_amx_emulated(void **state)
 #endif
 }
 
+/* KT_MOE_PREC_BF16X2: the AVX-512 hi/lo sets and the scalar F32 RAWINT4 set. */
+static void test_precise(void **state)
+{
+    (void)state;
+    int methods[] = {KT_METHOD_BF16, KT_METHOD_FP8, KT_METHOD_RAWINT4, KT_METHOD_AMXINT8};
+    check_set_mode(kt__moe_kernels_ref_precise(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 1);
+#if KT_HAVE_ISA_AVX512
+    if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS) {
+        printf("  avx512: not on this CPU, skipped\n");
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        check_set_mode(kt__moe_kernels_avx512_x2(methods[i]), methods[i], 1);
+#else
+    (void)methods;
+#endif
+}
+
 /* The scalar INT8 quantizer itself: round(x / d) with d = max|x| / 127. */
 static void test_quant_q8(void **state)
 {
@@ -276,6 +311,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_q8),
         cmocka_unit_test(test_avx512),
+        cmocka_unit_test(test_precise),
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_amx_emulated),
         cmocka_unit_test(test_amx),

@@ -1,0 +1,400 @@
+/*
+ * AVX-512 MoE kernels for KT_MOE_PREC_BF16X2 (compiled with the AVX-512 BF16
+ * flags; run only when kt_hw_isa() reports them).
+ *
+ * Activations are split x = hi + lo, both BF16 (hi = bf16(x), lo = bf16(x - hi):
+ * |x - hi - lo| <= 2^-17 |x|). Every weight is turned into an exact BF16 number
+ * (BF16 as is; E4M3 through byte tables; INT4 nibble - 8; INT8), so each
+ * vdpbf16ps product is exact and the sums run in F32:
+ *
+ *     C[m][n] = sum_blocks s[n][b] * sum_{k in b} w[n][k] (hi_m[k] + lo_m[k])
+ *
+ * with the FP8 128x128 / INT4 per-32 scales applied in F32 to the exact block
+ * sums, and the AMXINT8 per-row scale to the whole dot product.
+ *
+ * Shape: weights are decoded 4 rows x KC_X2 inputs at a time into an L1 chunk
+ * (BF16 weights are read in place) and every token of the call runs against
+ * the chunk, MR tokens per register tile.
+ */
+#include <immintrin.h>
+
+#include "moe_kernels.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define KC_X2 1024 /* inputs per decoded chunk: 4 rows x 2 KiB, a multiple of 128 */
+
+static inline int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static inline int pad64(int K)
+{
+    return (K + 63) & ~63;
+}
+
+static const uint16_t *arow(const void *A, size_t stride, const int32_t *rows, int m)
+{
+    return (const uint16_t *)((const char *)A + (size_t)(rows ? rows[m] : m) * stride);
+}
+
+static inline __mmask32 tail32(int left)
+{
+    return left >= 32 ? (__mmask32)0xffffffffu
+                      : (left <= 0 ? (__mmask32)0 : (__mmask32)((1u << left) - 1u));
+}
+
+static inline __mmask64 tail64(int left)
+{
+    return left >= 64 ? ~(__mmask64)0 : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
+}
+
+/* ---- activations: [K] f32 -> hi [Kp] BF16, lo [Kp] BF16 ------------------ */
+
+static void quant_x2(const float *x, int k0, int k1, int K, void *row)
+{
+    uint16_t *hi = row, *lo = hi + pad64(K);
+    int k = k0;
+    for (; k + 16 <= k1; k += 16) {
+        /* hi = bf16(x), lo = bf16(x - hi) */
+        __m512 v = _mm512_loadu_ps(x + k);
+        __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+        __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        __m256i l = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, hf));
+        _mm256_storeu_si256((__m256i *)(hi + k), h);
+        _mm256_storeu_si256((__m256i *)(lo + k), l);
+    }
+    for (; k < k1; k++) {
+        hi[k] = kt__moe_f32_bf16(x[k]);
+        lo[k] = kt__moe_f32_bf16(x[k] - kt__moe_bf16_f32(hi[k]));
+    }
+}
+
+/* The sums of 4 vectors, as one 4-float vector. */
+ALWAYS_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+    __m256 ab = _mm256_hadd_ps(a8, b8), cd = _mm256_hadd_ps(c8, d8);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* ---- register tiles ------------------------------------------------------- */
+
+/* out[m * 4 + r] = sum_{k < kn} w_r[k] (hi_m[k] + lo_m[k]), 4 rows x MR (<= 6)
+ * tokens; lo_m = hi_m + lo_off. pf: prefetch distance in bytes (0: none). */
+ALWAYS_INLINE void tile_x2(const uint16_t *const *w, const uint16_t *const *a, size_t lo_off,
+                           const int MR, int kn, size_t pf, float *out)
+{
+    __m512 acc[6][4];
+    #pragma GCC unroll 6
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            acc[m][r] = _mm512_setzero_ps();
+    /* hot loop: 4 weight vectors x MR tokens x (hi, lo) per 32 inputs */
+    for (int k = 0; k < kn; k += 32) {
+        __mmask32 msk = tail32(kn - k);
+        __m512bh v[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            if (pf)
+                _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
+            v[r] = (__m512bh)_mm512_maskz_loadu_epi16(msk, w[r] + k);
+        }
+        #pragma GCC unroll 6
+        for (int m = 0; m < MR; m++) {
+            __m512bh xh = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k);
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], xh);
+            __m512bh xl = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + lo_off + k);
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], xl);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+}
+
+/* The same over blocks of B inputs (B a multiple of 32), each block's exact
+ * sum scaled by bsc[r][b] in F32; MR <= 3 (block and total accumulators). */
+ALWAYS_INLINE void tile_x2_blocks(const uint16_t *const *w, const uint16_t *const *a,
+                                  size_t lo_off, const int MR, int kn, int B,
+                                  const float (*bsc)[KC_X2 / 32], float *out)
+{
+    __m512 tot[3][4];
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            tot[m][r] = _mm512_setzero_ps();
+    for (int kb = 0, b = 0; kb < kn; kb += B, b++) {
+        int ke = imin(kb + B, kn);
+        __m512 blk[3][4];
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                blk[m][r] = _mm512_setzero_ps();
+        /* hot loop: 4 weight vectors x MR tokens x (hi, lo) per 32 inputs */
+        for (int k = kb; k < ke; k += 32) {
+            __mmask32 msk = tail32(ke - k);
+            __m512bh v[4];
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                v[r] = (__m512bh)_mm512_maskz_loadu_epi16(msk, w[r] + k);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++) {
+                __m512bh xh = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k);
+                __m512bh xl = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + lo_off + k);
+                #pragma GCC unroll 4
+                for (int r = 0; r < 4; r++)
+                    blk[m][r] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(blk[m][r], v[r], xh), v[r],
+                                                 xl);
+            }
+        }
+        /* tot += s[r][b] * block sum */
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 s = _mm512_set1_ps(bsc[r][b]);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                tot[m][r] = _mm512_fmadd_ps(blk[m][r], s, tot[m][r]);
+        }
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4, hsum4(tot[m][0], tot[m][1], tot[m][2], tot[m][3]));
+}
+
+/* ---- weight decoders: 4 rows x kn inputs from kc -> exact BF16 ------------ */
+
+typedef struct x2_chunk {
+    uint16_t deq[4][KC_X2];    /* [4 rows][KC_X2] decoded weights, unscaled      */
+    float bsc[4][KC_X2 / 32];  /* [4 rows][blocks] block scales (FP8, INT4)     */
+    float rsc[4];              /* row scales (AMXINT8)                           */
+} x2_chunk;
+
+/* High and low bytes of the BF16 of each E4M3 magnitude 0..127 (127 = NaN). */
+static const uint8_t e4m3_hi[128] = {
+    0x00, 0x3b, 0x3b, 0x3b, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c,
+    0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d,
+    0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e,
+    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
+    0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
+    0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41,
+    0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42,
+    0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x7f};
+static const uint8_t e4m3_lo[128] = {
+    0x00, 0x00, 0x80, 0xc0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
+    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xc0};
+
+/* Returns the scale block length B (0: no block scales). Rows >= nr are
+ * copies of row nr - 1. */
+typedef int (*x2_fill_fn)(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch);
+
+/* FP8: 64 bytes at a time, BF16 high bytes (| sign) and low bytes from the
+ * tables, interleaved back into input order; scale per 128 x 128 block. */
+static int fill_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch)
+{
+    const __m512i h0 = _mm512_loadu_si512(e4m3_hi), h1 = _mm512_loadu_si512(e4m3_hi + 64);
+    const __m512i l0 = _mm512_loadu_si512(e4m3_lo), l1 = _mm512_loadu_si512(e4m3_lo + 64);
+    /* word j of the first half: low byte lo[j], high byte hi[j] (j < 32); second: j + 32 */
+    uint8_t ia[64], ib[64];
+    for (int j = 0; j < 32; j++) {
+        ia[2 * j] = (uint8_t)j;
+        ia[2 * j + 1] = (uint8_t)(64 + j);
+        ib[2 * j] = (uint8_t)(32 + j);
+        ib[2 * j + 1] = (uint8_t)(96 + j);
+    }
+    const __m512i idx_a = _mm512_loadu_si512(ia), idx_b = _mm512_loadu_si512(ib);
+    int cols = W->cols, cb = (cols + 127) / 128;
+    const float *sc = W->scale;
+    for (int r = 0; r < 4; r++) {
+        int row = n + imin(r, nr - 1);
+        const uint8_t *src = (const uint8_t *)W->w + (size_t)row * cols + kc;
+        for (int k = 0; k < kn; k += 64) {
+            _mm_prefetch((const char *)(src + k) + 4 * (size_t)cols, _MM_HINT_T1);
+            __m512i v = _mm512_maskz_loadu_epi8(tail64(kn - k), src + k);
+            __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
+            __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
+            hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8);
+            _mm512_storeu_si512(ch->deq[r] + k, _mm512_permutex2var_epi8(lo, idx_a, hi));
+            _mm512_storeu_si512(ch->deq[r] + k + 32, _mm512_permutex2var_epi8(lo, idx_b, hi));
+        }
+        for (int b = 0; b * 128 < kn; b++)
+            ch->bsc[r][b] = sc[(size_t)(row / 128) * cb + (kc + b * 128) / 128];
+    }
+    return 128;
+}
+
+/* RAWINT4: 16 bytes = 32 inputs (the even one in the low nibble) -> 32 BF16
+ * of nibble - 8 through a 16-entry table; scale per 32. */
+static int fill_int4(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch)
+{
+    uint16_t tab[32];
+    for (int i = 0; i < 32; i++)
+        tab[i] = kt__moe_f32_bf16((float)((i & 15) - 8));
+    const __m512i table = _mm512_loadu_si512(tab), m4 = _mm512_set1_epi32(0xf);
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
+    for (int r = 0; r < 4; r++) {
+        int row = n + imin(r, nr - 1);
+        const uint8_t *src = (const uint8_t *)W->w + (size_t)row * rb + kc / 2;
+        const uint16_t *srow = (const uint16_t *)W->scale + (size_t)row * sb + kc / 32;
+        for (int k = 0; k < kn; k += 32) {
+            if (k % 128 == 0)
+                _mm_prefetch((const char *)(src + k / 2) + 4 * rb, _MM_HINT_T1);
+            /* dword j = byte j -> words (low nibble, high nibble) -> table */
+            __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + k / 2)));
+            __m512i pairs = _mm512_or_si512(_mm512_and_si512(d, m4),
+                                            _mm512_slli_epi32(_mm512_srli_epi32(d, 4), 16));
+            _mm512_storeu_si512(ch->deq[r] + k, _mm512_permutexvar_epi16(pairs, table));
+            ch->bsc[r][k / 32] = kt__moe_bf16_f32(srow[k / 32]);
+        }
+    }
+    return 32;
+}
+
+/* AMXINT8: int8 -> BF16 (exact), scale per row. */
+static int fill_int8(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch)
+{
+    int cols = W->cols;
+    for (int r = 0; r < 4; r++) {
+        int row = n + imin(r, nr - 1);
+        const int8_t *src = (const int8_t *)W->w + (size_t)row * cols + kc;
+        for (int k = 0; k < kn; k += 32) {
+            __m256i v = _mm256_maskz_loadu_epi8(tail32(kn - k), src + k);
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+            _mm512_storeu_si512(ch->deq[r] + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        ch->rsc[r] = ((const float *)W->scale)[row];
+    }
+    return 0;
+}
+
+/* ---- C = A W^T -------------------------------------------------------------- */
+
+static void gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                    size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                    x2_chunk *ch, x2_fill_fn fill, int row_scaled)
+{
+    size_t lo_off = (size_t)pad64(W->cols);
+    /* BF16 in place: whole rows for decode (long streams), L1 chunks otherwise */
+    int kstep = (!fill && M <= 4) ? k1 - k0 : KC_X2;
+    for (int kc = k0; kc < k1; kc += kstep) {
+        int kn = imin(kstep, k1 - kc);
+        for (int n = n0; n < n1; n += 4) {
+            int nr = imin(4, n1 - n);
+            const uint16_t *w[4];
+            int B = 0;
+            size_t pf = 0;
+            if (fill) {
+                B = fill(W, n, nr, kc, kn, ch);
+                for (int r = 0; r < 4; r++)
+                    w[r] = ch->deq[r];
+            } else {
+                for (int r = 0; r < 4; r++)
+                    w[r] = (const uint16_t *)W->w + (size_t)(n + imin(r, nr - 1)) * W->cols + kc;
+                pf = (size_t)W->cols * 8 + 1024; /* the next 4-row tile */
+            }
+            int mstep = B ? 3 : 6;
+            for (int m = 0; m < M; m += mstep) {
+                int mr = imin(mstep, M - m);
+                const uint16_t *a[6];
+                for (int i = 0; i < 6; i++)
+                    a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1)) + kc;
+                float t[24];
+                if (B) {
+                    switch (mr) {
+                    case 1: tile_x2_blocks(w, a, lo_off, 1, kn, B, ch->bsc, t); break;
+                    case 2: tile_x2_blocks(w, a, lo_off, 2, kn, B, ch->bsc, t); break;
+                    default: tile_x2_blocks(w, a, lo_off, 3, kn, B, ch->bsc, t); break;
+                    }
+                } else {
+                    switch (mr) {
+                    case 1: tile_x2(w, a, lo_off, 1, kn, pf, t); break;
+                    case 2: tile_x2(w, a, lo_off, 2, kn, pf, t); break;
+                    case 3: tile_x2(w, a, lo_off, 3, kn, pf, t); break;
+                    case 4: tile_x2(w, a, lo_off, 4, kn, pf, t); break;
+                    case 5: tile_x2(w, a, lo_off, 5, kn, pf, t); break;
+                    default: tile_x2(w, a, lo_off, 6, kn, pf, t); break;
+                    }
+                }
+                for (int i = 0; i < mr; i++)
+                    for (int r = 0; r < nr; r++) {
+                        float v = row_scaled ? t[i * 4 + r] * ch->rsc[r] : t[i * 4 + r];
+                        float *c = &C[(size_t)(m + i) * ldc + (n - n0) + r];
+                        *c = kc > k0 ? *c + v : v;
+                    }
+            }
+        }
+    }
+}
+
+static void gemm_bf16_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                         void *scratch)
+{
+    gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, NULL, 0);
+}
+
+static void gemm_fp8_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                        void *scratch)
+{
+    gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, fill_fp8, 0);
+}
+
+static void gemm_int4_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                         void *scratch)
+{
+    gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, fill_int4, 0);
+}
+
+static void gemm_int8_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                         void *scratch)
+{
+    gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, fill_int8, 1);
+}
+
+static const kt__moe_kernels x2_bf16 = {"avx512-bf16x2", KT__ACT_BF16X2, quant_x2, gemm_bf16_x2,
+                                        sizeof(x2_chunk)};
+static const kt__moe_kernels x2_fp8 = {"avx512-fp8-bf16x2", KT__ACT_BF16X2, quant_x2,
+                                       gemm_fp8_x2, sizeof(x2_chunk)};
+static const kt__moe_kernels x2_int4 = {"avx512-int4-bf16x2", KT__ACT_BF16X2, quant_x2,
+                                        gemm_int4_x2, sizeof(x2_chunk)};
+static const kt__moe_kernels x2_int8 = {"avx512-int8w-bf16x2", KT__ACT_BF16X2, quant_x2,
+                                        gemm_int8_x2, sizeof(x2_chunk)};
+
+const kt__moe_kernels *kt__moe_kernels_avx512_x2(int method)
+{
+    switch (method) {
+    case KT_METHOD_BF16:
+        return &x2_bf16;
+    case KT_METHOD_FP8:
+        return &x2_fp8;
+    case KT_METHOD_RAWINT4:
+    case KT_METHOD_AMXINT4:
+        return &x2_int4;
+    case KT_METHOD_AMXINT8:
+        return &x2_int8;
+    default:
+        return NULL;
+    }
+}
