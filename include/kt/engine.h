@@ -25,8 +25,9 @@
  * KV cache in F32 (the validation mode that matches transformers' FP32
  * outputs); KT_PRECISION_FAST keeps dense weights as stored (BF16 and FP8 read
  * in place) with F32 activations, runs the routed experts through the CPU MoE
- * backend (kt/moe.h, BF16 activations, the checkpoint's method) and keeps an F32
- * KV cache unless KT_CONTEXT_F_KV_BF16.
+ * backend (kt/moe.h, the checkpoint's method, activations split into two BF16
+ * numbers unless KT_CONTEXT_F_MOE_BF16) and keeps an F32 KV cache unless
+ * KT_CONTEXT_F_KV_BF16.
  *
  * Thread contract: a kt_context is used by one thread at a time.
  */
@@ -68,6 +69,13 @@ typedef enum kt_precision {
  * (each spins briefly after its job); this may pay off on large idle machines
  * and costs on small or busy ones: measure with `kt-bench engine`. */
 #define KT_CONTEXT_F_DENSE_WORKERS (1u << 2)
+/* Fast precision: hand the routed experts to the CPU MoE backend with its
+ * fastest activation format (KT_MOE_PREC_DEFAULT: BF16, or INT8 for RAWINT4
+ * decode) instead of the default KT_MOE_PREC_BF16X2 (activations split into
+ * two BF16 numbers, as accurate as F32). Faster prefill (about 1.5-2x in the
+ * expert products), but ~1e-2 relative error per MoE layer, which flips
+ * near-tied routers at single positions. Since 0.1. */
+#define KT_CONTEXT_F_MOE_BF16 (1u << 3)
 
 typedef struct kt_context_options {
     uint32_t struct_size;    /* sizeof(kt_context_options); set by the INIT macro        */

@@ -67,7 +67,7 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     if (st < 0)
         return st;
     if (o.flags & ~(KT_CONTEXT_F_KV_BF16 | KT_CONTEXT_F_ENGINE_EXPERTS |
-                    KT_CONTEXT_F_DENSE_WORKERS))
+                    KT_CONTEXT_F_DENSE_WORKERS | KT_CONTEXT_F_MOE_BF16))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: unknown flags 0x%x", o.flags);
     if (o.precision != KT_PRECISION_FAST && o.precision != KT_PRECISION_F32)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: precision %d is neither "
@@ -113,6 +113,10 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     ctx->kv_type = ctx->precision == KT_PRECISION_FAST && (o.flags & KT_CONTEXT_F_KV_BF16)
                        ? KT_TYPE_BF16
                        : KT_TYPE_F32;
+    /* BF16 expert activations flip near-tied routers (docs/engine.md): split
+     * hi + lo unless asked for the faster format */
+    ctx->moe_precision = (o.flags & KT_CONTEXT_F_MOE_BF16) ? KT_MOE_PREC_DEFAULT
+                                                           : KT_MOE_PREC_BF16X2;
     if (ctx->precision == KT_PRECISION_FAST && !(o.flags & KT_CONTEXT_F_ENGINE_EXPERTS)) {
         st = kt__experts_init(ctx, o.method, ctx->n_threads, o.n_pools, o.weight_path);
         if (st == KT_ERR_UNSUPPORTED && o.method == KT_METHOD_NONE && !o.weight_path) {

@@ -208,6 +208,7 @@ struct kt_context {
     kt_moe_backend *moe;
     int32_t *moe_index;     /* [n_layer] backend layer, -1 for dense layers */
     kt_method moe_method;
+    int32_t moe_precision;  /* kt_moe_precision the backend is created with */
     struct kt__cpu_weights *cpu_weights; /* kt-convert files mapped for the backend, or NULL */
     struct kt_gguf *gguf_experts; /* LLAMAFILE: the GGUF mapped for the backend, or NULL */
     bool moe_shared_folded; /* the shared expert is the backend's expert E */

@@ -111,6 +111,7 @@ static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threa
         mo.n_threads = n_threads;
         mo.n_pools = n_pools;
         mo.max_tokens = ctx->n_batch;
+    mo.act_precision = ctx->moe_precision;
         st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
         if (st < 0)
             kt__error_prefix(st, "engine: CPU MoE backend (%s from %s)",
@@ -285,6 +286,7 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
     mo.n_threads = n_threads;
     mo.n_pools = n_pools;
     mo.max_tokens = ctx->n_batch;
+    mo.act_precision = ctx->moe_precision;
     st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
     if (st < 0)
         kt__error_prefix(st, "engine: CPU MoE backend (%s)", kt_method_name(have));

@@ -145,6 +145,7 @@ kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threa
         mo.n_threads = n_threads;
         mo.n_pools = n_pools;
         mo.max_tokens = ctx->n_batch;
+        mo.act_precision = ctx->moe_precision; /* LLAMAFILE: ignored */
         st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
         if (st < 0)
             kt__error_prefix(st, "engine: CPU MoE backend (LLAMAFILE from %s)", path);

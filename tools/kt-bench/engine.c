@@ -255,19 +255,22 @@ static int bench_model(const char *dir, int prompt, int gen, int precision, uint
     double pre_tps = prompt / t_pre, dec_tps = gen / t_dec;
     double dec_roof = stream_gbs * 1e9 / cost.decode_bytes;
     double pre_roof = gemm_tflops > 0 ? gemm_tflops * 1e12 / cost.flops : 0;
-    printf("engine %-28s %s%s: prefill %5d tok %9.1f tok/s", dir,
+    printf("engine %-28s %s%s%s: prefill %5d tok %9.1f tok/s", dir,
            precision == KT_PRECISION_F32 ? "f32 " : "fast",
-           (flags & KT_CONTEXT_F_DENSE_WORKERS) ? "+dw" : "", prompt, pre_tps);
+           (flags & KT_CONTEXT_F_DENSE_WORKERS) ? "+dw" : "",
+           (flags & KT_CONTEXT_F_MOE_BF16) ? "+moe-bf16" : "", prompt, pre_tps);
     if (pre_roof > 0)
         printf(" (oneDNN roofline %.0f, %4.1f%%)", pre_roof, 100.0 * pre_tps / pre_roof);
     printf(" | decode %9.2f tok/s (stream roofline %.1f, %4.1f%%; %.1f MB/token)\n", dec_tps,
            dec_roof, 100.0 * dec_tps / dec_roof, cost.decode_bytes / 1e6);
     if (json)
         json_row(json,
-                 "\"bench\":\"engine\",\"model\":\"%s\",\"precision\":\"%s\",\"prompt\":%d,"
+                 "\"bench\":\"engine\",\"model\":\"%s\",\"precision\":\"%s\",\"moe_act\":\"%s\","
+                 "\"prompt\":%d,"
                  "\"prefill_tps\":%.3f,\"prefill_roofline_tps\":%.3f,\"gen\":%d,"
                  "\"decode_tps\":%.3f,\"decode_roofline_tps\":%.3f,\"decode_bytes\":%.0f",
-                 dir, precision == KT_PRECISION_F32 ? "f32" : "fast", prompt, pre_tps, pre_roof,
+                 dir, precision == KT_PRECISION_F32 ? "f32" : "fast",
+                 (flags & KT_CONTEXT_F_MOE_BF16) ? "bf16" : "bf16x2", prompt, pre_tps, pre_roof,
                  gen, dec_tps, dec_roof, cost.decode_bytes);
     rc = 0;
 fail:
@@ -297,6 +300,7 @@ static void usage(FILE *f)
             "  --gen N              decoded tokens (default 32)\n"
             "  --precision f32|fast (default fast)\n"
             "  --dense-workers      dense layers get their own workers next to the MoE ones\n"
+            "  --moe-bf16           experts with BF16 activations instead of hi + lo BF16\n"
             "  --threads N          threads of the yardsticks (default: physical cores)\n"
             "  --stream-size MIB    stream buffer (default 1024)\n"
             "  --json FILE          append result rows as JSON\n");
@@ -342,6 +346,8 @@ int cmd_engine(int argc, char **argv)
             json_path = v;
         } else if (!strcmp(argv[i], "--dense-workers")) {
             flags |= KT_CONTEXT_F_DENSE_WORKERS;
+        } else if (!strcmp(argv[i], "--moe-bf16")) {
+            flags |= KT_CONTEXT_F_MOE_BF16;
         } else if (opt_match(argc, argv, &i, "--precision", true, &v, &bad)) {
             if (!bad && !strcasecmp(v, "f32"))
                 precision = KT_PRECISION_F32;

@@ -24,7 +24,10 @@ const char run_engine_help[] =
     "  -c, --ctx-size N         KV cache positions (default: the model's, at most 8192)\n"
     "  -b, --batch-size N       prefill chunk in tokens (default 512)\n"
     "  --precision f32|fast     f32: F32 activations, weights and KV cache (validation);\n"
-    "                           fast (default): BF16 weights and KV cache\n"
+    "                           fast (default): weights as stored, F32 activations\n"
+    "  --moe-precision bf16x2|bf16  expert activations in fast mode: two BF16 halves\n"
+    "                           (default; as accurate as F32) or one (faster prefill,\n"
+    "                           ~1e-2 relative error per MoE layer)\n"
     "  --cache-type f32|bf16    KV cache element type (default f32; bf16 halves it)\n"
     "  --kt-method NAME         CPU expert method: BF16, FP8, RAWINT4, AMXINT8, AMXINT4,\n"
     "                           LLAMAFILE (default: the checkpoint's own)\n"
@@ -38,8 +41,10 @@ const char run_engine_help[] =
     "  --gpu-experts F          share 0..1 of each MoE layer's experts on the GPU, or\n"
     "                           'fill' for as many as --mem-fraction-static allows (default)\n"
     "  --mem-fraction-static F  share of the GPU's free memory to use (default 0.9)\n"
-    "  --gpu-mla-absorb         MLA decode on the GPU in the latent space, as a CUDA graph\n"
-    "  --gpu-cublas             prefill products on the GPU through cuBLAS (BF16 inputs)\n"
+    "  --gpu-mla-naive          MLA decode on the GPU expands k/v for every cached\n"
+    "                           position (default: latent space, as a CUDA graph)\n"
+    "  --gpu-no-cublas          every GPU product on libkt's own kernels (default:\n"
+    "                           chunks of 16+ tokens on the tensor cores via cuBLAS)\n"
     "  -v, --verbose            log at INFO level\n";
 
 void run_engine_opts_init(run_engine_opts *o)
@@ -104,6 +109,19 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         }
         return 1;
     }
+    if (opt_match(argc, argv, i, "--moe-precision", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        if (!strcasecmp(v, "bf16"))
+            o->moe_bf16 = true;
+        else if (!strcasecmp(v, "bf16x2"))
+            o->moe_bf16 = false;
+        else {
+            fprintf(stderr, "%s: --moe-precision: '%s' is not bf16x2 or bf16\n", tool, v);
+            return -1;
+        }
+        return 1;
+    }
     if (opt_match(argc, argv, i, "--kt-weight-path", true, &v, &bad)) {
         if (bad)
             return -1;
@@ -149,8 +167,16 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         o->cublas = true;
         return 1;
     }
-    if (!strcmp(argv[*i], "--gpu-mla-absorb")) {
+    if (!strcmp(argv[*i], "--gpu-mla-absorb")) { /* the default now; kept for scripts */
         o->mla_absorb = true;
+        return 1;
+    }
+    if (!strcmp(argv[*i], "--gpu-mla-naive")) {
+        o->mla_naive = true;
+        return 1;
+    }
+    if (!strcmp(argv[*i], "--gpu-no-cublas")) {
+        o->no_cublas = true;
         return 1;
     }
     if (!strcmp(argv[*i], "--dense-workers")) {
@@ -249,6 +275,8 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
         co.flags |= KT_CONTEXT_F_KV_BF16;
     if (o->dense_workers)
         co.flags |= KT_CONTEXT_F_DENSE_WORKERS;
+    if (o->moe_bf16)
+        co.flags |= KT_CONTEXT_F_MOE_BF16;
     if (kt_context_create(&e->ctx, e->rt, e->model, &co) < 0) {
         fprintf(stderr, "%s: %s: %s\n", tool, path, kt_last_error());
         run_engine_close(e);
@@ -262,6 +290,10 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
             go.flags |= KT_GPU_F_MLA_ABSORB;
         if (o->cublas)
             go.flags |= KT_GPU_F_CUBLAS;
+        if (o->mla_naive)
+            go.flags |= KT_GPU_F_MLA_NAIVE;
+        if (o->no_cublas)
+            go.flags |= KT_GPU_F_NO_CUBLAS;
         if (kt_context_use_gpu(e->ctx, &go) < 0) {
             fprintf(stderr, "%s: %s: %s%s\n", tool, path, kt_last_error(),
                     o->device < 0 ? " (--device cpu runs without the GPU)" : "");

@@ -20,11 +20,14 @@ typedef struct run_engine_opts {
     const char *weight_path;  /* --kt-weight-path                              */
     bool kv_bf16;             /* --cache-type bf16                             */
     bool dense_workers;       /* --dense-workers                               */
+    bool moe_bf16;            /* --moe-precision bf16                          */
     bool verbose;             /* -v                                            */
     int32_t device;           /* --device: -1 auto (cuda when present), 0 cpu, 1 cuda */
     double gpu_experts;       /* --gpu-experts F: share on the GPU (-1: fill)  */
     double mem_fraction;      /* --mem-fraction-static (0: 0.9)                */
-    bool mla_absorb;          /* --gpu-mla-absorb                              */
+    bool mla_absorb;          /* --gpu-mla-absorb (the default now)            */
+    bool mla_naive;           /* --gpu-mla-naive                               */
+    bool no_cublas;           /* --gpu-no-cublas                               */
     bool cublas;              /* --gpu-cublas                                  */
 } run_engine_opts;
 
