@@ -1,19 +1,24 @@
 /*
- * AMX-BF16 prefill kernels for the BF16, FP8 and RAWINT4 MoE methods.
+ * AMX prefill kernels for the BF16, FP8, RAWINT4 / AMXINT4 and AMXINT8 MoE
+ * methods.
  *
  * Same contract as every kernel set (cpu/moe_kernels.h): C = A W^T over output
  * rows [n0, n1) and inputs [k0, k1). Each set here keeps the activation format
  * and the decode path of the AVX-512 set of its method, and takes over only
- * calls with at least AMX_MIN_M tokens, where tiles pay.
+ * calls with at least min_m tokens, where tiles pay.
  *
  * The tiles compute the transposed product, C^T = W A^T:
- *   tile A operand = 16 weight rows x 32 inputs, loaded straight from the
- *                    weights (BF16) or from a decoded copy (FP8, RAWINT4),
- *   tile B operand = 32 inputs x 16 tokens in the pair-interleaved (VNNI)
- *                    layout, packed once per K chunk from the activations,
- *   tile C         = 16 weight rows x 16 tokens, FP32.
+ *   tile A operand = 16 weight rows x 64 bytes, loaded straight from the
+ *                    weights (BF16, AMXINT8) or from a decoded copy (FP8, INT4),
+ *   tile B operand = 64 bytes of inputs x 16 tokens in the VNNI layout,
+ *                    packed once per epoch from the activations,
+ *   tile C         = 16 weight rows x 16 tokens, FP32 or INT32.
  * So the weights, the operand that streams from memory, are never repacked;
  * only the activations (reused by every weight row) are.
+ *
+ * BF16 and FP8 run on AMX-BF16 tiles (FP8 decoded to BF16 per block); AMXINT8
+ * and INT4 on AMX-INT8 tiles with the activations quantized to int8 once per
+ * token (see the AMX-INT8 section).
  *
  * Built twice: into the AMX library with -mamx-*, and, with KT_AMX_EMULATE,
  * into a unit test whose scalar tile emulation checks the packing and the
@@ -22,6 +27,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "moe_kernels.h"
@@ -35,7 +41,8 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#define AMX_MIN_M 8   /* fewer tokens per expert: the AVX-512 path             */
+#define AMX_MIN_M 8   /* fewer tokens per expert: the AVX-512 path (default of
+                         min_m; KT_AMX_MIN_TOKENS overrides it, for measuring)  */
 #define KCH 512       /* inputs per chunk (multiple of 64)                     */
 #define MMAX 256      /* tokens per packed batch                                */
 #define NB 32         /* weight rows per tile block (two A tiles)               */
@@ -86,12 +93,22 @@ typedef struct pack_key {
 
 #define KTMAX (8192 / 32) /* 32-input steps the whole-K copy holds (K <= 8192) */
 
+#define GMAX (KCH / 32)  /* weight scale groups per chunk (INT4 groups >= 32)        */
+
 typedef struct amx_scratch {
     pack_key key;
-    float ctile[16 * 16];                     /* one C^T tile on its way out        */
-    uint16_t wdec[NB * KCH];                  /* [32][KCH] decoded weight rows      */
-    uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2] */
+    _Alignas(64) float ctile[16 * 16];         /* one C^T tile on its way out        */
+    _Alignas(64) uint16_t wdec[NB * KCH];      /* [32][KCH] decoded weight rows (BF16,
+                                                  or int8 [32][KCH] for INT8 tiles)   */
+    _Alignas(64) float facc[NB * MMAX];        /* INT8 tiles: [32 rows][tokens] sums  */
+    float gsc[NB * GMAX];                      /* INT8 tiles: [32 rows][group] scales */
+    float tscale[MMAX], tinv[MMAX];            /* INT8 tiles: token scale, 1 / scale  */
+    _Alignas(64) uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2];
+                                                  INT8: [M/16][K/64][16 quads][16 tok][4] */
 } amx_scratch;
+
+/* 64-input steps the whole-K int8 copy holds. */
+#define KTMAX8 ((int)(sizeof(((amx_scratch *)0)->xpack) / ((MMAX / 16) * 1024)))
 
 static inline int imin(int a, int b)
 {
@@ -350,35 +367,6 @@ static void decode_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kp
     }
 }
 
-/* int8 rows times their F32 scale -> BF16 in input order (AMXINT8). */
-static void decode_int8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
-                        uint16_t *dst)
-{
-    const int8_t *w = W->w;
-    const float *sc = W->scale;
-    for (int r = 0; r < NB; r++) {
-        uint16_t *d = dst + (size_t)r * KCH;
-        if (r >= nr) {
-            memset(d, 0, (size_t)kpad * 2);
-            continue;
-        }
-        const int8_t *row = w + (size_t)(n + r) * W->cols + kc;
-        __m512 s = _mm512_set1_ps(sc[n + r]);
-        for (int k = 0; k < kpad; k += 32) {
-            int left = kn - k;
-            __mmask32 msk = left >= 32 ? ~(__mmask32)0
-                                       : (left <= 0 ? 0 : (((__mmask32)1 << left) - 1));
-            if (!(k & 127))
-                _mm_prefetch((const char *)row + k + KCH, _MM_HINT_T0);
-            __m256i v = _mm256_maskz_loadu_epi8(msk, row + k);
-            __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
-            __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
-            __m512bh b = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
-            _mm512_storeu_si512(d + k, (__m512i)b);
-        }
-    }
-}
-
 /* C = A W^T with tiles. `view` is the byte offset of the BF16 activations in
  * a row; `decode` is NULL when the weights are BF16 and can be tiled in place. */
 static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -455,16 +443,428 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
     }
 }
 
+/* ---- AMX-INT8: AMXINT8 and INT4 weights --------------------------------------
+ *
+ * The activations are quantized once per token over the call's inputs:
+ *   d_m = max_k |x_m[k]| / 127,  q_m[k] = round(x_m[k] / d_m)  (int8),
+ * and packed into VNNI tiles of 64 inputs x 16 tokens (one 16 x 16 dword
+ * transpose). The weights are the signed int8 A operand: AMXINT8 rows in
+ * place, INT4 nibbles decoded to int8 per chunk. _tile_dpbssd accumulates
+ * int32; the scales come in the epilogue:
+ *   AMXINT8:  C[m][n] = d_m s_n sum_k q_m[k] w[n][k]
+ *   INT4:     C[m][n] = d_m sum_g s[n][g] sum_{k in g} q_m[k] v[n][k]
+ * INT4 folds each group's int32 tile into F32 accumulators (facc) with the
+ * group's scales; groups of 32 use tiles of 32 inputs (W 16 x 32 bytes, X 8
+ * rows), larger groups tiles of 64.
+ */
+
+#define XSTEP 1024 /* bytes of one packed 64-input x 16-token step */
+
+/* Tiles for INT8 products of ks inputs (64, or 32 for INT4 groups of 32):
+ * W 16 rows x ks bytes, X ks/4 rows x 16 tokens, C 16 x 16 int32. */
+static void configure_tiles_i8(int ks)
+{
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    cfg.colsb[TW0] = cfg.colsb[TW1] = (uint16_t)ks;
+    cfg.rows[TX0] = cfg.rows[TX1] = (uint8_t)(ks / 4);
+    _tile_loadconfig(&cfg);
+}
+
+ALWAYS_INLINE __mmask32 mask32(int left)
+{
+    return left >= 32 ? ~(__mmask32)0 : (left <= 0 ? 0 : (((__mmask32)1 << left) - 1));
+}
+
+/* Per-token scales over inputs [kb, kb + kn) of the BF16 view: inv[m] = 127 /
+ * max|x| (0 for a zero row), d[m] = 1 / inv[m] as the epilogue applies it. */
+static void token_scales(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
+                         int mn, int kb, int kn, float *d, float *inv)
+{
+    for (int m = 0; m < mn; m++) {
+        const uint16_t *x =
+            (const uint16_t *)((const char *)arow(A, a_stride, rows, m0 + m) + view) + kb;
+        __m512i mx = _mm512_setzero_si512();
+        for (int k = 0; k < kn; k += 32) {
+            __m512i v = _mm512_maskz_loadu_epi16(mask32(kn - k), x + k);
+            mx = _mm512_max_epu16(mx, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)));
+        }
+        __m512i w = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
+                                     _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1)));
+        float amax = kt__moe_bf16_f32((uint16_t)_mm512_reduce_max_epu32(w));
+        inv[m] = amax > 0.0f ? 127.0f / amax : 0.0f;
+        d[m] = amax > 0.0f ? amax / 127.0f : 0.0f;
+    }
+}
+
+/* 16 BF16 -> F32 times s, rounded to int32 (nearest even), saturated to int8. */
+ALWAYS_INLINE __m128i q16(__m256i h, __m512 s)
+{
+    __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(f, s)));
+}
+
+/* Quantize and pack tokens [m0, m0 + mn) x inputs [kb, kb + kn) into VNNI
+ * int8 tiles: xpack[mb][kt][quad r][token c][4] = q[m0 + 16 mb + c][kb + 64 kt
+ * + 4 r + j], kt_stride steps between token blocks; zero past the ends. */
+static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
+                      int mn, int kb, int kn, const float *inv, uint8_t *xpack, int kt_stride)
+{
+    int kt_n = (kn + 63) / 64, mb_n = (mn + 15) / 16;
+    for (int mb = 0; mb < mb_n; mb++) {
+        const uint16_t *src[16];
+        __m512 s[16];
+        for (int c = 0; c < 16; c++) {
+            int m = mb * 16 + c;
+            src[c] = m < mn ? (const uint16_t *)((const char *)arow(A, a_stride, rows, m0 + m) +
+                                                 view) + kb
+                            : NULL;
+            s[c] = _mm512_set1_ps(m < mn ? inv[m] : 0.0f);
+        }
+        for (int kt = 0; kt < kt_n; kt++) {
+            int left = kn - kt * 64;
+            __mmask32 k0m = mask32(left), k1m = mask32(left - 32);
+            __m512i r[16];
+            for (int c = 0; c < 16; c++) {
+                if (!src[c]) {
+                    r[c] = _mm512_setzero_si512();
+                    continue;
+                }
+                __m512i a = _mm512_maskz_loadu_epi16(k0m, src[c] + kt * 64);
+                __m512i b = _mm512_maskz_loadu_epi16(k1m, src[c] + kt * 64 + 32);
+                __m512i v = _mm512_castsi128_si512(q16(_mm512_castsi512_si256(a), s[c]));
+                v = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(a, 1), s[c]), 1);
+                v = _mm512_inserti32x4(v, q16(_mm512_castsi512_si256(b), s[c]), 2);
+                r[c] = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(b, 1), s[c]), 3);
+            }
+            transpose16(r);
+            uint8_t *dst = xpack + ((size_t)mb * kt_stride + kt) * XSTEP;
+            for (int i = 0; i < 16; i++)
+                _mm512_store_si512(dst + i * 64, r[i]);
+        }
+    }
+}
+
+/* C[m0 + t][n_off + r] (=, or += with accumulate) = tile[r][t] * rs[r] * ts[t]
+ * for a 16 x 16 tile (weight rows x tokens, `ld` floats between rows; int32
+ * when is_int), nr rows and mr tokens. */
+static void store_scaled(const void *tile, int ld, int is_int, const float *rs, const float *ts,
+                         float *C, int ldc, int n_off, int nr, int m0, int mr, int accumulate)
+{
+    __m512i r[16];
+    for (int i = 0; i < 16; i++) {
+        __m512i v = _mm512_loadu_si512((const char *)tile + (size_t)i * ld * 4);
+        __m512 f = is_int ? _mm512_cvtepi32_ps(v) : _mm512_castsi512_ps(v);
+        r[i] = _mm512_castps_si512(rs ? _mm512_mul_ps(f, _mm512_set1_ps(rs[i])) : f);
+    }
+    transpose16(r); /* r[t] = the 16 weight rows of token t */
+    __mmask16 msk = (__mmask16)((1u << nr) - 1u);
+    for (int t = 0; t < mr; t++) {
+        float *c = C + (size_t)(m0 + t) * ldc + n_off;
+        __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(r[t]), _mm512_set1_ps(ts[t]));
+        if (accumulate)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(msk, c));
+        _mm512_mask_storeu_ps(c, msk, v);
+    }
+}
+
+/* AMXINT8 in place: 32 int8 weight rows (ldw bytes apart) x every packed
+ * token block over kt_n 64-input steps; int32 in the tiles for the whole
+ * range, then scaled by the row scales rs and token scales ts. */
+static void tiles_i8_rows(const int8_t *w, size_t ldw, const uint8_t *xpack, size_t x_mb_stride,
+                          int mn, int kt_n, const float *rs, const float *ts, float *C, int ldc,
+                          int n_off, int accumulate, amx_scratch *s)
+{
+    for (int mb = 0; mb < mn; mb += 32) {
+        int two_x = mn - mb > 16;
+        _tile_zero(TC00);
+        _tile_zero(TC01);
+        _tile_zero(TC10);
+        _tile_zero(TC11);
+        const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride;
+        const uint8_t *x1 = x0 + x_mb_stride;
+        /* hot loop: 4 tile products per 64 inputs; the first token block
+         * brings the weights from memory, 8 steps ahead */
+        for (int kt = 0; kt < kt_n; kt++) {
+            if (mb == 0)
+                for (int r = 0; r < NB; r++)
+                    _mm_prefetch((const char *)w + (size_t)r * ldw + (kt + 8) * 64, _MM_HINT_T0);
+            _tile_loadd(TW0, w + kt * 64, ldw);
+            _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
+            _tile_dpbssd(TC00, TW0, TX0);
+            _tile_loadd(TW1, w + 16 * ldw + kt * 64, ldw);
+            _tile_dpbssd(TC10, TW1, TX0);
+            if (two_x) {
+                _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
+                _tile_dpbssd(TC01, TW0, TX1);
+                _tile_dpbssd(TC11, TW1, TX1);
+            }
+        }
+        int mr0 = imin(16, mn - mb), mr1 = imin(16, mn - mb - 16);
+        _tile_stored(TC00, s->ctile, 64);
+        store_scaled(s->ctile, 16, 1, rs, ts + mb, C, ldc, n_off, 16, mb, mr0, accumulate);
+        _tile_stored(TC10, s->ctile, 64);
+        store_scaled(s->ctile, 16, 1, rs + 16, ts + mb, C, ldc, n_off + 16, 16, mb, mr0,
+                     accumulate);
+        if (two_x) {
+            _tile_stored(TC01, s->ctile, 64);
+            store_scaled(s->ctile, 16, 1, rs, ts + mb + 16, C, ldc, n_off, 16, mb + 16, mr1,
+                         accumulate);
+            _tile_stored(TC11, s->ctile, 64);
+            store_scaled(s->ctile, 16, 1, rs + 16, ts + mb + 16, C, ldc, n_off + 16, 16, mb + 16,
+                         mr1, accumulate);
+        }
+    }
+}
+
+/* facc[r][t] += tile[r][t] * gs[r * GMAX] for the 16 rows of an int32 tile. */
+ALWAYS_INLINE void fold_tile(const int32_t *ct, const float *gs, float *facc)
+{
+    for (int r = 0; r < 16; r++) {
+        __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(ct + r * 16));
+        float *a = facc + (size_t)r * MMAX;
+        _mm512_store_ps(a, _mm512_fmadd_ps(v, _mm512_set1_ps(gs[(size_t)r * GMAX]),
+                                           _mm512_load_ps(a)));
+    }
+}
+
+/* Decoded int8 rows (wdec, [NB][KCH]) x every packed token block, one group
+ * of g inputs at a time (ks inputs per product), each group's int32 tiles
+ * folded into facc with the group scales gsc[row][group]. */
+static void tiles_i8_groups(int nr, const uint8_t *xk, size_t x_mb_stride, int mn, int kpad, int g,
+                            int ks, const float *gsc, amx_scratch *s)
+{
+    const int8_t *w = (const int8_t *)s->wdec;
+    int two_w = nr > 16, steps = g / ks;
+    int32_t *ct = (int32_t *)s->ctile;
+    for (int mb = 0; mb < mn; mb += 32) {
+        int two_x = mn - mb > 16;
+        const uint8_t *x0 = xk + (size_t)(mb / 16) * x_mb_stride;
+        const uint8_t *x1 = x0 + x_mb_stride;
+        for (int gi = 0; gi * g < kpad; gi++) {
+            _tile_zero(TC00);
+            _tile_zero(TC01);
+            _tile_zero(TC10);
+            _tile_zero(TC11);
+            /* hot loop: one group, ks inputs per product */
+            for (int st = 0; st < steps && gi * g + st * ks < kpad; st++) {
+                int k = gi * g + st * ks;
+                size_t xo = (size_t)(k / 64) * XSTEP + (size_t)(k % 64) / 4 * 64;
+                _tile_loadd(TW0, w + k, KCH);
+                _tile_loadd(TX0, x0 + xo, 64);
+                _tile_dpbssd(TC00, TW0, TX0);
+                if (two_x) {
+                    _tile_loadd(TX1, x1 + xo, 64);
+                    _tile_dpbssd(TC01, TW0, TX1);
+                }
+                if (two_w) {
+                    _tile_loadd(TW1, w + 16 * KCH + k, KCH);
+                    _tile_dpbssd(TC10, TW1, TX0);
+                    if (two_x)
+                        _tile_dpbssd(TC11, TW1, TX1);
+                }
+            }
+            _tile_stored(TC00, ct, 64);
+            fold_tile(ct, gsc + gi, s->facc + mb);
+            if (two_x) {
+                _tile_stored(TC01, ct, 64);
+                fold_tile(ct, gsc + gi, s->facc + mb + 16);
+            }
+            if (two_w) {
+                _tile_stored(TC10, ct, 64);
+                fold_tile(ct, gsc + 16 * GMAX + gi, s->facc + 16 * MMAX + mb);
+                if (two_x) {
+                    _tile_stored(TC11, ct, 64);
+                    fold_tile(ct, gsc + 16 * GMAX + gi, s->facc + 16 * MMAX + mb + 16);
+                }
+            }
+        }
+    }
+}
+
+/* Fills s->wdec (int8 [NB][KCH]) with rows [n, n + nr) x inputs [kc, kc + kn)
+ * of the weights, zero up to kpad and for rows past nr, and gsc[r][j] with
+ * the scale of group j of the chunk (groups of g inputs). */
+typedef void (*decode_i8_fn)(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad, int g,
+                             int8_t *dst, float *gsc);
+
+/* AMXINT8 rows copied (ragged rows or inputs); one "group" per chunk. */
+static void decode_i8_rows(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad, int g,
+                           int8_t *dst, float *gsc)
+{
+    (void)g;
+    const int8_t *w = W->w;
+    const float *sc = W->scale;
+    for (int r = 0; r < NB; r++) {
+        int8_t *d = dst + (size_t)r * KCH;
+        int have = r < nr ? kn : 0;
+        if (have)
+            memcpy(d, w + (size_t)(n + r) * W->cols + kc, (size_t)kn);
+        memset(d + have, 0, (size_t)(kpad - have));
+        gsc[(size_t)r * GMAX] = r < nr ? sc[n + r] : 0.0f;
+    }
+}
+
+/* INT4 nibbles (input 2b in the low bits of byte b, stored as v + 8) -> int8
+ * v in input order; BF16 group scales (one per g inputs) -> F32. */
+static void decode_i8_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad, int g,
+                           int8_t *dst, float *gsc)
+{
+    const uint8_t *w = W->w;
+    const uint16_t *sc = W->scale;
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / (size_t)g;
+    const __m256i lo4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    for (int r = 0; r < NB; r++) {
+        int8_t *d = dst + (size_t)r * KCH;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad);
+            for (int j = 0; j * g < kpad; j++)
+                gsc[(size_t)r * GMAX + j] = 0.0f;
+            continue;
+        }
+        const uint8_t *row = w + (size_t)(n + r) * rb + (size_t)kc / 2;
+        const uint16_t *srow = sc + (size_t)(n + r) * sb + (size_t)kc / (size_t)g;
+        _mm_prefetch((const char *)row + KCH / 2, _MM_HINT_T0); /* this row's next chunk */
+        _mm_prefetch((const char *)row + KCH / 2 + 64, _MM_HINT_T0);
+        int k = 0;
+        for (; k + 64 <= kn; k += 64) {
+            /* 32 bytes = 64 inputs: unpack interleaves within 128-bit lanes */
+            __m256i b = _mm256_loadu_si256((const __m256i *)(row + k / 2));
+            __m256i lo = _mm256_and_si256(b, lo4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), lo4);
+            __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
+            _mm256_storeu_si256((__m256i *)(d + k),
+                                _mm256_sub_epi8(_mm256_permute2x128_si256(u0, u1, 0x20), eight));
+            _mm256_storeu_si256((__m256i *)(d + k + 32),
+                                _mm256_sub_epi8(_mm256_permute2x128_si256(u0, u1, 0x31), eight));
+        }
+        for (; k < kn; k += 32) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(row + k / 2));
+            __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+            __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
+            _mm_storeu_si128((__m128i *)(d + k),
+                             _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8)));
+            _mm_storeu_si128((__m128i *)(d + k + 16),
+                             _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), _mm_set1_epi8(8)));
+        }
+        if (kpad > kn)
+            memset(d + kn, 0, (size_t)(kpad - kn));
+        for (int j = 0; j * g < kpad; j++)
+            gsc[(size_t)r * GMAX + j] = j * g < kn ? kt__moe_bf16_f32(srow[j]) : 0.0f;
+    }
+}
+
+/* Rows [na, n1) through decoded (or copied) int8 weights, 32 rows at a time:
+ * every chunk of KCH inputs folded into facc by groups of g, then
+ * C[m][n] = facc[n][m] * d_m. */
+static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1, const void *A,
+                             size_t a_stride, const int32_t *r, int mfirst, int mn, float *Cm,
+                             int ldc, int n_off, amx_scratch *s, size_t view, decode_i8_fn decode,
+                             int g, int whole_k, size_t x_mb_stride)
+{
+    int ks = g == 32 ? 32 : 64;
+    int mpad = (mn + 15) & ~15;
+    uint8_t *xpack = (uint8_t *)s->xpack;
+    for (int nb = na; nb < n1; nb += NB) {
+        int nr = imin(NB, n1 - nb);
+        for (int i = 0; i < NB; i++)
+            memset(s->facc + (size_t)i * MMAX, 0, (size_t)mpad * sizeof(float));
+        for (int kc = k0; kc < k1; kc += KCH) {
+            int kn = imin(KCH, k1 - kc), kpad = (kn + 63) & ~63;
+            const uint8_t *xk = xpack;
+            if (whole_k)
+                xk += (size_t)((kc - k0) / 64) * XSTEP;
+            else
+                pack_x_i8(A, a_stride, r, view, mfirst, mn, kc, kn, s->tinv, xpack, KCH / 64);
+            decode(W, nb, nr, kc, kn, kpad, g, (int8_t *)s->wdec, s->gsc);
+            tiles_i8_groups(nr, xk, x_mb_stride, mn, kpad, imin(g, kpad), ks, s->gsc, s);
+        }
+        for (int rb = 0; rb < nr; rb += 16)
+            for (int mb = 0; mb < mn; mb += 16)
+                store_scaled(s->facc + (size_t)rb * MMAX + mb, MMAX, 0, NULL, s->tscale + mb, Cm,
+                             ldc, n_off + (nb - na) + rb, imin(16, nr - rb), mb,
+                             imin(16, mn - mb), 0);
+    }
+}
+
+/* C = A W^T on INT8 tiles. `view`: byte offset of the BF16 activations in a
+ * row. decode NULL: AMXINT8 weights used in place where whole 32-row blocks
+ * and 64-input steps allow (else copied); g: inputs per weight scale (INT4). */
+static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                        amx_scratch *s, size_t view, decode_i8_fn decode, int g)
+{
+    int ks = g == 32 ? 32 : 64;
+    configure_tiles_i8(ks);
+    int kx_all = (k1 - k0 + 63) & ~63;
+    int kt_all = kx_all / 64;
+    int whole_k = kt_all <= KTMAX8;
+    int in_place = !decode && (k1 - k0) % 64 == 0;
+    uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
+    uint8_t *xpack = (uint8_t *)s->xpack;
+    for (int m0 = 0; m0 < M; m0 += MMAX) {
+        int mn = imin(MMAX, M - m0);
+        const int32_t *r = rows ? rows + m0 : NULL;
+        int mfirst = rows ? 0 : m0;
+        float *Cm = C + (size_t)m0 * ldc;
+        size_t x_mb_stride = (size_t)(whole_k ? kt_all : KCH / 64) * XSTEP;
+        pack_key key;
+        memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
+        key.A = A;
+        key.rows = r;
+        key.a_stride = a_stride;
+        key.view = view;
+        key.epoch = epoch;
+        key.m0 = mfirst;
+        key.mn = mn;
+        key.k0 = k0;
+        key.kx = k1 - k0;
+        key.valid = 2; /* the int8 copy */
+        if (!whole_k || memcmp(&key, &s->key, sizeof key) != 0) {
+            s->key.valid = 0;
+            token_scales(A, a_stride, r, view, mfirst, mn, k0, k1 - k0, s->tscale, s->tinv);
+            if (whole_k) {
+                pack_x_i8(A, a_stride, r, view, mfirst, mn, k0, k1 - k0, s->tinv, xpack, kt_all);
+                s->key = key;
+            }
+        }
+        if (in_place && whole_k) {
+            /* one pass over K per block of 32 rows; ragged rows below */
+            int nfull = n0 + (n1 - n0) / NB * NB;
+            const int8_t *wq = W->w;
+            for (int nb = n0; nb < nfull; nb += NB)
+                tiles_i8_rows(wq + (size_t)nb * W->cols + k0, (size_t)W->cols, xpack, x_mb_stride,
+                              mn, kt_all, (const float *)W->scale + nb, s->tscale, Cm, ldc,
+                              nb - n0, 0, s);
+            if (nfull == n1)
+                continue;
+            amx_rows_decoded(W, nfull, n1, k0, k1, A, a_stride, r, mfirst, mn, Cm, ldc, nfull - n0,
+                             s, view, decode_i8_rows, KCH, whole_k, x_mb_stride);
+            continue;
+        }
+        amx_rows_decoded(W, n0, n1, k0, k1, A, a_stride, r, mfirst, mn, Cm, ldc, 0, s, view,
+                         decode ? decode : decode_i8_rows, decode ? g : KCH, whole_k, x_mb_stride);
+    }
+}
+
 /* ---- the three kernel sets ----------------------------------------------- */
 
 static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
+static int min_m = AMX_MIN_M;
+static int int4_bf16_tiles; /* KT_AMX_INT4_TILES=bf16: INT4 on BF16 tiles (comparison) */
 
 static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    if (M < AMX_MIN_M) {
-        avx512_bf16->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+    if (M < min_m) {
+        avx512_bf16->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
+                         (char *)scratch + sizeof(amx_scratch));
         return;
     }
     amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, NULL, 32);
@@ -474,8 +874,9 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                      void *scratch)
 {
-    if (M < AMX_MIN_M) {
-        avx512_fp8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+    if (M < min_m) {
+        avx512_fp8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
+                         (char *)scratch + sizeof(amx_scratch));
         return;
     }
     amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_fp8, 64);
@@ -485,33 +886,39 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    if (M < AMX_MIN_M) {
-        avx512_int4->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+    if (M < min_m) {
+        avx512_int4->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
+                         (char *)scratch + sizeof(amx_scratch));
         return;
     }
     /* Q8P128 rows: int8 part (K128 bytes), lane scales and sums (K128 bytes), BF16 copy. */
     size_t view = 2 * (size_t)((W->cols + 127) & ~127);
-    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, view, decode_int4, 32);
+    if (int4_bf16_tiles)
+        amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, view, decode_int4, 32);
+    else
+        amx_gemm_i8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, view,
+                    decode_i8_int4, 32);
 }
 
 static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    if (M < AMX_MIN_M) {
-        avx512_int8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+    if (M < min_m) {
+        avx512_int8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
+                         (char *)scratch + sizeof(amx_scratch));
         return;
     }
-    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_int8, 32);
+    amx_gemm_i8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, NULL, 0);
 }
 
 static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-/* The AVX-512 set's scratch or ours, whichever is larger (a call uses one). */
+/* Ours, then the AVX-512 set's: each keeps its own cached activations. */
 static size_t scratch_of(const kt__moe_kernels *k)
 {
-    return k->scratch_bytes > sizeof(amx_scratch) ? k->scratch_bytes : sizeof(amx_scratch);
+    return sizeof(amx_scratch) + k->scratch_bytes;
 }
 
 static void init_sets(void)
@@ -523,13 +930,18 @@ static void init_sets(void)
     if (!avx512_bf16 || !avx512_fp8 || !avx512_int4 || !avx512_int8)
         return;
     init_e4m3_tables();
+    const char *env = getenv("KT_AMX_MIN_TOKENS");
+    if (env && atoi(env) >= 1)
+        min_m = atoi(env);
+    env = getenv("KT_AMX_INT4_TILES");
+    int4_bf16_tiles = env && !strcmp(env, "bf16");
     k_bf16 = (kt__moe_kernels){"amx-bf16", avx512_bf16->act, avx512_bf16->quant, gemm_bf16,
                                scratch_of(avx512_bf16)};
     k_fp8 = (kt__moe_kernels){"amx-bf16+fp8", avx512_fp8->act, avx512_fp8->quant, gemm_fp8,
                               scratch_of(avx512_fp8)};
-    k_int4 = (kt__moe_kernels){"amx-bf16+int4", avx512_int4->act, avx512_int4->quant, gemm_int4,
+    k_int4 = (kt__moe_kernels){int4_bf16_tiles ? "amx-bf16+int4" : "amx-int8+int4", avx512_int4->act, avx512_int4->quant, gemm_int4,
                                scratch_of(avx512_int4)};
-    k_int8 = (kt__moe_kernels){"amx-bf16+int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
+    k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
                                scratch_of(avx512_int8)};
 }
 

@@ -113,9 +113,10 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method)
         method = KT_METHOD_RAWINT4;
     const kt__moe_kernels *k = NULL;
 #if KT_HAVE_ISA_AMX
-    /* AMX-BF16 prefill on top of the AVX-512 set (tile permission is part of the bits). */
-    if ((isa & (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16)) ==
-        (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16))
+    /* AMX prefill (BF16 and INT8 tiles) on top of the AVX-512 set (tile permission is
+     * part of the bits). */
+    if ((isa & (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16 | KT_ISA_AMX_INT8)) ==
+        (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16 | KT_ISA_AMX_INT8))
         k = kt__moe_kernels_amx(method);
 #endif
 #if KT_HAVE_ISA_AVX512

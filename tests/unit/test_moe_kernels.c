@@ -143,15 +143,27 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                     if (!precise && method != KT_METHOD_BF16 && M >= 4 &&
                         (strstr(ks->name, "avx512") || strstr(ks->name, "amx")))
                         c = 8e-3;
+                    /* kernels that quantize each token to int8 over [k0, k1) (AMX-INT8
+                     * tiles, the VNNI AMXINT8 kernel) may also be off by half a step,
+                     * max|a| / 254, per input (test_int8_act checks them exactly) */
+                    int act_q8 = !precise && (strstr(ks->name, "amx-int8") ||
+                                              (method == KT_METHOD_AMXINT8 &&
+                                               strstr(ks->name, "avx512-vnni")));
+                    if (act_q8)
+                        c = 8e-3;
                     for (int m = 0; m < M; m++)
                         for (int n = n0; n < n1; n++) {
-                            double mag = 0, dot = 0;
+                            double mag = 0, dot = 0, wsum = 0, amax = 0;
                             for (int k = k0; k < k1; k++) {
-                                double p = (double)x[(size_t)rows_idx[m] * K + k] *
-                                           f[(size_t)n * K + k];
+                                double a = x[(size_t)rows_idx[m] * K + k];
+                                double p = a * f[(size_t)n * K + k];
                                 mag += fabs(p);
                                 dot += p;
+                                wsum += fabs(f[(size_t)n * K + k]);
+                                amax = fmax(amax, fabs(a));
                             }
+                            if (act_q8)
+                                mag += wsum * amax / 127 / c;
                             size_t at = (size_t)m * nb + n - n0;
                             if (precise && !(fabs(cr[at] - dot) <= 1e-5 * mag + 1e-30))
                                 fail_msg("oracle %s %s: C[%d][%d] = %g, double %g",
@@ -265,6 +277,134 @@ static void test_amx_emulated(void **state)
 #endif
 }
 
+/* Kernels with int8 activations quantized per token over the call's inputs,
+ * against an oracle that quantizes the same way (d = max|x| / 127 over
+ * [k0, k1), q = round-to-even(x * (127 / max|x|))) and sums the integer
+ * products exactly: AMXINT8 C = d s_n sum q w, INT4 C = d sum_g s_g sum q v.
+ * Shapes cover ragged rows and inputs, several K chunks, token batches past
+ * 256, sub-ranges, and (AMXINT8) a K too long for the whole-K copy. */
+static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m)
+{
+    static const int rows_list[] = {5, 32, 67};
+    static const int cols_i8[] = {7, 200, 640, 16448};
+    static const int cols_i4[] = {96, 160, 608};
+    static const int m_list[] = {1, 3, 8, 17, 40, 300};
+    int n_cols = method == KT_METHOD_AMXINT8 ? 4 : 3;
+    for (int ri = 0; ri < 3; ri++)
+        for (int ci = 0; ci < n_cols; ci++) {
+            int N = rows_list[ri];
+            int K = method == KT_METHOD_AMXINT8 ? cols_i8[ci] : cols_i4[ci];
+            if (K > 4096 && N != 67)
+                continue;
+            void *w, *s;
+            float *f;
+            rand_weights(method, N, K, &w, &s, &f);
+            kt__wmat W = {w, s, N, K, 0};
+            for (int mi = 0; mi < 6; mi++) {
+                int M = m_list[mi];
+                if (M < min_m || (K > 4096 && M > 40))
+                    continue;
+                int n_act = M + 3;
+                float *x = malloc((size_t)n_act * K * sizeof(float));
+                for (int i = 0; i < n_act * K; i++)
+                    x[i] = tst_bf16(tst_to_bf16(tst_uniform() * (1 + i % 7)));
+                size_t st = kt__moe_act_row_bytes(ks->act, K);
+                uint8_t *at = calloc((size_t)n_act, st);
+                for (int t = 0; t < n_act; t++)
+                    ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
+                int32_t *rows_idx = malloc((size_t)M * sizeof(int32_t));
+                for (int m = 0; m < M; m++)
+                    rows_idx[m] = (m * 5 + 2) % n_act;
+                for (int part = 0; part < 2; part++) {
+                    int n0 = part ? N / 3 : 0, n1 = N;
+                    int k0 = (part && K > 128) ? 128 : 0, k1 = K;
+                    int nb = n1 - n0;
+                    float *ct = malloc((size_t)M * nb * sizeof(float));
+                    void *scr = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
+                    kt__moe_new_epoch();
+                    ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr);
+                    int8_t *q = malloc((size_t)K);
+                    for (int m = 0; m < M; m++) {
+                        const float *xm = x + (size_t)rows_idx[m] * K;
+                        float amax = 0;
+                        for (int k = k0; k < k1; k++)
+                            amax = fmaxf(amax, fabsf(xm[k]));
+                        float inv = amax > 0 ? 127.0f / amax : 0.0f;
+                        float d = amax > 0 ? amax / 127.0f : 0.0f;
+                        for (int k = k0; k < k1; k++)
+                            q[k] = (int8_t)nearbyintf(xm[k] * inv);
+                        for (int n = n0; n < n1; n++) {
+                            double want = 0, mag = 0;
+                            if (method == KT_METHOD_AMXINT8) {
+                                const int8_t *wq = (const int8_t *)w + (size_t)n * K;
+                                int64_t acc = 0, am = 0;
+                                for (int k = k0; k < k1; k++) {
+                                    acc += (int64_t)q[k] * wq[k];
+                                    am += llabs((int64_t)q[k] * wq[k]);
+                                }
+                                want = (double)acc * d * ((const float *)s)[n];
+                                mag = (double)am * d * ((const float *)s)[n];
+                            } else {
+                                const uint32_t *pw = (const uint32_t *)w + (size_t)n * (K / 8);
+                                const uint16_t *sr = (const uint16_t *)s + (size_t)n * (K / 32);
+                                for (int g = k0 / 32; g < k1 / 32; g++) {
+                                    int64_t acc = 0, am = 0;
+                                    for (int k = 32 * g; k < 32 * g + 32; k++) {
+                                        int v = (int)((pw[k / 8] >> (4 * (k % 8))) & 15u) - 8;
+                                        acc += (int64_t)q[k] * v;
+                                        am += llabs((int64_t)q[k] * v);
+                                    }
+                                    want += (double)acc * tst_bf16(sr[g]) * d;
+                                    mag += (double)am * tst_bf16(sr[g]) * d;
+                                }
+                            }
+                            double got = ct[(size_t)m * nb + n - n0];
+                            if (!(fabs(got - want) <= 1e-5 * mag + 1e-30))
+                                fail_msg("%s %s N=%d K=%d M=%d rows [%d,%d) inputs [%d,%d): "
+                                         "C[%d][%d] = %.9g, int8 oracle %.9g", ks->name,
+                                         kt_method_name((kt_method)method), N, K, M, n0, n1, k0,
+                                         k1, m, n, got, want);
+                        }
+                    }
+                    free(q);
+                    free(ct);
+                    free(scr);
+                }
+                free(rows_idx);
+                free(x);
+                free(at);
+            }
+            free(w);
+            free(s);
+            free(f);
+        }
+    printf("  %-14s %-8s ok (int8 activations, exact oracle)\n", ks->name,
+           kt_method_name((kt_method)method));
+}
+
+static void test_int8_act(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS)
+        skip();
+    check_int8_act(kt__moe_kernels_avx512(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1);
+    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 8);
+    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8);
+#if KT_HAVE_ISA_AMX
+    if ((kt_hw_isa() & (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) ==
+        (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) {
+        check_int8_act(kt__moe_kernels_amx(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 8);
+        check_int8_act(kt__moe_kernels_amx(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8);
+    } else {
+        printf("  amx: no AMX-INT8 on this CPU, real tiles skipped\n");
+    }
+#endif
+#else
+    skip();
+#endif
+}
+
 /* KT_MOE_PREC_BF16X2: the AVX-512 hi/lo sets and the scalar F32 RAWINT4 set. */
 static void test_precise(void **state)
 {
@@ -314,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_precise),
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_amx_emulated),
+        cmocka_unit_test(test_int8_act),
         cmocka_unit_test(test_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
