@@ -46,6 +46,10 @@ enum {
 #define KT__GGML_ACT_Q80 2u
 #define KT__GGML_ACT_Q81 4u
 #define KT__GGML_ACT_Q8K 8u
+/* AVX-512 decode forms of the Q8_0 codes laid out like a Q4_0 / Q8_0 weight
+ * row's bytes (cpu/ref/moe_llamafile.c; only the AVX-512 set asks for them). */
+#define KT__GGML_ACT_R40 16u
+#define KT__GGML_ACT_R80 32u
 size_t kt__ggml_act_row_bytes(unsigned mask, int K);
 /* The section a weight of kt_type `type` reads (0: not a LLAMAFILE type). */
 unsigned kt__ggml_act_section(int type);
@@ -171,11 +175,11 @@ const kt__moe_kernels *kt__moe_kernels_amx_emulated(int method);
 /* LLAMAFILE kernel set for a ggml ISA level (0 scalar, 1 AVX2, 2 AVX-512
  * VNNI) and a mask of KT__GGML_ACT_* sections (cpu/ref/moe_llamafile.c). */
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask);
-/* LLAMAFILE AVX-512 tile for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):
- * C[m][n - n0] = row n of W . act[m] over blocks [b0, b1) of 32; act[m] are
- * Q8_0 block arrays. */
-void kt__lf_gemm_q80_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
-                            const void *const *act, int M, float *C, int ldc);
+/* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):
+ * C[m][n - n0] = row n of W . token m over blocks [b0, b1) of 32. act[m] is
+ * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */
+void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                            const void *const *act, size_t rp, int M, float *C, int ldc);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

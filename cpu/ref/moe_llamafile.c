@@ -12,6 +12,17 @@
  *   Q8_1  [K/32] blocks      Q4_1, Q5_1
  *   Q8_K  [K/256] blocks     Q2_K..Q6_K, IQ4_XS
  *   cnt   int32 [K/256]      Q8_K blocks: elements written so far
+ *   R40   4 arrays [rp]      Q4_0 on AVX-512: the Q8_0 codes where a Q4_0 row's
+ *                            bytes are (lo: the low nibble's input, hi: the
+ *                            high one's; 0 under the scale bytes), then per
+ *                            4-byte lane int32 -8 * (sum of the lane's codes)
+ *                            and float the activation block's scale
+ *   R80   3 arrays [rp]      Q8_0 on AVX-512: the same for a Q8_0 row (one code
+ *                            array; -128 * sum: the weights go in as w + 128)
+ *
+ * (rp: the weight row's bytes rounded up to 64, plus 64.) With these the
+ * AVX-512 kernel reads 64 weight bytes at a time as they lie in the file: no
+ * per-block unpacking, every 4-byte lane belongs to one block.
  *
  * The backend writes an activation row in pieces ([k0, k1), 32-aligned, from
  * several threads). Q8_0 / Q8_1 blocks are whole in a piece; a Q8_K block (256)
@@ -32,8 +43,16 @@ static size_t align64(size_t b)
 }
 
 typedef struct act_layout {
-    size_t f32, q80, q81, q8k, cnt, total; /* byte offsets; SIZE_MAX: absent */
+    size_t f32, q80, q81, q8k, cnt, r40, r80, total; /* byte offsets; SIZE_MAX: absent */
 } act_layout;
+
+/* rp of the R40 / R80 sections: a row's bytes of the weight type (block of
+ * bb bytes per 32 inputs) rounded up to 64, plus 64 so that a kernel's last
+ * 64-byte load stays inside. */
+static size_t raw_rp(int K, int bb)
+{
+    return align64((size_t)(K / 32) * (size_t)bb) + 64;
+}
 
 static act_layout layout(unsigned mask, int K)
 {
@@ -50,6 +69,10 @@ static act_layout layout(unsigned mask, int K)
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256) * sizeof(kt_block_q8_K)) : 0;
     L.cnt = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256 + 1) * 4) : 0;
+    L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) : 0;
+    L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_R80) ? 3 * raw_rp(K, 34) : 0;
     L.total = o ? o : 64;
     return L;
 }
@@ -64,7 +87,11 @@ unsigned kt__ggml_act_section(int type)
     switch (type) {
     case KT_TYPE_F32: case KT_TYPE_F16: case KT_TYPE_BF16:
         return KT__GGML_ACT_F32;
-    case KT_TYPE_Q4_0: case KT_TYPE_Q5_0: case KT_TYPE_Q8_0: case KT_TYPE_IQ4_NL:
+    case KT_TYPE_Q4_0:
+        return KT__GGML_ACT_Q80 | KT__GGML_ACT_R40;
+    case KT_TYPE_Q8_0:
+        return KT__GGML_ACT_Q80 | KT__GGML_ACT_R80;
+    case KT_TYPE_Q5_0: case KT_TYPE_IQ4_NL:
         return KT__GGML_ACT_Q80;
     case KT_TYPE_Q4_1: case KT_TYPE_Q5_1:
         return KT__GGML_ACT_Q81;
@@ -73,6 +100,47 @@ unsigned kt__ggml_act_section(int type)
         return KT__GGML_ACT_Q8K;
     default:
         return 0;
+    }
+}
+
+/* R40 (q4) / R80 section of blocks [b0, b1) of nb from their Q8_0 blocks. */
+static void raw_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, bool q4, uint8_t *sec,
+                     size_t rp)
+{
+    int bb = q4 ? 18 : 34;
+    int8_t *lo = (int8_t *)sec, *hi = (int8_t *)(sec + rp);
+    int32_t *bias = (int32_t *)(sec + (q4 ? 2 : 1) * rp);
+    float *da = (float *)(sec + (q4 ? 3 : 2) * rp);
+    for (int b = b0; b < b1; b++) {
+        int base = b * bb;
+        lo[base] = lo[base + 1] = 0;
+        if (q4) {
+            hi[base] = hi[base + 1] = 0;
+            for (int e = 0; e < 16; e++) {
+                lo[base + 2 + e] = q[b].qs[e];
+                hi[base + 2 + e] = q[b].qs[e + 16];
+            }
+        } else {
+            memcpy(lo + base + 2, q[b].qs, 32);
+        }
+        float d = kt__ggml_f16_to_f32(q[b].d);
+        /* lanes starting inside the block; their bytes past it are the next
+         * block's scale (no input) */
+        for (int p = (base + 3) & ~3; p < base + bb; p += 4) {
+            int sum = 0;
+            for (int j = p; j < p + 4 && j < base + bb; j++)
+                sum += lo[j] + (q4 ? hi[j] : 0);
+            bias[p / 4] = (q4 ? -8 : -128) * sum;
+            da[p / 4] = d;
+        }
+    }
+    if (b1 == nb) { /* the tail past the row: no input */
+        size_t end = (size_t)nb * bb, lane = (end + 3) / 4;
+        memset(lo + end, 0, rp - end);
+        if (q4)
+            memset(hi + end, 0, rp - end);
+        memset(bias + lane, 0, (rp / 4 - lane) * 4);
+        memset(da + lane, 0, (rp / 4 - lane) * 4);
     }
 }
 
@@ -93,6 +161,12 @@ static void quant_row(unsigned mask, const float *x, int k0, int k1, int K, void
         kt__ggml_traits(KT_TYPE_Q8_1)->from_float(x + 32 * b0,
                                                   (kt_block_q8_1 *)(r + L.q81) + b0,
                                                   (int64_t)(b1 - b0) * 32);
+    if (L.r40 != SIZE_MAX && b1 > b0)
+        raw_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32, true, r + L.r40,
+                 raw_rp(K, 18));
+    if (L.r80 != SIZE_MAX && b1 > b0)
+        raw_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32, false, r + L.r80,
+                 raw_rp(K, 34));
     if (L.q8k != SIZE_MAX) {
         const float *stage = (const float *)(r + L.f32);
         _Atomic int *cnt = (_Atomic int *)(r + L.cnt);
@@ -123,7 +197,7 @@ static const uint8_t *act_section(unsigned mask, const void *row, int K, int t, 
 {
     act_layout L = layout(mask, K);
     const uint8_t *r = row;
-    switch (kt__ggml_act_section(t)) {
+    switch (kt__ggml_act_section(t) & ~(KT__GGML_ACT_R40 | KT__GGML_ACT_R80)) {
     case KT__GGML_ACT_Q80: *bbytes = sizeof(kt_block_q8_0); *bsize = 32; return r + L.q80;
     case KT__GGML_ACT_Q81: *bbytes = sizeof(kt_block_q8_1); *bsize = 32; return r + L.q81;
     case KT__GGML_ACT_Q8K: *bbytes = sizeof(kt_block_q8_K); *bsize = 256; return r + L.q8k;
@@ -169,15 +243,15 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     kt_ggml_vec_dot_fn dot = kt__ggml_vec_dot_for((kt_type)W->type, use);
     bool plain = kt__ggml_act_section(W->type) == KT__GGML_ACT_F32;
 #if KT_HAVE_ISA_AVX512
-    if (isa == KT_GGML_AVX512 && (W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_Q8_0) &&
-        M >= 2 && M <= 256) {
-        /* 4 rows x 4 tokens tiles: 1.6-1.9x the vec_dots at 4 tokens (Zen 4,
-         * L2-resident rows), slower for one token */
+    act_layout L = layout(mask, W->cols);
+    size_t raw = W->type == KT_TYPE_Q4_0 ? L.r40 : W->type == KT_TYPE_Q8_0 ? L.r80 : SIZE_MAX;
+    if (isa == KT_GGML_AVX512 && raw != SIZE_MAX && M <= 256) {
+        /* 64 weight bytes at a time against the R40 / R80 sections */
         const void *act[256];
         for (int m = 0; m < M; m++)
-            act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
-                                 &absize);
-        kt__lf_gemm_q80_avx512(W->type, W->w, wrow, n0, n1, k0 / 32, k1 / 32, act, M, C, ldc);
+            act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + raw;
+        kt__lf_gemm_raw_avx512(W->type, W->w, wrow, n0, n1, k0 / 32, k1 / 32, act,
+                               raw_rp(W->cols, W->type == KT_TYPE_Q4_0 ? 18 : 34), M, C, ldc);
         return;
     }
 #endif
@@ -212,6 +286,15 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     LF_SET(ISA, 1) LF_SET(ISA, 2) LF_SET(ISA, 3) LF_SET(ISA, 4) LF_SET(ISA, 5) LF_SET(ISA, 6) \
     LF_SET(ISA, 7) LF_SET(ISA, 8) LF_SET(ISA, 9) LF_SET(ISA, 10) LF_SET(ISA, 11)              \
     LF_SET(ISA, 12) LF_SET(ISA, 13) LF_SET(ISA, 14) LF_SET(ISA, 15)
+/* the AVX-512 set also reads the R40 / R80 sections (mask bits 16 and 32) */
+LF_SET(2, 16) LF_SET(2, 17) LF_SET(2, 18) LF_SET(2, 19) LF_SET(2, 20) LF_SET(2, 21)
+LF_SET(2, 22) LF_SET(2, 23) LF_SET(2, 24) LF_SET(2, 25) LF_SET(2, 26) LF_SET(2, 27)
+LF_SET(2, 28) LF_SET(2, 29) LF_SET(2, 30) LF_SET(2, 31) LF_SET(2, 32) LF_SET(2, 33)
+LF_SET(2, 34) LF_SET(2, 35) LF_SET(2, 36) LF_SET(2, 37) LF_SET(2, 38) LF_SET(2, 39)
+LF_SET(2, 40) LF_SET(2, 41) LF_SET(2, 42) LF_SET(2, 43) LF_SET(2, 44) LF_SET(2, 45)
+LF_SET(2, 46) LF_SET(2, 47) LF_SET(2, 48) LF_SET(2, 49) LF_SET(2, 50) LF_SET(2, 51)
+LF_SET(2, 52) LF_SET(2, 53) LF_SET(2, 54) LF_SET(2, 55) LF_SET(2, 56) LF_SET(2, 57)
+LF_SET(2, 58) LF_SET(2, 59) LF_SET(2, 60) LF_SET(2, 61) LF_SET(2, 62) LF_SET(2, 63)
 LF_ISA(0)
 LF_ISA(1)
 LF_ISA(2)
@@ -225,16 +308,46 @@ LF_ISA(2)
      LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                 \
      LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                \
      LF_ENTRY(ISA, NAME, 15)}
+#define LF_ROW_RAW(NAME)                                                                       \
+    {{NULL, 0, NULL, NULL, 0}, LF_ENTRY(2, NAME, 1), LF_ENTRY(2, NAME, 2),                     \
+     LF_ENTRY(2, NAME, 3), LF_ENTRY(2, NAME, 4), LF_ENTRY(2, NAME, 5),                         \
+     LF_ENTRY(2, NAME, 6), LF_ENTRY(2, NAME, 7), LF_ENTRY(2, NAME, 8),                         \
+     LF_ENTRY(2, NAME, 9), LF_ENTRY(2, NAME, 10), LF_ENTRY(2, NAME, 11),                       \
+     LF_ENTRY(2, NAME, 12), LF_ENTRY(2, NAME, 13), LF_ENTRY(2, NAME, 14),                      \
+     LF_ENTRY(2, NAME, 15),                                                                    \
+     LF_ENTRY(2, NAME, 16), LF_ENTRY(2, NAME, 17), LF_ENTRY(2, NAME, 18),                       \
+     LF_ENTRY(2, NAME, 19), LF_ENTRY(2, NAME, 20), LF_ENTRY(2, NAME, 21),                       \
+     LF_ENTRY(2, NAME, 22), LF_ENTRY(2, NAME, 23), LF_ENTRY(2, NAME, 24),                       \
+     LF_ENTRY(2, NAME, 25), LF_ENTRY(2, NAME, 26), LF_ENTRY(2, NAME, 27),                       \
+     LF_ENTRY(2, NAME, 28), LF_ENTRY(2, NAME, 29), LF_ENTRY(2, NAME, 30),                       \
+     LF_ENTRY(2, NAME, 31), LF_ENTRY(2, NAME, 32), LF_ENTRY(2, NAME, 33),                       \
+     LF_ENTRY(2, NAME, 34), LF_ENTRY(2, NAME, 35), LF_ENTRY(2, NAME, 36),                       \
+     LF_ENTRY(2, NAME, 37), LF_ENTRY(2, NAME, 38), LF_ENTRY(2, NAME, 39),                       \
+     LF_ENTRY(2, NAME, 40), LF_ENTRY(2, NAME, 41), LF_ENTRY(2, NAME, 42),                       \
+     LF_ENTRY(2, NAME, 43), LF_ENTRY(2, NAME, 44), LF_ENTRY(2, NAME, 45),                       \
+     LF_ENTRY(2, NAME, 46), LF_ENTRY(2, NAME, 47), LF_ENTRY(2, NAME, 48),                       \
+     LF_ENTRY(2, NAME, 49), LF_ENTRY(2, NAME, 50), LF_ENTRY(2, NAME, 51),                       \
+     LF_ENTRY(2, NAME, 52), LF_ENTRY(2, NAME, 53), LF_ENTRY(2, NAME, 54),                       \
+     LF_ENTRY(2, NAME, 55), LF_ENTRY(2, NAME, 56), LF_ENTRY(2, NAME, 57),                       \
+     LF_ENTRY(2, NAME, 58), LF_ENTRY(2, NAME, 59), LF_ENTRY(2, NAME, 60),                       \
+     LF_ENTRY(2, NAME, 61), LF_ENTRY(2, NAME, 62), LF_ENTRY(2, NAME, 63)                        \
+     }
 
-static const kt__moe_kernels lf_sets[3][16] = {
+static const kt__moe_kernels lf_sets[2][16] = {
     LF_ROW(0, "scalar-ggml"),
     LF_ROW(1, "avx2-ggml"),
-    LF_ROW(2, "avx512-vnni-ggml"),
 };
+static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml");
 
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
 {
-    if (isa < 0 || isa > 2 || mask == 0 || mask > 15)
+    if (isa < 0 || isa > 2 || mask == 0 || mask > 63)
         return NULL;
-    return &lf_sets[isa][mask];
+    if (isa < 2) /* the R40 / R80 sections are the AVX-512 kernel's only */
+        mask &= 15;
+    if (mask & (KT__GGML_ACT_R40 | KT__GGML_ACT_R80)) /* made from the Q8_0 blocks */
+        mask |= KT__GGML_ACT_Q80;
+    if (mask == 0)
+        mask = KT__GGML_ACT_Q80;
+    return isa == 2 ? &lf_sets_avx512[mask] : &lf_sets[isa][mask];
 }
