@@ -60,6 +60,8 @@ typedef struct kt__wmat {
                           RAWINT4: BF16 [rows][cols/32]; BF16: NULL           */
     int rows, cols;
     int type;          /* LLAMAFILE: kt_type of the ggml blocks; else unused      */
+    int group;         /* grouped INT4 (kt__moe_int4g_*): inputs per scale, a
+                          multiple of 32 dividing cols; 0: 32                    */
 } kt__wmat;
 
 typedef void (*kt__moe_gemm_fn)(const kt__wmat *W, int n0, int n1, int k0, int k1,
@@ -167,6 +169,15 @@ const kt__moe_kernels *kt__moe_int8_avx512(void);
  * with BF16X2 activations (cpu/avx512/moe_x2_avx512.c). */
 const kt__moe_kernels *kt__moe_kernels_ref_precise(int method);
 const kt__moe_kernels *kt__moe_kernels_avx512_x2(int method);
+/* AMXINT4 with groups of W->group inputs (kt-convert --group-size 64, 128):
+ * packed nibbles as RAWINT4, BF16 scales [rows][cols / group]. The scalar
+ * set takes any multiple of 32 (F32 activations); the AVX-512 VNNI set and
+ * the AMX set (AMX-INT8 tiles from min_m tokens, that VNNI set below) take
+ * groups of 64 and 128, with k0 and k1 multiples of the group. */
+const kt__moe_kernels *kt__moe_int4g_ref(void);
+const kt__moe_kernels *kt__moe_int4g_avx512(void);
+const kt__moe_kernels *kt__moe_int4g_amx(void);
+const kt__moe_kernels *kt__moe_int4g_amx_emulated(void);
 /* AMX-BF16 prefill on top of the AVX-512 set (cpu/amx/moe_amx.c). */
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */
@@ -180,6 +191,9 @@ const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask);
  * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */
 void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                             const void *const *act, size_t rp, int M, float *C, int ldc);
+/* The same for Q4_K weights over blocks [b0, b1) of 256; act[m] are Q8_K block arrays. */
+void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                            const void *const *act, int M, float *C, int ldc);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

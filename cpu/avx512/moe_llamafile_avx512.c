@@ -20,6 +20,7 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "moe_kernels.h"
 #include "ref/ggml_quants.h"
@@ -167,6 +168,180 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
                 case 2: raw_tile(false, 2, 2, wr, R, phase, a + m, o0, rp, ahead, t); break;
                 case 3: raw_tile(false, 2, 3, wr, R, phase, a + m, o0, rp, ahead, t); break;
                 default: raw_tile(false, 2, 4, wr, R, phase, a + m, o0, rp, ahead, t); break;
+                }
+            }
+            for (int i = 0; i < mr; i++)
+                for (int r = 0; r < nr; r++)
+                    C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Q4_K x Q8_K. Per 256-input block and row, with the nibbles of qs bytes
+ * 0..63 / 64..127 in two registers (low nibbles: groups 0, 2 / 4, 6; high:
+ * 1, 3 / 5, 7) against the activation codes gathered in the same order:
+ *
+ *   T    = sum_g sc_g (q_g . a_g)        vpmaddubsw, then vpdpwssd with sc_g
+ *   Mn   = sum_g m_g (bsum_2g + bsum_2g+1)   vpmaddwd
+ *   acc += float(T) d da;  accm += float(Mn) dmin da;  out = sum acc - sum accm
+ *
+ * (q <= 15, |a| <= 127: the 16-bit pair sums cannot saturate.)
+ */
+
+/* The 8 6-bit scales and mins of a Q4_K / Q5_K block as bytes. */
+ALWAYS_INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    *sc = sc_lo | (uint64_t)sc_hi << 32;
+    *mn = m_lo | (uint64_t)m_hi << 32;
+}
+
+/* Activation codes of block y in the weights' nibble order. */
+ALWAYS_INLINE void k_act(const kt_block_q8_K *y, __m512i a[4])
+{
+    #pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        const int8_t *q = y->qs + 128 * (h / 2) + 32 * (h % 2);
+        a[h] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)q)),
+                                  _mm256_loadu_si256((const __m256i *)(q + 64)), 1);
+    }
+}
+
+/* out[r * 4 + m] = rows w[r] (nb Q4_K blocks) . tokens act[m] (Q8_K blocks). */
+ALWAYS_INLINE void q4k_tile(const int NR, const int MT, const kt_block_q4_K *const *w, int nb,
+                            const kt_block_q8_K *const *act, size_t ahead, float *out)
+{
+    __m512 acc[4][4];
+    __m256 accm[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            acc[r][m] = _mm512_setzero_ps();
+            accm[r][m] = _mm256_setzero_ps();
+        }
+    const __m512i low4 = _mm512_set1_epi8(15);
+    /* vpshufb patterns: 128-bit lanes of (sc_a, sc_a, sc_b, sc_b) as words */
+    const __m512i pick[4] = {
+        _mm512_set_epi64(0x0504050405040504, 0x0504050405040504, 0x0504050405040504,
+                         0x0504050405040504, 0x0100010001000100, 0x0100010001000100,
+                         0x0100010001000100, 0x0100010001000100),
+        _mm512_set_epi64(0x0706070607060706, 0x0706070607060706, 0x0706070607060706,
+                         0x0706070607060706, 0x0302030203020302, 0x0302030203020302,
+                         0x0302030203020302, 0x0302030203020302),
+        _mm512_set_epi64(0x0d0c0d0c0d0c0d0c, 0x0d0c0d0c0d0c0d0c, 0x0d0c0d0c0d0c0d0c,
+                         0x0d0c0d0c0d0c0d0c, 0x0908090809080908, 0x0908090809080908,
+                         0x0908090809080908, 0x0908090809080908),
+        _mm512_set_epi64(0x0f0e0f0e0f0e0f0e, 0x0f0e0f0e0f0e0f0e, 0x0f0e0f0e0f0e0f0e,
+                         0x0f0e0f0e0f0e0f0e, 0x0b0a0b0a0b0a0b0a, 0x0b0a0b0a0b0a0b0a,
+                         0x0b0a0b0a0b0a0b0a, 0x0b0a0b0a0b0a0b0a),
+    };
+    for (int i = 0; i < nb; i++) {
+        __m512i q[4][4], sc[4][4];
+        __m256i mw[4];
+        __m128 dd[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const kt_block_q4_K *x = w[r] + i;
+            if (ahead) {
+                const char *p = (const char *)x + ahead;
+                _mm_prefetch(p, LF_HINT);
+                _mm_prefetch(p + 64, LF_HINT);
+                _mm_prefetch(p + 128, LF_HINT);
+            }
+            __m512i v0 = _mm512_loadu_si512((const void *)x->qs);
+            __m512i v1 = _mm512_loadu_si512((const void *)(x->qs + 64));
+            q[r][0] = _mm512_and_si512(v0, low4);
+            q[r][1] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
+            q[r][2] = _mm512_and_si512(v1, low4);
+            q[r][3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
+            uint64_t s8, m8;
+            k4_scales(x->scales, &s8, &m8);
+            __m512i sw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s8)));
+            #pragma GCC unroll 4
+            for (int h = 0; h < 4; h++)
+                sc[r][h] = _mm512_shuffle_epi8(sw, pick[h]);
+            __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
+            mw[r] = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+            uint32_t dm;
+            memcpy(&dm, &x->d, 4);
+            dd[r] = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); /* d, dmin */
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const kt_block_q8_K *y = act[m] + i;
+            __m512i a[4];
+            k_act(y, a);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+            __m128 da = _mm_set1_ps(y->d);
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i t = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int h = 0; h < 4; h++)
+                    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][h], a[h]), sc[r][h]);
+                __m256i mn = _mm256_madd_epi16(bs, mw[r]);
+                __m128 s = _mm_mul_ps(dd[r], da);
+                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_broadcastss_ps(s),
+                                            acc[r][m]);
+                accm[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn),
+                                             _mm256_permutexvar_ps(_mm256_set1_epi32(1),
+                                                                   _mm256_castps128_ps256(s)),
+                                             accm[r][m]);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][m]),
+                                     _mm512_extractf32x8_ps(acc[r][m], 1));
+            h = _mm256_sub_ps(h, accm[r][m]);
+            __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+            x = _mm_add_ss(x, _mm_movehdup_ps(x));
+            out[r * 4 + m] = _mm_cvtss_f32(x);
+        }
+}
+
+void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                            const void *const *act, int M, float *C, int ldc)
+{
+    const kt_block_q8_K *const *a = (const kt_block_q8_K *const *)act;
+    const int NR = M == 1 ? 4 : 2, nb = b1 - b0;
+    const int dist = LF_DIST;
+    for (int n = n0; n < n0 + dist && n < n1; n++)
+        for (size_t c = 0; c < (size_t)nb * sizeof(kt_block_q4_K); c += 64)
+            _mm_prefetch((const char *)W + (size_t)n * wrow + (size_t)b0 * 144 + c, LF_HINT);
+    for (int n = n0; n < n1; n += NR) {
+        int nr = n1 - n < NR ? n1 - n : NR;
+        const kt_block_q4_K *wr[4];
+        for (int r = 0; r < NR; r++)
+            wr[r] = (const kt_block_q4_K *)((const uint8_t *)W +
+                                            (size_t)(n + (r < nr ? r : nr - 1)) * wrow) + b0;
+        for (int m = 0; m < M; m += 4) {
+            int mr = M - m < 4 ? M - m : 4;
+            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
+            const kt_block_q8_K *ar[4];
+            for (int i = 0; i < 4; i++)
+                ar[i] = a[m + (i < mr ? i : mr - 1)] + b0;
+            float t[16];
+            if (M == 1) {
+                q4k_tile(4, 1, wr, nb, ar, ahead, t);
+            } else {
+                switch (mr) {
+                case 1: q4k_tile(2, 1, wr, nb, ar, ahead, t); break;
+                case 2: q4k_tile(2, 2, wr, nb, ar, ahead, t); break;
+                case 3: q4k_tile(2, 3, wr, nb, ar, ahead, t); break;
+                default: q4k_tile(2, 4, wr, nb, ar, ahead, t); break;
                 }
             }
             for (int i = 0; i < mr; i++)
