@@ -95,10 +95,13 @@ typedef struct kt__cuda_mat {
     int32_t block_rows, block_cols, scale_cols, reserved;
 } kt__cuda_mat;
 
-/* Lets kt__cuda_linear hand products of 16+ tokens with F32 or BF16 weights to
- * cuBLAS (BF16: activations rounded to BF16 into `staging`, device memory of
- * staging_elems uint16 values; larger products stay on the own kernel). */
-int kt__cuda_gemm_enable(kt__cuda_rt *rt, void *staging, size_t staging_elems, char *err,
+/* Lets kt__cuda_linear hand products of min_tokens or more tokens (<= 0: 16)
+ * to cuBLAS on the tensor cores: the activations split into BF16 hi and lo
+ * halves in `staging` ([2][staging_elems] uint16), FP8 weights dequantized into
+ * hi and lo halves in `wstaging` ([2][wstaging_elems]); F32 weights in F32.
+ * Products larger than the staging stay on libkt's own kernels. */
+int kt__cuda_gemm_enable(kt__cuda_rt *rt, void *staging, size_t staging_elems,
+                         void *wstaging, size_t wstaging_elems, int32_t min_tokens, char *err,
                          size_t err_size);
 /* y[t][r] (+)= Σ_c x[t][c] W[r][c] + bias[r], rows of x and y at the strides */
 int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
@@ -171,8 +174,25 @@ typedef struct kt__cuda_experts_args {
     float *out;
     int32_t T, H, I, k, oai;
     float alpha, limit;
+    int32_t vec8;                         /* every GPU expert readable 8 columns at a time */
 } kt__cuda_experts_args;
 int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a);
+
+/* Grouped experts: dst[i][0..n) = src[idx[i] / div][0..n) for i < rows */
+int kt__cuda_gather_rows(kt__cuda_rt *rt, const float *src, int32_t src_stride,
+                         const int32_t *idx, int32_t div, int32_t rows, int32_t n, float *dst);
+/* out[t] += Σ_j w[t][j] Y[slot[t][j]] over slot >= 0 (rows of H; slot, w [T][k]) */
+int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t H, int32_t k,
+                     const float *Y, const int32_t *slot, const float *w);
+
+/* The device's limits, measured: HBM (device-to-device copy, bytes read +
+ * written), pinned PCIe copies each way, BF16 tensor-core GEMM (8192^3). Takes
+ * about a second and 4 GiB of device memory. */
+typedef struct kt__cuda_yardsticks_out {
+    double hbm_gbs, h2d_gbs, d2h_gbs, bf16_tflops;
+} kt__cuda_yardsticks_out;
+int kt__cuda_yardsticks(int32_t device, kt__cuda_yardsticks_out *out, char *err,
+                        size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -21,9 +21,12 @@ struct kt__cuda_rt {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
-    cublasHandle_t blas;  /* NULL: every product runs on k_linear */
-    uint16_t *xb;         /* BF16 copy of the activations for cuBLAS */
+    cublasHandle_t blas;  /* NULL: every product runs on libkt's own kernels */
+    uint16_t *xb;         /* activations split into BF16 hi and lo halves: [2][xb_elems] */
     size_t xb_elems;
+    uint16_t *wb;         /* an FP8 matrix dequantized into BF16 hi and lo: [2][wb_elems] */
+    size_t wb_elems;
+    int32_t gemm_min_t;   /* products of this many tokens or more go to cuBLAS */
 };
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
@@ -245,6 +248,64 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/* e4m3 bits moved into an F32's exponent and mantissa fields give 2^-120 times
+ * the value, normal and subnormal alike (exact; weights hold no NaN) */
+__device__ __forceinline__ float fp8_fast(uint32_t b)
+{
+    return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 0x1p120f;
+}
+
+/* W[r][c..c+8) as F32 in one 16-byte (BF16, F32: two) or 8-byte (FP8) load;
+ * c is a multiple of 8 and the FP8 column blocks are multiples of 8 wide */
+__device__ __forceinline__ void load8(const kt__cuda_mat &W, int32_t r, int32_t c, float w[8])
+{
+    size_t i = (size_t)r * W.cols + c;
+    if (W.type == KT__CUDA_W_BF16) {
+        uint4 u = __ldg((const uint4 *)((const uint16_t *)W.data + i));
+        uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[2 * j] = __uint_as_float(p[j] << 16);
+            w[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
+        }
+    } else if (W.type == KT__CUDA_W_F8) {
+        uint2 u = __ldg((const uint2 *)((const uint8_t *)W.data + i));
+        size_t si = (size_t)(r / W.block_rows) * W.scale_cols + c / W.block_cols;
+        float s = W.scale_bf16 ? bf16(((const uint16_t *)W.scale)[si])
+                               : ((const float *)W.scale)[si];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[j] = fp8_fast((u.x >> (8 * j)) & 0xffu) * s;
+            w[4 + j] = fp8_fast((u.y >> (8 * j)) & 0xffu) * s;
+        }
+    } else {
+        const float4 *p = (const float4 *)((const float *)W.data + i);
+        float4 a = __ldg(p), b = __ldg(p + 1);
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
+        w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+    }
+}
+
+/* Σ_j w[j] x[c + j] with x 16-byte aligned */
+__device__ __forceinline__ float dot8(const float w[8], const float *x)
+{
+    float4 a = *(const float4 *)x, b = *(const float4 *)(x + 4);
+    return w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
+           w[6] * b.z + w[7] * b.w;
+}
+
+/* Whether W can be read 8 columns at a time (load8). */
+static bool vec8_ok(const kt__cuda_mat *W)
+{
+    return W->data && W->cols % 8 == 0 && ((uintptr_t)W->data & 15) == 0 &&
+           (W->type != KT__CUDA_W_F8 || (W->block_cols % 8 == 0 && W->block_rows > 0));
+}
+
+static bool x_ok(const float *x, int32_t stride)
+{
+    return ((uintptr_t)x & 15) == 0 && stride % 4 == 0;
+}
+
 /* ------------------------------------------------------------- kernels --- */
 
 #define TOK_TILE 8 /* tokens one warp serves per weight row read */
@@ -273,14 +334,71 @@ __global__ void k_linear(const float *x, int32_t T, int32_t xs, kt__cuda_mat W, 
     }
 }
 
-/* xb[t][c] = bf16(x[t][c]) (round to nearest even) */
-__global__ void k_to_bf16(const float *x, int32_t xs, int32_t cols, size_t n, uint16_t *xb)
+/* The same for up to TOK_TILE tokens with 16-byte weight loads: a warp per row,
+ * each lane 8 columns per step, several steps in flight */
+__global__ void k_gemv(const float *__restrict__ x, int32_t T, int32_t xs, kt__cuda_mat W,
+                       const float *b, float *y, int32_t ys, int acc)
+{
+    int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    int32_t t0 = blockIdx.y * TOK_TILE, nt = min(TOK_TILE, T - t0);
+    if (r >= W.rows)
+        return;
+    float s[TOK_TILE];
+#pragma unroll
+    for (int t = 0; t < TOK_TILE; t++)
+        s[t] = 0.0f;
+    const float *xt = x + (size_t)t0 * xs;
+#pragma unroll 4
+    for (int32_t c = lane * 8; c < W.cols; c += 256) {
+        float w[8];
+        load8(W, r, c, w);
+#pragma unroll
+        for (int t = 0; t < TOK_TILE; t++)
+            if (t < nt)
+                s[t] += dot8(w, xt + (size_t)t * xs + c);
+    }
+#pragma unroll
+    for (int t = 0; t < TOK_TILE; t++) {
+        if (t >= nt)
+            break;
+        float v = warp_sum(s[t]);
+        if (lane == 0) {
+            v += b ? b[r] : 0.0f;
+            float *o = &y[(size_t)(t0 + t) * ys + r];
+            *o = acc ? *o + v : v;
+        }
+    }
+}
+
+__device__ __forceinline__ uint16_t bf16_rne(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* x[t][c] = hi + lo + O(2^-17 |x|): hi = bf16(x), lo = bf16(x - hi), rows packed */
+__global__ void k_split_bf16(const float *x, int32_t xs, int32_t cols, size_t n, uint16_t *hi,
+                             uint16_t *lo)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    uint32_t u = __float_as_uint(x[(i / cols) * xs + i % cols]);
-    xb[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    float v = x[(i / cols) * xs + i % cols];
+    uint16_t h = bf16_rne(v);
+    hi[i] = h;
+    lo[i] = bf16_rne(v - bf16(h));
+}
+
+/* FP8 block-scaled W[r][c] = q · s into BF16 hi and lo (q · s to 2^-17) */
+__global__ void k_fp8_split(kt__cuda_mat W, size_t n, uint16_t *hi, uint16_t *lo)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float v = wval(W, (int32_t)(i / W.cols), (int32_t)(i % W.cols));
+    uint16_t h = bf16_rne(v);
+    hi[i] = h;
+    lo[i] = bf16_rne(v - bf16(h));
 }
 
 /* y[t][r] += b[r] */
@@ -292,6 +410,7 @@ __global__ void k_bias(float *y, int32_t ys, int32_t rows, size_t n, const float
 }
 
 extern "C" int kt__cuda_gemm_enable(kt__cuda_rt *rt, void *staging, size_t staging_elems,
+                                    void *wstaging, size_t wstaging_elems, int32_t min_tokens,
                                     char *err, size_t err_size)
 {
     if (!rt->blas) {
@@ -304,18 +423,32 @@ extern "C" int kt__cuda_gemm_enable(kt__cuda_rt *rt, void *staging, size_t stagi
     }
     rt->xb = (uint16_t *)staging;
     rt->xb_elems = staging_elems;
+    rt->wb = (uint16_t *)wstaging;
+    rt->wb_elems = wstaging_elems;
+    rt->gemm_min_t = min_tokens > 0 ? min_tokens : 16;
     return 0;
 }
 
-/* Products of GEMM_MIN_T tokens or more go to cuBLAS when it is enabled:
- * column-major, yᵀ[rows][T] = W[rows][cols] · xᵀ, W read transposed in place. */
-#define GEMM_MIN_T 16
+/* yᵀ[rows][T] (+)= A[rows][cols] · Bᵀ in cuBLAS's column-major terms (A read
+ * transposed in place, B = [T][cols] packed) */
+static cublasStatus_t gemm_bf16(kt__cuda_rt *rt, const kt__cuda_mat *W, const void *A,
+                                const void *B, int32_t T, float *y, int32_t ys, float beta)
+{
+    float alpha = 1.0f;
+    return cublasGemmEx(rt->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, T, W->cols, &alpha, A,
+                        CUDA_R_16BF, W->cols, B, CUDA_R_16BF, W->cols, &beta, y, CUDA_R_32F, ys,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
 
+/* Products of gemm_min_t tokens or more on the tensor cores when cuBLAS is
+ * enabled. The activations go in as two BF16 halves (x = hi + lo to 2^-17), so
+ * with BF16 weights the product is that of the F32 activations to about F32's
+ * accuracy (two GEMMs); FP8 weights are dequantized (q · s) into hi and lo
+ * halves too (three GEMMs: hi·hi + hi·lo + lo·hi). F32 weights: F32 pedantic. */
 static bool gemm(kt__cuda_rt *rt, const float *x, int32_t T, int32_t xs, const kt__cuda_mat *W,
                  const float *bias, float *y, int32_t ys, int acc)
 {
-    if (!rt->blas || T < GEMM_MIN_T ||
-        (W->type != KT__CUDA_W_BF16 && W->type != KT__CUDA_W_F32))
+    if (!rt->blas || T < rt->gemm_min_t || !W->data)
         return false;
     float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
     cublasStatus_t st;
@@ -324,14 +457,25 @@ static bool gemm(kt__cuda_rt *rt, const float *x, int32_t T, int32_t xs, const k
                           W->data, CUDA_R_32F, W->cols, x, CUDA_R_32F, xs, &beta, y, CUDA_R_32F,
                           ys, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
     } else {
-        size_t n = (size_t)T * W->cols;
-        if (n > rt->xb_elems)
+        size_t n = (size_t)T * W->cols, nw = (size_t)W->rows * W->cols;
+        if (n > rt->xb_elems || (W->type == KT__CUDA_W_F8 && nw > rt->wb_elems))
             return false;
-        k_to_bf16<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(x, xs, W->cols, n,
-                                                                          rt->xb);
-        st = cublasGemmEx(rt->blas, CUBLAS_OP_T, CUBLAS_OP_N, W->rows, T, W->cols, &alpha,
-                          W->data, CUDA_R_16BF, W->cols, rt->xb, CUDA_R_16BF, W->cols, &beta,
-                          y, CUDA_R_32F, ys, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        uint16_t *xh = rt->xb, *xl = rt->xb + rt->xb_elems;
+        k_split_bf16<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(x, xs, W->cols, n,
+                                                                             xh, xl);
+        if (W->type == KT__CUDA_W_BF16) {
+            st = gemm_bf16(rt, W, W->data, xh, T, y, ys, beta);
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = gemm_bf16(rt, W, W->data, xl, T, y, ys, 1.0f);
+        } else {
+            uint16_t *wh = rt->wb, *wl = rt->wb + rt->wb_elems;
+            k_fp8_split<<<(unsigned)((nw + 255) / 256), 256, 0, rt->stream>>>(*W, nw, wh, wl);
+            st = gemm_bf16(rt, W, wh, xh, T, y, ys, beta);
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = gemm_bf16(rt, W, wh, xl, T, y, ys, 1.0f);
+            if (st == CUBLAS_STATUS_SUCCESS)
+                st = gemm_bf16(rt, W, wl, xh, T, y, ys, 1.0f);
+        }
     }
     if (st != CUBLAS_STATUS_SUCCESS)
         return false;
@@ -351,7 +495,11 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
     if (gemm(rt, x, T, x_stride, W, bias, y, y_stride, accumulate))
         return 0;
     dim3 grid((W->rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
-    k_linear<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);
+    if (vec8_ok(W) && x_ok(x, x_stride))
+        k_gemv<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);
+    else
+        k_linear<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride,
+                                               accumulate);
     return 0;
 }
 
@@ -452,42 +600,50 @@ extern "C" int kt__cuda_store_rows(kt__cuda_rt *rt, const float *src, int32_t T,
 }
 
 /* o[t][h] = Σ_j softmax_j(scale · (qa·ka_j + qb·kb_j) (+ sink)) v_j over the visible
- * positions lo..pos0+t; one block per (head, token), scores in shared memory */
+ * positions lo..pos0+t; one block per (head, token): the query in shared memory,
+ * a warp per position for the scores (coalesced key rows), scores in shared memory,
+ * threads over the value dims for the sum */
+#define ATTN_MAX_QDIM 1024
 __global__ void k_attention(kt__cuda_attn a)
 {
-    extern __shared__ float sc[];
+    extern __shared__ float sm[];
     __shared__ float red[32];
+    const int32_t qd = a.ka_dim + a.kb_dim, qpad = (qd + 3) & ~3;
+    float *qs = sm, *sc = sm + qpad;
     int32_t h = blockIdx.x, t = blockIdx.y, kh = h / a.group;
     int32_t pos = *a.pos0 + t;
     int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
     int32_t n = pos + 1 - lo;
     const float *q = a.q + (size_t)t * a.q_st + (size_t)h * a.q_sh;
+    for (int32_t d = threadIdx.x; d < qd; d += blockDim.x)
+        qs[d] = q[d];
+    __syncthreads();
     /* s_j = scale · q·k_j */
+    int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
     float mx = -INFINITY;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int32_t i = warp; i < n; i += nw) {
         int32_t p = lo + i;
         const float *ka = a.ka + (size_t)p * a.ka_sp + (size_t)kh * a.ka_sh;
         float s = 0.0f;
-        for (int32_t d = 0; d < a.ka_dim; d++)
-            s += q[d] * ka[d];
+        for (int32_t d = lane; d < a.ka_dim; d += 32)
+            s += qs[d] * ka[d];
         if (a.kb_dim) {
             const float *kb = a.kb + (size_t)p * a.kb_sp + (size_t)kh * a.kb_sh;
-            for (int32_t d = 0; d < a.kb_dim; d++)
-                s += q[a.ka_dim + d] * kb[d];
+            for (int32_t d = lane; d < a.kb_dim; d += 32)
+                s += qs[a.ka_dim + d] * kb[d];
         }
-        s *= a.scale;
-        sc[i] = s;
+        s = warp_sum(s) * a.scale;
+        if (lane == 0)
+            sc[i] = s;
         mx = fmaxf(mx, s);
     }
     /* block max (the sink takes part) */
-    for (int o = 16; o > 0; o >>= 1)
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = mx;
+    if (lane == 0)
+        red[warp] = mx;
     __syncthreads();
     if (threadIdx.x == 0) {
         float m = a.sinks ? a.sinks[h] : -INFINITY;
-        for (int32_t w = 0; w < (int32_t)blockDim.x / 32; w++)
+        for (int32_t w = 0; w < nw; w++)
             m = fmaxf(m, red[w]);
         red[0] = m;
     }
@@ -500,12 +656,12 @@ __global__ void k_attention(kt__cuda_attn a)
         sum += sc[i];
     }
     sum = warp_sum(sum);
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = sum;
+    if (lane == 0)
+        red[warp] = sum;
     __syncthreads();
     if (threadIdx.x == 0) {
         float s = a.sinks ? expf(a.sinks[h] - mx) : 0.0f;
-        for (int32_t w = 0; w < (int32_t)blockDim.x / 32; w++)
+        for (int32_t w = 0; w < nw; w++)
             s += red[w];
         red[0] = s;
     }
@@ -515,8 +671,9 @@ __global__ void k_attention(kt__cuda_attn a)
     float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh;
     for (int32_t e = threadIdx.x; e < a.v_dim; e += blockDim.x) {
         float acc = 0.0f;
+        const float *vp = a.v + (size_t)lo * a.v_sp + (size_t)kh * a.v_sh + e;
         for (int32_t i = 0; i < n; i++)
-            acc += sc[i] * a.v[(size_t)(lo + i) * a.v_sp + (size_t)kh * a.v_sh + e];
+            acc += sc[i] * vp[(size_t)i * a.v_sp];
         o[e] = acc * inv;
     }
 }
@@ -524,13 +681,21 @@ __global__ void k_attention(kt__cuda_attn a)
 extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos,
                                   char *err, size_t err_size)
 {
-    size_t smem = sizeof(float) * (size_t)max_pos;
-    if (smem > rt->attn_smem) {
-        CK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)smem),
-           "cudaFuncSetAttribute (attention scores of n_ctx positions)");
-        rt->attn_smem = smem;
+    int32_t qd = a->ka_dim + a->kb_dim;
+    if (qd > ATTN_MAX_QDIM) {
+        set_err(err, err_size, "attention: query of %d values (kernel limit %d)", qd,
+                ATTN_MAX_QDIM);
+        return -1;
     }
+    /* the attribute is set once for the largest query, outside any graph capture */
+    size_t limit = sizeof(float) * ((size_t)max_pos + ATTN_MAX_QDIM);
+    if (limit > rt->attn_smem) {
+        CK(cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)limit),
+           "cudaFuncSetAttribute (attention scores of n_ctx positions)");
+        rt->attn_smem = limit;
+    }
+    size_t smem = sizeof(float) * ((size_t)max_pos + ((qd + 3) & ~3));
     if (a->T > 0)
         k_attention<<<dim3(a->n_head, a->T), 256, smem, rt->stream>>>(*a);
     return 0;
@@ -735,16 +900,130 @@ __global__ void k_expert_down(const kt__cuda_mat *down, const int32_t *ids, cons
         out[(size_t)t * H + c] += acc;
 }
 
+/* k_expert_up with 8-column loads (H a multiple of 8) */
+__global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, const float *x,
+                             int32_t H, const int32_t *ids, int32_t k, int32_t I, float *h,
+                             int oai, float alpha, float limit)
+{
+    int32_t i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    int32_t tj = blockIdx.y, t = tj / k;
+    int32_t e = ids[tj];
+    if (i >= I || e < 0 || !gate[e].data)
+        return;
+    const kt__cuda_mat G = gate[e], U = up[e];
+    const float *xt = x + (size_t)t * H;
+    float g = 0.0f, u = 0.0f;
+#pragma unroll 2
+    for (int32_t c = lane * 8; c < H; c += 256) {
+        float wg[8], wu[8];
+        load8(G, i, c, wg);
+        load8(U, i, c, wu);
+        g += dot8(wg, xt + c);
+        u += dot8(wu, xt + c);
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) {
+        float a;
+        if (oai) {
+            float gv = fminf(g, limit), uv = fminf(fmaxf(u, -limit), limit);
+            a = (uv + 1.0f) * gv / (1.0f + expf(-alpha * gv));
+        } else {
+            a = g / (1.0f + expf(-g)) * u;
+        }
+        h[(size_t)tj * I + i] = a;
+    }
+}
+
+/* k_expert_down with 8-column loads (I a multiple of 8) */
+__global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, const float *wts,
+                               int32_t k, int32_t I, const float *h, int32_t H, float *out)
+{
+    int32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    int32_t t = blockIdx.y;
+    if (c >= H)
+        return;
+    float acc = 0.0f;
+    for (int32_t j = 0; j < k; j++) {
+        int32_t e = ids[(size_t)t * k + j];
+        if (e < 0 || !down[e].data)
+            continue;
+        const kt__cuda_mat D = down[e];
+        const float *ht = h + ((size_t)t * k + j) * I;
+        float s = 0.0f;
+        for (int32_t i = lane * 8; i < I; i += 256) {
+            float w[8];
+            load8(D, c, i, w);
+            s += dot8(w, ht + i);
+        }
+        acc += wts[(size_t)t * k + j] * warp_sum(s);
+    }
+    if (lane == 0)
+        out[(size_t)t * H + c] += acc;
+}
+
 extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
 {
     if (a->T <= 0)
         return 0;
+    /* every GPU expert matrix was uploaded 256-byte aligned; FP8 blocks of 128 */
+    bool vec = a->H % 8 == 0 && a->I % 8 == 0 && a->vec8 && ((uintptr_t)a->x & 15) == 0;
     dim3 g1((a->I + 7) / 8, a->T * a->k);
+    dim3 g2((a->H + 7) / 8, a->T);
+    if (vec) {
+        k_expert_up8<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k,
+                                                 a->I, a->h, a->oai, a->alpha, a->limit);
+        k_expert_down8<<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k, a->I, a->h,
+                                                   a->H, a->out);
+        return 0;
+    }
     k_expert_up<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k, a->I,
                                             a->h, a->oai, a->alpha, a->limit);
-    dim3 g2((a->H + 7) / 8, a->T);
     k_expert_down<<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k, a->I, a->h, a->H,
                                               a->out);
+    return 0;
+}
+
+/* dst[i] = src[idx[i] / div] (rows of n) */
+__global__ void k_gather(const float *src, int32_t ss, const int32_t *idx, int32_t div,
+                         int32_t n, float *dst)
+{
+    const float *s = src + (size_t)(idx[blockIdx.x] / div) * ss;
+    float *d = dst + (size_t)blockIdx.x * n;
+    for (int32_t c = threadIdx.x; c < n; c += blockDim.x)
+        d[c] = s[c];
+}
+
+extern "C" int kt__cuda_gather_rows(kt__cuda_rt *rt, const float *src, int32_t src_stride,
+                                    const int32_t *idx, int32_t div, int32_t rows, int32_t n,
+                                    float *dst)
+{
+    if (rows > 0)
+        k_gather<<<rows, 256, 0, rt->stream>>>(src, src_stride, idx, div, n, dst);
+    return 0;
+}
+
+/* out[t][c] += Σ_j w[t][j] · Y[slot[t][j]][c] over the slots >= 0 (in j order) */
+__global__ void k_combine(float *out, int32_t H, int32_t k, const float *Y, const int32_t *slot,
+                          const float *w)
+{
+    int32_t t = blockIdx.x;
+    for (int32_t c = threadIdx.x; c < H; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int32_t j = 0; j < k; j++) {
+            int32_t s = slot[(size_t)t * k + j];
+            if (s >= 0)
+                acc += w[(size_t)t * k + j] * Y[(size_t)s * H + c];
+        }
+        out[(size_t)t * H + c] += acc;
+    }
+}
+
+extern "C" int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t H, int32_t k,
+                                const float *Y, const int32_t *slot, const float *w)
+{
+    if (T > 0)
+        k_combine<<<T, 256, 0, rt->stream>>>(out, H, k, Y, slot, w);
     return 0;
 }
 
@@ -816,4 +1095,115 @@ extern "C" int kt__cuda_mla_absorb_o(kt__cuda_rt *rt, const float *ot, int32_t T
         k_mla_o<<<dim3(n_head, T), 256, 0, rt->stream>>>(ot, *kv_b, nope, v_dim,
                                                          kv_b->rows / n_head, o);
     return 0;
+}
+
+/* ------------------------------------------------------------ yardsticks --- */
+
+/* best-of-reps milliseconds of fn() between two events on stream s */
+template <typename F> static float time_best(cudaStream_t s, int reps, F fn)
+{
+    cudaEvent_t a, b;
+    float best = -1.0f;
+    if (cudaEventCreate(&a) != cudaSuccess)
+        return -1.0f;
+    if (cudaEventCreate(&b) != cudaSuccess) {
+        cudaEventDestroy(a);
+        return -1.0f;
+    }
+    for (int i = 0; i < reps; i++) {
+        cudaEventRecord(a, s);
+        fn();
+        cudaEventRecord(b, s);
+        if (cudaEventSynchronize(b) != cudaSuccess)
+            break;
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, a, b);
+        if (best < 0 || ms < best)
+            best = ms;
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return best;
+}
+
+__global__ void k_fill_bf16(uint16_t *p, size_t n, uint32_t seed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        /* uniform in [-1, 1): exponent of 1.0, random mantissa, minus 1.5, times 2 */
+        float v = (__uint_as_float(0x3f800000u | (h >> 9)) - 1.5f) * 2.0f;
+        p[i] = bf16_rne(v);
+    }
+}
+
+extern "C" int kt__cuda_yardsticks(int32_t device, kt__cuda_yardsticks_out *out, char *err,
+                                   size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    CK(cudaSetDevice(device), "cudaSetDevice");
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    const size_t big = (size_t)1 << 31, pin = (size_t)1 << 30; /* 2 GiB, 1 GiB */
+    void *d0 = NULL, *d1 = NULL, *h = NULL;
+    int rc = -1;
+    cublasHandle_t blas = NULL;
+    cudaError_t e;
+    if ((e = cudaMalloc(&d0, big)) != cudaSuccess || (e = cudaMalloc(&d1, big)) != cudaSuccess ||
+        (e = cudaHostAlloc(&h, pin, cudaHostAllocPortable)) != cudaSuccess) {
+        fail(err, err_size, "yardsticks: allocation", e);
+        goto done;
+    }
+    cudaMemsetAsync(d0, 1, big, s);
+    memset(h, 1, pin);
+    {
+        /* HBM: device-to-device copy, bytes read + written */
+        float ms = time_best(s, 5, [&] { cudaMemcpyAsync(d1, d0, big, cudaMemcpyDeviceToDevice, s); });
+        out->hbm_gbs = ms > 0 ? 2.0 * (double)big / (ms * 1e6) : 0;
+        ms = time_best(s, 3, [&] { cudaMemcpyAsync(d0, h, pin, cudaMemcpyHostToDevice, s); });
+        out->h2d_gbs = ms > 0 ? (double)pin / (ms * 1e6) : 0;
+        ms = time_best(s, 3, [&] { cudaMemcpyAsync(h, d0, pin, cudaMemcpyDeviceToHost, s); });
+        out->d2h_gbs = ms > 0 ? (double)pin / (ms * 1e6) : 0;
+        /* tensor cores: C[N][N] = A · B, BF16 in, F32 accumulate, random operands */
+        const int N = 8192;
+        uint16_t *A = (uint16_t *)d0, *B = A + (size_t)N * N;
+        float *C = (float *)d1;
+        size_t nn = (size_t)N * N;
+        k_fill_bf16<<<(unsigned)((nn + 255) / 256), 256, 0, s>>>(A, nn, 1u);
+        k_fill_bf16<<<(unsigned)((nn + 255) / 256), 256, 0, s>>>(B, nn, 7u);
+        if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+            blas = NULL;
+            set_err(err, err_size, "yardsticks: cublasCreate failed");
+            goto done;
+        }
+        cublasSetStream(blas, s);
+        float alpha = 1.0f, beta = 0.0f;
+        cublasStatus_t bst = CUBLAS_STATUS_SUCCESS;
+        auto mm = [&] {
+            bst = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &alpha, A, CUDA_R_16BF,
+                               N, B, CUDA_R_16BF, N, &beta, C, CUDA_R_32F, N,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        };
+        time_best(s, 1, mm); /* warm-up: handle workspace, kernel selection */
+        ms = time_best(s, 5, mm);
+        out->bf16_tflops = ms > 0 && bst == CUBLAS_STATUS_SUCCESS
+                               ? 2.0 * N * (double)N * N / (ms * 1e9) : 0;
+    }
+    if ((e = cudaStreamSynchronize(s)) != cudaSuccess) {
+        fail(err, err_size, "yardsticks", e);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (blas)
+        cublasDestroy(blas);
+    cudaFree(d0);
+    cudaFree(d1);
+    cudaFreeHost(h);
+    cudaStreamDestroy(s);
+    cudaGetLastError();
+    return rc;
 }

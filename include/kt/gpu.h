@@ -5,7 +5,9 @@
  * routed experts on the CPU MoE backend, overlapped: the CPU experts are
  * started from a host function on the GPU's stream while the GPU experts run.
  * Single-token decode steps are captured once into a CUDA graph and replayed
- * (GQA families; MLA with KT_GPU_F_MLA_ABSORB).
+ * (every family; MLA decodes in the latent space). Chunks of 16 or more
+ * tokens (prefill) run their products on the tensor cores through cuBLAS and
+ * their GPU experts grouped per expert.
  *
  *     kt_context *ctx = ...;                  // kt_context_create as usual
  *     kt_gpu_options g = KT_GPU_OPTIONS_INIT;
@@ -31,15 +33,22 @@ extern "C" {
 
 /* kt_gpu_options.flags */
 #define KT_GPU_F_NO_GRAPH (1u << 0) /* run decode steps eagerly, without a CUDA graph */
-/* MLA decode steps in the latent space (kv_b folded into the query and the
- * output, as the CPU engine decodes) instead of expanding k_nope and v for
- * every cached position; also lets MLA decode run as a CUDA graph. Opt-in
- * until validated on a device. */
+/* Accepted for compatibility; now the default (see KT_GPU_F_MLA_NAIVE):
+ * MLA decode steps in the latent space (kv_b folded into the query and the
+ * output, as the CPU engine decodes), replayed as a CUDA graph. */
 #define KT_GPU_F_MLA_ABSORB (1u << 1)
-/* Products of 16 or more tokens (prefill) through cuBLAS: BF16 weights with
- * the activations rounded to BF16, F32 weights in F32. Opt-in until validated
- * on a device; without it every product runs on libkt's own F32 kernel. */
+/* Accepted for compatibility; now the default (see KT_GPU_F_NO_CUBLAS):
+ * products of 16 or more tokens through cuBLAS. */
 #define KT_GPU_F_CUBLAS (1u << 2)
+/* MLA decode steps expand k_nope and v through kv_b for every cached position
+ * (as transformers computes), eagerly, instead of the latent-space default.
+ * Since 0.1. */
+#define KT_GPU_F_MLA_NAIVE (1u << 3)
+/* Every product on libkt's own F32-activation kernels instead of cuBLAS. By
+ * default products of 16 or more tokens run on the tensor cores with the
+ * activations split into two BF16 halves (hi + lo, so about F32's accuracy:
+ * two GEMMs; FP8 weights dequantized into halves too: three). Since 0.1. */
+#define KT_GPU_F_NO_CUBLAS (1u << 4)
 
 typedef struct kt_gpu_options {
     uint32_t struct_size;  /* sizeof(kt_gpu_options); set by the INIT macro               */
@@ -79,6 +88,25 @@ KT_API int32_t kt_context_gpu_experts(const kt_context *ctx);
 
 /* Device bytes the context's GPU plan uses (0 on the CPU). Since 0.1. */
 KT_API uint64_t kt_context_gpu_bytes(const kt_context *ctx);
+
+/* A device's limits, measured (the yardsticks of kt-bench e2e and of the
+ * layerwise-prefill threshold). */
+typedef struct kt_gpu_limits {
+    uint32_t struct_size;  /* sizeof(kt_gpu_limits)                                     */
+    uint32_t reserved;
+    double hbm_gbs;        /* device memory: 2 GiB device-to-device copy, read + written */
+    double h2d_gbs;        /* PCIe host -> device, 1 GiB from pinned memory              */
+    double d2h_gbs;        /* PCIe device -> host, 1 GiB into pinned memory              */
+    double bf16_tflops;    /* cuBLAS BF16 GEMM 8192 x 8192 x 8192, random operands       */
+} kt_gpu_limits;
+
+#define KT_GPU_LIMITS_INIT { (uint32_t)sizeof(kt_gpu_limits), 0u, 0.0, 0.0, 0.0, 0.0 }
+
+/* Measures device `device`'s limits into *out (best of a few repetitions;
+ * about a second; needs 4 GiB of free device memory and 1 GiB of pinned host
+ * memory while it runs). KT_ERR_UNSUPPORTED without CUDA or the device,
+ * KT_ERR_IO when a CUDA call fails (message names it). Thread-safe. Since 0.1. */
+KT_API kt_status kt_gpu_measure_limits(int32_t device, kt_gpu_limits *out);
 
 #ifdef __cplusplus
 }

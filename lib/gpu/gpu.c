@@ -13,6 +13,7 @@
  * a CUDA graph and replayed. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -41,6 +42,30 @@ int32_t kt_gpu_count(void)
     if (!kt__cuda_built() || kt__cuda_device_count(&n, err, sizeof err) < 0)
         return 0;
     return n;
+}
+
+kt_status kt_gpu_measure_limits(int32_t device, kt_gpu_limits *out)
+{
+    if (!out || out->struct_size < sizeof(uint32_t))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_gpu_measure_limits: out is NULL or its "
+                         "struct_size is unset (use KT_GPU_LIMITS_INIT)");
+    kt_gpu_limits r = KT_GPU_LIMITS_INIT;
+    int32_t n = kt_gpu_count();
+    if (device < 0 || device >= n)
+        return kt__error(KT_ERR_UNSUPPORTED, "kt_gpu_measure_limits: no CUDA device %d (%d "
+                         "found)", device, n);
+#if KT_HAVE_CUDA
+    kt__cuda_yardsticks_out y;
+    char err[256];
+    if (kt__cuda_yardsticks(device, &y, err, sizeof err) < 0)
+        return kt__error(KT_ERR_IO, "kt_gpu_measure_limits: device %d: %s", device, err);
+    r.hbm_gbs = y.hbm_gbs, r.h2d_gbs = y.h2d_gbs, r.d2h_gbs = y.d2h_gbs;
+    r.bf16_tflops = y.bf16_tflops;
+#endif
+    uint32_t size = out->struct_size;
+    memcpy(out, &r, KT_MIN((size_t)size, sizeof r));
+    out->struct_size = size;
+    return KT_OK;
 }
 
 #if !KT_HAVE_CUDA
@@ -76,6 +101,8 @@ typedef struct glayer {
     gmat router, sh_gate, sh_up, sh_down, sh_gate_inp;
     float *router_b, *e_bias;
     gmat *egate, *eup, *edown; /* device tables [E]; data NULL: on the CPU */
+    gmat *htab;                /* host copy of the three tables [3][E] (grouped products) */
+    bool vec8;                 /* every GPU expert matrix readable 8 columns at a time */
     uint8_t *mask;             /* host [E + 1]: 1 = on the GPU (the backend skips it) */
     float *k_cache, *v_cache;
 } glayer;
@@ -101,8 +128,15 @@ struct kt__gpu {
     float *x, *xn, *out, *tmp, *q, *k, *v, *o, *g, *u, *eh, *rlogit, *w, *cq, *kva, *kvb;
     float *logits, *gate1;
     float *qa, *ot;           /* absorbed MLA decode: [n_head][R + rope], [n_head][R] */
-    void *staging;            /* KT_GPU_F_CUBLAS: BF16 activations, staging_elems values */
+    void *staging;            /* cuBLAS: BF16 hi/lo activations, [2][staging_elems] */
     size_t staging_elems;
+    void *wstaging;           /* cuBLAS: an FP8 matrix as BF16 hi/lo, [2][wstaging_elems] */
+    size_t wstaging_elems, max_f8;
+    int32_t gemm_min_t;       /* tokens from which products and experts go grouped/cuBLAS */
+    /* grouped experts (chunks of gemm_min_t tokens or more): pairs sorted by expert */
+    float *xg, *gu, *gy;      /* [Tm·k][H], [Tm·k][I], [Tm·k][H] */
+    int32_t *gperm, *gslot;   /* device [Tm·k]: pair of each sorted row; row of each pair */
+    int32_t *gids_h, *gperm_h, *gslot_h, *gcount;
     int32_t *ids, *tok, *pos;
     /* pinned host buffers */
     int32_t *tok_h, *pos_h, *T_h, *ids_h;
@@ -184,6 +218,7 @@ static kt_status upload_mat(kt__gpu *g, gmat *d, const kt__mat *m)
                           (size_t)m->rows * m->cols * type_bytes(m->type));
     if (st < 0 || d->type != KT__CUDA_W_F8)
         return st;
+    g->max_f8 = KT_MAX(g->max_f8, (size_t)m->rows * m->cols);
     d->block_rows = m->block_rows, d->block_cols = m->block_cols, d->scale_cols = m->scale_cols;
     d->scale_bf16 = m->scale_type == KT_TYPE_BF16;
     size_t srows = (size_t)(m->rows + m->block_rows - 1) / m->block_rows;
@@ -203,7 +238,7 @@ static kt_status upload_view(kt__gpu *g, gmat *d, const kt_model *m, int32_t l, 
         return st;
     kt__mat mat = {(int32_t)v.rows, (int32_t)v.cols, (kt_type)v.type, (void *)v.data, false,
                    v.scale_data, (kt_type)v.scale_type, (int32_t)v.block_rows,
-                   (int32_t)v.block_cols, 0};
+                   (int32_t)v.block_cols, 0, NULL};
     bool bf16 = v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16;
     bool fp8 = v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3 && v.block_rows &&
                v.block_cols;
@@ -303,9 +338,18 @@ static kt_status upload_layer(kt__gpu *g, int32_t l, glayer *G)
         if (st == KT_OK)
             G->egate = d[0], G->eup = d[1], G->edown = d[2];
     }
-    kt__free(tab);
-    if (st < 0 || g->counting)
+    G->vec8 = true;
+    for (int32_t i = 0; i < 3 * E; i++) {
+        const gmat *t = &tab[i];
+        if (t->data && (t->cols % 8 || (t->type == KT__CUDA_W_F8 && (t->block_cols % 8 ||
+                                                                    !t->block_rows))))
+            G->vec8 = false;
+    }
+    if (st < 0 || g->counting) {
+        kt__free(tab);
         return st;
+    }
+    G->htab = tab;
     G->mask = kt__calloc((size_t)E + 1, 1);
     if (!G->mask)
         return KT_ERR_NOMEM;
@@ -328,6 +372,7 @@ static kt_status build(kt__gpu *g)
     int32_t H = hp->n_embd, V = hp->n_vocab, nh = hp->n_head, Tm = ctx->n_batch;
     kt_status st;
     g->bytes = 0;
+    g->max_f8 = 0;
     g->Tm = Tm;
     if (!g->counting && !(g->L = kt__calloc((size_t)hp->n_layer, sizeof *g->L)))
         return KT_ERR_NOMEM;
@@ -368,7 +413,16 @@ static kt_status build(kt__gpu *g)
         size_t cols = imax(imax((size_t)H, ff), imax((size_t)nh * qk, (size_t)nh * vd));
         cols = imax(cols, (size_t)hp->q_lora_rank);
         g->staging_elems = imax(T * cols, hp->mla ? (size_t)ctx->n_ctx * hp->kv_lora_rank : 0);
-        if (!(g->staging = dalloc(g, g->staging_elems * 2)))
+        g->wstaging_elems = g->max_f8;
+        if (!(g->staging = dalloc(g, g->staging_elems * 4)) ||
+            !(g->wstaging = dalloc(g, g->wstaging_elems * 4 + 16)))
+            return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    }
+    if (hp->n_expert > 0 && hp->n_ff_exp > 0) {
+        size_t pairs = T * k + 1;
+        if (!(g->xg = dalloc(g, pairs * H * f)) || !(g->gu = dalloc(g, pairs * hp->n_ff_exp * f)) ||
+            !(g->gy = dalloc(g, pairs * H * f)) || !(g->gperm = dalloc(g, pairs * 4)) ||
+            !(g->gslot = dalloc(g, pairs * 4)))
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     }
     if (!(g->ids = dalloc(g, (T * k + 1) * 4)) || !(g->tok = dalloc(g, T * 4)) ||
@@ -384,8 +438,12 @@ static kt_status build(kt__gpu *g)
     g->w_h = kt__cuda_host_alloc((T * k + 1) * f);
     g->out_h = kt__cuda_host_alloc(T * H * f);
     g->cb = kt__calloc((size_t)hp->n_layer, sizeof *g->cb);
+    g->gids_h = kt__cuda_host_alloc((T * k + 1) * 4);
+    g->gperm_h = kt__cuda_host_alloc((T * k + 1) * 4);
+    g->gslot_h = kt__cuda_host_alloc((T * k + 1) * 4);
+    g->gcount = kt__calloc((size_t)hp->n_expert + 1, 2 * sizeof(int32_t));
     if (!g->tok_h || !g->pos_h || !g->T_h || !g->ids_h || !g->xn_h || !g->w_h || !g->out_h ||
-        !g->cb)
+        !g->cb || !g->gids_h || !g->gperm_h || !g->gslot_h || !g->gcount)
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of pinned host memory");
     for (int32_t l = 0; l < hp->n_layer; l++)
         g->cb[l] = (cb_arg){g, l};
@@ -407,6 +465,7 @@ static void gpu_destroy(kt__gpu *g)
             if (g->ctx->moe && g->ctx->moe_index && g->ctx->moe_index[l] >= 0)
                 kt_moe_set_expert_mask(g->ctx->moe, (uint32_t)g->ctx->moe_index[l], NULL);
             kt__free(g->L[l].mask);
+            kt__free(g->L[l].htab);
         }
     }
     kt__free(g->L);
@@ -419,6 +478,10 @@ static void gpu_destroy(kt__gpu *g)
     kt__cuda_host_free(g->xn_h);
     kt__cuda_host_free(g->w_h);
     kt__cuda_host_free(g->out_h);
+    kt__cuda_host_free(g->gids_h);
+    kt__cuda_host_free(g->gperm_h);
+    kt__cuda_host_free(g->gslot_h);
+    kt__free(g->gcount);
     kt__cuda_rt_free(g->rt);
     kt__free(g);
 }
@@ -464,7 +527,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     kt_status rs = kt__options_read(&o, sizeof o, opts, "kt_gpu_options");
     if (rs < 0)
         return rs;
-    if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB | KT_GPU_F_CUBLAS))
+    if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB | KT_GPU_F_CUBLAS |
+                    KT_GPU_F_MLA_NAIVE | KT_GPU_F_NO_CUBLAS))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: unknown flags 0x%x", o.flags);
     if (o.expert_fraction > 1.0f || o.mem_fraction < 0.0f || o.mem_fraction > 1.0f)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: expert_fraction %g must be "
@@ -491,8 +555,11 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         return KT_ERR_NOMEM;
     g->ctx = ctx;
     g->device = o.device;
-    g->absorb = hp->mla && (o.flags & KT_GPU_F_MLA_ABSORB);
-    g->cublas = (o.flags & KT_GPU_F_CUBLAS) != 0;
+    g->absorb = hp->mla && !(o.flags & KT_GPU_F_MLA_NAIVE);
+    g->cublas = !(o.flags & KT_GPU_F_NO_CUBLAS);
+    /* test hook: products of fewer tokens through cuBLAS and grouped experts */
+    const char *mt = getenv("KT_GPU_GEMM_MIN_TOKENS");
+    g->gemm_min_t = mt && atoi(mt) > 0 ? atoi(mt) : 16;
     /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
     g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
     kt_status st = KT_OK;
@@ -551,7 +618,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     if ((st = build(g)) < 0)
         goto fail;
     if (g->cublas &&
-        kt__cuda_gemm_enable(g->rt, g->staging, g->staging_elems, g->err, sizeof g->err) < 0) {
+        kt__cuda_gemm_enable(g->rt, g->staging, g->staging_elems, g->wstaging,
+                             g->wstaging_elems, g->gemm_min_t, g->err, sizeof g->err) < 0) {
         st = cuda_error(g, "cuBLAS");
         goto fail;
     }
@@ -727,7 +795,67 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
     return KT_OK;
 }
 
-static void moe(kt__gpu *g, int32_t l, int32_t T)
+/* The GPU experts of a chunk of many tokens, grouped: the (token, expert) pairs
+ * sorted by expert on the host (one sync per layer), each expert's rows gathered
+ * and multiplied as one product per projection (cuBLAS from gemm_min_t rows),
+ * the results weighted back into out in expert order per token. */
+static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    const glayer *G = &g->L[l];
+    int32_t H = hp->n_embd, I = hp->n_ff_exp, k = hp->n_expert_used, E = hp->n_expert;
+    int32_t n = T * k;
+    kt__cuda_rt *rt = g->rt;
+    kt__cuda_copy_async(rt, g->gids_h, g->ids, sizeof(int32_t) * n);
+    if (kt__cuda_sync(rt, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "experts");
+    /* counting sort of the GPU pairs by expert: cnt[e], first row off[e] */
+    int32_t *cnt = g->gcount, *off = g->gcount + E + 1;
+    memset(cnt, 0, sizeof(int32_t) * (size_t)(E + 1));
+    for (int32_t i = 0; i < n; i++) {
+        int32_t e = g->gids_h[i];
+        if (e >= 0 && e < E && G->mask[e])
+            cnt[e]++;
+    }
+    int32_t P = 0;
+    for (int32_t e = 0; e < E; e++) {
+        off[e] = P;
+        P += cnt[e];
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t e = g->gids_h[i];
+        if (e >= 0 && e < E && G->mask[e]) {
+            g->gperm_h[off[e]] = i;
+            g->gslot_h[i] = off[e]++;
+        } else {
+            g->gslot_h[i] = -1;
+        }
+    }
+    if (P == 0)
+        return KT_OK;
+    kt__cuda_copy_async(rt, g->gperm, g->gperm_h, sizeof(int32_t) * P);
+    kt__cuda_copy_async(rt, g->gslot, g->gslot_h, sizeof(int32_t) * n);
+    kt__cuda_gather_rows(rt, g->xn, H, g->gperm, k, P, H, g->xg);
+    const gmat *gate = G->htab, *up = G->htab + E, *down = G->htab + 2 * E;
+    for (int32_t e = 0, r = 0; e < E; r += cnt[e], e++) {
+        if (!cnt[e])
+            continue;
+        kt__cuda_linear(rt, g->xg + (size_t)r * H, cnt[e], H, &gate[e], NULL,
+                        g->eh + (size_t)r * I, I, 0);
+        kt__cuda_linear(rt, g->xg + (size_t)r * H, cnt[e], H, &up[e], NULL,
+                        g->gu + (size_t)r * I, I, 0);
+    }
+    kt__cuda_act(rt, g->eh, g->gu, (size_t)P * I, hp->gptoss_act, hp->act_alpha,
+                 hp->act_limit);
+    for (int32_t e = 0, r = 0; e < E; r += cnt[e], e++)
+        if (cnt[e])
+            kt__cuda_linear(rt, g->eh + (size_t)r * I, cnt[e], I, &down[e], NULL,
+                            g->gy + (size_t)r * H, H, 0);
+    kt__cuda_combine(rt, g->out, T, H, k, g->gy, g->gslot, g->w);
+    return KT_OK;
+}
+
+static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
 {
     kt_context *ctx = g->ctx;
     const kt__hparams *hp = &ctx->hp;
@@ -764,10 +892,14 @@ static void moe(kt__gpu *g, int32_t l, int32_t T)
     } else {
         kt__cuda_zero(rt, g->out, (size_t)T * H);
     }
-    if (g->n_gpu_experts > 0) {
+    if (g->n_gpu_experts > 0 && T >= g->gemm_min_t) {
+        kt_status st = experts_grouped(g, l, T);
+        if (st < 0)
+            return st;
+    } else if (g->n_gpu_experts > 0) {
         kt__cuda_experts_args a = {G->egate, G->eup, G->edown, g->xn, g->ids, g->w, g->eh,
                                    g->out, T, H, hp->n_ff_exp, k, hp->gptoss_act,
-                                   hp->act_alpha, hp->act_limit};
+                                   hp->act_alpha, hp->act_limit, G->vec8};
         kt__cuda_experts(rt, &a);
     }
     if (cpu) {
@@ -775,6 +907,7 @@ static void moe(kt__gpu *g, int32_t l, int32_t T)
         kt__cuda_copy_async(rt, g->tmp, g->out_h, sizeof(float) * T * H);
         kt__cuda_add(rt, g->out, g->tmp, T, H, NULL);
     }
+    return KT_OK;
 }
 
 /* The launches of one forward over T tokens (P = positions after it). */
@@ -798,9 +931,10 @@ static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
         kt__cuda_add(rt, g->x, g->out, T, H, NULL);
         /* x += FFN(RMSNorm(x)) */
         kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, G->ffn_norm, hp->rms_eps);
-        if (hp->layer_moe[l])
-            moe(g, l, T);
-        else
+        if (hp->layer_moe[l]) {
+            if ((st = moe(g, l, T)) < 0)
+                return st;
+        } else
             ffn(g, g->xn, T, &G->ffn_gate, &G->ffn_up, &G->ffn_down, g->out, 0);
         kt__cuda_add(rt, g->x, g->out, T, H, NULL);
     }

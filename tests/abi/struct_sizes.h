@@ -28,7 +28,7 @@ KT_ABI_TAGGED(kt_tensor_view, 200)
 KT_ABI_TAGGED(kt_estimate_options, 24)
 KT_ABI_TAGGED(kt_memory_estimate, 192)
 /* kt/moe.h */
-KT_ABI_TAGGED(kt_moe_desc, 40)
+KT_ABI_TAGGED(kt_moe_desc, 44)
 KT_ABI_TAGGED(kt_moe_layer_weights, 96)
 KT_ABI_TAGGED(kt_moe_options, 28)
 KT_ABI_TAGGED(kt_moe_io, 56)
@@ -50,3 +50,4 @@ KT_ABI_TAGGED(kt_template_render_options, 24)
 KT_ABI_PLAIN(kt_chat_message, 24)
 /* kt/gpu.h */
 KT_ABI_TAGGED(kt_gpu_options, 32)
+KT_ABI_TAGGED(kt_gpu_limits, 40)

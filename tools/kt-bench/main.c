@@ -17,6 +17,7 @@ static const struct {
     {"moe", cmd_moe, "CPU MoE backend: decode GB/s vs stream, prefill TFLOP/s vs oneDNN"},
     {"engine", cmd_engine, "whole models: prefill and decode tok/s vs rooflines"},
     {"placement", cmd_placement, "expert placement: GPU-served share of routed pairs"},
+    {"e2e", cmd_e2e, "GPU+CPU hybrid runtime: prefill and decode tok/s vs rooflines"},
 };
 
 static void usage(FILE *f)
