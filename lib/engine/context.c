@@ -155,6 +155,9 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
                           ctx->moe != NULL);
     if (st < 0)
         goto fail;
+    st = kt__dense_init(ctx);
+    if (st < 0)
+        goto fail;
     st = alloc_cache(ctx);
     if (st < 0)
         goto fail;
@@ -174,6 +177,7 @@ void kt_context_free(kt_context *ctx)
         kt__pool_free(ctx->pool);
     ctx->pool = NULL;
     kt__experts_free(ctx);
+    kt__dense_free(ctx); /* before the weights: it points into them */
     kt__scratch_free(&ctx->scratch);
     kt__weights_free(&ctx->w, &ctx->hp);
     if (ctx->k_cache)

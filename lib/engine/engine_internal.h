@@ -100,6 +100,7 @@ typedef struct kt__mat {
     const void *scale;
     kt_type scale_type;               /* F32 or BF16 */
     int32_t block_rows, block_cols, scale_cols;
+    void *packed;     /* oneDNN copy owned by the context's kt__dense (dense.c), or NULL */
 } kt__mat;
 
 typedef struct kt__expert {
@@ -155,6 +156,21 @@ void kt__linear_rows(const float *x, int32_t T, const kt__mat *W, const float *b
 typedef struct kt_context kt_context;
 void kt__linear_par(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
                     const float *bias, float *y);
+/* the same on the F32-activation kernels only (routers: near ties must break
+ * as in the reference) */
+void kt__linear_par_exact(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
+                          const float *bias, float *y);
+
+/* ---- dense products with hi + lo BF16 activations (dense.c) ---- */
+typedef struct kt__dense kt__dense;
+/* Fast precision on AVX-512 BF16: picks the x2 kernels and packs the dense
+ * BF16 matrices for oneDNN (when built); otherwise leaves ctx->dense NULL. */
+kt_status kt__dense_init(kt_context *ctx);
+void kt__dense_free(kt_context *ctx);
+/* y[T][rows] = x Wᵀ (+ bias) through oneDNN or the x2 kernels; false when
+ * neither takes W (F32 weights, no AVX-512 BF16): use the F32 kernels. */
+bool kt__dense_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
+                      const float *bias, float *y);
 void kt__rmsnorm(float *x, int32_t n, const float *w, float eps);
 void kt__rmsnorm_to(const float *x, float *y, int32_t n, const float *w, float eps);
 void kt__softmax(float *x, int32_t n);
@@ -198,6 +214,7 @@ struct kt_context {
     void **k_cache, **v_cache;
 
     kt__scratch scratch;    /* scratch memory of kt__forward            */
+    kt__dense *dense;       /* fast dense products (dense.c), or NULL    */
     /* workers for dense layers and attention: the MoE backend's own pool when
      * there is one (pool_borrowed; two spinning pools on the same cores slow
      * each other down), else the engine's; NULL: single-threaded */

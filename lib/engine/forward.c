@@ -507,7 +507,7 @@ static kt_status moe_block(fwd *f, int32_t l)
         goto done;
     }
     /* router logits [T][E] in F32 */
-    kt__linear_par(ctx, f->xn, T, &L->router, L->router_b, logits);
+    kt__linear_par_exact(ctx, f->xn, T, &L->router, L->router_b, logits);
     for (int32_t t = 0; t < T; t++)
         route(hp, L, logits + (size_t)t * E, ids + (size_t)t * k, wts + (size_t)t * k, tmp);
     if (ctx->route_stats || ctx->route_trace) {

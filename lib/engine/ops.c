@@ -298,6 +298,14 @@ static void linear_worker(void *arg, int tid)
 void kt__linear_par(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
                     const float *bias, float *y)
 {
+    if (ctx->dense && kt__dense_linear(ctx, x, T, W, bias, y))
+        return;
+    kt__linear_par_exact(ctx, x, T, W, bias, y);
+}
+
+void kt__linear_par_exact(kt_context *ctx, const float *x, int32_t T, const kt__mat *W,
+                          const float *bias, float *y)
+{
     /* below ~1M multiply-adds waking the workers costs more than it saves */
     if (!ctx->pool || (int64_t)W->rows * W->cols * T < (1 << 20)) {
         kt__linear(x, T, W, bias, y);

@@ -3,7 +3,8 @@
  * in the same run:
  *   decode  <= stream read GB/s / bytes one token reads (dense weights, one
  *              embedding row, top-k experts of every MoE layer),
- *   prefill <= oneDNN BF16 TFLOP/s / 2 x active parameters per token.
+ *   prefill <= oneDNN BF16 TFLOP/s / 2 x active parameters per token (lm_head
+ *              once per prompt: only the last token's logits are computed).
  * Models: directories (--model DIR, repeatable) or a synthetic
  * Qwen3-30B-A3B-shaped model with random BF16 weights and fewer layers
  * (--synthetic qwen3-30b-a3b). */
@@ -167,8 +168,9 @@ static bool write_synthetic(const char *dir, int layers)
 /* ---- what one token costs ----------------------------------------------------- */
 
 typedef struct model_cost {
-    double decode_bytes; /* bytes read per decoded token  */
-    double flops;        /* 2 x active parameters         */
+    double decode_bytes; /* bytes read per decoded token                          */
+    double flops;        /* 2 x active parameters but lm_head's, per prompt token */
+    double head_flops;   /* 2 x lm_head's parameters: once per prompt (last token) */
 } model_cost;
 
 static bool model_cost_of(const kt_model *m, model_cost *c)
@@ -178,7 +180,7 @@ static bool model_cost_of(const kt_model *m, model_cost *c)
     a.struct_size = sizeof a;
     if (kt_model_arch(m, &a) < 0)
         return false;
-    double dense_b = 0, dense_p = 0, exp_b = 0, exp_p = 0;
+    double dense_b = 0, dense_p = 0, exp_b = 0, exp_p = 0, head_p = 0;
     size_t n = kt_model_n_tensors(m);
     for (size_t i = 0; i < n; i++) {
         kt_tensor_view v;
@@ -190,6 +192,9 @@ static bool model_cost_of(const kt_model *m, model_cost *c)
         double params = (double)v.rows * (double)v.cols;
         if (v.role == KT_ROLE_EMBED) {
             dense_b += bytes / (double)(v.rows ? v.rows : 1); /* one row per token */
+        } else if (v.role == KT_ROLE_LM_HEAD) {
+            dense_b += bytes;
+            head_p += params;
         } else if (v.expert != UINT32_MAX) {
             exp_b += bytes;
             exp_p += params;
@@ -201,6 +206,7 @@ static bool model_cost_of(const kt_model *m, model_cost *c)
     double share = a.n_routed_experts ? (double)a.n_experts_per_tok / a.n_routed_experts : 0;
     c->decode_bytes = dense_b + exp_b * share;
     c->flops = 2.0 * (dense_p + exp_p * share);
+    c->head_flops = 2.0 * head_p;
     return true;
 }
 
@@ -254,7 +260,10 @@ static int bench_model(const char *dir, int prompt, int gen, int precision, uint
     double t_dec = bench_now() - t0;
     double pre_tps = prompt / t_pre, dec_tps = gen / t_dec;
     double dec_roof = stream_gbs * 1e9 / cost.decode_bytes;
-    double pre_roof = gemm_tflops > 0 ? gemm_tflops * 1e12 / cost.flops : 0;
+    /* prefill computes lm_head for the last token only */
+    double pre_roof = gemm_tflops > 0 ? gemm_tflops * 1e12 * prompt /
+                                            (cost.flops * prompt + cost.head_flops)
+                                      : 0;
     printf("engine %-28s %s%s%s: prefill %5d tok %9.1f tok/s", dir,
            precision == KT_PRECISION_F32 ? "f32 " : "fast",
            (flags & KT_CONTEXT_F_DENSE_WORKERS) ? "+dw" : "",
