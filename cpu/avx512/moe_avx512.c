@@ -47,7 +47,6 @@ static const uint8_t e4m3_lo[128] = {
  * 1 KiB on (the hardware prefetchers see 4 interleaved streams that restart
  * at every tile; measured best for both long and short rows on Zen 4). */
 #define PF_BF16(stride_elems) ((size_t)(stride_elems) * 8 + 1024)
-#define PF_FP8(cols) ((size_t)(cols) * 4 + 1024)
 
 static inline int imin(int a, int b)
 {
@@ -392,6 +391,77 @@ static void prefill_blocks(const kt__wmat *W, int n0, int n1, int k0, int k1, co
     }
 }
 
+/* ---- decode: one row at a time ----------------------------------------------
+ * Up to 4 tokens: each weight row is read start to end before the next, so
+ * the rows of a block form one sequential stream (the hardware prefetchers
+ * follow it; 4 interleaved row streams reached only 0.6-0.75 of a read loop
+ * on Zen 4, this order 0.9-1.0), with a software prefetch DEC_PF bytes ahead. */
+#define DEC_PF 1024
+
+/* out[m * 4 + r] = sum_{k0 <= k < k1} w_r[k] a_m[k] for nr (<= 4) rows and MR
+ * tokens; rows at w + r * stride. */
+ALWAYS_INLINE void rows_bf16(const uint16_t *w, size_t stride, int nr, const uint16_t *const *a,
+                             const int MR, int k0, int k1, float *out)
+{
+    __m512 row_sum[4][4];
+    for (int r = 0; r < 4; r++) {
+        const uint16_t *wr = w + (size_t)(r < nr ? r : nr - 1) * stride;
+        __m512 s0[4], s1[4];
+        #pragma GCC unroll 4
+        for (int m = 0; m < MR; m++)
+            s0[m] = s1[m] = _mm512_setzero_ps();
+        int k = k0;
+        /* hot loop: 64 inputs of one row, two accumulators per token */
+        for (; k + 64 <= k1; k += 64) {
+            _mm_prefetch((const char *)(wr + k) + DEC_PF, _MM_HINT_T1);
+            __m512bh v0 = (__m512bh)_mm512_loadu_si512(wr + k);
+            __m512bh v1 = (__m512bh)_mm512_loadu_si512(wr + k + 32);
+            #pragma GCC unroll 4
+            for (int m = 0; m < MR; m++) {
+                s0[m] = _mm512_dpbf16_ps(s0[m], v0, (__m512bh)_mm512_loadu_si512(a[m] + k));
+                s1[m] = _mm512_dpbf16_ps(s1[m], v1, (__m512bh)_mm512_loadu_si512(a[m] + k + 32));
+            }
+        }
+        for (; k < k1; k += 32) {
+            __mmask32 msk = tail32(k1 - k);
+            __m512bh v = (__m512bh)_mm512_maskz_loadu_epi16(msk, wr + k);
+            #pragma GCC unroll 4
+            for (int m = 0; m < MR; m++)
+                s0[m] = _mm512_dpbf16_ps(s0[m], v,
+                                         (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k));
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MR; m++)
+            row_sum[m][r] = _mm512_add_ps(s0[m], s1[m]);
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4,
+                      hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
+}
+
+static void decode_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc)
+{
+    const uint16_t *a[4];
+    for (int i = 0; i < 4; i++)
+        a[i] = (const uint16_t *)arow(A, a_stride, rows, i < M ? i : M - 1);
+    for (int n = n0; n < n1; n += 4) {
+        int nr = imin(4, n1 - n);
+        const uint16_t *w = (const uint16_t *)W->w + (size_t)n * W->cols;
+        float t[16];
+        switch (M) {
+        case 1: rows_bf16(w, (size_t)W->cols, nr, a, 1, k0, k1, t); break;
+        case 2: rows_bf16(w, (size_t)W->cols, nr, a, 2, k0, k1, t); break;
+        case 3: rows_bf16(w, (size_t)W->cols, nr, a, 3, k0, k1, t); break;
+        default: rows_bf16(w, (size_t)W->cols, nr, a, 4, k0, k1, t); break;
+        }
+        for (int i = 0; i < M; i++)
+            for (int r = 0; r < nr; r++)
+                C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+    }
+}
+
 /* C = A W^T, W BF16 [rows][cols]. */
 static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
@@ -401,9 +471,13 @@ static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
         prefill_blocks(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, NULL, 2);
         return;
     }
+    if (M <= 4) {
+        decode_bf16(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
+        return;
+    }
     const uint16_t *w = W->w;
-    /* decode: whole rows (long sequential streams); prefill: L1-sized chunks */
-    int kc_step = M <= 4 ? k1 - k0 : KC_BF16;
+    /* prefill: L1-sized chunks */
+    int kc_step = KC_BF16;
     for (int kc = k0; kc < k1; kc += kc_step) {
         int kn = imin(kc_step, k1 - kc);
         for (int n = n0; n < n1; n += 4)
@@ -443,58 +517,70 @@ static inline __mmask64 tail64(int left)
     return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
 }
 
-/* Decode path: 4 rows x MR (1..2) tokens; per 128-input block the partial
- * dot products are scaled by the block's weight_scale_inv. */
-ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *srow,
-                            const uint16_t *const *a, const int MR, int k0, int k1, size_t pf,
-                            float *out)
+/* Decode (up to 3 tokens), one row at a time: per 128-input block the exact
+ * BF16 partial sums (two chains) are scaled by the block's weight_scale_inv:
+ *     out[m * 4 + r] = sum_b s_r[b] * sum_{k in b} e4m3(w_r[k]) a_m[k] */
+ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
+                            const uint16_t *const *a, const int MR, int k0, int k1, float *out)
 {
     lut8 L = lut_load();
-    __m512 tot[2][4];
-    #pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            tot[m][r] = _mm512_setzero_ps();
-    for (int kb = k0; kb < k1; kb += 128) {
-        int ke = imin(kb + 128, k1);
-        __m512 blk[2][4];
-        #pragma GCC unroll 6
+    __m512 row_sum[3][4];
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *wr = w[r];
+        __m512 tot[3];
+        #pragma GCC unroll 3
         for (int m = 0; m < MR; m++)
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                blk[m][r] = _mm512_setzero_ps();
-        /* hot loop: decode 4 x 64 weights, dot with MR tokens */
-        for (int k = kb; k < ke; k += 64) {
-            __mmask64 msk = tail64(ke - k);
-            __m512bh x[2][2];
-            #pragma GCC unroll 4
+            tot[m] = _mm512_setzero_ps();
+        int kb = k0;
+        /* hot loop: whole 128-input blocks, 2 x 64 weights decoded to BF16 */
+        for (; kb + 128 <= k1; kb += 128) {
+            _mm_prefetch((const char *)(wr + kb) + DEC_PF, _MM_HINT_T1);
+            _mm_prefetch((const char *)(wr + kb) + DEC_PF + 64, _MM_HINT_T1);
+            __m512i u[2], v[2];
+            fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u);
+            fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v);
+            __m512 sv = _mm512_set1_ps(srow[r][kb / 128]);
+            #pragma GCC unroll 3
             for (int m = 0; m < MR; m++) {
-                x[m][0] = (__m512bh)_mm512_loadu_si512(a[m] + k);
-                x[m][1] = (__m512bh)_mm512_loadu_si512(a[m] + k + 32);
-            }
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
-                __m512i u[2];
-                fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(msk, w[r] + k), u);
-                #pragma GCC unroll 4
-                for (int m = 0; m < MR; m++) {
-                    blk[m][r] = _mm512_dpbf16_ps(blk[m][r], (__m512bh)u[0], x[m][0]);
-                    blk[m][r] = _mm512_dpbf16_ps(blk[m][r], (__m512bh)u[1], x[m][1]);
-                }
+                const uint16_t *x = a[m] + kb;
+                __m512 b0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[0],
+                                             (__m512bh)_mm512_loadu_si512(x));
+                __m512 b1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[1],
+                                             (__m512bh)_mm512_loadu_si512(x + 32));
+                b0 = _mm512_dpbf16_ps(b0, (__m512bh)v[0], (__m512bh)_mm512_loadu_si512(x + 64));
+                b1 = _mm512_dpbf16_ps(b1, (__m512bh)v[1], (__m512bh)_mm512_loadu_si512(x + 96));
+                tot[m] = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), sv, tot[m]);
             }
         }
-        __m512 s = _mm512_set1_ps(srow[kb / 128]);
-        #pragma GCC unroll 6
+        if (kb < k1) { /* a partial last block */
+            __m512 b0[3];
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                b0[m] = _mm512_setzero_ps();
+            for (int k = kb; k < k1; k += 64) {
+                __m512i u[2];
+                fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(k1 - k), wr + k), u);
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++) {
+                    b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[0],
+                                             (__m512bh)_mm512_loadu_si512(a[m] + k));
+                    b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[1],
+                                             (__m512bh)_mm512_loadu_si512(a[m] + k + 32));
+                }
+            }
+            __m512 sv = _mm512_set1_ps(srow[r][kb / 128]);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                tot[m] = _mm512_fmadd_ps(b0[m], sv, tot[m]);
+        }
+        #pragma GCC unroll 3
         for (int m = 0; m < MR; m++)
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                tot[m][r] = _mm512_fmadd_ps(blk[m][r], s, tot[m][r]);
+            row_sum[m][r] = tot[m];
     }
-    #pragma GCC unroll 4
+    #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
-        _mm_storeu_ps(out + m * 4, hsum4(tot[m][0], tot[m][1], tot[m][2], tot[m][3]));
+        _mm_storeu_ps(out + m * 4,
+                      hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
 }
 
 /* bf16 x32 -> two f32 x16 vectors, times s, back to bf16 x32 (order kept). */
@@ -516,28 +602,27 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
     const float *sc = W->scale;
     int cols = W->cols, cb = (cols + 127) / 128;
     if (M < 4) {
-        for (int n = n0, nr; n < n1; n += nr) {
-            nr = imin(imin(4, n1 - n), 128 - n % 128); /* one scale row per tile */
+        const uint16_t *a[3];
+        for (int i = 0; i < 3; i++)
+            a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
+        for (int n = n0; n < n1; n += 4) {
+            int nr = imin(4, n1 - n);
             const uint8_t *wr[4];
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                wr[r] = w + (size_t)(n + (r < nr ? r : nr - 1)) * cols;
-            const float *srow = sc + (size_t)(n / 128) * cb;
-            for (int m = 0; m < M; m += 2) {
-                int mr = imin(2, M - m);
-                const uint16_t *a[2];
-                #pragma GCC unroll 4
-                for (int i = 0; i < 2; i++)
-                    a[i] = arow(A, a_stride, rows, m + (i < mr ? i : mr - 1));
-                float t[8];
-                if (mr == 2)
-                    tile_fp8(wr, srow, a, 2, k0, k1, PF_FP8((size_t)cols), t);
-                else
-                    tile_fp8(wr, srow, a, 1, k0, k1, PF_FP8((size_t)cols), t);
-                for (int i = 0; i < mr; i++)
-                    for (int r = 0; r < nr; r++)
-                        C[(size_t)(m + i) * ldc + (n - n0) + r] = t[i * 4 + r];
+            const float *sr[4];
+            for (int r = 0; r < 4; r++) {
+                int row = n + imin(r, nr - 1);
+                wr[r] = w + (size_t)row * cols;
+                sr[r] = sc + (size_t)(row / 128) * cb;
             }
+            float t[12];
+            switch (M) {
+            case 1: rows_fp8(wr, sr, a, 1, k0, k1, t); break;
+            case 2: rows_fp8(wr, sr, a, 2, k0, k1, t); break;
+            default: rows_fp8(wr, sr, a, 3, k0, k1, t); break;
+            }
+            for (int i = 0; i < M; i++)
+                for (int r = 0; r < nr; r++)
+                    C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
         }
         return;
     }
@@ -569,76 +654,115 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
 
 /* ---- RAWINT4 -------------------------------------------------------------- */
 
-/* The 16 weight scales of 4 chunks (n_valid of them present) as f32. */
-ALWAYS_INLINE __m512 scales16(const uint16_t *s, int n_valid)
+/* Decode (up to 3 tokens): NR rows (4 for one token, else 2) share each
+ * activation load (INT8 activations are twice the weight bytes, so the loads
+ * decide the speed), 128 inputs (64 bytes of a row) per step. Per lane l of
+ * step c (group 4c + l / 4):
+ *     i = -8 * sum(q) + sum(nib * q) = sum((nib - 8) * q)    (vpdpbusd, exact)
+ *     acc += i * (s_w[group] * d_x[group])
+ * sv[r]: the weight scales of row r for the step's lanes. */
+ALWAYS_INLINE void int4_step(const uint8_t *const *w, const __mmask64 msk, const __m512 *sv,
+                             const int8_t *const *a, const int NR, const int MR, int K128, int c,
+                             size_t pf, __m512 (*acc)[4])
 {
-    __mmask16 m = n_valid >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n_valid) - 1u);
-    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i lo[4], hi[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + pf, _MM_HINT_T1);
+        __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
+        lo[r] = _mm512_and_si512(b, m4);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++) {
+        const int8_t *q = a[m] + (size_t)c * 128;
+        const float *lane = (const float *)(a[m] + K128) + (size_t)c * 32;
+        __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
+        __m512 dv = _mm512_loadu_ps(lane);
+        __m512i cv = _mm512_loadu_si512(lane + 16);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512i iv = _mm512_dpbusd_epi32(cv, lo[r], qlo);
+            iv = _mm512_dpbusd_epi32(iv, hi[r], qhi);
+            acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv), _mm512_mul_ps(sv[r], dv),
+                                        acc[m][r]);
+        }
+    }
+}
+
+/* The BF16 scales of groups [g, g + 16) as F32, those outside [lo, hi) zero. */
+ALWAYS_INLINE __m512 scales16(const uint16_t *s, int g, int lo, int hi)
+{
+    int a = lo - g, b = hi - g;
+    __mmask16 mk = (__mmask16)((b >= 16 ? 0xffffu : (b <= 0 ? 0u : (1u << b) - 1u)) &
+                               (a <= 0 ? 0xffffu : ~((1u << a) - 1u)));
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mk, s + g));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-/* Decode path: 2 rows x MR (1..3) tokens, 128 inputs per step.
- * Per lane: i = -8 * sum(q) + sum(nib * q) = sum((nib - 8) * q);
- *           acc += i * (s_w[group] * d_x[group]). */
 ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
                              const int8_t *const *a, const int NR, const int MR, int K, int k0,
                              int k1, float *out)
 {
     int K128 = (K + 127) & ~127;
+    size_t pf = (size_t)NR * K + 1024; /* two tiles on, per row (rows are short) */
     __m512 acc[3][4];
-    #pragma GCC unroll 4
+    #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
             acc[m][r] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i lane_group = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    __m512 s16[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                      _mm512_setzero_ps()};
-    /* hot loop */
-    for (int c = k0 / 128; c * 128 < k1; c++) {
-        int left = imin(128, k1 - c * 128);
-        __mmask64 msk = tail64(left / 2);
-        if ((c - k0 / 128) % 4 == 0) /* scales of the next 4 chunks, widened once */
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++)
-                s16[r] = scales16(s[r] + (size_t)c * 4, (k1 - c * 128) / 32);
-        /* lane l: group l / 4 of this chunk */
-        __m512i idx = _mm512_add_epi32(lane_group,
-                                       _mm512_set1_epi32(4 * ((c - k0 / 128) % 4)));
-        __m512i lo[4], hi[4];
-        __m512 sv[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            /* rows are short: fetch two tiles on (a tile is NR * K / 2 bytes) */
-            _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + (size_t)NR * K + 1024,
-                         _MM_HINT_T1);
-            __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
-            lo[r] = _mm512_and_si512(b, m4);
-            hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
-            sv[r] = _mm512_permutexvar_ps(idx, s16[r]);
-        }
-        #pragma GCC unroll 6
-        for (int m = 0; m < MR; m++) {
-            const int8_t *q = a[m] + (size_t)c * 128;
-            __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
-            const float *lane = (const float *)(a[m] + K128) + (size_t)c * 32;
-            __m512 dv = _mm512_loadu_ps(lane);
-            __m512i cv = _mm512_loadu_si512(lane + 16);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i iv = _mm512_dpbusd_epi32(cv, lo[r], qlo);
-                iv = _mm512_dpbusd_epi32(iv, hi[r], qhi);
-                acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iv), _mm512_mul_ps(sv[r], dv),
-                                            acc[m][r]);
-            }
-        }
-    }
-    #pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
+    /* lane l of step j of a 4-step block: group 4j + l / 4 */
+    const __m512i grp = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i four = _mm512_set1_epi32(4);
+    const __m512i idx1 = _mm512_add_epi32(grp, four), idx2 = _mm512_add_epi32(idx1, four);
+    const __m512i idx3 = _mm512_add_epi32(idx2, four);
+    __m512 sv[4];
+    int c = k0 / 128;
+    if (k0 % 128) { /* a partial first step: groups before k0 get zero scales */
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
-            out[m * 4 + r] = _mm512_reduce_add_ps(acc[m][r]);
+            sv[r] = _mm512_permutexvar_ps(grp, scales16(s[r], 4 * c, k0 / 32, k1 / 32));
+        int left = imin(128, k1 - c * 128);
+        int4_step(w, tail64(left / 2), sv, a, NR, MR, K128, c, pf, acc);
+        c++;
+    }
+    /* hot loop: 4 whole steps (512 inputs, 16 scales per row) per iteration */
+    for (; (c + 4) * 128 <= k1; c += 4) {
+        __m512 s16[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            s16[r] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s[r] + 4 * c))), 16));
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            sv[r] = _mm512_permutexvar_ps(grp, s16[r]);
+        int4_step(w, ~(__mmask64)0, sv, a, NR, MR, K128, c, pf, acc);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            sv[r] = _mm512_permutexvar_ps(idx1, s16[r]);
+        int4_step(w, ~(__mmask64)0, sv, a, NR, MR, K128, c + 1, pf, acc);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            sv[r] = _mm512_permutexvar_ps(idx2, s16[r]);
+        int4_step(w, ~(__mmask64)0, sv, a, NR, MR, K128, c + 2, pf, acc);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            sv[r] = _mm512_permutexvar_ps(idx3, s16[r]);
+        int4_step(w, ~(__mmask64)0, sv, a, NR, MR, K128, c + 3, pf, acc);
+    }
+    for (; c * 128 < k1; c++) { /* the last steps; groups from k1 on get zero scales */
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            sv[r] = _mm512_permutexvar_ps(grp, scales16(s[r], 4 * c, k0 / 32, k1 / 32));
+        int left = imin(128, k1 - c * 128);
+        int4_step(w, tail64(left / 2), sv, a, NR, MR, K128, c, pf, acc);
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4, hsum4(acc[m][0], acc[m][NR > 1 ? 1 : 0],
+                                         acc[m][NR > 2 ? 2 : 0], acc[m][NR > 3 ? 3 : 0]));
 }
 
 /* C = A W^T, W = (nibble - 8) * scale[n][k / 32]; A in Q8P128 format. */
@@ -651,20 +775,19 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     int K = W->cols, K128 = (K + 127) & ~127;
     size_t rb = (size_t)K / 2, sb = (size_t)K / 32;
     if (M < 4) {
+        const int8_t *a[3];
+        for (int i = 0; i < 3; i++)
+            a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
         int step = M == 1 ? 4 : 2; /* one token: 4 rows share each activation load */
         for (int n = n0; n < n1; n += step) {
             int nr = imin(step, n1 - n);
             const uint8_t *wr[4];
             const uint16_t *sr[4];
-            #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                int row = n + (r < nr ? r : nr - 1);
+                int row = n + imin(r, nr - 1);
                 wr[r] = w + (size_t)row * rb;
                 sr[r] = sc + (size_t)row * sb;
             }
-            const int8_t *a[3];
-            for (int i = 0; i < 3; i++)
-                a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
             float t[12];
             switch (M) {
             case 1: tile_int4(wr, sr, a, 4, 1, K, k0, k1, t); break;
