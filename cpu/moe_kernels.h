@@ -191,6 +191,13 @@ const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask);
  * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */
 void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                             const void *const *act, size_t rp, int M, float *C, int ldc);
+/* Prefill GEMM for Q4_0 / Q8_0 / Q4_K over inputs [k0, k1): act[m] is token m's
+ * Q8_0 / Q8_K blocks, ext[m] its per-32-inputs arrays (int32 offset or float
+ * d * sum, then float d at + xs bytes). scratch: KT__LF_PANEL_SCRATCH bytes. */
+void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int n1, int k0,
+                              int k1, const void *const *act, const void *const *ext, size_t xs,
+                              int M, float *C, int ldc, void *scratch);
+#define KT__LF_PANEL_SCRATCH (64 * 512 + 2 * 64 * 16 * 4)
 /* The same for Q4_K weights over blocks [b0, b1) of 256; act[m] are Q8_K block arrays. */
 void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                             const void *const *act, int M, float *C, int ldc);

@@ -350,3 +350,241 @@ void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, 
         }
     }
 }
+
+/* ---------------------------------------------------------------------------
+ * Prefill: a GEMM over int8 panels. Per call, every 64 rows x 512 inputs of
+ * the weights are repacked once into panels of 16 rows (one per 32-bit lane):
+ *
+ *   codes [block][k/4][16 rows][4]  u8  (Q4_0 nibbles, Q8_0 + 128, Q4_K nibbles)
+ *   scale [block][16 rows]          f32 (d; Q4_K: d * sc)
+ *   off   [block][16 rows]          f32 (Q4_K: -dmin * m)
+ *
+ * and each block of 32 inputs of a (16 rows x token) pair costs 8 vpdpbusd
+ * against the token's 4 codes broadcast, then
+ *
+ *   acc += float(init + sum q a) * scale * da  (+ off * da * sum a for Q4_K)
+ *
+ * with init = -8 / -128 * (sum of the token's block codes) made once per
+ * token when it was quantized (the same integers as the ggml vec_dots).
+ * Tiles of 2 panels (32 rows) x 4 tokens.
+ */
+
+#define PANEL_KS 512   /* inputs per repack segment */
+#define PANEL_ROWS 64  /* rows per repack */
+
+ALWAYS_INLINE __m512i gather_rows(__m512i vidx, const uint8_t *base)
+{
+    return _mm512_i32gather_epi32(vidx, (const void *)base, 1);
+}
+
+/* Panels of rows [n, n + nr) (nr <= 64) over blocks [kb, kb + nb) of 32. */
+static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, int kb, int nb,
+                       uint8_t *codes, float *scale, float *off)
+{
+    const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
+    for (int g = 0; g * 16 < nr; g++) {
+        int idx[16];
+        for (int r = 0; r < 16; r++) {
+            int row = 16 * g + r < nr ? 16 * g + r : nr - 1; /* ragged: repeat the last */
+            idx[r] = (int)((size_t)row * wrow);
+        }
+        __m512i vidx = _mm512_loadu_si512((const void *)idx);
+        const uint8_t *rows = W + (size_t)n * wrow;
+        uint8_t *cg = codes + (size_t)g * nb * 512;
+        float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
+        if (type == KT_TYPE_Q4_0 || type == KT_TYPE_Q8_0) {
+            bool q4 = type == KT_TYPE_Q4_0;
+            size_t bb = q4 ? 18 : 34;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *base = rows + (size_t)(kb + b) * bb;
+                __m256i d16 = _mm512_cvtepi32_epi16(gather_rows(vidx, base));
+                _mm512_storeu_ps(sg + 16 * b, _mm512_cvtph_ps(d16));
+                uint8_t *cb = cg + (size_t)b * 512;
+                if (q4) {
+                    for (int j = 0; j < 4; j++) {
+                        __m512i q = gather_rows(vidx, base + 2 + 4 * j);
+                        _mm512_storeu_si512((void *)(cb + 64 * j), _mm512_and_si512(q, low4));
+                        _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
+                                            _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+                    }
+                } else {
+                    for (int j = 0; j < 8; j++)
+                        _mm512_storeu_si512((void *)(cb + 64 * j),
+                                            _mm512_xor_si512(gather_rows(vidx, base + 2 + 4 * j),
+                                                             top));
+                }
+            }
+        } else { /* Q4_K: kb and nb multiples of 8 */
+            for (int b = 0; b < nb; b += 8) {
+                const uint8_t *base = rows + (size_t)((kb + b) / 8) * 144;
+                for (int j = 0; j < 4; j++) /* qs bytes 32j..: groups 2j (low), 2j + 1 (high) */
+                    for (int i = 0; i < 8; i++) {
+                        __m512i q = gather_rows(vidx, base + 16 + 32 * j + 4 * i);
+                        _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j) * 512 + 64 * i),
+                                            _mm512_and_si512(q, low4));
+                        _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j + 1) * 512 + 64 * i),
+                                            _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+                    }
+                for (int r = 0; r < 16; r++) {
+                    const kt_block_q4_K *x = (const kt_block_q4_K *)(rows + idx[r]) + (kb + b) / 8;
+                    uint64_t s8, m8;
+                    k4_scales(x->scales, &s8, &m8);
+                    float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+                    for (int s = 0; s < 8; s++) {
+                        sg[16 * (b + s) + r] = d * (float)((s8 >> (8 * s)) & 0xff);
+                        og[16 * (b + s) + r] = -dmin * (float)((m8 >> (8 * s)) & 0xff);
+                    }
+                }
+            }
+        }
+    }
+}
+
+typedef struct panel_act {
+    const uint8_t *code[4]; /* token's code blocks                       */
+    const int32_t *init[4]; /* Q4_0 / Q8_0: per block offset; else NULL   */
+    const float *ds[4];     /* Q4_K: per block d * sum                    */
+    const float *da[4];     /* per block d                                */
+} panel_act;
+
+/* accf[g][t] over nb blocks (absolute first block kb) of G panels x MT tokens. */
+ALWAYS_INLINE void panel_tile(const bool kq, const int G, const int MT, const uint8_t *codes,
+                              const float *scale, const float *off, int nb, int kb,
+                              const panel_act *a, float *C, int ldc, int nvalid0, int nvalid1,
+                              bool first)
+{
+    __m512 accf[2][4];
+    __mmask16 vm[2] = {(__mmask16)((1u << nvalid0) - 1), (__mmask16)((1u << nvalid1) - 1)};
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++)
+            accf[g][t] = first ? _mm512_setzero_ps()
+                               : _mm512_maskz_loadu_ps(vm[g], C + (size_t)t * ldc + 16 * g);
+    const size_t gstride = (size_t)nb * 512, sstride = (size_t)nb * 16;
+    for (int b = 0; b < nb; b++) {
+        int k = kb + b;
+        const uint8_t *ap[4];
+        __m512i acci[2][4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++) {
+            ap[t] = kq ? a->code[t] + (size_t)(k / 8) * sizeof(kt_block_q8_K) + 4 + 32 * (k % 8)
+                       : a->code[t] + (size_t)k * sizeof(kt_block_q8_0) + 2;
+            #pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                acci[g][t] = kq ? _mm512_setzero_si512() : _mm512_set1_epi32(a->init[t][k]);
+        }
+        const uint8_t *cb = codes + (size_t)b * 512;
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m512i w0 = _mm512_loadu_si512((const void *)(cb + 64 * j));
+            __m512i w1 = G == 2 ? _mm512_loadu_si512((const void *)(cb + gstride + 64 * j)) : w0;
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT; t++) {
+                int32_t a4;
+                memcpy(&a4, ap[t] + 4 * j, 4);
+                __m512i av = _mm512_set1_epi32(a4);
+                acci[0][t] = _mm512_dpbusd_epi32(acci[0][t], w0, av);
+                if (G == 2)
+                    acci[1][t] = _mm512_dpbusd_epi32(acci[1][t], w1, av);
+            }
+        }
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m512 s = _mm512_loadu_ps(scale + g * sstride + 16 * b);
+            __m512 o = kq ? _mm512_loadu_ps(off + g * sstride + 16 * b) : s;
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT; t++) {
+                __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->da[t][k]));
+                accf[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[g][t]), sd, accf[g][t]);
+                if (kq)
+                    accf[g][t] = _mm512_fmadd_ps(o, _mm512_set1_ps(a->ds[t][k]), accf[g][t]);
+            }
+        }
+    }
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++)
+            _mm512_mask_storeu_ps(C + (size_t)t * ldc + 16 * g, vm[g], accf[g][t]);
+}
+
+#define PANEL_CASE(KQ, G, MT) \
+    panel_tile(KQ, G, MT, cg, sg, og, nb, kb, &pa, Cm, ldc, v0, v1, first)
+
+void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int n1, int k0,
+                              int k1, const void *const *act, const void *const *ext, size_t xs,
+                              int M, float *C, int ldc, void *scratch)
+{
+    const bool kq = type == KT_TYPE_Q4_K;
+    uint8_t *codes = scratch;
+    float *scale = (float *)(codes + (size_t)PANEL_ROWS * PANEL_KS);
+    float *off = scale + PANEL_ROWS * PANEL_KS / 32;
+    for (int nc = n0; nc < n1; nc += PANEL_ROWS) {
+        int nr = n1 - nc < PANEL_ROWS ? n1 - nc : PANEL_ROWS;
+        int ngroups = (nr + 15) / 16;
+        for (int ks = k0; ks < k1; ks += PANEL_KS) {
+            int ke = k1 - ks < PANEL_KS ? k1 : ks + PANEL_KS;
+            int kb = ks / 32, nb = (ke - ks) / 32;
+            bool first = ks == k0;
+            panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off);
+            for (int m = 0; m < M; m += 4) {
+                int mt = M - m < 4 ? M - m : 4;
+                panel_act pa;
+                for (int t = 0; t < 4; t++) {
+                    int tt = m + (t < mt ? t : mt - 1);
+                    const uint8_t *x = ext[tt];
+                    pa.code[t] = act[tt];
+                    pa.init[t] = kq ? NULL : (const int32_t *)x;
+                    pa.ds[t] = kq ? (const float *)x : NULL;
+                    pa.da[t] = (const float *)(x + xs);
+                }
+                for (int g = 0; g < ngroups; g += 2) {
+                    int G = ngroups - g < 2 ? 1 : 2;
+                    int v0 = nr - 16 * g < 16 ? nr - 16 * g : 16;
+                    int v1 = G == 2 ? (nr - 16 * g - 16 < 16 ? nr - 16 * g - 16 : 16) : 0;
+                    const uint8_t *cg = codes + (size_t)g * nb * 512;
+                    const float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
+                    float *Cm = C + (size_t)m * ldc + (nc - n0) + 16 * g;
+                    if (kq) {
+                        if (G == 2) {
+                            switch (mt) {
+                            case 1: PANEL_CASE(true, 2, 1); break;
+                            case 2: PANEL_CASE(true, 2, 2); break;
+                            case 3: PANEL_CASE(true, 2, 3); break;
+                            default: PANEL_CASE(true, 2, 4); break;
+                            }
+                        } else {
+                            switch (mt) {
+                            case 1: PANEL_CASE(true, 1, 1); break;
+                            case 2: PANEL_CASE(true, 1, 2); break;
+                            case 3: PANEL_CASE(true, 1, 3); break;
+                            default: PANEL_CASE(true, 1, 4); break;
+                            }
+                        }
+                    } else {
+                        if (G == 2) {
+                            switch (mt) {
+                            case 1: PANEL_CASE(false, 2, 1); break;
+                            case 2: PANEL_CASE(false, 2, 2); break;
+                            case 3: PANEL_CASE(false, 2, 3); break;
+                            default: PANEL_CASE(false, 2, 4); break;
+                            }
+                        } else {
+                            switch (mt) {
+                            case 1: PANEL_CASE(false, 1, 1); break;
+                            case 2: PANEL_CASE(false, 1, 2); break;
+                            case 3: PANEL_CASE(false, 1, 3); break;
+                            default: PANEL_CASE(false, 1, 4); break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+_Static_assert(KT__LF_PANEL_SCRATCH ==
+                   PANEL_ROWS * PANEL_KS + 2 * PANEL_ROWS * (PANEL_KS / 32) * 4,
+               "panel scratch");

@@ -22,7 +22,11 @@
  *
  * (rp: the weight row's bytes rounded up to 64, plus 64.) With these the
  * AVX-512 kernel reads 64 weight bytes at a time as they lie in the file: no
- * per-block unpacking, every 4-byte lane belongs to one block.
+ * per-block unpacking, every 4-byte lane belongs to one block. After the
+ * arrays, per block of 32: int32 -8 (R40) / -128 (R80) * (sum of the block's
+ * codes), then float the block's scale (the prefill GEMM's offset and scale).
+ * The Q8_K section is followed by float d * (sum of the codes) and float d per
+ * 32 inputs (for Q4_K's minimum term in the prefill GEMM).
  *
  * The backend writes an activation row in pieces ([k0, k1), 32-aligned, from
  * several threads). Q8_0 / Q8_1 blocks are whole in a piece; a Q8_K block (256)
@@ -37,13 +41,19 @@
 #include "moe_kernels.h"
 #include "ref/ggml_quants.h"
 
+/* Tokens per expert from which the AVX-512 set repacks Q4_0 / Q8_0 / Q4_K
+ * weights into int8 panels (below: the tiles read the weights as stored). */
+#ifndef LF_PANEL_MIN
+#define LF_PANEL_MIN 10
+#endif
+
 static size_t align64(size_t b)
 {
     return (b + 63) & ~(size_t)63;
 }
 
 typedef struct act_layout {
-    size_t f32, q80, q81, q8k, cnt, r40, r80, total; /* byte offsets; SIZE_MAX: absent */
+    size_t f32, q80, q81, q8k, cnt, q8x, r40, r80, total; /* byte offsets; SIZE_MAX: absent */
 } act_layout;
 
 /* rp of the R40 / R80 sections: a row's bytes of the weight type (block of
@@ -52,6 +62,12 @@ typedef struct act_layout {
 static size_t raw_rp(int K, int bb)
 {
     return align64((size_t)(K / 32) * (size_t)bb) + 64;
+}
+
+/* Bytes of one per-32-inputs array of int32 / float. */
+static size_t blk_arr(int K)
+{
+    return align64((size_t)(K / 32) * 4);
 }
 
 static act_layout layout(unsigned mask, int K)
@@ -69,10 +85,12 @@ static act_layout layout(unsigned mask, int K)
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256) * sizeof(kt_block_q8_K)) : 0;
     L.cnt = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256 + 1) * 4) : 0;
+    L.q8x = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
+    o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) : 0;
     L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) : 0;
+    o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) : 0;
     L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_R80) ? 3 * raw_rp(K, 34) : 0;
+    o += (mask & KT__GGML_ACT_R80) ? 3 * raw_rp(K, 34) + 2 * blk_arr(K) : 0;
     L.total = o ? o : 64;
     return L;
 }
@@ -111,7 +129,14 @@ static void raw_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, bool q4, ui
     int8_t *lo = (int8_t *)sec, *hi = (int8_t *)(sec + rp);
     int32_t *bias = (int32_t *)(sec + (q4 ? 2 : 1) * rp);
     float *da = (float *)(sec + (q4 ? 3 : 2) * rp);
+    int32_t *boff = (int32_t *)(sec + (q4 ? 4 : 3) * rp);
+    float *bd = (float *)((uint8_t *)boff + blk_arr(nb * 32));
     for (int b = b0; b < b1; b++) {
+        int total = 0;
+        for (int e = 0; e < 32; e++)
+            total += q[b].qs[e];
+        boff[b] = (q4 ? -8 : -128) * total;
+        bd[b] = kt__ggml_f16_to_f32(q[b].d);
         int base = b * bb;
         lo[base] = lo[base + 1] = 0;
         if (q4) {
@@ -180,6 +205,11 @@ static void quant_row(unsigned mask, const float *x, int k0, int k1, int K, void
                        (hi - lo);
             if (done == 256) {
                 kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
+                float *ds = (float *)(r + L.q8x), *d32 = (float *)(r + L.q8x + blk_arr(K));
+                for (int j = 0; j < 8; j++) {
+                    ds[8 * b + j] = q[b].d * (float)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
+                    d32[8 * b + j] = q[b].d;
+                }
                 atomic_store_explicit(&cnt[b], 0, memory_order_relaxed);
             }
         }
@@ -226,7 +256,7 @@ static float dot_float_row(const kt_ggml_traits *tr, const uint8_t *w, const flo
  * rows outer so a weight row is read from memory once for all M tokens. */
 static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0, int n1, int k0,
                       int k1, const void *A, size_t a_stride, const int32_t *rows, int M,
-                      float *C, int ldc)
+                      float *C, int ldc, void *scratch)
 {
     const kt_ggml_traits *tr = kt__ggml_traits((kt_type)W->type);
     size_t wrow = kt__ggml_row_bytes((kt_type)W->type, W->cols);
@@ -244,6 +274,24 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     bool plain = kt__ggml_act_section(W->type) == KT__GGML_ACT_F32;
 #if KT_HAVE_ISA_AVX512
     act_layout L = layout(mask, W->cols);
+    if (isa == KT_GGML_AVX512 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
+        ((W->type == KT_TYPE_Q4_0 && L.r40 != SIZE_MAX) ||
+         (W->type == KT_TYPE_Q8_0 && L.r80 != SIZE_MAX) || W->type == KT_TYPE_Q4_K)) {
+        /* prefill: repacked int8 panels, a register-blocked GEMM */
+        const void *act[256], *ext[256];
+        size_t x = W->type == KT_TYPE_Q4_0   ? L.r40 + 4 * raw_rp(W->cols, 18)
+                   : W->type == KT_TYPE_Q8_0 ? L.r80 + 3 * raw_rp(W->cols, 34)
+                                             : L.q8x;
+        size_t c = W->type == KT_TYPE_Q4_K ? L.q8k : L.q80;
+        for (int m = 0; m < M; m++) {
+            const uint8_t *r = arow(A, a_stride, rows, m);
+            act[m] = r + c;
+            ext[m] = r + x;
+        }
+        kt__lf_gemm_panel_avx512(W->type, W->w, wrow, n0, n1, k0, k1, act, ext,
+                                 blk_arr(W->cols), M, C, ldc, scratch);
+        return;
+    }
     size_t raw = W->type == KT_TYPE_Q4_0 ? L.r40 : W->type == KT_TYPE_Q8_0 ? L.r80 : SIZE_MAX;
     if (isa == KT_GGML_AVX512 && raw != SIZE_MAX && M <= 256) {
         /* 64 weight bytes at a time against the R40 / R80 sections */
@@ -287,8 +335,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                                     const void *A, size_t s, const int32_t *r, int M,          \
                                     float *C, int ldc, void *scratch)                          \
     {                                                                                          \
-        (void)scratch;                                                                         \
-        gemm_ggml(MASK, ISA, W, n0, n1, k0, k1, A, s, r, M, C, ldc);                          \
+        gemm_ggml(MASK, ISA, W, n0, n1, k0, k1, A, s, r, M, C, ldc, scratch);                 \
     }
 #define LF_ISA(ISA)                                                                            \
     LF_SET(ISA, 1) LF_SET(ISA, 2) LF_SET(ISA, 3) LF_SET(ISA, 4) LF_SET(ISA, 5) LF_SET(ISA, 6) \
@@ -307,8 +354,9 @@ LF_ISA(0)
 LF_ISA(1)
 LF_ISA(2)
 
-#define LF_ENTRY(ISA, NAME, MASK) \
-    {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK, 0}
+#define LF_ENTRY(ISA, NAME, MASK)                                              \
+    {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK,     \
+     ISA == 2 ? KT__LF_PANEL_SCRATCH : 0}
 #define LF_ROW(ISA, NAME)                                                                      \
     {{NULL, 0, NULL, NULL, 0}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),                 \
      LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                   \
