@@ -729,8 +729,8 @@ static void decode_i8_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int
         }
         const uint8_t *row = w + (size_t)(n + r) * rb + (size_t)kc / 2;
         const uint16_t *srow = sc + (size_t)(n + r) * sb + (size_t)kc / (size_t)g;
-        _mm_prefetch((const char *)row + KCH / 2, _MM_HINT_T0); /* this row's next chunk */
-        _mm_prefetch((const char *)row + KCH / 2 + 64, _MM_HINT_T0);
+        for (int l = 0; l < KCH / 2; l += 64) /* this row's next chunk, whole */
+            _mm_prefetch((const char *)row + KCH / 2 + l, _MM_HINT_T0);
         int k = 0;
         for (; k + 64 <= kn; k += 64) {
             /* 32 bytes = 64 inputs: unpack interleaves within 128-bit lanes */
@@ -912,7 +912,24 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     amx_gemm_i8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, NULL, 0);
 }
 
-static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8;
+/* Grouped AMXINT4 (groups of 64 or 128): BF16 activations; int8 tiles
+ * from min_m tokens, the AVX-512 VNNI set below. */
+static const kt__moe_kernels *avx512_int4g;
+
+static void gemm_int4g(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                       void *scratch)
+{
+    if (M < min_m) {
+        avx512_int4g->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
+                           (char *)scratch + sizeof(amx_scratch));
+        return;
+    }
+    amx_gemm_i8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_i8_int4,
+                W->group);
+}
+
+static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8, k_int4g;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 /* Ours, then the AVX-512 set's: each keeps its own cached activations. */
@@ -927,7 +944,8 @@ static void init_sets(void)
     avx512_fp8 = kt__moe_kernels_avx512(KT_METHOD_FP8);
     avx512_int4 = kt__moe_kernels_avx512(KT_METHOD_RAWINT4);
     avx512_int8 = kt__moe_kernels_avx512(KT_METHOD_AMXINT8);
-    if (!avx512_bf16 || !avx512_fp8 || !avx512_int4 || !avx512_int8)
+    avx512_int4g = kt__moe_int4g_avx512();
+    if (!avx512_bf16 || !avx512_fp8 || !avx512_int4 || !avx512_int8 || !avx512_int4g)
         return;
     init_e4m3_tables();
     const char *env = getenv("KT_AMX_MIN_TOKENS");
@@ -941,6 +959,8 @@ static void init_sets(void)
                               scratch_of(avx512_fp8)};
     k_int4 = (kt__moe_kernels){int4_bf16_tiles ? "amx-bf16+int4" : "amx-int8+int4", avx512_int4->act, avx512_int4->quant, gemm_int4,
                                scratch_of(avx512_int4)};
+    k_int4g = (kt__moe_kernels){"amx-int8+int4g", avx512_int4g->act, avx512_int4g->quant,
+                                gemm_int4g, scratch_of(avx512_int4g)};
     k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
                                scratch_of(avx512_int8)};
 }
@@ -962,4 +982,10 @@ const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
     default:
         return NULL;
     }
+}
+
+const kt__moe_kernels *AMX_FN(kt__moe_int4g_amx)(void)
+{
+    pthread_once(&init_once, init_sets);
+    return k_int4g.gemm ? &k_int4g : NULL;
 }

@@ -75,11 +75,14 @@ typedef struct kt_moe_desc {
     uint32_t top_k;         /* largest k a call may pass (required, 1..64)               */
     float swiglu_alpha;     /* KT_MOE_ACT_SWIGLU_OAI; 0: 1.702                           */
     float swiglu_limit;     /* KT_MOE_ACT_SWIGLU_OAI; 0: 7.0                             */
+    /* KT_METHOD_AMXINT4: inputs per weight scale, 32 (0 means 32), 64 or 128; H and I
+     * must be multiples of it. Other methods: 0. Since 0.1. */
+    uint32_t group_size;
 } kt_moe_desc;
 
 #define KT_MOE_DESC_INIT \
     { (uint32_t)sizeof(kt_moe_desc), 0u, KT_METHOD_NONE, KT_MOE_ACT_SILU, 0u, 0u, 0u, 0u, \
-      0.0f, 0.0f }
+      0.0f, 0.0f, 0u }
 
 /* kt_moe_layer_weights.flags */
 /* gpt-oss layout: gate[e] points at the fused gate_up matrix with gate and up
@@ -106,6 +109,10 @@ typedef struct kt_moe_desc {
  *            first in the lowest 4 bits, stored as value + 8 (value in -8..7);
  *            *_scale[e] = weight_scale, BF16 [out][in/32]; w = value * scale.
  *            H and I must be multiples of 32.
+ *   AMXINT8: int8 elements; *_scale[e] F32 [out], w = q * scale (kt-convert
+ *            --method int8).
+ *   AMXINT4: the RAWINT4 layout with desc.group_size inputs per scale:
+ *            *_scale[e] BF16 [out][in/group_size] (kt-convert --method int4).
  *
  * A NULL gate[e] marks expert e as absent from the CPU: it is always skipped.
  * Biases (KT_MOE_ACT_SWIGLU_OAI only; NULL arrays or entries: no bias) have

@@ -132,6 +132,28 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method)
     return k;
 }
 
+/* AMXINT4 with groups of 64 or 128 (cpu/moe_kernels.h): AMX-INT8 tiles
+ * with the AVX-512 VNNI set below, that set alone, else scalar (F32
+ * activations; also the precise choice). */
+const kt__moe_kernels *kt__moe_pick_int4g(bool precise)
+{
+    uint64_t isa = kt_hw_isa() & isa_cap;
+    (void)isa;
+    const kt__moe_kernels *k = NULL;
+    if (precise)
+        return kt__moe_int4g_ref();
+#if KT_HAVE_ISA_AMX
+    if ((isa & (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) ==
+        (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_INT8))
+        k = kt__moe_int4g_amx();
+#endif
+#if KT_HAVE_ISA_AVX512
+    if (!k && (isa & AVX512_NEED) == AVX512_NEED)
+        k = kt__moe_int4g_avx512();
+#endif
+    return k ? k : kt__moe_int4g_ref();
+}
+
 /* Kernel set for KT_MOE_PREC_BF16X2 / _F32: BF16X2 activations on AVX-512 (no
  * AMX), the F32-activation AVX2 sets, else scalar with F32 activations. */
 const kt__moe_kernels *kt__moe_pick_kernels_precise(int method)
@@ -174,7 +196,7 @@ kt_status kt_moe_options_init(kt_moe_options *opts, size_t struct_size)
     return KT_OK;
 }
 
-static uint64_t expert_bytes(int method, uint64_t H, uint64_t I)
+static uint64_t expert_bytes(int method, uint64_t H, uint64_t I, uint64_t group)
 {
     uint64_t n = 3 * H * I;
     switch (method) {
@@ -184,8 +206,9 @@ static uint64_t expert_bytes(int method, uint64_t H, uint64_t I)
         return n + 4 * (2 * ((I + 127) / 128) * ((H + 127) / 128) +
                         ((H + 127) / 128) * ((I + 127) / 128));
     case KT_METHOD_RAWINT4:
-    case KT_METHOD_AMXINT4: /* the same layout, written by kt-convert */
         return n / 2 + 2 * (n / 32);
+    case KT_METHOD_AMXINT4: /* the same layout, written by kt-convert */
+        return n / 2 + 2 * (n / (group ? group : 32));
     case KT_METHOD_AMXINT8:
         return n + 4 * (2 * I + H);
     default:
@@ -357,10 +380,14 @@ static kt_status load_layer(kt_moe_backend *moe, moe_layer *L, const kt_moe_laye
         if (scaled && (!lw.gate_scale[e] || !lw.up_scale[e] || !lw.down_scale[e]))
             return kt__error(KT_ERR_INVALID_ARG, "layer %u expert %d: a scale pointer is NULL",
                              li, e);
-        L->gate[e] = (kt__wmat){lw.gate[e], scaled ? lw.gate_scale[e] : NULL, I, H, lw.gate_type};
+        /* AMXINT4: inputs per scale (0: 32) */
+        int g = method == KT_METHOD_AMXINT4 ? (int)moe->d.group_size : 0;
+        L->gate[e] = (kt__wmat){lw.gate[e], scaled ? lw.gate_scale[e] : NULL, I, H, lw.gate_type,
+                                g};
         L->up[e] = (kt__wmat){fused ? NULL : lw.up[e], scaled ? lw.up_scale[e] : NULL, I, H,
-                                 lw.up_type};
-        L->down[e] = (kt__wmat){lw.down[e], scaled ? lw.down_scale[e] : NULL, H, I, lw.down_type};
+                                 lw.up_type, g};
+        L->down[e] = (kt__wmat){lw.down[e], scaled ? lw.down_scale[e] : NULL, H, I, lw.down_type,
+                                g};
     }
     if (method == KT_METHOD_LLAMAFILE && (st = check_ggml_types(&lw, li, H, I)) < 0)
         return st;
@@ -459,6 +486,15 @@ static kt_status check_desc(const kt_moe_desc *d)
                          "moe: RAWINT4 needs hidden and intermediate multiples of 32 "
                          "(got %u, %u)",
                          d->hidden, d->intermediate);
+    uint32_t g = d->group_size;
+    if (d->method != KT_METHOD_AMXINT4 && g != 0)
+        return kt__error(KT_ERR_INVALID_ARG, "moe: group_size %u is for AMXINT4 only", g);
+    if (d->method == KT_METHOD_AMXINT4 && g != 0 &&
+        ((g != 32 && g != 64 && g != 128) || d->hidden % g || d->intermediate % g))
+        return kt__error(KT_ERR_INVALID_ARG,
+                         "moe: AMXINT4 group_size %u: expected 32, 64 or 128 dividing hidden "
+                         "%u and intermediate %u",
+                         g, d->hidden, d->intermediate);
     return KT_OK;
 }
 
@@ -511,6 +547,10 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->kern = kt__moe_pick_kernels_precise(d.method);
     else
         moe->kern = kt__moe_pick_kernels(d.method);
+    if (d.method == KT_METHOD_AMXINT4 && d.group_size > 32)
+        moe->kern = kt__moe_pick_int4g(o.act_precision != KT_MOE_PREC_DEFAULT);
+    if (d.method == KT_METHOD_AMXINT4 && d.group_size == 32)
+        moe->d.group_size = 0; /* the RAWINT4 kernels: one scale per 32 */
     atomic_init(&moe->err_status, 0);
     if (!moe->kern) {
         kt_moe_backend_free(moe);
@@ -642,7 +682,8 @@ kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
     i.n_experts = (uint32_t)moe->E;
     i.top_k = (uint32_t)moe->max_k;
     i.isa = moe->kern->name;
-    i.expert_bytes = expert_bytes(moe->d.method, (uint64_t)moe->H, (uint64_t)moe->I);
+    i.expert_bytes = expert_bytes(moe->d.method, (uint64_t)moe->H, (uint64_t)moe->I,
+                                  moe->d.group_size);
     if (moe->d.method == KT_METHOD_LLAMAFILE) {
         const moe_layer *L0 = &moe->layers[0];
         for (int e = 0; e < moe->E; e++)

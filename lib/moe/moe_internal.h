@@ -2,6 +2,7 @@
 #ifndef KT_MOE_INTERNAL_H
 #define KT_MOE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../../cpu/moe_kernels.h"
@@ -12,6 +13,8 @@ const kt__moe_kernels *kt__moe_pick_kernels(int method);
 
 /* The same for KT_MOE_PREC_BF16X2 / _F32 (activations within ~1e-5 of F32). */
 const kt__moe_kernels *kt__moe_pick_kernels_precise(int method);
+/* AMXINT4 with groups of 64 or 128; precise: F32 activations. */
+const kt__moe_kernels *kt__moe_pick_int4g(bool precise);
 
 /* Test hook: caps the ISA bits backends created afterwards may use
  * (process-wide; ~0 = no cap). */

@@ -108,7 +108,7 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
             void *w, *s;
             float *f;
             rand_weights(method, N, K, &w, &s, &f);
-            kt__wmat W = {w, s, N, K, 0};
+            kt__wmat W = {w, s, N, K, 0, 0};
             for (int mi = 0; mi < 7; mi++) {
                 int M = m_list[mi];
                 int n_act = M + 3;
@@ -283,23 +283,33 @@ static void test_amx_emulated(void **state)
  * products exactly: AMXINT8 C = d s_n sum q w, INT4 C = d sum_g s_g sum q v.
  * Shapes cover ragged rows and inputs, several K chunks, token batches past
  * 256, sub-ranges, and (AMXINT8) a K too long for the whole-K copy. */
-static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m)
+static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int G)
 {
     static const int rows_list[] = {5, 32, 67};
     static const int cols_i8[] = {7, 200, 640, 16448};
     static const int cols_i4[] = {96, 160, 608};
+    static const int cols_i4g[] = {128, 256, 640};
     static const int m_list[] = {1, 3, 8, 17, 40, 300};
     int n_cols = method == KT_METHOD_AMXINT8 ? 4 : 3;
     for (int ri = 0; ri < 3; ri++)
         for (int ci = 0; ci < n_cols; ci++) {
             int N = rows_list[ri];
-            int K = method == KT_METHOD_AMXINT8 ? cols_i8[ci] : cols_i4[ci];
+            int K = method == KT_METHOD_AMXINT8 ? cols_i8[ci]
+                    : G > 32                    ? cols_i4g[ci]
+                                                : cols_i4[ci];
             if (K > 4096 && N != 67)
                 continue;
             void *w, *s;
             float *f;
             rand_weights(method, N, K, &w, &s, &f);
-            kt__wmat W = {w, s, N, K, 0};
+            if (G > 32) { /* one scale per G inputs */
+                uint16_t *sg = malloc((size_t)N * (K / G) * 2);
+                for (int i = 0; i < N * (K / G); i++)
+                    sg[i] = tst_to_bf16(0.05f + 0.05f * (tst_uniform() + 1.0f));
+                free(s);
+                s = sg;
+            }
+            kt__wmat W = {w, s, N, K, 0, G > 32 ? G : 0};
             for (int mi = 0; mi < 6; mi++) {
                 int M = m_list[mi];
                 if (M < min_m || (K > 4096 && M > 40))
@@ -346,10 +356,10 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m)
                                 mag = (double)am * d * ((const float *)s)[n];
                             } else {
                                 const uint32_t *pw = (const uint32_t *)w + (size_t)n * (K / 8);
-                                const uint16_t *sr = (const uint16_t *)s + (size_t)n * (K / 32);
-                                for (int g = k0 / 32; g < k1 / 32; g++) {
+                                const uint16_t *sr = (const uint16_t *)s + (size_t)n * (K / G);
+                                for (int g = k0 / G; g < k1 / G; g++) {
                                     int64_t acc = 0, am = 0;
-                                    for (int k = 32 * g; k < 32 * g + 32; k++) {
+                                    for (int k = G * g; k < G * g + G; k++) {
                                         int v = (int)((pw[k / 8] >> (4 * (k % 8))) & 15u) - 8;
                                         acc += (int64_t)q[k] * v;
                                         am += llabs((int64_t)q[k] * v);
@@ -378,8 +388,8 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m)
             free(s);
             free(f);
         }
-    printf("  %-14s %-8s ok (int8 activations, exact oracle)\n", ks->name,
-           kt_method_name((kt_method)method));
+    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d)\n", ks->name,
+           kt_method_name((kt_method)method), method == KT_METHOD_AMXINT8 ? 0 : G);
 }
 
 static void test_int8_act(void **state)
@@ -388,14 +398,20 @@ static void test_int8_act(void **state)
 #if KT_HAVE_ISA_AVX512
     if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS)
         skip();
-    check_int8_act(kt__moe_kernels_avx512(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1);
-    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 8);
-    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8);
+    check_int8_act(kt__moe_kernels_avx512(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0);
+    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 8, 0);
+    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8, 32);
+    for (int G = 64; G <= 128; G *= 2) {
+        check_int8_act(kt__moe_int4g_avx512(), KT_METHOD_AMXINT4, 1, G);
+        check_int8_act(kt__moe_int4g_amx_emulated(), KT_METHOD_AMXINT4, 8, G);
+    }
 #if KT_HAVE_ISA_AMX
     if ((kt_hw_isa() & (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) ==
         (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) {
-        check_int8_act(kt__moe_kernels_amx(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 8);
-        check_int8_act(kt__moe_kernels_amx(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8);
+        check_int8_act(kt__moe_kernels_amx(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 8, 0);
+        check_int8_act(kt__moe_kernels_amx(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8, 32);
+        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 8, 64);
+        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 8, 128);
     } else {
         printf("  amx: no AMX-INT8 on this CPU, real tiles skipped\n");
     }

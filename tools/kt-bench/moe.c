@@ -89,6 +89,9 @@ static size_t align_up(size_t v, size_t a)
     return (v + a - 1) / a * a;
 }
 
+/* --group-size: AMXINT4's inputs per scale (0: 32). */
+static int amxint4_group;
+
 static void layout_for(int method, int64_t h, int64_t inter, expert_layout *l)
 {
     memset(l, 0, sizeof *l);
@@ -107,9 +110,10 @@ static void layout_for(int method, int64_t h, int64_t inter, expert_layout *l)
         l->size[3] = l->size[4] = (size_t)inter * 4;
         l->size[5] = (size_t)h * 4;
         break;
-    default:              /* RAWINT4, AMXINT4: int32 [out][in/8] + BF16 [out][in/32] */
+    default:              /* RAWINT4, AMXINT4: int32 [out][in/8] + BF16 [out][in/G] */
         l->size[0] = l->size[1] = l->size[2] = hi / 2;
-        l->size[3] = l->size[4] = l->size[5] = hi / 32 * 2;
+        l->size[3] = l->size[4] = l->size[5] =
+            hi / (method == KT_METHOD_AMXINT4 && amxint4_group ? amxint4_group : 32) * 2;
         break;
     }
     size_t pos = 0;
@@ -591,6 +595,7 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     d.intermediate = (uint32_t)m->inter;
     d.n_experts = (uint32_t)m->n_experts;
     d.top_k = (uint32_t)m->top_k;
+    d.group_size = method == KT_METHOD_AMXINT4 ? (uint32_t)amxint4_group : 0u;
     kt_moe_options o = KT_MOE_OPTIONS_INIT;
     o.n_threads = c->threads;
     o.max_tokens = (int32_t)t_max;
@@ -683,6 +688,7 @@ static void moe_usage(FILE *f)
             "                     would at load time; plain: on the [out][in] BF16\n"
             "                     matrices as stored\n"
             "  --no-onednn        skip the oneDNN comparison\n"
+            "  --group-size G     AMXINT4 inputs per scale: 32 (default), 64, 128\n"
             "  --gguf FILE        LLAMAFILE on a GGUF's routed experts instead of synthetic\n"
             "                     weights (kt-bench moe --gguf FILE --help)\n"
             "  --seed N           routing and weight seed (default 1)\n"
@@ -818,6 +824,14 @@ int cmd_moe(int argc, char **argv)
             }
         } else if (opt_match(argc, argv, &i, "--no-onednn", false, &v, &bad)) {
             c.onednn = false;
+        } else if (opt_match(argc, argv, &i, "--group-size", true, &v, &bad)) {
+            if (bad)
+                return 2;
+            amxint4_group = atoi(v);
+            if (amxint4_group != 32 && amxint4_group != 64 && amxint4_group != 128) {
+                fprintf(stderr, "kt-bench moe: --group-size: '%s' is not 32, 64 or 128\n", v);
+                return 2;
+            }
         } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
             if (bad)
                 return 2;
