@@ -30,9 +30,10 @@
 #include "moe_internal.h"
 #include "../../cpu/ref/ggml_quants.h"
 
-#define RB1 64    /* I rows per phase-1 item                    */
-#define RB2 64    /* H rows per phase-2 item                    */
-#define MCH 256   /* tokens per kernel call (bounds the C tiles) */
+#define RB1 64    /* I rows per phase-1 item (prefill)                    */
+#define RB2 64    /* H rows per phase-2 item (prefill)                    */
+#define RB_MAX 512 /* decode items: up to this many rows                  */
+#define MCH 256   /* tokens per kernel call (bounds the C tiles [MCH][64]) */
 
 typedef struct moe_layer {
     kt__wmat *gate, *up, *down;  /* [E]; gate[e].w == NULL: expert absent */
@@ -78,7 +79,8 @@ struct kt_moe_backend {
     size_t workspace_bytes;
 
     /* per-task state, written by worker 0 in phase 0 */
-    int cur_t, n_active;
+    int cur_t, n_active, max_cnt;
+    int rb1[64], rb2[64];          /* rows per phase-1 / phase-2 item, per pool */
     _Alignas(64) _Atomic int item1[64];
     _Alignas(64) _Atomic int item2[64];
 
@@ -597,7 +599,7 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     size_t pairs = (size_t)T * K;
     moe->xrow = kt__moe_act_row_bytes(moe->kern->act, H);
     moe->hrow = kt__moe_act_row_bytes(moe->kern->act, I);
-    size_t rb = RB1 > RB2 ? RB1 : RB2;
+    size_t rb = 64; /* tiles [MCH][64], or fewer tokens of wider items */
     moe->scratch_stride = ((size_t)(((H > I ? H : I) + 15) & ~15) * 4 /* f32 row      */
                            + (size_t)3 * MCH * rb * 4         /* gate, up, down tiles */
                            + moe->kern->scratch_bytes + 255) & ~(size_t)63;
@@ -777,6 +779,45 @@ static void group_pairs(kt_moe_backend *moe, const moe_layer *L, const kt_moe_io
         }
     }
     moe->n_active = n_active;
+    int max_cnt = 0;
+    for (int a = 0; a < n_active; a++)
+        if (moe->cnt[moe->active[a]] > max_cnt)
+            max_cnt = moe->cnt[moe->active[a]];
+    moe->max_cnt = max_cnt;
+}
+
+/* Rows of `len` in about `blocks` equal items, a multiple of 64, at least 64. */
+static int rows_per_item(int len, int blocks)
+{
+    int r = (len + blocks - 1) / blocks;
+    r = (r + 63) & ~63;
+    return r < 64 ? 64 : r;
+}
+
+/* Item sizes of pool p for this call. Decode (every expert has at most 4
+ * tokens: the kernels stream each row once) takes the largest items that
+ * leave each worker about 4 of them to balance with: a contiguous block of
+ * 256 rows reads at 0.9-1.0 of a read loop, 64 rows at 0.75-0.9 (the
+ * prefetchers restart at every block). Prefill keeps 64 rows. */
+static void item_rows(kt_moe_backend *moe, int p)
+{
+    int nth = kt__pool_count(moe->pool, p);
+    int slice = moe->pool_i0[p + 1] - moe->pool_i0[p];
+    moe->rb1[p] = RB1;
+    moe->rb2[p] = RB2;
+    if (moe->max_cnt > 4 || moe->n_active == 0 || slice <= 0)
+        return;
+    int want = 4 * nth;
+    /* phase 1: n_active x blocks items over the slice */
+    int blocks = (slice + RB_MAX - 1) / RB_MAX;
+    while (blocks * moe->n_active < want && blocks * 64 < slice)
+        blocks *= 2;
+    moe->rb1[p] = rows_per_item(slice, blocks);
+    /* phase 2: blocks of H rows, each over every active expert */
+    blocks = (moe->H + RB_MAX - 1) / RB_MAX;
+    if (blocks < want)
+        blocks = want;
+    moe->rb2[p] = rows_per_item(moe->H, blocks);
 }
 
 /* Phase 0 of a chunk of T (<= max_tokens) tokens. */
@@ -791,6 +832,7 @@ static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, fl
         for (int p = 0; p < moe->n_pools; p++) {
             atomic_store(&moe->item1[p], 0);
             atomic_store(&moe->item2[p], 0);
+            item_rows(moe, p);
         }
     }
     if (T <= 0)
@@ -817,11 +859,12 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     const moe_layer *L = &moe->layers[task->layer];
     int p = kt__pool_pool_of(moe->pool, tid);
     int i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
-    int blocks = (i1 - i0 + RB1 - 1) / RB1;
+    int rb = moe->rb1[p], mch = MCH * 64 / rb;                 /* C tiles [mch][rb] */
+    int blocks = (i1 - i0 + rb - 1) / rb;
     int n_items = blocks * moe->n_active;
     float *hf = (float *)scr;                                  /* [I]        */
-    float *cg = tile_base(moe, scr);                           /* [MCH][RB1] */
-    float *cu = cg + MCH * RB1;                                /* [MCH][RB1] */
+    float *cg = tile_base(moe, scr);                           /* [mch][rb]  */
+    float *cu = cg + MCH * 64;                                 /* [mch][rb]  */
     void *kscr = cg + 3 * MCH * 64;
     int I = moe->I;
     bool oai = moe->d.act == KT_MOE_ACT_SWIGLU_OAI;
@@ -830,20 +873,20 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         if (it >= n_items)
             break;
         int e = moe->active[it / blocks];
-        int n0 = i0 + (it % blocks) * RB1, n1 = n0 + RB1 < i1 ? n0 + RB1 : i1;
+        int n0 = i0 + (it % blocks) * rb, n1 = n0 + rb < i1 ? n0 + rb : i1;
         int nb = n1 - n0;
         int base = moe->off[e], cnt = moe->off[e + 1] - base;
         const float *gb = L->gate_bias ? L->gate_bias + (size_t)e * I : NULL;
         const float *ub = L->up_bias ? L->up_bias + (size_t)e * I : NULL;
-        for (int mc = 0; mc < cnt; mc += MCH) {
-            int M = cnt - mc < MCH ? cnt - mc : MCH;
+        for (int mc = 0; mc < cnt; mc += mch) {
+            int M = cnt - mc < mch ? cnt - mc : mch;
             const int32_t *rows = moe->pair_tok + base + mc;
-            moe->kern->gemm(&L->gate[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cg, RB1,
+            moe->kern->gemm(&L->gate[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cg, rb,
                             kscr);
-            moe->kern->gemm(&L->up[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cu, RB1,
+            moe->kern->gemm(&L->up[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cu, rb,
                             kscr);
             for (int m = 0; m < M; m++) {
-                const float *g = cg + (size_t)m * RB1, *u = cu + (size_t)m * RB1;
+                const float *g = cg + (size_t)m * rb, *u = cu + (size_t)m * rb;
                 if (!oai) {
                     /* h = silu(g) * u */
                     for (int n = 0; n < nb; n++)
@@ -887,8 +930,9 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     int p = kt__pool_pool_of(moe->pool, tid);
     int k0 = moe->pool_i0[p], k1 = moe->pool_i0[p + 1];
     int H = moe->H, T = moe->cur_t;
-    int n_items = (H + RB2 - 1) / RB2;
-    float *cd = tile_base(moe, scr) + 2 * MCH * 64;             /* [MCH][RB2] */
+    int rb = moe->rb2[p], mch = MCH * 64 / rb;
+    int n_items = (H + rb - 1) / rb;
+    float *cd = tile_base(moe, scr) + 2 * MCH * 64;             /* [mch][rb] */
     void *kscr = tile_base(moe, scr) + 3 * MCH * 64;
     float *acc = moe->acc + (size_t)p * moe->max_t * H;
     bool single = moe->n_pools == 1;
@@ -896,7 +940,7 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         int it = atomic_fetch_add(&moe->item2[p], 1);
         if (it >= n_items)
             break;
-        int n0 = it * RB2, n1 = n0 + RB2 < H ? n0 + RB2 : H;
+        int n0 = it * rb, n1 = n0 + rb < H ? n0 + rb : H;
         for (int t = 0; t < T; t++)
             memset(acc + (size_t)t * H + n0, 0, (size_t)(n1 - n0) * sizeof(float));
         if (k1 > k0) {
@@ -904,16 +948,16 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                 int e = moe->active[a];
                 int base = moe->off[e], cnt = moe->off[e + 1] - base;
                 const float *db = (L->down_bias && p == 0) ? L->down_bias + (size_t)e * H : NULL;
-                for (int mc = 0; mc < cnt; mc += MCH) {
-                    int M = cnt - mc < MCH ? cnt - mc : MCH;
+                for (int mc = 0; mc < cnt; mc += mch) {
+                    int M = cnt - mc < mch ? cnt - mc : mch;
                     moe->kern->gemm(&L->down[e], n0, n1, k0, k1,
                                     moe->hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
-                                    cd, RB2, kscr);
+                                    cd, rb, kscr);
                     /* acc[t] += w * (down h + bias) */
                     for (int m = 0; m < M; m++) {
                         float w = moe->pair_w[base + mc + m];
                         float *ar = acc + (size_t)moe->pair_tok[base + mc + m] * H + n0;
-                        const float *c = cd + (size_t)m * RB2;
+                        const float *c = cd + (size_t)m * rb;
                         if (db)
                             for (int n = 0; n < n1 - n0; n++)
                                 ar[n] += w * (c[n] + db[n0 + n]);
