@@ -372,9 +372,33 @@ void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, 
 #define PANEL_KS 512   /* inputs per repack segment */
 #define PANEL_ROWS 64  /* rows per repack */
 
-ALWAYS_INLINE __m512i gather_rows(__m512i vidx, const uint8_t *base)
+/* u[j] (j < 4): dword j of the 16 bytes at p[r] + o, lane r = row r (16 rows):
+ * 4-row groups loaded as 128-bit lanes, then a 4 x 4 dword transpose. */
+ALWAYS_INLINE void rows16_dwords(const uint8_t *const *p, size_t o, __m512i u[4])
 {
-    return _mm512_i32gather_epi32(vidx, (const void *)base, 1);
+    __m512i z[4];
+    #pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) { /* lane L of z[q]: row 4L + q */
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p[q] + o)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[4 + q] + o)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[8 + q] + o)), 2);
+        z[q] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p[12 + q] + o)), 3);
+    }
+    __m512i t01l = _mm512_unpacklo_epi32(z[0], z[1]), t01h = _mm512_unpackhi_epi32(z[0], z[1]);
+    __m512i t23l = _mm512_unpacklo_epi32(z[2], z[3]), t23h = _mm512_unpackhi_epi32(z[2], z[3]);
+    u[0] = _mm512_unpacklo_epi64(t01l, t23l);
+    u[1] = _mm512_unpackhi_epi64(t01l, t23l);
+    u[2] = _mm512_unpacklo_epi64(t01h, t23h);
+    u[3] = _mm512_unpackhi_epi64(t01h, t23h);
+}
+
+/* The 16 rows' f16 at p[r] + o as floats. */
+ALWAYS_INLINE __m512 rows16_f16(const uint8_t *const *p, size_t o)
+{
+    uint16_t h[16];
+    for (int r = 0; r < 16; r++)
+        memcpy(&h[r], p[r] + o, 2);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
 }
 
 /* Panels of rows [n, n + nr) (nr <= 64) over blocks [kb, kb + nb) of 32. */
@@ -383,50 +407,66 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
 {
     const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
     for (int g = 0; g * 16 < nr; g++) {
-        int idx[16];
+        const uint8_t *p[16];
         for (int r = 0; r < 16; r++) {
             int row = 16 * g + r < nr ? 16 * g + r : nr - 1; /* ragged: repeat the last */
-            idx[r] = (int)((size_t)row * wrow);
+            p[r] = W + (size_t)(n + row) * wrow;
         }
-        __m512i vidx = _mm512_loadu_si512((const void *)idx);
-        const uint8_t *rows = W + (size_t)n * wrow;
         uint8_t *cg = codes + (size_t)g * nb * 512;
         float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
         if (type == KT_TYPE_Q4_0 || type == KT_TYPE_Q8_0) {
             bool q4 = type == KT_TYPE_Q4_0;
             size_t bb = q4 ? 18 : 34;
             for (int b = 0; b < nb; b++) {
-                const uint8_t *base = rows + (size_t)(kb + b) * bb;
-                __m256i d16 = _mm512_cvtepi32_epi16(gather_rows(vidx, base));
-                _mm512_storeu_ps(sg + 16 * b, _mm512_cvtph_ps(d16));
+                size_t o = (size_t)(kb + b) * bb;
+                for (int r = 0; r < 16; r++)
+                    _mm_prefetch((const char *)p[r] + o + 384, _MM_HINT_T0);
+                _mm512_storeu_ps(sg + 16 * b, rows16_f16(p, o));
                 uint8_t *cb = cg + (size_t)b * 512;
+                __m512i u[4];
+                rows16_dwords(p, o + 2, u);
                 if (q4) {
+                    #pragma GCC unroll 4
                     for (int j = 0; j < 4; j++) {
-                        __m512i q = gather_rows(vidx, base + 2 + 4 * j);
-                        _mm512_storeu_si512((void *)(cb + 64 * j), _mm512_and_si512(q, low4));
+                        _mm512_storeu_si512((void *)(cb + 64 * j), _mm512_and_si512(u[j], low4));
                         _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
-                                            _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+                                            _mm512_and_si512(_mm512_srli_epi16(u[j], 4), low4));
                     }
                 } else {
-                    for (int j = 0; j < 8; j++)
-                        _mm512_storeu_si512((void *)(cb + 64 * j),
-                                            _mm512_xor_si512(gather_rows(vidx, base + 2 + 4 * j),
-                                                             top));
+                    #pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++)
+                        _mm512_storeu_si512((void *)(cb + 64 * j), _mm512_xor_si512(u[j], top));
+                    rows16_dwords(p, o + 18, u);
+                    #pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++)
+                        _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
+                                            _mm512_xor_si512(u[j], top));
                 }
             }
         } else { /* Q4_K: kb and nb multiples of 8 */
             for (int b = 0; b < nb; b += 8) {
-                const uint8_t *base = rows + (size_t)((kb + b) / 8) * 144;
-                for (int j = 0; j < 4; j++) /* qs bytes 32j..: groups 2j (low), 2j + 1 (high) */
-                    for (int i = 0; i < 8; i++) {
-                        __m512i q = gather_rows(vidx, base + 16 + 32 * j + 4 * i);
-                        _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j) * 512 + 64 * i),
-                                            _mm512_and_si512(q, low4));
-                        _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j + 1) * 512 + 64 * i),
-                                            _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
-                    }
+                size_t o = (size_t)((kb + b) / 8) * 144;
                 for (int r = 0; r < 16; r++) {
-                    const kt_block_q4_K *x = (const kt_block_q4_K *)(rows + idx[r]) + (kb + b) / 8;
+                    _mm_prefetch((const char *)p[r] + o + 576, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p[r] + o + 640, _MM_HINT_T0);
+                    _mm_prefetch((const char *)p[r] + o + 704, _MM_HINT_T0);
+                }
+                /* qs bytes 32j..32j+31: groups 2j (low nibbles), 2j + 1 (high) */
+                for (int c = 0; c < 8; c++) {
+                    __m512i u[4];
+                    rows16_dwords(p, o + 16 + 16 * (size_t)c, u);
+                    int j = c / 2, i0 = 4 * (c % 2);
+                    #pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++) {
+                        _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j) * 512 + 64 * (i0 + i)),
+                                            _mm512_and_si512(u[i], low4));
+                        _mm512_storeu_si512(
+                            (void *)(cg + (size_t)(b + 2 * j + 1) * 512 + 64 * (i0 + i)),
+                            _mm512_and_si512(_mm512_srli_epi16(u[i], 4), low4));
+                    }
+                }
+                for (int r = 0; r < 16; r++) {
+                    const kt_block_q4_K *x = (const kt_block_q4_K *)(p[r] + o);
                     uint64_t s8, m8;
                     k4_scales(x->scales, &s8, &m8);
                     float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);

@@ -44,7 +44,7 @@
 /* Tokens per expert from which the AVX-512 set repacks Q4_0 / Q8_0 / Q4_K
  * weights into int8 panels (below: the tiles read the weights as stored). */
 #ifndef LF_PANEL_MIN
-#define LF_PANEL_MIN 10
+#define LF_PANEL_MIN 6
 #endif
 
 static size_t align64(size_t b)
