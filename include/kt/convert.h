@@ -56,7 +56,7 @@ typedef struct kt_convert_options {
     uint32_t struct_size;            /* sizeof(kt_convert_options)                        */
     uint32_t flags;                  /* KT_CONVERT_F_*                                    */
     int32_t method;                  /* KT_METHOD_AMXINT8 or KT_METHOD_AMXINT4 (required)  */
-    uint32_t group_size;             /* AMXINT4 inputs per scale; 0: 32 (only 32 for now) */
+    uint32_t group_size;             /* AMXINT4 inputs per scale: 32 (0), 64 or 128         */
     int32_t n_threads;               /* 0: physical cores                                 */
     int32_t reserved;
     kt_progress_fn progress_fn;      /* per expert; nonzero return cancels               */

@@ -94,13 +94,13 @@ static void quant_row_int8(const float *w, int n, int8_t *q, float *scale, doubl
     *scale = s;
 }
 
-/* AMXINT4, one group of 32: the BF16 scale among amax / {6.5 .. 8} that
- * minimises the squared error of q = clamp(round(w / s), -8, 7). */
-static void quant_group_int4(const float *w, uint8_t *vals, uint16_t *scale_bf16, double *err,
-                             double *ref)
+/* AMXINT4, one group of G inputs: the BF16 scale among amax / {6.5 .. 8}
+ * that minimises the squared error of q = clamp(round(w / s), -8, 7). */
+static void quant_group_int4(const float *w, int G, uint8_t *vals, uint16_t *scale_bf16,
+                             double *err, double *ref)
 {
     float amax = 0.0f;
-    for (int i = 0; i < 32; i++)
+    for (int i = 0; i < G; i++)
         amax = fmaxf(amax, fabsf(w[i]));
     double best = INFINITY;
     uint16_t best_s = 0;
@@ -110,7 +110,7 @@ static void quant_group_int4(const float *w, uint8_t *vals, uint16_t *scale_bf16
         if (!(s > 0.0f))
             continue;
         double e = 0.0;
-        for (int i = 0; i < 32; i++) {
+        for (int i = 0; i < G; i++) {
             int v = (int)nearbyintf(w[i] / s);
             v = v > 7 ? 7 : (v < -8 ? -8 : v);
             double d = (double)w[i] - (double)v * s;
@@ -123,7 +123,7 @@ static void quant_group_int4(const float *w, uint8_t *vals, uint16_t *scale_bf16
     }
     float s = kt__bf16_to_f32(best_s);
     double e = 0.0;
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < G; i++) {
         int v = s > 0.0f ? (int)nearbyintf(w[i] / s) : 0;
         v = v > 7 ? 7 : (v < -8 ? -8 : v);
         vals[i] = (uint8_t)(v + 8);
@@ -141,6 +141,7 @@ typedef struct expert_job {
     const kt_model *model;
     uint32_t layer, expert;
     int method;
+    uint32_t group;    /* AMXINT4 inputs per scale                          */
     uint64_t H, I;
     void *q[3];        /* gate, up, down quantized                         */
     void *scale[3];
@@ -165,15 +166,16 @@ static kt_status quantize_matrix(expert_job *j, int p, const kt_tensor_view *v, 
                            (float *)j->scale[p] + r, &j->err, &j->ref);
         } else {
             uint32_t *packed = (uint32_t *)j->q[p] + r * (cols / 8);
-            uint16_t *sc = (uint16_t *)j->scale[p] + r * (cols / 32);
-            for (uint64_t g = 0; g < cols / 32; g++) {
-                uint8_t vals[32];
-                quant_group_int4(row + g * 32, vals, sc + g, &j->err, &j->ref);
-                for (int wd = 0; wd < 4; wd++) {
+            uint32_t G = j->group;
+            uint16_t *sc = (uint16_t *)j->scale[p] + r * (cols / G);
+            for (uint64_t g = 0; g < cols / G; g++) {
+                uint8_t vals[128];
+                quant_group_int4(row + g * G, (int)G, vals, sc + g, &j->err, &j->ref);
+                for (uint32_t wd = 0; wd < G / 8; wd++) {
                     uint32_t word = 0;
                     for (int i = 0; i < 8; i++)
                         word |= (uint32_t)vals[wd * 8 + i] << (4 * i);
-                    packed[g * 4 + wd] = word;
+                    packed[g * (G / 8) + wd] = word;
                 }
             }
         }
@@ -189,9 +191,9 @@ static uint64_t q_bytes(int method, uint64_t rows, uint64_t cols)
     return method == KT_METHOD_AMXINT8 ? rows * cols : rows * cols / 2;
 }
 
-static uint64_t scale_bytes(int method, uint64_t rows, uint64_t cols)
+static uint64_t scale_bytes(int method, uint32_t group, uint64_t rows, uint64_t cols)
 {
-    return method == KT_METHOD_AMXINT8 ? rows * 4 : rows * (cols / 32) * 2;
+    return method == KT_METHOD_AMXINT8 ? rows * 4 : rows * (cols / group) * 2;
 }
 
 static void *run_expert(void *arg)
@@ -223,7 +225,7 @@ static void *run_expert(void *arg)
                            (unsigned long long)rows, (unsigned long long)cols);
         if (st == KT_OK) {
             j->q[p] = kt__malloc((size_t)q_bytes(j->method, rows, cols));
-            j->scale[p] = kt__malloc((size_t)scale_bytes(j->method, rows, cols));
+            j->scale[p] = kt__malloc((size_t)scale_bytes(j->method, j->group, rows, cols));
             st = (j->q[p] && j->scale[p]) ? quantize_matrix(j, p, &v, row) : KT_ERR_NOMEM;
         }
         if (st < 0) {
@@ -340,8 +342,9 @@ static kt_status write_layer(const char *path, const layer_meta *m, expert_job *
             snprintf(name, sizeof name, "experts.%u.%s.scale", e, proj_name[p]);
             if (st == KT_OK)
                 st = kt__st_writer_write(w, name, jobs[i].scale[p],
-                                         scale_bytes(m->method, rows, cols));
-            *written += q_bytes(m->method, rows, cols) + scale_bytes(m->method, rows, cols);
+                                         scale_bytes(m->method, m->group, rows, cols));
+            *written += q_bytes(m->method, rows, cols) +
+                        scale_bytes(m->method, m->group, rows, cols);
         }
     }
     return st;
@@ -374,7 +377,7 @@ static kt_status declare_layer(kt_st_writer *w, const layer_meta *m)
         for (int p = 0; p < 3 && st == KT_OK; p++) {
             uint64_t rows = p == 2 ? m->H : m->I, cols = p == 2 ? m->I : m->H;
             uint64_t qs[2] = {rows, m->method == KT_METHOD_AMXINT8 ? cols : cols / 8};
-            uint64_t ss[2] = {rows, cols / 32};
+            uint64_t ss[2] = {rows, cols / (m->group ? m->group : 32)};
             snprintf(name, sizeof name, "experts.%u.%s.q", e, proj_name[p]);
             st = kt__st_writer_declare(w, name,
                                        m->method == KT_METHOD_AMXINT8 ? KT_TYPE_I8 : KT_TYPE_I32,
@@ -398,6 +401,7 @@ static kt_status measure_file(const kt_model *model, const char *dir, uint32_t l
         return st;
     uint64_t H = kt__cpu_weights_hidden(cw), I = kt__cpu_weights_intermediate(cw);
     int method = kt__cpu_weights_method(cw);
+    uint64_t G = kt__cpu_weights_group(cw);
     float *row = kt__malloc_array((size_t)KT_MAX(H, I), sizeof(float));
     double err = 0.0, ref = 0.0;
     if (!row) {
@@ -425,7 +429,7 @@ static kt_status measure_file(const kt_model *model, const char *dir, uint32_t l
                         uint32_t word = ((const uint32_t *)q)[r * (cols / 8) + c / 8];
                         int val = (int)((word >> (4 * (c % 8))) & 15u) - 8;
                         dq = val * (double)kt__bf16_to_f32(
-                                       ((const uint16_t *)scale)[r * (cols / 32) + c / 32]);
+                                       ((const uint16_t *)scale)[r * (cols / G) + c / G]);
                     }
                     err += (row[c] - dq) * (row[c] - dq);
                     ref += (double)row[c] * row[c];
@@ -457,11 +461,9 @@ kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_d
                          kt_method_name((kt_method)o.method) ? kt_method_name((kt_method)o.method)
                                                              : "none");
     uint32_t group = o.method == KT_METHOD_AMXINT4 ? (o.group_size ? o.group_size : 32) : 0;
-    if (o.method == KT_METHOD_AMXINT4 && group != 32)
+    if (o.method == KT_METHOD_AMXINT4 && group != 32 && group != 64 && group != 128)
         return kt__error(KT_ERR_UNSUPPORTED,
-                         "kt_convert: AMXINT4 group size %u: only 32 is implemented (the "
-                         "kernels share the RAWINT4 layout)",
-                         group);
+                         "kt_convert: AMXINT4 group size %u: expected 32, 64 or 128", group);
     if (o.n_threads < 0)
         return kt__error(KT_ERR_INVALID_ARG, "kt_convert: n_threads %d < 0", o.n_threads);
     int nth = o.n_threads ? o.n_threads : KT_MAX(1, kt_hw_physical_cores());
@@ -483,12 +485,12 @@ kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_d
         return kt__error(KT_ERR_UNSUPPORTED, "%s: not a MoE model (no routed experts)",
                          input_dir);
     }
-    if (o.method == KT_METHOD_AMXINT4 && (H % 32 || I % 32)) {
+    if (o.method == KT_METHOD_AMXINT4 && (H % group || I % group)) {
         kt_model_free(model);
         return kt__error(KT_ERR_UNSUPPORTED,
-                         "%s: AMXINT4 needs hidden (%llu) and expert intermediate (%llu) "
-                         "multiples of 32",
-                         input_dir, (unsigned long long)H, (unsigned long long)I);
+                         "%s: AMXINT4 group %u needs hidden (%llu) and expert intermediate "
+                         "(%llu) multiples of %u",
+                         input_dir, group, (unsigned long long)H, (unsigned long long)I, group);
     }
     if ((st = make_dir(output_dir)) < 0) {
         kt_model_free(model);
@@ -552,7 +554,8 @@ kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_d
                 uint32_t nb = KT_MIN((uint32_t)nth, E - e0);
                 for (uint32_t i = 0; i < nb; i++) {
                     jobs[i] = (expert_job){.model = model, .layer = l, .expert = e0 + i,
-                                           .method = o.method, .H = H, .I = I};
+                                           .method = o.method, .group = group, .H = H,
+                                           .I = I};
                     if (nb == 1 || pthread_create(&tids[i], NULL, run_expert, &jobs[i]) != 0) {
                         run_expert(&jobs[i]);
                         tids[i] = 0;

@@ -65,8 +65,8 @@ static kt_status read_meta(const kt_st_set *set, const char *path, file_meta *m)
         return st;
     if (l >= MAX_LAYERS || e == 0 || e > 65536 || m->hidden == 0 || m->intermediate == 0 ||
         m->hidden > (1u << 20) || m->intermediate > (1u << 20) ||
-        (m->method == KT_METHOD_AMXINT4 && g != 32) ||
-        (m->method == KT_METHOD_AMXINT4 && (m->hidden % 32 || m->intermediate % 32)))
+        (m->method == KT_METHOD_AMXINT4 && g != 32 && g != 64 && g != 128) ||
+        (m->method == KT_METHOD_AMXINT4 && (m->hidden % g || m->intermediate % g)))
         return kt__error(KT_ERR_FORMAT,
                          "%s: metadata out of range (layer %" PRIu64 ", experts %" PRIu64
                          ", group %" PRIu64 ")",
@@ -103,7 +103,7 @@ static kt_status check_tensors(const kt_st_set *set, const char *path, const fil
             else
                 ok = q->type == KT_TYPE_I32 && q->n_dims == 2 && q->shape[0] == rows &&
                      q->shape[1] == cols / 8 && s->type == KT_TYPE_BF16 && s->n_dims == 2 &&
-                     s->shape[0] == rows && s->shape[1] == cols / 32;
+                     s->shape[0] == rows && s->shape[1] == cols / m->group;
             if (!ok)
                 return kt__error(KT_ERR_FORMAT,
                                  "%s: expert %u %s: q or scale has the wrong type or shape for "

@@ -103,6 +103,7 @@ static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threa
     if (st == KT_OK) {
         kt_moe_desc d = KT_MOE_DESC_INIT;
         d.method = have;
+        d.group_size = have == KT_METHOD_AMXINT4 ? kt__cpu_weights_group(cw) : 0;
         d.hidden = (uint32_t)hp->n_embd;
         d.intermediate = (uint32_t)hp->n_ff_exp;
         d.n_experts = (uint32_t)E;

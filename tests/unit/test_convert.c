@@ -61,19 +61,27 @@ static void on_layer(uint32_t layer, double rel, uint64_t bytes, int32_t resumed
         l->worst = rel;
 }
 
-static kt_status convert(const char *src_rel, const char *out_name, int method, uint32_t flags,
-                         kt_convert_report *rep, layer_log *log)
+static kt_status convert_g(const char *src_rel, const char *out_name, int method,
+                           uint32_t group, uint32_t flags, kt_convert_report *rep,
+                           layer_log *log)
 {
     char src[4096], out[4096];
     path_of(src, sizeof src, src_rel);
     snprintf(out, sizeof out, "%s/%s", tmp_root, out_name);
     kt_convert_options co = KT_CONVERT_OPTIONS_INIT;
     co.method = method;
+    co.group_size = group;
     co.flags = flags;
     co.n_threads = 2;
     co.layer_fn = on_layer;
     co.layer_user_data = log;
     return kt_convert(NULL, src, out, &co, rep);
+}
+
+static kt_status convert(const char *src_rel, const char *out_name, int method, uint32_t flags,
+                         kt_convert_report *rep, layer_log *log)
+{
+    return convert_g(src_rel, out_name, method, 0, flags, rep, log);
 }
 
 static void test_convert_fixtures(void **state)
@@ -83,28 +91,31 @@ static void test_convert_fixtures(void **state)
         const char *src;
         int method;
         double max_rel; /* bound on the layers' relative RMS error */
+        uint32_t group;
     } cases[] = {
-        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT8, 0.01},
-        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.11},
-        {"fixtures/deepseek_v3_tiny/fp8", KT_METHOD_AMXINT8, 0.01},
-        {"fixtures/qwen3_moe_tiny", KT_METHOD_AMXINT4, 0.11},
-        {"fixtures/mixtral_tiny", KT_METHOD_AMXINT8, 0.01},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT8, 0.01, 0},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.11, 0},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.12, 64},
+        {"fixtures/deepseek_v3_tiny/fp8", KT_METHOD_AMXINT8, 0.01, 0},
+        {"fixtures/qwen3_moe_tiny", KT_METHOD_AMXINT4, 0.11, 0},
+        {"fixtures/mixtral_tiny", KT_METHOD_AMXINT8, 0.01, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "case%zu", i);
         kt_convert_report rep = KT_CONVERT_REPORT_INIT;
         layer_log log = {0};
-        kt_status st = convert(cases[i].src, name, cases[i].method, KT_CONVERT_F_VERIFY, &rep,
-                               &log);
+        kt_status st = convert_g(cases[i].src, name, cases[i].method, cases[i].group,
+                                 KT_CONVERT_F_VERIFY, &rep, &log);
         if (st < 0)
             fail_msg("%s: %s", cases[i].src, kt_last_error());
         assert_true(rep.n_layers > 0);
         assert_int_equal(log.calls, (int)rep.n_layers);
         assert_true(rep.max_rel_rms > 0.0 && rep.max_rel_rms < cases[i].max_rel);
-        printf("  %-32s %-7s %u layers, relative RMS error mean %.5f, worst %.5f\n",
-               cases[i].src, kt_method_name((kt_method)cases[i].method), rep.n_layers,
-               rep.mean_rel_rms, rep.max_rel_rms);
+        printf("  %-32s %-7s g%-3u %u layers, relative RMS error mean %.5f, worst %.5f\n",
+               cases[i].src, kt_method_name((kt_method)cases[i].method),
+               cases[i].method == KT_METHOD_AMXINT4 ? (cases[i].group ? cases[i].group : 32) : 0,
+               rep.n_layers, rep.mean_rel_rms, rep.max_rel_rms);
     }
 }
 
@@ -155,10 +166,13 @@ static void test_resume_and_bad_input(void **state)
                      KT_ERR_INVALID_ARG);
     kt_convert_options co = KT_CONVERT_OPTIONS_INIT;
     co.method = KT_METHOD_AMXINT4;
-    co.group_size = 64;
+    co.group_size = 48; /* not a group size the kernels take */
     char src[4096];
     path_of(src, sizeof src, "fixtures/deepseek_v3_tiny/bf16");
     assert_int_equal(kt_convert(NULL, src, tmp_root, &co, NULL), KT_ERR_UNSUPPORTED);
+    co.group_size = 128; /* does not divide the intermediate size 192 */
+    assert_int_equal(kt_convert(NULL, src, tmp_root, &co, NULL), KT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kt_last_error(), "192"));
     /* output path that is a file */
     snprintf(path, sizeof path, "%s/plainfile", tmp_root);
     f = fopen(path, "w");
@@ -169,7 +183,8 @@ static void test_resume_and_bad_input(void **state)
 
 /* Relative L2 distance of the prompt logits with converted experts from the
  * BF16 checkpoint's own (fast mode, same MoE backend). */
-static double logits_error(const char *model_rel, const char *weights, int *same_argmax)
+static double logits_error(const char *model_rel, const char *weights, uint32_t flags,
+                           int *same_argmax)
 {
     char dir[4096];
     path_of(dir, sizeof dir, model_rel);
@@ -183,6 +198,7 @@ static double logits_error(const char *model_rel, const char *weights, int *same
         kt_context_options o = KT_CONTEXT_OPTIONS_INIT;
         o.n_ctx = 64;
         o.n_threads = 1;
+        o.flags = flags;
         o.weight_path = pass ? weights : NULL;
         kt_context *ctx = NULL;
         kt_status st = kt_context_create(&ctx, NULL, m, &o);
@@ -225,22 +241,33 @@ static void test_round_trip(void **state)
         const char *model;
         int method;
         double max_err;
+        uint32_t group, flags;
     } cases[] = {
-        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT8, 0.02},
-        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.2},
-        {"fixtures/qwen3_moe_tiny", KT_METHOD_AMXINT8, 0.02},
-        {"fixtures/qwen3_moe_tiny", KT_METHOD_AMXINT4, 0.2},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT8, 0.02, 0, 0},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.2, 0, 0},
+        {"fixtures/qwen3_moe_tiny", KT_METHOD_AMXINT8, 0.02, 0, 0},
+        {"fixtures/qwen3_moe_tiny", KT_METHOD_AMXINT4, 0.2, 0, 0},
+        /* fast MoE precision: the int8-activation kernels (VNNI here, AMX tiles
+         * on AMX machines) against the BF16 checkpoint in the same mode */
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT8, 0.03, 0, KT_CONTEXT_F_MOE_BF16},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.25, 64, 0},
+        {"fixtures/deepseek_v3_tiny/bf16", KT_METHOD_AMXINT4, 0.25, 64, KT_CONTEXT_F_MOE_BF16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[64], out[4200];
         snprintf(name, sizeof name, "rt%zu", i);
         snprintf(out, sizeof out, "%s/%s", tmp_root, name);
         layer_log log = {0};
-        assert_int_equal(convert(cases[i].model, name, cases[i].method, 0, NULL, &log), KT_OK);
+        assert_int_equal(convert_g(cases[i].model, name, cases[i].method, cases[i].group, 0,
+                                   NULL, &log),
+                         KT_OK);
         int same = 0;
-        double err = logits_error(cases[i].model, out, &same);
-        printf("  %-32s %-7s logits relative error %.4f, argmax equal at %d/16 positions\n",
-               cases[i].model, kt_method_name((kt_method)cases[i].method), err, same);
+        double err = logits_error(cases[i].model, out, cases[i].flags, &same);
+        printf("  %-32s %-7s g%-3u %-4s logits relative error %.4f, argmax equal at %d/16 "
+               "positions\n",
+               cases[i].model, kt_method_name((kt_method)cases[i].method),
+               cases[i].method == KT_METHOD_AMXINT4 ? (cases[i].group ? cases[i].group : 32) : 0,
+               cases[i].flags ? "fast" : "", err, same);
         assert_true(err < cases[i].max_err);
     }
     /* converted from another model: refused with a message naming the directory */

@@ -34,7 +34,7 @@ static void usage(FILE *f)
             "                     a ggml type (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
             "                     IQ4_NL IQ4_XS BF16 F16 F32), ggml's reference quantizers; run\n"
             "                     with --kt-method LLAMAFILE --kt-weight-path FILE.gguf\n"
-            "  --group-size G     AMXINT4 inputs per scale (default and, for now, only 32)\n"
+            "  --group-size G     AMXINT4 inputs per scale: 32 (default), 64 or 128\n"
             "  --threads N        worker threads (default: physical cores)\n"
             "  --resume           keep layer files an earlier, interrupted run finished\n"
             "  --verify           read every written layer back and check its error\n"
