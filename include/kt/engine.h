@@ -124,6 +124,26 @@ KT_API void kt_context_free(kt_context *ctx);
 KT_API kt_status kt_context_eval(kt_context *ctx, const int32_t *tokens, size_t n_tokens,
                                  float *logits, uint32_t flags);
 
+/* Evaluates several contexts in one forward pass, for servers that run many
+ * sequences at once: context i takes n_tokens[i] >= 1 tokens (the spans are
+ * concatenated in `tokens`) at its own n_past and appends them to its own KV
+ * cache. The dense layers, the routers and the routed experts run once over
+ * all the tokens (one weight read per step for every running sequence);
+ * attention runs per context over its own cache. Writes the logits of each
+ * context's last token to logits[i * n_vocab ...] ([n_ctxs][n_vocab]; may be
+ * NULL). The contexts must be distinct, of the same model and precision,
+ * without a GPU runtime; the pass runs on ctxs[0]'s weights, MoE backend and
+ * workers (its expert statistics and route trace, if attached, see every
+ * token), so the others may be created with n_threads 1. Results equal
+ * separate kt_context_eval() calls up to summation order (identical in f32
+ * precision). One call is one pass: there is no n_batch chunking. A token
+ * outside the vocabulary, a duplicate or mismatched context is
+ * KT_ERR_INVALID_ARG (naming the index); a context that would pass its n_ctx
+ * is KT_ERR_LIMIT. On failure no context's n_past moves. Since 0.1. */
+KT_API kt_status kt_context_eval_multi(kt_context *const *ctxs, size_t n_ctxs,
+                                       const int32_t *tokens, const size_t *n_tokens,
+                                       float *logits);
+
 /* Forgets every cached position (n_past = 0). Since 0.1. */
 KT_API void kt_context_reset(kt_context *ctx);
 /* Keeps the first n_keep positions (n_keep >= n_past is a no-op). Since 0.1. */

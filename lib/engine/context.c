@@ -234,6 +234,65 @@ kt_status kt_context_eval(kt_context *ctx, const int32_t *tokens, size_t n_token
     return KT_OK;
 }
 
+kt_status kt_context_eval_multi(kt_context *const *ctxs, size_t n_ctxs, const int32_t *tokens,
+                                const size_t *n_tokens, float *logits)
+{
+    if (!ctxs || !n_ctxs || !tokens || !n_tokens)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval_multi: NULL argument or no "
+                         "contexts");
+    if (n_ctxs > (size_t)INT32_MAX)
+        return kt__error(KT_ERR_LIMIT, "kt_context_eval_multi: %zu contexts", n_ctxs);
+    const kt_context *c0 = ctxs[0];
+    size_t total = 0;
+    for (size_t i = 0; i < n_ctxs; i++) {
+        const kt_context *c = ctxs[i];
+        if (!c)
+            return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval_multi: context %zu is NULL",
+                             i);
+        if (c->model != c0->model || c->precision != c0->precision)
+            return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval_multi: context %zu is of "
+                             "another model or precision than context 0", i);
+        if (c->gpu && n_ctxs > 1)
+            return kt__error(KT_ERR_UNSUPPORTED, "kt_context_eval_multi: context %zu runs on "
+                             "a GPU; evaluate it on its own", i);
+        for (size_t j = 0; j < i; j++)
+            if (ctxs[j] == c)
+                return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval_multi: contexts %zu and "
+                                 "%zu are the same", j, i);
+        if (n_tokens[i] == 0)
+            return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval_multi: no tokens for "
+                             "context %zu", i);
+        if (n_tokens[i] > (size_t)(c->n_ctx - c->n_past))
+            return kt__error(KT_ERR_LIMIT, "context limit: context %zu has %d cached + %zu new "
+                             "tokens, more than its n_ctx %d", i, c->n_past, n_tokens[i],
+                             c->n_ctx);
+        for (size_t k = 0; k < n_tokens[i]; k++) {
+            int32_t tok = tokens[total + k];
+            if (tok < 0 || tok >= c0->hp.n_vocab)
+                return kt__error(KT_ERR_INVALID_ARG, "kt_context_eval_multi: token %d (context "
+                                 "%zu, index %zu) is outside the vocabulary (0..%d)", tok, i, k,
+                                 c0->hp.n_vocab - 1);
+        }
+        total += n_tokens[i];
+        if (total > (size_t)INT32_MAX / 2)
+            return kt__error(KT_ERR_LIMIT, "kt_context_eval_multi: too many tokens in one pass");
+    }
+    if (n_ctxs == 1)
+        return kt_context_eval(ctxs[0], tokens, n_tokens[0], logits, 0);
+    int32_t *nt = kt__malloc_array(n_ctxs, sizeof(int32_t));
+    if (!nt)
+        return KT_ERR_NOMEM;
+    for (size_t i = 0; i < n_ctxs; i++)
+        nt[i] = (int32_t)n_tokens[i];
+    kt_status st = kt__forward_multi(ctxs, (int32_t)n_ctxs, tokens, nt, logits);
+    kt__free(nt);
+    if (st < 0)
+        return st;
+    for (size_t i = 0; i < n_ctxs; i++)
+        ctxs[i]->n_past += (int32_t)n_tokens[i];
+    return KT_OK;
+}
+
 void kt_context_reset(kt_context *ctx)
 {
     if (ctx)

@@ -264,6 +264,11 @@ kt_status kt__route_observe(kt_context *ctx, int32_t layer, const int32_t *ids, 
  * all positions ([T][V]) or only the last ([V]) into `logits` (may be NULL). */
 kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
                       bool all_logits);
+/* One pass over n contexts' tokens (n_tokens[i] each, concatenated), each at
+ * its own n_past, on ctxs[0]'s weights, backend and workers; logits of each
+ * context's last token, [n][V] (may be NULL). Does not advance n_past. */
+kt_status kt__forward_multi(kt_context *const *ctxs, int32_t n, const int32_t *tokens,
+                            const int32_t *n_tokens, float *logits);
 
 /* lib/gpu: the forward on the context's GPU, and its teardown (NULL gpu: no-op). */
 typedef struct kt__gpu kt__gpu;

@@ -15,11 +15,21 @@
 /* Scratch from the context's arena (released per block, see scratch.c). */
 #define SCRATCH(n, size) kt__scratch_alloc(&ctx->scratch, (n), (size))
 
-/* Scratch buffers of one forward call. */
+/* The tokens [t0, t0 + n) of a call that belong to one context's sequence,
+ * at positions pos0..pos0+n-1 of that context's KV cache. */
+typedef struct fwd_group {
+    kt_context *c;
+    int32_t t0, n, pos0;
+} fwd_group;
+
+/* Scratch buffers of one forward call. ctx runs everything but attention
+ * (its weights, MoE backend, workers and scratch); attention runs per group. */
 typedef struct fwd {
     kt_context *ctx;
     const kt__hparams *hp;
-    int32_t T, pos0;
+    int32_t T;
+    const fwd_group *g;
+    int32_t n_g;
     float *x;      /* [T][H] residual stream           */
     float *xn;     /* [T][H] normed input of a block   */
     float *out;    /* [T][H] block output              */
@@ -59,13 +69,16 @@ static void rope_tables(fwd *f)
 {
     const kt__hparams *hp = f->hp;
     int32_t half = hp->rope_dim / 2;
-    for (int32_t t = 0; t < f->T; t++)
-        for (int32_t i = 0; i < half; i++) {
-            /* angle in f32 as the reference computes it: pos * inv_freq */
-            float ang = (float)(f->pos0 + t) * hp->inv_freq[i];
-            f->cosv[(size_t)t * half + i] = cosf(ang) * hp->rope_attn_factor;
-            f->sinv[(size_t)t * half + i] = sinf(ang) * hp->rope_attn_factor;
-        }
+    for (int32_t gi = 0; gi < f->n_g; gi++) {
+        const fwd_group *g = &f->g[gi];
+        for (int32_t t = g->t0; t < g->t0 + g->n; t++)
+            for (int32_t i = 0; i < half; i++) {
+                /* angle in f32 as the reference computes it: pos * inv_freq */
+                float ang = (float)(g->pos0 + t - g->t0) * hp->inv_freq[i];
+                f->cosv[(size_t)t * half + i] = cosf(ang) * hp->rope_attn_factor;
+                f->sinv[(size_t)t * half + i] = sinf(ang) * hp->rope_attn_factor;
+            }
+    }
 }
 
 /* Rotates the first rope_dim values of one head vector: NeoX halves (i, i+d/2)
@@ -114,15 +127,16 @@ typedef struct heads_job heads_job;
 struct heads_job {
     void (*fn)(const heads_job *j, int32_t h, float *ws);
     const fwd *f;
+    int32_t T, pos0;      /* one group's tokens and first position */
     int32_t l, n_workers;
     size_t ws_floats;
     float *ws;            /* [n_workers][ws_floats] */
-    const float *q;       /* [T][nh][qk]            */
+    const float *q;       /* [T][nh][qk] of the group */
     const float *K, *V;   /* GQA [P][kvdim]         */
     const float *C;       /* MLA [P][R + rope]      */
     const float *kvb;     /* MLA naive [P][nh][nope + v] */
     bool absorbed;
-    float *o;             /* [T][nh][v]             */
+    float *o;             /* [T][nh][v] of the group  */
 };
 
 static void heads_worker(void *arg, int tid)
@@ -138,7 +152,7 @@ static kt_status run_heads(kt_context *ctx, heads_job *j)
 {
     int32_t nh = ctx->hp.n_head;
     /* (query, key, head) triples; below ~64K the workers cost more than they save */
-    bool par = ctx->pool && nh > 1 && (int64_t)j->f->T * (j->f->pos0 + j->f->T) * nh >= 65536;
+    bool par = ctx->pool && nh > 1 && (int64_t)j->T * (j->pos0 + j->T) * nh >= 65536;
     j->n_workers = par ? kt__pool_n_threads(ctx->pool) : 1;
     j->ws = SCRATCH((size_t)j->n_workers * j->ws_floats, sizeof(float));
     if (!j->ws)
@@ -162,8 +176,8 @@ static void gqa_head(const heads_job *j, int32_t h, float *sc)
     int32_t nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
     int32_t qdim = nh * hd, kvdim = nkv * hd, kvh = h / (nh / nkv);
     int32_t window = hp->layer_sliding[j->l] ? hp->sliding_window : 0;
-    for (int32_t t = 0; t < f->T; t++) {
-        int32_t pos = f->pos0 + t;
+    for (int32_t t = 0; t < j->T; t++) {
+        int32_t pos = j->pos0 + t;
         int32_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
         int32_t n = pos + 1 - lo;
         const float *qh = j->q + (size_t)t * qdim + (size_t)h * hd;
@@ -188,11 +202,11 @@ static void mla_head(const heads_job *j, int32_t h, float *ws)
     const kt__layer *L = &f->ctx->w.layers[j->l];
     int32_t nh = hp->n_head, nope = hp->qk_nope, rd = hp->qk_rope, vd = hp->v_head;
     int32_t R = hp->kv_lora_rank, qk = nope + rd, row = R + rd, kvb_rows = nope + vd;
-    int32_t P = f->pos0 + f->T;
+    int32_t P = j->pos0 + j->T;
     float *sc = ws, *qt_abs = ws + P, *ot_abs = ws + P + R, *wrow = ws + P + 2 * (size_t)R;
     int32_t r0 = h * kvb_rows; /* this head's rows of kv_b: [nope + v][R] */
-    for (int32_t t = 0; t < f->T; t++) {
-        int32_t n = f->pos0 + t + 1;
+    for (int32_t t = 0; t < j->T; t++) {
+        int32_t n = j->pos0 + t + 1;
         const float *qh = j->q + ((size_t)t * nh + h) * qk, *qr = qh + nope;
         float *oh = j->o + ((size_t)t * nh + h) * vd;
         if (!j->absorbed) {
@@ -236,7 +250,7 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     const kt__hparams *hp = f->hp;
     const kt__layer *L = &ctx->w.layers[l];
     int32_t T = f->T, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
-    int32_t qdim = nh * hd, kvdim = nkv * hd, P = f->pos0 + T, half = hp->rope_dim / 2;
+    int32_t qdim = nh * hd, kvdim = nkv * hd, half = hp->rope_dim / 2;
     kt_status st = KT_OK;
     kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
 
@@ -244,11 +258,7 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     float *k = SCRATCH((size_t)T * kvdim, sizeof(float));
     float *v = SCRATCH((size_t)T * kvdim, sizeof(float));
     float *o = SCRATCH((size_t)T * qdim, sizeof(float));
-    float *kbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
-                                              : SCRATCH((size_t)P * kvdim, sizeof(float));
-    float *vbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
-                                              : SCRATCH((size_t)P * kvdim, sizeof(float));
-    if (!q || !k || !v || !o || (ctx->kv_type != KT_TYPE_F32 && (!kbuf || !vbuf))) {
+    if (!q || !k || !v || !o) {
         st = KT_ERR_NOMEM;
         goto done;
     }
@@ -258,32 +268,52 @@ static kt_status attn_gqa(fwd *f, int32_t l)
     kt__linear_par(ctx, f->xn, T, &L->wk, L->bk, k);
     kt__linear_par(ctx, f->xn, T, &L->wv, L->bv, v);
 
-    for (int32_t t = 0; t < T; t++) {
-        float *qt = q + (size_t)t * qdim, *kt = k + (size_t)t * kvdim;
-        if (hp->qk_norm == KT__QK_NORM_FULL) {
-            kt__rmsnorm(qt, qdim, L->q_norm, hp->rms_eps);
-            kt__rmsnorm(kt, kvdim, L->k_norm, hp->rms_eps);
-        } else if (hp->qk_norm == KT__QK_NORM_HEAD) {
-            for (int32_t h = 0; h < nh; h++)
-                kt__rmsnorm(qt + (size_t)h * hd, hd, L->q_norm, hp->rms_eps);
-            for (int32_t h = 0; h < nkv; h++)
-                kt__rmsnorm(kt + (size_t)h * hd, hd, L->k_norm, hp->rms_eps);
+    for (int32_t gi = 0; gi < f->n_g; gi++) {
+        const fwd_group *g = &f->g[gi];
+        for (int32_t t = g->t0; t < g->t0 + g->n; t++) {
+            float *qt = q + (size_t)t * qdim, *kt = k + (size_t)t * kvdim;
+            if (hp->qk_norm == KT__QK_NORM_FULL) {
+                kt__rmsnorm(qt, qdim, L->q_norm, hp->rms_eps);
+                kt__rmsnorm(kt, kvdim, L->k_norm, hp->rms_eps);
+            } else if (hp->qk_norm == KT__QK_NORM_HEAD) {
+                for (int32_t h = 0; h < nh; h++)
+                    kt__rmsnorm(qt + (size_t)h * hd, hd, L->q_norm, hp->rms_eps);
+                for (int32_t h = 0; h < nkv; h++)
+                    kt__rmsnorm(kt + (size_t)h * hd, hd, L->k_norm, hp->rms_eps);
+            }
+            const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
+            if (half > 0) {
+                for (int32_t h = 0; h < nh; h++)
+                    rope_apply(hp, qt + (size_t)h * hd, c, s);
+                for (int32_t h = 0; h < nkv; h++)
+                    rope_apply(hp, kt + (size_t)h * hd, c, s);
+            }
+            int32_t pos = g->pos0 + t - g->t0;
+            cache_store(g->c, g->c->k_cache[l], kvdim, pos, kt);
+            cache_store(g->c, g->c->v_cache[l], kvdim, pos, v + (size_t)t * kvdim);
         }
-        const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
-        if (half > 0) {
-            for (int32_t h = 0; h < nh; h++)
-                rope_apply(hp, qt + (size_t)h * hd, c, s);
-            for (int32_t h = 0; h < nkv; h++)
-                rope_apply(hp, kt + (size_t)h * hd, c, s);
-        }
-        cache_store(ctx, ctx->k_cache[l], kvdim, f->pos0 + t, kt);
-        cache_store(ctx, ctx->v_cache[l], kvdim, f->pos0 + t, v + (size_t)t * kvdim);
     }
-    const float *K = cache_f32(ctx, ctx->k_cache[l], kvdim, P, kbuf);
-    const float *V = cache_f32(ctx, ctx->v_cache[l], kvdim, P, vbuf);
-
-    heads_job hj = {gqa_head, f, l, 0, (size_t)P, NULL, q, K, V, NULL, NULL, false, o};
-    if ((st = run_heads(ctx, &hj)) < 0)
+    /* attention: each group over its own context's cache */
+    for (int32_t gi = 0; gi < f->n_g && st == KT_OK; gi++) {
+        const fwd_group *g = &f->g[gi];
+        int32_t P = g->pos0 + g->n;
+        kt__scratch_mark gm = kt__scratch_get_mark(&ctx->scratch);
+        bool f32 = g->c->kv_type == KT_TYPE_F32;
+        float *kbuf = f32 ? NULL : SCRATCH((size_t)P * kvdim, sizeof(float));
+        float *vbuf = f32 ? NULL : SCRATCH((size_t)P * kvdim, sizeof(float));
+        if (!f32 && (!kbuf || !vbuf)) {
+            st = KT_ERR_NOMEM;
+            break;
+        }
+        const float *K = cache_f32(g->c, g->c->k_cache[l], kvdim, P, kbuf);
+        const float *V = cache_f32(g->c, g->c->v_cache[l], kvdim, P, vbuf);
+        heads_job hj = {gqa_head, f, g->n, g->pos0, l, 0, (size_t)P, NULL,
+                        q + (size_t)g->t0 * qdim, K, V, NULL, NULL, false,
+                        o + (size_t)g->t0 * qdim};
+        st = run_heads(ctx, &hj);
+        kt__scratch_release(&ctx->scratch, gm);
+    }
+    if (st < 0)
         goto done;
     kt__linear_par(ctx, o, T, &L->wo, L->bo, f->out);
 done:
@@ -299,20 +329,17 @@ static kt_status attn_mla(fwd *f, int32_t l)
     kt_context *ctx = f->ctx;
     const kt__hparams *hp = f->hp;
     const kt__layer *L = &ctx->w.layers[l];
-    int32_t T = f->T, nh = hp->n_head, P = f->pos0 + T, half = hp->rope_dim / 2;
+    int32_t T = f->T, nh = hp->n_head, half = hp->rope_dim / 2;
     int32_t nope = hp->qk_nope, rd = hp->qk_rope, vd = hp->v_head, R = hp->kv_lora_rank;
     int32_t qk = nope + rd, row = R + rd, kvb_rows = nope + vd;
-    bool absorbed = ctx->mla_mode == 2 || (ctx->mla_mode == 0 && T == 1);
     kt_status st = KT_OK;
     kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
 
-    float *cq = NULL, *kvb = NULL;
+    float *cq = NULL;
     float *q = SCRATCH((size_t)T * nh * qk, sizeof(float));
     float *kva = SCRATCH((size_t)T * row, sizeof(float));
     float *o = SCRATCH((size_t)T * nh * vd, sizeof(float));
-    float *cbuf = ctx->kv_type == KT_TYPE_F32 ? NULL
-                                              : SCRATCH((size_t)P * row, sizeof(float));
-    if (!q || !kva || !o || (ctx->kv_type != KT_TYPE_F32 && !cbuf)) {
+    if (!q || !kva || !o) {
         st = KT_ERR_NOMEM;
         goto done;
     }
@@ -334,33 +361,51 @@ static kt_status attn_mla(fwd *f, int32_t l)
     }
     /* [c_kv | k_rope] = W_kva · x ; c_kv normed, k_rope rotated (one head) */
     kt__linear_par(ctx, f->xn, T, &L->wkv_a, NULL, kva);
-    for (int32_t t = 0; t < T; t++) {
-        float *r = kva + (size_t)t * row;
-        const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
-        kt__rmsnorm(r, R, L->kv_a_norm, hp->rms_eps);
-        rope_apply(hp, r + R, c, s);
-        for (int32_t h = 0; h < nh; h++)
-            rope_apply(hp, q + ((size_t)t * nh + h) * qk + nope, c, s);
-        cache_store(ctx, ctx->k_cache[l], row, f->pos0 + t, r);
-    }
-    const float *C = cache_f32(ctx, ctx->k_cache[l], row, P, cbuf);
-
-    if (!absorbed) {
-        /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ */
-        kvb = SCRATCH((size_t)P * nh * kvb_rows, sizeof(float));
-        float *ckv = SCRATCH((size_t)P * R, sizeof(float));
-        if (!kvb || !ckv) {
-            st = KT_ERR_NOMEM;
-            goto done;
+    for (int32_t gi = 0; gi < f->n_g; gi++) {
+        const fwd_group *g = &f->g[gi];
+        for (int32_t t = g->t0; t < g->t0 + g->n; t++) {
+            float *r = kva + (size_t)t * row;
+            const float *c = f->cosv + (size_t)t * half, *s = f->sinv + (size_t)t * half;
+            kt__rmsnorm(r, R, L->kv_a_norm, hp->rms_eps);
+            rope_apply(hp, r + R, c, s);
+            for (int32_t h = 0; h < nh; h++)
+                rope_apply(hp, q + ((size_t)t * nh + h) * qk + nope, c, s);
+            cache_store(g->c, g->c->k_cache[l], row, g->pos0 + t - g->t0, r);
         }
-        for (int32_t j = 0; j < P; j++)
-            memcpy(ckv + (size_t)j * R, C + (size_t)j * row, sizeof(float) * R);
-        kt__linear_par(ctx, ckv, P, &L->wkv_b, NULL, kvb);
     }
-
-    heads_job hj = {mla_head, f, l, 0, (size_t)P + 3 * (size_t)R, NULL, q, NULL, NULL, C,
-                    kvb, absorbed, o};
-    if ((st = run_heads(ctx, &hj)) < 0)
+    /* attention: each group over its own context's latent cache */
+    for (int32_t gi = 0; gi < f->n_g && st == KT_OK; gi++) {
+        const fwd_group *g = &f->g[gi];
+        int32_t P = g->pos0 + g->n;
+        bool absorbed = ctx->mla_mode == 2 || (ctx->mla_mode == 0 && g->n == 1);
+        kt__scratch_mark gm = kt__scratch_get_mark(&ctx->scratch);
+        float *cbuf = g->c->kv_type == KT_TYPE_F32 ? NULL
+                                                   : SCRATCH((size_t)P * row, sizeof(float));
+        if (g->c->kv_type != KT_TYPE_F32 && !cbuf) {
+            st = KT_ERR_NOMEM;
+            break;
+        }
+        const float *C = cache_f32(g->c, g->c->k_cache[l], row, P, cbuf);
+        float *kvb = NULL;
+        if (!absorbed) {
+            /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ */
+            kvb = SCRATCH((size_t)P * nh * kvb_rows, sizeof(float));
+            float *ckv = SCRATCH((size_t)P * R, sizeof(float));
+            if (!kvb || !ckv) {
+                st = KT_ERR_NOMEM;
+                break;
+            }
+            for (int32_t j = 0; j < P; j++)
+                memcpy(ckv + (size_t)j * R, C + (size_t)j * row, sizeof(float) * R);
+            kt__linear_par(ctx, ckv, P, &L->wkv_b, NULL, kvb);
+        }
+        heads_job hj = {mla_head, f, g->n, g->pos0, l, 0, (size_t)P + 3 * (size_t)R, NULL,
+                        q + (size_t)g->t0 * nh * qk, NULL, NULL, C, kvb, absorbed,
+                        o + (size_t)g->t0 * nh * vd};
+        st = run_heads(ctx, &hj);
+        kt__scratch_release(&ctx->scratch, gm);
+    }
+    if (st < 0)
         goto done;
     kt__linear_par(ctx, o, T, &L->wo, NULL, f->out);
 done:
@@ -598,14 +643,15 @@ static void embed_row(const kt__mat *E, int32_t tok, float *dst)
     }
 }
 
-kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
-                      bool all_logits)
+/* One pass over T tokens split into groups (one per context); logits of every
+ * token ([T][V]) or of each group's last token ([n_g][V]). */
+static kt_status forward_groups(kt_context *ctx, const fwd_group *groups, int32_t n_g,
+                                const int32_t *tokens, int32_t T, float *logits,
+                                bool all_logits)
 {
-    if (ctx->gpu)
-        return kt__gpu_forward(ctx, tokens, T, logits, all_logits);
     const kt__hparams *hp = &ctx->hp;
     int32_t H = hp->n_embd, half = hp->rope_dim / 2;
-    fwd f = {ctx, hp, T, ctx->n_past, NULL, NULL, NULL, NULL, NULL};
+    fwd f = {ctx, hp, T, groups, n_g, NULL, NULL, NULL, NULL, NULL};
     kt_status st = KT_OK;
     kt__scratch_reset(&ctx->scratch);
     f.x = SCRATCH((size_t)T * H, sizeof(float));
@@ -621,7 +667,9 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
     for (int32_t t = 0; t < T; t++)
         embed_row(&ctx->w.tok_embd, tokens[t], f.x + (size_t)t * H);
     /* test hook: [n_layer + 1][capture_total][H], this chunk at capture_off */
-    float *cap = ctx->capture_hidden ? ctx->capture_hidden + (size_t)ctx->capture_off * H : NULL;
+    float *cap = ctx->capture_hidden && n_g == 1
+                     ? ctx->capture_hidden + (size_t)ctx->capture_off * H
+                     : NULL;
     size_t cap_stride = (size_t)ctx->capture_total * H;
     if (cap)
         memcpy(cap, f.x, sizeof(float) * T * H);
@@ -658,13 +706,43 @@ kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *
                        hp->rms_eps);
     if (cap)
         memcpy(cap + (size_t)hp->n_layer * cap_stride, f.xn, sizeof(float) * T * H);
-    if (logits) {
-        if (all_logits)
-            kt__linear_par(ctx, f.xn, T, &ctx->w.lm_head, NULL, logits);
-        else
-            kt__linear_par(ctx, f.xn + (size_t)(T - 1) * H, 1, &ctx->w.lm_head, NULL, logits);
+    if (logits && all_logits) {
+        kt__linear_par(ctx, f.xn, T, &ctx->w.lm_head, NULL, logits);
+    } else if (logits) {
+        /* the last token of each group: [n_g][H] -> [n_g][V] */
+        float *last = f.out; /* free now; T >= n_g rows */
+        for (int32_t gi = 0; gi < n_g; gi++)
+            memcpy(last + (size_t)gi * H,
+                   f.xn + (size_t)(groups[gi].t0 + groups[gi].n - 1) * H, sizeof(float) * H);
+        kt__linear_par(ctx, last, n_g, &ctx->w.lm_head, NULL, logits);
     }
 done:
     kt__scratch_reset(&ctx->scratch);
+    return st;
+}
+
+kt_status kt__forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
+                      bool all_logits)
+{
+    if (ctx->gpu)
+        return kt__gpu_forward(ctx, tokens, T, logits, all_logits);
+    fwd_group g = {ctx, 0, T, ctx->n_past};
+    return forward_groups(ctx, &g, 1, tokens, T, logits, all_logits);
+}
+
+kt_status kt__forward_multi(kt_context *const *ctxs, int32_t n, const int32_t *tokens,
+                            const int32_t *n_tokens, float *logits)
+{
+    kt_context *ctx = ctxs[0];
+    fwd_group *g = kt__malloc_array((size_t)n, sizeof *g);
+    if (!g)
+        return KT_ERR_NOMEM;
+    int32_t T = 0;
+    for (int32_t i = 0; i < n; i++) {
+        g[i] = (fwd_group){ctxs[i], T, n_tokens[i], ctxs[i]->n_past};
+        T += n_tokens[i];
+    }
+    kt_status st = forward_groups(ctx, g, n, tokens, T, logits, false);
+    kt__free(g);
     return st;
 }

@@ -757,10 +757,103 @@ static void test_cli_perplexity(void **state)
     ref_free(&r);
 }
 
+/* kt_context_eval_multi: three contexts in one pass (a mixed step of prompts
+ * of 20, 35 and 5 tokens, then four decode steps) give each context's logits
+ * as separate kt_context_eval() calls do. */
+static void check_multi(const char *name, const char *variant, kt_precision prec)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_data r;
+    if (ref_load(&r, dir) < 0 || r.T < 48) {
+        skip();
+        return;
+    }
+    enum { NC = 3, STEPS = 4 };
+    const int32_t off[NC] = {0, 5, 30}, len[NC] = {20, 35, 5};
+    kt_model *model = NULL;
+    kt_context *one[NC], *many[NC];
+    assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 64;
+    co.precision = prec;
+    co.n_threads = 1;
+    for (int i = 0; i < NC; i++) {
+        assert_int_equal(kt_context_create(&one[i], NULL, model, &co), KT_OK);
+        assert_int_equal(kt_context_create(&many[i], NULL, model, &co), KT_OK);
+    }
+    int32_t V = r.V;
+    float *ref = malloc(sizeof(float) * NC * V), *got = malloc(sizeof(float) * NC * V);
+    int32_t toks[64];
+    size_t nt[NC];
+    float worst = 0.0f;
+    for (int step = 0; step <= STEPS; step++) {
+        size_t n = 0;
+        for (int i = 0; i < NC; i++) {
+            /* step 0: the prompts; then one token each (the next prompt ids) */
+            int32_t start = step == 0 ? off[i] : off[i] + len[i] + step - 1;
+            nt[i] = step == 0 ? (size_t)len[i] : 1;
+            memcpy(toks + n, r.prompt + start, sizeof(int32_t) * nt[i]);
+            assert_int_equal(kt_context_eval(one[i], toks + n, nt[i], ref + (size_t)i * V, 0),
+                             KT_OK);
+            n += nt[i];
+        }
+        assert_int_equal(kt_context_eval_multi(many, NC, toks, nt, got), KT_OK);
+        for (int i = 0; i < NC; i++)
+            assert_int_equal(kt_context_n_past(many[i]), kt_context_n_past(one[i]));
+        float d = max_abs_diff(got, ref, (size_t)NC * V);
+        worst = d > worst ? d : worst;
+    }
+    print_message("  %s/%s %s: eval_multi (3 contexts, a mixed step then %d decode steps) vs "
+                  "separate evals: max|diff| %.3g\n", name, variant ? variant : "bf16",
+                  prec == KT_PRECISION_F32 ? "f32" : "fast", STEPS, worst);
+    /* f32: the same kernels row by row; fast: oneDNN vs x2 kernels by token count */
+    assert_true(worst <= (prec == KT_PRECISION_F32 ? 1e-5f : 2e-3f));
+
+    /* bad input: nothing moves */
+    int32_t p0 = kt_context_n_past(many[0]);
+    kt_context *dup[2] = {many[0], many[0]};
+    size_t one_each[2] = {1, 1};
+    assert_int_equal(kt_context_eval_multi(dup, 2, toks, one_each, got), KT_ERR_INVALID_ARG);
+    kt_context *two[2] = {many[0], many[1]};
+    size_t zero[2] = {1, 0};
+    assert_int_equal(kt_context_eval_multi(two, 2, toks, zero, got), KT_ERR_INVALID_ARG);
+    int32_t bad[2] = {1, V};
+    assert_int_equal(kt_context_eval_multi(two, 2, bad, one_each, got), KT_ERR_INVALID_ARG);
+    size_t big[2] = {1, 64};
+    int32_t many_toks[65] = {0};
+    assert_int_equal(kt_context_eval_multi(two, 2, many_toks, big, got), KT_ERR_LIMIT);
+    assert_non_null(strstr(kt_last_error(), "context 1"));
+    assert_int_equal(kt_context_n_past(many[0]), p0);
+    assert_int_equal(kt_context_eval_multi(NULL, 2, toks, one_each, got), KT_ERR_INVALID_ARG);
+
+    for (int i = 0; i < NC; i++)
+        kt_context_free(one[i]), kt_context_free(many[i]);
+    free(ref), free(got);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
+static void test_multi_gqa(void **state)
+{
+    (void)state;
+    check_multi("qwen3_moe_tiny", NULL, KT_PRECISION_F32);
+    check_multi("qwen3_moe_tiny", NULL, KT_PRECISION_FAST);
+    check_multi("gpt_oss_tiny", NULL, KT_PRECISION_FAST); /* sinks, sliding window */
+}
+
+static void test_multi_mla(void **state)
+{
+    (void)state;
+    check_multi("deepseek_v3_tiny", "bf16", KT_PRECISION_F32);
+    check_multi("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_multi_gqa),
+        cmocka_unit_test(test_multi_mla),
         cmocka_unit_test(test_cli_generate),
         cmocka_unit_test(test_cli_perplexity),
         cmocka_unit_test(test_demo_model),
