@@ -20,6 +20,7 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "moe_kernels.h"
@@ -214,10 +215,13 @@ ALWAYS_INLINE void k_act(const kt_block_q8_K *y, __m512i a[4])
     }
 }
 
-/* out[r * 4 + m] = rows w[r] (nb Q4_K blocks) . tokens act[m] (Q8_K blocks). */
-ALWAYS_INLINE void q4k_tile(const int NR, const int MT, const kt_block_q4_K *const *w, int nb,
-                            const kt_block_q8_K *const *act, size_t ahead, float *out)
+/* out[r * 4 + m] = rows w[r] (nb Q4_K blocks; q5: Q5_K) . tokens act[m] (Q8_K blocks).
+ * Q5_K: the 5th bit of the code of input 32g + l is bit g of qh[l]. */
+ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uint8_t *const *w,
+                            int nb, const kt_block_q8_K *const *act, size_t ahead, float *out)
 {
+    const size_t bb = q5 ? sizeof(kt_block_q5_K) : sizeof(kt_block_q4_K);
+    const size_t oqs = q5 ? offsetof(kt_block_q5_K, qs) : offsetof(kt_block_q4_K, qs);
     __m512 acc[4][4];
     __m256 accm[4][4];
     #pragma GCC unroll 4
@@ -249,19 +253,38 @@ ALWAYS_INLINE void q4k_tile(const int NR, const int MT, const kt_block_q4_K *con
         __m128 dd[4];
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const kt_block_q4_K *x = w[r] + i;
+            /* d, dmin and scales lie at the same offsets in Q4_K and Q5_K */
+            const kt_block_q4_K *x = (const kt_block_q4_K *)(w[r] + i * bb);
             if (ahead) {
                 const char *p = (const char *)x + ahead;
                 _mm_prefetch(p, LF_HINT);
                 _mm_prefetch(p + 64, LF_HINT);
                 _mm_prefetch(p + 128, LF_HINT);
+                if (q5)
+                    _mm_prefetch(p + 175, LF_HINT);
             }
-            __m512i v0 = _mm512_loadu_si512((const void *)x->qs);
-            __m512i v1 = _mm512_loadu_si512((const void *)(x->qs + 64));
+            const uint8_t *qs = (const uint8_t *)x + oqs;
+            __m512i v0 = _mm512_loadu_si512((const void *)qs);
+            __m512i v1 = _mm512_loadu_si512((const void *)(qs + 64));
             q[r][0] = _mm512_and_si512(v0, low4);
             q[r][1] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), low4);
             q[r][2] = _mm512_and_si512(v1, low4);
             q[r][3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
+            if (q5) {
+                /* register h holds groups (h % 2) + 4 (h / 2) and that + 2 */
+                const __m256i qh = _mm256_loadu_si256(
+                    (const __m256i *)((const kt_block_q5_K *)(const void *)x)->qh);
+                const __m512i bit4 = _mm512_set1_epi8(16);
+                #pragma GCC unroll 4
+                for (int h = 0; h < 4; h++) {
+                    int g = (h % 2) + 4 * (h / 2);
+                    __m512i hb = _mm512_inserti64x4(
+                        _mm512_castsi256_si512(_mm256_srli_epi16(qh, g)),
+                        _mm256_srli_epi16(qh, g + 2), 1);
+                    q[r][h] = _mm512_or_si512(
+                        q[r][h], _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+                }
+            }
             uint64_t s8, m8;
             k4_scales(x->scales, &s8, &m8);
             __m512i sw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s8)));
@@ -312,21 +335,129 @@ ALWAYS_INLINE void q4k_tile(const int NR, const int MT, const kt_block_q4_K *con
         }
 }
 
-void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, int b1,
-                            const void *const *act, int M, float *C, int ldc)
+/* One token: 4 rows; more: 2 rows x up to 4 tokens. */
+#define K_CALL(FN, F)                                                                   \
+    do {                                                                                \
+        if (M == 1) {                                                                   \
+            FN(F, 4, 1, wr, nb, ar, ahead, t);                                          \
+        } else {                                                                        \
+            switch (mr) {                                                               \
+            case 1: FN(F, 2, 1, wr, nb, ar, ahead, t); break;                           \
+            case 2: FN(F, 2, 2, wr, nb, ar, ahead, t); break;                           \
+            case 3: FN(F, 2, 3, wr, nb, ar, ahead, t); break;                           \
+            default: FN(F, 2, 4, wr, nb, ar, ahead, t); break;                          \
+            }                                                                           \
+        }                                                                               \
+    } while (0)
+
+/* ---------------------------------------------------------------------------
+ * Q6_K x Q8_K. Per 256-input block and row, for each half h of 128 inputs:
+ * the 64 ql bytes' low nibbles with qh bits 0-1 / 2-3 are inputs 128h + 0..63
+ * in order, the high nibbles with bits 4-5 / 6-7 inputs 128h + 64..127, so
+ * the activation codes load as they are. Codes are 0..63 (value - 32):
+ *
+ *   T = sum_j sc_j (q . a)_j - 32 sum_j sc_j bsum_j   (16 groups of 16)
+ *   acc += float(T) d da
+ */
+ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
+                            const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                            size_t ahead, float *out)
+{
+    (void)unused;
+    __m512 acc[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            acc[r][m] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15), bits54 = _mm512_set1_epi8(0x30);
+    /* word w of register h (inputs 64h + 2w, +1) uses scale 4h + w / 8 */
+    __m512i widx[4];
+    #pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        uint16_t ix[32];
+        for (int k = 0; k < 32; k++)
+            ix[k] = (uint16_t)(4 * h + k / 8);
+        widx[h] = _mm512_loadu_si512((const void *)ix);
+    }
+    for (int i = 0; i < nb; i++) {
+        __m512i q[4][4], sc[4][4];
+        __m256i s16[4];
+        float dw[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const kt_block_q6_K *x = (const kt_block_q6_K *)(const void *)w[r] + i;
+            if (ahead) {
+                const char *p = (const char *)x + ahead;
+                _mm_prefetch(p, LF_HINT);
+                _mm_prefetch(p + 64, LF_HINT);
+                _mm_prefetch(p + 128, LF_HINT);
+                _mm_prefetch(p + 209, LF_HINT);
+            }
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m512i l = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+                __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
+                                                 _mm256_srli_epi16(qh, 2), 1);
+                __m512i h23 = _mm512_srli_epi16(h01, 4);
+                q[r][2 * h] = _mm512_or_si512(_mm512_and_si512(l, low4),
+                                              _mm512_and_si512(_mm512_slli_epi16(h01, 4), bits54));
+                q[r][2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4),
+                                                  _mm512_and_si512(_mm512_slli_epi16(h23, 4),
+                                                                   bits54));
+            }
+            s16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+            __m512i s512 = _mm512_castsi256_si512(s16[r]);
+            #pragma GCC unroll 4
+            for (int h = 0; h < 4; h++)
+                sc[r][h] = _mm512_permutexvar_epi16(widx[h], s512);
+            dw[r] = _cvtsh_ss(x->d);
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const kt_block_q8_K *y = act[m] + i;
+            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i t = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int h = 0; h < 4; h++)
+                    t = _mm512_dpwssd_epi32(
+                        t, _mm512_maddubs_epi16(q[r][h], _mm512_loadu_si512(y->qs + 64 * h)),
+                        sc[r][h]);
+                /* - 32 sum_j sc_j bsum_j, in 8 lanes */
+                __m256i mn = _mm256_madd_epi16(bs, s16[r]);
+                t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(mn, 5)));
+                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw[r] * y->d),
+                                            acc[r][m]);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+/* Rows of Q4_K / Q5_K / Q6_K blocks [b0, b1) against Q8_K tokens. */
+static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                   const void *const *act, int M, float *C, int ldc)
 {
     const kt_block_q8_K *const *a = (const kt_block_q8_K *const *)act;
     const int NR = M == 1 ? 4 : 2, nb = b1 - b0;
     const int dist = LF_DIST;
+    const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
     for (int n = n0; n < n0 + dist && n < n1; n++)
-        for (size_t c = 0; c < (size_t)nb * sizeof(kt_block_q4_K); c += 64)
-            _mm_prefetch((const char *)W + (size_t)n * wrow + (size_t)b0 * 144 + c, LF_HINT);
+        for (size_t c = 0; c < (size_t)nb * bb; c += 64)
+            _mm_prefetch((const char *)W + (size_t)n * wrow + (size_t)b0 * bb + c, LF_HINT);
     for (int n = n0; n < n1; n += NR) {
         int nr = n1 - n < NR ? n1 - n : NR;
-        const kt_block_q4_K *wr[4];
+        const uint8_t *wr[4];
         for (int r = 0; r < NR; r++)
-            wr[r] = (const kt_block_q4_K *)((const uint8_t *)W +
-                                            (size_t)(n + (r < nr ? r : nr - 1)) * wrow) + b0;
+            wr[r] = (const uint8_t *)W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow +
+                    (size_t)b0 * bb;
         for (int m = 0; m < M; m += 4) {
             int mr = M - m < 4 ? M - m : 4;
             size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
@@ -334,21 +465,23 @@ void kt__lf_gemm_q4k_avx512(const void *W, size_t wrow, int n0, int n1, int b0, 
             for (int i = 0; i < 4; i++)
                 ar[i] = a[m + (i < mr ? i : mr - 1)] + b0;
             float t[16];
-            if (M == 1) {
-                q4k_tile(4, 1, wr, nb, ar, ahead, t);
-            } else {
-                switch (mr) {
-                case 1: q4k_tile(2, 1, wr, nb, ar, ahead, t); break;
-                case 2: q4k_tile(2, 2, wr, nb, ar, ahead, t); break;
-                case 3: q4k_tile(2, 3, wr, nb, ar, ahead, t); break;
-                default: q4k_tile(2, 4, wr, nb, ar, ahead, t); break;
-                }
-            }
+            if (type == KT_TYPE_Q4_K)
+                K_CALL(q4k_tile, false);
+            else if (type == KT_TYPE_Q5_K)
+                K_CALL(q4k_tile, true);
+            else
+                K_CALL(q6k_tile, false);
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)
                     C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
         }
     }
+}
+
+void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                          const void *const *act, int M, float *C, int ldc)
+{
+    gemm_k(type, W, wrow, n0, n1, b0, b1, act, M, C, ldc);
 }
 
 /* ---------------------------------------------------------------------------

@@ -302,12 +302,13 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                                raw_rp(W->cols, W->type == KT_TYPE_Q4_0 ? 18 : 34), M, C, ldc);
         return;
     }
-    if (isa == KT_GGML_AVX512 && W->type == KT_TYPE_Q4_K && M <= 256) {
+    if (isa == KT_GGML_AVX512 && M <= 256 &&
+        (W->type == KT_TYPE_Q4_K || W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K)) {
         const void *act[256];
         for (int m = 0; m < M; m++)
             act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
                                  &absize);
-        kt__lf_gemm_q4k_avx512(W->w, wrow, n0, n1, k0 / 256, k1 / 256, act, M, C, ldc);
+        kt__lf_gemm_k_avx512(W->type, W->w, wrow, n0, n1, k0 / 256, k1 / 256, act, M, C, ldc);
         return;
     }
 #endif
