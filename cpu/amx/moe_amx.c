@@ -41,8 +41,10 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#define AMX_MIN_M 8   /* fewer tokens per expert: the AVX-512 path (default of
-                         min_m; KT_AMX_MIN_TOKENS overrides it, for measuring)  */
+#define AMX_MIN_M 8   /* BF16 tiles: fewer tokens per expert take the AVX-512 path */
+#define AMX_MIN_M8 2  /* INT8 tiles: the same (measured on the 16-core Xeon: INT8
+                         tiles beat VNNI from 2 tokens per expert on average);
+                         KT_AMX_MIN_TOKENS overrides both, for measuring     */
 #define KCH 512       /* inputs per chunk (multiple of 64)                     */
 #define MMAX 256      /* tokens per packed batch                                */
 #define NB 32         /* weight rows per tile block (two A tiles)               */
@@ -509,13 +511,35 @@ ALWAYS_INLINE __m128i q16(__m256i h, __m512 s)
     return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(f, s)));
 }
 
+/* Input orders of a packed 64-input step: as is, or as the INT4 decoder
+ * leaves the weights (low nibbles = even inputs first, then the odd ones)
+ * per 64 or per 32 inputs. */
+enum { PERM_NONE = 0, PERM_EO64 = 1, PERM_EO32 = 2 };
+
+static __m512i perm_index(int perm)
+{
+    uint8_t idx[64];
+    for (int j = 0; j < 64; j++) {
+        if (perm == PERM_EO64) {
+            idx[j] = (uint8_t)(j < 32 ? 2 * j : 2 * (j - 32) + 1);
+        } else {
+            int h = j / 32, i = j % 32;
+            idx[j] = (uint8_t)(32 * h + (i < 16 ? 2 * i : 2 * (i - 16) + 1));
+        }
+    }
+    return _mm512_loadu_si512(idx);
+}
+
 /* Quantize and pack tokens [m0, m0 + mn) x inputs [kb, kb + kn) into VNNI
  * int8 tiles: xpack[mb][kt][quad r][token c][4] = q[m0 + 16 mb + c][kb + 64 kt
- * + 4 r + j], kt_stride steps between token blocks; zero past the ends. */
+ * + p(4 r + j)], p the step's input order (perm), kt_stride steps between
+ * token blocks; zero past the ends. */
 static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
-                      int mn, int kb, int kn, const float *inv, uint8_t *xpack, int kt_stride)
+                      int mn, int kb, int kn, const float *inv, uint8_t *xpack, int kt_stride,
+                      int perm)
 {
     int kt_n = (kn + 63) / 64, mb_n = (mn + 15) / 16;
+    const __m512i pidx = perm ? perm_index(perm) : _mm512_setzero_si512();
     for (int mb = 0; mb < mb_n; mb++) {
         const uint16_t *src[16];
         __m512 s[16];
@@ -540,7 +564,8 @@ static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_
                 __m512i v = _mm512_castsi128_si512(q16(_mm512_castsi512_si256(a), s[c]));
                 v = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(a, 1), s[c]), 1);
                 v = _mm512_inserti32x4(v, q16(_mm512_castsi512_si256(b), s[c]), 2);
-                r[c] = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(b, 1), s[c]), 3);
+                v = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(b, 1), s[c]), 3);
+                r[c] = perm ? _mm512_permutexvar_epi8(pidx, v) : v;
             }
             transpose16(r);
             uint8_t *dst = xpack + ((size_t)mb * kt_stride + kt) * XSTEP;
@@ -622,67 +647,43 @@ static void tiles_i8_rows(const int8_t *w, size_t ldw, const uint8_t *xpack, siz
     }
 }
 
-/* facc[r][t] += tile[r][t] * gs[r * GMAX] for the 16 rows of an int32 tile. */
-ALWAYS_INLINE void fold_tile(const int32_t *ct, const float *gs, float *facc)
-{
-    for (int r = 0; r < 16; r++) {
-        __m512 v = _mm512_cvtepi32_ps(_mm512_load_si512(ct + r * 16));
-        float *a = facc + (size_t)r * MMAX;
-        _mm512_store_ps(a, _mm512_fmadd_ps(v, _mm512_set1_ps(gs[(size_t)r * GMAX]),
-                                           _mm512_load_ps(a)));
-    }
-}
-
-/* Decoded int8 rows (wdec, [NB][KCH]) x every packed token block, one group
- * of g inputs at a time (ks inputs per product), each group's int32 tiles
- * folded into facc with the group scales gsc[row][group]. */
+/* Decoded int8 rows (wdec, [NB][KCH]) x every packed token block, one C
+ * tile (16 rows x 16 tokens) at a time: each group of g inputs (ks inputs
+ * per product) gives an int32 tile, folded with the group scales
+ * gsc[row][group] into F32 sums held in registers, added to facc at the end:
+ *   facc[r][t] += sum_g gsc[r][g] * sum_{k in g} w[r][k] x[t][k] */
 static void tiles_i8_groups(int nr, const uint8_t *xk, size_t x_mb_stride, int mn, int kpad, int g,
                             int ks, const float *gsc, amx_scratch *s)
 {
     const int8_t *w = (const int8_t *)s->wdec;
-    int two_w = nr > 16, steps = g / ks;
     int32_t *ct = (int32_t *)s->ctile;
-    for (int mb = 0; mb < mn; mb += 32) {
-        int two_x = mn - mb > 16;
-        const uint8_t *x0 = xk + (size_t)(mb / 16) * x_mb_stride;
-        const uint8_t *x1 = x0 + x_mb_stride;
-        for (int gi = 0; gi * g < kpad; gi++) {
-            _tile_zero(TC00);
-            _tile_zero(TC01);
-            _tile_zero(TC10);
-            _tile_zero(TC11);
-            /* hot loop: one group, ks inputs per product */
-            for (int st = 0; st < steps && gi * g + st * ks < kpad; st++) {
-                int k = gi * g + st * ks;
-                size_t xo = (size_t)(k / 64) * XSTEP + (size_t)(k % 64) / 4 * 64;
-                _tile_loadd(TW0, w + k, KCH);
-                _tile_loadd(TX0, x0 + xo, 64);
-                _tile_dpbssd(TC00, TW0, TX0);
-                if (two_x) {
-                    _tile_loadd(TX1, x1 + xo, 64);
-                    _tile_dpbssd(TC01, TW0, TX1);
+    int steps = g / ks, n_groups = (kpad + g - 1) / g;
+    for (int rb = 0; rb < nr; rb += 16) {
+        const int8_t *wr = w + (size_t)rb * KCH;
+        const float *gr = gsc + (size_t)rb * GMAX;
+        for (int tb = 0; tb < mn; tb += 16) {
+            const uint8_t *x = xk + (size_t)(tb / 16) * x_mb_stride;
+            __m512 acc[16];
+            for (int r = 0; r < 16; r++)
+                acc[r] = _mm512_setzero_ps();
+            for (int gi = 0; gi < n_groups; gi++) {
+                _tile_zero(TC00);
+                /* hot loop: one group, ks inputs per product */
+                for (int st = 0; st < steps && gi * g + st * ks < kpad; st++) {
+                    int k = gi * g + st * ks;
+                    _tile_loadd(TW0, wr + k, KCH);
+                    _tile_loadd(TX0, x + (size_t)(k / 64) * XSTEP + (size_t)(k % 64) / 4 * 64, 64);
+                    _tile_dpbssd(TC00, TW0, TX0);
                 }
-                if (two_w) {
-                    _tile_loadd(TW1, w + 16 * KCH + k, KCH);
-                    _tile_dpbssd(TC10, TW1, TX0);
-                    if (two_x)
-                        _tile_dpbssd(TC11, TW1, TX1);
-                }
+                _tile_stored(TC00, ct, 64);
+                for (int r = 0; r < 16; r++)
+                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct + r * 16)),
+                                             _mm512_set1_ps(gr[(size_t)r * GMAX + gi]), acc[r]);
             }
-            _tile_stored(TC00, ct, 64);
-            fold_tile(ct, gsc + gi, s->facc + mb);
-            if (two_x) {
-                _tile_stored(TC01, ct, 64);
-                fold_tile(ct, gsc + gi, s->facc + mb + 16);
-            }
-            if (two_w) {
-                _tile_stored(TC10, ct, 64);
-                fold_tile(ct, gsc + 16 * GMAX + gi, s->facc + 16 * MMAX + mb);
-                if (two_x) {
-                    _tile_stored(TC11, ct, 64);
-                    fold_tile(ct, gsc + 16 * GMAX + gi, s->facc + 16 * MMAX + mb + 16);
-                }
-            }
+            float *fa = s->facc + (size_t)rb * MMAX + tb;
+            for (int r = 0; r < 16; r++)
+                _mm512_store_ps(fa + (size_t)r * MMAX,
+                                _mm512_add_ps(_mm512_load_ps(fa + (size_t)r * MMAX), acc[r]));
         }
     }
 }
@@ -711,14 +712,19 @@ static void decode_i8_rows(const kt__wmat *W, int n, int nr, int kc, int kn, int
 }
 
 /* INT4 nibbles (input 2b in the low bits of byte b, stored as v + 8) -> int8
- * v in input order; BF16 group scales (one per g inputs) -> F32. */
+ * v in the order the activations are packed with: per product of 64 inputs
+ * (g >= 64) the low nibbles of its 32 bytes (even inputs), then the high
+ * ones (PERM_EO64); per 32 (g = 32) the same within each 32 (PERM_EO32).
+ * BF16 group scales (one per g inputs) -> F32. */
 static void decode_i8_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad, int g,
                            int8_t *dst, float *gsc)
 {
     const uint8_t *w = W->w;
     const uint16_t *sc = W->scale;
     size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / (size_t)g;
-    const __m256i lo4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    const __m512i lo4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    /* 128-bit lanes [bytes 0-15, 16-31, 0-15 >> 4, 16-31 >> 4] -> lanes 0, 2, 1, 3 */
+    const int eo32 = g == 32;
     for (int r = 0; r < NB; r++) {
         int8_t *d = dst + (size_t)r * KCH;
         if (r >= nr) {
@@ -733,24 +739,19 @@ static void decode_i8_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int
             _mm_prefetch((const char *)row + KCH / 2 + l, _MM_HINT_T0);
         int k = 0;
         for (; k + 64 <= kn; k += 64) {
-            /* 32 bytes = 64 inputs: unpack interleaves within 128-bit lanes */
+            /* 32 bytes = 64 inputs: low nibbles, then high (per 32 for g = 32) */
             __m256i b = _mm256_loadu_si256((const __m256i *)(row + k / 2));
-            __m256i lo = _mm256_and_si256(b, lo4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), lo4);
-            __m256i u0 = _mm256_unpacklo_epi8(lo, hi), u1 = _mm256_unpackhi_epi8(lo, hi);
-            _mm256_storeu_si256((__m256i *)(d + k),
-                                _mm256_sub_epi8(_mm256_permute2x128_si256(u0, u1, 0x20), eight));
-            _mm256_storeu_si256((__m256i *)(d + k + 32),
-                                _mm256_sub_epi8(_mm256_permute2x128_si256(u0, u1, 0x31), eight));
+            __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
+            if (eo32)
+                v = _mm512_shuffle_i64x2(v, v, 0xD8);
+            _mm512_storeu_si512(d + k, _mm512_sub_epi8(_mm512_and_si512(v, lo4), eight));
         }
-        for (; k < kn; k += 32) {
+        if (k < kn) { /* 32 inputs left (g = 32) */
             __m128i b = _mm_loadu_si128((const __m128i *)(row + k / 2));
-            __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
-            __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
-            _mm_storeu_si128((__m128i *)(d + k),
-                             _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8)));
-            _mm_storeu_si128((__m128i *)(d + k + 16),
-                             _mm_sub_epi8(_mm_unpackhi_epi8(lo, hi), _mm_set1_epi8(8)));
+            __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+            v = _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+            _mm256_storeu_si256((__m256i *)(d + k), v);
+            k += 32;
         }
         if (kpad > kn)
             memset(d + kn, 0, (size_t)(kpad - kn));
@@ -765,7 +766,7 @@ static void decode_i8_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int
 static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1, const void *A,
                              size_t a_stride, const int32_t *r, int mfirst, int mn, float *Cm,
                              int ldc, int n_off, amx_scratch *s, size_t view, decode_i8_fn decode,
-                             int g, int whole_k, size_t x_mb_stride)
+                             int g, int whole_k, size_t x_mb_stride, int perm)
 {
     int ks = g == 32 ? 32 : 64;
     int mpad = (mn + 15) & ~15;
@@ -780,7 +781,8 @@ static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1, 
             if (whole_k)
                 xk += (size_t)((kc - k0) / 64) * XSTEP;
             else
-                pack_x_i8(A, a_stride, r, view, mfirst, mn, kc, kn, s->tinv, xpack, KCH / 64);
+                pack_x_i8(A, a_stride, r, view, mfirst, mn, kc, kn, s->tinv, xpack, KCH / 64,
+                          perm);
             decode(W, nb, nr, kc, kn, kpad, g, (int8_t *)s->wdec, s->gsc);
             tiles_i8_groups(nr, xk, x_mb_stride, mn, kpad, imin(g, kpad), ks, s->gsc, s);
         }
@@ -805,6 +807,7 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     int kt_all = kx_all / 64;
     int whole_k = kt_all <= KTMAX8;
     int in_place = !decode && (k1 - k0) % 64 == 0;
+    int perm = decode != decode_i8_int4 ? PERM_NONE : g == 32 ? PERM_EO32 : PERM_EO64;
     uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     uint8_t *xpack = (uint8_t *)s->xpack;
     for (int m0 = 0; m0 < M; m0 += MMAX) {
@@ -824,12 +827,13 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
         key.mn = mn;
         key.k0 = k0;
         key.kx = k1 - k0;
-        key.valid = 2; /* the int8 copy */
+        key.valid = 2 + perm; /* the int8 copy, in this input order */
         if (!whole_k || memcmp(&key, &s->key, sizeof key) != 0) {
             s->key.valid = 0;
             token_scales(A, a_stride, r, view, mfirst, mn, k0, k1 - k0, s->tscale, s->tinv);
             if (whole_k) {
-                pack_x_i8(A, a_stride, r, view, mfirst, mn, k0, k1 - k0, s->tinv, xpack, kt_all);
+                pack_x_i8(A, a_stride, r, view, mfirst, mn, k0, k1 - k0, s->tinv, xpack, kt_all,
+                          perm);
                 s->key = key;
             }
         }
@@ -844,18 +848,19 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
             if (nfull == n1)
                 continue;
             amx_rows_decoded(W, nfull, n1, k0, k1, A, a_stride, r, mfirst, mn, Cm, ldc, nfull - n0,
-                             s, view, decode_i8_rows, KCH, whole_k, x_mb_stride);
+                             s, view, decode_i8_rows, KCH, whole_k, x_mb_stride, perm);
             continue;
         }
         amx_rows_decoded(W, n0, n1, k0, k1, A, a_stride, r, mfirst, mn, Cm, ldc, 0, s, view,
-                         decode ? decode : decode_i8_rows, decode ? g : KCH, whole_k, x_mb_stride);
+                         decode ? decode : decode_i8_rows, decode ? g : KCH, whole_k, x_mb_stride,
+                         perm);
     }
 }
 
 /* ---- the three kernel sets ----------------------------------------------- */
 
 static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
-static int min_m = AMX_MIN_M;
+static int min_m = AMX_MIN_M, min_m8 = AMX_MIN_M8;
 static int int4_bf16_tiles; /* KT_AMX_INT4_TILES=bf16: INT4 on BF16 tiles (comparison) */
 
 static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -904,7 +909,7 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    if (M < min_m) {
+    if (M < min_m8) {
         avx512_int8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
                          (char *)scratch + sizeof(amx_scratch));
         return;
@@ -950,7 +955,7 @@ static void init_sets(void)
     init_e4m3_tables();
     const char *env = getenv("KT_AMX_MIN_TOKENS");
     if (env && atoi(env) >= 1)
-        min_m = atoi(env);
+        min_m = min_m8 = atoi(env);
     env = getenv("KT_AMX_INT4_TILES");
     int4_bf16_tiles = env && !strcmp(env, "bf16");
     k_bf16 = (kt__moe_kernels){"amx-bf16", avx512_bf16->act, avx512_bf16->quant, gemm_bf16,
