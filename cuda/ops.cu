@@ -20,6 +20,10 @@ struct kt__cuda_rt {
     cudaStream_t stream;
     cudaGraph_t graph;
     cudaGraphExec_t exec;
+    /* the host waits on this (blocking sync: a spinning host thread would take a
+     * core from the CPU experts' pinned workers, whose barriers then wait out
+     * scheduler time slices) */
+    cudaEvent_t done;
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
     cublasHandle_t blas;  /* NULL: every product runs on libkt's own kernels */
     uint16_t *xb;         /* activations split into BF16 hi and lo halves: [2][xb_elems] */
@@ -69,6 +73,12 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
         free(rt);
         return fail(err, err_size, "cudaStreamCreate", e);
     }
+    e = cudaEventCreateWithFlags(&rt->done, cudaEventBlockingSync | cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaStreamDestroy(rt->stream);
+        free(rt);
+        return fail(err, err_size, "cudaEventCreate", e);
+    }
     *out = rt;
     return 0;
 }
@@ -82,6 +92,7 @@ extern "C" void kt__cuda_rt_free(kt__cuda_rt *rt)
     kt__cuda_graph_drop(rt);
     if (rt->blas)
         cublasDestroy(rt->blas);
+    cudaEventDestroy(rt->done);
     cudaStreamDestroy(rt->stream);
     free(rt);
 }
@@ -154,7 +165,8 @@ extern "C" int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg)
 extern "C" int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size)
 {
     CK(cudaGetLastError(), "kernel launch");
-    CK(cudaStreamSynchronize(rt->stream), "cudaStreamSynchronize");
+    CK(cudaEventRecord(rt->done, rt->stream), "cudaEventRecord");
+    CK(cudaEventSynchronize(rt->done), "cudaEventSynchronize");
     return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "kt/gpu.h"
@@ -146,7 +147,20 @@ struct kt__gpu {
     char cb_err[256];
     bool use_graph, graph_ready, graph_failed, absorb, cublas;
     char err[512];
+    /* KT_GPU_TRACE=1: where the time goes, [0] decode steps, [1] larger chunks;
+     * logged when the runtime is freed */
+    bool trace;
+    int phase;
+    double tr_submit, tr_fwd[2], tr_cpu[2], tr_block[2];
+    int64_t tr_calls[2], tr_tokens[2], tr_layers[2];
 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ------------------------------------------------------------- memory --- */
 
@@ -454,6 +468,13 @@ static void gpu_destroy(kt__gpu *g)
 {
     if (!g)
         return;
+    for (int i = 0; g->trace && i < 2; i++)
+        if (g->tr_calls[i])
+            kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime trace: %s: %lld calls, %lld tokens, "
+                    "%.3f s; CPU experts %.3f s from submit to done over %lld layers, the "
+                    "stream blocked on them %.3f s", i ? "chunks" : "decode steps",
+                    (long long)g->tr_calls[i], (long long)g->tr_tokens[i], g->tr_fwd[i],
+                    g->tr_cpu[i], (long long)g->tr_layers[i], g->tr_block[i]);
     if (g->rt) {
         char err[64];
         kt__cuda_sync(g->rt, err, sizeof err);
@@ -560,6 +581,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     /* test hook: products of fewer tokens through cuBLAS and grouped experts */
     const char *mt = getenv("KT_GPU_GEMM_MIN_TOKENS");
     g->gemm_min_t = mt && atoi(mt) > 0 ? atoi(mt) : 16;
+    const char *tr = getenv("KT_GPU_TRACE");
+    g->trace = tr && *tr && strcmp(tr, "0");
     /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
     g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
     kt_status st = KT_OK;
@@ -665,6 +688,8 @@ static void submit_cpu(void *p)
     cb_arg *a = p;
     kt__gpu *g = a->g;
     kt_context *ctx = g->ctx;
+    if (g->trace)
+        g->tr_submit = now_s();
     kt_moe_io io = KT_MOE_IO_INIT;
     io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
     io.n_tokens = g->T_h;
@@ -684,9 +709,16 @@ static void wait_cpu(void *p)
 {
     cb_arg *a = p;
     kt__gpu *g = a->g;
+    double t0 = g->trace ? now_s() : 0;
     if (kt_moe_wait(g->ctx->moe, 0) < 0 && !g->cb_status) {
         snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
         g->cb_status = -1;
+    }
+    if (g->trace) {
+        double t1 = now_s();
+        g->tr_block[g->phase] += t1 - t0;
+        g->tr_cpu[g->phase] += t1 - g->tr_submit;
+        g->tr_layers[g->phase]++;
     }
 }
 
@@ -954,6 +986,8 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
     if (T > g->Tm)
         return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %d tokens exceed the chunk %d", T,
                          g->Tm);
+    double t_start = g->trace ? now_s() : 0;
+    g->phase = T > 1;
     memcpy(g->tok_h, tokens, sizeof(int32_t) * T);
     *g->pos_h = ctx->n_past;
     *g->T_h = T;
@@ -992,6 +1026,11 @@ finish:
                             sizeof(float) * (size_t)(all_logits ? T : 1) * ctx->hp.n_vocab);
     if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
         return cuda_error(g, "forward");
+    if (g->trace) {
+        g->tr_fwd[g->phase] += now_s() - t_start;
+        g->tr_calls[g->phase]++;
+        g->tr_tokens[g->phase] += T;
+    }
     if (g->cb_status)
         return kt__error(KT_ERR_IO, "GPU runtime: CPU experts: %s", g->cb_err);
     return KT_OK;

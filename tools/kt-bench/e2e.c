@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -282,10 +281,14 @@ static uint16_t bf16_of(float v)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/* work items: 8 MiB pieces of tensors, filled by a team of threads */
+/* work items: 8 MiB pieces of tensors, filled by a team of threads into their
+ * own buffers and written with pwrite (page faults on a shared mapping of
+ * tmpfs are several times slower) */
 typedef struct fill_job {
     const syn_list *l;
-    unsigned char *base; /* start of the data section */
+    int fd;
+    uint64_t base;       /* file offset of the data section */
+    atomic_int failed;
     size_t *piece_t;     /* tensor of each piece */
     uint64_t *piece_off; /* byte offset inside it */
     size_t n_pieces;
@@ -343,20 +346,35 @@ static void fill_piece(const syn_t *t, unsigned char *dst, uint64_t off, uint64_
 static void *fill_worker(void *arg)
 {
     fill_job *j = arg;
+    unsigned char *buf = malloc(PIECE);
+    if (!buf) {
+        atomic_store(&j->failed, 1);
+        return NULL;
+    }
     for (;;) {
         size_t i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n_pieces)
+        if (i >= j->n_pieces || atomic_load(&j->failed))
             break;
         const syn_t *t = &j->l->t[j->piece_t[i]];
         uint64_t off = j->piece_off[i], len = t->bytes - off < PIECE ? t->bytes - off : PIECE;
-        fill_piece(t, j->base + t->off + off, off, len,
+        fill_piece(t, buf, off, len,
                    0x9e3779b97f4a7c15ull * (i + 1) ^ (uint64_t)j->piece_t[i] << 20);
+        uint64_t done = 0;
+        while (done < len) {
+            ssize_t w = pwrite(j->fd, buf + done, (size_t)(len - done),
+                               (off_t)(j->base + t->off + off + done));
+            if (w <= 0) {
+                atomic_store(&j->failed, 1);
+                break;
+            }
+            done += (uint64_t)w;
+        }
     }
+    free(buf);
     return NULL;
 }
 
-/* DIR/config.json and DIR/model.safetensors; the data filled by `threads` threads
- * through a shared mapping (tmpfs: the pages are the file). */
+/* DIR/config.json and DIR/model.safetensors; the data filled by `threads` threads. */
 static bool write_checkpoint(const e2e_shape *s, int layers, const char *dir, int threads,
                              uint64_t *total)
 {
@@ -399,24 +417,18 @@ static bool write_checkpoint(const e2e_shape *s, int layers, const char *dir, in
     snprintf(path, sizeof path, "%.1000s/model.safetensors", dir);
     int fd = ok ? open(path, O_RDWR | O_CREAT | O_TRUNC, 0644) : -1;
     uint64_t size = 8 + hl + off;
-    unsigned char *map = NULL;
-    if (fd >= 0 && ftruncate(fd, (off_t)size) == 0) {
-        map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (map == MAP_FAILED)
-            map = NULL;
-    }
-    if (!map) {
-        if (ok)
-            fprintf(stderr, "kt-bench e2e: cannot write %s (%.1f GB): %s\n", path, size / 1e9,
-                    strerror(errno));
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    if (ok && (fd < 0 || ftruncate(fd, (off_t)size) != 0 || pwrite(fd, le, 8, 0) != 8 ||
+               pwrite(fd, hdr, hl, 8) != (ssize_t)hl)) {
+        fprintf(stderr, "kt-bench e2e: cannot write %s (%.1f GB): %s\n", path, size / 1e9,
+                strerror(errno));
         ok = false;
     }
     fill_job job;
     memset(&job, 0, sizeof job);
     if (ok) {
-        for (int i = 0; i < 8; i++)
-            map[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-        memcpy(map + 8, hdr, hl);
         size_t np = 0;
         for (size_t i = 0; i < l.n; i++)
             np += (size_t)((l.t[i].bytes + PIECE - 1) / PIECE);
@@ -426,8 +438,9 @@ static bool write_checkpoint(const e2e_shape *s, int layers, const char *dir, in
         for (size_t i = 0, k = 0; ok && i < l.n; i++)
             for (uint64_t o = 0; o < l.t[i].bytes; o += PIECE, k++)
                 job.piece_t[k] = i, job.piece_off[k] = o;
-        job.l = &l, job.base = map + 8 + hl, job.n_pieces = np;
+        job.l = &l, job.fd = fd, job.base = 8 + hl, job.n_pieces = np;
         atomic_init(&job.next, 0);
+        atomic_init(&job.failed, 0);
     }
     if (ok) {
         pthread_t th[256];
@@ -438,9 +451,11 @@ static bool write_checkpoint(const e2e_shape *s, int layers, const char *dir, in
         fill_worker(&job);
         for (int i = 0; i < started; i++)
             pthread_join(th[i], NULL);
+        if (atomic_load(&job.failed)) {
+            fprintf(stderr, "kt-bench e2e: writing %s failed: %s\n", path, strerror(errno));
+            ok = false;
+        }
     }
-    if (map)
-        munmap(map, size);
     if (fd >= 0)
         close(fd);
     free(job.piece_t);
@@ -526,12 +541,103 @@ typedef struct e2e_opts {
     int64_t budgets[8], prompts[4];
     int n_budgets, n_prompts;
     int64_t gen, batch, threads;
-    bool cpu_only;
-    double stream_gbs, cpu_tflops;
+    bool cpu_only, cpu_row;
+    double stream_gbs, cpu_tflops, t_start, time_limit;
     kt_gpu_limits gpu;
     bool have_gpu;
     bench_json *json;
 } e2e_opts;
+
+/* prefill of P tokens (fresh context), then `gen` greedy decode steps */
+static bool measure(kt_context *ctx, const int32_t *ids, int64_t P, int64_t gen, float *logits,
+                    double *t_pre, double *t_dec)
+{
+    int32_t V = kt_context_n_vocab(ctx);
+    kt_context_reset(ctx);
+    double t0 = bench_now();
+    if (kt_context_eval(ctx, ids, (size_t)P, logits, 0) < 0)
+        return false;
+    *t_pre = bench_now() - t0;
+    t0 = bench_now();
+    for (int64_t g = 0; g < gen; g++) {
+        int32_t tok = kt_argmax(logits, (size_t)V);
+        if (kt_context_eval(ctx, &tok, 1, logits, 0) < 0)
+            return false;
+    }
+    *t_dec = bench_now() - t0;
+    return true;
+}
+
+/* one row: the measured figures next to the rooflines of a run with share f of
+ * the experts on the GPU (gpu false: the CPU engine alone) */
+static void report(const char *name, const e2e_cost *c, const e2e_opts *o, bool gpu, double f,
+                   int gpu_experts, int64_t P, double t_pre, double t_dec)
+{
+    double pairs = (double)c->n_moe * c->k;
+    double ctx_len = (double)P + o->gen / 2.0;
+    double cpu_b = pairs * (1.0 - f) * c->expert_bytes;
+    double gpu_b = c->dense_bytes + pairs * f * c->expert_bytes + c->kv_bytes * ctx_len;
+    double hbm = o->gpu.hbm_gbs * 1e9, stream = o->stream_gbs * 1e9;
+    double dec_t = gpu ? MAXD(cpu_b / stream, gpu_b / hbm) : (cpu_b + gpu_b) / stream;
+    double dec_roof = dec_t > 0 ? 1.0 / dec_t : 0;
+    double attn = (double)P * (P + 1) / 2.0 * 2.0 * c->attn_dims;
+    double all_f = (double)P * (c->dense_flops + pairs * c->expert_flops) + attn;
+    double gpu_f = (double)P * (c->dense_flops + pairs * f * c->expert_flops) + attn;
+    double cpu_f = (double)P * pairs * (1.0 - f) * c->expert_flops;
+    double chunks = (double)((P + o->batch - 1) / o->batch);
+    double cpu_res = (double)c->n_moe * c->E * (1.0 - f) * c->expert_bytes;
+    double gt = o->gpu.bf16_tflops * 1e12, ct = o->cpu_tflops * 1e12;
+    double pre_t;
+    if (gpu)
+        pre_t = MAXD(gpu_f / gt, MAXD(ct > 0 ? cpu_f / ct : 0, chunks * cpu_res / stream));
+    else
+        pre_t = ct > 0 ? all_f / ct : 0;
+    double pre_roof = pre_t > 0 ? P / pre_t : 0;
+    double lw_t = gpu ? MAXD(all_f / gt, cpu_res / (o->gpu.h2d_gbs * 1e9)) : 0;
+    double lw_roof = lw_t > 0 ? P / lw_t : 0;
+    double pre_tps = P / t_pre, dec_tps = o->gen / t_dec;
+    char share[16];
+    if (gpu)
+        snprintf(share, sizeof share, "%5.0f%%", 100.0 * f);
+    else
+        snprintf(share, sizeof share, "%6s", "cpu");
+    printf("%-18s %6s %6lld %12.1f %10.1f %10.1f %12.2f %10.1f %8.3f %8.3f\n", name, share,
+           (long long)P, pre_tps, pre_roof, lw_roof, dec_tps, dec_roof, cpu_b / 1e9,
+           gpu ? gpu_b / 1e9 : 0.0);
+    fflush(stdout);
+    if (o->json)
+        json_row(o->json,
+                 "\"bench\":\"e2e\",\"model\":\"%s\",\"device\":\"%s\","
+                 "\"gpu_expert_share\":%.4f,\"gpu_experts\":%d,\"prompt\":%lld,"
+                 "\"prefill_tps\":%.3f,\"prefill_roofline_tps\":%.3f,"
+                 "\"layerwise_roofline_tps\":%.3f,\"gen\":%lld,\"decode_tps\":%.3f,"
+                 "\"decode_roofline_tps\":%.3f,\"cpu_bytes_per_token\":%.0f,"
+                 "\"gpu_bytes_per_token\":%.0f,\"batch\":%lld",
+                 name, gpu ? "cuda" : "cpu", f, gpu_experts, (long long)P, pre_tps, pre_roof,
+                 lw_roof, (long long)o->gen, dec_tps, dec_roof, cpu_b, gpu ? gpu_b : 0.0,
+                 (long long)o->batch);
+}
+
+static bool out_of_time(const e2e_opts *o, const char *what)
+{
+    if (o->time_limit <= 0 || bench_now() - o->t_start < o->time_limit)
+        return false;
+    printf("# --time-limit %.0f s reached: %s skipped\n", o->time_limit, what);
+    fflush(stdout);
+    return true;
+}
+
+static kt_context *open_context(kt_model *m, int64_t n_ctx, const e2e_opts *o)
+{
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = (int32_t)n_ctx;
+    co.n_batch = (int32_t)o->batch;
+    co.n_threads = (int32_t)o->threads;
+    kt_context *ctx = NULL;
+    if (kt_context_create(&ctx, NULL, m, &co) < 0)
+        return NULL;
+    return ctx;
+}
 
 static int bench_one(const char *name, const char *dir, const e2e_opts *o)
 {
@@ -546,25 +652,14 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
         kt_model_free(m);
         return 1;
     }
-    int64_t pmax = 0;
-    for (int i = 0; i < o->n_prompts; i++)
+    int64_t pmax = 0, pmin = INT64_MAX;
+    for (int i = 0; i < o->n_prompts; i++) {
         pmax = o->prompts[i] > pmax ? o->prompts[i] : pmax;
-    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
-    co.n_ctx = (int32_t)(pmax + o->gen + 8);
-    co.n_batch = (int32_t)o->batch;
-    co.n_threads = (int32_t)o->threads;
-    kt_context *ctx = NULL;
-    if (kt_context_create(&ctx, NULL, m, &co) < 0) {
-        fprintf(stderr, "kt-bench e2e: %s: %s\n", dir, kt_last_error());
-        kt_model_free(m);
-        return 1;
+        pmin = o->prompts[i] < pmin ? o->prompts[i] : pmin;
     }
-    int32_t V = kt_context_n_vocab(ctx);
+    int32_t V = (int32_t)0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)pmax);
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    uint64_t s = 12345;
-    for (int64_t i = 0; ids && i < pmax; i++)
-        ids[i] = (int32_t)(rng(&s) % (uint64_t)V);
+    float *logits = NULL;
     printf("# %s: %d MoE layers of %d experts (top-%d), %.1f MB an expert, dense %.2f GB a "
            "token, KV %.0f KB a position\n", name, c.n_moe, c.E, c.k, c.expert_bytes / 1e6,
            c.dense_bytes / 1e9, c.kv_bytes / 1e3);
@@ -573,11 +668,28 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
            "GPU GB/t");
     fflush(stdout);
     int rc = 0;
+    bool gpu = !o->cpu_only && o->have_gpu;
+    kt_context *ctx = open_context(m, pmax + o->gen + 8, o);
+    if (!ctx) {
+        fprintf(stderr, "kt-bench e2e: %s: %s\n", dir, kt_last_error());
+        free(ids);
+        free(logits);
+        kt_model_free(m);
+        return 1;
+    }
+    V = kt_context_n_vocab(ctx);
+    logits = realloc(logits, sizeof(float) * (size_t)V);
+    uint64_t s = 12345;
+    for (int64_t i = 0; ids && i < pmax; i++)
+        ids[i] = (int32_t)(rng(&s) % (uint64_t)V);
     for (int b = 0; b < o->n_budgets && ids && logits; b++) {
         double frac = (double)o->budgets[b] / 100.0;
-        bool gpu = !o->cpu_only && o->have_gpu;
         if (!gpu && o->budgets[b] > 0)
             continue;
+        char what[64];
+        snprintf(what, sizeof what, "budget %lld%%", (long long)o->budgets[b]);
+        if (out_of_time(o, what))
+            break;
         if (gpu) {
             kt_gpu_options go = KT_GPU_OPTIONS_INIT;
             go.expert_fraction = (float)frac;
@@ -593,8 +705,9 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
                    kt_context_gpu_bytes(ctx) / 1073741824.0, bench_now() - t0);
             fflush(stdout);
         }
-        double f = gpu && c.E ? (double)kt_context_gpu_experts(ctx) / c.E : 0.0;
-        if (gpu && o->budgets[b] > 0 && kt_context_gpu_experts(ctx) == 0) {
+        int ge = gpu ? kt_context_gpu_experts(ctx) : 0;
+        double f = c.E ? (double)ge / c.E : 0.0;
+        if (gpu && o->budgets[b] > 0 && ge == 0) {
             printf("# %lld%%: no expert on the GPU (this storage has no GPU kernel): skipped\n",
                    (long long)o->budgets[b]);
             continue;
@@ -609,75 +722,46 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
             break;
         }
         for (int p = 0; p < o->n_prompts; p++) {
-            int64_t P = o->prompts[p];
-            kt_context_reset(ctx);
-            double t0 = bench_now();
-            if (kt_context_eval(ctx, ids, (size_t)P, logits, 0) < 0) {
-                fprintf(stderr, "kt-bench e2e: %s: prefill %lld: %s\n", name, (long long)P,
-                        kt_last_error());
+            snprintf(what, sizeof what, "prompt %lld at %lld%%", (long long)o->prompts[p],
+                     (long long)o->budgets[b]);
+            if (out_of_time(o, what))
+                break;
+            double tp = 0, td = 0;
+            if (!measure(ctx, ids, o->prompts[p], o->gen, logits, &tp, &td)) {
+                fprintf(stderr, "kt-bench e2e: %s: prompt %lld: %s\n", name,
+                        (long long)o->prompts[p], kt_last_error());
                 rc = 1;
                 break;
             }
-            double t_pre = bench_now() - t0;
-            t0 = bench_now();
-            int64_t g = 0;
-            for (; g < o->gen; g++) {
-                int32_t tok = kt_argmax(logits, (size_t)V);
-                if (kt_context_eval(ctx, &tok, 1, logits, 0) < 0)
-                    break;
-            }
-            double t_dec = bench_now() - t0;
-            if (g < o->gen) {
-                fprintf(stderr, "kt-bench e2e: %s: decode: %s\n", name, kt_last_error());
-                rc = 1;
-                break;
-            }
-            /* rooflines */
-            double pairs = (double)c.n_moe * c.k;
-            double ctx_len = (double)P + o->gen / 2.0;
-            double cpu_b = pairs * (1.0 - f) * c.expert_bytes;
-            double gpu_b = c.dense_bytes + pairs * f * c.expert_bytes + c.kv_bytes * ctx_len;
-            double hbm = o->gpu.hbm_gbs * 1e9, stream = o->stream_gbs * 1e9;
-            double dec_t = gpu ? MAXD(cpu_b / stream, gpu_b / hbm)
-                               : (cpu_b + gpu_b) / stream;
-            double dec_roof = dec_t > 0 ? 1.0 / dec_t : 0;
-            double attn = (double)P * (P + 1) / 2.0 * 2.0 * c.attn_dims;
-            double all_f = (double)P * (c.dense_flops + pairs * c.expert_flops) + attn;
-            double gpu_f = (double)P * (c.dense_flops + pairs * f * c.expert_flops) + attn;
-            double cpu_f = (double)P * pairs * (1.0 - f) * c.expert_flops;
-            double chunks = (double)((P + o->batch - 1) / o->batch);
-            double cpu_res = (double)c.n_moe * c.E * (1.0 - f) * c.expert_bytes;
-            double gt = o->gpu.bf16_tflops * 1e12, ct = o->cpu_tflops * 1e12;
-            double pre_t;
-            if (gpu)
-                pre_t = MAXD(gpu_f / gt, MAXD(ct > 0 ? cpu_f / ct : 0, chunks * cpu_res /
-                                                                               stream));
-            else
-                pre_t = ct > 0 ? all_f / ct : 0;
-            double pre_roof = pre_t > 0 ? P / pre_t : 0;
-            double lw_t = gpu ? MAXD(all_f / gt, cpu_res / (o->gpu.h2d_gbs * 1e9)) : 0;
-            double lw_roof = lw_t > 0 ? P / lw_t : 0;
-            double pre_tps = P / t_pre, dec_tps = o->gen / t_dec;
-            printf("%-18s %5.0f%% %6lld %12.1f %10.1f %10.1f %12.2f %10.1f %8.3f %8.3f\n", name,
-                   100.0 * f, (long long)P, pre_tps, pre_roof, lw_roof, dec_tps, dec_roof,
-                   cpu_b / 1e9, gpu ? gpu_b / 1e9 : 0.0);
-            fflush(stdout);
-            if (o->json)
-                json_row(o->json,
-                         "\"bench\":\"e2e\",\"model\":\"%s\",\"device\":\"%s\","
-                         "\"gpu_expert_share\":%.4f,\"gpu_experts\":%d,\"prompt\":%lld,"
-                         "\"prefill_tps\":%.3f,\"prefill_roofline_tps\":%.3f,"
-                         "\"layerwise_roofline_tps\":%.3f,\"gen\":%lld,\"decode_tps\":%.3f,"
-                         "\"decode_roofline_tps\":%.3f,\"cpu_bytes_per_token\":%.0f,"
-                         "\"gpu_bytes_per_token\":%.0f,\"batch\":%lld",
-                         name, gpu ? "cuda" : "cpu", f, gpu ? kt_context_gpu_experts(ctx) : 0,
-                         (long long)P, pre_tps, pre_roof, lw_roof, (long long)o->gen, dec_tps,
-                         dec_roof, cpu_b, gpu ? gpu_b : 0.0, (long long)o->batch);
+            report(name, &c, o, gpu, f, ge, o->prompts[p], tp, td);
         }
+    }
+    kt_context_free(ctx);
+    /* the CPU engine alone, for reference: the shortest prompt only, after the GPU
+     * runs (the time limit skips it first) */
+    if (gpu && o->cpu_row && !out_of_time(o, "the CPU-only row")) {
+        kt_context *cctx = open_context(m, pmin + o->gen + 8, o);
+        double tp = 0, td = 0;
+        if (!cctx || !(logits = realloc(logits, sizeof(float) * kt_context_n_vocab(cctx)))) {
+            fprintf(stderr, "kt-bench e2e: %s: %s\n", dir, kt_last_error());
+            rc = 1;
+        } else {
+            uint64_t s = 12345;
+            V = kt_context_n_vocab(cctx);
+            for (int64_t i = 0; ids && i < pmax; i++)
+                ids[i] = (int32_t)(rng(&s) % (uint64_t)V);
+            if (kt_context_eval(cctx, ids, 16, logits, 0) < 0 ||
+                !measure(cctx, ids, pmin, o->gen, logits, &tp, &td)) {
+                fprintf(stderr, "kt-bench e2e: %s: CPU engine: %s\n", name, kt_last_error());
+                rc = 1;
+            } else {
+                report(name, &c, o, false, 0.0, 0, pmin, tp, td);
+            }
+        }
+        kt_context_free(cctx);
     }
     free(ids);
     free(logits);
-    kt_context_free(ctx);
     kt_model_free(m);
     return rc;
 }
@@ -707,6 +791,8 @@ static void usage(FILE *f)
             "  --dir DIR          where checkpoints are written, then removed\n"
             "                     (default /dev/shm; needs the model's size free)\n"
             "  --device cpu       the CPU engine only (budget 0)\n"
+            "  --no-cpu-row       skip the CPU-engine-alone reference row (shortest prompt)\n"
+            "  --time-limit S     start no measurement after S seconds (rows so far stand)\n"
             "  --threads N        CPU threads (default: physical cores)\n"
             "  --stream-size MIB  stream buffer (default 2048)\n"
             "  --json FILE        append result rows as JSON\n");
@@ -740,7 +826,8 @@ int cmd_e2e(int argc, char **argv)
     int64_t layers = 0, stream_mib = 2048;
     e2e_opts o;
     memset(&o, 0, sizeof o);
-    o.gen = 32, o.batch = 2048;
+    o.gen = 32, o.batch = 2048, o.cpu_row = true;
+    o.t_start = bench_now();
     int64_t defb[] = {0, 25, 50, 100}, defp[] = {2048, 8192};
     memcpy(o.budgets, defb, sizeof defb), o.n_budgets = 4;
     memcpy(o.prompts, defp, sizeof defp), o.n_prompts = 2;
@@ -793,6 +880,11 @@ int cmd_e2e(int argc, char **argv)
                 return 2;
         } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
             json_path = v;
+        } else if (!strcmp(argv[i], "--no-cpu-row")) {
+            o.cpu_row = false;
+        } else if (opt_match(argc, argv, &i, "--time-limit", true, &v, &bad)) {
+            if (!bad && !opt_parse_f64(BENCH_TOOL, "--time-limit", v, 1, 1e6, &o.time_limit))
+                return 2;
         } else {
             fprintf(stderr, "kt-bench e2e: unknown option '%s' (try --help)\n", argv[i]);
             return 2;
@@ -847,6 +939,8 @@ int cmd_e2e(int argc, char **argv)
             rc = 1;
             continue;
         }
+        if (out_of_time(&o, s->name))
+            break;
         char path[1024];
         snprintf(path, sizeof path, "%.900s/kt-e2e-%s-%d", dir, s->name, (int)getpid());
         double t0 = bench_now();
