@@ -1,5 +1,6 @@
 /* kt-serve's scheduler: one thread owns the model's contexts. Each step
- * decodes one token for every running request, then runs one prefill chunk
+ * decodes one token for every running request (all in one forward pass,
+ * kt_context_eval_multi), then runs one prefill chunk
  * of each request still reading its prompt, so new prompts never stall the
  * streams already running for more than a chunk. Every request has its own
  * kt_context (KV cache), sampler and detokenizer: nothing is shared between
@@ -38,6 +39,14 @@ struct sched {
     bool stopping, started;
     slot *slots;      /* [max_running], scheduler thread only */
     int32_t n_vocab;
+    /* one decode step of every running request in one forward pass
+     * (kt_context_eval_multi): [max_running] each, logits [max_running][n_vocab] */
+    slot **step_slot;
+    kt_context **step_ctx;
+    int32_t *step_tok;
+    size_t *step_n;
+    float *step_logits;
+    bool step_single; /* eval_multi unsupported (GPU contexts): one at a time */
 };
 
 double serve_now(void)
@@ -208,13 +217,15 @@ static bool append_text(job *j, const char *p, size_t n)
     return stopped;
 }
 
-static void slot_decode(sched *s, slot *sl)
+/* Samples and streams the slot's next token; true when the request goes on
+ * and *out (the token) must be evaluated in its context. */
+static bool slot_next(sched *s, slot *sl, int32_t *out)
 {
     job *j = sl->j;
     int32_t tok;
     if (kt_sampler_sample(sl->sampler, sl->logits, &tok) < 0) {
         slot_finish(s, sl, NULL, kt_last_error());
-        return;
+        return false;
     }
     kt_sampler_accept(sl->sampler, tok);
     pthread_mutex_lock(&j->lock);
@@ -223,25 +234,63 @@ static void slot_decode(sched *s, slot *sl)
     pthread_mutex_unlock(&j->lock);
     if (kt_context_is_eos(sl->ctx, tok) || stop_ids_has(&s->cfg.stops, tok)) {
         slot_finish(s, sl, "stop", NULL);
-        return;
+        return false;
     }
     sl->piece.size = 0;
     if (kt_detokenizer_feed(sl->detok, tok, &sl->piece) < 0) {
         slot_finish(s, sl, NULL, kt_last_error());
-        return;
+        return false;
     }
     if (append_text(j, sl->piece.ptr ? sl->piece.ptr : "", sl->piece.size)) {
         slot_finish(s, sl, "stop", NULL);
-        return;
+        return false;
     }
     if (j->n_generated >= j->max_tokens || kt_context_n_past(sl->ctx) >= s->cfg.n_ctx) {
         slot_finish(s, sl, "length", NULL);
-        return;
+        return false;
     }
+    *out = tok;
+    return true;
+}
+
+static void slot_eval(sched *s, slot *sl, int32_t tok)
+{
     if (kt_context_eval(sl->ctx, &tok, 1, sl->logits, 0) < 0)
         slot_finish(s, sl, NULL, kt_last_error());
     else
         cache_note(sl, &tok, 1);
+}
+
+/* One token for every request past its prompt: sampled per request, then
+ * evaluated for all of them in one forward pass (one weight read per step). */
+static void decode_step(sched *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->cfg.max_running; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->j && sl->prefilled == sl->j->n_prompt && slot_next(s, sl, &s->step_tok[n])) {
+            s->step_slot[n] = sl;
+            s->step_ctx[n] = sl->ctx;
+            s->step_n[n++] = 1;
+        }
+    }
+    if (n > 1 && !s->step_single) {
+        kt_status st = kt_context_eval_multi(s->step_ctx, (size_t)n, s->step_tok, s->step_n,
+                                             s->step_logits);
+        if (st == KT_OK) {
+            for (int k = 0; k < n; k++) {
+                memcpy(s->step_slot[k]->logits, s->step_logits + (size_t)k * s->n_vocab,
+                       sizeof(float) * (size_t)s->n_vocab);
+                cache_note(s->step_slot[k], &s->step_tok[k], 1);
+            }
+            return;
+        }
+        if (st == KT_ERR_UNSUPPORTED)
+            s->step_single = true;
+        /* else one at a time: the failing request ends with its own error */
+    }
+    for (int k = 0; k < n; k++)
+        slot_eval(s, s->step_slot[k], s->step_tok[k]);
 }
 
 static void slot_prefill(sched *s, slot *sl)
@@ -315,11 +364,7 @@ static void *sched_main(void *arg)
                 slot_finish(s, sl, "cancelled", NULL);
         }
         /* one decode step for every request past its prompt */
-        for (int i = 0; i < cap; i++) {
-            slot *sl = &s->slots[i];
-            if (sl->j && sl->prefilled == sl->j->n_prompt)
-                slot_decode(s, sl);
-        }
+        decode_step(s);
         /* then a prefill chunk for each request still reading its prompt */
         for (int i = 0; i < cap; i++) {
             slot *sl = &s->slots[i];
@@ -363,6 +408,16 @@ int sched_start(sched **out, kt_runtime *rt, const kt_model *model,
             sched_free(s);
             return -1;
         }
+    }
+    size_t cap = (size_t)cfg->max_running;
+    s->step_slot = calloc(cap, sizeof *s->step_slot);
+    s->step_ctx = calloc(cap, sizeof *s->step_ctx);
+    s->step_tok = calloc(cap, sizeof *s->step_tok);
+    s->step_n = calloc(cap, sizeof *s->step_n);
+    s->step_logits = malloc(sizeof(float) * cap * (size_t)s->n_vocab);
+    if (!s->step_slot || !s->step_ctx || !s->step_tok || !s->step_n || !s->step_logits) {
+        sched_free(s);
+        return -1;
     }
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         fprintf(stderr, "kt-serve: cannot start the scheduler thread\n");
@@ -454,5 +509,7 @@ void sched_free(sched *s)
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
     free(s->slots);
+    free(s->step_slot), free(s->step_ctx), free(s->step_tok), free(s->step_n);
+    free(s->step_logits);
     free(s);
 }
