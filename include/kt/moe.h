@@ -305,10 +305,15 @@ typedef struct kt_moe_info {
     const char *isa;          /* kernel path: "avx512-bf16", "avx2", "scalar", ...       */
     uint64_t expert_bytes;    /* bytes one expert's weights and scales occupy            */
     uint64_t workspace_bytes; /* host memory of the workspaces                            */
+    /* Several pools: each holds a copy of its slice of every expert, in memory
+     * of its NUMA node. Since 0.1. */
+    uint64_t pool_bytes;      /* bytes of those copies, all pools (0: one pool, in place) */
+    const char *pool_memory;  /* "in place" (one pool), "numa_alloc_onnode" (libnuma, more
+                                 than one node), "aligned" (one node: ordinary memory)   */
 } kt_moe_info;
 
 #define KT_MOE_INFO_INIT \
-    { (uint32_t)sizeof(kt_moe_info), 0, 0, 0, 0, 0u, 0u, 0u, 0u, 0u, NULL, 0u, 0u }
+    { (uint32_t)sizeof(kt_moe_info), 0, 0, 0, 0, 0u, 0u, 0u, 0u, 0u, NULL, 0u, 0u, 0u, NULL }
 
 /* Fills *info (up to info->struct_size bytes). Since 0.1. */
 KT_API kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info);

@@ -26,6 +26,9 @@
 #include "kt/moe.h"
 #include "kt_config.h"
 #include "kt_internal.h"
+#if KT_HAVE_NUMA
+#include <numa.h>
+#endif
 #include "core/threadpool.h"
 #include "moe_internal.h"
 #include "../../cpu/ref/ggml_quants.h"
@@ -40,6 +43,10 @@ typedef struct moe_layer {
     float *gate_bias, *up_bias;  /* [E][I] or NULL */
     float *down_bias;            /* [E][H] or NULL */
     uint16_t *owned;             /* transposed / de-interleaved copies */
+    /* [n_pools][E][3] what pool p reads of expert e: gate and up rows, down
+     * columns [pool_i0[p], pool_i0[p + 1]) with local indices (a copy in the
+     * pool's memory with several pools; the matrices in place with one) */
+    kt__wmat *view;
     _Atomic(const uint8_t *) mask;
 } moe_layer;
 
@@ -66,9 +73,12 @@ struct kt_moe_backend {
 
     moe_task tasks[KT_MOE_QUEUE_DEPTH];
 
-    size_t xrow, hrow;             /* activation row bytes for H and I */
+    size_t xrow, hrow;             /* activation row bytes for H and the largest I slice */
     uint8_t *xq;                   /* [max_t][xrow]                     */
-    uint8_t *hq;                   /* [max_t * max_k][hrow]             */
+    uint8_t *hq;                   /* [n_pools][max_t * max_k][hrow]: h of the pool's slice */
+    uint8_t *pool_mem[64];         /* per pool: its slices of every expert (several pools) */
+    size_t pool_bytes[64];
+    bool pool_numa;                /* pool_mem from numa_alloc_onnode (else aligned)    */
     float *acc;                    /* [n_pools][max_t][H]               */
     int32_t *cnt, *off, *cur;      /* [E], [E + 1], [E]                 */
     int32_t *active;               /* [E]                               */
@@ -413,8 +423,130 @@ static void free_layers(kt_moe_backend *moe)
         kt__free(L->up_bias);
         kt__free(L->down_bias);
         kt__free(L->owned);
+        kt__free(L->view);
     }
     kt__free(moe->layers);
+}
+
+/* ---------------------------------------------------------------------------
+ * NUMA pools: pool p owns rows / columns [pool_i0[p], pool_i0[p + 1]) of every
+ * expert's I; with several pools each slice is copied into memory bound to
+ * the pool's node (libnuma, when the machine has more than one node; aligned
+ * memory otherwise), by the pool's own workers.
+ */
+
+static void pool_mem_free(kt_moe_backend *moe, int p)
+{
+#if KT_HAVE_NUMA
+    if (moe->pool_numa) {
+        numa_free(moe->pool_mem[p], moe->pool_bytes[p]);
+        moe->pool_mem[p] = NULL;
+        return;
+    }
+#endif
+    kt__free_aligned(moe->pool_mem[p]);
+    moe->pool_mem[p] = NULL;
+}
+
+static bool numa_multi(void)
+{
+#if KT_HAVE_NUMA
+    return numa_available() >= 0 && numa_num_configured_nodes() > 1;
+#else
+    return false;
+#endif
+}
+
+/* The three slices of expert e of layer L for pool p: gate, up [r][H], down [H][r]. */
+static size_t slice_bytes(const kt_moe_backend *moe, const moe_layer *L, int e, int p)
+{
+    int m = moe->d.method, i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
+    if (!L->gate[e].w)
+        return 0;
+    kt__wmat up = L->up[e].w ? L->up[e] : L->gate[e];
+    return kt__moe_slice_bytes(m, &L->gate[e], i0, i1, 0, moe->H) +
+           kt__moe_slice_bytes(m, &up, i0, i1, 0, moe->H) +
+           kt__moe_slice_bytes(m, &L->down[e], 0, moe->H, i0, i1);
+}
+
+typedef struct slice_job {
+    kt_moe_backend *moe;
+    size_t *offsets;   /* [n_pools][n_layers * E]: where each expert's slices go */
+} slice_job;
+
+/* Worker tid of pool p copies every count-th expert of every layer. */
+static void copy_slices(void *ctx, int tid)
+{
+    slice_job *job = ctx;
+    kt_moe_backend *moe = job->moe;
+    int p = kt__pool_pool_of(moe->pool, tid);
+    int first = kt__pool_first(moe->pool, p), count = kt__pool_count(moe->pool, p);
+    int E = moe->E, m = moe->d.method, i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
+    size_t n = (size_t)moe->n_layers * E;
+    for (size_t i = (size_t)(tid - first); i < n; i += (size_t)count) {
+        moe_layer *L = &moe->layers[i / (size_t)E];
+        int e = (int)(i % (size_t)E);
+        kt__wmat *v = L->view + ((size_t)p * E + e) * 3;
+        if (!L->gate[e].w)
+            continue;
+        uint8_t *dst = moe->pool_mem[p] + job->offsets[(size_t)p * n + i];
+        kt__wmat up = L->up[e].w ? L->up[e] : L->gate[e];
+        v[0] = kt__moe_slice_copy(m, &L->gate[e], i0, i1, 0, moe->H, dst);
+        dst += kt__moe_slice_bytes(m, &L->gate[e], i0, i1, 0, moe->H);
+        v[1] = kt__moe_slice_copy(m, &up, i0, i1, 0, moe->H, dst);
+        dst += kt__moe_slice_bytes(m, &up, i0, i1, 0, moe->H);
+        v[2] = kt__moe_slice_copy(m, &L->down[e], 0, moe->H, i0, i1, dst);
+    }
+}
+
+/* Views of every layer for every pool: the matrices themselves (one pool)
+ * or copies of the pool's slices in its node's memory. */
+static kt_status make_pool_views(kt_moe_backend *moe)
+{
+    int E = moe->E, P = moe->n_pools;
+    for (uint32_t l = 0; l < moe->n_layers; l++) {
+        moe_layer *L = &moe->layers[l];
+        L->view = kt__calloc((size_t)P * E * 3, sizeof(kt__wmat));
+        if (!L->view)
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for pool views");
+        for (int e = 0; e < E && P == 1; e++) {
+            L->view[3 * e] = L->gate[e];
+            L->view[3 * e + 1] = L->up[e];
+            L->view[3 * e + 2] = L->down[e];
+        }
+    }
+    if (P == 1)
+        return KT_OK;
+    size_t n = (size_t)moe->n_layers * E;
+    size_t *offsets = kt__malloc_array((size_t)P * n, sizeof(size_t));
+    if (!offsets)
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory for pool slices");
+    moe->pool_numa = numa_multi();
+    for (int p = 0; p < P; p++) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++) {
+            offsets[(size_t)p * n + i] = total;
+            total += slice_bytes(moe, &moe->layers[i / (size_t)E], (int)(i % (size_t)E), p);
+        }
+        moe->pool_bytes[p] = total ? total : 64;
+        int node = kt__pool_node(moe->pool, p);
+#if KT_HAVE_NUMA
+        if (moe->pool_numa)
+            moe->pool_mem[p] = numa_alloc_onnode(moe->pool_bytes[p], node >= 0 ? node : 0);
+        else
+#endif
+            moe->pool_mem[p] = kt__malloc_aligned(moe->pool_bytes[p], 4096);
+        if (!moe->pool_mem[p]) {
+            kt__free(offsets);
+            return kt__error(KT_ERR_NOMEM,
+                             "moe: out of memory for pool %d's expert slices (%zu MiB, node %d)",
+                             p, moe->pool_bytes[p] >> 20, node);
+        }
+    }
+    slice_job job = {moe, offsets};
+    kt__pool_run(moe->pool, copy_slices, &job);
+    kt__free(offsets);
+    return KT_OK;
 }
 
 void kt_moe_backend_free(kt_moe_backend *moe)
@@ -426,6 +558,9 @@ void kt_moe_backend_free(kt_moe_backend *moe)
     kt__free(moe->layer_map);
     kt__free_aligned(moe->xq);
     kt__free_aligned(moe->hq);
+    for (int p = 0; p < 64; p++)
+        if (moe->pool_mem[p])
+            pool_mem_free(moe, p);
     kt__free_aligned(moe->acc);
     kt__free_aligned(moe->scratch);
     kt__free(moe->cnt);
@@ -595,16 +730,25 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->pool_i0[p] = (int)b;
     }
 
+    if ((st = make_pool_views(moe)) < 0) {
+        kt_moe_backend_free(moe);
+        return st;
+    }
+
     int H = moe->H, I = moe->I, E = moe->E, T = moe->max_t, K = moe->max_k;
     size_t pairs = (size_t)T * K;
+    int widest = 1;
+    for (int p = 0; p < moe->n_pools; p++)
+        if (moe->pool_i0[p + 1] - moe->pool_i0[p] > widest)
+            widest = moe->pool_i0[p + 1] - moe->pool_i0[p];
     moe->xrow = kt__moe_act_row_bytes(moe->kern->act, H);
-    moe->hrow = kt__moe_act_row_bytes(moe->kern->act, I);
+    moe->hrow = kt__moe_act_row_bytes(moe->kern->act, widest);
     size_t rb = 64; /* tiles [MCH][64], or fewer tokens of wider items */
     moe->scratch_stride = ((size_t)(((H > I ? H : I) + 15) & ~15) * 4 /* f32 row      */
                            + (size_t)3 * MCH * rb * 4         /* gate, up, down tiles */
                            + moe->kern->scratch_bytes + 255) & ~(size_t)63;
     moe->xq = alloc_ws(moe, (size_t)T * moe->xrow);
-    moe->hq = alloc_ws(moe, pairs * moe->hrow);
+    moe->hq = alloc_ws(moe, (size_t)moe->n_pools * pairs * moe->hrow);
     moe->acc = alloc_ws(moe, (size_t)moe->n_pools * T * H * sizeof(float));
     moe->scratch = alloc_ws(moe, (size_t)moe->nth * moe->scratch_stride);
     moe->cnt = kt__calloc((size_t)E, sizeof(int32_t));
@@ -697,6 +841,10 @@ kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
             }
     }
     i.workspace_bytes = moe->workspace_bytes;
+    for (int p = 0; p < moe->n_pools && moe->n_pools > 1; p++)
+        i.pool_bytes += moe->pool_bytes[p];
+    i.pool_memory = moe->n_pools == 1 ? "in place" : moe->pool_numa ? "numa_alloc_onnode"
+                                                                    : "aligned";
     size_t n = info->struct_size < sizeof i ? info->struct_size : sizeof i;
     uint32_t caller_size = info->struct_size;
     memcpy(info, &i, n);
@@ -868,6 +1016,8 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     void *kscr = cg + 3 * MCH * 64;
     int I = moe->I;
     bool oai = moe->d.act == KT_MOE_ACT_SWIGLU_OAI;
+    size_t pairs = (size_t)moe->max_t * moe->max_k;
+    uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;    /* this pool's h slices */
     for (;;) {
         int it = atomic_fetch_add(&moe->item1[p], 1);
         if (it >= n_items)
@@ -878,13 +1028,14 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         int base = moe->off[e], cnt = moe->off[e + 1] - base;
         const float *gb = L->gate_bias ? L->gate_bias + (size_t)e * I : NULL;
         const float *ub = L->up_bias ? L->up_bias + (size_t)e * I : NULL;
+        const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3; /* rows from i0 */
         for (int mc = 0; mc < cnt; mc += mch) {
             int M = cnt - mc < mch ? cnt - mc : mch;
             const int32_t *rows = moe->pair_tok + base + mc;
-            moe->kern->gemm(&L->gate[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cg, rb,
-                            kscr);
-            moe->kern->gemm(&L->up[e], n0, n1, 0, moe->H, moe->xq, moe->xrow, rows, M, cu, rb,
-                            kscr);
+            moe->kern->gemm(&v[0], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows, M, cg,
+                            rb, kscr);
+            moe->kern->gemm(&v[1], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows, M, cu,
+                            rb, kscr);
             for (int m = 0; m < M; m++) {
                 const float *g = cg + (size_t)m * rb, *u = cu + (size_t)m * rb;
                 if (!oai) {
@@ -902,7 +1053,9 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                         hf[n0 + n] = (uv + 1.0f) * gv / (1.0f + expf(-moe->alpha * gv));
                     }
                 }
-                moe->kern->quant(hf, n0, n1, I, moe->hq + (size_t)(base + mc + m) * moe->hrow);
+                /* h of the slice, indices from i0 */
+                moe->kern->quant(hf + i0, n0 - i0, n1 - i0, i1 - i0,
+                                 hq + (size_t)(base + mc + m) * moe->hrow);
             }
         }
     }
@@ -936,6 +1089,8 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     void *kscr = tile_base(moe, scr) + 3 * MCH * 64;
     float *acc = moe->acc + (size_t)p * moe->max_t * H;
     bool single = moe->n_pools == 1;
+    size_t pairs = (size_t)moe->max_t * moe->max_k;
+    const uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;
     for (;;) {
         int it = atomic_fetch_add(&moe->item2[p], 1);
         if (it >= n_items)
@@ -950,9 +1105,10 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                 const float *db = (L->down_bias && p == 0) ? L->down_bias + (size_t)e * H : NULL;
                 for (int mc = 0; mc < cnt; mc += mch) {
                     int M = cnt - mc < mch ? cnt - mc : mch;
-                    moe->kern->gemm(&L->down[e], n0, n1, k0, k1,
-                                    moe->hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
-                                    cd, rb, kscr);
+                    /* the pool's down columns [k0, k1) as [0, k1 - k0) */
+                    const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3;
+                    moe->kern->gemm(&v[2], n0, n1, 0, k1 - k0, hq + (size_t)(base + mc) * moe->hrow,
+                                    moe->hrow, NULL, M, cd, rb, kscr);
                     /* acc[t] += w * (down h + bias) */
                     for (int m = 0; m < M; m++) {
                         float w = moe->pair_w[base + mc + m];

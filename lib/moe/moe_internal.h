@@ -16,6 +16,16 @@ const kt__moe_kernels *kt__moe_pick_kernels_precise(int method);
 /* AMXINT4 with groups of 64 or 128; precise: F32 activations. */
 const kt__moe_kernels *kt__moe_pick_int4g(bool precise);
 
+/* NUMA pool slices (lib/moe/slices.c) of a matrix W of a method: bytes of a
+ * copy of rows [r0, r1) x columns [c0, c1) (weights, then scales, each 64-byte
+ * aligned; 0 for an absent matrix or an empty slice), and the copy itself into
+ * dst, returned as a matrix of r1 - r0 rows and c1 - c0 columns. Bounds are
+ * multiples of the method's blocks (FP8 128; INT4 the group; LLAMAFILE the
+ * ggml block) or the matrix's ends. */
+size_t kt__moe_slice_bytes(int method, const kt__wmat *W, int r0, int r1, int c0, int c1);
+kt__wmat kt__moe_slice_copy(int method, const kt__wmat *W, int r0, int r1, int c0, int c1,
+                            void *dst);
+
 /* Test hook: caps the ISA bits backends created afterwards may use
  * (process-wide; ~0 = no cap). */
 void kt__moe_set_isa_cap(uint64_t cap);

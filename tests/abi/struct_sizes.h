@@ -32,7 +32,7 @@ KT_ABI_TAGGED(kt_moe_desc, 44)
 KT_ABI_TAGGED(kt_moe_layer_weights, 96)
 KT_ABI_TAGGED(kt_moe_options, 28)
 KT_ABI_TAGGED(kt_moe_io, 56)
-KT_ABI_TAGGED(kt_moe_info, 64)
+KT_ABI_TAGGED(kt_moe_info, 80)
 KT_ABI_TAGGED(kt_router_params, 40)
 /* kt/placement.h */
 KT_ABI_TAGGED(kt_placement_options, 64)

@@ -32,6 +32,7 @@
 #include "core/threadpool.h"
 #include "moe/moe_internal.h"
 #include "moe_test_util.h"
+#include "../../cpu/ref/ggml_quants.h"
 
 /* ---------------------------------------------------------------------------
  * Synthetic layers
@@ -381,6 +382,168 @@ static void test_syn_pools(void **state)
     (void)state;
     syn_method(KT_METHOD_BF16, 96, 320, 2);
     syn_method(KT_METHOD_RAWINT4, 64, 256, 2);
+}
+
+/* One expert matrix [rows][cols] of every method the backend runs (random),
+ * for the pool test: BF16 / FP8 / RAWINT4 as above, AMXINT4 (RAWINT4's layout),
+ * AMXINT8 (int8, F32 scale per row), LLAMAFILE (ggml blocks of `type`). */
+static void pool_matrix(int method, int type, int rows, int cols, void **w, void **s)
+{
+    float *f = NULL;
+    if (method == KT_METHOD_AMXINT8) {
+        int8_t *q = malloc((size_t)rows * cols);
+        float *sc = malloc((size_t)rows * sizeof(float));
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            q[i] = (int8_t)((int)(tst_rand() % 255u) - 127);
+        for (int r = 0; r < rows; r++)
+            sc[r] = 0.0005f * (1.5f + tst_uniform());
+        *w = q;
+        *s = sc;
+    } else if (method == KT_METHOD_LLAMAFILE) {
+        const kt_ggml_traits *tr = kt__ggml_traits((kt_type)type);
+        size_t rb = kt__ggml_row_bytes((kt_type)type, cols);
+        uint8_t *b = malloc((size_t)rows * rb);
+        float *row = malloc((size_t)cols * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            for (int c = 0; c < cols; c++)
+                row[c] = 0.1f * tst_uniform();
+            tr->quantize(row, b + (size_t)r * rb, cols);
+        }
+        free(row);
+        *w = b;
+        *s = NULL;
+    } else {
+        make_matrix(method == KT_METHOD_AMXINT4 ? KT_METHOD_RAWINT4 : method, rows, cols, w, s,
+                    &f);
+        free(f);
+    }
+}
+
+/* NUMA pools: with 2 and 3 pools every pool computes its slice of every
+ * expert's I from its own copy and the partials are summed; the outputs
+ * equal one pool's (which reads the weights in place) up to the order of the
+ * sums, for every method. AMXINT8 and AMXINT4 with groups of 64 / 128
+ * quantize each token's activations to int8 per call range (here per slice),
+ * hence their looser bound. LLAMAFILE slices at 256 (Q8_K blocks), the others
+ * at 128. */
+static void test_pools_every_method(void **state)
+{
+    (void)state;
+    static const struct {
+        int method, type, group;
+        const char *what;
+    } cases[] = {
+        {KT_METHOD_BF16, 0, 0, "BF16"},
+        {KT_METHOD_FP8, 0, 0, "FP8"},
+        {KT_METHOD_RAWINT4, 0, 0, "RAWINT4"},
+        {KT_METHOD_AMXINT4, 0, 0, "AMXINT4"},
+        {KT_METHOD_AMXINT4, 0, 128, "AMXINT4 g128"},
+        {KT_METHOD_AMXINT8, 0, 0, "AMXINT8"},
+        {KT_METHOD_LLAMAFILE, KT_TYPE_Q8_0, 0, "LLAMAFILE Q8_0"},
+        {KT_METHOD_LLAMAFILE, KT_TYPE_Q4_K, 0, "LLAMAFILE Q4_K"},
+    };
+    const int H = 256, I = 768, E = 6, k = 3;
+    const int T_list[] = {1, 3, 40};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int method = cases[c].method, type = cases[c].type;
+        void *g[6], *u[6], *dn[6], *gs[6], *us[6], *ds[6];
+        for (int e = 0; e < E; e++) {
+            pool_matrix(method, type, I, H, &g[e], &gs[e]);
+            pool_matrix(method, type, I, H, &u[e], &us[e]);
+            pool_matrix(method, type, H, I, &dn[e], &ds[e]);
+        }
+        kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+        lw.gate = (const void *const *)g;
+        lw.up = (const void *const *)u;
+        lw.down = (const void *const *)dn;
+        if (method != KT_METHOD_BF16 && method != KT_METHOD_LLAMAFILE) {
+            lw.gate_scale = (const void *const *)gs;
+            lw.up_scale = (const void *const *)us;
+            lw.down_scale = (const void *const *)ds;
+        }
+        if (method == KT_METHOD_LLAMAFILE)
+            lw.gate_type = lw.up_type = lw.down_type = type;
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = method;
+        d.hidden = H;
+        d.intermediate = I;
+        d.n_experts = E;
+        d.top_k = k;
+        d.group_size = (uint32_t)cases[c].group; /* scales [rows][cols / group] */
+        float *x = malloc((size_t)42 * H * sizeof(float)), w[40 * 3];
+        int32_t ids[40 * 3];
+        for (int i = 0; i < 42 * H; i++)
+            x[i] = tst_uniform();
+        for (int i = 0; i < 40 * k; i++) {
+            ids[i] = (i / k * 5 + (i % k) * 2) % E;
+            w[i] = 0.2f + 0.1f * (float)(i % 5);
+        }
+        float *out[4];
+        double worst[4] = {0, 0, 0, 0};
+        for (int pools = 1; pools <= 3; pools++) {
+            kt_moe_options o = KT_MOE_OPTIONS_INIT;
+            o.n_threads = 3;
+            o.n_pools = pools;
+            o.max_tokens = 40;
+            o.pin_threads = 0;
+            kt_moe_backend *moe = NULL;
+            if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
+                fail_msg("%s pools %d: create: %s", cases[c].what, pools, kt_last_error());
+            kt_moe_info info = KT_MOE_INFO_INIT;
+            assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
+            assert_int_equal(info.n_pools, pools);
+            if (pools == 1) {
+                assert_string_equal(info.pool_memory, "in place");
+                assert_true(info.pool_bytes == 0);
+            } else {
+                assert_true(!strcmp(info.pool_memory, "aligned") ||
+                            !strcmp(info.pool_memory, "numa_alloc_onnode"));
+                /* the slices add up to the experts' bytes (plus alignment) */
+                assert_true(info.pool_bytes >= (uint64_t)E * info.expert_bytes);
+            }
+            out[pools] = calloc((size_t)3 * 40 * H, sizeof(float)); /* [T_list][40][H] */
+            for (int ti = 0; ti < 3; ti++) {
+                int32_t n_tokens = T_list[ti];
+                kt_moe_io io = KT_MOE_IO_INIT;
+                io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+                io.n_tokens = &n_tokens;
+                io.top_k = k;
+                io.x = x + (size_t)ti * H;
+                io.ids = ids;
+                io.w = w;
+                io.out = out[pools] + (size_t)ti * 40 * H;
+                if (kt_moe_forward(moe, 0, &io) < 0)
+                    fail_msg("%s pools %d: forward: %s", cases[c].what, pools, kt_last_error());
+                if (pools == 1)
+                    continue;
+                const float *a = io.out, *b = out[1] + (size_t)ti * 40 * H;
+                double maxref = 0, maxerr = 0;
+                for (int i = 0; i < n_tokens * H; i++) {
+                    maxref = fmax(maxref, fabs(b[i]));
+                    maxerr = fmax(maxerr, fabs(a[i] - b[i]));
+                }
+                worst[pools] = fmax(worst[pools], maxerr / maxref);
+            }
+            kt_moe_backend_free(moe);
+        }
+        /* int8 activations per token over the call's inputs (here: per slice) */
+        double tol = method == KT_METHOD_AMXINT8 || cases[c].group > 32 ? 5e-2 : 1e-5;
+        printf("  %-15s pools 2: rel %.2g, pools 3: rel %.2g of one pool's output (tol %.0e)\n",
+               cases[c].what, worst[2], worst[3], tol);
+        if (!(worst[2] <= tol && worst[3] <= tol))
+            fail_msg("%s: pools differ from one pool", cases[c].what);
+        for (int pools = 1; pools <= 3; pools++)
+            free(out[pools]);
+        for (int e = 0; e < E; e++) {
+            free(g[e]);
+            free(u[e]);
+            free(dn[e]);
+            free(gs[e]);
+            free(us[e]);
+            free(ds[e]);
+        }
+        free(x);
+    }
 }
 
 /* submit/wait from the same thread, several layers in flight, queue limit, errors. */
@@ -797,6 +960,48 @@ static void fixture_run(const fixture *fx)
     }
     kt__moe_set_isa_cap(~UINT64_C(0));
 
+    /* 2 and 3 NUMA pools (slices copied per pool, partials summed) */
+    for (int pools = 2; pools <= 3; pools++) {
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = fx->method;
+        d.act = fx->oai ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
+        d.hidden = (uint32_t)H;
+        d.intermediate = (uint32_t)I;
+        d.n_experts = (uint32_t)E;
+        d.top_k = (uint32_t)k;
+        kt_moe_options o = KT_MOE_OPTIONS_INIT;
+        o.n_threads = 3;
+        o.n_pools = pools;
+        o.max_tokens = T;
+        o.pin_threads = 0;
+        kt_moe_backend *moe = NULL;
+        if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
+            fail_msg("%s: create (%d pools): %s", fx->dir, pools, kt_last_error());
+        int32_t n_tokens = T;
+        kt_moe_io io = KT_MOE_IO_INIT;
+        io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+        io.n_tokens = &n_tokens;
+        io.top_k = (uint32_t)k;
+        io.x = x;
+        io.ids = tid.data;
+        io.w = tw.data;
+        io.out = out;
+        if (kt_moe_forward(moe, 0, &io) < 0)
+            fail_msg("%s: forward (%d pools): %s", fx->dir, pools, kt_last_error());
+        double maxref = 0, maxerr = 0;
+        for (int i = 0; i < T * H; i++) {
+            maxref = fmax(maxref, fabs(want[i]));
+            maxerr = fmax(maxerr, fabs(out[i] + shared[i] - want[i]));
+        }
+        kt_moe_info info = KT_MOE_INFO_INIT;
+        kt_moe_backend_info(moe, &info);
+        printf("  %-22s %-14s %d pools (%s): rel %.3g\n", fx->dir, info.isa, pools,
+               info.pool_memory, maxerr / maxref);
+        if (!(maxerr / maxref <= act_tol(moe)))
+            fail_msg("%s %d pools: rel err %.3g", fx->dir, pools, maxerr / maxref);
+        kt_moe_backend_free(moe);
+    }
+
     /* the same through kt_model_open + kt_moe_backend_create_from_model */
     kt_model *model = NULL;
     if (kt_model_open(&model, NULL, dir, NULL) < 0)
@@ -860,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_syn_fp8),
         cmocka_unit_test(test_syn_int4),
         cmocka_unit_test(test_syn_pools),
+        cmocka_unit_test(test_pools_every_method),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

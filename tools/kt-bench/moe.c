@@ -292,6 +292,7 @@ typedef struct run_cfg {
     int n_tokens;
     int64_t layers;        /* 0: auto */
     int threads;
+    int pools;           /* --pools: backend thread pools (0: NUMA nodes) */
     double min_time;       /* seconds of timed calls per row */
     double mem_fraction;   /* of available RAM for weights  */
     int64_t stream_mib;
@@ -598,6 +599,7 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     d.group_size = method == KT_METHOD_AMXINT4 ? (uint32_t)amxint4_group : 0u;
     kt_moe_options o = KT_MOE_OPTIONS_INIT;
     o.n_threads = c->threads;
+    o.n_pools = c->pools;
     o.max_tokens = (int32_t)t_max;
     kt_moe_backend *moe = NULL;
     kt_status st = kt_moe_backend_create(&moe, NULL, &d, lw, n_layers, &o);
@@ -614,6 +616,9 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     if (kt_moe_backend_info(moe, &info) >= 0) {
         isa = info.isa ? info.isa : "?";
         threads = info.n_threads;
+        if (info.n_pools > 1 && info.pool_memory)
+            printf("  %d pools: expert slices copied per pool (%s, %.1f MiB)\n",
+                   (int)info.n_pools, info.pool_memory, (double)info.pool_bytes / 1048576.0);
         if (info.expert_bytes && info.expert_bytes != lay.bytes)
             fprintf(stderr, "kt-bench moe: note: backend reports %llu bytes per expert, "
                             "kt-bench counts %llu\n", (unsigned long long)info.expert_bytes,
@@ -679,6 +684,8 @@ static void moe_usage(FILE *f)
             "                     --mem-fraction of available RAM; fewer bytes than\n"
             "                     8x L3 are allowed here, with a warning)\n"
             "  --threads N        backend and oneDNN threads (default: physical cores)\n"
+            "  --pools N          backend thread pools, each with its own copy of its\n"
+            "                     slice of every expert (default: NUMA nodes)\n"
             "  --min-time S       seconds of timed calls per row (default 1.0)\n"
             "  --mem-fraction F   share of available RAM for weights (default 0.4)\n"
             "  --stream-size MIB  stream read buffer, read every ~50 ms of decode calls\n"
@@ -797,6 +804,11 @@ int cmd_moe(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
             if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
                 return 2;
+        } else if (opt_match(argc, argv, &i, "--pools", true, &v, &bad)) {
+            int64_t pools = 0;
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--pools", v, 0, 64, &pools))
+                return 2;
+            c.pools = (int)pools;
         } else if (opt_match(argc, argv, &i, "--min-time", true, &v, &bad)) {
             if (bad || !opt_parse_f64(BENCH_TOOL, "--min-time", v, 0.01, 600, &c.min_time))
                 return 2;

@@ -354,6 +354,12 @@ static void print_text(const machine *m)
     printf("  --kt-cpuinfer %-5d        physical cores (%d) minus one per GPU (%d), at least 1\n",
            (int)recommended_cpuinfer(m), (int)hw->physical_cores, (int)hw->gpus);
     printf("  --kt-threadpool-count %-5d NUMA nodes with cores\n", (int)recommended_pools(m));
+    /* what lib/moe does with several pools (kt_moe_info.pool_memory) */
+    printf("  %s\n", hw->numa_nodes > 1
+                         ? "(each pool gets its slice of every expert copied into its node's "
+                           "memory: numa_alloc_onnode)"
+                         : "(one NUMA node: one pool reads the weights in place; more pools "
+                           "copy their slices into ordinary aligned memory)");
 
     printf("\nBuild      ");
     int first = 1;
