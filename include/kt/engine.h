@@ -90,10 +90,17 @@ typedef struct kt_context_options {
     int32_t n_pools;         /* thread pools (one per NUMA node); 0: automatic            */
     const char *weight_path; /* libkt CPU expert weights (kt-convert output); NULL: none.
                                 Copied at create time.                                    */
+    /* Another context of the same model whose weights, MoE backend, workers and
+     * packed dense copies this one borrows instead of building its own (its own:
+     * only the KV cache and scratch). precision, flags but KT_CONTEXT_F_KV_BF16,
+     * method, n_threads, n_pools and weight_path are then taken from it. It must
+     * outlive this context, and the contexts sharing it are used by one thread at
+     * a time between them (a server's scheduler thread). NULL: none. Since 0.1. */
+    const kt_context *share;
 } kt_context_options;
 
 #define KT_CONTEXT_OPTIONS_INIT \
-    { (uint32_t)sizeof(kt_context_options), 0u, 0, 0, KT_PRECISION_FAST, 0, 0, 0, NULL }
+    { (uint32_t)sizeof(kt_context_options), 0u, 0, 0, KT_PRECISION_FAST, 0, 0, 0, NULL, NULL }
 
 /* Fills *opts with defaults for a struct of struct_size bytes. Since 0.1. */
 KT_API kt_status kt_context_options_init(kt_context_options *opts, size_t struct_size);

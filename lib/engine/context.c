@@ -86,12 +86,16 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: weight_path needs the CPU MoE "
                          "backend (KT_CONTEXT_F_ENGINE_EXPERTS is set)");
 
+    if (o.share && (o.share->model != model || o.share->gpu))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options: the context to share is %s",
+                         o.share->gpu ? "on a GPU" : "of another model");
+
     kt_context *ctx = kt__calloc(1, sizeof *ctx);
     if (!ctx)
         return KT_ERR_NOMEM;
     ctx->model = model;
     ctx->rt = rt;
-    ctx->precision = (kt_precision)o.precision;
+    ctx->precision = o.share ? o.share->precision : (kt_precision)o.precision;
     st = kt__hparams_from_model(&ctx->hp, model);
     if (st < 0)
         goto fail;
@@ -113,6 +117,29 @@ kt_status kt_context_create(kt_context **out, kt_runtime *rt, const kt_model *mo
     ctx->kv_type = ctx->precision == KT_PRECISION_FAST && (o.flags & KT_CONTEXT_F_KV_BF16)
                        ? KT_TYPE_BF16
                        : KT_TYPE_F32;
+    if (o.share) {
+        /* everything but the KV cache and scratch is the other context's */
+        kt_context *sh = (kt_context *)o.share; /* counts its sharers */
+        sh->n_sharers++;
+        ctx->share_src = sh;
+        ctx->borrowed = true;
+        ctx->n_threads = sh->n_threads;
+        ctx->mla_mode = sh->mla_mode;
+        ctx->w = sh->w;
+        ctx->pool = sh->pool;
+        ctx->pool_borrowed = true;
+        ctx->moe = sh->moe;
+        ctx->moe_index = sh->moe_index;
+        ctx->moe_method = sh->moe_method;
+        ctx->moe_precision = sh->moe_precision;
+        ctx->moe_shared_folded = sh->moe_shared_folded;
+        ctx->dense = sh->dense;
+        st = alloc_cache(ctx);
+        if (st < 0)
+            goto fail;
+        *out = ctx;
+        return KT_OK;
+    }
     /* BF16 expert activations flip near-tied routers (docs/engine.md): split
      * hi + lo unless asked for the faster format */
     ctx->moe_precision = (o.flags & KT_CONTEXT_F_MOE_BF16) ? KT_MOE_PREC_DEFAULT
@@ -173,6 +200,14 @@ void kt_context_free(kt_context *ctx)
     if (!ctx)
         return;
     kt__gpu_free(ctx);
+    if (ctx->borrowed) { /* kt_context_options.share: only the cache is ours */
+        memset(&ctx->w, 0, sizeof ctx->w);
+        ctx->moe = NULL;
+        ctx->moe_index = NULL;
+        ctx->dense = NULL;
+        ctx->pool = NULL;
+        ctx->share_src->n_sharers--;
+    }
     if (!ctx->pool_borrowed)
         kt__pool_free(ctx->pool);
     ctx->pool = NULL;

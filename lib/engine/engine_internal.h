@@ -215,6 +215,10 @@ struct kt_context {
 
     kt__scratch scratch;    /* scratch memory of kt__forward            */
     kt__dense *dense;       /* fast dense products (dense.c), or NULL    */
+    bool borrowed;          /* weights, backend, workers, dense state are another
+                               context's (kt_context_options.share): not freed */
+    kt_context *share_src;  /* that context (borrowed), or NULL                */
+    int32_t n_sharers;      /* contexts borrowing this one's (no GPU then)     */
     /* workers for dense layers and attention: the MoE backend's own pool when
      * there is one (pool_borrowed; two spinning pools on the same cores slow
      * each other down), else the engine's; NULL: single-threaded */

@@ -545,6 +545,9 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     kt_gpu_options o = KT_GPU_OPTIONS_INIT;
     if (!ctx)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: ctx is NULL");
+    if (ctx->borrowed || ctx->n_sharers > 0)
+        return kt__error(KT_ERR_UNSUPPORTED, "kt_context_use_gpu: this context shares its "
+                         "weights and MoE backend with others (kt_context_options.share)");
     kt_status rs = kt__options_read(&o, sizeof o, opts, "kt_gpu_options");
     if (rs < 0)
         return rs;

@@ -15,7 +15,7 @@ KT_ABI_TAGGED(kt_convert_report, 40)
 KT_ABI_TAGGED(kt_runtime_options, 32)
 KT_ABI_PLAIN(kt_buf, 24)
 /* kt/engine.h */
-KT_ABI_TAGGED(kt_context_options, 40)
+KT_ABI_TAGGED(kt_context_options, 48)
 /* kt/hw.h */
 KT_ABI_TAGGED(kt_hw_info, 328)
 KT_ABI_TAGGED(kt_hw_numa_node, 32)

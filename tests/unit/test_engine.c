@@ -833,6 +833,57 @@ static void check_multi(const char *name, const char *variant, kt_precision prec
     ref_free(&r);
 }
 
+/* kt_context_options.share: a context on another's weights, backend and
+ * workers gives the same logits with its own cache; eval_multi over both. */
+static void test_share(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("deepseek_v3_tiny", "fp8");
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        skip();
+        return;
+    }
+    kt_model *model = NULL, *other = NULL;
+    assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 128;
+    co.n_threads = 2;
+    kt_context *a = NULL, *b = NULL;
+    assert_int_equal(kt_context_create(&a, NULL, model, &co), KT_OK);
+    co.share = a;
+    co.n_ctx = 96;
+    assert_int_equal(kt_context_create(&b, NULL, model, &co), KT_OK);
+    assert_int_equal(kt_context_n_ctx(b), 96);
+    assert_int_equal(kt_context_expert_method(b), kt_context_expert_method(a));
+    assert_int_equal(kt_context_n_threads(b), kt_context_n_threads(a));
+    int32_t V = r.V;
+    float *la = malloc(sizeof(float) * 2 * V), *lb = malloc(sizeof(float) * V);
+    assert_int_equal(kt_context_eval(a, r.prompt, 40, la, 0), KT_OK);
+    assert_int_equal(kt_context_eval(b, r.prompt, 40, lb, 0), KT_OK);
+    assert_true(max_abs_diff(la, lb, (size_t)V) == 0.0f);
+    assert_int_equal(kt_context_n_past(a), 40);
+    assert_int_equal(kt_context_n_past(b), 40);
+    /* both in one pass: the same next token, the same logits */
+    kt_context *both[2] = {b, a};
+    int32_t next[2] = {r.prompt[40], r.prompt[40]};
+    size_t one_each[2] = {1, 1};
+    assert_int_equal(kt_context_eval_multi(both, 2, next, one_each, la), KT_OK);
+    assert_true(max_abs_diff(la, la + V, (size_t)V) == 0.0f);
+    /* a context of another model cannot be shared */
+    assert_int_equal(kt_model_open(&other, NULL, fixture_path("qwen3_moe_tiny", NULL), NULL),
+                     KT_OK);
+    kt_context *c = NULL;
+    assert_int_equal(kt_context_create(&c, NULL, other, &co), KT_ERR_INVALID_ARG);
+    assert_null(c);
+    kt_model_free(other);
+    kt_context_free(b); /* the borrower first */
+    kt_context_free(a);
+    free(la), free(lb);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
 static void test_multi_gqa(void **state)
 {
     (void)state;
@@ -853,6 +904,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_multi_gqa),
+        cmocka_unit_test(test_share),
         cmocka_unit_test(test_multi_mla),
         cmocka_unit_test(test_cli_generate),
         cmocka_unit_test(test_cli_perplexity),

@@ -163,7 +163,10 @@ static bool slot_start(sched *s, slot *sl, job *j)
     char err[256];
     sl->j = j;
     sl->prefilled = 0;
-    if (!sl->ctx && kt_context_create(&sl->ctx, s->rt, s->model, &s->co) < 0) {
+    /* every context shares slot 0's weights, MoE backend and workers */
+    kt_context_options co = s->co;
+    co.share = s->slots[0].ctx;
+    if (!sl->ctx && kt_context_create(&sl->ctx, s->rt, s->model, &co) < 0) {
         snprintf(err, sizeof err, "context: %s", kt_last_error());
         sl->ctx = NULL;
         slot_finish(s, sl, NULL, err);
@@ -499,7 +502,8 @@ void sched_free(sched *s)
     if (!s)
         return;
     sched_stop(s);
-    for (int i = 0; s->slots && i < s->cfg.max_running; i++) {
+    /* slot 0's context last: the others borrow from it */
+    for (int i = s->cfg.max_running - 1; s->slots && i >= 0; i--) {
         slot *sl = &s->slots[i];
         kt_context_free(sl->ctx);
         free(sl->logits);
