@@ -5,7 +5,7 @@
  * Same contract as every kernel set (cpu/moe_kernels.h): C = A W^T over output
  * rows [n0, n1) and inputs [k0, k1). Each set here keeps the activation format
  * and the decode path of the AVX-512 set of its method, and takes over only
- * calls with at least min_m tokens, where tiles pay.
+ * calls with enough tokens per expert that tiles pay (see AMX_MIN_*).
  *
  * The tiles compute the transposed product, C^T = W A^T:
  *   tile A operand = 16 weight rows x 64 bytes, loaded straight from the
@@ -41,10 +41,16 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#define AMX_MIN_M 8   /* BF16 tiles: fewer tokens per expert take the AVX-512 path */
-#define AMX_MIN_M8 2  /* INT8 tiles: the same (measured on the 16-core Xeon: INT8
-                         tiles beat VNNI from 2 tokens per expert on average);
-                         KT_AMX_MIN_TOKENS overrides both, for measuring     */
+/* Fewest tokens of an expert that take the tiles; fewer take the AVX-512
+ * path. Measured on the GPU machine's 16-core Xeon (docs/performance.md,
+ * docs/bench/h200-xeon16-amx2-crossover.txt): AMXINT8's INT8 tiles beat the
+ * VNNI kernel from 1 token; grouped INT4 (64, 128) from 2; INT4 in groups of
+ * 32 (a fold per 32 inputs) from about 4. BF16 tiles: 8 (not re-measured).
+ * KT_AMX_MIN_TOKENS overrides them all, for measuring. */
+#define AMX_MIN_M 8
+#define AMX_MIN_INT8 1
+#define AMX_MIN_INT4G 2
+#define AMX_MIN_INT4 4
 #define KCH 512       /* inputs per chunk (multiple of 64)                     */
 #define MMAX 256      /* tokens per packed batch                                */
 #define NB 32         /* weight rows per tile block (two A tiles)               */
@@ -860,7 +866,8 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
 /* ---- the three kernel sets ----------------------------------------------- */
 
 static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
-static int min_m = AMX_MIN_M, min_m8 = AMX_MIN_M8;
+static int min_m = AMX_MIN_M, min_int8 = AMX_MIN_INT8, min_int4g = AMX_MIN_INT4G,
+           min_int4 = AMX_MIN_INT4;
 static int int4_bf16_tiles; /* KT_AMX_INT4_TILES=bf16: INT4 on BF16 tiles (comparison) */
 
 static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -891,7 +898,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    if (M < min_m) {
+    if (M < (int4_bf16_tiles ? min_m : min_int4)) {
         avx512_int4->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
                          (char *)scratch + sizeof(amx_scratch));
         return;
@@ -909,7 +916,7 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    if (M < min_m8) {
+    if (M < min_int8) {
         avx512_int8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
                          (char *)scratch + sizeof(amx_scratch));
         return;
@@ -918,14 +925,14 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 }
 
 /* Grouped AMXINT4 (groups of 64 or 128): BF16 activations; int8 tiles
- * from min_m tokens, the AVX-512 VNNI set below. */
+ * from min_int4g tokens, the AVX-512 VNNI set below. */
 static const kt__moe_kernels *avx512_int4g;
 
 static void gemm_int4g(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                        void *scratch)
 {
-    if (M < min_m) {
+    if (M < min_int4g) {
         avx512_int4g->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
                            (char *)scratch + sizeof(amx_scratch));
         return;
@@ -955,7 +962,7 @@ static void init_sets(void)
     init_e4m3_tables();
     const char *env = getenv("KT_AMX_MIN_TOKENS");
     if (env && atoi(env) >= 1)
-        min_m = min_m8 = atoi(env);
+        min_m = min_int8 = min_int4g = min_int4 = atoi(env);
     env = getenv("KT_AMX_INT4_TILES");
     int4_bf16_tiles = env && !strcmp(env, "bf16");
     k_bf16 = (kt__moe_kernels){"amx-bf16", avx512_bf16->act, avx512_bf16->quant, gemm_bf16,

@@ -403,15 +403,15 @@ static void test_int8_act(void **state)
     check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8, 32);
     for (int G = 64; G <= 128; G *= 2) {
         check_int8_act(kt__moe_int4g_avx512(), KT_METHOD_AMXINT4, 1, G);
-        check_int8_act(kt__moe_int4g_amx_emulated(), KT_METHOD_AMXINT4, 8, G);
+        check_int8_act(kt__moe_int4g_amx_emulated(), KT_METHOD_AMXINT4, 1, G);
     }
 #if KT_HAVE_ISA_AMX
     if ((kt_hw_isa() & (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) ==
         (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) {
         check_int8_act(kt__moe_kernels_amx(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0);
         check_int8_act(kt__moe_kernels_amx(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8, 32);
-        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 8, 64);
-        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 8, 128);
+        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 1, 64);
+        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 1, 128);
     } else {
         printf("  amx: no AMX-INT8 on this CPU, real tiles skipped\n");
     }
