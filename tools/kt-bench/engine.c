@@ -212,8 +212,43 @@ static bool model_cost_of(const kt_model *m, model_cost *c)
 
 /* ---- one model ---------------------------------------------------------------- */
 
-static int bench_model(const char *dir, int prompt, int gen, int precision, uint32_t flags,
-                       double stream_gbs, double gemm_tflops, bench_json *json)
+/* Aggregate decode tok/s of `seqs` sequences (contexts sharing ctx's weights)
+ * decoded together, one kt_context_eval_multi pass per step; 0 on failure. */
+static double bench_multi(kt_model *m, kt_context *ctx, const kt_context_options *base,
+                          const int32_t *ids, int prompt, int gen, int seqs)
+{
+    kt_context **c = calloc((size_t)seqs, sizeof *c);
+    int32_t *tok = calloc((size_t)seqs, sizeof *tok);
+    size_t *one = calloc((size_t)seqs, sizeof *one);
+    int32_t V = kt_context_n_vocab(ctx);
+    float *lg = malloc(sizeof(float) * (size_t)seqs * (size_t)V);
+    double tps = 0;
+    kt_context_options co = *base;
+    co.share = ctx;
+    bool ok = c && tok && one && lg;
+    for (int i = 0; ok && i < seqs; i++) {
+        ok = kt_context_create(&c[i], NULL, m, &co) == KT_OK &&
+             kt_context_eval(c[i], ids, (size_t)prompt, lg + (size_t)i * V, 0) == KT_OK;
+        one[i] = 1;
+    }
+    double t0 = bench_now();
+    for (int step = 0; ok && step < gen; step++) {
+        for (int i = 0; i < seqs; i++)
+            tok[i] = kt_argmax(lg + (size_t)i * V, (size_t)V);
+        ok = kt_context_eval_multi(c, (size_t)seqs, tok, one, lg) == KT_OK;
+    }
+    if (ok)
+        tps = (double)seqs * gen / (bench_now() - t0);
+    else
+        fprintf(stderr, "kt-bench engine: --seqs: %s\n", kt_last_error());
+    for (int i = 0; c && i < seqs; i++)
+        kt_context_free(c[i]);
+    free(c), free(tok), free(one), free(lg);
+    return tps;
+}
+
+static int bench_model(const char *dir, int prompt, int gen, int seqs, int precision,
+                       uint32_t flags, double stream_gbs, double gemm_tflops, bench_json *json)
 {
     kt_model *m = NULL;
     if (kt_model_open(&m, NULL, dir, NULL) < 0) {
@@ -272,15 +307,25 @@ static int bench_model(const char *dir, int prompt, int gen, int precision, uint
         printf(" (oneDNN roofline %.0f, %4.1f%%)", pre_roof, 100.0 * pre_tps / pre_roof);
     printf(" | decode %9.2f tok/s (stream roofline %.1f, %4.1f%%; %.1f MB/token)\n", dec_tps,
            dec_roof, 100.0 * dec_tps / dec_roof, cost.decode_bytes / 1e6);
+    double multi_tps = 0;
+    if (seqs > 1) {
+        /* the weights are read once per step for all sequences */
+        multi_tps = bench_multi(m, ctx, &co, ids, prompt, gen, seqs);
+        if (multi_tps <= 0)
+            goto fail;
+        printf("engine %-28s %d sequences decoded together: %9.2f tok/s aggregate (%.2fx one "
+               "sequence)\n", dir, seqs, multi_tps, multi_tps / dec_tps);
+    }
     if (json)
         json_row(json,
                  "\"bench\":\"engine\",\"model\":\"%s\",\"precision\":\"%s\",\"moe_act\":\"%s\","
                  "\"prompt\":%d,"
                  "\"prefill_tps\":%.3f,\"prefill_roofline_tps\":%.3f,\"gen\":%d,"
-                 "\"decode_tps\":%.3f,\"decode_roofline_tps\":%.3f,\"decode_bytes\":%.0f",
+                 "\"decode_tps\":%.3f,\"decode_roofline_tps\":%.3f,\"decode_bytes\":%.0f,"
+                 "\"seqs\":%d,\"multi_decode_tps\":%.3f",
                  dir, precision == KT_PRECISION_F32 ? "f32" : "fast",
                  (flags & KT_CONTEXT_F_MOE_BF16) ? "bf16" : "bf16x2", prompt, pre_tps, pre_roof,
-                 gen, dec_tps, dec_roof, cost.decode_bytes);
+                 gen, dec_tps, dec_roof, cost.decode_bytes, seqs, multi_tps);
     rc = 0;
 fail:
     if (rc)
@@ -307,6 +352,8 @@ static void usage(FILE *f)
             "  --layers N           layers of the synthetic model (default 2)\n"
             "  --prompt N           prefill tokens (default 256)\n"
             "  --gen N              decoded tokens (default 32)\n"
+            "  --seqs N             also decode N sequences together (kt_context_eval_multi)\n"
+            "                       and print their aggregate tok/s (default 1: off)\n"
             "  --precision f32|fast (default fast)\n"
             "  --dense-workers      dense layers get their own workers next to the MoE ones\n"
             "  --moe-bf16           experts with BF16 activations instead of hi + lo BF16\n"
@@ -320,7 +367,7 @@ int cmd_engine(int argc, char **argv)
     const char *models[16];
     int n_models = 0;
     const char *synthetic = NULL, *syn_dir = "/tmp/kt-bench-qwen3", *json_path = NULL;
-    int64_t layers = 2, prompt = 256, gen = 32, threads = 0, stream_mib = 1024;
+    int64_t layers = 2, prompt = 256, gen = 32, threads = 0, stream_mib = 1024, seqs = 1;
     int precision = KT_PRECISION_FAST;
     uint32_t flags = 0;
     for (int i = 1; i < argc; i++) {
@@ -344,6 +391,9 @@ int cmd_engine(int argc, char **argv)
                 return 2;
         } else if (opt_match(argc, argv, &i, "--gen", true, &v, &bad)) {
             if (!bad && !opt_parse_i64(BENCH_TOOL, "--gen", v, 1, 1 << 16, &gen))
+                return 2;
+        } else if (opt_match(argc, argv, &i, "--seqs", true, &v, &bad)) {
+            if (!bad && !opt_parse_i64(BENCH_TOOL, "--seqs", v, 1, 256, &seqs))
                 return 2;
         } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
             if (!bad && !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
@@ -412,10 +462,12 @@ int cmd_engine(int argc, char **argv)
             if (!write_synthetic(syn_dir, (int)layers))
                 return 1;
         }
-        rc |= bench_model(syn_dir, (int)prompt, (int)gen, precision, flags, stream_gbs, tflops, json);
+        rc |= bench_model(syn_dir, (int)prompt, (int)gen, (int)seqs, precision, flags, stream_gbs,
+                          tflops, json);
     }
     for (int i = 0; i < n_models; i++)
-        rc |= bench_model(models[i], (int)prompt, (int)gen, precision, flags, stream_gbs, tflops, json);
+        rc |= bench_model(models[i], (int)prompt, (int)gen, (int)seqs, precision, flags,
+                          stream_gbs, tflops, json);
     if (json && !json_close(json))
         rc = 1;
     return rc;
