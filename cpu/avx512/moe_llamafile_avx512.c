@@ -576,30 +576,45 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                                             _mm512_xor_si512(u[j], top));
                 }
             }
-        } else { /* Q4_K: kb and nb multiples of 8 */
+        } else { /* Q4_K / Q5_K: kb and nb multiples of 8 */
+            bool q5 = type == KT_TYPE_Q5_K;
+            size_t bb = q5 ? sizeof(kt_block_q5_K) : sizeof(kt_block_q4_K);
+            size_t oqs = q5 ? offsetof(kt_block_q5_K, qs) : offsetof(kt_block_q4_K, qs);
+            const __m512i bit4 = _mm512_set1_epi8(16);
             for (int b = 0; b < nb; b += 8) {
-                size_t o = (size_t)((kb + b) / 8) * 144;
-                for (int r = 0; r < 16; r++) {
-                    _mm_prefetch((const char *)p[r] + o + 576, _MM_HINT_T0);
-                    _mm_prefetch((const char *)p[r] + o + 640, _MM_HINT_T0);
-                    _mm_prefetch((const char *)p[r] + o + 704, _MM_HINT_T0);
-                }
-                /* qs bytes 32j..32j+31: groups 2j (low nibbles), 2j + 1 (high) */
+                size_t o = (size_t)((kb + b) / 8) * bb;
+                for (int r = 0; r < 16; r++)
+                    for (size_t c = 0; c < bb; c += 64)
+                        _mm_prefetch((const char *)p[r] + o + 4 * bb + c, _MM_HINT_T0);
+                /* qs bytes 32j..32j+31: groups 2j (low nibbles), 2j + 1 (high);
+                 * Q5_K: bit 4 of input 32g + l is bit g of qh[l] */
                 for (int c = 0; c < 8; c++) {
-                    __m512i u[4];
-                    rows16_dwords(p, o + 16 + 16 * (size_t)c, u);
+                    __m512i u[4], h[4];
+                    rows16_dwords(p, o + oqs + 16 * (size_t)c, u);
                     int j = c / 2, i0 = 4 * (c % 2);
+                    if (q5)
+                        rows16_dwords(p, o + offsetof(kt_block_q5_K, qh) + 16 * (size_t)(c % 2),
+                                      h);
                     #pragma GCC unroll 4
                     for (int i = 0; i < 4; i++) {
+                        __m512i lo = _mm512_and_si512(u[i], low4);
+                        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(u[i], 4), low4);
+                        if (q5) {
+                            __m512i hl = _mm512_srli_epi16(h[i], 2 * j);
+                            lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(hl, 4),
+                                                                      bit4));
+                            hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(hl, 3),
+                                                                      bit4));
+                        }
                         _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j) * 512 + 64 * (i0 + i)),
-                                            _mm512_and_si512(u[i], low4));
+                                            lo);
                         _mm512_storeu_si512(
-                            (void *)(cg + (size_t)(b + 2 * j + 1) * 512 + 64 * (i0 + i)),
-                            _mm512_and_si512(_mm512_srli_epi16(u[i], 4), low4));
+                            (void *)(cg + (size_t)(b + 2 * j + 1) * 512 + 64 * (i0 + i)), hi);
                     }
                 }
                 for (int r = 0; r < 16; r++) {
-                    const kt_block_q4_K *x = (const kt_block_q4_K *)(p[r] + o);
+                    /* d, dmin and scales lie at the same offsets in Q4_K and Q5_K */
+                    const kt_block_q4_K *x = (const kt_block_q4_K *)(const void *)(p[r] + o);
                     uint64_t s8, m8;
                     k4_scales(x->scales, &s8, &m8);
                     float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
@@ -689,7 +704,7 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch)
 {
-    const bool kq = type == KT_TYPE_Q4_K;
+    const bool kq = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K; /* Q8_K activations */
     uint8_t *codes = scratch;
     float *scale = (float *)(codes + (size_t)PANEL_ROWS * PANEL_KS);
     float *off = scale + PANEL_ROWS * PANEL_KS / 32;
