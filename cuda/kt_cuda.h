@@ -76,6 +76,17 @@ int kt__cuda_upload(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes, c
                     size_t err_size);
 /* stream-ordered copy in any direction (host side pinned) */
 int kt__cuda_copy_async(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes);
+/* Layerwise prefill: copies on a side stream into two slots of device memory,
+ * ordered against the main stream by events. kt__cuda_side_enable creates the
+ * stream and events (once); kt__cuda_side_copy queues a host -> device copy
+ * on the side stream; kt__cuda_side_fence(slot, what): the side stream waits
+ * until the main stream freed the slot / marks the slot copied, or the main
+ * stream waits for the slot's copy / marks the slot free again. */
+enum { KT__CUDA_SIDE_WAIT_FREED = 0, KT__CUDA_SIDE_COPIED = 1, KT__CUDA_MAIN_WAIT_COPIED = 2,
+       KT__CUDA_MAIN_FREED = 3 };
+int kt__cuda_side_enable(kt__cuda_rt *rt, char *err, size_t err_size);
+int kt__cuda_side_copy(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes);
+int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what);
 /* fn(arg) on CUDA's host thread once the stream reaches it (cudaLaunchHostFunc) */
 int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg);
 int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size);

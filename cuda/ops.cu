@@ -24,6 +24,9 @@ struct kt__cuda_rt {
      * core from the CPU experts' pinned workers, whose barriers then wait out
      * scheduler time slices) */
     cudaEvent_t done;
+    /* layerwise prefill: weights copied on a side stream into two slots */
+    cudaStream_t side;
+    cudaEvent_t copied[2], freed[2];
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
     cublasHandle_t blas;  /* NULL: every product runs on libkt's own kernels */
     uint16_t *xb;         /* activations split into BF16 hi and lo halves: [2][xb_elems] */
@@ -92,6 +95,14 @@ extern "C" void kt__cuda_rt_free(kt__cuda_rt *rt)
     kt__cuda_graph_drop(rt);
     if (rt->blas)
         cublasDestroy(rt->blas);
+    if (rt->side) {
+        cudaStreamSynchronize(rt->side);
+        for (int i = 0; i < 2; i++) {
+            cudaEventDestroy(rt->copied[i]);
+            cudaEventDestroy(rt->freed[i]);
+        }
+        cudaStreamDestroy(rt->side);
+    }
     cudaEventDestroy(rt->done);
     cudaStreamDestroy(rt->stream);
     free(rt);
@@ -155,6 +166,44 @@ extern "C" int kt__cuda_copy_async(kt__cuda_rt *rt, void *dst, const void *src, 
 {
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, rt->stream) == cudaSuccess ? 0
                                                                                            : -1;
+}
+
+extern "C" int kt__cuda_side_enable(kt__cuda_rt *rt, char *err, size_t err_size)
+{
+    if (rt->side)
+        return 0;
+    CK(cudaStreamCreateWithFlags(&rt->side, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
+    for (int i = 0; i < 2; i++) {
+        CK(cudaEventCreateWithFlags(&rt->copied[i], cudaEventDisableTiming), "cudaEventCreate");
+        CK(cudaEventCreateWithFlags(&rt->freed[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
+    return 0;
+}
+
+extern "C" int kt__cuda_side_copy(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes)
+{
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, rt->side) == cudaSuccess
+               ? 0 : -1;
+}
+
+extern "C" int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what)
+{
+    cudaError_t e;
+    switch (what) {
+    case KT__CUDA_SIDE_WAIT_FREED:
+        e = cudaStreamWaitEvent(rt->side, rt->freed[slot], 0);
+        break;
+    case KT__CUDA_SIDE_COPIED:
+        e = cudaEventRecord(rt->copied[slot], rt->side);
+        break;
+    case KT__CUDA_MAIN_WAIT_COPIED:
+        e = cudaStreamWaitEvent(rt->stream, rt->copied[slot], 0);
+        break;
+    default: /* KT__CUDA_MAIN_FREED */
+        e = cudaEventRecord(rt->freed[slot], rt->stream);
+        break;
+    }
+    return e == cudaSuccess ? 0 : -1;
 }
 
 extern "C" int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg)

@@ -57,7 +57,14 @@ typedef struct kt_gpu_options {
     float expert_fraction; /* share (0..1) of each MoE layer's routed experts held on the
                               GPU (the lowest ids); < 0: as many as the budget allows     */
     float mem_fraction;    /* share of the device's free memory the run may use; 0: 0.9   */
-    int32_t reserved;
+    int32_t layerwise_tokens; /* layerwise prefill: chunks of at least this many tokens run
+                              every routed expert on the GPU, the CPU-resident ones copied
+                              in layer by layer on a second stream into two device slots
+                              (overlapping the previous layer's work); -1: decided per
+                              chunk from the measured host -> device copy rate and the
+                              CPU experts' measured time per routed token (after one
+                              hybrid chunk); 0: off (the default until validated on a
+                              device). Since 0.1.                                          */
     uint64_t mem_limit;    /* bytes the run may use; 0: from mem_fraction                 */
 } kt_gpu_options;
 

@@ -147,6 +147,19 @@ struct kt__gpu {
     char cb_err[256];
     bool use_graph, graph_ready, graph_failed, absorb, cublas;
     char err[512];
+    /* layerwise prefill: the CPU-resident experts of each MoE layer copied into
+     * one of two device slots (lw_expert_bytes apart, the parts at lw_off),
+     * described for the products by the host tables lw_tab[slot] */
+    int32_t lw_tokens;        /* option: > 0 threshold, -1 auto, 0 off */
+    bool lw_on;               /* this chunk runs layerwise */
+    int32_t lw_i;             /* MoE layers done in this chunk */
+    void *lw_buf[2];
+    gmat *lw_tab[2];
+    gmat lw_proto[3];         /* shape and type of a CPU expert's gate, up, down */
+    size_t lw_off[6], lw_bytes[6], lw_expert_bytes, lw_f8_elems;
+    int32_t *moe_next;        /* [n_layer + 1]: next MoE layer after l ([n_layer]: first) */
+    double up_bytes, up_s;    /* weights uploaded at setup and the time: host -> device rate */
+    double cpu_s, cpu_pairs;  /* CPU experts' time over the routed pairs they served (chunks) */
     /* KT_GPU_TRACE=1: where the time goes, [0] decode steps, [1] larger chunks;
      * logged when the runtime is freed */
     bool trace;
@@ -161,6 +174,8 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e);
 
 /* ------------------------------------------------------------- memory --- */
 
@@ -198,8 +213,13 @@ static kt_status upload(kt__gpu *g, void **dst, const void *src, size_t bytes)
     void *p = dalloc(g, bytes);
     if (!p)
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (%zu bytes)", bytes);
-    if (!g->counting && kt__cuda_upload(g->rt, p, src, bytes, g->err, sizeof g->err) < 0)
-        return cuda_error(g, "upload");
+    if (!g->counting) {
+        double t0 = now_s();
+        if (kt__cuda_upload(g->rt, p, src, bytes, g->err, sizeof g->err) < 0)
+            return cuda_error(g, "upload");
+        g->up_s += now_s() - t0;
+        g->up_bytes += (double)bytes;
+    }
     *dst = p;
     return KT_OK;
 }
@@ -427,7 +447,7 @@ static kt_status build(kt__gpu *g)
         size_t cols = imax(imax((size_t)H, ff), imax((size_t)nh * qk, (size_t)nh * vd));
         cols = imax(cols, (size_t)hp->q_lora_rank);
         g->staging_elems = imax(T * cols, hp->mla ? (size_t)ctx->n_ctx * hp->kv_lora_rank : 0);
-        g->wstaging_elems = g->max_f8;
+        g->wstaging_elems = KT_MAX(g->max_f8, g->lw_f8_elems);
         if (!(g->staging = dalloc(g, g->staging_elems * 4)) ||
             !(g->wstaging = dalloc(g, g->wstaging_elems * 4 + 16)))
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
@@ -503,6 +523,9 @@ static void gpu_destroy(kt__gpu *g)
     kt__cuda_host_free(g->gperm_h);
     kt__cuda_host_free(g->gslot_h);
     kt__free(g->gcount);
+    kt__free(g->lw_tab[0]);
+    kt__free(g->lw_tab[1]);
+    kt__free(g->moe_next);
     kt__cuda_rt_free(g->rt);
     kt__free(g);
 }
@@ -554,6 +577,9 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB | KT_GPU_F_CUBLAS |
                     KT_GPU_F_MLA_NAIVE | KT_GPU_F_NO_CUBLAS))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: unknown flags 0x%x", o.flags);
+    if (o.layerwise_tokens < -1)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: layerwise_tokens %d must be "
+                         ">= -1", o.layerwise_tokens);
     if (o.expert_fraction > 1.0f || o.mem_fraction < 0.0f || o.mem_fraction > 1.0f)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: expert_fraction %g must be "
                          "<= 1 and mem_fraction %g within 0..1", o.expert_fraction,
@@ -588,7 +614,12 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     g->trace = tr && *tr && strcmp(tr, "0");
     /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
     g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
+    g->lw_tokens = o.layerwise_tokens;
     kt_status st = KT_OK;
+    if (!(g->moe_next = kt__calloc((size_t)hp->n_layer + 1, sizeof(int32_t)))) {
+        kt__free(g);
+        return KT_ERR_NOMEM;
+    }
     if (kt__cuda_rt_create(&g->rt, o.device, g->err, sizeof g->err) < 0) {
         st = cuda_error(g, "device");
         goto fail;
@@ -639,10 +670,46 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
                        (double)g->expert_bytes / 1048576.0, gib(budget), gib(free_b));
         goto fail;
     }
+    /* layerwise prefill: two slots of a layer's CPU-resident experts, if they fit */
+    uint64_t lw_bytes = 0;
+    int32_t first_moe = -1;
+    for (int32_t l = hp->n_layer - 1; l >= 0; l--)
+        if (hp->layer_moe[l]) {
+            g->moe_next[l] = first_moe;
+            first_moe = l;
+        }
+    g->moe_next[hp->n_layer] = first_moe;
+    if (g->lw_tokens && ctx->moe && cpu_experts && want < E && first_moe >= 0) {
+        if ((st = lw_layout(g, first_moe, want)) < 0)
+            goto fail;
+        lw_bytes = 2 * (uint64_t)(E - want) * g->lw_expert_bytes;
+        if (need + lw_bytes > budget) {
+            kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: layerwise prefill needs %.2f GiB more "
+                    "than the budget holds: off", gib(need + lw_bytes - budget));
+            lw_bytes = 0;
+            g->lw_f8_elems = 0;
+        }
+    }
     g->n_gpu_experts = want;
     g->counting = false;
     if ((st = build(g)) < 0)
         goto fail;
+    if (lw_bytes) {
+        size_t slot = (size_t)(lw_bytes / 2);
+        for (int i = 0; i < 2; i++) {
+            g->lw_buf[i] = dalloc(g, slot);
+            g->lw_tab[i] = kt__calloc((size_t)3 * E, sizeof(gmat));
+            if (!g->lw_buf[i] || !g->lw_tab[i]) {
+                st = kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory (layerwise slots of "
+                               "%.2f GiB)", gib(slot));
+                goto fail;
+            }
+        }
+        if (kt__cuda_side_enable(g->rt, g->err, sizeof g->err) < 0) {
+            st = cuda_error(g, "layerwise copies");
+            goto fail;
+        }
+    }
     if (g->cublas &&
         kt__cuda_gemm_enable(g->rt, g->staging, g->staging_elems, g->wstaging,
                              g->wstaging_elems, g->gemm_min_t, g->err, sizeof g->err) < 0) {
@@ -657,9 +724,9 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         goto fail;
     }
     kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: device %d, %.2f GiB planned, %d of %d experts "
-            "per layer on the GPU, decode graph %s%s%s", o.device, gib(g->bytes), want, E,
+            "per layer on the GPU, decode graph %s%s%s%s", o.device, gib(g->bytes), want, E,
             g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "",
-            g->cublas ? ", cuBLAS prefill" : "");
+            g->cublas ? ", cuBLAS prefill" : "", g->lw_buf[0] ? ", layerwise prefill" : "");
     ctx->gpu = g;
     ctx->n_past = 0;
     return KT_OK;
@@ -691,8 +758,7 @@ static void submit_cpu(void *p)
     cb_arg *a = p;
     kt__gpu *g = a->g;
     kt_context *ctx = g->ctx;
-    if (g->trace)
-        g->tr_submit = now_s();
+    g->tr_submit = now_s();
     kt_moe_io io = KT_MOE_IO_INIT;
     io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
     io.n_tokens = g->T_h;
@@ -712,13 +778,20 @@ static void wait_cpu(void *p)
 {
     cb_arg *a = p;
     kt__gpu *g = a->g;
-    double t0 = g->trace ? now_s() : 0;
+    double t0 = now_s();
     if (kt_moe_wait(g->ctx->moe, 0) < 0 && !g->cb_status) {
         snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
         g->cb_status = -1;
     }
+    double t1 = now_s();
+    if (g->phase) {
+        /* the CPU's time per routed pair, for the layerwise decision */
+        const kt__hparams *hp = &g->ctx->hp;
+        g->cpu_s += t1 - g->tr_submit;
+        g->cpu_pairs += (double)*g->T_h * hp->n_expert_used *
+                        (double)(hp->n_expert - g->n_gpu_experts) / hp->n_expert;
+    }
     if (g->trace) {
-        double t1 = now_s();
         g->tr_block[g->phase] += t1 - t0;
         g->tr_cpu[g->phase] += t1 - g->tr_submit;
         g->tr_layers[g->phase]++;
@@ -834,10 +907,11 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
  * sorted by expert on the host (one sync per layer), each expert's rows gathered
  * and multiplied as one product per projection (cuBLAS from gemm_min_t rows),
  * the results weighted back into out in expert order per token. */
-static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T)
+static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *tab, int slot)
 {
     const kt__hparams *hp = &g->ctx->hp;
     const glayer *G = &g->L[l];
+    bool all = slot >= 0; /* layerwise: every expert is on the GPU for this chunk */
     int32_t H = hp->n_embd, I = hp->n_ff_exp, k = hp->n_expert_used, E = hp->n_expert;
     int32_t n = T * k;
     kt__cuda_rt *rt = g->rt;
@@ -849,7 +923,7 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T)
     memset(cnt, 0, sizeof(int32_t) * (size_t)(E + 1));
     for (int32_t i = 0; i < n; i++) {
         int32_t e = g->gids_h[i];
-        if (e >= 0 && e < E && G->mask[e])
+        if (e >= 0 && e < E && (all || G->mask[e]))
             cnt[e]++;
     }
     int32_t P = 0;
@@ -859,19 +933,24 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T)
     }
     for (int32_t i = 0; i < n; i++) {
         int32_t e = g->gids_h[i];
-        if (e >= 0 && e < E && G->mask[e]) {
+        if (e >= 0 && e < E && (all || G->mask[e])) {
             g->gperm_h[off[e]] = i;
             g->gslot_h[i] = off[e]++;
         } else {
             g->gslot_h[i] = -1;
         }
     }
-    if (P == 0)
+    if (all)
+        kt__cuda_side_fence(rt, slot, KT__CUDA_MAIN_WAIT_COPIED);
+    if (P == 0) {
+        if (all)
+            kt__cuda_side_fence(rt, slot, KT__CUDA_MAIN_FREED);
         return KT_OK;
+    }
     kt__cuda_copy_async(rt, g->gperm, g->gperm_h, sizeof(int32_t) * P);
     kt__cuda_copy_async(rt, g->gslot, g->gslot_h, sizeof(int32_t) * n);
     kt__cuda_gather_rows(rt, g->xn, H, g->gperm, k, P, H, g->xg);
-    const gmat *gate = G->htab, *up = G->htab + E, *down = G->htab + 2 * E;
+    const gmat *gate = tab, *up = tab + E, *down = tab + 2 * E;
     for (int32_t e = 0, r = 0; e < E; r += cnt[e], e++) {
         if (!cnt[e])
             continue;
@@ -887,6 +966,96 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T)
             kt__cuda_linear(rt, g->eh + (size_t)r * I, cnt[e], I, &down[e], NULL,
                             g->gy + (size_t)r * H, H, 0);
     kt__cuda_combine(rt, g->out, T, H, k, g->gy, g->gslot, g->w);
+    if (all)
+        kt__cuda_side_fence(rt, slot, KT__CUDA_MAIN_FREED);
+    return KT_OK;
+}
+
+/* Layerwise prefill: queue the copies of MoE layer l's CPU-resident experts into
+ * `slot` on the side stream (after the main stream freed it) and describe them
+ * in lw_tab[slot], next to the layer's GPU-resident ones. */
+static kt_status lw_copy(kt__gpu *g, int32_t l, int slot)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    int32_t E = hp->n_expert;
+    kt__cuda_rt *rt = g->rt;
+    gmat *tab = g->lw_tab[slot];
+    memcpy(tab, g->L[l].htab, sizeof(gmat) * 3 * (size_t)E);
+    kt__cuda_side_fence(rt, slot, KT__CUDA_SIDE_WAIT_FREED);
+    const kt_role roles[3] = {KT_ROLE_EXPERT_GATE, KT_ROLE_EXPERT_UP, KT_ROLE_EXPERT_DOWN};
+    for (int32_t e = g->n_gpu_experts; e < E; e++) {
+        char *base = (char *)g->lw_buf[slot] + (size_t)(e - g->n_gpu_experts) *
+                                                   g->lw_expert_bytes;
+        for (int r = 0; r < 3; r++) {
+            kt_tensor_view v;
+            memset(&v, 0, sizeof v);
+            v.struct_size = sizeof v;
+            kt_status st = kt_model_tensor(g->ctx->model, (uint32_t)l, roles[r], (uint32_t)e, &v);
+            if (st < 0)
+                return st;
+            const gmat *p = &g->lw_proto[r];
+            if ((int32_t)v.rows != p->rows || (int32_t)v.cols != p->cols ||
+                (size_t)v.nbytes != g->lw_bytes[2 * r])
+                return kt__error(KT_ERR_FORMAT, "GPU runtime: %s: shape or size differs from "
+                                 "the other experts' (layerwise prefill)", v.name);
+            gmat *t = &tab[(size_t)r * E + e];
+            *t = *p;
+            t->data = base + g->lw_off[2 * r];
+            if (kt__cuda_side_copy(rt, (void *)t->data, v.data, g->lw_bytes[2 * r]) < 0)
+                return kt__error(KT_ERR_IO, "GPU runtime: layerwise copy of %s failed", v.name);
+            if (p->type == KT__CUDA_W_F8) {
+                t->scale = base + g->lw_off[2 * r + 1];
+                if (!v.scale_data || kt__cuda_side_copy(rt, (void *)t->scale, v.scale_data,
+                                                        g->lw_bytes[2 * r + 1]) < 0)
+                    return kt__error(KT_ERR_IO, "GPU runtime: layerwise copy of %s's scales "
+                                     "failed", v.name);
+            }
+        }
+    }
+    kt__cuda_side_fence(rt, slot, KT__CUDA_SIDE_COPIED);
+    return KT_OK;
+}
+
+/* One CPU-resident expert's parts as the slots hold them (from layer l, expert e):
+ * for each of gate, up, down its data then its scales, 256-byte aligned. */
+static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e)
+{
+    const kt_role roles[3] = {KT_ROLE_EXPERT_GATE, KT_ROLE_EXPERT_UP, KT_ROLE_EXPERT_DOWN};
+    size_t off = 0;
+    for (int r = 0; r < 3; r++) {
+        kt_tensor_view v;
+        memset(&v, 0, sizeof v);
+        v.struct_size = sizeof v;
+        kt_status st = kt_model_tensor(g->ctx->model, (uint32_t)l, roles[r], (uint32_t)e, &v);
+        if (st < 0)
+            return st;
+        gmat *p = &g->lw_proto[r];
+        memset(p, 0, sizeof *p);
+        p->rows = (int32_t)v.rows, p->cols = (int32_t)v.cols;
+        size_t scale = 0;
+        if (v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3 && v.block_rows &&
+            v.block_cols) {
+            p->type = KT__CUDA_W_F8;
+            p->block_rows = (int32_t)v.block_rows, p->block_cols = (int32_t)v.block_cols;
+            p->scale_cols = (int32_t)((v.cols + v.block_cols - 1) / v.block_cols);
+            p->scale_bf16 = v.scale_type == KT_TYPE_BF16;
+            g->lw_f8_elems = KT_MAX(g->lw_f8_elems, (size_t)v.rows * v.cols);
+            scale = (size_t)((v.rows + v.block_rows - 1) / v.block_rows) * p->scale_cols *
+                    type_bytes((kt_type)v.scale_type);
+        } else if (v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16) {
+            p->type = KT__CUDA_W_BF16;
+        } else {
+            return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: %s: no GPU kernel for this "
+                             "storage (layerwise prefill)", v.name);
+        }
+        g->lw_bytes[2 * r] = (size_t)v.nbytes;
+        g->lw_bytes[2 * r + 1] = scale;
+        g->lw_off[2 * r] = off;
+        off += (g->lw_bytes[2 * r] + 255) & ~(size_t)255;
+        g->lw_off[2 * r + 1] = off;
+        off += (scale + 255) & ~(size_t)255;
+    }
+    g->lw_expert_bytes = off;
     return KT_OK;
 }
 
@@ -897,7 +1066,7 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
     const glayer *G = &g->L[l];
     int32_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
     kt__cuda_rt *rt = g->rt;
-    bool cpu = ctx->moe && g->n_gpu_experts < E;
+    bool cpu = ctx->moe && g->n_gpu_experts < E && !g->lw_on;
     kt__cuda_linear(rt, g->xn, T, H, &G->router, G->router_b, g->rlogit, E, 0);
     int32_t kind = hp->router == KT__ROUTER_SOFTMAX_TOPK    ? KT__CUDA_ROUTER_SOFTMAX_TOPK
                    : hp->router == KT__ROUTER_SIGMOID_BIAS ? KT__CUDA_ROUTER_SIGMOID_BIAS
@@ -927,8 +1096,18 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
     } else {
         kt__cuda_zero(rt, g->out, (size_t)T * H);
     }
-    if (g->n_gpu_experts > 0 && T >= g->gemm_min_t) {
-        kt_status st = experts_grouped(g, l, T);
+    if (g->lw_on) {
+        /* layerwise: every expert on the GPU, the next MoE layer's copy queued behind */
+        int slot = g->lw_i % 2;
+        kt_status st = experts_grouped(g, l, T, g->lw_tab[slot], slot);
+        if (st < 0)
+            return st;
+        g->lw_i++;
+        int32_t next = g->moe_next[l];
+        if (next >= 0 && (st = lw_copy(g, next, g->lw_i % 2)) < 0)
+            return st;
+    } else if (g->n_gpu_experts > 0 && T >= g->gemm_min_t) {
+        kt_status st = experts_grouped(g, l, T, G->htab, -1);
         if (st < 0)
             return st;
     } else if (g->n_gpu_experts > 0) {
@@ -955,6 +1134,11 @@ static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
     kt_status st;
     kt__cuda_copy_async(rt, g->tok, g->tok_h, sizeof(int32_t) * T);
     kt__cuda_copy_async(rt, g->pos, g->pos_h, sizeof(int32_t));
+    if (g->lw_on) {
+        g->lw_i = 0;
+        if ((st = lw_copy(g, g->moe_next[hp->n_layer], 0)) < 0)
+            return st;
+    }
     kt__cuda_embed(rt, &g->tok_embd, g->tok, T, g->x);
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const glayer *G = &g->L[l];
@@ -991,6 +1175,22 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
                          g->Tm);
     double t_start = g->trace ? now_s() : 0;
     g->phase = T > 1;
+    /* layerwise when the CPU would take longer over this chunk's experts of a layer
+     * than copying them in (both measured), or from the explicit threshold */
+    g->lw_on = false;
+    if (g->lw_buf[0] && T > 1) {
+        const kt__hparams *hp = &ctx->hp;
+        if (g->lw_tokens > 0) {
+            g->lw_on = T >= g->lw_tokens;
+        } else if (g->cpu_pairs > 0 && g->up_s > 0) {
+            double cpu = (double)T * hp->n_expert_used *
+                         (double)(hp->n_expert - g->n_gpu_experts) / hp->n_expert *
+                         (g->cpu_s / g->cpu_pairs);
+            double copy = (double)(hp->n_expert - g->n_gpu_experts) * g->lw_expert_bytes /
+                          (g->up_bytes / g->up_s);
+            g->lw_on = cpu > copy;
+        }
+    }
     memcpy(g->tok_h, tokens, sizeof(int32_t) * T);
     *g->pos_h = ctx->n_past;
     *g->T_h = T;

@@ -19,7 +19,8 @@
 
 #include "fixture_ref.h"
 
-static uint32_t g_gpu_flags; /* kt_gpu_options.flags for the next open_gpu */
+static uint32_t g_gpu_flags;  /* kt_gpu_options.flags for the next open_gpu */
+static int32_t g_lw_tokens;   /* kt_gpu_options.layerwise_tokens for the next open_gpu */
 
 static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_model **model)
 {
@@ -38,6 +39,7 @@ static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_m
     kt_gpu_options go = KT_GPU_OPTIONS_INIT;
     go.expert_fraction = frac;
     go.flags = g_gpu_flags;
+    go.layerwise_tokens = g_lw_tokens;
     if (kt_context_use_gpu(ctx, &go) < 0)
         fail_msg("kt_context_use_gpu(%s): %s", dir, kt_last_error());
     assert_int_equal(kt_context_gpu(ctx), 0);
@@ -100,7 +102,8 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
                   "positions within 5e-2), decode %.3g, greedy %s\n", name,
                   variant ? variant : "bf16", prec == KT_PRECISION_F32 ? "f32" : "fast",
                   g_gpu_flags & KT_GPU_F_MLA_NAIVE ? " (naive MLA decode)" :
-                  g_gpu_flags & KT_GPU_F_NO_CUBLAS ? " (own kernels)" : "",
+                  g_gpu_flags & KT_GPU_F_NO_CUBLAS ? " (own kernels)" :
+                  g_lw_tokens ? " (layerwise prefill)" : "",
                   kt_context_gpu_experts(ctx), ctx->hp.n_expert, dp,
                   rows_within(pre, r.logits, r.T, r.V, 5e-2f), r.T, dd,
                   same ? "identical" : "DIFFERENT");
@@ -195,6 +198,23 @@ static void test_own_kernels(void **s)
     check("mixtral_tiny", NULL, KT_PRECISION_F32, 1.0f);
     unsetenv("KT_GPU_GEMM_MIN_TOKENS");
     g_gpu_flags = 0;
+}
+
+/* Layerwise prefill (layerwise_tokens 16: the whole prompt): every expert of a
+ * layer on the GPU, the CPU-resident ones copied in on the side stream through
+ * two slots; decode stays hybrid. Held to transformers like the hybrid runs. */
+static void test_layerwise(void **s)
+{
+    (void)s;
+    g_lw_tokens = 16;
+    check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.0f);
+    check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.5f);
+    check("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST, 0.0f);
+    check("deepseek_v3_tiny", "bf16", KT_PRECISION_FAST, 0.5f);
+    check("mixtral_tiny", NULL, KT_PRECISION_FAST, 0.25f);
+    /* INT4 experts have no GPU kernel: layerwise stays off, the hybrid path runs */
+    check("deepseek_v3_tiny", "int4", KT_PRECISION_FAST, 0.0f);
+    g_lw_tokens = 0;
 }
 
 /* Device limits measured through the public API (kt-bench e2e's yardsticks) */
@@ -298,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss),
         cmocka_unit_test(test_deepseek_v3_naive),
         cmocka_unit_test(test_own_kernels),
+        cmocka_unit_test(test_layerwise),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_demo_model),
     };

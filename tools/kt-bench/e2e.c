@@ -541,6 +541,7 @@ typedef struct e2e_opts {
     int64_t budgets[8], prompts[4];
     int n_budgets, n_prompts;
     int64_t gen, batch, threads;
+    int32_t lw_tokens; /* kt_gpu_options.layerwise_tokens */
     bool cpu_only, cpu_row;
     double stream_gbs, cpu_tflops, t_start, time_limit;
     kt_gpu_limits gpu;
@@ -598,7 +599,7 @@ static void report(const char *name, const e2e_cost *c, const e2e_opts *o, bool 
     double pre_tps = P / t_pre, dec_tps = o->gen / t_dec;
     char share[16];
     if (gpu)
-        snprintf(share, sizeof share, "%5.0f%%", 100.0 * f);
+        snprintf(share, sizeof share, "%4.0f%%%s", 100.0 * f, o->lw_tokens ? "L" : " ");
     else
         snprintf(share, sizeof share, "%6s", "cpu");
     printf("%-18s %6s %6lld %12.1f %10.1f %10.1f %12.2f %10.1f %8.3f %8.3f\n", name, share,
@@ -612,10 +613,10 @@ static void report(const char *name, const e2e_cost *c, const e2e_opts *o, bool 
                  "\"prefill_tps\":%.3f,\"prefill_roofline_tps\":%.3f,"
                  "\"layerwise_roofline_tps\":%.3f,\"gen\":%lld,\"decode_tps\":%.3f,"
                  "\"decode_roofline_tps\":%.3f,\"cpu_bytes_per_token\":%.0f,"
-                 "\"gpu_bytes_per_token\":%.0f,\"batch\":%lld",
+                 "\"gpu_bytes_per_token\":%.0f,\"batch\":%lld,\"layerwise_tokens\":%d",
                  name, gpu ? "cuda" : "cpu", f, gpu_experts, (long long)P, pre_tps, pre_roof,
                  lw_roof, (long long)o->gen, dec_tps, dec_roof, cpu_b, gpu ? gpu_b : 0.0,
-                 (long long)o->batch);
+                 (long long)o->batch, (int)o->lw_tokens);
 }
 
 static bool out_of_time(const e2e_opts *o, const char *what)
@@ -693,6 +694,7 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
         if (gpu) {
             kt_gpu_options go = KT_GPU_OPTIONS_INIT;
             go.expert_fraction = (float)frac;
+            go.layerwise_tokens = o->lw_tokens;
             double t0 = bench_now();
             if (kt_context_use_gpu(ctx, &go) < 0) {
                 printf("%-18s %5lld%% GPU runtime: %s\n", name, (long long)o->budgets[b],
@@ -788,6 +790,8 @@ static void usage(FILE *f)
             "  --prompts LIST     prefill lengths (default 2048,8192)\n"
             "  --gen N            decoded tokens after each prefill (default 32)\n"
             "  --batch N          prefill chunk (default 2048)\n"
+            "  --layerwise N|auto layerwise prefill for chunks of N+ tokens, or when the\n"
+            "                     measured copy beats the measured CPU (rows marked L)\n"
             "  --dir DIR          where checkpoints are written, then removed\n"
             "                     (default /dev/shm; needs the model's size free)\n"
             "  --device cpu       the CPU engine only (budget 0)\n"
@@ -880,6 +884,12 @@ int cmd_e2e(int argc, char **argv)
                 return 2;
         } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
             json_path = v;
+        } else if (opt_match(argc, argv, &i, "--layerwise", true, &v, &bad)) {
+            int64_t n = -1;
+            if (!bad && strcmp(v, "auto") &&
+                !opt_parse_i64(BENCH_TOOL, "--layerwise", v, 1, 1 << 20, &n))
+                return 2;
+            o.lw_tokens = (int32_t)n;
         } else if (!strcmp(argv[i], "--no-cpu-row")) {
             o.cpu_row = false;
         } else if (opt_match(argc, argv, &i, "--time-limit", true, &v, &bad)) {

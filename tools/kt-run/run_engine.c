@@ -41,6 +41,10 @@ const char run_engine_help[] =
     "  --gpu-experts F          share 0..1 of each MoE layer's experts on the GPU, or\n"
     "                           'fill' for as many as --mem-fraction-static allows (default)\n"
     "  --mem-fraction-static F  share of the GPU's free memory to use (default 0.9)\n"
+    "  --kt-gpu-prefill-token-threshold N|auto\n"
+    "                           chunks of N+ tokens run every expert on the GPU, the\n"
+    "                           CPU-resident ones copied in layer by layer; auto: when\n"
+    "                           the measured copy beats the measured CPU (default off)\n"
     "  --gpu-mla-naive          MLA decode on the GPU expands k/v for every cached\n"
     "                           position (default: latent space, as a CUDA graph)\n"
     "  --gpu-no-cublas          every GPU product on libkt's own kernels (default:\n"
@@ -171,6 +175,19 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         o->mla_absorb = true;
         return 1;
     }
+    if (opt_match(argc, argv, i, "--kt-gpu-prefill-token-threshold", true, &v, &bad)) {
+        if (bad)
+            return -1;
+        if (!strcmp(v, "auto")) {
+            o->layerwise_tokens = -1;
+            return 1;
+        }
+        int64_t n = 0;
+        if (!opt_parse_i64(tool, "--kt-gpu-prefill-token-threshold", v, 0, INT32_MAX, &n))
+            return -1;
+        o->layerwise_tokens = (int32_t)n;
+        return 1;
+    }
     if (!strcmp(argv[*i], "--gpu-mla-naive")) {
         o->mla_naive = true;
         return 1;
@@ -292,6 +309,7 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
             go.flags |= KT_GPU_F_CUBLAS;
         if (o->mla_naive)
             go.flags |= KT_GPU_F_MLA_NAIVE;
+        go.layerwise_tokens = o->layerwise_tokens;
         if (o->no_cublas)
             go.flags |= KT_GPU_F_NO_CUBLAS;
         if (kt_context_use_gpu(e->ctx, &go) < 0) {

@@ -28,6 +28,7 @@ typedef struct run_engine_opts {
     bool mla_absorb;          /* --gpu-mla-absorb (the default now)            */
     bool mla_naive;           /* --gpu-mla-naive                               */
     bool no_cublas;           /* --gpu-no-cublas                               */
+    int32_t layerwise_tokens; /* --kt-gpu-prefill-token-threshold (-1 auto)    */
     bool cublas;              /* --gpu-cublas                                  */
 } run_engine_opts;
 
