@@ -59,6 +59,17 @@ static void idx_init(void)
     }
 }
 
+/* The lane sums of a, b, c, d. */
+ALWAYS_INLINE __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a8, b8), _mm256_hadd_ps(c8, d8));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 /* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens. */
 ALWAYS_INLINE void raw_tile(const bool q4, const int NR, const int MT, const uint8_t *const *w,
                             int R, int phase, const uint8_t *const *act, size_t o0, size_t rp,
@@ -119,6 +130,11 @@ ALWAYS_INLINE void raw_tile(const bool q4, const int NR, const int MT, const uin
                 acc[r][m] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][m], fm);
             }
         }
+    }
+    if (NR == 4 && MT == 1) { /* the four sums at once */
+        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
+        out[4] = out[1], out[8] = out[2], out[12] = out[3];
+        return;
     }
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -433,6 +449,11 @@ ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
                                             acc[r][m]);
             }
         }
+    }
+    if (NR == 4 && MT == 1) { /* the four sums at once */
+        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
+        out[4] = out[1], out[8] = out[2], out[12] = out[3];
+        return;
     }
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
