@@ -334,6 +334,14 @@ static kt_status mat_from_f32(const loader *ld, float *f, int32_t rows, int32_t 
         return KT_OK;
     }
     size_t n = (size_t)rows * cols;
+    /* fast mode keeps weights exact: BF16 only when every value is a BF16
+     * number (F32 checkpoints saved from BF16), else F32 (F16 needs 11 bits) */
+    for (size_t i = 0; i < n; i++)
+        if (kt__bf16_to_f32(kt__f32_to_bf16(f[i])) != f[i] && f[i] == f[i]) {
+            m->type = KT_TYPE_F32;
+            m->data = f;
+            return KT_OK;
+        }
     uint16_t *b = kt__malloc_array(n, sizeof(uint16_t));
     if (!b) {
         kt__free(f);
