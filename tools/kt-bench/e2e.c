@@ -11,8 +11,8 @@
  *                   CPU expert FLOPs / oneDNN BF16 TFLOP/s,
  *                   CPU expert bytes (once per chunk) / stream read GB/s)
  *   layerwise prefill (every expert on the GPU, the CPU-resident ones streamed
- *                   over PCIe once per layer): P / max(all FLOPs / GPU TFLOP/s,
- *                   CPU-resident expert bytes / PCIe host->device GB/s)
+ *                   over PCIe once per layer and chunk): P / max(all FLOPs / GPU
+ *                   TFLOP/s, chunks x CPU-resident expert bytes / PCIe h2d GB/s)
  *
  * Expert bytes per token assume uniform routing (random weights route close
  * to uniformly). Public API only. */
@@ -594,7 +594,8 @@ static void report(const char *name, const e2e_cost *c, const e2e_opts *o, bool 
     else
         pre_t = ct > 0 ? all_f / ct : 0;
     double pre_roof = pre_t > 0 ? P / pre_t : 0;
-    double lw_t = gpu ? MAXD(all_f / gt, cpu_res / (o->gpu.h2d_gbs * 1e9)) : 0;
+    /* layerwise: each chunk copies every CPU-resident expert in once */
+    double lw_t = gpu ? MAXD(all_f / gt, chunks * cpu_res / (o->gpu.h2d_gbs * 1e9)) : 0;
     double lw_roof = lw_t > 0 ? P / lw_t : 0;
     double pre_tps = P / t_pre, dec_tps = o->gen / t_dec;
     char share[16];
