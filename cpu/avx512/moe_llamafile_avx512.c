@@ -1,13 +1,14 @@
 /* LLAMAFILE kernels on AVX-512 VNNI. Runs only after kt_hw_isa() reported
  * AVX512F/BW/VL/DQ + VNNI.
  *
- * Q4_0 / Q8_0 ("raw"): a weight row is read 64 bytes at a time exactly as it
+ * Q4_0 / Q8_0 / IQ4_NL ("raw"): a weight row is read 64 bytes at a time exactly as it
  * lies in the file, scale bytes included. The activation's R40 / R80 section
  * (cpu/ref/moe_llamafile.c) holds the Q8_0 codes at the byte positions of the
  * weight codes they multiply (0 under the scale bytes), so per 64 bytes:
  *
  *   Q4_0  d = bias + lo(w) . a_lo + hi(w) . a_hi    (vpdpbusd, u8 x s8)
  *   Q8_0  d = bias + (w + 128) . a
+ *   IQ4_NL as Q4_0 with the nibbles mapped to level + 128 (vpshufb), bias x 16
  *   acc  += float(d) * dw * da                       per 4-byte lane
  *
  * where every 4-byte lane lies in one block (blocks are 18 / 34 bytes, their
@@ -71,10 +72,13 @@ ALWAYS_INLINE __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
 }
 
 /* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens. */
-ALWAYS_INLINE void raw_tile(const bool q4, const int NR, const int MT, const uint8_t *const *w,
-                            int R, int phase, const uint8_t *const *act, size_t o0, size_t rp,
-                            size_t ahead, float *out)
+ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
+                            const uint8_t *const *w, int R, int phase, const uint8_t *const *act,
+                            size_t o0, size_t rp, size_t ahead, float *out)
 {
+    /* IQ4_NL: the nibble indexes a level; level + 128 as u8, bias -128 * sum */
+    const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
+        _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
     const int period = q4 ? PERIOD40 : PERIOD80;
     const uint16_t(*tab)[16] = q4 ? (const uint16_t(*)[16])idx40 : (const uint16_t(*)[16])idx80;
     const size_t obias = (q4 ? 2 : 1) * rp, oda = obias + rp;
@@ -107,6 +111,10 @@ ALWAYS_INLINE void raw_tile(const bool q4, const int NR, const int MT, const uin
             if (q4) {
                 wl[r] = _mm512_and_si512(v, low4);
                 wh[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                if (nl) {
+                    wl[r] = _mm512_shuffle_epi8(levels, wl[r]);
+                    wh[r] = _mm512_shuffle_epi8(levels, wh[r]);
+                }
             } else {
                 wl[r] = _mm512_xor_si512(v, top);
             }
@@ -120,6 +128,8 @@ ALWAYS_INLINE void raw_tile(const bool q4, const int NR, const int MT, const uin
             __m512i alo = _mm512_loadu_si512((const void *)a);
             __m512i ahi = q4 ? _mm512_loadu_si512((const void *)(a + rp)) : alo;
             __m512i bias = _mm512_loadu_si512((const void *)(a + obias));
+            if (nl)
+                bias = _mm512_slli_epi32(bias, 4); /* -8 * sum -> -128 * sum */
             __m512 da = _mm512_loadu_ps((const void *)(a + oda));
             #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
@@ -143,16 +153,30 @@ ALWAYS_INLINE void raw_tile(const bool q4, const int NR, const int MT, const uin
             out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
+/* One token: 4 rows share each activation load; more: 2 rows x up to 4 tokens. */
+#define RAW_CALL(Q4, NL)                                                                \
+    do {                                                                                \
+        if (M == 1) {                                                                   \
+            raw_tile(Q4, NL, LF_NR1, 1, wr, R, phase, a, o0, rp, ahead, t);             \
+        } else {                                                                        \
+            switch (mr) {                                                               \
+            case 1: raw_tile(Q4, NL, 2, 1, wr, R, phase, a + m, o0, rp, ahead, t); break; \
+            case 2: raw_tile(Q4, NL, 2, 2, wr, R, phase, a + m, o0, rp, ahead, t); break; \
+            case 3: raw_tile(Q4, NL, 2, 3, wr, R, phase, a + m, o0, rp, ahead, t); break; \
+            default: raw_tile(Q4, NL, 2, 4, wr, R, phase, a + m, o0, rp, ahead, t); break; \
+            }                                                                           \
+        }                                                                               \
+    } while (0)
+
 void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                             const void *const *act, size_t rp, int M, float *C, int ldc)
 {
     pthread_once(&idx_once, idx_init);
-    const bool q4 = type == KT_TYPE_Q4_0;
+    const bool q4 = type != KT_TYPE_Q8_0; /* Q4_0, IQ4_NL: 18-byte blocks */
     const int bb = q4 ? 18 : 34, period = q4 ? PERIOD40 : PERIOD80;
     const size_t o0 = (size_t)b0 * bb;
     const int R = (b1 - b0) * bb, phase = (int)(o0 % (size_t)period);
     const uint8_t *const *a = (const uint8_t *const *)act;
-    /* one token: 4 rows share each activation load; more: 2 rows x 4 tokens */
     const int NR = M == 1 ? LF_NR1 : 2;
     int dist = LF_DIST; /* rows prefetched ahead */
     for (int n = n0; n < n0 + dist && n < n1; n++)
@@ -167,26 +191,12 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
             int mr = M - m < 4 ? M - m : 4;
             size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
             float t[16];
-            if (M == 1) {
-                if (q4)
-                    raw_tile(true, LF_NR1, 1, wr, R, phase, a, o0, rp, ahead, t);
-                else
-                    raw_tile(false, LF_NR1, 1, wr, R, phase, a, o0, rp, ahead, t);
-            } else if (q4) {
-                switch (mr) {
-                case 1: raw_tile(true, 2, 1, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                case 2: raw_tile(true, 2, 2, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                case 3: raw_tile(true, 2, 3, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                default: raw_tile(true, 2, 4, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                }
-            } else {
-                switch (mr) {
-                case 1: raw_tile(false, 2, 1, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                case 2: raw_tile(false, 2, 2, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                case 3: raw_tile(false, 2, 3, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                default: raw_tile(false, 2, 4, wr, R, phase, a + m, o0, rp, ahead, t); break;
-                }
-            }
+            if (type == KT_TYPE_Q4_0)
+                RAW_CALL(true, false);
+            else if (type == KT_TYPE_IQ4_NL)
+                RAW_CALL(true, true);
+            else
+                RAW_CALL(false, false);
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)
                     C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];

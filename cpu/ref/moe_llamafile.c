@@ -12,7 +12,7 @@
  *   Q8_1  [K/32] blocks      Q4_1, Q5_1
  *   Q8_K  [K/256] blocks     Q2_K..Q6_K, IQ4_XS
  *   cnt   int32 [K/256]      Q8_K blocks: elements written so far
- *   R40   4 arrays [rp]      Q4_0 on AVX-512: the Q8_0 codes where a Q4_0 row's
+ *   R40   4 arrays [rp]      Q4_0, IQ4_NL on AVX-512: the Q8_0 codes where a Q4_0 row's
  *                            bytes are (lo: the low nibble's input, hi: the
  *                            high one's; 0 under the scale bytes), then per
  *                            4-byte lane int32 -8 * (sum of the lane's codes)
@@ -105,11 +105,11 @@ unsigned kt__ggml_act_section(int type)
     switch (type) {
     case KT_TYPE_F32: case KT_TYPE_F16: case KT_TYPE_BF16:
         return KT__GGML_ACT_F32;
-    case KT_TYPE_Q4_0:
+    case KT_TYPE_Q4_0: case KT_TYPE_IQ4_NL: /* same 18-byte blocks */
         return KT__GGML_ACT_Q80 | KT__GGML_ACT_R40;
     case KT_TYPE_Q8_0:
         return KT__GGML_ACT_Q80 | KT__GGML_ACT_R80;
-    case KT_TYPE_Q5_0: case KT_TYPE_IQ4_NL:
+    case KT_TYPE_Q5_0:
         return KT__GGML_ACT_Q80;
     case KT_TYPE_Q4_1: case KT_TYPE_Q5_1:
         return KT__GGML_ACT_Q81;
@@ -293,14 +293,16 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                                  blk_arr(W->cols), M, C, ldc, scratch);
         return;
     }
-    size_t raw = W->type == KT_TYPE_Q4_0 ? L.r40 : W->type == KT_TYPE_Q8_0 ? L.r80 : SIZE_MAX;
+    size_t raw = W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL ? L.r40
+                 : W->type == KT_TYPE_Q8_0                            ? L.r80
+                                                                      : SIZE_MAX;
     if (isa == KT_GGML_AVX512 && raw != SIZE_MAX && M <= 256) {
         /* 64 weight bytes at a time against the R40 / R80 sections */
         const void *act[256];
         for (int m = 0; m < M; m++)
             act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + raw;
         kt__lf_gemm_raw_avx512(W->type, W->w, wrow, n0, n1, k0 / 32, k1 / 32, act,
-                               raw_rp(W->cols, W->type == KT_TYPE_Q4_0 ? 18 : 34), M, C, ldc);
+                               raw_rp(W->cols, W->type == KT_TYPE_Q8_0 ? 34 : 18), M, C, ldc);
         return;
     }
     if (isa == KT_GGML_AVX512 && M <= 256 &&
