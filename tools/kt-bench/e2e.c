@@ -800,7 +800,7 @@ static void usage(FILE *f)
             "  --time-limit S     start no measurement after S seconds (rows so far stand)\n"
             "  --threads N        CPU threads (default: physical cores)\n"
             "  --stream-size MIB  stream buffer (default 2048)\n"
-            "  --json FILE        append result rows as JSON\n");
+            "  --json FILE        write the result rows as JSON\n");
 }
 
 static bool parse_list(const char *flag, const char *v, int64_t *out, int cap, int *n,
