@@ -5,13 +5,13 @@
  *   d_m = max_k |x_m[k]| / 127,   q_m[k] = round(x_m[k] / d_m),
  *   C[m][n] = d_m s_n sum_k q_m[k] w[n][k].
  *
- * vpdpbusd multiplies unsigned by signed bytes, so the activations are kept
- * as u = q + 128 and the offset comes off at the end:
- *   sum_k q w = sum_k u w - 128 sum_k w,
- * with the row sums taken by one more vpdpbusd against ones, shared by the
- * tokens. The quantized rows of a call are cached in the scratch for the
- * epoch (the gate and up calls of an item, the thread's next items of the
- * same tokens). Decode streams each weight row once for up to 4 tokens.
+ * vpdpbusd multiplies unsigned by signed bytes, so the weights enter as
+ * w + 128 (one xor, shared by the tokens) and the offset comes off at the
+ * end with the token's sum of q, made when it was quantized:
+ *   sum_k q w = sum_k q (w + 128) - 128 sum_k q.
+ * The quantized rows of a call are cached in the scratch for the epoch (the
+ * gate and up calls of an item, the thread's next items of the same tokens).
+ * Decode streams each weight row once for up to 4 tokens.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -22,22 +22,21 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* out[m * 4 + r] = sum_k q_m[k] w_r[k] over kn inputs, 4 rows, MR (1..4) tokens;
- * pf: prefetch distance in bytes, the same place in the next 4 rows + 1 KiB
- * (the hardware prefetchers see 4 interleaved streams restarting at every
- * tile; the distance the AVX-512 BF16 kernel measured best on Zen 4). */
-ALWAYS_INLINE void tile_vnni(const int8_t *const *w, const uint8_t *const *u, const int MR,
+/* out[m * 4 + r] = sum_k q_m[k] (w_r[k] + 128) over kn inputs, 4 rows, MR
+ * (1..4) tokens; pf: prefetch distance in bytes, the same place in the next
+ * 4 rows + 1 KiB (the hardware prefetchers see 4 interleaved streams
+ * restarting at every tile; the distance the AVX-512 BF16 kernel measured
+ * best on Zen 4). */
+ALWAYS_INLINE void tile_vnni(const int8_t *const *w, const uint8_t *const *q, const int MR,
                              int kn, size_t pf, int32_t *out)
 {
-    __m512i acc[4][4], ws[4];
-    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i acc[4][4];
+    const __m512i sign = _mm512_set1_epi8((char)0x80);
     #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        ws[r] = _mm512_setzero_si512();
+    for (int r = 0; r < 4; r++)
         #pragma GCC unroll 4
         for (int m = 0; m < MR; m++)
             acc[m][r] = _mm512_setzero_si512();
-    }
     /* hot loop: 64 inputs, 4 rows, MR tokens */
     for (int k = 0; k < kn; k += 64) {
         int left = kn - k;
@@ -45,24 +44,22 @@ ALWAYS_INLINE void tile_vnni(const int8_t *const *w, const uint8_t *const *u, co
         __m512i x[4];
         #pragma GCC unroll 4
         for (int m = 0; m < MR; m++)
-            x[m] = _mm512_load_si512(u[m] + k);
+            x[m] = _mm512_load_si512(q[m] + k);
         #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
-            __m512i wv = _mm512_maskz_loadu_epi8(msk, w[r] + k);
-            ws[r] = _mm512_dpbusd_epi32(ws[r], ones, wv);
+            /* past kn: w + 128 against q = 0 */
+            __m512i wv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, w[r] + k), sign);
             #pragma GCC unroll 4
             for (int m = 0; m < MR; m++)
-                acc[m][r] = _mm512_dpbusd_epi32(acc[m][r], x[m], wv);
+                acc[m][r] = _mm512_dpbusd_epi32(acc[m][r], wv, x[m]);
         }
     }
     #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        int32_t corr = 128 * _mm512_reduce_add_epi32(ws[r]);
+    for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
-        for (int m = 0; m < MR; m++)
-            out[m * 4 + r] = _mm512_reduce_add_epi32(acc[m][r]) - corr;
-    }
+        for (int r = 0; r < 4; r++)
+            out[m * 4 + r] = _mm512_reduce_add_epi32(acc[m][r]);
 }
 
 static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -91,8 +88,16 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     batch = batch < Q8T_TOK ? batch : Q8T_TOK;
     for (int mb = 0; mb < M; mb += batch) {
         int mn = M - mb < batch ? M - mb : batch;
-        q8t_batch(cache, A, a_stride, rows, mb, mn, k0, k1, kpad, Q8T_U8);
+        q8t_batch(cache, A, a_stride, rows, mb, mn, k0, k1, kpad, Q8T_S8);
         float *Cb = C + (size_t)mb * ldc;
+        int32_t qsum[Q8T_TOK];
+        for (int m = 0; m < mn; m++) {
+            const int32_t *bs = cache->bsum + (size_t)m * (kpad / 64);
+            int32_t sum = 0;
+            for (int b = 0; b < kpad / 64; b++)
+                sum += bs[b];
+            qsum[m] = sum;
+        }
         for (int n = n0; n < n1; n += 4) {
             int nr = n1 - n < 4 ? n1 - n : 4;
             const int8_t *wr[4];
@@ -110,10 +115,13 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                 case 3: tile_vnni(wr, u, 3, kn, pf, t); break;
                 default: tile_vnni(wr, u, 4, kn, pf, t); break;
                 }
-                for (int i = 0; i < mr; i++)
+                for (int i = 0; i < mr; i++) {
+                    /* minus 128 sum_k q of the token */
+                    int32_t corr = 128 * qsum[m + i];
                     for (int r = 0; r < nr; r++)
                         Cb[(size_t)(m + i) * ldc + (n + r - n0)] =
-                            (float)t[i * 4 + r] * cache->d[m + i] * scale[n + r];
+                            (float)(t[i * 4 + r] - corr) * cache->d[m + i] * scale[n + r];
+                }
             }
         }
     }

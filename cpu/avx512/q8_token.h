@@ -24,21 +24,27 @@
 
 /* One row's layout in the cache: `kpad` bytes (inputs padded to 64) in the
  * order the kernel asked for, then nothing else; per-token data separately. */
-typedef struct q8t_cache {
+/* Which rows the cache holds (compared bytewise). */
+typedef struct q8t_key {
     const void *A;
     const int32_t *rows;
     size_t a_stride;
     uint64_t epoch;
     int m0, mn, k0, k1, mode, valid;
+} q8t_key;
+
+typedef struct q8t_cache {
+    q8t_key key;
     float d[Q8T_TOK];
-    int32_t bsum[Q8T_BYTES / 64];      /* Q8T_S8_EO: [mn][kpad / 64] sums of q per block */
+    int32_t bsum[Q8T_BYTES / 64];      /* Q8T_S8*: [mn][kpad / 64] sums of q per block */
     _Alignas(64) uint8_t q[Q8T_BYTES]; /* [mn][kpad] */
 } q8t_cache;
 
 /* Cache modes: how each 64-input block of a row is stored. */
 enum {
     Q8T_U8 = 1,     /* q + 128 in input order (vpdpbusd's unsigned operand)          */
-    Q8T_S8_EO = 2   /* q as int8, the 32 even inputs of the block, then the 32 odd   */
+    Q8T_S8_EO = 2,  /* q as int8, the 32 even inputs of the block, then the 32 odd   */
+    Q8T_S8 = 3      /* q as int8 in input order                                     */
 };
 
 static inline __mmask32 q8t_mask32(int left)
@@ -54,7 +60,7 @@ static inline __m128i q8t_q16(__m256i h, __m512 s)
 }
 
 /* One BF16 row's inputs [k0, k1) -> kpad bytes in `mode` order, d, and
- * (Q8T_S8_EO) the sum of q over each block of 64. */
+ * (Q8T_S8, Q8T_S8_EO) the sum of q over each block of 64. */
 static inline void q8t_row(const uint16_t *x, int k0, int k1, int kpad, int mode, uint8_t *out,
                            float *d, int32_t *bsum)
 {
@@ -88,7 +94,8 @@ static inline void q8t_row(const uint16_t *x, int k0, int k1, int kpad, int mode
         } else {
             bsum[k / 64] = _mm512_reduce_add_epi32(
                 _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), v));
-            v = _mm512_permutexvar_epi8(eo, v);
+            if (mode == Q8T_S8_EO)
+                v = _mm512_permutexvar_epi8(eo, v);
         }
         _mm512_store_si512(out + k, v);
     }
@@ -99,8 +106,8 @@ static inline void q8t_row(const uint16_t *x, int k0, int k1, int kpad, int mode
 static inline void q8t_batch(q8t_cache *c, const void *A, size_t a_stride, const int32_t *rows,
                              int m0, int mn, int k0, int k1, int kpad, int mode)
 {
-    q8t_cache key;
-    memset(&key, 0, offsetof(q8t_cache, d)); /* padding too: compared bytewise */
+    q8t_key key; /* small: the cache itself is megabytes */
+    memset(&key, 0, sizeof key); /* padding too: compared bytewise */
     key.A = A;
     key.rows = rows ? rows + m0 : NULL;
     key.a_stride = a_stride;
@@ -111,16 +118,16 @@ static inline void q8t_batch(q8t_cache *c, const void *A, size_t a_stride, const
     key.k1 = k1;
     key.mode = mode;
     key.valid = 1;
-    if (!memcmp(&key, c, offsetof(q8t_cache, d)))
+    if (!memcmp(&key, &c->key, sizeof key))
         return;
-    c->valid = 0;
+    c->key.valid = 0;
     for (int m = 0; m < mn; m++) {
         const uint16_t *x =
             (const uint16_t *)((const char *)A + (size_t)(rows ? rows[m0 + m] : m0 + m) * a_stride);
         q8t_row(x, k0, k1, kpad, mode, c->q + (size_t)m * kpad, &c->d[m],
                 c->bsum + (size_t)m * (kpad / 64));
     }
-    memcpy(c, &key, offsetof(q8t_cache, d));
+    c->key = key;
 }
 
 #endif
