@@ -201,6 +201,8 @@ int main(int argc, char **argv)
         co.flags |= KT_CONTEXT_F_KV_BF16;
     if (eo.dense_workers)
         co.flags |= KT_CONTEXT_F_DENSE_WORKERS;
+    if (eo.moe_bf16)
+        co.flags |= KT_CONTEXT_F_MOE_BF16;
     int rc = 1;
     if (sched_start(&srv.sched, e.rt, e.model, &co, tok, &srv.cfg) < 0)
         goto done;
