@@ -145,7 +145,16 @@ static bool dn_ok(dnnl_status_t s)
     return s == dnnl_success;
 }
 
-/* Matmul primitive for one slice shape (weights in `wei`), cached. */
+static void dn_cache_clear(kt__dense *d)
+{
+    for (int i = 0; i < d->n_prims; i++)
+        if (d->prims[i].prim)
+            dnnl_primitive_destroy(d->prims[i].prim);
+    d->n_prims = 0;
+}
+
+/* Matmul primitive for one slice shape (weights in `wei`), cached; the cache
+ * has room (dn_linear clears it first when a call could overflow it). */
 static dn_prim *dn_prim_get(kt__dense *d, int64_t M, int64_t N, int64_t K, int64_t ldd,
                             const dnnl_memory_desc_t *wei)
 {
@@ -154,12 +163,6 @@ static dn_prim *dn_prim_get(kt__dense *d, int64_t M, int64_t N, int64_t K, int64
         if (p->M == M && p->N == N && p->K == K && p->ldd == ldd &&
             dnnl_memory_desc_equal(&p->wei_md, wei))
             return p;
-    }
-    if (d->n_prims == KT__DNNL_CACHE) {
-        for (int i = 0; i < d->n_prims; i++)
-            if (d->prims[i].prim)
-                dnnl_primitive_destroy(d->prims[i].prim);
-        d->n_prims = 0;
     }
     dn_prim *p = &d->prims[d->n_prims++];
     memset(p, 0, sizeof *p);
@@ -357,6 +360,9 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
     dn_prim *prims[256];
     if (pk->n > (int)KT_ARRAY_LEN(prims))
         return false;
+    /* a matrix's slices have two shapes at most (the last may be shorter) */
+    if (d->n_prims + 2 > KT__DNNL_CACHE)
+        dn_cache_clear(d);
     /* primitives and scratchpads first, on this thread (the cache is not shared) */
     for (int i = 0; i < pk->n; i++) {
         const dn_slice *s = &pk->s[i];
@@ -440,9 +446,7 @@ static kt_status dn_init(kt_context *ctx, kt__dense *d)
 static void dn_free(kt_context *ctx, kt__dense *d)
 {
     if (d->prims)
-        for (int i = 0; i < d->n_prims; i++)
-            if (d->prims[i].prim)
-                dnnl_primitive_destroy(d->prims[i].prim);
+        dn_cache_clear(d);
     kt__free(d->prims);
     for (int i = 0; i < d->n_packed; i++)
         dn_packed_free(d->packed[i]);
