@@ -186,11 +186,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s: %s\n", TOOL, kt_status_str(st), kt_last_error());
         return 1;
     }
-    char b[32];
+    char b[32], g[32] = "";
     snprintf(b, sizeof b, "%.1f MiB", (double)rep.bytes_written / (1024.0 * 1024.0));
-    printf("%s: %u MoE layers x %u experts as %s in %s (%u kept, %s written, %.1f s); "
+    if (co.method == KT_METHOD_AMXINT4)
+        snprintf(g, sizeof g, " (group %u)", co.group_size ? co.group_size : 32u);
+    printf("%s: %u MoE layers x %u experts as %s%s in %s (%u kept, %s written, %.1f s); "
            "relative RMS error mean %.6f, worst %.6f%s\n",
-           TOOL, rep.n_layers, rep.n_experts, kt_method_name((kt_method)co.method), output,
+           TOOL, rep.n_layers, rep.n_experts, kt_method_name((kt_method)co.method), g, output,
            rep.n_resumed, b, now() - p.t0, rep.mean_rel_rms, rep.max_rel_rms,
            verify ? "; verified" : "");
     return 0;
