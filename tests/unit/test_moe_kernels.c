@@ -97,12 +97,15 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
     const kt__moe_kernels *ref =
         precise ? kt__moe_kernels_ref_precise(method) : kt__moe_kernels_ref(method);
     static const int rows_list[] = {1, 5, 67, 130};
-    static const int cols_fp[] = {7, 64, 200, 300};
-    static const int cols_i4[] = {32, 96, 160, 256};
+    /* the last: rows longer than the prefill kernels' K chunks (2048 for FP8 / INT4) */
+    static const int cols_fp[] = {7, 64, 200, 300, 2200};
+    static const int cols_i4[] = {32, 96, 160, 256, 2208};
     static const int m_list[] = {1, 2, 3, 4, 5, 17, 170};
     double worst = 0;
     for (int ri = 0; ri < 4; ri++) {
-        for (int ci = 0; ci < 4; ci++) {
+        for (int ci = 0; ci < 5; ci++) {
+            if (ci == 4 && ri != 2)
+                continue; /* long rows: one row count */
             int N = rows_list[ri];
             int K = method == KT_METHOD_RAWINT4 ? cols_i4[ci] : cols_fp[ci];
             void *w, *s;
