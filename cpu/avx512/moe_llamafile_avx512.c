@@ -472,7 +472,112 @@ ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
             out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
-/* Rows of Q4_K / Q5_K / Q6_K blocks [b0, b1) against Q8_K tokens. */
+/* ---------------------------------------------------------------------------
+ * IQ4_XS x Q8_K. 16 qs bytes per 32 inputs (low nibbles: inputs 0..15, high:
+ * 16..31), a 6-bit signed scale ls - 32 per 32. With the nibbles mapped to
+ * level + 128 (vpshufb) and the activation's 16-byte chunks regrouped to match
+ * (even chunks against low nibbles, odd against high):
+ *
+ *   T = sum_ib (ls_ib - 32) ((level + 128) . a - 128 sum a)_ib   vpdpbusd, vpmulld
+ *   acc += float(T) d da
+ */
+ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
+                              const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                              size_t ahead, float *out)
+{
+    (void)unused;
+    __m512 acc[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            acc[r][m] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(15), c128 = _mm512_set1_epi8((char)0x80);
+    const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
+        _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
+    /* lane l of register v: sub-block 4 v + l / 4 */
+    const __m512i sidx0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i sidx1 = _mm512_add_epi32(sidx0, _mm512_set1_epi32(4));
+    const __m256i sh4 = _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+    const __m256i sh2 = _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0);
+    for (int i = 0; i < nb; i++) {
+        __m512i lo[4][2], hi[4][2], sc[4][2];
+        float dw[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const kt_block_iq4_xs *x = (const kt_block_iq4_xs *)(const void *)w[r] + i;
+            if (ahead) {
+                const char *p = (const char *)x + ahead;
+                _mm_prefetch(p, LF_HINT);
+                _mm_prefetch(p + 64, LF_HINT);
+                _mm_prefetch(p + 135, LF_HINT);
+            }
+            #pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) {
+                __m512i q = _mm512_loadu_si512((const void *)(x->qs + 64 * v));
+                lo[r][v] = _mm512_shuffle_epi8(levels, _mm512_and_si512(q, low4));
+                hi[r][v] = _mm512_shuffle_epi8(levels,
+                                               _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+            }
+            /* ls_ib = (scales_l >> 4 ib) & 15 | ((scales_h >> 2 ib) & 3) << 4, minus 32 */
+            uint32_t sl;
+            memcpy(&sl, x->scales_l, 4);
+            __m256i l4 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), sh4),
+                                          _mm256_set1_epi32(15));
+            __m256i h2 = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_set1_epi32(x->scales_h), sh2), _mm256_set1_epi32(3));
+            __m512i s32 = _mm512_castsi256_si512(_mm256_sub_epi32(
+                _mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32)));
+            sc[r][0] = _mm512_permutexvar_epi32(sidx0, s32);
+            sc[r][1] = _mm512_permutexvar_epi32(sidx1, s32);
+            dw[r] = _cvtsh_ss(x->d);
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const kt_block_q8_K *y = act[m] + i;
+            __m512i y0 = _mm512_loadu_si512((const void *)y->qs);
+            __m512i y1 = _mm512_loadu_si512((const void *)(y->qs + 64));
+            __m512i y2 = _mm512_loadu_si512((const void *)(y->qs + 128));
+            __m512i y3 = _mm512_loadu_si512((const void *)(y->qs + 192));
+            /* register v: even 16-byte chunks (low nibbles), odd ones (high) */
+            __m512i ae[2] = {_mm512_shuffle_i64x2(y0, y1, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_i64x2(y2, y3, _MM_SHUFFLE(2, 0, 2, 0))};
+            __m512i ao[2] = {_mm512_shuffle_i64x2(y0, y1, _MM_SHUFFLE(3, 1, 3, 1)),
+                             _mm512_shuffle_i64x2(y2, y3, _MM_SHUFFLE(3, 1, 3, 1))};
+            __m512i bias[2];
+            #pragma GCC unroll 2
+            for (int v = 0; v < 2; v++)
+                bias[v] = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, ae[v]),
+                                        c128, ao[v]));
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i t = _mm512_setzero_si512();
+                #pragma GCC unroll 2
+                for (int v = 0; v < 2; v++) {
+                    __m512i d = _mm512_dpbusd_epi32(bias[v], lo[r][v], ae[v]);
+                    d = _mm512_dpbusd_epi32(d, hi[r][v], ao[v]);
+                    t = _mm512_add_epi32(t, _mm512_mullo_epi32(d, sc[r][v]));
+                }
+                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw[r] * y->d),
+                                            acc[r][m]);
+            }
+        }
+    }
+    if (NR == 4 && MT == 1) {
+        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
+        out[4] = out[1], out[8] = out[2], out[12] = out[3];
+        return;
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+/* Rows of Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K tokens. */
 static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                    const void *const *act, int M, float *C, int ldc)
 {
@@ -500,8 +605,10 @@ static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0,
                 K_CALL(q4k_tile, false);
             else if (type == KT_TYPE_Q5_K)
                 K_CALL(q4k_tile, true);
-            else
+            else if (type == KT_TYPE_Q6_K)
                 K_CALL(q6k_tile, false);
+            else
+                K_CALL(iq4xs_tile, false);
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)
                     C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
