@@ -61,7 +61,9 @@ struct kt__dense {
 typedef struct x2_job {
     const kt__moe_kernels *k;
     const kt__wmat *wm;
-    const void *A;        /* [T] activation rows of rb bytes */
+    struct kt_pool *pool;
+    const float *x;       /* [T][K] F32 activations          */
+    uint8_t *A;           /* [T] activation rows of rb bytes */
     size_t rb;
     int32_t T, rows;
     const float *bias;
@@ -81,9 +83,20 @@ static void x2_rows(const x2_job *j, int32_t r0, int32_t r1, void *scr)
                 j->y[(size_t)t * j->rows + r] += j->bias[r];
 }
 
+/* Activation rows [t0, t1) as the kernels want them (hi + lo BF16). */
+static void x2_quant(const x2_job *j, int32_t t0, int32_t t1)
+{
+    int32_t K = j->wm->cols;
+    for (int32_t t = t0; t < t1; t++)
+        j->k->quant(j->x + (size_t)t * K, 0, K, K, j->A + (size_t)t * j->rb);
+}
+
 static void x2_worker(void *arg, int tid)
 {
     const x2_job *j = arg;
+    /* every worker splits a share of the tokens, then all read all of them */
+    x2_quant(j, (int32_t)((int64_t)j->T * tid / j->n), (int32_t)((int64_t)j->T * (tid + 1) / j->n));
+    kt__pool_barrier(j->pool, tid);
     /* contiguous shares of whole 4-row tiles */
     int32_t per = ((j->rows + j->n - 1) / j->n + 3) & ~3;
     int32_t r0 = tid * per, r1 = KT_MIN(j->rows, r0 + per);
@@ -105,16 +118,16 @@ static bool x2_linear(kt_context *ctx, const kt__moe_kernels *k, const float *x,
         kt__scratch_release(&ctx->scratch, mark);
         return false;
     }
-    /* activations hi + lo, once per product */
+    /* activations hi + lo, once per product (new rows: a new epoch) */
     kt__moe_new_epoch();
-    for (int32_t t = 0; t < T; t++)
-        k->quant(x + (size_t)t * K, 0, K, K, A + (size_t)t * rb);
     kt__wmat wm = {.w = W->data, .scale = W->scale, .rows = W->rows, .cols = K};
-    x2_job j = {k, &wm, A, rb, T, W->rows, bias, y, scr, sb, n};
-    if (par)
+    x2_job j = {k, &wm, ctx->pool, x, A, rb, T, W->rows, bias, y, scr, sb, n};
+    if (par) {
         kt__pool_run(ctx->pool, x2_worker, &j);
-    else
+    } else {
+        x2_quant(&j, 0, T);
         x2_rows(&j, 0, W->rows, scr);
+    }
     kt__scratch_release(&ctx->scratch, mark);
     return true;
 }
@@ -301,7 +314,10 @@ typedef struct dn_job {
     kt__dense *d;
     const dn_packed *pk;
     dn_prim **prim;       /* [n slices] */
-    const uint16_t *xb;   /* [2T][K] hi rows, then lo rows */
+    struct kt_pool *pool;
+    const float *x;       /* [T][K] */
+    int32_t K;
+    uint16_t *xb;         /* [2T][K] hi rows, then lo rows */
     float *y2;            /* [2T][N] */
     float *y;             /* [T][N] */
     const float *bias;
@@ -344,9 +360,25 @@ static void dn_slice_run(dn_job *j, int i)
     }
 }
 
+/* hi = bf16(x), lo = bf16(x - hi) over x[i0, i1) */
+static void dn_split(const dn_job *j, size_t i0, size_t i1)
+{
+    size_t lo = (size_t)j->T * j->K;
+    for (size_t i = i0; i < i1; i++) {
+        uint16_t h = kt__f32_to_bf16(j->x[i]);
+        j->xb[i] = h;
+        j->xb[lo + i] = kt__f32_to_bf16(j->x[i] - kt__bf16_to_f32(h));
+    }
+}
+
 static void dn_worker(void *arg, int tid)
 {
     dn_job *j = arg;
+    /* every worker splits a share of the activations, then all read all of them */
+    int nth = kt__pool_n_threads(j->pool);
+    size_t n = (size_t)j->T * j->K;
+    dn_split(j, n * (size_t)tid / (size_t)nth, n * (size_t)(tid + 1) / (size_t)nth);
+    kt__pool_barrier(j->pool, tid);
     if (tid < j->pk->n)
         dn_slice_run(j, tid);
 }
@@ -386,17 +418,11 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
         kt__scratch_release(&ctx->scratch, mark);
         return false;
     }
-    /* hi = bf16(x), lo = bf16(x - hi) */
-    size_t n = (size_t)T * K;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h = kt__f32_to_bf16(x[i]);
-        xb[i] = h;
-        xb[n + i] = kt__f32_to_bf16(x[i] - kt__bf16_to_f32(h));
-    }
-    dn_job j = {d, pk, prims, xb, y2, y, bias, T, N, 0};
+    dn_job j = {d, pk, prims, ctx->pool, x, K, xb, y2, y, bias, T, N, 0};
     if (ctx->pool && kt__pool_n_threads(ctx->pool) >= pk->n) {
         kt__pool_run(ctx->pool, dn_worker, &j);
     } else {
+        dn_split(&j, 0, (size_t)T * K);
 #ifdef KT__DNNL_OMP
         int saved = omp_get_max_threads(); /* the caller's OpenMP setting */
 #endif
