@@ -297,18 +297,17 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
             q[r][2] = _mm512_and_si512(v1, low4);
             q[r][3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), low4);
             if (q5) {
-                /* register h holds groups (h % 2) + 4 (h / 2) and that + 2 */
-                const __m256i qh = _mm256_loadu_si256(
-                    (const __m256i *)((const kt_block_q5_K *)(const void *)x)->qh);
-                const __m512i bit4 = _mm512_set1_epi8(16);
+                /* register h holds groups g = (h % 2) + 4 (h / 2) and g + 2:
+                 * add 16 where bit g (g + 2) of qh[l] is set */
+                const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                    (const __m256i *)((const kt_block_q5_K *)(const void *)x)->qh));
                 #pragma GCC unroll 4
                 for (int h = 0; h < 4; h++) {
                     int g = (h % 2) + 4 * (h / 2);
-                    __m512i hb = _mm512_inserti64x4(
-                        _mm512_castsi256_si512(_mm256_srli_epi16(qh, g)),
-                        _mm256_srli_epi16(qh, g + 2), 1);
-                    q[r][h] = _mm512_or_si512(
-                        q[r][h], _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+                    __m512i sel = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << g)),
+                                                     _mm256_set1_epi8((char)(1 << (g + 2))), 1);
+                    q[r][h] = _mm512_mask_add_epi8(q[r][h], _mm512_test_epi8_mask(qh, sel),
+                                                   q[r][h], _mm512_set1_epi8(16));
                 }
             }
             uint64_t s8, m8;
