@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "kt/hw.h"
+#include "kt/moe.h"
 #include "kt_config.h"
 #include "moe/moe_internal.h"
 #include "moe_test_util.h"
@@ -465,6 +466,35 @@ static void test_quant_q8(void **state)
         assert_true(fabsf(q[i] * d[i / 32] - x[i]) <= d[i / 32] / 2 + 1e-6f);
 }
 
+/* kt_moe_desc.group_size: AMXINT4 only, 32 / 64 / 128 dividing H and I. */
+static void test_group_size_checks(void **state)
+{
+    (void)state;
+    const struct {
+        int method;
+        uint32_t group, hidden;
+    } bad[] = {
+        {KT_METHOD_AMXINT4, 48, 256},  /* not a group size the kernels take */
+        {KT_METHOD_AMXINT4, 128, 192}, /* does not divide H */
+        {KT_METHOD_BF16, 64, 256},     /* other methods: 0 only */
+        {KT_METHOD_RAWINT4, 32, 256},
+    };
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT; /* not reached */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = bad[i].method;
+        d.group_size = bad[i].group;
+        d.hidden = bad[i].hidden;
+        d.intermediate = 256;
+        d.n_experts = 4;
+        d.top_k = 2;
+        kt_moe_backend *moe = NULL;
+        assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, NULL), KT_ERR_INVALID_ARG);
+        assert_null(moe);
+        assert_non_null(strstr(kt_last_error(), "group_size"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +504,7 @@ int main(void)
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_amx_emulated),
         cmocka_unit_test(test_int8_act),
+        cmocka_unit_test(test_group_size_checks),
         cmocka_unit_test(test_amx),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
