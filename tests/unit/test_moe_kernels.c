@@ -291,10 +291,10 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
 {
     static const int rows_list[] = {5, 32, 67};
     static const int cols_i8[] = {7, 200, 640, 16448};
-    static const int cols_i4[] = {96, 160, 608};
-    static const int cols_i4g[] = {128, 256, 640};
+    static const int cols_i4[] = {96, 160, 608, 16416};
+    static const int cols_i4g[] = {128, 256, 640, 16896};
     static const int m_list[] = {1, 3, 8, 17, 40, 300};
-    int n_cols = method == KT_METHOD_AMXINT8 ? 4 : 3;
+    int n_cols = 4; /* the last: longer than the whole-K copy of the AMX tiles */
     for (int ri = 0; ri < 3; ri++)
         for (int ci = 0; ci < n_cols; ci++) {
             int N = rows_list[ri];
