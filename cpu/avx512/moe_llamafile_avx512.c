@@ -682,7 +682,7 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             int row = 16 * g + r < nr ? 16 * g + r : nr - 1; /* ragged: repeat the last */
             p[r] = W + (size_t)(n + row) * wrow;
         }
-        uint8_t *cg = codes + (size_t)g * nb * 512;
+        uint8_t *cg = codes + (size_t)g * nb * (type == KT_TYPE_Q6_K ? 256 : 512);
         float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
         if (type == KT_TYPE_Q4_0 || type == KT_TYPE_Q8_0) {
             bool q4 = type == KT_TYPE_Q4_0;
@@ -711,6 +711,46 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                     for (int j = 0; j < 4; j++)
                         _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
                                             _mm512_xor_si512(u[j], top));
+                }
+            }
+        } else if (type == KT_TYPE_Q6_K) { /* blocks of 16: kb and nb multiples of 16 */
+            const __m512i bits54 = _mm512_set1_epi8(0x30);
+            for (int b = 0; b < nb; b += 16) {
+                size_t o = (size_t)((kb + b) / 16) * sizeof(kt_block_q6_K);
+                for (int r = 0; r < 16; r++)
+                    for (size_t c = 0; c < sizeof(kt_block_q6_K); c += 64)
+                        _mm_prefetch((const char *)p[r] + o + 4 * sizeof(kt_block_q6_K) + c,
+                                     _MM_HINT_T0);
+                /* input e: h = e / 128, sq = e % 128 / 32, c = e % 32: nibble sq / 2
+                 * of ql[64 h + 32 (sq % 2) + c], bits 2 sq of qh[32 h + c] */
+                for (int h = 0; h < 2; h++)
+                    for (int c0 = 0; c0 < 32; c0 += 16) {
+                        __m512i uh[4];
+                        rows16_dwords(p, o + 128 + 32 * (size_t)h + (size_t)c0, uh);
+                        for (int s1 = 0; s1 < 2; s1++) {
+                            __m512i ul[4];
+                            rows16_dwords(p, o + 64 * (size_t)h + 32 * (size_t)s1 + (size_t)c0,
+                                          ul);
+                            for (int nib = 0; nib < 2; nib++) {
+                                int sq = s1 + 2 * nib, j = 8 * h + 2 * sq + c0 / 16;
+                                uint8_t *cb = cg + (size_t)(b + j) * 256;
+                                #pragma GCC unroll 4
+                                for (int i = 0; i < 4; i++) {
+                                    __m512i lo = _mm512_and_si512(
+                                        nib ? _mm512_srli_epi16(ul[i], 4) : ul[i], low4);
+                                    __m512i hb = _mm512_srli_epi16(uh[i], 2 * sq);
+                                    __m512i q = _mm512_or_si512(
+                                        lo, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits54));
+                                    _mm512_storeu_si512((void *)(cb + 64 * i), q);
+                                }
+                            }
+                        }
+                    }
+                for (int r = 0; r < 16; r++) {
+                    const kt_block_q6_K *x = (const kt_block_q6_K *)(const void *)(p[r] + o);
+                    float d = _cvtsh_ss(x->d);
+                    for (int j = 0; j < 16; j++)
+                        sg[16 * (b + j) + r] = d * (float)x->scales[j];
                 }
             }
         } else { /* Q4_K / Q5_K: kb and nb multiples of 8 */
@@ -772,12 +812,18 @@ typedef struct panel_act {
     const float *da[4];     /* per block d                                */
 } panel_act;
 
+/* Panel modes: blocks of 32 with an integer offset per token block (Q4_0,
+ * Q8_0); blocks of 32 with a float offset per row (Q4_K, Q5_K); blocks of 16,
+ * offset -32 per code (Q6_K). */
+enum { PM_Q80 = 0, PM_K32 = 1, PM_Q6 = 2 };
+
 /* accf[g][t] over nb blocks (absolute first block kb) of G panels x MT tokens. */
-ALWAYS_INLINE void panel_tile(const bool kq, const int G, const int MT, const uint8_t *codes,
+ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const uint8_t *codes,
                               const float *scale, const float *off, int nb, int kb,
                               const panel_act *a, float *C, int ldc, int nvalid0, int nvalid1,
                               bool first)
 {
+    const int BK = mode == PM_Q6 ? 16 : 32; /* inputs per block */
     __m512 accf[2][4];
     __mmask16 vm[2] = {(__mmask16)((1u << nvalid0) - 1), (__mmask16)((1u << nvalid1) - 1)};
     #pragma GCC unroll 2
@@ -786,22 +832,36 @@ ALWAYS_INLINE void panel_tile(const bool kq, const int G, const int MT, const ui
         for (int t = 0; t < MT; t++)
             accf[g][t] = first ? _mm512_setzero_ps()
                                : _mm512_maskz_loadu_ps(vm[g], C + (size_t)t * ldc + 16 * g);
-    const size_t gstride = (size_t)nb * 512, sstride = (size_t)nb * 16;
+    const size_t gstride = (size_t)nb * BK * 16, sstride = (size_t)nb * 16;
     for (int b = 0; b < nb; b++) {
         int k = kb + b;
         const uint8_t *ap[4];
+        float da[4];
         __m512i acci[2][4];
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++) {
-            ap[t] = kq ? a->code[t] + (size_t)(k / 8) * sizeof(kt_block_q8_K) + 4 + 32 * (k % 8)
-                       : a->code[t] + (size_t)k * sizeof(kt_block_q8_0) + 2;
+            __m512i init;
+            if (mode == PM_Q6) {
+                const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)a->code[t] + k / 16;
+                ap[t] = (const uint8_t *)y->qs + 16 * (k % 16);
+                init = _mm512_set1_epi32(-32 * y->bsums[k % 16]);
+                da[t] = y->d;
+            } else if (mode == PM_K32) {
+                ap[t] = a->code[t] + (size_t)(k / 8) * sizeof(kt_block_q8_K) + 4 + 32 * (k % 8);
+                init = _mm512_setzero_si512();
+                da[t] = a->da[t][k];
+            } else {
+                ap[t] = a->code[t] + (size_t)k * sizeof(kt_block_q8_0) + 2;
+                init = _mm512_set1_epi32(a->init[t][k]);
+                da[t] = a->da[t][k];
+            }
             #pragma GCC unroll 2
             for (int g = 0; g < G; g++)
-                acci[g][t] = kq ? _mm512_setzero_si512() : _mm512_set1_epi32(a->init[t][k]);
+                acci[g][t] = init;
         }
-        const uint8_t *cb = codes + (size_t)b * 512;
+        const uint8_t *cb = codes + (size_t)b * BK * 16;
         #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < BK / 4; j++) {
             __m512i w0 = _mm512_loadu_si512((const void *)(cb + 64 * j));
             __m512i w1 = G == 2 ? _mm512_loadu_si512((const void *)(cb + gstride + 64 * j)) : w0;
             #pragma GCC unroll 4
@@ -817,12 +877,12 @@ ALWAYS_INLINE void panel_tile(const bool kq, const int G, const int MT, const ui
         #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
             __m512 s = _mm512_loadu_ps(scale + g * sstride + 16 * b);
-            __m512 o = kq ? _mm512_loadu_ps(off + g * sstride + 16 * b) : s;
+            __m512 o = mode == PM_K32 ? _mm512_loadu_ps(off + g * sstride + 16 * b) : s;
             #pragma GCC unroll 4
             for (int t = 0; t < MT; t++) {
-                __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->da[t][k]));
+                __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(da[t]));
                 accf[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[g][t]), sd, accf[g][t]);
-                if (kq)
+                if (mode == PM_K32)
                     accf[g][t] = _mm512_fmadd_ps(o, _mm512_set1_ps(a->ds[t][k]), accf[g][t]);
             }
         }
@@ -834,23 +894,42 @@ ALWAYS_INLINE void panel_tile(const bool kq, const int G, const int MT, const ui
             _mm512_mask_storeu_ps(C + (size_t)t * ldc + 16 * g, vm[g], accf[g][t]);
 }
 
-#define PANEL_CASE(KQ, G, MT) \
-    panel_tile(KQ, G, MT, cg, sg, og, nb, kb, &pa, Cm, ldc, v0, v1, first)
+#define PANEL_CASE(MODE, G, MT) \
+    panel_tile(MODE, G, MT, cg, sg, og, nb, kb, &pa, Cm, ldc, v0, v1, first)
+#define PANEL_MT(MODE, G)                                                                     \
+    do {                                                                                      \
+        switch (mt) {                                                                         \
+        case 1: PANEL_CASE(MODE, G, 1); break;                                                \
+        case 2: PANEL_CASE(MODE, G, 2); break;                                                \
+        case 3: PANEL_CASE(MODE, G, 3); break;                                                \
+        default: PANEL_CASE(MODE, G, 4); break;                                               \
+        }                                                                                     \
+    } while (0)
+#define PANEL_G(MODE)              \
+    do {                           \
+        if (G == 2)                \
+            PANEL_MT(MODE, 2);     \
+        else                       \
+            PANEL_MT(MODE, 1);     \
+    } while (0)
 
 void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int n1, int k0,
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch)
 {
-    const bool kq = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K; /* Q8_K activations */
+    const int mode = type == KT_TYPE_Q6_K                          ? PM_Q6
+                     : type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K ? PM_K32
+                                                                    : PM_Q80;
+    const int BK = mode == PM_Q6 ? 16 : 32;
     uint8_t *codes = scratch;
     float *scale = (float *)(codes + (size_t)PANEL_ROWS * PANEL_KS);
-    float *off = scale + PANEL_ROWS * PANEL_KS / 32;
+    float *off = scale + PANEL_ROWS * PANEL_KS / 32; /* Q6_K: scales of 16 use both */
     for (int nc = n0; nc < n1; nc += PANEL_ROWS) {
         int nr = n1 - nc < PANEL_ROWS ? n1 - nc : PANEL_ROWS;
         int ngroups = (nr + 15) / 16;
         for (int ks = k0; ks < k1; ks += PANEL_KS) {
             int ke = k1 - ks < PANEL_KS ? k1 : ks + PANEL_KS;
-            int kb = ks / 32, nb = (ke - ks) / 32;
+            int kb = ks / BK, nb = (ke - ks) / BK;
             bool first = ks == k0;
             panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off);
             for (int m = 0; m < M; m += 4) {
@@ -858,52 +937,25 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                 panel_act pa;
                 for (int t = 0; t < 4; t++) {
                     int tt = m + (t < mt ? t : mt - 1);
-                    const uint8_t *x = ext[tt];
+                    const uint8_t *x = ext ? ext[tt] : NULL;
                     pa.code[t] = act[tt];
-                    pa.init[t] = kq ? NULL : (const int32_t *)x;
-                    pa.ds[t] = kq ? (const float *)x : NULL;
-                    pa.da[t] = (const float *)(x + xs);
+                    pa.init[t] = mode == PM_Q80 ? (const int32_t *)x : NULL;
+                    pa.ds[t] = mode == PM_K32 ? (const float *)x : NULL;
+                    pa.da[t] = x ? (const float *)(x + xs) : NULL;
                 }
                 for (int g = 0; g < ngroups; g += 2) {
                     int G = ngroups - g < 2 ? 1 : 2;
                     int v0 = nr - 16 * g < 16 ? nr - 16 * g : 16;
                     int v1 = G == 2 ? (nr - 16 * g - 16 < 16 ? nr - 16 * g - 16 : 16) : 0;
-                    const uint8_t *cg = codes + (size_t)g * nb * 512;
+                    const uint8_t *cg = codes + (size_t)g * nb * BK * 16;
                     const float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
                     float *Cm = C + (size_t)m * ldc + (nc - n0) + 16 * g;
-                    if (kq) {
-                        if (G == 2) {
-                            switch (mt) {
-                            case 1: PANEL_CASE(true, 2, 1); break;
-                            case 2: PANEL_CASE(true, 2, 2); break;
-                            case 3: PANEL_CASE(true, 2, 3); break;
-                            default: PANEL_CASE(true, 2, 4); break;
-                            }
-                        } else {
-                            switch (mt) {
-                            case 1: PANEL_CASE(true, 1, 1); break;
-                            case 2: PANEL_CASE(true, 1, 2); break;
-                            case 3: PANEL_CASE(true, 1, 3); break;
-                            default: PANEL_CASE(true, 1, 4); break;
-                            }
-                        }
-                    } else {
-                        if (G == 2) {
-                            switch (mt) {
-                            case 1: PANEL_CASE(false, 2, 1); break;
-                            case 2: PANEL_CASE(false, 2, 2); break;
-                            case 3: PANEL_CASE(false, 2, 3); break;
-                            default: PANEL_CASE(false, 2, 4); break;
-                            }
-                        } else {
-                            switch (mt) {
-                            case 1: PANEL_CASE(false, 1, 1); break;
-                            case 2: PANEL_CASE(false, 1, 2); break;
-                            case 3: PANEL_CASE(false, 1, 3); break;
-                            default: PANEL_CASE(false, 1, 4); break;
-                            }
-                        }
-                    }
+                    if (mode == PM_Q6)
+                        PANEL_G(PM_Q6);
+                    else if (mode == PM_K32)
+                        PANEL_G(PM_K32);
+                    else
+                        PANEL_G(PM_Q80);
                 }
             }
         }

@@ -277,12 +277,12 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     if (isa == KT_GGML_AVX512 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
         ((W->type == KT_TYPE_Q4_0 && L.r40 != SIZE_MAX) ||
          (W->type == KT_TYPE_Q8_0 && L.r80 != SIZE_MAX) || W->type == KT_TYPE_Q4_K ||
-         W->type == KT_TYPE_Q5_K)) {
+         W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K)) {
         /* prefill: repacked int8 panels, a register-blocked GEMM */
         const void *act[256], *ext[256];
         size_t x = W->type == KT_TYPE_Q4_0   ? L.r40 + 4 * raw_rp(W->cols, 18)
                    : W->type == KT_TYPE_Q8_0 ? L.r80 + 3 * raw_rp(W->cols, 34)
-                                             : L.q8x; /* Q4_K, Q5_K */
+                                             : L.q8x; /* Q4_K, Q5_K; Q6_K: unused */
         size_t c = kt__ggml_act_section(W->type) == KT__GGML_ACT_Q8K ? L.q8k : L.q80;
         for (int m = 0; m < M; m++) {
             const uint8_t *r = arow(A, a_stride, rows, m);
