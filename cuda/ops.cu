@@ -900,10 +900,121 @@ __global__ void k_router(kt__cuda_router_desc r, const float *logit, int32_t T, 
         w[j] *= r.scale;
 }
 
+#define RW (KT__CUDA_MAX_EXPERTS / 32) /* experts per lane in k_router_warp */
+
+/* The same selection as k_router for routers without group limits, a warp per
+ * token: lane l holds experts l, l + 32, ...; each of the k rounds takes the
+ * warp's best not-taken expert (the larger value, the lower index on ties). */
+__global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_t T, int32_t *ids,
+                              float *wts)
+{
+    int32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (t >= T)
+        return;
+    const int32_t E = r.n_expert, k = r.k;
+    const float *lg = logit + (size_t)t * E;
+    float sel[RW], score[RW];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+        int32_t e = lane + 32 * i;
+        score[i] = e < E ? lg[e] : -INFINITY;
+        mx = fmaxf(mx, score[i]);
+    }
+    if (r.kind == KT__CUDA_ROUTER_SOFTMAX_TOPK) {
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            score[i] = lane + 32 * i < E ? expf(score[i] - mx) : 0.0f;
+            sum += score[i];
+        }
+        sum = warp_sum(sum);
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            sel[i] = score[i] = score[i] / sum;
+    } else if (r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS) {
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            int32_t e = lane + 32 * i;
+            score[i] = e < E ? 1.0f / (1.0f + expf(-score[i])) : 0.0f;
+            sel[i] = score[i] + (e < E && r.e_bias ? r.e_bias[e] : 0.0f);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            sel[i] = score[i];
+    }
+    int32_t *id = ids + (size_t)t * k;
+    float *w = wts + (size_t)t * k;
+    uint32_t taken = 0;
+    for (int32_t j = 0; j < k; j++) {
+        /* this lane's best, then the warp's: (value, index), none = (-inf, E) */
+        float bv = -INFINITY;
+        int32_t bi = E;
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            int32_t e = lane + 32 * i;
+            if (e < E && !(taken >> i & 1u) && (bi == E || sel[i] > bv)) {
+                bv = sel[i];
+                bi = e;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            bool other = oi != E && (bi == E || ov > bv || (ov == bv && oi < bi));
+            bv = other ? ov : bv;
+            bi = other ? oi : bi;
+        }
+        /* the owner marks it taken and hands over its score */
+        float mine = 0.0f;
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            if (lane + 32 * i == bi) {
+                taken |= 1u << i;
+                mine = score[i];
+            }
+        float sc = __shfl_sync(0xffffffffu, mine, bi % 32);
+        if (lane == 0) {
+            id[j] = bi;
+            w[j] = sc;
+        }
+    }
+    if (lane != 0)
+        return;
+    if (r.kind == KT__CUDA_ROUTER_TOPK_SOFTMAX) {
+        float m = -INFINITY, sum = 0.0f;
+        for (int32_t j = 0; j < k; j++)
+            m = fmaxf(m, w[j]);
+        for (int32_t j = 0; j < k; j++)
+            sum += (w[j] = expf(w[j] - m));
+        for (int32_t j = 0; j < k; j++)
+            w[j] /= sum;
+        return;
+    }
+    if (r.renorm) {
+        float sum = 0.0f;
+        for (int32_t j = 0; j < k; j++)
+            sum += w[j];
+        float den = r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS ? sum + 1e-20f : sum;
+        for (int32_t j = 0; j < k; j++)
+            w[j] /= den;
+    }
+    for (int32_t j = 0; j < k; j++)
+        w[j] *= r.scale;
+}
+
 extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
                                int32_t T, int32_t *ids, float *w)
 {
-    if (T > 0)
+    if (T <= 0)
+        return 0;
+    bool grouped = r->n_group > 1 && r->topk_group < r->n_group;
+    if (!grouped && r->n_expert <= KT__CUDA_MAX_EXPERTS && r->k > 0 && r->k <= r->n_expert)
+        k_router_warp<<<(T + 3) / 4, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
+    else
         k_router<<<(T + 63) / 64, 64, 0, rt->stream>>>(*r, logits, T, ids, w);
     return 0;
 }
