@@ -139,7 +139,7 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                     float *cr = malloc((size_t)M * nb * sizeof(float));
                     float *ct = malloc((size_t)M * nb * sizeof(float));
                     void *scr_r = calloc(1, ref->scratch_bytes + 64);
-                    void *scr_t = aligned_alloc(64, ks->scratch_bytes + 64);
+                    void *scr_t = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
                     kt__moe_new_epoch(); /* fresh activation buffers */
                     ref->gemm(&W, n0, n1, k0, k1, ar, sr, rows_idx, M, cr, nb, scr_r);
                     ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr_t);
