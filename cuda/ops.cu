@@ -902,9 +902,11 @@ __global__ void k_router(kt__cuda_router_desc r, const float *logit, int32_t T, 
 
 #define RW (KT__CUDA_MAX_EXPERTS / 32) /* experts per lane in k_router_warp */
 
-/* The same selection as k_router for routers without group limits, a warp per
- * token: lane l holds experts l, l + 32, ...; each of the k rounds takes the
- * warp's best not-taken expert (the larger value, the lower index on ties). */
+/* The same selection as k_router, a warp per token: lane l holds experts l,
+ * l + 32, ...; group limits as k_router (group score = its top two, the best
+ * topk_group groups kept, the others' experts at 0); then each of the k rounds
+ * takes the warp's best not-taken expert (the larger value, the lower index on
+ * ties). */
 __global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_t T, int32_t *ids,
                               float *wts)
 {
@@ -945,6 +947,49 @@ __global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_
 #pragma unroll
         for (int i = 0; i < RW; i++)
             sel[i] = score[i];
+    }
+    if (r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS && r.n_group > 1 && r.topk_group < r.n_group) {
+        int32_t gs = E / r.n_group;
+        float gscore[64];
+        for (int32_t g = 0; g < r.n_group; g++) {
+            /* the group's top two: this lane's, then the warp's (a >= b, duplicates kept) */
+            float a = -INFINITY, b = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < RW; i++) {
+                int32_t e = lane + 32 * i;
+                if (e >= g * gs && e < (g + 1) * gs) {
+                    float v = sel[i];
+                    if (v > a) {
+                        b = a;
+                        a = v;
+                    } else if (v > b) {
+                        b = v;
+                    }
+                }
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                float oa = __shfl_xor_sync(0xffffffffu, a, o);
+                float ob = __shfl_xor_sync(0xffffffffu, b, o);
+                float hi = fmaxf(a, oa), lo = fmaxf(fminf(a, oa), fmaxf(b, ob));
+                a = hi;
+                b = lo;
+            }
+            gscore[g] = a + (gs > 1 ? b : 0.0f);
+        }
+        uint64_t keep = 0;
+        for (int32_t q = 0; q < r.topk_group; q++) {
+            int32_t best = -1;
+            for (int32_t g = 0; g < r.n_group; g++)
+                if (!(keep >> g & 1u) && (best < 0 || gscore[g] > gscore[best]))
+                    best = g;
+            keep |= (uint64_t)1 << best;
+        }
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            int32_t g = (lane + 32 * i) / gs;
+            if (g < r.n_group && !(keep >> g & 1u))
+                sel[i] = 0.0f;
+        }
     }
     int32_t *id = ids + (size_t)t * k;
     float *w = wts + (size_t)t * k;
@@ -1011,8 +1056,8 @@ extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, c
 {
     if (T <= 0)
         return 0;
-    bool grouped = r->n_group > 1 && r->topk_group < r->n_group;
-    if (!grouped && r->n_expert <= KT__CUDA_MAX_EXPERTS && r->k > 0 && r->k <= r->n_expert)
+    if (r->n_expert <= KT__CUDA_MAX_EXPERTS && r->n_group <= 64 && r->k > 0 &&
+        r->k <= r->n_expert)
         k_router_warp<<<(T + 3) / 4, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
     else
         k_router<<<(T + 63) / 64, 64, 0, rt->stream>>>(*r, logits, T, ids, w);
