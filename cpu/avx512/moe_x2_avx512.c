@@ -345,10 +345,144 @@ static void gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const voi
     }
 }
 
+/* ---- decode (up to 3 tokens): one weight row at a time ------------------------
+ * Each row read start to end (one sequential stream, as the default decode
+ * kernels), decoded in registers, FP8 block scales on exact 128-input sums. */
+#define X2_PF 1024 /* software prefetch distance, bytes */
+
+/* 64 E4M3 bytes -> 64 BF16 in input order (w[0]: inputs 0..31, w[1]: 32..63). */
+ALWAYS_INLINE void fp8x64_natural(const __m512i *tab, __m512i v, __m512i *w)
+{
+    __m512i hi = _mm512_permutex2var_epi8(tab[0], v, tab[1]);
+    __m512i lo = _mm512_permutex2var_epi8(tab[2], v, tab[3]);
+    hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8); /* | sign */
+    w[0] = _mm512_permutex2var_epi8(lo, tab[4], hi);
+    w[1] = _mm512_permutex2var_epi8(lo, tab[5], hi);
+}
+
+/* out[m * 4 + r] for nr rows (w[r], FP8 scale row srow[r] or NULL for BF16)
+ * and MR tokens (a[m]: hi, a[m] + lo_off: lo), inputs [k0, k1). */
+ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int fp8,
+                           const uint16_t *const *a, size_t lo_off, const int MR, int k0, int k1,
+                           float *out)
+{
+    __m512i tab[6];
+    if (fp8) {
+        uint8_t ia[64], ib[64];
+        for (int j = 0; j < 32; j++) {
+            ia[2 * j] = (uint8_t)j;
+            ia[2 * j + 1] = (uint8_t)(64 + j);
+            ib[2 * j] = (uint8_t)(32 + j);
+            ib[2 * j + 1] = (uint8_t)(96 + j);
+        }
+        tab[0] = _mm512_loadu_si512(e4m3_hi);
+        tab[1] = _mm512_loadu_si512(e4m3_hi + 64);
+        tab[2] = _mm512_loadu_si512(e4m3_lo);
+        tab[3] = _mm512_loadu_si512(e4m3_lo + 64);
+        tab[4] = _mm512_loadu_si512(ia);
+        tab[5] = _mm512_loadu_si512(ib);
+    }
+    __m512 row_sum[3][4];
+    for (int r = 0; r < 4; r++) {
+        __m512 tot[3];
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            tot[m] = _mm512_setzero_ps();
+        /* blocks of 128 inputs (FP8 scale blocks; BF16: the same steps, scale 1) */
+        for (int kb = k0; kb < k1; kb += 128) {
+            int ke = imin(kb + 128, k1);
+            __m512 b0[3], b1[3], c0[3], c1[3]; /* four chains: hi / lo x two halves */
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                b0[m] = b1[m] = c0[m] = c1[m] = _mm512_setzero_ps();
+            /* hot loop: 64 weights of one row, exact BF16, x (hi, lo) for MR tokens */
+            for (int k = kb; k < ke; k += 64) {
+                __mmask64 m64 = tail64(ke - k);
+                __m512i v[2];
+                if (fp8) {
+                    const uint8_t *p = (const uint8_t *)w[r] + k;
+                    _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+                    fp8x64_natural(tab, _mm512_maskz_loadu_epi8(m64, p), v);
+                } else {
+                    const uint16_t *p = (const uint16_t *)w[r] + k;
+                    _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+                    v[0] = _mm512_maskz_loadu_epi16(tail32(ke - k), p);
+                    v[1] = _mm512_maskz_loadu_epi16(tail32(ke - k - 32), p + 32);
+                }
+                __mmask32 t0 = tail32(ke - k), t1 = tail32(ke - k - 32);
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++) {
+                    const uint16_t *x = a[m] + k;
+                    b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)v[0],
+                                             (__m512bh)_mm512_maskz_loadu_epi16(t0, x));
+                    b1[m] = _mm512_dpbf16_ps(b1[m], (__m512bh)v[1],
+                                             (__m512bh)_mm512_maskz_loadu_epi16(t1, x + 32));
+                    c0[m] = _mm512_dpbf16_ps(c0[m], (__m512bh)v[0],
+                                             (__m512bh)_mm512_maskz_loadu_epi16(t0, x + lo_off));
+                    c1[m] = _mm512_dpbf16_ps(c1[m], (__m512bh)v[1],
+                                             (__m512bh)_mm512_maskz_loadu_epi16(t1, x + lo_off + 32));
+                }
+            }
+            __m512 sv = _mm512_set1_ps(fp8 ? srow[r][kb / 128] : 1.0f);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                tot[m] = _mm512_fmadd_ps(
+                    _mm512_add_ps(_mm512_add_ps(b0[m], b1[m]), _mm512_add_ps(c0[m], c1[m])), sv,
+                    tot[m]);
+        }
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            row_sum[m][r] = tot[m];
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4,
+                      hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
+}
+
+/* C for up to 3 tokens: BF16 (fp8 = 0) or FP8 weights. k0 is a multiple of
+ * 128 for FP8 (its blocks); BF16 any. */
+static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc)
+{
+    size_t lo_off = (size_t)pad64(W->cols);
+    const uint16_t *a[3];
+    for (int i = 0; i < 3; i++)
+        a[i] = arow(A, a_stride, rows, imin(i, M - 1));
+    int cb = (W->cols + 127) / 128;
+    size_t esz = fp8 ? 1 : 2;
+    for (int n = n0; n < n1; n += 4) {
+        int nr = imin(4, n1 - n);
+        const void *wr[4];
+        const float *sr[4];
+        for (int r = 0; r < 4; r++) {
+            int row = n + imin(r, nr - 1);
+            wr[r] = (const uint8_t *)W->w + (size_t)row * W->cols * esz;
+            sr[r] = fp8 ? (const float *)W->scale + (size_t)(row / 128) * cb : NULL;
+        }
+        float t[12];
+        switch (M + 3 * fp8) {
+        case 1: rows_x2(wr, sr, 0, a, lo_off, 1, k0, k1, t); break;
+        case 2: rows_x2(wr, sr, 0, a, lo_off, 2, k0, k1, t); break;
+        case 3: rows_x2(wr, sr, 0, a, lo_off, 3, k0, k1, t); break;
+        case 4: rows_x2(wr, sr, 1, a, lo_off, 1, k0, k1, t); break;
+        case 5: rows_x2(wr, sr, 1, a, lo_off, 2, k0, k1, t); break;
+        default: rows_x2(wr, sr, 1, a, lo_off, 3, k0, k1, t); break;
+        }
+        for (int i = 0; i < M; i++)
+            for (int r = 0; r < nr; r++)
+                C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+    }
+}
+
 static void gemm_bf16_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                          size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                          void *scratch)
 {
+    if (M <= 3) {
+        decode_x2(W, 0, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
+        return;
+    }
     gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, NULL, 0);
 }
 
@@ -356,6 +490,10 @@ static void gemm_fp8_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                         void *scratch)
 {
+    if (M <= 3) {
+        decode_x2(W, 1, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
+        return;
+    }
     gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, fill_fp8, 0);
 }
 
