@@ -480,6 +480,7 @@ static void test_pools_every_method(void **state)
         }
         float *out[4];
         double worst[4] = {0, 0, 0, 0};
+        bool int8_act = false;
         for (int pools = 1; pools <= 3; pools++) {
             kt_moe_options o = KT_MOE_OPTIONS_INIT;
             o.n_threads = 3;
@@ -492,6 +493,9 @@ static void test_pools_every_method(void **state)
             kt_moe_info info = KT_MOE_INFO_INIT;
             assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
             assert_int_equal(info.n_pools, pools);
+            /* AMX machines: INT4 prefill on AMX-INT8 tiles, int8 activations */
+            if (info.isa && strstr(info.isa, "amx-int8"))
+                int8_act = true;
             if (pools == 1) {
                 assert_string_equal(info.pool_memory, "in place");
                 assert_true(info.pool_bytes == 0);
@@ -527,7 +531,8 @@ static void test_pools_every_method(void **state)
             kt_moe_backend_free(moe);
         }
         /* int8 activations per token over the call's inputs (here: per slice) */
-        double tol = method == KT_METHOD_AMXINT8 || cases[c].group > 32 ? 5e-2 : 1e-5;
+        double tol = method == KT_METHOD_AMXINT8 || cases[c].group > 32 || int8_act ? 5e-2
+                                                                                     : 1e-5;
         printf("  %-15s pools 2: rel %.2g, pools 3: rel %.2g of one pool's output (tol %.0e)\n",
                cases[c].what, worst[2], worst[3], tol);
         if (!(worst[2] <= tol && worst[3] <= tol))
