@@ -38,9 +38,8 @@ ALWAYS_INLINE void tile_vnni(const int8_t *const *w, const uint8_t *const *q, co
         for (int m = 0; m < MR; m++)
             acc[m][r] = _mm512_setzero_si512();
     /* hot loop: 64 inputs, 4 rows, MR tokens */
-    for (int k = 0; k < kn; k += 64) {
-        int left = kn - k;
-        __mmask64 msk = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+    int k = 0;
+    for (; k + 64 <= kn; k += 64) {
         __m512i x[4];
         #pragma GCC unroll 4
         for (int m = 0; m < MR; m++)
@@ -48,7 +47,20 @@ ALWAYS_INLINE void tile_vnni(const int8_t *const *w, const uint8_t *const *q, co
         #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
-            /* past kn: w + 128 against q = 0 */
+            __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(w[r] + k), sign);
+            #pragma GCC unroll 4
+            for (int m = 0; m < MR; m++)
+                acc[m][r] = _mm512_dpbusd_epi32(acc[m][r], wv, x[m]);
+        }
+    }
+    if (k < kn) { /* past kn: w + 128 against q = 0 */
+        __mmask64 msk = ((__mmask64)1 << (kn - k)) - 1;
+        __m512i x[4];
+        #pragma GCC unroll 4
+        for (int m = 0; m < MR; m++)
+            x[m] = _mm512_load_si512(q[m] + k);
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
             __m512i wv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(msk, w[r] + k), sign);
             #pragma GCC unroll 4
             for (int m = 0; m < MR; m++)
