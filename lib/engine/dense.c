@@ -310,33 +310,33 @@ unsupported:
     return KT_OK;
 }
 
+/* Token chunks of one oneDNN call: [2c][K] hi then lo rows of c tokens keep
+ * the doubled output rows in cache (measured on Zen 4, N 4096, K 2048: 100
+ * GFLOP/s at 64 tokens, 66 at 512 in one call). */
+#define KT__DNNL_CHUNK 64
+
 typedef struct dn_job {
     kt__dense *d;
     const dn_packed *pk;
-    dn_prim **prim;       /* [n slices] */
+    dn_prim **prim;       /* [n slices][2]: full chunks, the last chunk */
     struct kt_pool *pool;
     const float *x;       /* [T][K] */
     int32_t K;
-    uint16_t *xb;         /* [2T][K] hi rows, then lo rows */
-    float *y2;            /* [2T][N] */
+    uint16_t *xb;         /* per chunk of c tokens: [c][K] hi rows, then [c][K] lo rows */
+    float *y2;            /* per chunk: [2c][N] */
     float *y;             /* [T][N] */
     const float *bias;
     int32_t T, N;
     int failed;           /* set by a worker whose primitive failed */
 } dn_job;
 
-static void dn_slice_run(dn_job *j, int i)
+static bool dn_exec(kt__dense *d, int i, const dn_prim *p, const void *src_p, void *wei_p,
+                    float *dst_p)
 {
-    kt__dense *d = j->d;
-    const dn_slice *s = &j->pk->s[i];
-    const dn_prim *p = j->prim[i];
-#ifdef KT__DNNL_OMP
-    omp_set_num_threads(1); /* this worker's share runs on this worker only */
-#endif
     dnnl_memory_t src = NULL, wei = NULL, dst = NULL, scr = NULL;
-    bool ok = dn_ok(dnnl_memory_create(&src, &p->src_md, d->eng, (void *)j->xb)) &&
-              dn_ok(dnnl_memory_create(&wei, &p->wei_md, d->eng, s->data)) &&
-              dn_ok(dnnl_memory_create(&dst, &p->dst_md, d->eng, j->y2 + s->r0)) &&
+    bool ok = dn_ok(dnnl_memory_create(&src, &p->src_md, d->eng, (void *)src_p)) &&
+              dn_ok(dnnl_memory_create(&wei, &p->wei_md, d->eng, wei_p)) &&
+              dn_ok(dnnl_memory_create(&dst, &p->dst_md, d->eng, dst_p)) &&
               dn_ok(dnnl_memory_create(&scr, &p->scr_md, d->eng, d->ws[i]));
     if (ok) {
         dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei},
@@ -346,38 +346,56 @@ static void dn_slice_run(dn_job *j, int i)
     }
     dnnl_memory_destroy(src), dnnl_memory_destroy(wei);
     dnnl_memory_destroy(dst), dnnl_memory_destroy(scr);
-    if (!ok) {
-        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
-        return;
-    }
-    /* y = W hi + W lo (+ bias) over this slice's rows */
-    size_t lo = (size_t)j->T * j->N;
-    for (int32_t t = 0; t < j->T; t++) {
-        const float *a = j->y2 + (size_t)t * j->N, *b = a + lo;
-        float *o = j->y + (size_t)t * j->N;
-        for (int32_t r = s->r0; r < s->r1; r++)
-            o[r] = a[r] + b[r] + (j->bias ? j->bias[r] : 0.0f);
+    return ok;
+}
+
+/* Slice i of the output rows, chunk by chunk: y = W hi + W lo (+ bias). */
+static void dn_slice_run(dn_job *j, int i)
+{
+    const dn_slice *s = &j->pk->s[i];
+#ifdef KT__DNNL_OMP
+    omp_set_num_threads(1); /* this worker's share runs on this worker only */
+#endif
+    for (int32_t t0 = 0; t0 < j->T; t0 += KT__DNNL_CHUNK) {
+        int32_t c = KT_MIN(KT__DNNL_CHUNK, j->T - t0);
+        const dn_prim *p = j->prim[2 * i + (c < KT__DNNL_CHUNK)];
+        float *y2 = j->y2 + (size_t)2 * t0 * j->N;
+        if (!dn_exec(j->d, i, p, j->xb + (size_t)2 * t0 * j->K, s->data, y2 + s->r0)) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        for (int32_t t = 0; t < c; t++) {
+            const float *a = y2 + (size_t)t * j->N, *b = a + (size_t)c * j->N;
+            float *o = j->y + (size_t)(t0 + t) * j->N;
+            for (int32_t r = s->r0; r < s->r1; r++)
+                o[r] = a[r] + b[r] + (j->bias ? j->bias[r] : 0.0f);
+        }
     }
 }
 
-/* hi = bf16(x), lo = bf16(x - hi) over x[i0, i1) */
-static void dn_split(const dn_job *j, size_t i0, size_t i1)
+/* Tokens [t0, t1): hi = bf16(x), lo = bf16(x - hi) into their chunks' rows. */
+static void dn_split(const dn_job *j, int32_t t0, int32_t t1)
 {
-    size_t lo = (size_t)j->T * j->K;
-    for (size_t i = i0; i < i1; i++) {
-        uint16_t h = kt__f32_to_bf16(j->x[i]);
-        j->xb[i] = h;
-        j->xb[lo + i] = kt__f32_to_bf16(j->x[i] - kt__bf16_to_f32(h));
+    int32_t K = j->K;
+    for (int32_t t = t0; t < t1; t++) {
+        int32_t c0 = t / KT__DNNL_CHUNK * KT__DNNL_CHUNK;
+        int32_t c = KT_MIN(KT__DNNL_CHUNK, j->T - c0);
+        uint16_t *hi = j->xb + ((size_t)2 * c0 + (t - c0)) * K, *lo = hi + (size_t)c * K;
+        const float *x = j->x + (size_t)t * K;
+        for (int32_t k = 0; k < K; k++) {
+            uint16_t h = kt__f32_to_bf16(x[k]);
+            hi[k] = h;
+            lo[k] = kt__f32_to_bf16(x[k] - kt__bf16_to_f32(h));
+        }
     }
 }
 
 static void dn_worker(void *arg, int tid)
 {
     dn_job *j = arg;
-    /* every worker splits a share of the activations, then all read all of them */
+    /* every worker splits a share of the tokens, then all read all of them */
     int nth = kt__pool_n_threads(j->pool);
-    size_t n = (size_t)j->T * j->K;
-    dn_split(j, n * (size_t)tid / (size_t)nth, n * (size_t)(tid + 1) / (size_t)nth);
+    dn_split(j, (int32_t)((int64_t)j->T * tid / nth), (int32_t)((int64_t)j->T * (tid + 1) / nth));
     kt__pool_barrier(j->pool, tid);
     if (tid < j->pk->n)
         dn_slice_run(j, tid);
@@ -389,26 +407,32 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
     kt__dense *d = ctx->dense;
     const dn_packed *pk = W->packed;
     int32_t N = W->rows, K = W->cols;
-    dn_prim *prims[256];
-    if (pk->n > (int)KT_ARRAY_LEN(prims))
+    dn_prim *prims[2 * 256];
+    if (pk->n > 256)
         return false;
-    /* a matrix's slices have two shapes at most (the last may be shorter) */
-    if (d->n_prims + 2 > KT__DNNL_CACHE)
+    /* a matrix's slices have two shapes at most (the last may be shorter), the
+     * chunks two lengths: four primitives */
+    if (d->n_prims + 4 > KT__DNNL_CACHE)
         dn_cache_clear(d);
+    int32_t full = KT_MIN(T, KT__DNNL_CHUNK), last = T % KT__DNNL_CHUNK;
     /* primitives and scratchpads first, on this thread (the cache is not shared) */
     for (int i = 0; i < pk->n; i++) {
         const dn_slice *s = &pk->s[i];
-        prims[i] = dn_prim_get(d, 2 * (int64_t)T, s->r1 - s->r0, K, N, &s->md);
-        if (!prims[i]->prim)
-            return false;
-        size_t need = dnnl_memory_desc_get_size(&prims[i]->scr_md);
-        if (need > d->ws_size[i]) {
-            void *ws = kt__malloc_aligned(need, 64);
-            if (!ws)
+        for (int k = 0; k < 2; k++) {
+            int32_t c = k == 0 ? full : (last ? last : full);
+            dn_prim *p = dn_prim_get(d, 2 * (int64_t)c, s->r1 - s->r0, K, N, &s->md);
+            if (!p->prim)
                 return false;
-            kt__free_aligned(d->ws[i]);
-            d->ws[i] = ws;
-            d->ws_size[i] = need;
+            prims[2 * i + k] = p;
+            size_t need = dnnl_memory_desc_get_size(&p->scr_md);
+            if (need > d->ws_size[i]) {
+                void *ws = kt__malloc_aligned(need, 64);
+                if (!ws)
+                    return false;
+                kt__free_aligned(d->ws[i]);
+                d->ws[i] = ws;
+                d->ws_size[i] = need;
+            }
         }
     }
     kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
@@ -422,7 +446,7 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
     if (ctx->pool && kt__pool_n_threads(ctx->pool) >= pk->n) {
         kt__pool_run(ctx->pool, dn_worker, &j);
     } else {
-        dn_split(&j, 0, (size_t)T * K);
+        dn_split(&j, 0, T);
 #ifdef KT__DNNL_OMP
         int saved = omp_get_max_threads(); /* the caller's OpenMP setting */
 #endif
@@ -449,9 +473,9 @@ static kt_status dn_init(kt_context *ctx, kt__dense *d)
     for (int i = 0; i < d->n_workers; i++)
         if (!dn_ok(dnnl_stream_create(&d->streams[i], d->eng, dnnl_stream_default_flags)))
             return kt__error(KT_ERR_INTERNAL, "engine: oneDNN stream creation failed");
-    /* every dense matrix but the routers, packed for the prefill chunk size */
+    /* every dense matrix but the routers, packed as full chunks want them */
     const kt__hparams *hp = &ctx->hp;
-    int64_t m_ref = 2 * (int64_t)KT_MAX(ctx->n_batch, KT__DNNL_MIN_T);
+    int64_t m_ref = 2 * (int64_t)KT__DNNL_CHUNK; /* the rows of a full chunk */
     kt_status st = dn_pack(d, &ctx->w.lm_head, m_ref);
     for (int32_t l = 0; l < hp->n_layer && st == KT_OK; l++) {
         kt__layer *L = &ctx->w.layers[l];
