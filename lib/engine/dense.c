@@ -32,8 +32,9 @@
 /* Below this many tokens the x2 kernels beat oneDNN on the doubled rows
  * (measured on Zen 4: 4 tokens 29 vs 22 GFLOP/s, 16 tokens 18 vs 29). */
 #define KT__DNNL_MIN_T 8
-/* Primitives kept per context (prompt chunk lengths vary); full: start over. */
-#define KT__DNNL_CACHE 48
+/* Primitives kept per context (shapes x chunk rows); full: start over (oneDNN's
+ * own primitive cache keeps recreating a seen shape cheap). */
+#define KT__DNNL_CACHE 128
 
 typedef struct dn_slice dn_slice;
 typedef struct dn_prim dn_prim;
@@ -315,6 +316,13 @@ unsupported:
  * GFLOP/s at 64 tokens, 66 at 512 in one call). */
 #define KT__DNNL_CHUNK 64
 
+/* Rows a chunk of c tokens runs with: c rounded up to 8 (zero rows), so that
+ * prompts of every length need at most 8 primitive shapes, each compiled once. */
+static int32_t dn_rows(int32_t c)
+{
+    return (c + 7) & ~7;
+}
+
 typedef struct dn_job {
     kt__dense *d;
     const dn_packed *pk;
@@ -322,8 +330,9 @@ typedef struct dn_job {
     struct kt_pool *pool;
     const float *x;       /* [T][K] */
     int32_t K;
-    uint16_t *xb;         /* per chunk of c tokens: [c][K] hi rows, then [c][K] lo rows */
-    float *y2;            /* per chunk: [2c][N] */
+    uint16_t *xb;         /* per chunk of c tokens: [cp][K] hi rows, then [cp][K] lo rows
+                             (cp = dn_rows(c)), chunk k at 2 * 64 k rows */
+    float *y2;            /* per chunk: [2 cp][N] */
     float *y;             /* [T][N] */
     const float *bias;
     int32_t T, N;
@@ -357,15 +366,15 @@ static void dn_slice_run(dn_job *j, int i)
     omp_set_num_threads(1); /* this worker's share runs on this worker only */
 #endif
     for (int32_t t0 = 0; t0 < j->T; t0 += KT__DNNL_CHUNK) {
-        int32_t c = KT_MIN(KT__DNNL_CHUNK, j->T - t0);
-        const dn_prim *p = j->prim[2 * i + (c < KT__DNNL_CHUNK)];
+        int32_t c = KT_MIN(KT__DNNL_CHUNK, j->T - t0), cp = dn_rows(c);
+        const dn_prim *p = j->prim[2 * i + (t0 + KT__DNNL_CHUNK >= j->T)];
         float *y2 = j->y2 + (size_t)2 * t0 * j->N;
         if (!dn_exec(j->d, i, p, j->xb + (size_t)2 * t0 * j->K, s->data, y2 + s->r0)) {
             __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
             return;
         }
         for (int32_t t = 0; t < c; t++) {
-            const float *a = y2 + (size_t)t * j->N, *b = a + (size_t)c * j->N;
+            const float *a = y2 + (size_t)t * j->N, *b = a + (size_t)cp * j->N;
             float *o = j->y + (size_t)(t0 + t) * j->N;
             for (int32_t r = s->r0; r < s->r1; r++)
                 o[r] = a[r] + b[r] + (j->bias ? j->bias[r] : 0.0f);
@@ -379,8 +388,8 @@ static void dn_split(const dn_job *j, int32_t t0, int32_t t1)
     int32_t K = j->K;
     for (int32_t t = t0; t < t1; t++) {
         int32_t c0 = t / KT__DNNL_CHUNK * KT__DNNL_CHUNK;
-        int32_t c = KT_MIN(KT__DNNL_CHUNK, j->T - c0);
-        uint16_t *hi = j->xb + ((size_t)2 * c0 + (t - c0)) * K, *lo = hi + (size_t)c * K;
+        int32_t cp = dn_rows(KT_MIN(KT__DNNL_CHUNK, j->T - c0));
+        uint16_t *hi = j->xb + ((size_t)2 * c0 + (t - c0)) * K, *lo = hi + (size_t)cp * K;
         const float *x = j->x + (size_t)t * K;
         for (int32_t k = 0; k < K; k++) {
             uint16_t h = kt__f32_to_bf16(x[k]);
@@ -414,12 +423,14 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
      * chunks two lengths: four primitives */
     if (d->n_prims + 4 > KT__DNNL_CACHE)
         dn_cache_clear(d);
-    int32_t full = KT_MIN(T, KT__DNNL_CHUNK), last = T % KT__DNNL_CHUNK;
+    /* rows of the chunks but the last, and of the last */
+    int32_t c0_last = (T - 1) / KT__DNNL_CHUNK * KT__DNNL_CHUNK, c_last = T - c0_last;
+    int32_t full = dn_rows(KT_MIN(T, KT__DNNL_CHUNK)), last = dn_rows(c_last);
     /* primitives and scratchpads first, on this thread (the cache is not shared) */
     for (int i = 0; i < pk->n; i++) {
         const dn_slice *s = &pk->s[i];
         for (int k = 0; k < 2; k++) {
-            int32_t c = k == 0 ? full : (last ? last : full);
+            int32_t c = k == 0 ? full : last;
             dn_prim *p = dn_prim_get(d, 2 * (int64_t)c, s->r1 - s->r0, K, N, &s->md);
             if (!p->prim)
                 return false;
@@ -436,12 +447,17 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
         }
     }
     kt__scratch_mark mark = kt__scratch_get_mark(&ctx->scratch);
-    uint16_t *xb = kt__scratch_alloc(&ctx->scratch, (size_t)2 * T * K, sizeof(uint16_t));
-    float *y2 = kt__scratch_alloc(&ctx->scratch, (size_t)2 * T * N, sizeof(float));
+    size_t rows = (size_t)2 * (c0_last + last);
+    uint16_t *xb = kt__scratch_alloc(&ctx->scratch, rows * K, sizeof(uint16_t));
+    float *y2 = kt__scratch_alloc(&ctx->scratch, rows * N, sizeof(float));
     if (!xb || !y2) {
         kt__scratch_release(&ctx->scratch, mark);
         return false;
     }
+    /* the last chunk's padding rows, hi and lo: zeros */
+    uint16_t *pad = xb + ((size_t)2 * c0_last + c_last) * K;
+    memset(pad, 0, sizeof(uint16_t) * (size_t)(last - c_last) * K);
+    memset(pad + (size_t)last * K, 0, sizeof(uint16_t) * (size_t)(last - c_last) * K);
     dn_job j = {d, pk, prims, ctx->pool, x, K, xb, y2, y, bias, T, N, 0};
     if (ctx->pool && kt__pool_n_threads(ctx->pool) >= pk->n) {
         kt__pool_run(ctx->pool, dn_worker, &j);
