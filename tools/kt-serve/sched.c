@@ -19,6 +19,7 @@ typedef struct slot {
     kt_detokenizer *detok;
     float *logits;         /* [n_vocab], the next token's               */
     size_t prefilled;      /* prompt tokens evaluated                    */
+    size_t step_chunk;     /* prompt tokens in this step's shared pass   */
     int32_t *cached;       /* tokens in ctx's KV cache (prefix cache)    */
     size_t n_cached, cap_cached;
     kt_buf piece;
@@ -39,8 +40,10 @@ struct sched {
     bool stopping, started;
     slot *slots;      /* [max_running], scheduler thread only */
     int32_t n_vocab;
-    /* one decode step of every running request in one forward pass
-     * (kt_context_eval_multi): [max_running] each, logits [max_running][n_vocab] */
+    /* one forward pass per step for every running request's next token and
+     * as many prompt tokens as fit in n_batch (kt_context_eval_multi):
+     * [max_running] each but step_tok [max_running + n_batch], logits
+     * [max_running][n_vocab] */
     slot **step_slot;
     kt_context **step_ctx;
     int32_t *step_tok;
@@ -264,27 +267,61 @@ static void slot_eval(sched *s, slot *sl, int32_t tok)
         cache_note(sl, &tok, 1);
 }
 
-/* One token for every request past its prompt: sampled per request, then
- * evaluated for all of them in one forward pass (one weight read per step). */
+/* One token for every request past its prompt (sampled per request) and the
+ * next prompt chunks of requests still reading theirs, up to n_batch tokens
+ * in all, evaluated in one forward pass (one weight read per step). Requests
+ * whose prompt chunk did not fit keep step_chunk 0 and prefill on their own. */
 static void decode_step(sched *s)
 {
     int n = 0;
+    size_t nt = 0, budget = (size_t)s->cfg.n_batch;
     for (int i = 0; i < s->cfg.max_running; i++) {
         slot *sl = &s->slots[i];
-        if (sl->j && sl->prefilled == sl->j->n_prompt && slot_next(s, sl, &s->step_tok[n])) {
+        sl->step_chunk = 0;
+        if (sl->j && sl->prefilled == sl->j->n_prompt && slot_next(s, sl, &s->step_tok[nt])) {
             s->step_slot[n] = sl;
             s->step_ctx[n] = sl->ctx;
             s->step_n[n++] = 1;
+            nt++;
+            budget = budget > 0 ? budget - 1 : 0;
         }
+    }
+    int n_decode = n;
+    for (int i = 0; i < s->cfg.max_running && budget > 0 && !s->step_single; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->j || sl->prefilled >= sl->j->n_prompt)
+            continue;
+        size_t c = sl->j->n_prompt - sl->prefilled;
+        c = c < budget ? c : budget;
+        memcpy(s->step_tok + nt, sl->j->prompt + sl->prefilled, sizeof(int32_t) * c);
+        sl->step_chunk = c;
+        s->step_slot[n] = sl;
+        s->step_ctx[n] = sl->ctx;
+        s->step_n[n++] = c;
+        nt += c;
+        budget -= c;
     }
     if (n > 1 && !s->step_single) {
         kt_status st = kt_context_eval_multi(s->step_ctx, (size_t)n, s->step_tok, s->step_n,
                                              s->step_logits);
         if (st == KT_OK) {
+            size_t off = 0;
             for (int k = 0; k < n; k++) {
-                memcpy(s->step_slot[k]->logits, s->step_logits + (size_t)k * s->n_vocab,
-                       sizeof(float) * (size_t)s->n_vocab);
-                cache_note(s->step_slot[k], &s->step_tok[k], 1);
+                slot *sl = s->step_slot[k];
+                const float *lg = s->step_logits + (size_t)k * s->n_vocab;
+                cache_note(sl, s->step_tok + off, s->step_n[k]);
+                off += s->step_n[k];
+                if (k < n_decode) {
+                    memcpy(sl->logits, lg, sizeof(float) * (size_t)s->n_vocab);
+                    continue;
+                }
+                sl->prefilled += s->step_n[k];
+                if (sl->prefilled == sl->j->n_prompt) {
+                    /* the prompt's last logits start the answer */
+                    memcpy(sl->logits, lg, sizeof(float) * (size_t)s->n_vocab);
+                    if (sl->j->max_tokens == 0)
+                        slot_finish(s, sl, "length", NULL);
+                }
             }
             return;
         }
@@ -293,6 +330,8 @@ static void decode_step(sched *s)
         /* else one at a time: the failing request ends with its own error */
     }
     for (int k = 0; k < n; k++)
+        s->step_slot[k]->step_chunk = 0; /* prompts prefill on their own */
+    for (int k = 0; k < n_decode; k++)
         slot_eval(s, s->step_slot[k], s->step_tok[k]);
 }
 
@@ -366,13 +405,15 @@ static void *sched_main(void *arg)
             if (sl->j && atomic_load(&sl->j->cancelled))
                 slot_finish(s, sl, "cancelled", NULL);
         }
-        /* one decode step for every request past its prompt */
+        /* one pass: a token for every request past its prompt, prompt chunks */
         decode_step(s);
-        /* then a prefill chunk for each request still reading its prompt */
+        /* then a prefill chunk for each request still reading its prompt
+         * that did not fit in the step's pass */
         for (int i = 0; i < cap; i++) {
             slot *sl = &s->slots[i];
-            if (sl->j && sl->prefilled < sl->j->n_prompt)
+            if (sl->j && sl->prefilled < sl->j->n_prompt && !sl->step_chunk)
                 slot_prefill(s, sl);
+            sl->step_chunk = 0;
         }
     }
     return NULL;
@@ -415,7 +456,7 @@ int sched_start(sched **out, kt_runtime *rt, const kt_model *model,
     size_t cap = (size_t)cfg->max_running;
     s->step_slot = calloc(cap, sizeof *s->step_slot);
     s->step_ctx = calloc(cap, sizeof *s->step_ctx);
-    s->step_tok = calloc(cap, sizeof *s->step_tok);
+    s->step_tok = calloc(cap + (size_t)cfg->n_batch, sizeof *s->step_tok);
     s->step_n = calloc(cap, sizeof *s->step_n);
     s->step_logits = malloc(sizeof(float) * cap * (size_t)s->n_vocab);
     if (!s->step_slot || !s->step_ctx || !s->step_tok || !s->step_n || !s->step_logits) {
