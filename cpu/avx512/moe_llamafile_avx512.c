@@ -312,7 +312,8 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
             }
             uint64_t s8, m8;
             k4_scales(x->scales, &s8, &m8);
-            __m512i sw = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s8)));
+            __m512i sw =
+                _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)s8)));
             #pragma GCC unroll 4
             for (int h = 0; h < 4; h++)
                 sc[r][h] = _mm512_shuffle_epi8(sw, pick[h]);
@@ -576,7 +577,110 @@ ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
             out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
-/* Rows of Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K tokens. */
+/* ---------------------------------------------------------------------------
+ * Q2_K x Q8_K. The 2-bit field j of qs byte l holds input 32 j + l (bytes
+ * 0..31) or 128 + 32 j + l (bytes 32..63); one register of 64 qs bytes
+ * shifted by 2 j gives 64 codes against the activation codes of those inputs.
+ * 4-bit scale and min per 16 inputs:
+ *
+ *   T = sum_g sc_g (q . a)_g      vpmaddubsw, vpdpwssd
+ *   Mn = sum_g m_g bsum_g         vpmaddwd
+ *   acc += float(T) d da;  accm += float(Mn) dmin da;  out = sum acc - sum accm
+ */
+ALWAYS_INLINE void q2k_tile(const bool unused, const int NR, const int MT,
+                            const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                            size_t ahead, float *out)
+{
+    (void)unused;
+    __m512 acc[4][4];
+    __m256 accm[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            acc[r][m] = _mm512_setzero_ps();
+            accm[r][m] = _mm256_setzero_ps();
+        }
+    const __m512i low2 = _mm512_set1_epi8(3);
+    const __m128i low4 = _mm_set1_epi8(15);
+    /* word w of register j: group 2 j + w / 8 (w < 16), 8 + 2 j + (w - 16) / 8 */
+    __m512i widx[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        uint16_t ix[32];
+        for (int k = 0; k < 32; k++)
+            ix[k] = (uint16_t)(8 * (k / 16) + 2 * j + (k % 16) / 8);
+        widx[j] = _mm512_loadu_si512((const void *)ix);
+    }
+    for (int i = 0; i < nb; i++) {
+        __m512i q[4][4], sc[4][4];
+        __m256i m16[4];
+        __m128 dd[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const kt_block_q2_K *x = (const kt_block_q2_K *)(const void *)w[r] + i;
+            if (ahead) {
+                const char *p = (const char *)x + ahead;
+                _mm_prefetch(p, LF_HINT);
+                _mm_prefetch(p + 83, LF_HINT);
+            }
+            __m512i v = _mm512_loadu_si512((const void *)x->qs);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                q[r][j] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * j), low2);
+            __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
+            __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, low4)));
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                sc[r][j] = _mm512_permutexvar_epi16(widx[j], s16);
+            m16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), low4));
+            uint32_t dm;
+            memcpy(&dm, &x->d, 4);
+            dd[r] = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); /* d, dmin */
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const kt_block_q8_K *y = act[m] + i;
+            __m512i a[4];
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * j))),
+                    _mm256_loadu_si256((const __m256i *)(y->qs + 128 + 32 * j)), 1);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+            __m128 da = _mm_set1_ps(y->d);
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i t = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][j], a[j]), sc[r][j]);
+                __m256i mn = _mm256_madd_epi16(bs, m16[r]);
+                __m128 sdd = _mm_mul_ps(dd[r], da);
+                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_broadcastss_ps(sdd),
+                                            acc[r][m]);
+                accm[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn),
+                                             _mm256_permutexvar_ps(_mm256_set1_epi32(1),
+                                                                   _mm256_castps128_ps256(sdd)),
+                                             accm[r][m]);
+            }
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][m]),
+                                     _mm512_extractf32x8_ps(acc[r][m], 1));
+            h = _mm256_sub_ps(h, accm[r][m]);
+            __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+            x = _mm_add_ss(x, _mm_movehdup_ps(x));
+            out[r * 4 + m] = _mm_cvtss_f32(x);
+        }
+}
+
+/* Rows of Q2_K / Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K tokens. */
 static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                    const void *const *act, int M, float *C, int ldc)
 {
@@ -606,6 +710,8 @@ static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0,
                 K_CALL(q4k_tile, true);
             else if (type == KT_TYPE_Q6_K)
                 K_CALL(q6k_tile, false);
+            else if (type == KT_TYPE_Q2_K)
+                K_CALL(q2k_tile, false);
             else
                 K_CALL(iq4xs_tile, false);
             for (int i = 0; i < mr; i++)
@@ -783,10 +889,9 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                             hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(hl, 3),
                                                                       bit4));
                         }
-                        _mm512_storeu_si512((void *)(cg + (size_t)(b + 2 * j) * 512 + 64 * (i0 + i)),
-                                            lo);
-                        _mm512_storeu_si512(
-                            (void *)(cg + (size_t)(b + 2 * j + 1) * 512 + 64 * (i0 + i)), hi);
+                        uint8_t *dst = cg + (size_t)(b + 2 * j) * 512 + 64 * (i0 + i);
+                        _mm512_storeu_si512((void *)dst, lo);
+                        _mm512_storeu_si512((void *)(dst + 512), hi);
                     }
                 }
                 for (int r = 0; r < 16; r++) {
