@@ -198,8 +198,8 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch);
 #define KT__LF_PANEL_SCRATCH (64 * 512 + 2 * 64 * 16 * 4)
-/* The same for Q2_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights over blocks [b0, b1) of 256; act[m]
- * are Q8_K block arrays. */
+/* The same for the K types and IQ4_XS over blocks [b0, b1) of 256; act[m] are Q8_K
+ * block arrays. */
 void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                           const void *const *act, int M, float *C, int ldc);
 

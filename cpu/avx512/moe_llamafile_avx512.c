@@ -680,7 +680,113 @@ ALWAYS_INLINE void q2k_tile(const bool unused, const int NR, const int MT,
         }
 }
 
-/* Rows of Q2_K / Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K tokens. */
+/* ---------------------------------------------------------------------------
+ * Q3_K x Q8_K. The 2-bit fields as in Q2_K, plus bit 4 h + j of hmask[l] for
+ * register j's half h: code u = q + 4 hbit (0..7) is the value + 4. Signed
+ * 6-bit scales per 16 inputs:
+ *
+ *   T = sum_g sc_g ((u . a)_g - 4 bsum_g)      vpmaddubsw, vpdpwssd, vpmaddwd
+ *   acc += float(T) d da
+ */
+ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
+                            const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                            size_t ahead, float *out)
+{
+    (void)unused;
+    __m512 acc[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            acc[r][m] = _mm512_setzero_ps();
+    const __m512i low2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    __m512i widx[4], hsel[4];
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        uint16_t ix[32];
+        for (int k = 0; k < 32; k++)
+            ix[k] = (uint16_t)(8 * (k / 16) + 2 * j + (k % 16) / 8);
+        widx[j] = _mm512_loadu_si512((const void *)ix);
+        hsel[j] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << j)),
+                                     _mm256_set1_epi8((char)(1 << (4 + j))), 1);
+    }
+    const __m128i shifts = _mm_set_epi32(6, 4, 2, 0);
+    for (int i = 0; i < nb; i++) {
+        __m512i q[4][4], sc[4][4];
+        __m256i s16[4];
+        float dw[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const kt_block_q3_K *x = (const kt_block_q3_K *)(const void *)w[r] + i;
+            if (ahead) {
+                const char *p = (const char *)x + ahead;
+                _mm_prefetch(p, LF_HINT);
+                _mm_prefetch(p + 64, LF_HINT);
+                _mm_prefetch(p + 109, LF_HINT);
+            }
+            __m512i v = _mm512_loadu_si512((const void *)x->qs);
+            __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m512i f = _mm512_and_si512(_mm512_srli_epi16(v, 2 * j), low2);
+                q[r][j] = _mm512_mask_add_epi8(f, _mm512_test_epi8_mask(hm, hsel[j]), f, four);
+            }
+            /* scale j: low nibble of byte j (j < 8) or high of j - 8; bits 4-5 from
+             * bits 2 (j / 4) of byte 8 + j % 4; minus 32 */
+            uint64_t lo8;
+            uint32_t hi4;
+            memcpy(&lo8, x->scales, 8);
+            memcpy(&hi4, x->scales + 8, 4);
+            __m128i l = _mm_cvtsi64_si128((long long)lo8);
+            __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(l, _mm_set1_epi8(15)),
+                                            _mm_and_si128(_mm_srli_epi16(l, 4), _mm_set1_epi8(15)));
+            __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)hi4), shifts),
+                                       _mm_set1_epi8(3));
+            __m128i s8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+            s16[r] = _mm256_cvtepi8_epi16(s8);
+            __m512i s512 = _mm512_castsi256_si512(s16[r]);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                sc[r][j] = _mm512_permutexvar_epi16(widx[j], s512);
+            dw[r] = _cvtsh_ss(x->d);
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const kt_block_q8_K *y = act[m] + i;
+            __m512i a[4];
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * j))),
+                    _mm256_loadu_si256((const __m256i *)(y->qs + 128 + 32 * j)), 1);
+            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i t = _mm512_setzero_si512();
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][j], a[j]), sc[r][j]);
+                __m256i mn = _mm256_madd_epi16(bs, s16[r]); /* the -4 offsets */
+                t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(mn, 2)));
+                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw[r] * y->d),
+                                            acc[r][m]);
+            }
+        }
+    }
+    if (NR == 4 && MT == 1) {
+        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
+        out[4] = out[1], out[8] = out[2], out[12] = out[3];
+        return;
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+/* Rows of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K
+ * tokens. */
 static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                    const void *const *act, int M, float *C, int ldc)
 {
@@ -712,6 +818,8 @@ static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0,
                 K_CALL(q6k_tile, false);
             else if (type == KT_TYPE_Q2_K)
                 K_CALL(q2k_tile, false);
+            else if (type == KT_TYPE_Q3_K)
+                K_CALL(q3k_tile, false);
             else
                 K_CALL(iq4xs_tile, false);
             for (int i = 0; i < mr; i++)

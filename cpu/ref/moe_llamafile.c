@@ -307,7 +307,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     }
     if (isa == KT_GGML_AVX512 && M <= 256 &&
         (W->type == KT_TYPE_Q4_K || W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K ||
-         W->type == KT_TYPE_IQ4_XS || W->type == KT_TYPE_Q2_K)) {
+         W->type == KT_TYPE_IQ4_XS || W->type == KT_TYPE_Q2_K || W->type == KT_TYPE_Q3_K)) {
         const void *act[256];
         for (int m = 0; m < M; m++)
             act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
