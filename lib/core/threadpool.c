@@ -320,6 +320,29 @@ void kt__pool_free(kt_pool *p)
     kt__free(p);
 }
 
+int kt__pool_bind_spare(kt_pool *p)
+{
+    if (!p || !p->have_topo)
+        return -1;
+    hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(p->topo);
+    hwloc_bitmap_t set = allowed ? hwloc_bitmap_dup(allowed) : NULL;
+    if (!set)
+        return -1;
+    for (int i = 0; i < p->n; i++) {
+        if (p->workers[i].pu < 0)
+            continue;
+        hwloc_obj_t pu = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_PU, (unsigned)p->workers[i].pu);
+        if (pu)
+            hwloc_bitmap_andnot(set, set, pu->cpuset);
+    }
+    if (hwloc_bitmap_iszero(set))
+        hwloc_bitmap_copy(set, allowed);
+    int n = hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) == 0 ? hwloc_bitmap_weight(set)
+                                                                        : -1;
+    hwloc_bitmap_free(set);
+    return n;
+}
+
 int kt__pool_n_threads(const kt_pool *p) { return p->n; }
 int kt__pool_n_pools(const kt_pool *p) { return p->n_pools; }
 int kt__pool_pool_of(const kt_pool *p, int tid) { return p->pool_of[tid]; }

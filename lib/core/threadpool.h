@@ -57,6 +57,14 @@ void kt__pool_wait(kt_pool *pool, uint64_t seq);
 /* Posts and waits; for callers that are not in a hurry. */
 void kt__pool_run(kt_pool *pool, kt_pool_fn fn, void *ctx);
 
+/* Binds the calling thread (not a worker) to the CPUs the process may use
+ * minus those the workers are pinned to, or to all of them when the workers
+ * cover every one: a thread that submits and waits (CUDA's host-function
+ * thread) then never takes a pinned worker's core, whatever CPU mask it
+ * inherited from the thread that created it. Returns the number of CPUs it
+ * is bound to, -1 when it could not bind (no topology, or the OS refused). */
+int kt__pool_bind_spare(kt_pool *pool);
+
 /* Barrier of all workers; call only from inside a job, from every worker. */
 void kt__pool_barrier(kt_pool *pool, int tid);
 

@@ -11,7 +11,9 @@
  * copied back and added. Everything is stream-ordered and reads the token
  * count and position through pointers, so a decode step is captured once as
  * a CUDA graph and replayed. */
+#define _GNU_SOURCE /* sched_getcpu */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@
 #include "kt/gpu.h"
 #include "kt_config.h"
 #include "kt_cuda.h"
+#include "core/threadpool.h"
+#include "moe/moe_internal.h"
 
 kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size)
 {
@@ -166,6 +170,15 @@ struct kt__gpu {
     int phase;
     double tr_submit, tr_fwd[2], tr_cpu[2], tr_block[2];
     int64_t tr_calls[2], tr_tokens[2], tr_layers[2];
+    /* the CPU side of each MoE layer split up (the backend's task stamps): submit
+     * -> first worker starts (wake), first -> last worker start (spread), first
+     * start -> last end (run), last end -> the waiter returns (notify); and the
+     * GPU's share between one layer's wait and the next submit (gap) */
+    bool tr_stamps;
+    double tr_done, tr_wake[2], tr_spread[2], tr_run[2], tr_notify[2], tr_gap[2];
+    int64_t tr_gaps[2];
+    uint64_t tr_cpus;         /* CPUs the host-function thread submitted from (bit c % 64) */
+    int tr_bound;             /* CPUs it was bound to (kt__pool_bind_spare), -1: not bound */
 };
 
 static double now_s(void)
@@ -495,6 +508,19 @@ static void gpu_destroy(kt__gpu *g)
                     "stream blocked on them %.3f s", i ? "chunks" : "decode steps",
                     (long long)g->tr_calls[i], (long long)g->tr_tokens[i], g->tr_fwd[i],
                     g->tr_cpu[i], (long long)g->tr_layers[i], g->tr_block[i]);
+    for (int i = 0; g->trace && g->tr_stamps && i < 2; i++)
+        if (g->tr_layers[i])
+            kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime trace: %s, CPU experts per layer: "
+                    "wake %.3f ms (submit to the first worker's start), starts spread over "
+                    "%.3f ms, run %.3f ms (first start to last end), notify %.3f ms (last end "
+                    "to the waiter's return); GPU gap %.3f ms (a wait's return to the next "
+                    "submit); host-function thread on CPUs 0x%llx (bit c %% 64), bound to %d "
+                    "CPUs outside the MoE workers'",
+                    i ? "chunks" : "decode steps", 1e3 * g->tr_wake[i] / g->tr_layers[i],
+                    1e3 * g->tr_spread[i] / g->tr_layers[i], 1e3 * g->tr_run[i] / g->tr_layers[i],
+                    1e3 * g->tr_notify[i] / g->tr_layers[i],
+                    g->tr_gaps[i] ? 1e3 * g->tr_gap[i] / g->tr_gaps[i] : 0.0,
+                    (unsigned long long)g->tr_cpus, g->tr_bound);
     if (g->rt) {
         char err[64];
         kt__cuda_sync(g->rt, err, sizeof err);
@@ -612,6 +638,7 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     g->gemm_min_t = mt && atoi(mt) > 0 ? atoi(mt) : 16;
     const char *tr = getenv("KT_GPU_TRACE");
     g->trace = tr && *tr && strcmp(tr, "0");
+    g->tr_stamps = g->trace && ctx->moe && kt__moe_stamp_enable(ctx->moe) == KT_OK;
     /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
     g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
     g->lw_tokens = o.layerwise_tokens;
@@ -752,13 +779,34 @@ uint64_t kt_context_gpu_bytes(const kt_context *ctx)
 
 /* ------------------------------------------------------------- forward --- */
 
+/* The runtime a host-function thread was last bound for. */
+static _Thread_local const kt__gpu *bound_for;
+
 /* CUDA host thread: queue this layer's CPU experts */
 static void submit_cpu(void *p)
 {
     cb_arg *a = p;
     kt__gpu *g = a->g;
     kt_context *ctx = g->ctx;
+    if (bound_for != g) {
+        /* CUDA's thread inherits the CPU mask of the thread that started it (an
+         * application or an OpenMP runtime may have pinned that one to a single
+         * CPU, a worker's): moved off the workers' cores once, so that its waits
+         * never steal time from a pinned worker the others then wait for */
+        struct kt_pool *pool = kt__moe_backend_pool(ctx->moe);
+        g->tr_bound = pool ? kt__pool_bind_spare(pool) : -1;
+        bound_for = g;
+    }
     g->tr_submit = now_s();
+    if (g->trace) {
+        int cpu = sched_getcpu();
+        if (cpu >= 0)
+            g->tr_cpus |= UINT64_C(1) << (cpu % 64);
+        if (g->tr_done > 0) {
+            g->tr_gap[g->phase] += g->tr_submit - g->tr_done;
+            g->tr_gaps[g->phase]++;
+        }
+    }
     kt_moe_io io = KT_MOE_IO_INIT;
     io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
     io.n_tokens = g->T_h;
@@ -795,6 +843,14 @@ static void wait_cpu(void *p)
         g->tr_block[g->phase] += t1 - t0;
         g->tr_cpu[g->phase] += t1 - g->tr_submit;
         g->tr_layers[g->phase]++;
+        double first = 0, last = 0, end = 0;
+        if (g->tr_stamps && kt__moe_task_stamps(g->ctx->moe, &first, &last, &end)) {
+            g->tr_wake[g->phase] += first - g->tr_submit;
+            g->tr_spread[g->phase] += last - first;
+            g->tr_run[g->phase] += end - first;
+            g->tr_notify[g->phase] += t1 - end;
+        }
+        g->tr_done = t1;
     }
 }
 
@@ -1174,6 +1230,7 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
         return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %d tokens exceed the chunk %d", T,
                          g->Tm);
     double t_start = g->trace ? now_s() : 0;
+    g->tr_done = 0; /* gaps are counted within a forward */
     g->phase = T > 1;
     /* layerwise when the CPU would take longer over this chunk's experts of a layer
      * than copying them in (both measured), or from the explicit threshold */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kt/hw.h"
 #include "kt/moe.h"
@@ -96,6 +97,10 @@ struct kt_moe_backend {
 
     _Atomic int err_status;
     char err_msg[256];
+
+    /* [nth][2]: when each worker started and finished its last task (seconds,
+     * CLOCK_MONOTONIC); NULL unless kt__moe_stamp_enable() (KT_GPU_TRACE) */
+    double *stamp;
 
     void (*release)(void *);       /* frees `owned` after everything else (GGUF mapping) */
     void *owned;
@@ -569,6 +574,7 @@ void kt_moe_backend_free(kt_moe_backend *moe)
     kt__free(moe->active);
     kt__free(moe->pair_tok);
     kt__free(moe->pair_w);
+    kt__free(moe->stamp);
     if (moe->release)
         moe->release(moe->owned);
     kt__free(moe);
@@ -1162,9 +1168,30 @@ static void offset_io(const kt_moe_backend *moe, kt_moe_io *io, int64_t t0)
 /* One task: T read now (every worker reads the same value), computed in
  * chunks of max_tokens, each with two barriers (three with several pools)
  * and one more between chunks (the next grouping overwrites this one's). */
+static double stamp_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_chunks(moe_task *task, int tid);
+
 static void run_task(void *ctx, int tid)
 {
     moe_task *task = ctx;
+    kt_moe_backend *moe = task->moe;
+    if (!moe->stamp) {
+        run_chunks(task, tid);
+        return;
+    }
+    moe->stamp[2 * tid] = stamp_now();
+    run_chunks(task, tid);
+    moe->stamp[2 * tid + 1] = stamp_now();
+}
+
+static void run_chunks(moe_task *task, int tid)
+{
     kt_moe_backend *moe = task->moe;
     uint8_t *scr = moe->scratch + (size_t)tid * moe->scratch_stride;
     int32_t T = *task->io.n_tokens;
@@ -1250,6 +1277,33 @@ kt_status kt_moe_wait(kt_moe_backend *moe, uint32_t max_pending)
         return s;
     }
     return KT_OK;
+}
+
+kt_status kt__moe_stamp_enable(kt_moe_backend *moe)
+{
+    if (!moe)
+        return kt__error(KT_ERR_INVALID_ARG, "kt__moe_stamp_enable: backend is NULL");
+    kt_moe_wait(moe, 0); /* no task reads the pointer while it changes */
+    if (!moe->stamp && !(moe->stamp = kt__calloc((size_t)moe->nth * 2, sizeof(double))))
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory for task stamps");
+    return KT_OK;
+}
+
+bool kt__moe_task_stamps(const kt_moe_backend *moe, double *first_start, double *last_start,
+                         double *last_end)
+{
+    if (!moe || !moe->stamp)
+        return false;
+    double f = moe->stamp[0], l = moe->stamp[0], e = moe->stamp[1];
+    for (int t = 1; t < moe->nth; t++) {
+        f = moe->stamp[2 * t] < f ? moe->stamp[2 * t] : f;
+        l = moe->stamp[2 * t] > l ? moe->stamp[2 * t] : l;
+        e = moe->stamp[2 * t + 1] > e ? moe->stamp[2 * t + 1] : e;
+    }
+    *first_start = f;
+    *last_start = l;
+    *last_end = e;
+    return true;
 }
 
 kt_status kt_moe_forward(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)

@@ -46,4 +46,13 @@ struct kt_pool *kt__moe_backend_pool(kt_moe_backend *moe);
  * live in): kt_moe_backend_free() calls release(owned) last. */
 void kt__moe_backend_own(kt_moe_backend *moe, void (*release)(void *), void *owned);
 
+/* Task timing (KT_GPU_TRACE): from kt__moe_stamp_enable() on (it waits for
+ * the pending tasks, then allocates), every worker stamps when it starts and
+ * finishes a task. kt__moe_task_stamps() reads the last finished task's
+ * earliest and latest worker start and latest end (CLOCK_MONOTONIC seconds);
+ * call it after kt_moe_wait() from the waiting thread. False when disabled. */
+kt_status kt__moe_stamp_enable(kt_moe_backend *moe);
+bool kt__moe_task_stamps(const kt_moe_backend *moe, double *first_start, double *last_start,
+                         double *last_end);
+
 #endif /* KT_MOE_INTERNAL_H */

@@ -123,6 +123,7 @@ int cmd_moe(int argc, char **argv);
 int cmd_engine(int argc, char **argv);
 int cmd_placement(int argc, char **argv);
 int cmd_e2e(int argc, char **argv);
+int cmd_hybrid(int argc, char **argv);
 
 /* Common flags: --threads N (0 = physical cores). */
 int bench_default_threads(const bench_hw *hw);

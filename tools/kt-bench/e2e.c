@@ -543,6 +543,7 @@ typedef struct e2e_opts {
     int64_t gen, batch, threads;
     int32_t lw_tokens; /* kt_gpu_options.layerwise_tokens */
     bool cpu_only, cpu_row;
+    bool moe_bf16;     /* CPU experts on BF16 activations (AMX) instead of BF16X2 */
     double stream_gbs, cpu_tflops, t_start, time_limit;
     kt_gpu_limits gpu;
     bool have_gpu;
@@ -614,10 +615,11 @@ static void report(const char *name, const e2e_cost *c, const e2e_opts *o, bool 
                  "\"prefill_tps\":%.3f,\"prefill_roofline_tps\":%.3f,"
                  "\"layerwise_roofline_tps\":%.3f,\"gen\":%lld,\"decode_tps\":%.3f,"
                  "\"decode_roofline_tps\":%.3f,\"cpu_bytes_per_token\":%.0f,"
-                 "\"gpu_bytes_per_token\":%.0f,\"batch\":%lld,\"layerwise_tokens\":%d",
+                 "\"gpu_bytes_per_token\":%.0f,\"batch\":%lld,\"layerwise_tokens\":%d,"
+                 "\"moe_act\":\"%s\"",
                  name, gpu ? "cuda" : "cpu", f, gpu_experts, (long long)P, pre_tps, pre_roof,
                  lw_roof, (long long)o->gen, dec_tps, dec_roof, cpu_b, gpu ? gpu_b : 0.0,
-                 (long long)o->batch, (int)o->lw_tokens);
+                 (long long)o->batch, (int)o->lw_tokens, o->moe_bf16 ? "bf16" : "bf16x2");
 }
 
 static bool out_of_time(const e2e_opts *o, const char *what)
@@ -635,6 +637,8 @@ static kt_context *open_context(kt_model *m, int64_t n_ctx, const e2e_opts *o)
     co.n_ctx = (int32_t)n_ctx;
     co.n_batch = (int32_t)o->batch;
     co.n_threads = (int32_t)o->threads;
+    if (o->moe_bf16)
+        co.flags |= KT_CONTEXT_F_MOE_BF16;
     kt_context *ctx = NULL;
     if (kt_context_create(&ctx, NULL, m, &co) < 0)
         return NULL;
@@ -663,8 +667,9 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)pmax);
     float *logits = NULL;
     printf("# %s: %d MoE layers of %d experts (top-%d), %.1f MB an expert, dense %.2f GB a "
-           "token, KV %.0f KB a position\n", name, c.n_moe, c.E, c.k, c.expert_bytes / 1e6,
-           c.dense_bytes / 1e9, c.kv_bytes / 1e3);
+           "token, KV %.0f KB a position; CPU experts on %s activations\n", name, c.n_moe,
+           c.E, c.k, c.expert_bytes / 1e6, c.dense_bytes / 1e9, c.kv_bytes / 1e3,
+           o->moe_bf16 ? "BF16 (--moe-bf16)" : "BF16X2");
     printf("%-18s %6s %6s %12s %10s %10s %12s %10s %8s %8s\n", "model", "GPU-ex", "prompt",
            "prefill t/s", "roofline", "layerwise", "decode t/s", "roofline", "CPU GB/t",
            "GPU GB/t");
@@ -797,6 +802,9 @@ static void usage(FILE *f)
             "                     (default /dev/shm; needs the model's size free)\n"
             "  --device cpu       the CPU engine only (budget 0)\n"
             "  --no-cpu-row       skip the CPU-engine-alone reference row (shortest prompt)\n"
+            "  --moe-bf16         CPU experts on BF16 activations (AMX tiles where there\n"
+            "                     are), as kt-bench moe measures them; default BF16X2\n"
+            "                     (hi + lo, F32-accurate, AVX-512 only)\n"
             "  --time-limit S     start no measurement after S seconds (rows so far stand)\n"
             "  --threads N        CPU threads (default: physical cores)\n"
             "  --stream-size MIB  stream buffer (default 2048)\n"
@@ -893,6 +901,8 @@ int cmd_e2e(int argc, char **argv)
             o.lw_tokens = (int32_t)n;
         } else if (!strcmp(argv[i], "--no-cpu-row")) {
             o.cpu_row = false;
+        } else if (!strcmp(argv[i], "--moe-bf16")) {
+            o.moe_bf16 = true;
         } else if (opt_match(argc, argv, &i, "--time-limit", true, &v, &bad)) {
             if (!bad && !opt_parse_f64(BENCH_TOOL, "--time-limit", v, 1, 1e6, &o.time_limit))
                 return 2;

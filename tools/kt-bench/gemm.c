@@ -46,7 +46,12 @@ void gemm_set_threads(int n)
     static int allowed[CPU_SETSIZE];
     int n_allowed = bench_allowed_cpus(allowed, CPU_SETSIZE);
     omp_set_num_threads(n);
-    /* Pin each of OpenMP's (persistent) threads like the kt-bench team. */
+    /* Pin each of OpenMP's (persistent) threads like the kt-bench team. The
+     * calling thread is OpenMP's thread 0: its mask is put back afterwards, or it
+     * would stay on the first CPU (a MoE worker's) with every thread it starts
+     * later (CUDA's host-function thread in kt-bench e2e). */
+    cpu_set_t caller;
+    bool restore = pthread_getaffinity_np(pthread_self(), sizeof caller, &caller) == 0;
 #pragma omp parallel num_threads(n)
     {
         cpu_set_t one;
@@ -54,6 +59,8 @@ void gemm_set_threads(int n)
         CPU_SET(allowed[omp_get_thread_num() % n_allowed], &one);
         pthread_setaffinity_np(pthread_self(), sizeof one, &one);
     }
+    if (restore)
+        pthread_setaffinity_np(pthread_self(), sizeof caller, &caller);
 }
 
 static dnnl_engine_t engine;

@@ -18,6 +18,7 @@ static const struct {
     {"engine", cmd_engine, "whole models: prefill and decode tok/s vs rooflines"},
     {"placement", cmd_placement, "expert placement: GPU-served share of routed pairs"},
     {"e2e", cmd_e2e, "GPU+CPU hybrid runtime: prefill and decode tok/s vs rooflines"},
+    {"hybrid", cmd_hybrid, "CPU MoE backend driven as the GPU runtime drives it"},
 };
 
 static void usage(FILE *f)
