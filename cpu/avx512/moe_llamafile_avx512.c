@@ -1,8 +1,12 @@
 /* LLAMAFILE kernels on AVX-512 VNNI. Runs only after kt_hw_isa() reported
- * AVX512F/BW/VL/DQ + VNNI.
+ * AVX512F/BW/VL/DQ + VNNI. Three families, picked in cpu/ref/moe_llamafile.c:
+ * - "raw" tiles for Q4_0 / Q8_0 / IQ4_NL (below),
+ * - per-256-block tiles for Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS,
+ * - the prefill GEMM over per-call int8 panels (Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K).
+ * Tiles: 4 rows x 1 token, or 2 rows x up to 4 tokens.
  *
- * Q4_0 / Q8_0 / IQ4_NL ("raw"): a weight row is read 64 bytes at a time exactly as it
- * lies in the file, scale bytes included. The activation's R40 / R80 section
+ * Q4_0 / Q8_0 / IQ4_NL ("raw"): a weight row is read 64 bytes at a time exactly
+ * as it lies in the file, scale bytes included. The activation's R40 / R80 section
  * (cpu/ref/moe_llamafile.c) holds the Q8_0 codes at the byte positions of the
  * weight codes they multiply (0 under the scale bytes), so per 64 bytes:
  *
@@ -32,15 +36,10 @@
 /* Q4_0: 32 blocks of 18 bytes; Q8_0: 32 of 34 */
 #define PERIOD40 576
 #define PERIOD80 1088
-#ifndef LF_NR1
-#define LF_NR1 4
-#endif
-#ifndef LF_DIST
+/* Weight rows prefetched ahead, into L2 (Zen 4, 2 threads: T1 / 12 rows read
+ * 31-38 GB/s of Q4_0 from memory, T0 17-18, 4 rows 5-10) */
 #define LF_DIST 12
-#endif
-#ifndef LF_HINT
 #define LF_HINT _MM_HINT_T1
-#endif
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -157,7 +156,7 @@ ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const in
 #define RAW_CALL(Q4, NL)                                                                \
     do {                                                                                \
         if (M == 1) {                                                                   \
-            raw_tile(Q4, NL, LF_NR1, 1, wr, R, phase, a, o0, rp, ahead, t);             \
+            raw_tile(Q4, NL, 4, 1, wr, R, phase, a, o0, rp, ahead, t);                  \
         } else {                                                                        \
             switch (mr) {                                                               \
             case 1: raw_tile(Q4, NL, 2, 1, wr, R, phase, a + m, o0, rp, ahead, t); break; \
@@ -177,7 +176,7 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
     const size_t o0 = (size_t)b0 * bb;
     const int R = (b1 - b0) * bb, phase = (int)(o0 % (size_t)period);
     const uint8_t *const *a = (const uint8_t *const *)act;
-    const int NR = M == 1 ? LF_NR1 : 2;
+    const int NR = M == 1 ? 4 : 2;
     int dist = LF_DIST; /* rows prefetched ahead */
     for (int n = n0; n < n0 + dist && n < n1; n++)
         for (int c = 0; c < R; c += 64)
@@ -787,8 +786,8 @@ ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
 
 /* Rows of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K
  * tokens. */
-static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
-                   const void *const *act, int M, float *C, int ldc)
+void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                          const void *const *act, int M, float *C, int ldc)
 {
     const kt_block_q8_K *const *a = (const kt_block_q8_K *const *)act;
     const int NR = M == 1 ? 4 : 2, nb = b1 - b0;
@@ -829,11 +828,6 @@ static void gemm_k(int type, const void *W, size_t wrow, int n0, int n1, int b0,
     }
 }
 
-void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
-                          const void *const *act, int M, float *C, int ldc)
-{
-    gemm_k(type, W, wrow, n0, n1, b0, b1, act, M, C, ldc);
-}
 
 /* ---------------------------------------------------------------------------
  * Prefill: a GEMM over int8 panels. Per call, every 64 rows x 512 inputs of
