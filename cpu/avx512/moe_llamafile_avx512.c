@@ -2,7 +2,8 @@
  * AVX512F/BW/VL/DQ + VNNI. Three families, picked in cpu/ref/moe_llamafile.c:
  * - "raw" tiles for Q4_0 / Q8_0 / IQ4_NL (below),
  * - per-256-block tiles for Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS,
- * - the prefill GEMM over per-call int8 panels (Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K).
+ * - the prefill GEMM over per-call int8 panels (Q4_0 / IQ4_NL / Q8_0 / Q4_K / Q5_K /
+ *   Q6_K).
  * Tiles: 4 rows x 1 token, or 2 rows x up to 4 tokens.
  *
  * Q4_0 / Q8_0 / IQ4_NL ("raw"): a weight row is read 64 bytes at a time exactly
@@ -892,9 +893,12 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
         }
         uint8_t *cg = codes + (size_t)g * nb * (type == KT_TYPE_Q6_K ? 256 : 512);
         float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
-        if (type == KT_TYPE_Q4_0 || type == KT_TYPE_Q8_0) {
-            bool q4 = type == KT_TYPE_Q4_0;
+        if (type == KT_TYPE_Q4_0 || type == KT_TYPE_IQ4_NL || type == KT_TYPE_Q8_0) {
+            bool q4 = type != KT_TYPE_Q8_0, nl = type == KT_TYPE_IQ4_NL;
             size_t bb = q4 ? 18 : 34;
+            /* IQ4_NL: the nibble indexes a level; level + 128 as u8 */
+            const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
+                _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * bb;
                 for (int r = 0; r < 16; r++)
@@ -906,9 +910,14 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 if (q4) {
                     #pragma GCC unroll 4
                     for (int j = 0; j < 4; j++) {
-                        _mm512_storeu_si512((void *)(cb + 64 * j), _mm512_and_si512(u[j], low4));
-                        _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
-                                            _mm512_and_si512(_mm512_srli_epi16(u[j], 4), low4));
+                        __m512i lo = _mm512_and_si512(u[j], low4);
+                        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(u[j], 4), low4);
+                        if (nl) {
+                            lo = _mm512_shuffle_epi8(levels, lo);
+                            hi = _mm512_shuffle_epi8(levels, hi);
+                        }
+                        _mm512_storeu_si512((void *)(cb + 64 * j), lo);
+                        _mm512_storeu_si512((void *)(cb + 64 * (j + 4)), hi);
                     }
                 } else {
                     #pragma GCC unroll 4
@@ -1015,6 +1024,7 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
 typedef struct panel_act {
     const uint8_t *code[4]; /* token's code blocks                       */
     const int32_t *init[4]; /* Q4_0 / Q8_0: per block offset; else NULL   */
+    int init_mul;           /* IQ4_NL: 16 (R40's -8 * sum to -128 * sum)  */
     const float *ds[4];     /* Q4_K: per block d * sum                    */
     const float *da[4];     /* per block d                                */
 } panel_act;
@@ -1059,7 +1069,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                 da[t] = a->da[t][k];
             } else {
                 ap[t] = a->code[t] + (size_t)k * sizeof(kt_block_q8_0) + 2;
-                init = _mm512_set1_epi32(a->init[t][k]);
+                init = _mm512_set1_epi32(a->init[t][k] * a->init_mul);
                 da[t] = a->da[t][k];
             }
             #pragma GCC unroll 2
@@ -1142,6 +1152,7 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
             for (int m = 0; m < M; m += 4) {
                 int mt = M - m < 4 ? M - m : 4;
                 panel_act pa;
+                pa.init_mul = type == KT_TYPE_IQ4_NL ? 16 : 1;
                 for (int t = 0; t < 4; t++) {
                     int tt = m + (t < mt ? t : mt - 1);
                     const uint8_t *x = ext ? ext[tt] : NULL;

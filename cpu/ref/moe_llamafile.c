@@ -275,12 +275,13 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #if KT_HAVE_ISA_AVX512
     act_layout L = layout(mask, W->cols);
     if (isa == KT_GGML_AVX512 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
-        ((W->type == KT_TYPE_Q4_0 && L.r40 != SIZE_MAX) ||
+        (((W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL) && L.r40 != SIZE_MAX) ||
          (W->type == KT_TYPE_Q8_0 && L.r80 != SIZE_MAX) || W->type == KT_TYPE_Q4_K ||
          W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K)) {
         /* prefill: repacked int8 panels, a register-blocked GEMM */
         const void *act[256], *ext[256];
-        size_t x = W->type == KT_TYPE_Q4_0   ? L.r40 + 4 * raw_rp(W->cols, 18)
+        bool q4 = W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL;
+        size_t x = q4                        ? L.r40 + 4 * raw_rp(W->cols, 18)
                    : W->type == KT_TYPE_Q8_0 ? L.r80 + 3 * raw_rp(W->cols, 34)
                                              : L.q8x; /* Q4_K, Q5_K; Q6_K: unused */
         size_t c = kt__ggml_act_section(W->type) == KT__GGML_ACT_Q8K ? L.q8k : L.q80;
