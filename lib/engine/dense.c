@@ -5,7 +5,8 @@
  *
  *   T >= KT__DNNL_MIN_T, BF16 weights, oneDNN built: oneDNN BF16 matmuls,
  *       one per chunk of 64 tokens ([2 cp][K]: the chunk's hi rows, then its
- *       lo rows), by W packed once at load into the layout oneDNN prefers,
+ *       lo rows), by W packed into the layout oneDNN prefers the first time a
+ *       prefill needs it (never, when a GPU runs the dense layers),
  *       split by output rows over the workers (each worker runs its own
  *       slice's primitives single-threaded);
  *   otherwise (decode; FP8 weights; no oneDNN): the CPU MoE backend's
@@ -47,6 +48,7 @@ struct kt__dense {
     int n_workers;                  /* slices per packed matrix                    */
 #if KT_HAVE_ONEDNN
     bool dnnl_on;
+    bool logged;                    /* the first packing was logged                */
     dnnl_engine_t eng;
     dnnl_stream_t *streams;         /* [n_workers]                                 */
     void **ws;                      /* [n_workers] scratchpads                     */
@@ -266,9 +268,11 @@ static void dn_packed_free(dn_packed *p)
 }
 
 /* Packs a BF16 matrix into one slice per worker (multiples of 64 rows when
- * there are enough, else of 16). Failure leaves W->packed NULL (x2 kernels). */
+ * there are enough, else of 16). Failure leaves W->packed NULL and
+ * pack_state -1 (x2 kernels from then on). */
 static kt_status dn_pack(kt__dense *d, kt__mat *W, int64_t m_ref)
 {
+    W->pack_state = -1;
     if (!W->data || W->type != KT_TYPE_BF16 || W->rows < 16)
         return KT_OK;
     int32_t N = W->rows, K = W->cols;
@@ -307,6 +311,7 @@ static kt_status dn_pack(kt__dense *d, kt__mat *W, int64_t m_ref)
     }
     d->packed[d->n_packed++] = p;
     W->packed = p;
+    W->pack_state = 1;
     return KT_OK;
 unsupported:
     dn_packed_free(p);
@@ -478,6 +483,24 @@ static bool dn_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
     return !j.failed;
 }
 
+/* Sets pack_state (and drops packed) on every dense matrix oneDNN may take:
+ * all but the routers and the experts. */
+static void dense_mats(kt_context *ctx, int8_t state)
+{
+    ctx->w.lm_head.pack_state = state;
+    ctx->w.lm_head.packed = NULL;
+    for (int32_t l = 0; ctx->w.layers && l < ctx->hp.n_layer; l++) {
+        kt__layer *L = &ctx->w.layers[l];
+        kt__mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a,
+                           &L->wkv_b, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->sh_gate,
+                           &L->sh_up, &L->sh_down};
+        for (size_t i = 0; i < KT_ARRAY_LEN(mats); i++) {
+            mats[i]->pack_state = state;
+            mats[i]->packed = NULL;
+        }
+    }
+}
+
 static kt_status dn_init(kt_context *ctx, kt__dense *d)
 {
     if (!dn_ok(dnnl_engine_create(&d->eng, dnnl_cpu, 0)))
@@ -491,24 +514,10 @@ static kt_status dn_init(kt_context *ctx, kt__dense *d)
     for (int i = 0; i < d->n_workers; i++)
         if (!dn_ok(dnnl_stream_create(&d->streams[i], d->eng, dnnl_stream_default_flags)))
             return kt__error(KT_ERR_INTERNAL, "engine: oneDNN stream creation failed");
-    /* every dense matrix but the routers, packed as full chunks want them */
-    const kt__hparams *hp = &ctx->hp;
-    int64_t m_ref = 2 * (int64_t)KT__DNNL_CHUNK; /* the rows of a full chunk */
-    kt_status st = dn_pack(d, &ctx->w.lm_head, m_ref);
-    for (int32_t l = 0; l < hp->n_layer && st == KT_OK; l++) {
-        kt__layer *L = &ctx->w.layers[l];
-        kt__mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a,
-                           &L->wkv_b, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->sh_gate,
-                           &L->sh_up, &L->sh_down};
-        for (size_t i = 0; i < KT_ARRAY_LEN(mats) && st == KT_OK; i++)
-            st = dn_pack(d, mats[i], m_ref);
-    }
-    d->dnnl_on = st == KT_OK && d->n_packed > 0;
-    if (d->dnnl_on)
-        kt__log(ctx->rt, KT_LOG_INFO, "engine: %d dense matrices packed for oneDNN in %d "
-                "slices (%.1f MiB)", d->n_packed, d->n_workers,
-                (double)d->packed_bytes / (1024.0 * 1024.0));
-    return st;
+    /* every dense matrix but the routers, packed when a prefill first needs it */
+    dense_mats(ctx, 1);
+    d->dnnl_on = true;
+    return KT_OK;
 }
 
 static void dn_free(kt_context *ctx, kt__dense *d)
@@ -532,16 +541,7 @@ static void dn_free(kt_context *ctx, kt__dense *d)
     if (d->eng)
         dnnl_engine_destroy(d->eng);
     /* the matrices no longer point at packed copies */
-    kt__mat *mats[] = {&ctx->w.lm_head};
-    mats[0]->packed = NULL;
-    for (int32_t l = 0; ctx->w.layers && l < ctx->hp.n_layer; l++) {
-        kt__layer *L = &ctx->w.layers[l];
-        kt__mat *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a,
-                         &L->wkv_b, &L->ffn_gate, &L->ffn_up, &L->ffn_down, &L->sh_gate,
-                         &L->sh_up, &L->sh_down};
-        for (size_t i = 0; i < KT_ARRAY_LEN(lm); i++)
-            lm[i]->packed = NULL;
-    }
+    dense_mats(ctx, 0);
 }
 
 #endif /* KT_HAVE_ONEDNN */
@@ -597,8 +597,20 @@ bool kt__dense_linear(kt_context *ctx, const float *x, int32_t T, const kt__mat 
     if (!d || T <= 0)
         return false;
 #if KT_HAVE_ONEDNN
-    if (d->dnnl_on && W->packed && T >= KT__DNNL_MIN_T && dn_linear(ctx, x, T, W, bias, y))
-        return true;
+    if (d->dnnl_on && W->pack_state == 1 && T >= KT__DNNL_MIN_T) {
+        if (!W->packed) {
+            /* first prefill use: pack it (the matrices are the context's) */
+            if (dn_pack(d, (kt__mat *)W, 2 * (int64_t)KT__DNNL_CHUNK) < 0)
+                kt_clear_error(); /* no memory for the copy: the x2 kernels */
+            if (W->packed && !d->logged) {
+                d->logged = true;
+                kt__log(ctx->rt, KT_LOG_INFO, "engine: dense matrices packed for oneDNN on "
+                        "first prefill use, %d slices each", d->n_workers);
+            }
+        }
+        if (W->packed && dn_linear(ctx, x, T, W, bias, y))
+            return true;
+    }
 #endif
     if (W->type == KT_TYPE_BF16)
         return x2_linear(ctx, d->x2, x, T, W, bias, y);

@@ -101,6 +101,7 @@ typedef struct kt__mat {
     kt_type scale_type;               /* F32 or BF16 */
     int32_t block_rows, block_cols, scale_cols;
     void *packed;     /* oneDNN copy owned by the context's kt__dense (dense.c), or NULL */
+    int8_t pack_state;/* dense.c: 0 not for oneDNN, 1 pack on first prefill use, -1 failed */
 } kt__mat;
 
 typedef struct kt__expert {

@@ -285,7 +285,7 @@ static kt_status upload_view(kt__gpu *g, gmat *d, const kt_model *m, int32_t l, 
         return st;
     kt__mat mat = {(int32_t)v.rows, (int32_t)v.cols, (kt_type)v.type, (void *)v.data, false,
                    v.scale_data, (kt_type)v.scale_type, (int32_t)v.block_rows,
-                   (int32_t)v.block_cols, 0, NULL};
+                   (int32_t)v.block_cols, 0, NULL, 0};
     bool bf16 = v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16;
     bool fp8 = v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3 && v.block_rows &&
                v.block_cols;
