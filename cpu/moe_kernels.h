@@ -197,7 +197,7 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
 void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int n1, int k0,
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch);
-#define KT__LF_PANEL_SCRATCH (64 * 512 + 2 * 64 * 16 * 4)
+#define KT__LF_PANEL_SCRATCH (64 * 512 + 2 * 64 * 32 * 4)
 /* The same for the K types and IQ4_XS over blocks [b0, b1) of 256; act[m] are Q8_K
  * block arrays. */
 void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,

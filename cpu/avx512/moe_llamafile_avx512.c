@@ -891,7 +891,8 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             int row = 16 * g + r < nr ? 16 * g + r : nr - 1; /* ragged: repeat the last */
             p[r] = W + (size_t)(n + row) * wrow;
         }
-        uint8_t *cg = codes + (size_t)g * nb * (type == KT_TYPE_Q6_K ? 256 : 512);
+        bool k16 = type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K || type == KT_TYPE_Q2_K;
+        uint8_t *cg = codes + (size_t)g * nb * (k16 ? 256 : 512);
         float *sg = scale + (size_t)g * nb * 16, *og = off + (size_t)g * nb * 16;
         if (type == KT_TYPE_Q4_0 || type == KT_TYPE_IQ4_NL || type == KT_TYPE_Q8_0) {
             bool q4 = type != KT_TYPE_Q8_0, nl = type == KT_TYPE_IQ4_NL;
@@ -928,6 +929,95 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                     for (int j = 0; j < 4; j++)
                         _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
                                             _mm512_xor_si512(u[j], top));
+                }
+            }
+        } else if (type == KT_TYPE_Q2_K || type == KT_TYPE_Q3_K) { /* blocks of 16 */
+            bool q3 = type == KT_TYPE_Q3_K;
+            size_t bb = q3 ? sizeof(kt_block_q3_K) : sizeof(kt_block_q2_K);
+            size_t oqs = q3 ? offsetof(kt_block_q3_K, qs) : offsetof(kt_block_q2_K, qs);
+            const __m512i low2 = _mm512_set1_epi8(3), bit2 = _mm512_set1_epi8(4);
+            for (int b = 0; b < nb; b += 16) {
+                size_t o = (size_t)((kb + b) / 16) * bb;
+                for (int r = 0; r < 16; r++)
+                    for (size_t c = 0; c < bb; c += 64)
+                        _mm_prefetch((const char *)p[r] + o + 4 * bb + c, _MM_HINT_T0);
+                /* input e: 2-bit field (e % 128) / 32 of qs[32 (e / 128) + e % 32];
+                 * Q3_K: + 4 where bit e / 32 of hmask[e % 32] is set */
+                for (int c0 = 0; c0 < 32; c0 += 16) {
+                    __m512i uh[4];
+                    if (q3)
+                        rows16_dwords(p, o + offsetof(kt_block_q3_K, hmask) + (size_t)c0, uh);
+                    for (int half = 0; half < 2; half++) {
+                        __m512i u[4];
+                        rows16_dwords(p, o + oqs + 32 * (size_t)half + (size_t)c0, u);
+                        for (int sh = 0; sh < 4; sh++) {
+                            int j = 8 * half + 2 * sh + c0 / 16;
+                            uint8_t *cb = cg + (size_t)(b + j) * 256;
+                            #pragma GCC unroll 4
+                            for (int i = 0; i < 4; i++) {
+                                __m512i q = _mm512_and_si512(_mm512_srli_epi16(u[i], 2 * sh),
+                                                             low2);
+                                if (q3) {
+                                    __m512i hb = _mm512_srli_epi16(uh[i], 4 * half + sh);
+                                    q = _mm512_or_si512(
+                                        q, _mm512_and_si512(_mm512_slli_epi16(hb, 2), bit2));
+                                }
+                                _mm512_storeu_si512((void *)(cb + 64 * i), q);
+                            }
+                        }
+                    }
+                }
+                for (int r = 0; r < 16; r++) {
+                    if (q3) {
+                        const kt_block_q3_K *x = (const kt_block_q3_K *)(const void *)(p[r] + o);
+                        float d = _cvtsh_ss(x->d);
+                        for (int j = 0; j < 16; j++) {
+                            int lo = j < 8 ? x->scales[j] & 15 : x->scales[j - 8] >> 4;
+                            int hi = (x->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+                            sg[16 * (b + j) + r] = d * (float)((lo | (hi << 4)) - 32);
+                        }
+                    } else {
+                        const kt_block_q2_K *x = (const kt_block_q2_K *)(const void *)(p[r] + o);
+                        float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+                        for (int j = 0; j < 16; j++) {
+                            sg[16 * (b + j) + r] = d * (float)(x->scales[j] & 15);
+                            og[16 * (b + j) + r] = -dmin * (float)(x->scales[j] >> 4);
+                        }
+                    }
+                }
+            }
+        } else if (type == KT_TYPE_IQ4_XS) { /* blocks of 32: kb, nb multiples of 8 */
+            const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
+                _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
+            for (int b = 0; b < nb; b += 8) {
+                size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_iq4_xs);
+                for (int r = 0; r < 16; r++)
+                    for (size_t c = 0; c < sizeof(kt_block_iq4_xs); c += 64)
+                        _mm_prefetch((const char *)p[r] + o + 4 * sizeof(kt_block_iq4_xs) + c,
+                                     _MM_HINT_T0);
+                /* block ib: qs[16 ib..]: low nibbles inputs 0..15, high 16..31 */
+                for (int ib = 0; ib < 8; ib++) {
+                    __m512i u[4];
+                    rows16_dwords(p, o + offsetof(kt_block_iq4_xs, qs) + 16 * (size_t)ib, u);
+                    uint8_t *cb = cg + (size_t)(b + ib) * 512;
+                    #pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++) {
+                        _mm512_storeu_si512((void *)(cb + 64 * i),
+                                            _mm512_shuffle_epi8(levels,
+                                                                _mm512_and_si512(u[i], low4)));
+                        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(u[i], 4), low4);
+                        _mm512_storeu_si512((void *)(cb + 64 * (i + 4)),
+                                            _mm512_shuffle_epi8(levels, hi));
+                    }
+                }
+                for (int r = 0; r < 16; r++) {
+                    const kt_block_iq4_xs *x = (const kt_block_iq4_xs *)(const void *)(p[r] + o);
+                    float d = _cvtsh_ss(x->d);
+                    for (int ib = 0; ib < 8; ib++) {
+                        int ls = ((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 15) |
+                                 (((x->scales_h >> (2 * ib)) & 3) << 4);
+                        sg[16 * (b + ib) + r] = d * (float)(ls - 32);
+                    }
                 }
             }
         } else if (type == KT_TYPE_Q6_K) { /* blocks of 16: kb and nb multiples of 16 */
@@ -1033,6 +1123,10 @@ typedef struct panel_act {
  * Q8_0); blocks of 32 with a float offset per row (Q4_K, Q5_K); blocks of 16,
  * offset -32 per code (Q6_K). */
 enum { PM_Q80 = 0, PM_K32 = 1, PM_Q6 = 2 };
+/* The Q8_K modes with integer offsets straight from the token's bsums (init_mul
+ * x the block's code sum): Q6_K (16, -32), Q3_K (16, -4), IQ4_XS (32, -128);
+ * Q2_K: blocks of 16 with a float offset per row (-dmin * m) x d * bsum. */
+enum { PM_Q3 = 3, PM_X4 = 4, PM_Q2 = 5 };
 
 /* accf[g][t] over nb blocks (absolute first block kb) of G panels x MT tokens. */
 ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const uint8_t *codes,
@@ -1040,7 +1134,9 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                               const panel_act *a, float *C, int ldc, int nvalid0, int nvalid1,
                               bool first)
 {
-    const int BK = mode == PM_Q6 ? 16 : 32; /* inputs per block */
+    const bool k16 = mode == PM_Q6 || mode == PM_Q3 || mode == PM_Q2;
+    const bool foff = mode == PM_K32 || mode == PM_Q2; /* float offset per row */
+    const int BK = k16 ? 16 : 32; /* inputs per block */
     __m512 accf[2][4];
     __mmask16 vm[2] = {(__mmask16)((1u << nvalid0) - 1), (__mmask16)((1u << nvalid1) - 1)};
     #pragma GCC unroll 2
@@ -1053,24 +1149,33 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
     for (int b = 0; b < nb; b++) {
         int k = kb + b;
         const uint8_t *ap[4];
-        float da[4];
+        float da[4], ds[4];
         __m512i acci[2][4];
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++) {
             __m512i init;
-            if (mode == PM_Q6) {
+            if (k16) {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)a->code[t] + k / 16;
                 ap[t] = (const uint8_t *)y->qs + 16 * (k % 16);
-                init = _mm512_set1_epi32(-32 * y->bsums[k % 16]);
+                init = _mm512_set1_epi32(mode == PM_Q2 ? 0 : a->init_mul * y->bsums[k % 16]);
+                da[t] = y->d;
+                ds[t] = y->d * (float)y->bsums[k % 16];
+            } else if (mode == PM_X4) {
+                const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)a->code[t] + k / 8;
+                ap[t] = (const uint8_t *)y->qs + 32 * (k % 8);
+                init = _mm512_set1_epi32(-128 *
+                                         (y->bsums[2 * (k % 8)] + y->bsums[2 * (k % 8) + 1]));
                 da[t] = y->d;
             } else if (mode == PM_K32) {
                 ap[t] = a->code[t] + (size_t)(k / 8) * sizeof(kt_block_q8_K) + 4 + 32 * (k % 8);
                 init = _mm512_setzero_si512();
                 da[t] = a->da[t][k];
+                ds[t] = a->ds[t][k];
             } else {
                 ap[t] = a->code[t] + (size_t)k * sizeof(kt_block_q8_0) + 2;
                 init = _mm512_set1_epi32(a->init[t][k] * a->init_mul);
                 da[t] = a->da[t][k];
+                ds[t] = 0;
             }
             #pragma GCC unroll 2
             for (int g = 0; g < G; g++)
@@ -1094,13 +1199,13 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
         #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
             __m512 s = _mm512_loadu_ps(scale + g * sstride + 16 * b);
-            __m512 o = mode == PM_K32 ? _mm512_loadu_ps(off + g * sstride + 16 * b) : s;
+            __m512 o = foff ? _mm512_loadu_ps(off + g * sstride + 16 * b) : s;
             #pragma GCC unroll 4
             for (int t = 0; t < MT; t++) {
                 __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(da[t]));
                 accf[g][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acci[g][t]), sd, accf[g][t]);
-                if (mode == PM_K32)
-                    accf[g][t] = _mm512_fmadd_ps(o, _mm512_set1_ps(a->ds[t][k]), accf[g][t]);
+                if (foff)
+                    accf[g][t] = _mm512_fmadd_ps(o, _mm512_set1_ps(ds[t]), accf[g][t]);
             }
         }
     }
@@ -1135,12 +1240,15 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int M, float *C, int ldc, void *scratch)
 {
     const int mode = type == KT_TYPE_Q6_K                          ? PM_Q6
+                     : type == KT_TYPE_Q3_K                         ? PM_Q3
+                     : type == KT_TYPE_Q2_K                         ? PM_Q2
+                     : type == KT_TYPE_IQ4_XS                       ? PM_X4
                      : type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K ? PM_K32
                                                                     : PM_Q80;
-    const int BK = mode == PM_Q6 ? 16 : 32;
+    const int BK = mode == PM_Q6 || mode == PM_Q3 || mode == PM_Q2 ? 16 : 32;
     uint8_t *codes = scratch;
     float *scale = (float *)(codes + (size_t)PANEL_ROWS * PANEL_KS);
-    float *off = scale + PANEL_ROWS * PANEL_KS / 32; /* Q6_K: scales of 16 use both */
+    float *off = scale + PANEL_ROWS * PANEL_KS / 16; /* per block of 16 or 32 */
     for (int nc = n0; nc < n1; nc += PANEL_ROWS) {
         int nr = n1 - nc < PANEL_ROWS ? n1 - nc : PANEL_ROWS;
         int ngroups = (nr + 15) / 16;
@@ -1152,7 +1260,10 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
             for (int m = 0; m < M; m += 4) {
                 int mt = M - m < 4 ? M - m : 4;
                 panel_act pa;
-                pa.init_mul = type == KT_TYPE_IQ4_NL ? 16 : 1;
+                pa.init_mul = mode == PM_Q6                ? -32
+                              : mode == PM_Q3              ? -4
+                              : type == KT_TYPE_IQ4_NL     ? 16
+                                                           : 1;
                 for (int t = 0; t < 4; t++) {
                     int tt = m + (t < mt ? t : mt - 1);
                     const uint8_t *x = ext ? ext[tt] : NULL;
@@ -1170,6 +1281,12 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                     float *Cm = C + (size_t)m * ldc + (nc - n0) + 16 * g;
                     if (mode == PM_Q6)
                         PANEL_G(PM_Q6);
+                    else if (mode == PM_Q3)
+                        PANEL_G(PM_Q3);
+                    else if (mode == PM_Q2)
+                        PANEL_G(PM_Q2);
+                    else if (mode == PM_X4)
+                        PANEL_G(PM_X4);
                     else if (mode == PM_K32)
                         PANEL_G(PM_K32);
                     else
@@ -1181,5 +1298,5 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
 }
 
 _Static_assert(KT__LF_PANEL_SCRATCH ==
-                   PANEL_ROWS * PANEL_KS + 2 * PANEL_ROWS * (PANEL_KS / 32) * 4,
+                   PANEL_ROWS * PANEL_KS + 2 * PANEL_ROWS * (PANEL_KS / 16) * 4,
                "panel scratch");

@@ -277,7 +277,8 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     if (isa == KT_GGML_AVX512 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
         (((W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL) && L.r40 != SIZE_MAX) ||
          (W->type == KT_TYPE_Q8_0 && L.r80 != SIZE_MAX) || W->type == KT_TYPE_Q4_K ||
-         W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K)) {
+         W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K || W->type == KT_TYPE_Q3_K ||
+         W->type == KT_TYPE_Q2_K || W->type == KT_TYPE_IQ4_XS)) {
         /* prefill: repacked int8 panels, a register-blocked GEMM */
         const void *act[256], *ext[256];
         bool q4 = W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL;
