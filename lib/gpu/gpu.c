@@ -1281,11 +1281,21 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
     if ((st = enqueue(g, T, ctx->n_past + T, all_logits)) < 0)
         return st;
 finish:
-    if (logits)
-        kt__cuda_copy_async(g->rt, logits, g->logits,
-                            sizeof(float) * (size_t)(all_logits ? T : 1) * ctx->hp.n_vocab);
+    /* Wait on the blocking-sync event first, then copy the logits: a copy into
+     * the caller's pageable memory returns only when the stream has drained,
+     * and the driver waits for that spinning (its default schedule with fewer
+     * contexts than CPUs), so queued before the wait it kept this thread
+     * spinning through the whole step, on a core the MoE workers need (in
+     * kt-bench e2e pinned on worker 0's: every barrier then waited out its
+     * time slices). */
     if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
         return cuda_error(g, "forward");
+    if (logits) {
+        kt__cuda_copy_async(g->rt, logits, g->logits,
+                            sizeof(float) * (size_t)(all_logits ? T : 1) * ctx->hp.n_vocab);
+        if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
+            return cuda_error(g, "logits");
+    }
     if (g->trace) {
         g->tr_fwd[g->phase] += now_s() - t_start;
         g->tr_calls[g->phase]++;

@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -58,6 +59,7 @@ typedef struct hy_cfg {
     int threads;
     double min_time;
     int caller_cpu;     /* >= 0: the calling thread pinned there (an inherited mask) */
+    int spinner_cpu;    /* >= 0: a thread spinning there through every call */
 } hy_cfg;
 
 /* One expert's pieces inside the arena, each 64-byte aligned. */
@@ -382,8 +384,30 @@ static void *run_steps(void *p)
  * given: a thread inherits its creator's CPU mask, so a process whose main
  * thread was pinned (kt-bench's OpenMP yardstick pinned it to the first CPU)
  * starts CUDA's threads on that one CPU. */
+/* A thread that never yields, pinned to one CPU: what a host thread waiting in
+ * the CUDA driver's default spin schedule is to the core it runs on. */
+typedef struct hy_spinner {
+    int cpu;
+    _Atomic int stop;
+    pthread_t th;
+} hy_spinner;
+
+static void *spin_main(void *p)
+{
+    hy_spinner *s = p;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(s->cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    while (!atomic_load_explicit(&s->stop, memory_order_relaxed))
+        ;
+    return NULL;
+}
+
 static bool measure(hy_run *r)
 {
+    hy_spinner sp = {r->c->spinner_cpu, 0, 0};
+    bool spinning = sp.cpu >= 0 && pthread_create(&sp.th, NULL, spin_main, &sp) == 0;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     if (r->c->caller_cpu >= 0) {
@@ -397,9 +421,17 @@ static bool measure(hy_run *r)
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         fprintf(stderr, "kt-bench hybrid: pthread_create failed: %s\n", strerror(rc));
+        if (spinning) {
+            atomic_store(&sp.stop, 1);
+            pthread_join(sp.th, NULL);
+        }
         return false;
     }
     pthread_join(th, NULL);
+    if (spinning) {
+        atomic_store(&sp.stop, 1);
+        pthread_join(sp.th, NULL);
+    }
     return r->status == 0 && r->calls > 0;
 }
 
@@ -519,6 +551,8 @@ static void usage(FILE *f)
             "                       engine)\n"
             "  --min-time S         seconds of calls a row (default 1)\n"
             "  --caller-cpu N       pin the calling thread to CPU N (default: unpinned)\n"
+            "  --spinner N          a thread spinning on CPU N through the calls (a host\n"
+            "                       thread in the CUDA driver's spin wait)\n"
             "  --stream-size MiB    stream yardstick buffer (default 1024; 0: skip)\n"
             "  --json FILE          rows as JSON\n");
 }
@@ -553,7 +587,7 @@ int cmd_hybrid(int argc, char **argv)
 {
     hy_cfg c = {2048, 768, 128, 8, 2, {1, 128}, {0, 100, 1000}, 2, 3, 0.5, KT_METHOD_BF16,
                 {KT_MOE_PREC_DEFAULT, KT_MOE_PREC_BF16X2}, 2, MEM_ANON | MEM_FILE, "/dev/shm",
-                0, 1.0, -1};
+                0, 1.0, -1, -1};
     int64_t stream_mib = 1024;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -621,6 +655,11 @@ int cmd_hybrid(int argc, char **argv)
             if (bad || !opt_parse_i64(BENCH_TOOL, "--caller-cpu", v, 0, CPU_SETSIZE - 1, &n))
                 return 2;
             c.caller_cpu = (int)n;
+        } else if (opt_match(argc, argv, &i, "--spinner", true, &v, &bad)) {
+            int64_t n = 0;
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--spinner", v, 0, CPU_SETSIZE - 1, &n))
+                return 2;
+            c.spinner_cpu = (int)n;
         } else if (opt_match(argc, argv, &i, "--stream-size", true, &v, &bad)) {
             if (bad || !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 0, 1 << 20, &stream_mib))
                 return 2;
@@ -656,6 +695,8 @@ int cmd_hybrid(int argc, char **argv)
            c.threads, stream_gbs, c.threads);
     if (c.caller_cpu >= 0)
         printf("# the calling thread pinned to CPU %d\n", c.caller_cpu);
+    if (c.spinner_cpu >= 0)
+        printf("# a thread spinning on CPU %d through the calls\n", c.spinner_cpu);
     printf("%-7s %-8s %-22s %5s %-18s %9s %9s %7s %7s\n", "memory", "act", "kernels", "T",
            "caller", "GB/s", "ms/layer", "x fwd", "x strm");
     fflush(stdout);
