@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +20,7 @@
 
 #include "core/threadpool.h"
 #include "kt/kt.h"
+#include "gpu/moves.h"
 #include "moe/moe_internal.h"
 
 /* ---- kt__pool_bind_spare --------------------------------------------------- */
@@ -204,11 +206,187 @@ static void test_task_stamps(void **state)
     assert_false(kt__moe_task_stamps(NULL, &f, &l, &e));
 }
 
+/* ---- dynamic expert moves: bookkeeping ------------------------------------------ */
+
+static void check_consistent(const kt__moves_layer *m)
+{
+    const uint8_t *mask = kt__moves_mask(m);
+    int on = 0;
+    for (int32_t e = 0; e < m->E; e++) {
+        assert_int_equal(mask[e], m->slot_of[e] >= 0);
+        if (m->slot_of[e] >= 0) {
+            on++;
+            assert_int_equal(m->expert_at[m->slot_of[e]], e);
+        }
+    }
+    assert_int_equal(on, m->n_slots);
+    assert_int_equal(mask[m->E], 1);
+}
+
+static void test_moves_bookkeeping(void **state)
+{
+    (void)state;
+    kt__moves_layer m;
+    assert_int_equal(kt__moves_init(&m, 8, 9), KT_ERR_INVALID_ARG);
+    kt__moves_free(&m);
+    assert_int_equal(kt__moves_init(&m, 8, 4), KT_OK);
+    check_consistent(&m);
+    const uint8_t *before = kt__moves_mask(&m);
+    uint8_t snap[9];
+    memcpy(snap, before, sizeof snap);
+    int32_t slots[4];
+    /* bad batches change nothing */
+    kt_expert_move bad[][2] = {
+        {{0, 1, 5, 0, 0}, {0, 6, 2, 0, 0}},  /* 1 is on the GPU already */
+        {{0, 5, 6, 0, 0}, {0, 7, 2, 0, 0}},  /* 6 is not on the GPU */
+        {{0, 5, 8, 0, 0}, {0, 7, 2, 0, 0}},  /* 8 >= E */
+        {{0, 5, 1, 0, 0}, {0, 5, 2, 0, 0}},  /* 5 twice */
+        {{0, 5, 1, 0, 0}, {0, 6, 1, 0, 0}},  /* 1 twice */
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        assert_int_equal(kt__moves_check(&m, bad[b], 2, slots), KT_ERR_INVALID_ARG);
+        assert_ptr_equal(kt__moves_mask(&m), before);
+        assert_memory_equal(kt__moves_mask(&m), snap, sizeof snap);
+    }
+    /* a good batch: checked, then published as one new mask */
+    kt_expert_move good[2] = {{0, 5, 1, 0, 0}, {0, 7, 3, 0, 0}};
+    assert_int_equal(kt__moves_check(&m, good, 2, slots), KT_OK);
+    assert_int_equal(slots[0], 1);
+    assert_int_equal(slots[1], 3);
+    assert_memory_equal(kt__moves_mask(&m), snap, sizeof snap); /* nothing yet */
+    const uint8_t *after = kt__moves_commit(&m, good, 2, slots);
+    assert_ptr_not_equal(after, before);
+    assert_ptr_equal(kt__moves_mask(&m), after);
+    const uint8_t want[9] = {1, 0, 1, 0, 0, 1, 0, 1, 1};
+    assert_memory_equal(after, want, sizeof want);
+    /* a task still holding the old pointer reads the whole old mask */
+    assert_memory_equal(before, snap, sizeof snap);
+    check_consistent(&m);
+    assert_int_equal(m.slot_of[5], 1);
+    assert_int_equal(m.slot_of[7], 3);
+    assert_int_equal(m.slot_of[1], -1);
+    /* random batches keep every invariant */
+    uint64_t s = 99;
+    for (int it = 0; it < 500; it++) {
+        kt_expert_move mv[3];
+        size_t n = 0;
+        for (int j = 0; j < 3; j++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t in = (uint32_t)(s >> 33) % 8, out = (uint32_t)(s >> 45) % 8;
+            mv[n++] = (kt_expert_move){0, in, out, 0, 0};
+        }
+        const uint8_t *live = kt__moves_mask(&m);
+        memcpy(snap, live, sizeof snap);
+        if (kt__moves_check(&m, mv, n, slots) == KT_OK) {
+            const uint8_t *next = kt__moves_commit(&m, mv, n, slots);
+            assert_ptr_not_equal(next, live);
+            for (size_t j = 0; j < n; j++) {
+                assert_int_equal(next[mv[j].expert_in], 1);
+                assert_int_equal(next[mv[j].expert_out], 0);
+            }
+        } else {
+            assert_ptr_equal(kt__moves_mask(&m), live);
+            assert_memory_equal(live, snap, sizeof snap);
+        }
+        check_consistent(&m);
+    }
+    kt__moves_free(&m);
+}
+
+/* The CPU backend under a committed mask computes exactly the experts the
+ * mask leaves it: its part plus the complement's part is the whole layer. */
+static void test_moves_mask_backend(void **state)
+{
+    (void)state;
+    enum { ME = 8, MK = 4, MT = 5 };
+    uint16_t *w = calloc((size_t)ME * 3 * H * I, sizeof(uint16_t));
+    assert_non_null(w);
+    uint64_t s = 7;
+    for (size_t i = 0; i < (size_t)ME * 3 * H * I; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = (uint16_t)(((s >> 40) & 0x8000) | (0x3c00 + ((s >> 33) & 0xff)));
+    }
+    const void *g[ME], *u[ME], *d[ME];
+    for (int e = 0; e < ME; e++) {
+        g[e] = w + (size_t)e * 3 * H * I;
+        u[e] = w + ((size_t)e * 3 + 1) * H * I;
+        d[e] = w + ((size_t)e * 3 + 2) * H * I;
+    }
+    kt_moe_desc desc = KT_MOE_DESC_INIT;
+    desc.method = KT_METHOD_BF16;
+    desc.hidden = H;
+    desc.intermediate = I;
+    desc.n_experts = ME;
+    desc.top_k = MK;
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+    lw.gate = g;
+    lw.up = u;
+    lw.down = d;
+    kt_moe_options mo = KT_MOE_OPTIONS_INIT;
+    mo.n_threads = 2;
+    mo.act_precision = KT_MOE_PREC_BF16X2;
+    kt_moe_backend *moe = NULL;
+    assert_int_equal(kt_moe_backend_create(&moe, NULL, &desc, &lw, 1, &mo), KT_OK);
+    float x[MT * H], full[MT * H], part[MT * H], rest[MT * H], rw[MT * MK];
+    int32_t ids[MT * MK];
+    for (int i = 0; i < MT * H; i++)
+        x[i] = (float)((i * 37 % 23) - 11) / 11.0f;
+    for (int t = 0; t < MT; t++)
+        for (int j = 0; j < MK; j++) {
+            ids[t * MK + j] = (t + 3 * j) % ME;
+            rw[t * MK + j] = 0.1f * (float)(j + 1);
+        }
+    int32_t n_tok = MT;
+    kt_moe_io io = KT_MOE_IO_INIT;
+    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+    io.n_tokens = &n_tok;
+    io.top_k = MK;
+    io.x = x;
+    io.ids = ids;
+    io.w = rw;
+    io.out = full;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+
+    kt__moves_layer m;
+    assert_int_equal(kt__moves_init(&m, ME, 3), KT_OK);
+    kt_expert_move mv[2] = {{0, 6, 0, 0, 0}, {0, 4, 2, 0, 0}};
+    int32_t slots[2];
+    assert_int_equal(kt__moves_check(&m, mv, 2, slots), KT_OK);
+    const uint8_t *mask = kt__moves_commit(&m, mv, 2, slots); /* GPU: 1, 4, 6 */
+    assert_int_equal(kt_moe_set_expert_mask(moe, 0, mask), KT_OK);
+    io.out = part;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+    uint8_t comp[ME + 1];
+    for (int e = 0; e < ME; e++)
+        comp[e] = !mask[e];
+    comp[ME] = 1;
+    assert_int_equal(kt_moe_set_expert_mask(moe, 0, comp), KT_OK);
+    io.out = rest;
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+    float amax = 0;
+    for (int i = 0; i < MT * H; i++)
+        amax = fabsf(full[i]) > amax ? fabsf(full[i]) : amax;
+    assert_true(amax > 0);
+    for (int i = 0; i < MT * H; i++)
+        assert_true(fabsf(part[i] + rest[i] - full[i]) <= 1e-5f * amax);
+    /* and the part differs from the whole (the mask did skip experts) */
+    float diff = 0;
+    for (int i = 0; i < MT * H; i++)
+        diff = fmaxf(diff, fabsf(part[i] - full[i]));
+    assert_true(diff > 1e-3f * amax);
+    kt_moe_set_expert_mask(moe, 0, NULL);
+    kt_moe_backend_free(moe);
+    kt__moves_free(&m);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bind_spare),
         cmocka_unit_test(test_task_stamps),
+        cmocka_unit_test(test_moves_bookkeeping),
+        cmocka_unit_test(test_moves_mask_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
