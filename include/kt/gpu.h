@@ -26,6 +26,7 @@
 
 #include "kt/core.h"
 #include "kt/engine.h"
+#include "kt/placement.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,25 @@ KT_API int32_t kt_context_gpu_experts(const kt_context *ctx);
 
 /* Device bytes the context's GPU plan uses (0 on the CPU). Since 0.1. */
 KT_API uint64_t kt_context_gpu_bytes(const kt_context *ctx);
+
+/*
+ * Moves routed experts between the CPU and the GPU, between steps (never
+ * while a kt_context_eval of this context runs: same thread contract as
+ * eval). Each move brings moves[i].layer's expert_in (on the CPU) into the
+ * device memory of expert_out (on the GPU), which goes back to the CPU; the
+ * number of GPU experts per layer stays as planned. The whole batch is
+ * checked first (KT_ERR_INVALID_ARG naming the move: a layer without routed
+ * experts, an expert already where it should go, an expert in two moves) and
+ * then applied: the weights are copied from the host (blocking), then the
+ * device tables and the CPU backend's mask of every touched layer switch at
+ * once (kt_placement's rebalancer proposes such moves: kt_rebalancer_plan).
+ * KT_ERR_UNSUPPORTED when layerwise prefill is on (it relies on the initial
+ * layout) or without CUDA; KT_ERR_IO on a device error during the copies,
+ * after which the GPU runtime must be set up again (kt_context_use_gpu).
+ * Since 0.1.
+ */
+KT_API kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *moves,
+                                             size_t n_moves);
 
 /* A device's limits, measured (the yardsticks of kt-bench e2e and of the
  * layerwise-prefill threshold). */

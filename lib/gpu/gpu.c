@@ -24,6 +24,7 @@
 #include "kt_config.h"
 #include "kt_cuda.h"
 #include "core/threadpool.h"
+#include "gpu/moves.h"
 #include "moe/moe_internal.h"
 
 kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size)
@@ -84,6 +85,13 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
 int32_t kt_context_gpu(const kt_context *ctx) { (void)ctx; return -1; }
 int32_t kt_context_gpu_experts(const kt_context *ctx) { (void)ctx; return 0; }
 uint64_t kt_context_gpu_bytes(const kt_context *ctx) { (void)ctx; return 0; }
+kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *moves,
+                                      size_t n_moves)
+{
+    (void)ctx, (void)moves, (void)n_moves;
+    return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: this libkt was built without CUDA "
+                     "(meson -Dcuda=enabled)");
+}
 void kt__gpu_free(kt_context *ctx) { (void)ctx; }
 kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
                           bool all_logits)
@@ -108,7 +116,8 @@ typedef struct glayer {
     gmat *egate, *eup, *edown; /* device tables [E]; data NULL: on the CPU */
     gmat *htab;                /* host copy of the three tables [3][E] (grouped products) */
     bool vec8;                 /* every GPU expert matrix readable 8 columns at a time */
-    uint8_t *mask;             /* host [E + 1]: 1 = on the GPU (the backend skips it) */
+    kt__moves_layer mv;        /* which experts sit in which device slot (moves.h) */
+    const uint8_t *mask;       /* mv's live mask [E + 1]: 1 = on the GPU (the backend skips it) */
     float *k_cache, *v_cache;
 } glayer;
 
@@ -397,12 +406,10 @@ static kt_status upload_layer(kt__gpu *g, int32_t l, glayer *G)
         return st;
     }
     G->htab = tab;
-    G->mask = kt__calloc((size_t)E + 1, 1);
-    if (!G->mask)
-        return KT_ERR_NOMEM;
-    for (int32_t e = 0; e < g->n_gpu_experts; e++)
-        G->mask[e] = 1;
-    G->mask[E] = 1; /* a folded shared expert runs on the GPU */
+    /* the first n_gpu_experts in slots 0.., [E] (a folded shared expert) on the GPU */
+    if ((st = kt__moves_init(&G->mv, E, g->n_gpu_experts)) < 0)
+        return st;
+    G->mask = kt__moves_mask(&G->mv);
     if (ctx->moe)
         st = kt_moe_set_expert_mask(ctx->moe, (uint32_t)ctx->moe_index[l], G->mask);
     return st;
@@ -531,7 +538,7 @@ static void gpu_destroy(kt__gpu *g)
         for (int32_t l = 0; l < g->ctx->hp.n_layer; l++) {
             if (g->ctx->moe && g->ctx->moe_index && g->ctx->moe_index[l] >= 0)
                 kt_moe_set_expert_mask(g->ctx->moe, (uint32_t)g->ctx->moe_index[l], NULL);
-            kt__free(g->L[l].mask);
+            kt__moves_free(&g->L[l].mv);
             kt__free(g->L[l].htab);
         }
     }
@@ -775,6 +782,132 @@ int32_t kt_context_gpu_experts(const kt_context *ctx)
 uint64_t kt_context_gpu_bytes(const kt_context *ctx)
 {
     return ctx && ctx->gpu ? ctx->gpu->bytes : 0;
+}
+
+/* ------------------------------------------------------ expert moves --- */
+
+/* Copies a host matrix into the device buffers of d (same shape and type). */
+static kt_status refill_mat(kt__gpu *g, const gmat *d, const kt__mat *m, const char *what)
+{
+    if (!d->data || !m->data || d->rows != m->rows || d->cols != m->cols ||
+        (m->type == KT_TYPE_F8_E4M3) != (d->type == KT__CUDA_W_F8))
+        return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %s: shape or type differs from the "
+                         "slot's (%d x %d)", what, d->rows, d->cols);
+    size_t bytes = (size_t)m->rows * m->cols * type_bytes(m->type);
+    if (kt__cuda_upload(g->rt, (void *)d->data, m->data, bytes, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "expert move");
+    if (d->type != KT__CUDA_W_F8)
+        return KT_OK;
+    size_t srows = (size_t)(m->rows + m->block_rows - 1) / m->block_rows;
+    if (kt__cuda_upload(g->rt, (void *)d->scale, m->scale,
+                        srows * (size_t)d->scale_cols * type_bytes(m->scale_type), g->err,
+                        sizeof g->err) < 0)
+        return cuda_error(g, "expert move");
+    return KT_OK;
+}
+
+/* Expert e's matrix `role` of layer l (0 gate, 1 up, 2 down) into d. */
+static kt_status refill_expert(kt__gpu *g, const gmat *d, int32_t l, int role, int32_t e)
+{
+    kt_context *ctx = g->ctx;
+    char what[64];
+    snprintf(what, sizeof what, "layer %d expert %d", (int)l, (int)e);
+    if (!ctx->moe) {
+        const kt__expert *x = &ctx->w.layers[l].experts[e];
+        return refill_mat(g, d, role == 0 ? &x->gate : role == 1 ? &x->up : &x->down, what);
+    }
+    static const kt_role roles[3] = {KT_ROLE_EXPERT_GATE, KT_ROLE_EXPERT_UP,
+                                     KT_ROLE_EXPERT_DOWN};
+    kt_tensor_view v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v;
+    kt_status st = kt_model_tensor(ctx->model, (uint32_t)l, roles[role], (uint32_t)e, &v);
+    if (st < 0)
+        return st;
+    kt__mat m = {(int32_t)v.rows, (int32_t)v.cols, (kt_type)v.type, (void *)v.data, false,
+                 v.scale_data, (kt_type)v.scale_type, (int32_t)v.block_rows,
+                 (int32_t)v.block_cols, 0, NULL, 0};
+    return refill_mat(g, d, &m, what);
+}
+
+static int cmp_move_layer(const void *a, const void *b)
+{
+    const kt_expert_move *x = a, *y = b;
+    return x->layer < y->layer ? -1 : x->layer > y->layer;
+}
+
+kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *moves,
+                                      size_t n_moves)
+{
+    if (!ctx || (n_moves && !moves))
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_move_experts: ctx and moves are "
+                         "required");
+    kt__gpu *g = ctx->gpu;
+    if (!g)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_move_experts: the context does "
+                         "not run on a GPU (kt_context_use_gpu)");
+    if (n_moves == 0)
+        return KT_OK;
+    if (g->lw_buf[0])
+        return kt__error(KT_ERR_UNSUPPORTED, "kt_context_gpu_move_experts: layerwise prefill "
+                         "keeps the first experts on the GPU; moves need it off");
+    const kt__hparams *hp = &ctx->hp;
+    int32_t E = hp->n_expert;
+    /* by layer (qsort is not stable: the batch checks do not depend on the order) */
+    kt_expert_move *mv = kt__malloc_array(n_moves, sizeof *mv);
+    int32_t *slots = kt__malloc_array(n_moves, sizeof *slots);
+    kt_status st = mv && slots ? KT_OK : kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+    if (st == KT_OK) {
+        memcpy(mv, moves, n_moves * sizeof *mv);
+        qsort(mv, n_moves, sizeof *mv, cmp_move_layer);
+    }
+    /* check every layer's batch before anything changes */
+    for (size_t i = 0; i < n_moves && st == KT_OK;) {
+        uint32_t l = mv[i].layer;
+        size_t j = i;
+        while (j < n_moves && mv[j].layer == l)
+            j++;
+        if (l >= (uint32_t)hp->n_layer || !hp->layer_moe[l] || !g->L[l].htab)
+            st = kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_move_experts: layer %u has no "
+                           "routed experts on the GPU", l);
+        else if ((st = kt__moves_check(&g->L[l].mv, mv + i, j - i, slots + i)) < 0)
+            kt__error_prefix(st, "kt_context_gpu_move_experts: layer %u", l);
+        i = j;
+    }
+    if (st == KT_OK && kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
+        st = cuda_error(g, "expert move");
+    for (size_t i = 0; i < n_moves && st == KT_OK;) {
+        uint32_t l = mv[i].layer;
+        size_t j = i;
+        while (j < n_moves && mv[j].layer == l)
+            j++;
+        glayer *G = &g->L[l];
+        gmat *tab = G->htab;
+        /* weights of expert_in into expert_out's buffers, then the table entries */
+        for (size_t q = i; q < j && st == KT_OK; q++) {
+            int32_t in = (int32_t)mv[q].expert_in, out = (int32_t)mv[q].expert_out;
+            for (int r = 0; r < 3 && st == KT_OK; r++)
+                st = refill_expert(g, &tab[(size_t)r * E + out], (int32_t)l, r, in);
+            for (int r = 0; r < 3 && st == KT_OK; r++) {
+                tab[(size_t)r * E + in] = tab[(size_t)r * E + out];
+                memset(&tab[(size_t)r * E + out], 0, sizeof(gmat));
+            }
+        }
+        gmat *dev[3] = {G->egate, G->eup, G->edown};
+        for (int r = 0; r < 3 && st == KT_OK; r++)
+            if (kt__cuda_upload(g->rt, dev[r], tab + (size_t)r * E, sizeof(gmat) * E, g->err,
+                                sizeof g->err) < 0)
+                st = cuda_error(g, "expert move");
+        if (st == KT_OK) {
+            G->mask = kt__moves_commit(&G->mv, mv + i, j - i, slots + i);
+            if (ctx->moe)
+                st = kt_moe_set_expert_mask(ctx->moe, (uint32_t)ctx->moe_index[l], G->mask);
+        }
+        i = j;
+    }
+    kt__free(mv);
+    kt__free(slots);
+    return st;
 }
 
 /* ------------------------------------------------------------- forward --- */
