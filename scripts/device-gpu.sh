@@ -16,6 +16,16 @@ export KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD
 export LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH
 timeout ${TEST_LIMIT:-90} ./tests/unit/test_gpu >"$OUT/test_gpu.log" 2>&1; echo "test_gpu rc=$?"
 grep -E "^\[  (FAILED|PASSED)|DIFFERENT|Failure" "$OUT/test_gpu.log" | head -20
+# HYBRID_BENCH=1: first the CPU backend driven as the runtime drives it, with
+# the weights on the huge-page tmpfs, with and without a spinning thread on
+# worker 0's CPU (kt-bench hybrid; about a minute).
+if [ "${HYBRID_BENCH:-0}" = 1 ]; then
+  ./tools/kt-bench/kt-bench hybrid --dir /mnt/kt --memory anon,file --tokens 1,2048 \
+    --gaps 0,300 --min-time 0.5 >"$OUT/hybrid-qwen3.log" 2>&1
+  ./tools/kt-bench/kt-bench hybrid --dir /mnt/kt --memory anon --tokens 1 --gaps 300 \
+    --min-time 0.5 --spinner 0 >"$OUT/hybrid-qwen3-spinner.log" 2>&1
+  grep -v "^# CPU\|^# ISA" "$OUT/hybrid-qwen3.log" "$OUT/hybrid-qwen3-spinner.log"
+fi
 # Budgets from 100 % down, so the GPU-heavy rows come first; each model's
 # kt-bench stops starting measurements after its limit (the 61 GB Qwen3
 # checkpoint alone takes about 130 s to write there).
