@@ -80,7 +80,8 @@ static void test_bind_spare(void **state)
         skip(); /* no hwloc topology or binding refused: nothing to check */
     }
     assert_true(b.bound >= 1);
-    assert_int_equal(CPU_COUNT(&b.after), b.bound);
+    /* the OS may narrow hwloc's allowed set further (offline CPUs), never widen it */
+    assert_true(CPU_COUNT(&b.after) >= 1 && CPU_COUNT(&b.after) <= b.bound);
     if (n_cpus > 1) {
         /* every CPU but the worker's */
         assert_false(CPU_ISSET(worker_cpu, &b.after));
