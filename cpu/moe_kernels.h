@@ -182,6 +182,10 @@ const kt__moe_kernels *kt__moe_int4g_amx_emulated(void);
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */
 const kt__moe_kernels *kt__moe_kernels_amx_emulated(int method);
+/* KT_MOE_PREC_BF16X2 on AMX-BF16 tiles (hi and lo packed as two B tile sets),
+ * the AVX-512 x2 set below the crossover (cpu/amx/moe_amx.c); and emulated. */
+const kt__moe_kernels *kt__moe_kernels_amx_x2(int method);
+const kt__moe_kernels *kt__moe_kernels_amx_x2_emulated(int method);
 
 /* LLAMAFILE kernel set for a ggml ISA level (0 scalar, 1 AVX2, 2 AVX-512
  * VNNI) and a mask of KT__GGML_ACT_* sections (cpu/ref/moe_llamafile.c). */

@@ -863,6 +863,252 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     }
 }
 
+/* ---- BF16X2 activations on AMX-BF16 tiles ------------------------------------
+ *
+ * KT_MOE_PREC_BF16X2 rows hold x = hi + lo, both BF16 (hi[Kp] at byte 0, lo[Kp]
+ * at byte 2 Kp, Kp = K rounded up to 64). Both halves are packed as B tile sets
+ * (cached per epoch like the BF16 copy) and every K step issues two products
+ * into the same F32 C tile. The weights go into the A operand as exact BF16
+ * numbers (BF16 as is, E4M3 by table, INT4 nibble - 8, INT8), unscaled, so
+ * every product is exact; the scales multiply the F32 sum of each scale group:
+ *   facc[n][m] += s[n][g] * sum_{k in g} w[n][k] (hi_m[k] + lo_m[k])
+ * (groups: FP8 128, INT4 its group, BF16 and AMXINT8 a whole chunk with scale
+ * 1 or the row scale). Token batches of up to MX2 so both copies fit xpack.
+ */
+
+#define MX2 (MMAX / 2) /* tokens per BF16X2 batch: hi and lo halves of xpack */
+#define XHALF ((size_t)(MX2 / 16) * KTMAX * 512) /* uint16 per half of xpack */
+
+/* Fills s->wdec rows [0, NB) x [0, kpad) with exact, unscaled BF16 weights of
+ * rows [n, n + nr) and inputs [kc, kc + kn) in input order (zero past kn and
+ * nr), and gsc[r][j] with the scale of group j; returns the group length. */
+typedef int (*decode_x2_fn)(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                            uint16_t *dst, float *gsc);
+
+static int decode_x2_bf16(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                          uint16_t *dst, float *gsc)
+{
+    decode_bf16(W, n, nr, kc, kn, kpad, dst);
+    for (int r = 0; r < NB; r++)
+        gsc[(size_t)r * GMAX] = 1.0f;
+    return KCH;
+}
+
+/* int8 -> BF16 (exact), one group per chunk with the row scale. */
+static int decode_x2_int8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                          uint16_t *dst, float *gsc)
+{
+    const int8_t *w = W->w;
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        gsc[(size_t)r * GMAX] = r < nr ? ((const float *)W->scale)[n + r] : 0.0f;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad * 2);
+            continue;
+        }
+        const int8_t *row = w + (size_t)(n + r) * W->cols + kc;
+        for (int k = 0; k < kpad; k += 32) {
+            __m256i v = _mm256_maskz_loadu_epi8(mask32(kn - k), row + k);
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
+            _mm512_storeu_si512(d + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    }
+    return KCH;
+}
+
+/* E4M3 -> BF16 by the byte tables, interleaved back into input order; the
+ * scale per 128 x 128 block (kc a multiple of 128). */
+static int decode_x2_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                         uint16_t *dst, float *gsc)
+{
+    const __m512i h0 = _mm512_loadu_si512(e4m3_hi), h1 = _mm512_loadu_si512(e4m3_hi + 64);
+    const __m512i l0 = _mm512_loadu_si512(e4m3_lo), l1 = _mm512_loadu_si512(e4m3_lo + 64);
+    /* word j of the first 32: low byte lo[j], high byte hi[j]; then j + 32 */
+    uint8_t ia[64], ib[64];
+    for (int j = 0; j < 32; j++) {
+        ia[2 * j] = (uint8_t)j;
+        ia[2 * j + 1] = (uint8_t)(64 + j);
+        ib[2 * j] = (uint8_t)(32 + j);
+        ib[2 * j + 1] = (uint8_t)(96 + j);
+    }
+    const __m512i idx_a = _mm512_loadu_si512(ia), idx_b = _mm512_loadu_si512(ib);
+    const uint8_t *w = W->w;
+    const float *sc = W->scale;
+    int cols = W->cols, cb = (cols + 127) / 128;
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        const float *srow = r < nr ? sc + (size_t)((n + r) / 128) * cb : NULL;
+        for (int j = 0; j * 128 < kpad; j++)
+            gsc[(size_t)r * GMAX + j] = srow ? srow[(kc + j * 128) / 128] : 0.0f;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad * 2);
+            continue;
+        }
+        const uint8_t *row = w + (size_t)(n + r) * cols + kc;
+        for (int k = 0; k < kpad; k += 64) {
+            _mm_prefetch((const char *)row + k + KCH, _MM_HINT_T0); /* this row's next chunk */
+            int left = kn - k;
+            __mmask64 msk = left >= 64 ? ~(__mmask64)0
+                                       : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
+            __m512i v = _mm512_maskz_loadu_epi8(msk, row + k);
+            __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
+            __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
+            hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8);
+            _mm512_storeu_si512(d + k, _mm512_permutex2var_epi8(lo, idx_a, hi));
+            if (k + 32 < kpad)
+                _mm512_storeu_si512(d + k + 32, _mm512_permutex2var_epi8(lo, idx_b, hi));
+        }
+    }
+    return 128;
+}
+
+/* INT4 nibbles (input 2b low, stored as v + 8) -> BF16 of v through a table;
+ * BF16 scale per group (W->group inputs, 32 when 0). */
+static int decode_x2_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
+                          uint16_t *dst, float *gsc)
+{
+    uint16_t tab[32];
+    for (int i = 0; i < 32; i++)
+        tab[i] = kt__moe_f32_bf16((float)((i & 15) - 8));
+    const __m512i table = _mm512_loadu_si512(tab), m4 = _mm512_set1_epi32(0xf);
+    int g = W->group > 0 ? W->group : 32;
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / (size_t)g;
+    for (int r = 0; r < NB; r++) {
+        uint16_t *d = dst + (size_t)r * KCH;
+        const uint16_t *srow =
+            r < nr ? (const uint16_t *)W->scale + (size_t)(n + r) * sb + (size_t)kc / g : NULL;
+        for (int j = 0; j * g < kpad; j++)
+            gsc[(size_t)r * GMAX + j] = srow && j * g < kn ? kt__moe_bf16_f32(srow[j]) : 0.0f;
+        if (r >= nr) {
+            memset(d, 0, (size_t)kpad * 2);
+            continue;
+        }
+        const uint8_t *row = (const uint8_t *)W->w + (size_t)(n + r) * rb + (size_t)kc / 2;
+        for (int k = 0; k < kn; k += 32) {
+            if (k % 128 == 0)
+                _mm_prefetch((const char *)row + (size_t)(k + KCH) / 2, _MM_HINT_T0);
+            /* dword j = byte j -> words (low nibble, high nibble) -> table */
+            __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + k / 2)));
+            __m512i pairs = _mm512_or_si512(_mm512_and_si512(b, m4),
+                                            _mm512_slli_epi32(_mm512_srli_epi32(b, 4), 16));
+            _mm512_storeu_si512(d + k, _mm512_permutexvar_epi16(pairs, table));
+        }
+        if (kpad > kn)
+            memset(d + kn, 0, (size_t)(kpad - kn) * 2);
+    }
+    return g;
+}
+
+/* Decoded rows (wdec, [NB][KCH] BF16) x every packed token block, one C tile
+ * (16 rows x 16 tokens) at a time: per group of g inputs, two products per 32
+ * inputs (hi, lo) into one F32 tile, folded with the group scales into F32
+ * sums in registers, added to facc at the end:
+ *   facc[r][t] += sum_g gsc[r][g] * sum_{k in g} w[r][k] (hi[t][k] + lo[t][k]) */
+static void tiles_x2_groups(int nr, const uint16_t *xh, const uint16_t *xl, size_t x_mb_stride,
+                            int mn, int kpad, int g, const float *gsc, amx_scratch *s)
+{
+    const uint16_t *w = s->wdec;
+    const float *ct = s->ctile;
+    int steps = g / 32, n_groups = (kpad + g - 1) / g;
+    for (int rb = 0; rb < nr; rb += 16) {
+        const uint16_t *wr = w + (size_t)rb * KCH;
+        const float *gr = gsc + (size_t)rb * GMAX;
+        for (int tb = 0; tb < mn; tb += 16) {
+            const uint16_t *h = xh + (size_t)(tb / 16) * x_mb_stride;
+            const uint16_t *l = xl + (size_t)(tb / 16) * x_mb_stride;
+            __m512 acc[16];
+            for (int r = 0; r < 16; r++)
+                acc[r] = _mm512_setzero_ps();
+            for (int gi = 0; gi < n_groups; gi++) {
+                _tile_zero(TC00);
+                /* hot loop: one group, 2 products per 32 inputs */
+                for (int st = 0; st < steps && gi * g + st * 32 < kpad; st++) {
+                    int k = gi * g + st * 32;
+                    _tile_loadd(TW0, wr + k, KCH * 2);
+                    _tile_loadd(TX0, h + (size_t)(k / 32) * 512, 64);
+                    _tile_loadd(TX1, l + (size_t)(k / 32) * 512, 64);
+                    _tile_dpbf16ps(TC00, TW0, TX0);
+                    _tile_dpbf16ps(TC00, TW0, TX1);
+                }
+                _tile_stored(TC00, s->ctile, 64);
+                for (int r = 0; r < 16; r++)
+                    acc[r] = _mm512_fmadd_ps(_mm512_load_ps(ct + r * 16),
+                                             _mm512_set1_ps(gr[(size_t)r * GMAX + gi]), acc[r]);
+            }
+            float *fa = s->facc + (size_t)rb * MMAX + tb;
+            for (int r = 0; r < 16; r++)
+                _mm512_store_ps(fa + (size_t)r * MMAX,
+                                _mm512_add_ps(_mm512_load_ps(fa + (size_t)r * MMAX), acc[r]));
+        }
+    }
+}
+
+/* C = A W^T with BF16X2 activations on BF16 tiles. k0 a multiple of the
+ * scale group (128 for FP8, the group for INT4). */
+static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                        amx_scratch *s, decode_x2_fn decode)
+{
+    static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    configure_tiles();
+    size_t lo_view = (size_t)((W->cols + 63) & ~63) * 2;
+    int kt_all = (k1 - k0 + 31) / 32;
+    int whole_k = kt_all <= KTMAX; /* both copies hold all of [k0, k1) */
+    uint16_t *xh = s->xpack, *xl = s->xpack + XHALF;
+    uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
+    for (int m0 = 0; m0 < M; m0 += MX2) {
+        int mn = imin(MX2, M - m0), mpad = (mn + 15) & ~15;
+        const int32_t *r = rows ? rows + m0 : NULL;
+        int mfirst = rows ? 0 : m0;
+        float *Cm = C + (size_t)m0 * ldc;
+        size_t x_mb_stride = (size_t)(whole_k ? kt_all : KCH / 32) * 512;
+        if (whole_k) {
+            pack_key key;
+            memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
+            key.A = A;
+            key.rows = r;
+            key.a_stride = a_stride;
+            key.view = lo_view;
+            key.epoch = epoch;
+            key.m0 = mfirst;
+            key.mn = mn;
+            key.k0 = k0;
+            key.kx = k1 - k0;
+            key.valid = 9; /* the hi + lo copies */
+            if (memcmp(&key, &s->key, sizeof key) != 0) {
+                s->key.valid = 0;
+                pack_x(A, a_stride, r, 0, mfirst, mn, k0, k1 - k0, xh, kt_all);
+                pack_x(A, a_stride, r, lo_view, mfirst, mn, k0, k1 - k0, xl, kt_all);
+                s->key = key;
+            }
+        }
+        for (int nb = n0; nb < n1; nb += NB) {
+            int nr = imin(NB, n1 - nb);
+            for (int i = 0; i < NB; i++)
+                memset(s->facc + (size_t)i * MMAX, 0, (size_t)mpad * sizeof(float));
+            for (int kc = k0; kc < k1; kc += KCH) {
+                int kn = imin(KCH, k1 - kc), kpad = (kn + 31) & ~31;
+                size_t off = 0;
+                if (whole_k) {
+                    off = (size_t)((kc - k0) / 32) * 512;
+                } else {
+                    s->key.valid = 0;
+                    pack_x(A, a_stride, r, 0, mfirst, mn, kc, kn, xh, KCH / 32);
+                    pack_x(A, a_stride, r, lo_view, mfirst, mn, kc, kn, xl, KCH / 32);
+                }
+                int g = decode(W, nb, nr, kc, kn, kpad, s->wdec, s->gsc);
+                tiles_x2_groups(nr, xh + off, xl + off, x_mb_stride, mn, kpad, imin(g, kpad),
+                                s->gsc, s);
+            }
+            for (int rb = 0; rb < nr; rb += 16)
+                for (int mb = 0; mb < mn; mb += 16)
+                    store_scaled(s->facc + (size_t)rb * MMAX + mb, MMAX, 0, NULL, ones, Cm, ldc,
+                                 nb - n0 + rb, imin(16, nr - rb), mb, imin(16, mn - mb), 0);
+        }
+    }
+}
+
 /* ---- the three kernel sets ----------------------------------------------- */
 
 static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
@@ -941,7 +1187,28 @@ static void gemm_int4g(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
                 W->group);
 }
 
+/* KT_MOE_PREC_BF16X2: BF16 tiles from min_m tokens, the AVX-512 x2 set below. */
+static const kt__moe_kernels *x2_bf16, *x2_fp8, *x2_int4, *x2_int8;
+
+#define GEMM_X2(name, below, decode)                                                            \
+    static void name(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,          \
+                     size_t a_stride, const int32_t *rows, int M, float *C, int ldc,            \
+                     void *scratch)                                                             \
+    {                                                                                           \
+        if (M < min_m) {                                                                        \
+            below->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,                        \
+                        (char *)scratch + sizeof(amx_scratch));                                 \
+            return;                                                                             \
+        }                                                                                       \
+        amx_gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, decode);          \
+    }
+GEMM_X2(gemm_bf16_x2, x2_bf16, decode_x2_bf16)
+GEMM_X2(gemm_fp8_x2, x2_fp8, decode_x2_fp8)
+GEMM_X2(gemm_int4_x2, x2_int4, decode_x2_int4)
+GEMM_X2(gemm_int8_x2, x2_int8, decode_x2_int8)
+
 static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8, k_int4g;
+static kt__moe_kernels k_bf16_x2, k_fp8_x2, k_int4_x2, k_int8_x2;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 /* Ours, then the AVX-512 set's: each keeps its own cached activations. */
@@ -975,6 +1242,20 @@ static void init_sets(void)
                                 gemm_int4g, scratch_of(avx512_int4g)};
     k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
                                scratch_of(avx512_int8)};
+    x2_bf16 = kt__moe_kernels_avx512_x2(KT_METHOD_BF16);
+    x2_fp8 = kt__moe_kernels_avx512_x2(KT_METHOD_FP8);
+    x2_int4 = kt__moe_kernels_avx512_x2(KT_METHOD_RAWINT4);
+    x2_int8 = kt__moe_kernels_avx512_x2(KT_METHOD_AMXINT8);
+    if (!x2_bf16 || !x2_fp8 || !x2_int4 || !x2_int8)
+        return;
+    k_bf16_x2 = (kt__moe_kernels){"amx-bf16x2", x2_bf16->act, x2_bf16->quant, gemm_bf16_x2,
+                                  scratch_of(x2_bf16)};
+    k_fp8_x2 = (kt__moe_kernels){"amx-fp8-bf16x2", x2_fp8->act, x2_fp8->quant, gemm_fp8_x2,
+                                 scratch_of(x2_fp8)};
+    k_int4_x2 = (kt__moe_kernels){"amx-int4-bf16x2", x2_int4->act, x2_int4->quant,
+                                  gemm_int4_x2, scratch_of(x2_int4)};
+    k_int8_x2 = (kt__moe_kernels){"amx-int8w-bf16x2", x2_int8->act, x2_int8->quant,
+                                  gemm_int8_x2, scratch_of(x2_int8)};
 }
 
 const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
@@ -1000,4 +1281,25 @@ const kt__moe_kernels *AMX_FN(kt__moe_int4g_amx)(void)
 {
     pthread_once(&init_once, init_sets);
     return k_int4g.gemm ? &k_int4g : NULL;
+}
+
+/* KT_MOE_PREC_BF16X2 on AMX-BF16 tiles (AMXINT4 of any group: the INT4 set). */
+const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx_x2)(int method)
+{
+    pthread_once(&init_once, init_sets);
+    if (!k_bf16_x2.gemm)
+        return NULL;
+    switch (method) {
+    case KT_METHOD_BF16:
+        return &k_bf16_x2;
+    case KT_METHOD_FP8:
+        return &k_fp8_x2;
+    case KT_METHOD_RAWINT4:
+    case KT_METHOD_AMXINT4:
+        return &k_int4_x2;
+    case KT_METHOD_AMXINT8:
+        return &k_int8_x2;
+    default:
+        return NULL;
+    }
 }

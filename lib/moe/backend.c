@@ -171,8 +171,10 @@ const kt__moe_kernels *kt__moe_pick_int4g(bool precise)
     return k ? k : kt__moe_int4g_ref();
 }
 
-/* Kernel set for KT_MOE_PREC_BF16X2 / _F32: BF16X2 activations on AVX-512 (no
- * AMX), the F32-activation AVX2 sets, else scalar with F32 activations. */
+/* Kernel set for KT_MOE_PREC_BF16X2 / _F32: BF16X2 activations on AMX-BF16
+ * tiles (hi and lo as two tile sets; the AVX-512 x2 kernels below the AMX
+ * crossover) or AVX-512, the F32-activation AVX2 sets, else scalar with F32
+ * activations. */
 const kt__moe_kernels *kt__moe_pick_kernels_precise(int method)
 {
     uint64_t isa = kt_hw_isa() & isa_cap;
@@ -180,8 +182,13 @@ const kt__moe_kernels *kt__moe_pick_kernels_precise(int method)
     if (method == KT_METHOD_AMXINT4)
         method = KT_METHOD_RAWINT4;
     const kt__moe_kernels *k = NULL;
+#if KT_HAVE_ISA_AMX
+    if ((isa & (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16)) ==
+        (AVX512_NEED | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16))
+        k = kt__moe_kernels_amx_x2(method);
+#endif
 #if KT_HAVE_ISA_AVX512
-    if ((isa & AVX512_NEED) == AVX512_NEED)
+    if (!k && (isa & AVX512_NEED) == AVX512_NEED)
         k = kt__moe_kernels_avx512_x2(method);
 #endif
 #if KT_HAVE_ISA_AVX2

@@ -443,6 +443,135 @@ static void test_precise(void **state)
 #endif
 }
 
+#if KT_HAVE_ISA_AVX512
+/* A KT_MOE_PREC_BF16X2 AMX set on its tile path: 8 to 140 tokens (token
+ * blocks of 16 ragged, two batches past 128), ragged rows and inputs, a
+ * sub-range, K past the whole-K copy (BF16, AMXINT8), against the scalar
+ * F32-activation set with the x2 tolerance 2e-5 of sum |a||w|; a second call
+ * in the same epoch (the packed hi / lo copies reused) must agree exactly. */
+static void check_x2_tiles(const kt__moe_kernels *ks, int method)
+{
+    const kt__moe_kernels *ref = kt__moe_kernels_ref_precise(method);
+    static const int m_list[] = {8, 15, 33, 140};
+    int long_k = method == KT_METHOD_BF16 || method == KT_METHOD_AMXINT8;
+    int Ks[] = {method == KT_METHOD_RAWINT4 ? 96 : 200, method == KT_METHOD_RAWINT4 ? 1088 : 1100,
+                long_k ? 8250 : 0};
+    double worst = 0;
+    for (int ci = 0; ci < 3; ci++) {
+        int K = Ks[ci], N = ci == 2 ? 35 : 67;
+        if (!K)
+            continue;
+        void *w, *s;
+        float *f;
+        rand_weights(method, N, K, &w, &s, &f);
+        kt__wmat W = {w, s, N, K, 0, 0};
+        for (int mi = 0; mi < 4; mi++) {
+            int M = m_list[mi], n_act = M + 3;
+            if (ci == 2 && M > 33)
+                continue; /* the long rows: fewer tokens, to keep the emulation quick */
+            float *x = malloc((size_t)n_act * K * sizeof(float));
+            for (int i = 0; i < n_act * K; i++)
+                x[i] = tst_uniform();
+            size_t sr = kt__moe_act_row_bytes(ref->act, K), st = kt__moe_act_row_bytes(ks->act, K);
+            uint8_t *ar = calloc((size_t)n_act, sr), *at = calloc((size_t)n_act, st);
+            for (int t = 0; t < n_act; t++) {
+                ref->quant(x + (size_t)t * K, 0, K, K, ar + (size_t)t * sr);
+                ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
+            }
+            int32_t rows_idx[160];
+            for (int m = 0; m < M; m++)
+                rows_idx[m] = (m * 7 + 1) % n_act;
+            for (int part = 0; part < 2; part++) {
+                int n0 = part ? 3 : 0, k0 = part ? 128 : 0, nb = N - n0;
+                float *cr = malloc((size_t)M * nb * sizeof(float));
+                float *ct = malloc((size_t)M * nb * sizeof(float));
+                float *c2 = malloc((size_t)M * nb * sizeof(float));
+                void *scr_r = calloc(1, ref->scratch_bytes + 64);
+                void *scr_t = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
+                kt__moe_new_epoch();
+                ref->gemm(&W, n0, N, k0, K, ar, sr, rows_idx, M, cr, nb, scr_r);
+                ks->gemm(&W, n0, N, k0, K, at, st, rows_idx, M, ct, nb, scr_t);
+                ks->gemm(&W, n0, N, k0, K, at, st, rows_idx, M, c2, nb, scr_t);
+                for (int m = 0; m < M; m++)
+                    for (int n = n0; n < N; n++) {
+                        double mag = 0;
+                        for (int k = k0; k < K; k++)
+                            mag += fabs((double)x[(size_t)rows_idx[m] * K + k] *
+                                        f[(size_t)n * K + k]);
+                        size_t i = (size_t)m * nb + n - n0;
+                        double d = fabs((double)ct[i] - cr[i]);
+                        if (d / (mag + 1e-30) > worst)
+                            worst = d / (mag + 1e-30);
+                        if (!(d <= 2e-5 * mag + 1e-30))
+                            fail_msg("%s %s N=%d K=%d M=%d rows [%d,%d) inputs [%d,%d): "
+                                     "C[%d][%d] = %g, reference %g (tol %g)",
+                                     ks->name, kt_method_name((kt_method)method), N, K, M, n0, N,
+                                     k0, K, m, n, ct[i], cr[i], 2e-5 * mag);
+                        if (c2[i] != ct[i])
+                            fail_msg("%s: repeated call differs at [%d][%d]", ks->name, m, n);
+                    }
+                free(cr);
+                free(ct);
+                free(c2);
+                free(scr_r);
+                free(scr_t);
+            }
+            free(x);
+            free(ar);
+            free(at);
+        }
+        free(w);
+        free(s);
+        free(f);
+    }
+    printf("  %-18s %-8s tiles ok (worst error %.2g of sum|a||w|)\n", ks->name,
+           kt_method_name((kt_method)method), worst);
+}
+
+static void run_x2_amx(const kt__moe_kernels *(*get)(int))
+{
+    int methods[] = {KT_METHOD_BF16, KT_METHOD_FP8, KT_METHOD_RAWINT4, KT_METHOD_AMXINT8};
+    for (int i = 0; i < 4; i++) {
+        const kt__moe_kernels *ks = get(methods[i]);
+        assert_non_null(ks);
+        assert_int_equal(ks->act, KT__ACT_BF16X2);
+        check_x2_tiles(ks, methods[i]);
+        /* and every path of the set (1..5 tokens: the AVX-512 x2 kernels) */
+        check_set_mode(ks, methods[i], 1);
+    }
+}
+
+#endif
+
+/* KT_MOE_PREC_BF16X2 on AMX-BF16 tiles: through the scalar tile emulation
+ * wherever AVX-512 runs, and on the real tiles on AMX machines. */
+static void test_amx_x2_emulated(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS)
+        skip();
+    run_x2_amx(kt__moe_kernels_amx_x2_emulated);
+#else
+    skip();
+#endif
+}
+
+static void test_amx_x2(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AMX
+    if ((kt_hw_isa() & (AVX512_BITS | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16)) !=
+        (AVX512_BITS | KT_ISA_AMX_TILE | KT_ISA_AMX_BF16)) {
+        printf("  amx: no AMX-BF16 on this CPU, BF16X2 real tiles skipped\n");
+        skip();
+    }
+    run_x2_amx(kt__moe_kernels_amx_x2);
+#else
+    skip();
+#endif
+}
+
 /* The scalar INT8 quantizer itself: round(x / d) with d = max|x| / 127. */
 static void test_quant_q8(void **state)
 {
@@ -506,6 +635,8 @@ int main(void)
         cmocka_unit_test(test_int8_act),
         cmocka_unit_test(test_group_size_checks),
         cmocka_unit_test(test_amx),
+        cmocka_unit_test(test_amx_x2_emulated),
+        cmocka_unit_test(test_amx_x2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
