@@ -753,12 +753,21 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
             sv[r] = _mm512_permutexvar_ps(idx3, s16[r]);
         int4_step(w, ~(__mmask64)0, sv, a, NR, MR, K128, c + 3, pf, acc);
     }
-    for (; c * 128 < k1; c++) { /* the last steps; groups from k1 on get zero scales */
+    for (; (c + 1) * 128 <= k1; c++) { /* whole steps after the blocks of 4 */
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) /* the step's 4 scales, widened */
+            sv[r] = _mm512_permutexvar_ps(
+                grp, _mm512_castsi512_ps(_mm512_slli_epi32(
+                         _mm512_cvtepu16_epi32(_mm256_castsi128_si256(
+                             _mm_loadl_epi64((const __m128i *)(s[r] + 4 * c)))),
+                         16)));
+        int4_step(w, ~(__mmask64)0, sv, a, NR, MR, K128, c, pf, acc);
+    }
+    if (c * 128 < k1) { /* a partial last step; groups from k1 on get zero scales */
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
             sv[r] = _mm512_permutexvar_ps(grp, scales16(s[r], 4 * c, k0 / 32, k1 / 32));
-        int left = imin(128, k1 - c * 128);
-        int4_step(w, tail64(left / 2), sv, a, NR, MR, K128, c, pf, acc);
+        int4_step(w, tail64((k1 - c * 128) / 2), sv, a, NR, MR, K128, c, pf, acc);
     }
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
