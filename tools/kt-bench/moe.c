@@ -293,6 +293,7 @@ typedef struct run_cfg {
     int64_t layers;        /* 0: auto */
     int threads;
     int pools;           /* --pools: backend thread pools (0: NUMA nodes) */
+    int precision;       /* --precision: kt_moe_precision                 */
     double min_time;       /* seconds of timed calls per row */
     double mem_fraction;   /* of available RAM for weights  */
     int64_t stream_mib;
@@ -600,6 +601,7 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     kt_moe_options o = KT_MOE_OPTIONS_INIT;
     o.n_threads = c->threads;
     o.n_pools = c->pools;
+    o.act_precision = c->precision;
     o.max_tokens = (int32_t)t_max;
     kt_moe_backend *moe = NULL;
     kt_status st = kt_moe_backend_create(&moe, NULL, &d, lw, n_layers, &o);
@@ -684,6 +686,8 @@ static void moe_usage(FILE *f)
             "                     --mem-fraction of available RAM; fewer bytes than\n"
             "                     8x L3 are allowed here, with a warning)\n"
             "  --threads N        backend and oneDNN threads (default: physical cores)\n"
+            "  --precision P      default, or bf16x2: activations as hi + lo BF16 pairs\n"
+            "                     (kt_moe_options.act_precision, F32-like accuracy)\n"
             "  --pools N          backend thread pools, each with its own copy of its\n"
             "                     slice of every expert (default: NUMA nodes)\n"
             "  --min-time S       seconds of timed calls per row (default 1.0)\n"
@@ -804,6 +808,12 @@ int cmd_moe(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
             if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
                 return 2;
+        } else if (opt_match(argc, argv, &i, "--precision", true, &v, &bad)) {
+            if (bad || (strcmp(v, "default") && strcmp(v, "bf16x2"))) {
+                fprintf(stderr, "kt-bench moe: --precision: expected default or bf16x2\n");
+                return 2;
+            }
+            c.precision = strcmp(v, "bf16x2") ? KT_MOE_PREC_DEFAULT : KT_MOE_PREC_BF16X2;
         } else if (opt_match(argc, argv, &i, "--pools", true, &v, &bad)) {
             int64_t pools = 0;
             if (bad || !opt_parse_i64(BENCH_TOOL, "--pools", v, 0, 64, &pools))
