@@ -1000,46 +1000,61 @@ static int decode_x2_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int 
     return g;
 }
 
-/* Decoded rows (wdec, [NB][KCH] BF16) x every packed token block, one C tile
- * (16 rows x 16 tokens) at a time: per group of g inputs, two products per 32
- * inputs (hi, lo) into one F32 tile, folded with the group scales into F32
- * sums in registers, added to facc at the end:
+/* Adds tile TC (16 rows x 16 tokens, F32) times the row scales sc[r * GMAX]
+ * to acc[r]. */
+#define FOLD_X2(TC, acc, sc)                                                                    \
+    do {                                                                                        \
+        _tile_stored(TC, s->ctile, 64);                                                         \
+        for (int r = 0; r < 16; r++)                                                            \
+            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(s->ctile + r * 16),                         \
+                                     _mm512_set1_ps((sc)[(size_t)r * GMAX]), acc[r]);           \
+    } while (0)
+
+/* Decoded rows (wdec, [NB][KCH] BF16) x every packed token block, 32 rows x
+ * 16 tokens at a time (two C tiles sharing the X tiles): per group of g
+ * inputs, two products per 32 inputs and W tile (hi, lo) into F32 tiles,
+ * folded with the group scales into F32 sums in registers, added to facc:
  *   facc[r][t] += sum_g gsc[r][g] * sum_{k in g} w[r][k] (hi[t][k] + lo[t][k]) */
 static void tiles_x2_groups(int nr, const uint16_t *xh, const uint16_t *xl, size_t x_mb_stride,
                             int mn, int kpad, int g, const float *gsc, amx_scratch *s)
 {
-    const uint16_t *w = s->wdec;
-    const float *ct = s->ctile;
+    const uint16_t *w0 = s->wdec, *w1 = s->wdec + (size_t)16 * KCH;
+    int two_w = nr > 16;
     int steps = g / 32, n_groups = (kpad + g - 1) / g;
-    for (int rb = 0; rb < nr; rb += 16) {
-        const uint16_t *wr = w + (size_t)rb * KCH;
-        const float *gr = gsc + (size_t)rb * GMAX;
-        for (int tb = 0; tb < mn; tb += 16) {
-            const uint16_t *h = xh + (size_t)(tb / 16) * x_mb_stride;
-            const uint16_t *l = xl + (size_t)(tb / 16) * x_mb_stride;
-            __m512 acc[16];
-            for (int r = 0; r < 16; r++)
-                acc[r] = _mm512_setzero_ps();
-            for (int gi = 0; gi < n_groups; gi++) {
-                _tile_zero(TC00);
-                /* hot loop: one group, 2 products per 32 inputs */
-                for (int st = 0; st < steps && gi * g + st * 32 < kpad; st++) {
-                    int k = gi * g + st * 32;
-                    _tile_loadd(TW0, wr + k, KCH * 2);
-                    _tile_loadd(TX0, h + (size_t)(k / 32) * 512, 64);
-                    _tile_loadd(TX1, l + (size_t)(k / 32) * 512, 64);
-                    _tile_dpbf16ps(TC00, TW0, TX0);
-                    _tile_dpbf16ps(TC00, TW0, TX1);
+    for (int tb = 0; tb < mn; tb += 16) {
+        const uint16_t *h = xh + (size_t)(tb / 16) * x_mb_stride;
+        const uint16_t *l = xl + (size_t)(tb / 16) * x_mb_stride;
+        __m512 acc0[16], acc1[16];
+        for (int r = 0; r < 16; r++)
+            acc0[r] = acc1[r] = _mm512_setzero_ps();
+        for (int gi = 0; gi < n_groups; gi++) {
+            _tile_zero(TC00);
+            _tile_zero(TC10);
+            /* hot loop: one group, 2 or 4 products per 32 inputs */
+            for (int st = 0; st < steps && gi * g + st * 32 < kpad; st++) {
+                int k = gi * g + st * 32;
+                _tile_loadd(TX0, h + (size_t)(k / 32) * 512, 64);
+                _tile_loadd(TX1, l + (size_t)(k / 32) * 512, 64);
+                _tile_loadd(TW0, w0 + k, KCH * 2);
+                _tile_dpbf16ps(TC00, TW0, TX0);
+                _tile_dpbf16ps(TC00, TW0, TX1);
+                if (two_w) {
+                    _tile_loadd(TW1, w1 + k, KCH * 2);
+                    _tile_dpbf16ps(TC10, TW1, TX0);
+                    _tile_dpbf16ps(TC10, TW1, TX1);
                 }
-                _tile_stored(TC00, s->ctile, 64);
-                for (int r = 0; r < 16; r++)
-                    acc[r] = _mm512_fmadd_ps(_mm512_load_ps(ct + r * 16),
-                                             _mm512_set1_ps(gr[(size_t)r * GMAX + gi]), acc[r]);
             }
-            float *fa = s->facc + (size_t)rb * MMAX + tb;
-            for (int r = 0; r < 16; r++)
-                _mm512_store_ps(fa + (size_t)r * MMAX,
-                                _mm512_add_ps(_mm512_load_ps(fa + (size_t)r * MMAX), acc[r]));
+            FOLD_X2(TC00, acc0, gsc + gi);
+            if (two_w)
+                FOLD_X2(TC10, acc1, gsc + (size_t)16 * GMAX + gi);
+        }
+        for (int r = 0; r < 16; r++) {
+            float *fa = s->facc + (size_t)r * MMAX + tb;
+            _mm512_store_ps(fa, _mm512_add_ps(_mm512_load_ps(fa), acc0[r]));
+            if (two_w) {
+                fa += (size_t)16 * MMAX;
+                _mm512_store_ps(fa, _mm512_add_ps(_mm512_load_ps(fa), acc1[r]));
+            }
         }
     }
 }
