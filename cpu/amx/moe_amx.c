@@ -1010,15 +1010,17 @@ static int decode_x2_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int 
                                      _mm512_set1_ps((sc)[(size_t)r * GMAX]), acc[r]);           \
     } while (0)
 
-/* Decoded rows (wdec, [NB][KCH] BF16) x every packed token block, 32 rows x
+/* Rows of BF16 weights (wdec [NB][KCH], or BF16 weights in place; ldw bytes
+ * apart) x every packed token block, 32 rows x
  * 16 tokens at a time (two C tiles sharing the X tiles): per group of g
  * inputs, two products per 32 inputs and W tile (hi, lo) into F32 tiles,
  * folded with the group scales into F32 sums in registers, added to facc:
  *   facc[r][t] += sum_g gsc[r][g] * sum_{k in g} w[r][k] (hi[t][k] + lo[t][k]) */
-static void tiles_x2_groups(int nr, const uint16_t *xh, const uint16_t *xl, size_t x_mb_stride,
-                            int mn, int kpad, int g, const float *gsc, amx_scratch *s)
+static void tiles_x2_groups(const uint16_t *w, size_t ldw, int nr, const uint16_t *xh,
+                            const uint16_t *xl, size_t x_mb_stride, int mn, int kpad, int g,
+                            const float *gsc, amx_scratch *s)
 {
-    const uint16_t *w0 = s->wdec, *w1 = s->wdec + (size_t)16 * KCH;
+    const uint16_t *w0 = w, *w1 = (const uint16_t *)((const char *)w + 16 * ldw);
     int two_w = nr > 16;
     int steps = g / 32, n_groups = (kpad + g - 1) / g;
     for (int tb = 0; tb < mn; tb += 16) {
@@ -1035,11 +1037,11 @@ static void tiles_x2_groups(int nr, const uint16_t *xh, const uint16_t *xl, size
                 int k = gi * g + st * 32;
                 _tile_loadd(TX0, h + (size_t)(k / 32) * 512, 64);
                 _tile_loadd(TX1, l + (size_t)(k / 32) * 512, 64);
-                _tile_loadd(TW0, w0 + k, KCH * 2);
+                _tile_loadd(TW0, w0 + k, ldw);
                 _tile_dpbf16ps(TC00, TW0, TX0);
                 _tile_dpbf16ps(TC00, TW0, TX1);
                 if (two_w) {
-                    _tile_loadd(TW1, w1 + k, KCH * 2);
+                    _tile_loadd(TW1, w1 + k, ldw);
                     _tile_dpbf16ps(TC10, TW1, TX0);
                     _tile_dpbf16ps(TC10, TW1, TX1);
                 }
@@ -1061,6 +1063,15 @@ static void tiles_x2_groups(int nr, const uint16_t *xh, const uint16_t *xl, size
 
 /* C = A W^T with BF16X2 activations on BF16 tiles. k0 a multiple of the
  * scale group (128 for FP8, the group for INT4). */
+/* Scale 1 for every row (gsc layout: [NB][GMAX], group 0). */
+static const float ones_gsc[NB * GMAX] = {[0 * GMAX] = 1, [1 * GMAX] = 1, [2 * GMAX] = 1,
+    [3 * GMAX] = 1, [4 * GMAX] = 1, [5 * GMAX] = 1, [6 * GMAX] = 1, [7 * GMAX] = 1,
+    [8 * GMAX] = 1, [9 * GMAX] = 1, [10 * GMAX] = 1, [11 * GMAX] = 1, [12 * GMAX] = 1,
+    [13 * GMAX] = 1, [14 * GMAX] = 1, [15 * GMAX] = 1, [16 * GMAX] = 1, [17 * GMAX] = 1,
+    [18 * GMAX] = 1, [19 * GMAX] = 1, [20 * GMAX] = 1, [21 * GMAX] = 1, [22 * GMAX] = 1,
+    [23 * GMAX] = 1, [24 * GMAX] = 1, [25 * GMAX] = 1, [26 * GMAX] = 1, [27 * GMAX] = 1,
+    [28 * GMAX] = 1, [29 * GMAX] = 1, [30 * GMAX] = 1, [31 * GMAX] = 1};
+
 static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                         amx_scratch *s, decode_x2_fn decode)
@@ -1070,6 +1081,7 @@ static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     size_t lo_view = (size_t)((W->cols + 63) & ~63) * 2;
     int kt_all = (k1 - k0 + 31) / 32;
     int whole_k = kt_all <= KTMAX; /* both copies hold all of [k0, k1) */
+    int in_place = decode == decode_x2_bf16 && (k1 - k0) % 32 == 0;
     uint16_t *xh = s->xpack, *xl = s->xpack + XHALF;
     uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     for (int m0 = 0; m0 < M; m0 += MX2) {
@@ -1112,9 +1124,16 @@ static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                     pack_x(A, a_stride, r, 0, mfirst, mn, kc, kn, xh, KCH / 32);
                     pack_x(A, a_stride, r, lo_view, mfirst, mn, kc, kn, xl, KCH / 32);
                 }
+                if (in_place && nr == NB) {
+                    /* whole 32-row blocks and 32-input steps: tiles load the rows */
+                    tiles_x2_groups((const uint16_t *)W->w + (size_t)nb * W->cols + kc,
+                                    (size_t)W->cols * 2, nr, xh + off, xl + off, x_mb_stride, mn,
+                                    kpad, kpad, ones_gsc, s);
+                    continue;
+                }
                 int g = decode(W, nb, nr, kc, kn, kpad, s->wdec, s->gsc);
-                tiles_x2_groups(nr, xh + off, xl + off, x_mb_stride, mn, kpad, imin(g, kpad),
-                                s->gsc, s);
+                tiles_x2_groups(s->wdec, KCH * 2, nr, xh + off, xl + off, x_mb_stride, mn, kpad,
+                                imin(g, kpad), s->gsc, s);
             }
             for (int rb = 0; rb < nr; rb += 16)
                 for (int mb = 0; mb < mn; mb += 16)
