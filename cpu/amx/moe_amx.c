@@ -18,7 +18,9 @@
  *
  * BF16 and FP8 run on AMX-BF16 tiles (FP8 decoded to BF16 per block); AMXINT8
  * and INT4 on AMX-INT8 tiles with the activations quantized to int8 once per
- * token (see the AMX-INT8 section).
+ * token (see the AMX-INT8 section). KT_MOE_PREC_BF16X2 (hi + lo BF16
+ * activations) runs every method on AMX-BF16 tiles with exact weights (see the
+ * BF16X2 section).
  *
  * Built twice: into the AMX library with -mamx-*, and, with KT_AMX_EMULATE,
  * into a unit test whose scalar tile emulation checks the packing and the
@@ -1143,7 +1145,7 @@ static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     }
 }
 
-/* ---- the three kernel sets ----------------------------------------------- */
+/* ---- the kernel sets ------------------------------------------------------ */
 
 static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
 static int min_m = AMX_MIN_M, min_int8 = AMX_MIN_INT8, min_int4g = AMX_MIN_INT4G,
