@@ -23,13 +23,8 @@
 
 kt_status kt_convert_options_init(kt_convert_options *opts, size_t struct_size)
 {
-    if (!opts || struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_convert_options_init: bad arguments");
-    kt_convert_options def = KT_CONVERT_OPTIONS_INIT;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_convert_options def = KT_CONVERT_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 /* Row r of a source weight as F32: plain floats, or FP8 blocks times their scale. */

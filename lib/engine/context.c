@@ -13,16 +13,8 @@
 
 kt_status kt_context_options_init(kt_context_options *opts, size_t struct_size)
 {
-    if (!opts)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options_init: opts is NULL");
-    if (struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_context_options_init: struct_size %zu too small",
-                         struct_size);
-    kt_context_options def = KT_CONTEXT_OPTIONS_INIT;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_context_options def = KT_CONTEXT_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 static kt_status alloc_cache(kt_context *ctx)

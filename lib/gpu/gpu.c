@@ -30,15 +30,7 @@
 kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size)
 {
     static const kt_gpu_options def = KT_GPU_OPTIONS_INIT;
-    if (!opts)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_gpu_options_init: opts is NULL");
-    if (struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_gpu_options_init: struct_size %zu too small",
-                         struct_size);
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, KT_MIN(struct_size, sizeof def));
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 int32_t kt_gpu_count(void)

@@ -207,17 +207,8 @@ const kt__moe_kernels *kt__moe_pick_kernels_precise(int method)
 
 kt_status kt_moe_options_init(kt_moe_options *opts, size_t struct_size)
 {
-    if (!opts)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_options_init: opts is NULL");
-    kt_moe_options def = KT_MOE_OPTIONS_INIT;
-    if (struct_size < sizeof(uint32_t))
-        return kt__error(KT_ERR_INVALID_ARG, "kt_moe_options_init: struct_size %zu too small",
-                         struct_size);
-    size_t n = struct_size < sizeof def ? struct_size : sizeof def;
-    memset(opts, 0, struct_size);
-    memcpy(opts, &def, n);
-    opts->struct_size = (uint32_t)struct_size;
-    return KT_OK;
+    static const kt_moe_options def = KT_MOE_OPTIONS_INIT;
+    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
 }
 
 static uint64_t expert_bytes(int method, uint64_t H, uint64_t I, uint64_t group)
