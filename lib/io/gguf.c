@@ -236,7 +236,7 @@ static kt_status read_u64(reader *r, uint64_t *v, const char *what)
 /* A GGUF string, copied NUL-terminated into the arena. */
 static kt_status read_string(reader *r, kt_gguf_str *out, const char *what)
 {
-    uint64_t len;
+    uint64_t len = 0;
     kt_status s = read_u64(r, &len, what);
     if (s)
         return s;
@@ -291,8 +291,8 @@ static kt_status read_scalar(reader *r, kt_gguf_type type, kt_gguf_value *out, c
 
 static kt_status read_array(reader *r, kt_gguf_value *out, int depth, const char *key)
 {
-    uint32_t elem;
-    uint64_t n;
+    uint32_t elem = 0;
+    uint64_t n = 0;
     kt_status s = read_u32(r, &elem, key);
     if (!s)
         s = read_u64(r, &n, key);
@@ -366,7 +366,7 @@ static kt_status read_kvs(reader *r, uint64_t n_kv)
         return KT_ERR_NOMEM;
     for (size_t i = 0; i < (size_t)n_kv; i++) {
         kt_gguf_str key;
-        uint32_t type;
+        uint32_t type = 0;
         kt_status s = read_string(r, &key, "metadata key");
         if (!s)
             s = read_u32(r, &type, key.ptr);
@@ -532,8 +532,8 @@ static kt_status parse(kt_gguf *g)
 {
     reader r = {g, 0};
     char magic[4];
-    uint32_t version;
-    uint64_t n_tensors, n_kv;
+    uint32_t version = 0;
+    uint64_t n_tensors = 0, n_kv = 0;
     if (g->size < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0)
         return kt__error(KT_ERR_FORMAT, "%s: not a GGUF file (bad magic)", g->name);
     kt_status s = read_raw(&r, magic, 4, "magic");

@@ -207,7 +207,7 @@ static kt_status parse_rope(const parser *p, kt__config *cfg, double default_the
     /* transformers 5 keeps everything in rope_parameters; the hub style has
      * rope_theta at the top and the scaling (or null) in rope_scaling. */
     const cJSON *rp = p->rope;
-    double theta;
+    double theta = 0.0;
     if ((st = get_f64(p, p->root, "rope_theta", default_theta, &theta)) < 0)
         return st;
     if (rp && field(rp, "rope_theta") && (st = get_f64(p, rp, "rope_theta", theta, &theta)) < 0)
