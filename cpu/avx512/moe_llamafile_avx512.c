@@ -190,7 +190,7 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
         for (int m = 0; m < M; m += 4) {
             int mr = M - m < 4 ? M - m : 4;
             size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
-            float t[16];
+            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
             if (type == KT_TYPE_Q4_0)
                 RAW_CALL(true, false);
             else if (type == KT_TYPE_IQ4_NL)
@@ -809,7 +809,7 @@ void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, 
             const kt_block_q8_K *ar[4];
             for (int i = 0; i < 4; i++)
                 ar[i] = a[m + (i < mr ? i : mr - 1)] + b0;
-            float t[16];
+            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
             if (type == KT_TYPE_Q4_K)
                 K_CALL(q4k_tile, false);
             else if (type == KT_TYPE_Q5_K)

@@ -54,7 +54,7 @@ static kt_status read_meta(const kt_st_set *set, const char *path, file_meta *m)
     if (m->method != KT_METHOD_AMXINT8 && m->method != KT_METHOD_AMXINT4)
         return kt__error(KT_ERR_FORMAT, "%s: kt.method '%s' is not AMXINT8 or AMXINT4", path,
                          method ? method : "missing");
-    uint64_t g, l, e;
+    uint64_t g = 0, l = 0, e = 0;
     kt_status st;
     if ((st = meta_u64(set, path, "kt.group_size", &g, 0)) < 0 ||
         (st = meta_u64(set, path, "kt.layer", &l, 0)) < 0 ||

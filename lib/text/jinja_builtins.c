@@ -534,7 +534,7 @@ static int str_pad(jrender *r, const jnode *at, jv s, const jargs *args, int how
 {
     /* how: 0 center, 1 ljust, 2 rjust, 3 zfill */
     jv w, f;
-    int64_t width;
+    int64_t width = 0;
     if (!kt__jargs_get(args, 0, "width", &w) || need_int(r, at, w, "width", &width) < 0)
         return kt__jr_fail(r, at, "padding needs an integer width");
     const char *fill = how == 3 ? "0" : " ";
@@ -2148,7 +2148,7 @@ static int call_str_method(jrender *r, const jnode *at, int id, jv s, const jarg
         kt__jargs_get(args, 1, "maxsplit", &ms);
         if (sep.type != JV_STR && sep.type != JV_NONE)
             return kt__jr_fail(r, at, "must be str or None, not %s", kt__jv_type_name(sep));
-        int64_t maxsplit;
+        int64_t maxsplit = -1;
         if (need_int(r, at, ms, "maxsplit", &maxsplit) < 0)
             return -1;
         return str_split(r, at, s, sep, maxsplit, id == JF_S_RSPLIT, out);
@@ -2164,7 +2164,7 @@ static int call_str_method(jrender *r, const jnode *at, int id, jv s, const jarg
             old.type != JV_STR || new.type != JV_STR)
             return kt__jr_fail(r, at, "replace() needs two string arguments");
         kt__jargs_get(args, 2, "count", &cnt);
-        int64_t count;
+        int64_t count = -1;
         if (need_int(r, at, cnt, "count", &count) < 0)
             return -1;
         return str_replace(r, at, s, old, new, count, out);
@@ -2262,7 +2262,7 @@ static int call_list_method(jrender *r, const jnode *at, int id, jlist *l, const
         return 0;
     }
     case JF_L_INSERT: {
-        int64_t i;
+        int64_t i = 0;
         if (!has1 || need_int(r, at, a0, "insert index", &i) < 0)
             return kt__jr_fail(r, at, "insert() needs an index and a value");
         if (i < 0)

@@ -741,7 +741,7 @@ static void test_cli_perplexity(void **state)
         nll += log(sum) + mx - row[r.prompt[t + 1]];
     }
     double want = exp(nll / (r.T - 1));
-    char cmd[2048];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "'%s' perplexity --model '%s' --ids-file %s --ctx %d --score all --precision f32 "
              "2>/dev/null",
