@@ -9,12 +9,15 @@
  *
  *     C[m][n] = sum_blocks s[n][b] * sum_{k in b} w[n][k] (hi_m[k] + lo_m[k])
  *
- * with the FP8 128x128 / INT4 per-32 scales applied in F32 to the exact block
- * sums, and the AMXINT8 per-row scale to the whole dot product.
+ * with the FP8 128x128 / INT4 per-group (32, 64 or 128: W->group) scales
+ * applied in F32 to the exact block sums, and the AMXINT8 per-row scale to the
+ * whole dot product.
  *
- * Shape: weights are decoded 4 rows x KC_X2 inputs at a time into an L1 chunk
- * (BF16 weights are read in place) and every token of the call runs against
- * the chunk, MR tokens per register tile.
+ * Shape: from 4 tokens, weights are decoded 4 rows x KC_X2 inputs at a time
+ * into an L1 chunk (BF16 weights are read in place) and every token of the
+ * call runs against the chunk, MR tokens per register tile. Up to 3 tokens
+ * (decode), BF16 / FP8 / INT4 rows are read start to end and decoded in
+ * registers.
  */
 #include <immintrin.h>
 
@@ -241,19 +244,21 @@ static int fill_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *
     return 128;
 }
 
-/* RAWINT4: 16 bytes = 32 inputs (the even one in the low nibble) -> 32 BF16
- * of nibble - 8 through a 16-entry table; scale per 32. */
+/* RAWINT4 / AMXINT4: 16 bytes = 32 inputs (the even one in the low nibble) ->
+ * 32 BF16 of nibble - 8 through a 16-entry table; scale per W->group (0: 32)
+ * inputs (kc a multiple of it). */
 static int fill_int4(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch)
 {
     uint16_t tab[32];
     for (int i = 0; i < 32; i++)
         tab[i] = kt__moe_f32_bf16((float)((i & 15) - 8));
     const __m512i table = _mm512_loadu_si512(tab), m4 = _mm512_set1_epi32(0xf);
-    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
+    int G = W->group ? W->group : 32;
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)(W->cols / G);
     for (int r = 0; r < 4; r++) {
         int row = n + imin(r, nr - 1);
         const uint8_t *src = (const uint8_t *)W->w + (size_t)row * rb + kc / 2;
-        const uint16_t *srow = (const uint16_t *)W->scale + (size_t)row * sb + kc / 32;
+        const uint16_t *srow = (const uint16_t *)W->scale + (size_t)row * sb + kc / G;
         for (int k = 0; k < kn; k += 32) {
             if (k % 128 == 0)
                 _mm_prefetch((const char *)(src + k / 2) + 4 * rb, _MM_HINT_T1);
@@ -262,10 +267,11 @@ static int fill_int4(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk 
             __m512i pairs = _mm512_or_si512(_mm512_and_si512(d, m4),
                                             _mm512_slli_epi32(_mm512_srli_epi32(d, 4), 16));
             _mm512_storeu_si512(ch->deq[r] + k, _mm512_permutexvar_epi16(pairs, table));
-            ch->bsc[r][k / 32] = kt__moe_bf16_f32(srow[k / 32]);
         }
+        for (int b = 0; b * G < kn; b++)
+            ch->bsc[r][b] = kt__moe_bf16_f32(srow[b]);
     }
-    return 32;
+    return G;
 }
 
 /* AMXINT8: int8 -> BF16 (exact), scale per row. */
@@ -475,6 +481,166 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
     }
 }
 
+/* ---- INT4 decode (up to 3 tokens): nibbles decoded in registers ------------
+ * 16 bytes = 32 inputs (the even one in the low nibble) -> 32 exact BF16 of
+ * nibble - 8 in input order: vpermb spreads byte j over words 2j, 2j + 1,
+ * vpsrlvw brings the high nibble down in the odd words, the low 4 bits of
+ * each byte pick from a 32-byte table (low bytes 0..15, high bytes 16..31). */
+typedef struct int4_consts {
+    __m512i spread, shift, low4, hibyte, table;
+} int4_consts;
+
+#define X4(a) a, a, a, a
+static const uint8_t int4_spread[64] __attribute__((aligned(64))) = {
+    X4(0),  X4(1),  X4(2),  X4(3),  X4(4),  X4(5),  X4(6),  X4(7),
+    X4(8),  X4(9),  X4(10), X4(11), X4(12), X4(13), X4(14), X4(15)};
+#undef X4
+/* BF16 of nibble - 8 (-8 .. 7): low bytes [0..15], high bytes [16..31] */
+static const uint8_t int4_table[64] __attribute__((aligned(64))) = {
+    0x00, 0xe0, 0xc0, 0xa0, 0x80, 0x40, 0x00, 0x80, 0x00, 0x80, 0x00, 0x40, 0x80, 0xa0, 0xc0, 0xe0,
+    0xc1, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xbf, 0x00, 0x3f, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40};
+
+ALWAYS_INLINE int4_consts int4_setup(void)
+{
+    int4_consts c = {_mm512_load_si512(int4_spread), _mm512_set1_epi32(4 << 16),
+                     _mm512_set1_epi8(0x0f), _mm512_set1_epi16(0x1000),
+                     _mm512_load_si512(int4_table)};
+    return c;
+}
+
+ALWAYS_INLINE __m512bh int4x32(const int4_consts *c, const uint8_t *p)
+{
+    __m512i b = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    __m512i s = _mm512_srlv_epi16(_mm512_permutexvar_epi8(c->spread, b), c->shift);
+    /* (s & 0x0f) | (0x10 in high bytes) */
+    __m512i idx = _mm512_ternarylogic_epi32(s, c->low4, c->hibyte, 0xEA);
+    return (__m512bh)_mm512_permutexvar_epi8(idx, c->table);
+}
+
+/* The exact sum over one group of G inputs at k (G a multiple of 32), hi and
+ * lo in two chains, for MR tokens. */
+ALWAYS_INLINE void int4_group(const int4_consts *c, const uint8_t *w, const uint16_t *const *a,
+                              size_t lo_off, const int MR, int k, const int G, __m512 *g)
+{
+    __m512 h[3], l[3];
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        h[m] = l[m] = _mm512_setzero_ps();
+    #pragma GCC unroll 4
+    for (int j = 0; j < G; j += 32) {
+        __m512bh v = int4x32(c, w + (k + j) / 2);
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++) {
+            const uint16_t *x = a[m] + k + j;
+            h[m] = _mm512_dpbf16_ps(h[m], v, (__m512bh)_mm512_loadu_si512(x));
+            l[m] = _mm512_dpbf16_ps(l[m], v, (__m512bh)_mm512_loadu_si512(x + lo_off));
+        }
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        g[m] = _mm512_add_ps(h[m], l[m]);
+}
+
+#define INT4_PIECE 2048 /* inputs per piece of F32 scales */
+
+/* out[m * 4 + r] = sum_g s[r][g] sum_{k in g} w_r[k] (hi_m[k] + lo_m[k]) for
+ * 4 rows (w[r], BF16 scales srow[r] per G inputs) over [k0, k1), multiples of G. */
+ALWAYS_INLINE void rows_int4_x2(const uint8_t *const *w, const uint16_t *const *srow, const int G,
+                                const uint16_t *const *a, size_t lo_off, const int MR, int k0,
+                                int k1, float *out)
+{
+    const int4_consts c = int4_setup();
+    float sf[INT4_PIECE / 32];
+    __m512 row_sum[3][4];
+    for (int r = 0; r < 4; r++) {
+        /* two totals: consecutive groups' scaled sums in two chains */
+        __m512 t0[3], t1[3];
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            t0[m] = t1[m] = _mm512_setzero_ps();
+        for (int kp = k0; kp < k1; kp += INT4_PIECE) {
+            int kpe = imin(kp + INT4_PIECE, k1), ng = (kpe - kp) / G;
+            const uint16_t *sp = srow[r] + kp / G;
+            /* BF16 -> F32 scales of the piece */
+            for (int i = 0; i < ng; i += 16) {
+                __m256i v = _mm256_maskz_loadu_epi16((__mmask16)tail32(ng - i), sp + i);
+                _mm512_storeu_ps(sf + i, _mm512_castsi512_ps(
+                                             _mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16)));
+            }
+            int i = 0;
+            for (; i + 2 <= ng; i += 2) {
+                __m512 g0[3], g1[3];
+                /* G bytes: the pair's weights */
+                for (int b = 0; b < G; b += 64)
+                    _mm_prefetch((const char *)(w[r] + (kp + i * G) / 2) + b + X2_PF,
+                                 _MM_HINT_T1);
+                int4_group(&c, w[r], a, lo_off, MR, kp + i * G, G, g0);
+                int4_group(&c, w[r], a, lo_off, MR, kp + (i + 1) * G, G, g1);
+                __m512 s0 = _mm512_set1_ps(sf[i]), s1 = _mm512_set1_ps(sf[i + 1]);
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++) {
+                    t0[m] = _mm512_fmadd_ps(g0[m], s0, t0[m]);
+                    t1[m] = _mm512_fmadd_ps(g1[m], s1, t1[m]);
+                }
+            }
+            if (i < ng) {
+                __m512 g0[3];
+                int4_group(&c, w[r], a, lo_off, MR, kp + i * G, G, g0);
+                __m512 s0 = _mm512_set1_ps(sf[i]);
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++)
+                    t0[m] = _mm512_fmadd_ps(g0[m], s0, t0[m]);
+            }
+        }
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            row_sum[m][r] = _mm512_add_ps(t0[m], t1[m]);
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4,
+                      hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
+}
+
+/* C for up to 3 tokens, INT4 weights with a scale per G inputs (k0, k1
+ * multiples of G). */
+static void decode_int4_x2(const kt__wmat *W, int G, int n0, int n1, int k0, int k1,
+                           const void *A, size_t a_stride, const int32_t *rows, int M, float *C,
+                           int ldc)
+{
+    size_t lo_off = (size_t)pad64(W->cols);
+    const uint16_t *a[3];
+    for (int i = 0; i < 3; i++)
+        a[i] = arow(A, a_stride, rows, imin(i, M - 1));
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)(W->cols / G);
+    for (int n = n0; n < n1; n += 4) {
+        int nr = imin(4, n1 - n);
+        const uint8_t *wr[4];
+        const uint16_t *sr[4];
+        for (int r = 0; r < 4; r++) {
+            int row = n + imin(r, nr - 1);
+            wr[r] = (const uint8_t *)W->w + (size_t)row * rb;
+            sr[r] = (const uint16_t *)W->scale + (size_t)row * sb;
+        }
+        float t[12];
+        int sel = (G == 32 ? 0 : G == 64 ? 3 : 6) + M;
+        switch (sel) {
+        case 1: rows_int4_x2(wr, sr, 32, a, lo_off, 1, k0, k1, t); break;
+        case 2: rows_int4_x2(wr, sr, 32, a, lo_off, 2, k0, k1, t); break;
+        case 3: rows_int4_x2(wr, sr, 32, a, lo_off, 3, k0, k1, t); break;
+        case 4: rows_int4_x2(wr, sr, 64, a, lo_off, 1, k0, k1, t); break;
+        case 5: rows_int4_x2(wr, sr, 64, a, lo_off, 2, k0, k1, t); break;
+        case 6: rows_int4_x2(wr, sr, 64, a, lo_off, 3, k0, k1, t); break;
+        case 7: rows_int4_x2(wr, sr, 128, a, lo_off, 1, k0, k1, t); break;
+        case 8: rows_int4_x2(wr, sr, 128, a, lo_off, 2, k0, k1, t); break;
+        default: rows_int4_x2(wr, sr, 128, a, lo_off, 3, k0, k1, t); break;
+        }
+        for (int i = 0; i < M; i++)
+            for (int r = 0; r < nr; r++)
+                C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+    }
+}
+
 static void gemm_bf16_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                          size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                          void *scratch)
@@ -501,6 +667,11 @@ static void gemm_int4_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
                          size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                          void *scratch)
 {
+    int G = W->group ? W->group : 32;
+    if (M <= 3 && (G == 32 || G == 64 || G == 128)) {
+        decode_int4_x2(W, G, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
+        return;
+    }
     gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, fill_int4, 0);
 }
 

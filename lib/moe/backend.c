@@ -688,7 +688,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->kern = kt__moe_pick_kernels_precise(d.method);
     else
         moe->kern = kt__moe_pick_kernels(d.method);
-    if (d.method == KT_METHOD_AMXINT4 && d.group_size > 32)
+    if (d.method == KT_METHOD_AMXINT4 && d.group_size > 32 &&
+        !(moe->kern && moe->kern->act == KT__ACT_BF16X2)) /* the x2 sets take any group */
         moe->kern = kt__moe_pick_int4g(o.act_precision != KT_MOE_PREC_DEFAULT);
     if (d.method == KT_METHOD_AMXINT4 && d.group_size == 32)
         moe->d.group_size = 0; /* the RAWINT4 kernels: one scale per 32 */

@@ -425,6 +425,80 @@ static void test_int8_act(void **state)
 #endif
 }
 
+/* KT_MOE_PREC_BF16X2 INT4 with a scale per G inputs (AMXINT4 --group-size
+ * 32 / 64 / 128; W->group 0 means 32): the AVX-512 x2 set (decode up to 3
+ * tokens, chunked prefill above) against the scalar grouped F32-activation
+ * oracle at the x2 tolerance 2e-5 of sum |a w|; ragged rows, K past the
+ * prefill chunk, a sub-range of rows and inputs. */
+static void check_x2_groups(const kt__moe_kernels *ks, int G)
+{
+    const kt__moe_kernels *ref = kt__moe_int4g_ref();
+    static const int rows_list[] = {1, 5, 67};
+    static const int m_list[] = {1, 2, 3, 4, 5, 17};
+    const int cols_list[] = {G, 3 * G, 2304 / G * G + (G == 32 ? 3 : 1) * G};
+    for (int ri = 0; ri < 3; ri++)
+        for (int ci = 0; ci < 3; ci++) {
+            int N = rows_list[ri], K = cols_list[ci];
+            uint32_t *w = malloc((size_t)N * K / 2);
+            uint16_t *s = malloc((size_t)N * (K / G) * 2);
+            for (int i = 0; i < N * K / 8; i++)
+                w[i] = tst_rand() ^ (tst_rand() << 16);
+            for (int i = 0; i < N * (K / G); i++)
+                s[i] = tst_to_bf16(0.05f + 0.05f * (tst_uniform() + 1.0f));
+            kt__wmat W = {w, s, N, K, 0, G == 32 && ci == 0 ? 0 : G};
+            for (int mi = 0; mi < 6; mi++) {
+                int M = m_list[mi], n_act = M + 3;
+                float *x = malloc((size_t)n_act * K * sizeof(float));
+                for (int i = 0; i < n_act * K; i++)
+                    x[i] = tst_uniform() * (1 + i % 5);
+                size_t sr = kt__moe_act_row_bytes(ref->act, K);
+                size_t st = kt__moe_act_row_bytes(ks->act, K);
+                uint8_t *ar = calloc((size_t)n_act, sr), *at = calloc((size_t)n_act, st);
+                for (int t = 0; t < n_act; t++) {
+                    ref->quant(x + (size_t)t * K, 0, K, K, ar + (size_t)t * sr);
+                    ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
+                }
+                int32_t rows_idx[17];
+                for (int m = 0; m < M; m++)
+                    rows_idx[m] = (m * 5 + 2) % n_act;
+                for (int part = 0; part < 2; part++) {
+                    int n0 = part ? N / 3 : 0, n1 = N;
+                    int k0 = (part && K > G) ? G : 0, k1 = K, nb = n1 - n0;
+                    float *cr = malloc((size_t)M * nb * sizeof(float));
+                    float *ct = malloc((size_t)M * nb * sizeof(float));
+                    void *scr = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
+                    kt__moe_new_epoch();
+                    ref->gemm(&W, n0, n1, k0, k1, ar, sr, rows_idx, M, cr, nb, NULL);
+                    ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr);
+                    for (int m = 0; m < M; m++)
+                        for (int n = n0; n < n1; n++) {
+                            double mag = 0;
+                            for (int k = k0; k < k1; k++) {
+                                int v = (int)((w[(size_t)n * (K / 8) + k / 8] >> (4 * (k % 8))) &
+                                              15u) - 8;
+                                mag += fabs(x[(size_t)rows_idx[m] * K + k] * v *
+                                            tst_bf16(s[(size_t)n * (K / G) + k / G]));
+                            }
+                            size_t at2 = (size_t)m * nb + n - n0;
+                            if (!(fabs(ct[at2] - cr[at2]) <= 2e-5 * mag + 1e-30))
+                                fail_msg("%s group %d N=%d K=%d M=%d rows [%d,%d) inputs "
+                                         "[%d,%d): C[%d][%d] = %.9g, oracle %.9g", ks->name, G,
+                                         N, K, M, n0, n1, k0, k1, m, n, ct[at2], cr[at2]);
+                        }
+                    free(cr);
+                    free(ct);
+                    free(scr);
+                }
+                free(x);
+                free(ar);
+                free(at);
+            }
+            free(w);
+            free(s);
+        }
+    printf("  %-14s AMXINT4  ok (BF16X2, group %d, vs scalar F32 oracle)\n", ks->name, G);
+}
+
 /* KT_MOE_PREC_BF16X2: the AVX-512 hi/lo sets and the scalar F32 RAWINT4 set. */
 static void test_precise(void **state)
 {
@@ -438,6 +512,8 @@ static void test_precise(void **state)
     }
     for (int i = 0; i < 4; i++)
         check_set_mode(kt__moe_kernels_avx512_x2(methods[i]), methods[i], 1);
+    for (int G = 32; G <= 128; G *= 2)
+        check_x2_groups(kt__moe_kernels_avx512_x2(KT_METHOD_AMXINT4), G);
 #else
     (void)methods;
 #endif
