@@ -356,14 +356,25 @@ static void gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const voi
  * kernels), decoded in registers, FP8 block scales on exact 128-input sums. */
 #define X2_PF 1024 /* software prefetch distance, bytes */
 
-/* 64 E4M3 bytes -> 64 BF16 in input order (w[0]: inputs 0..31, w[1]: 32..63). */
+/* byte 16L + i of lane L: input 8L + i (i < 8), 32 + 8L + i - 8 (i >= 8) */
+static const uint8_t fp8_lanes[64] __attribute__((aligned(64))) = {
+    0,  1,  2,  3,  4,  5,  6,  7,  32, 33, 34, 35, 36, 37, 38, 39,
+    8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,
+    16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
+    24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+
+/* 64 E4M3 bytes -> 64 BF16 in input order (w[0]: inputs 0..31, w[1]: 32..63):
+ * one byte permute puts inputs 8L..8L+7 and 32+8L..32+8L+7 in 128-bit lane
+ * L, the tables give each byte's BF16 high and low bytes, and the in-lane
+ * byte unpacks interleave them back into input order. */
 ALWAYS_INLINE void fp8x64_natural(const __m512i *tab, __m512i v, __m512i *w)
 {
+    v = _mm512_permutexvar_epi8(tab[4], v);
     __m512i hi = _mm512_permutex2var_epi8(tab[0], v, tab[1]);
     __m512i lo = _mm512_permutex2var_epi8(tab[2], v, tab[3]);
     hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8); /* | sign */
-    w[0] = _mm512_permutex2var_epi8(lo, tab[4], hi);
-    w[1] = _mm512_permutex2var_epi8(lo, tab[5], hi);
+    w[0] = _mm512_unpacklo_epi8(lo, hi);
+    w[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
 /* out[m * 4 + r] for nr rows (w[r], FP8 scale row srow[r] or NULL for BF16)
@@ -372,21 +383,13 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
                            const uint16_t *const *a, size_t lo_off, const int MR, int k0, int k1,
                            float *out)
 {
-    __m512i tab[6];
+    __m512i tab[5];
     if (fp8) {
-        uint8_t ia[64], ib[64];
-        for (int j = 0; j < 32; j++) {
-            ia[2 * j] = (uint8_t)j;
-            ia[2 * j + 1] = (uint8_t)(64 + j);
-            ib[2 * j] = (uint8_t)(32 + j);
-            ib[2 * j + 1] = (uint8_t)(96 + j);
-        }
         tab[0] = _mm512_loadu_si512(e4m3_hi);
         tab[1] = _mm512_loadu_si512(e4m3_hi + 64);
         tab[2] = _mm512_loadu_si512(e4m3_lo);
         tab[3] = _mm512_loadu_si512(e4m3_lo + 64);
-        tab[4] = _mm512_loadu_si512(ia);
-        tab[5] = _mm512_loadu_si512(ib);
+        tab[4] = _mm512_load_si512(fp8_lanes);
     }
     __m512 row_sum[3][4];
     for (int r = 0; r < 4; r++) {
@@ -533,12 +536,15 @@ ALWAYS_INLINE void int4_group(const int4_consts *c, const uint8_t *w, const uint
         for (int m = 0; m < MR; m++) {
             const uint16_t *x = a[m] + k + j;
             h[m] = _mm512_dpbf16_ps(h[m], v, (__m512bh)_mm512_loadu_si512(x));
-            l[m] = _mm512_dpbf16_ps(l[m], v, (__m512bh)_mm512_loadu_si512(x + lo_off));
+            if (G == 32) /* one step: hi and lo in one chain */
+                h[m] = _mm512_dpbf16_ps(h[m], v, (__m512bh)_mm512_loadu_si512(x + lo_off));
+            else
+                l[m] = _mm512_dpbf16_ps(l[m], v, (__m512bh)_mm512_loadu_si512(x + lo_off));
         }
     }
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
-        g[m] = _mm512_add_ps(h[m], l[m]);
+        g[m] = G == 32 ? h[m] : _mm512_add_ps(h[m], l[m]);
 }
 
 #define INT4_PIECE 2048 /* inputs per piece of F32 scales */
