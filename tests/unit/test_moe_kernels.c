@@ -701,6 +701,117 @@ static void test_group_size_checks(void **state)
     }
 }
 
+/* AMXINT4 with groups of 64 / 128 under KT_MOE_PREC_BF16X2: the backend picks
+ * the x2 set (not the scalar fallback) where the CPU has AVX-512 BF16, and its
+ * layer output (5 tokens: the decode path; 16: the chunked one) matches the
+ * scalar grouped F32 set's (every ISA capped away) within 2e-5 of the largest. */
+static void test_x2_group_backend(void **state)
+{
+    (void)state;
+    enum { H = 256, I = 384, E = 4, TOPK = 2, TMAX = 16 };
+    for (int G = 64; G <= 128; G *= 2) {
+        void *gw[E], *uw[E], *dw[E], *gs[E], *us[E], *ds[E];
+        for (int e = 0; e < E; e++) {
+            void **m[3] = {&gw[e], &uw[e], &dw[e]}, **sc[3] = {&gs[e], &us[e], &ds[e]};
+            for (int j = 0; j < 3; j++) {
+                int rows = j < 2 ? I : H, cols = j < 2 ? H : I;
+                uint32_t *p = malloc((size_t)rows * cols / 2);
+                uint16_t *s = malloc((size_t)rows * (cols / G) * 2);
+                for (int i = 0; i < rows * cols / 8; i++)
+                    p[i] = tst_rand() ^ (tst_rand() << 16);
+                for (int i = 0; i < rows * (cols / G); i++)
+                    s[i] = tst_to_bf16(0.02f + 0.01f * (tst_uniform() + 1.0f));
+                *m[j] = p;
+                *sc[j] = s;
+            }
+        }
+        kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+        lw.gate = (const void *const *)gw;
+        lw.up = (const void *const *)uw;
+        lw.down = (const void *const *)dw;
+        lw.gate_scale = (const void *const *)gs;
+        lw.up_scale = (const void *const *)us;
+        lw.down_scale = (const void *const *)ds;
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = KT_METHOD_AMXINT4;
+        d.group_size = (uint32_t)G;
+        d.hidden = H;
+        d.intermediate = I;
+        d.n_experts = E;
+        d.top_k = TOPK;
+        float *x = malloc((size_t)TMAX * H * sizeof(float)), w[TMAX * TOPK];
+        int32_t ids[TMAX * TOPK];
+        for (int i = 0; i < TMAX * H; i++)
+            x[i] = tst_uniform();
+        for (int i = 0; i < TMAX * TOPK; i++) {
+            ids[i] = (i / TOPK * 3 + (i % TOPK)) % E;
+            w[i] = 0.3f + 0.1f * (float)(i % 3);
+        }
+        float *out[2];
+        for (int lv = 0; lv < 2; lv++) {
+            kt__moe_set_isa_cap(lv ? 0 : ~UINT64_C(0));
+            kt_moe_options o = KT_MOE_OPTIONS_INIT;
+            o.n_threads = 2;
+            o.max_tokens = TMAX;
+            o.pin_threads = 0;
+            o.act_precision = KT_MOE_PREC_BF16X2;
+            kt_moe_backend *moe = NULL;
+            if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
+                fail_msg("group %d: create: %s", G, kt_last_error());
+            kt_moe_info info = KT_MOE_INFO_INIT;
+            assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
+            if (lv == 1)
+                assert_string_equal(info.isa, "scalar-int4g");
+            else if ((kt_hw_isa() & AVX512_BITS) == AVX512_BITS && KT_HAVE_ISA_AVX512)
+                assert_non_null(strstr(info.isa, "int4-bf16x2"));
+            out[lv] = calloc((size_t)2 * TMAX * H, sizeof(float));
+            static const int32_t T_list[2] = {5, TMAX};
+            for (int ti = 0; ti < 2; ti++) {
+                int32_t n_tokens = T_list[ti];
+                kt_moe_io io = KT_MOE_IO_INIT;
+                io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+                io.n_tokens = &n_tokens;
+                io.top_k = TOPK;
+                io.x = x;
+                io.ids = ids;
+                io.w = w;
+                io.out = out[lv] + (size_t)ti * TMAX * H;
+                if (kt_moe_forward(moe, 0, &io) < 0)
+                    fail_msg("group %d: forward: %s", G, kt_last_error());
+            }
+            if (lv == 0)
+                printf("  AMXINT4 group %3d BF16X2: %s\n", G, info.isa);
+            kt_moe_backend_free(moe);
+        }
+        kt__moe_set_isa_cap(~UINT64_C(0));
+        for (int ti = 0; ti < 2; ti++) {
+            int T = ti ? TMAX : 5;
+            double maxref = 0, maxerr = 0;
+            for (int i = 0; i < T * H; i++) {
+                float a = out[0][(size_t)ti * TMAX * H + i], b = out[1][(size_t)ti * TMAX * H + i];
+                maxref = fmax(maxref, fabs(b));
+                maxerr = fmax(maxerr, fabs(a - b));
+            }
+            printf("  AMXINT4 group %3d T %2d: max error %.2g of max |out| %.3g\n", G, T,
+                   maxerr / maxref, maxref);
+            if (!(maxref > 0 && maxerr <= 2e-5 * maxref))
+                fail_msg("group %d T %d: BF16X2 vs scalar F32: %.3g of %.3g", G, T, maxerr,
+                         maxref);
+        }
+        for (int e = 0; e < E; e++) {
+            free(gw[e]);
+            free(uw[e]);
+            free(dw[e]);
+            free(gs[e]);
+            free(us[e]);
+            free(ds[e]);
+        }
+        free(x);
+        free(out[0]);
+        free(out[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -711,6 +822,7 @@ int main(void)
         cmocka_unit_test(test_amx_emulated),
         cmocka_unit_test(test_int8_act),
         cmocka_unit_test(test_group_size_checks),
+        cmocka_unit_test(test_x2_group_backend),
         cmocka_unit_test(test_amx),
         cmocka_unit_test(test_amx_x2_emulated),
         cmocka_unit_test(test_amx_x2),
