@@ -563,6 +563,9 @@ def group_chat():
             p.expect(r"Type a message")
             p.send("Hello\r")
             check(p.expect(r"\[TTFT .* 20 tokens, length\]"), "remote --no-stream: an answer")
+            # Ctrl-D only once the line editor is back: it flushes pending input when it
+            # takes the terminal, and a ^D sent earlier was lost under load
+            p.expect(r"> ", timeout=30)
             p.send("\x04")
             check(p.wait() == 0, "remote: Ctrl-D leaves")
     finally:
