@@ -241,6 +241,51 @@ ALWAYS_INLINE void k_act(const kt_block_q8_K *y, __m512i a[4])
     }
 }
 
+/* One Q8_K block of token m against NR rows of a K type (Q4_K, Q5_K, Q2_K): the
+ * codes' products through the 16-bit sub-block scales sc, times d_r d_m, into
+ * acc; the minimum terms (bsums . mins[r]) times dmin_r d_m into accm.
+ * dd[r] holds (d, dmin) of row r's block. */
+ALWAYS_INLINE void k_block_accumulate(const int NR, const int m, const kt_block_q8_K *y,
+                                      const __m512i a[4], const __m512i q[4][4],
+                                      const __m512i sc[4][4], const __m256i mins[4],
+                                      const __m128 dd[4], __m512 acc[4][4], __m256 accm[4][4])
+{
+    __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+    __m128 da = _mm_set1_ps(y->d);
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        __m512i t = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int h = 0; h < 4; h++)
+            t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][h], a[h]), sc[r][h]);
+        __m256i mn = _mm256_madd_epi16(bs, mins[r]);
+        __m128 s = _mm_mul_ps(dd[r], da); /* (d_r d_m, dmin_r d_m) */
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_broadcastss_ps(s), acc[r][m]);
+        accm[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn),
+                                     _mm256_permutexvar_ps(_mm256_set1_epi32(1),
+                                                           _mm256_castps128_ps256(s)),
+                                     accm[r][m]);
+    }
+}
+
+/* out[r * 4 + m] = sum of acc[r][m] - sum of accm[r][m]. */
+ALWAYS_INLINE void k_tile_store(const int NR, const int MT, __m512 acc[4][4], __m256 accm[4][4],
+                                float *out)
+{
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][m]),
+                                     _mm512_extractf32x8_ps(acc[r][m], 1));
+            h = _mm256_sub_ps(h, accm[r][m]);
+            __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+            x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+            x = _mm_add_ss(x, _mm_movehdup_ps(x));
+            out[r * 4 + m] = _mm_cvtss_f32(x);
+        }
+}
+
 /* out[r * 4 + m] = rows w[r] (nb Q4_K blocks; q5: Q5_K) . tokens act[m] (Q8_K blocks).
  * Q5_K: the 5th bit of the code of input 32g + l is bit g of qh[l]. */
 ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uint8_t *const *w,
@@ -328,37 +373,10 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
             const kt_block_q8_K *y = act[m] + i;
             __m512i a[4];
             k_act(y, a);
-            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-            __m128 da = _mm_set1_ps(y->d);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i t = _mm512_setzero_si512();
-                #pragma GCC unroll 4
-                for (int h = 0; h < 4; h++)
-                    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][h], a[h]), sc[r][h]);
-                __m256i mn = _mm256_madd_epi16(bs, mw[r]);
-                __m128 s = _mm_mul_ps(dd[r], da);
-                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_broadcastss_ps(s),
-                                            acc[r][m]);
-                accm[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn),
-                                             _mm256_permutexvar_ps(_mm256_set1_epi32(1),
-                                                                   _mm256_castps128_ps256(s)),
-                                             accm[r][m]);
-            }
+            k_block_accumulate(NR, m, y, a, q, sc, mw, dd, acc, accm);
         }
     }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][m]),
-                                     _mm512_extractf32x8_ps(acc[r][m], 1));
-            h = _mm256_sub_ps(h, accm[r][m]);
-            __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-            x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-            x = _mm_add_ss(x, _mm_movehdup_ps(x));
-            out[r * 4 + m] = _mm_cvtss_f32(x);
-        }
+    k_tile_store(NR, MT, acc, accm, out);
 }
 
 /* One token: 4 rows; more: 2 rows x up to 4 tokens. */
@@ -647,37 +665,10 @@ ALWAYS_INLINE void q2k_tile(const bool unused, const int NR, const int MT,
                 a[j] = _mm512_inserti64x4(
                     _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * j))),
                     _mm256_loadu_si256((const __m256i *)(y->qs + 128 + 32 * j)), 1);
-            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-            __m128 da = _mm_set1_ps(y->d);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i t = _mm512_setzero_si512();
-                #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][j], a[j]), sc[r][j]);
-                __m256i mn = _mm256_madd_epi16(bs, m16[r]);
-                __m128 sdd = _mm_mul_ps(dd[r], da);
-                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_broadcastss_ps(sdd),
-                                            acc[r][m]);
-                accm[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mn),
-                                             _mm256_permutexvar_ps(_mm256_set1_epi32(1),
-                                                                   _mm256_castps128_ps256(sdd)),
-                                             accm[r][m]);
-            }
+            k_block_accumulate(NR, m, y, a, q, sc, m16, dd, acc, accm);
         }
     }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[r][m]),
-                                     _mm512_extractf32x8_ps(acc[r][m], 1));
-            h = _mm256_sub_ps(h, accm[r][m]);
-            __m128 x = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-            x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-            x = _mm_add_ss(x, _mm_movehdup_ps(x));
-            out[r * 4 + m] = _mm_cvtss_f32(x);
-        }
+    k_tile_store(NR, MT, acc, accm, out);
 }
 
 /* ---------------------------------------------------------------------------
