@@ -398,6 +398,17 @@ static void prefill_blocks(const kt__wmat *W, int n0, int n1, int k0, int k1, co
  * follow it; 4 interleaved row streams reached only 0.6-0.75 of a read loop
  * on Zen 4, this order 0.9-1.0), with a software prefetch DEC_PF bytes ahead. */
 #define DEC_PF 1024
+#define DEC_WARM 4096
+
+/* The first DEC_WARM bytes of an item's stream, requested at once: the
+ * steady prefetch runs DEC_PF ahead, so without this the item's first
+ * lines arrive one demand miss at a time. */
+static inline void decode_warmup(const void *p, size_t bytes)
+{
+    size_t n = bytes < DEC_WARM ? bytes : DEC_WARM;
+    for (size_t off = 0; off < n; off += 64)
+        _mm_prefetch((const char *)p + off, _MM_HINT_T0);
+}
 
 /* out[m * 4 + r] = sum_{k0 <= k < k1} w_r[k] a_m[k] for nr (<= 4) rows and MR
  * tokens; rows at w + r * stride. */
@@ -506,6 +517,9 @@ ALWAYS_INLINE lut8 lut_load(void)
 /* 64 E4M3 bytes -> 64 BF16 in BF16P64 order (u[0]: first 32, u[1]: last 32). */
 ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
 {
+    /* v stays in a register: both permutes overwrite an operand, and gcc
+     * would otherwise load v from memory again for each (loads set the pace) */
+    __asm__("" : "+v"(v));
     __m512i hi = _mm512_permutex2var_epi8(L->h0, v, L->h1);
     __m512i lo = _mm512_permutex2var_epi8(L->l0, v, L->l1);
     hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8); /* | sign */
@@ -606,6 +620,7 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         const uint16_t *a[3];
         for (int i = 0; i < 3; i++)
             a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
+        decode_warmup(w + (size_t)n0 * cols + k0, (size_t)(n1 - n0) * cols);
         for (int n = n0; n < n1; n += 4) {
             int nr = imin(4, n1 - n);
             const uint8_t *wr[4];

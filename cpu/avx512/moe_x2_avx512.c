@@ -377,8 +377,42 @@ ALWAYS_INLINE void fp8x64_natural(const __m512i *tab, __m512i v, __m512i *w)
     w[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
+/* 64 weights of one row at k (masked by m64 / t0 / t1 when not NULL-free:
+ * whole steps pass all-ones masks, which gcc folds into plain loads), exact
+ * BF16, times (hi, lo) of MR tokens into four chains per token. */
+ALWAYS_INLINE void step_x2(const void *w, int fp8, const __m512i *tab, const uint16_t *const *a,
+                           size_t lo_off, const int MR, int k, __mmask64 m64, __mmask32 t0,
+                           __mmask32 t1, __m512 *b0, __m512 *b1, __m512 *c0, __m512 *c1)
+{
+    __m512i v[2];
+    if (fp8) {
+        const uint8_t *p = (const uint8_t *)w + k;
+        _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+        __m512i raw = _mm512_maskz_loadu_epi8(m64, p);
+        __asm__("" : "+v"(raw)); /* loaded once (the permutes overwrite operands) */
+        fp8x64_natural(tab, raw, v);
+    } else {
+        const uint16_t *p = (const uint16_t *)w + k;
+        _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+        v[0] = _mm512_maskz_loadu_epi16(t0, p);
+        v[1] = _mm512_maskz_loadu_epi16(t1, p + 32);
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++) {
+        const uint16_t *x = a[m] + k;
+        b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)v[0], (__m512bh)_mm512_maskz_loadu_epi16(t0, x));
+        b1[m] = _mm512_dpbf16_ps(b1[m], (__m512bh)v[1],
+                                 (__m512bh)_mm512_maskz_loadu_epi16(t1, x + 32));
+        c0[m] = _mm512_dpbf16_ps(c0[m], (__m512bh)v[0],
+                                 (__m512bh)_mm512_maskz_loadu_epi16(t0, x + lo_off));
+        c1[m] = _mm512_dpbf16_ps(c1[m], (__m512bh)v[1],
+                                 (__m512bh)_mm512_maskz_loadu_epi16(t1, x + lo_off + 32));
+    }
+}
+
 /* out[m * 4 + r] for nr rows (w[r], FP8 scale row srow[r] or NULL for BF16)
- * and MR tokens (a[m]: hi, a[m] + lo_off: lo), inputs [k0, k1). */
+ * and MR tokens (a[m]: hi, a[m] + lo_off: lo), inputs [k0, k1):
+ *     out = sum_b s_r[b] * sum_{k in b} w_r[k] (hi_m[k] + lo_m[k])   (BF16: s = 1) */
 ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int fp8,
                            const uint16_t *const *a, size_t lo_off, const int MR, int k0, int k1,
                            float *out)
@@ -391,47 +425,40 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
         tab[3] = _mm512_loadu_si512(e4m3_lo + 64);
         tab[4] = _mm512_load_si512(fp8_lanes);
     }
+    const __mmask64 all64 = ~(__mmask64)0;
+    const __mmask32 all32 = ~(__mmask32)0;
     __m512 row_sum[3][4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         __m512 tot[3];
         #pragma GCC unroll 3
         for (int m = 0; m < MR; m++)
             tot[m] = _mm512_setzero_ps();
-        /* blocks of 128 inputs (FP8 scale blocks; BF16: the same steps, scale 1) */
-        for (int kb = k0; kb < k1; kb += 128) {
-            int ke = imin(kb + 128, k1);
-            __m512 b0[3], b1[3], c0[3], c1[3]; /* four chains: hi / lo x two halves */
+        int kb = k0;
+        /* hot loop: whole blocks of 128 inputs (FP8 scale blocks; BF16 the same
+         * steps, scale 1), two steps of 64 into four chains per token */
+        for (; kb + 128 <= k1; kb += 128) {
+            __m512 b0[3], b1[3], c0[3], c1[3];
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
                 b0[m] = b1[m] = c0[m] = c1[m] = _mm512_setzero_ps();
-            /* hot loop: 64 weights of one row, exact BF16, x (hi, lo) for MR tokens */
-            for (int k = kb; k < ke; k += 64) {
-                __mmask64 m64 = tail64(ke - k);
-                __m512i v[2];
-                if (fp8) {
-                    const uint8_t *p = (const uint8_t *)w[r] + k;
-                    _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
-                    fp8x64_natural(tab, _mm512_maskz_loadu_epi8(m64, p), v);
-                } else {
-                    const uint16_t *p = (const uint16_t *)w[r] + k;
-                    _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
-                    v[0] = _mm512_maskz_loadu_epi16(tail32(ke - k), p);
-                    v[1] = _mm512_maskz_loadu_epi16(tail32(ke - k - 32), p + 32);
-                }
-                __mmask32 t0 = tail32(ke - k), t1 = tail32(ke - k - 32);
-                #pragma GCC unroll 3
-                for (int m = 0; m < MR; m++) {
-                    const uint16_t *x = a[m] + k;
-                    b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)v[0],
-                                             (__m512bh)_mm512_maskz_loadu_epi16(t0, x));
-                    b1[m] = _mm512_dpbf16_ps(b1[m], (__m512bh)v[1],
-                                             (__m512bh)_mm512_maskz_loadu_epi16(t1, x + 32));
-                    c0[m] = _mm512_dpbf16_ps(c0[m], (__m512bh)v[0],
-                                             (__m512bh)_mm512_maskz_loadu_epi16(t0, x + lo_off));
-                    c1[m] = _mm512_dpbf16_ps(c1[m], (__m512bh)v[1],
-                                             (__m512bh)_mm512_maskz_loadu_epi16(t1, x + lo_off + 32));
-                }
-            }
+            step_x2(w[r], fp8, tab, a, lo_off, MR, kb, all64, all32, all32, b0, b1, c0, c1);
+            step_x2(w[r], fp8, tab, a, lo_off, MR, kb + 64, all64, all32, all32, b0, b1, c0, c1);
+            __m512 sv = _mm512_set1_ps(fp8 ? srow[r][kb / 128] : 1.0f);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                tot[m] = _mm512_fmadd_ps(
+                    _mm512_add_ps(_mm512_add_ps(b0[m], b1[m]), _mm512_add_ps(c0[m], c1[m])), sv,
+                    tot[m]);
+        }
+        if (kb < k1) { /* a partial last block, masked steps */
+            __m512 b0[3], b1[3], c0[3], c1[3];
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                b0[m] = b1[m] = c0[m] = c1[m] = _mm512_setzero_ps();
+            for (int k = kb; k < k1; k += 64)
+                step_x2(w[r], fp8, tab, a, lo_off, MR, k, tail64(k1 - k), tail32(k1 - k),
+                        tail32(k1 - k - 32), b0, b1, c0, c1);
             __m512 sv = _mm512_set1_ps(fp8 ? srow[r][kb / 128] : 1.0f);
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
