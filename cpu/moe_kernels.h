@@ -178,6 +178,23 @@ const kt__moe_kernels *kt__moe_int4g_ref(void);
 const kt__moe_kernels *kt__moe_int4g_avx512(void);
 const kt__moe_kernels *kt__moe_int4g_amx(void);
 const kt__moe_kernels *kt__moe_int4g_amx_emulated(void);
+/* Shared packing of a kernel set's activations, for many gemm calls over the
+ * same rows (the backend's items of one expert): pack() writes rows [0, M)
+ * (a_rows as for gemm), inputs [0, K), to P (64-byte aligned, bytes(M, K) =
+ * ceil(M / 16) x bytes(16, K)); gemm() then gives what the set's gemm over
+ * inputs [0, K = W->cols) gives for tokens [m0, m0 + M) of the Mtot packed
+ * (m0 a multiple of 16), reading P only. Worth it from min_m tokens. */
+typedef struct kt__moe_packer {
+    int min_m;
+    size_t (*bytes)(int M, int K);
+    void (*pack)(const void *A, size_t a_stride, const int32_t *a_rows, int M, int K, void *P);
+    void (*gemm)(const kt__wmat *W, int n0, int n1, const void *P, int Mtot, int m0, int M,
+                 float *C, int ldc, void *scratch);
+} kt__moe_packer;
+/* The packer of an AMX-INT8 set of cpu/amx/moe_amx.c (AMXINT8, INT4 groups of
+ * 32 / 64 / 128); NULL for any other set. The emulated one for its sets. */
+const kt__moe_packer *kt__moe_packer_amx(const kt__moe_kernels *k);
+const kt__moe_packer *kt__moe_packer_amx_emulated(const kt__moe_kernels *k);
 /* AMX-BF16 prefill on top of the AVX-512 set (cpu/amx/moe_amx.c). */
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */

@@ -607,51 +607,83 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
 }
 
 /* AMXINT8 in place: 32 int8 weight rows (ldw bytes apart) x every packed
- * token block over kt_n 64-input steps; int32 in the tiles for the whole
- * range, then scaled by the row scales rs and token scales ts. */
-static void tiles_i8_rows(const int8_t *w, size_t ldw, const uint8_t *xpack, size_t x_mb_stride,
-                          int mn, int kt_n, const float *rs, const float *ts, float *C, int ldc,
-                          int n_off, int accumulate, amx_scratch *s)
+ * token block over kt_n 64-input steps; int32 sums over the whole range,
+ * then scaled by the row scales rs and token scales ts:
+ *   C[m][n] = ts[m] rs[n] sum_k q[m][k] w[n][k]
+ * K runs outermost in chunks of KC8 steps (32 rows x 512 bytes of weights):
+ * a chunk comes from memory once and serves every token block from L1; the
+ * int32 C tiles of all token blocks wait in s->facc ([NB][MMAX]) between
+ * chunks, and the next chunk (or w_next's first, the caller's next block of
+ * rows) is prefetched into L2 while this one computes, so the weight stream
+ * overlaps the tile work instead of preceding it. */
+#define KC8 8
+
+static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
+                          const uint8_t *xpack, size_t x_mb_stride, int mn, int kt_n,
+                          const float *rs, const float *ts, float *C, int ldc, int n_off,
+                          amx_scratch *s)
 {
-    for (int mb = 0; mb < mn; mb += 32) {
-        int two_x = mn - mb > 16;
-        _tile_zero(TC00);
-        _tile_zero(TC01);
-        _tile_zero(TC10);
-        _tile_zero(TC11);
-        const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride;
-        const uint8_t *x1 = x0 + x_mb_stride;
-        /* hot loop: 4 tile products per 64 inputs; the first token block
-         * brings the weights from memory, 8 steps ahead */
-        for (int kt = 0; kt < kt_n; kt++) {
-            if (mb == 0)
-                for (int r = 0; r < NB; r++)
-                    _mm_prefetch((const char *)w + (size_t)r * ldw + (kt + 8) * 64, _MM_HINT_T0);
-            _tile_loadd(TW0, w + kt * 64, ldw);
-            _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
-            _tile_dpbssd(TC00, TW0, TX0);
-            _tile_loadd(TW1, w + 16 * ldw + kt * 64, ldw);
-            _tile_dpbssd(TC10, TW1, TX0);
+    int32_t *cacc = (int32_t *)s->facc;
+    const size_t cld = MMAX * sizeof(int32_t);
+    int n_mb = (mn + 31) / 32;
+    for (int kc = 0; kc < kt_n; kc += KC8) {
+        int kn = imin(KC8, kt_n - kc);
+        /* what to prefetch: NB rows x pn steps from pw */
+        const int8_t *pw = w + (size_t)(kc + KC8) * 64;
+        int pn = imin(KC8, kt_n - kc - KC8);
+        if (pn <= 0) {
+            pw = w_next;
+            pn = w_next ? imin(KC8, kt_n) : 0;
+        }
+        int lines = NB * pn, per = (lines + n_mb * kn - 1) / (n_mb * kn), pf = 0;
+        for (int mb = 0; mb < mn; mb += 32) {
+            int two_x = mn - mb > 16;
+            int32_t *c0 = cacc + mb, *c1 = cacc + (size_t)16 * MMAX + mb;
+            if (kc == 0) {
+                _tile_zero(TC00);
+                _tile_zero(TC01);
+                _tile_zero(TC10);
+                _tile_zero(TC11);
+            } else {
+                _tile_loadd(TC00, c0, cld);
+                _tile_loadd(TC10, c1, cld);
+                if (two_x) {
+                    _tile_loadd(TC01, c0 + 16, cld);
+                    _tile_loadd(TC11, c1 + 16, cld);
+                }
+            }
+            const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride + (size_t)kc * XSTEP;
+            const uint8_t *x1 = x0 + x_mb_stride;
+            /* hot loop: 4 tile products per 64 inputs */
+            for (int kt = 0; kt < kn; kt++) {
+                for (int i = 0; i < per && pf < lines; i++, pf++)
+                    _mm_prefetch((const char *)pw + (size_t)(pf / pn) * ldw + (pf % pn) * 64,
+                                 _MM_HINT_T1);
+                const int8_t *wk = w + (size_t)(kc + kt) * 64;
+                _tile_loadd(TW0, wk, ldw);
+                _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
+                _tile_dpbssd(TC00, TW0, TX0);
+                _tile_loadd(TW1, wk + 16 * ldw, ldw);
+                _tile_dpbssd(TC10, TW1, TX0);
+                if (two_x) {
+                    _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
+                    _tile_dpbssd(TC01, TW0, TX1);
+                    _tile_dpbssd(TC11, TW1, TX1);
+                }
+            }
+            _tile_stored(TC00, c0, cld);
+            _tile_stored(TC10, c1, cld);
             if (two_x) {
-                _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
-                _tile_dpbssd(TC01, TW0, TX1);
-                _tile_dpbssd(TC11, TW1, TX1);
+                _tile_stored(TC01, c0 + 16, cld);
+                _tile_stored(TC11, c1 + 16, cld);
             }
         }
-        int mr0 = imin(16, mn - mb), mr1 = imin(16, mn - mb - 16);
-        _tile_stored(TC00, s->ctile, 64);
-        store_scaled(s->ctile, 16, 1, rs, ts + mb, C, ldc, n_off, 16, mb, mr0, accumulate);
-        _tile_stored(TC10, s->ctile, 64);
-        store_scaled(s->ctile, 16, 1, rs + 16, ts + mb, C, ldc, n_off + 16, 16, mb, mr0,
-                     accumulate);
-        if (two_x) {
-            _tile_stored(TC01, s->ctile, 64);
-            store_scaled(s->ctile, 16, 1, rs, ts + mb + 16, C, ldc, n_off, 16, mb + 16, mr1,
-                         accumulate);
-            _tile_stored(TC11, s->ctile, 64);
-            store_scaled(s->ctile, 16, 1, rs + 16, ts + mb + 16, C, ldc, n_off + 16, 16, mb + 16,
-                         mr1, accumulate);
-        }
+    }
+    for (int mb = 0; mb < mn; mb += 16) {
+        int mr = imin(16, mn - mb);
+        store_scaled(cacc + mb, MMAX, 1, rs, ts + mb, C, ldc, n_off, 16, mb, mr, 0);
+        store_scaled(cacc + (size_t)16 * MMAX + mb, MMAX, 1, rs + 16, ts + mb, C, ldc,
+                     n_off + 16, 16, mb, mr, 0);
     }
 }
 
@@ -770,36 +802,71 @@ static void decode_i8_int4(const kt__wmat *W, int n, int nr, int kc, int kn, int
 
 /* Rows [na, n1) through decoded (or copied) int8 weights, 32 rows at a time:
  * every chunk of KCH inputs folded into facc by groups of g, then
- * C[m][n] = facc[n][m] * d_m. */
-static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1, const void *A,
-                             size_t a_stride, const int32_t *r, int mfirst, int mn, float *Cm,
-                             int ldc, int n_off, amx_scratch *s, size_t view, decode_i8_fn decode,
-                             int g, int whole_k, size_t x_mb_stride, int perm)
+ * C[m][n] = facc[n][m] * ts[m]. The activations: packed over the whole K at
+ * xw (x_mb_stride bytes per 16 tokens), or with xw NULL quantized with
+ * s->tinv and packed chunk by chunk from the BF16 view of A. */
+static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1,
+                             const uint8_t *xw, size_t x_mb_stride, const float *ts,
+                             const void *A, size_t a_stride, const int32_t *r, int mfirst,
+                             size_t view, int perm, int mn, float *Cm, int ldc, int n_off,
+                             amx_scratch *s, decode_i8_fn decode, int g)
 {
     int ks = g == 32 ? 32 : 64;
     int mpad = (mn + 15) & ~15;
-    uint8_t *xpack = (uint8_t *)s->xpack;
     for (int nb = na; nb < n1; nb += NB) {
         int nr = imin(NB, n1 - nb);
         for (int i = 0; i < NB; i++)
             memset(s->facc + (size_t)i * MMAX, 0, (size_t)mpad * sizeof(float));
         for (int kc = k0; kc < k1; kc += KCH) {
             int kn = imin(KCH, k1 - kc), kpad = (kn + 63) & ~63;
-            const uint8_t *xk = xpack;
-            if (whole_k)
-                xk += (size_t)((kc - k0) / 64) * XSTEP;
-            else
-                pack_x_i8(A, a_stride, r, view, mfirst, mn, kc, kn, s->tinv, xpack, KCH / 64,
-                          perm);
+            const uint8_t *xk;
+            if (xw) {
+                xk = xw + (size_t)((kc - k0) / 64) * XSTEP;
+            } else {
+                xk = (const uint8_t *)s->xpack;
+                pack_x_i8(A, a_stride, r, view, mfirst, mn, kc, kn, s->tinv, (uint8_t *)s->xpack,
+                          KCH / 64, perm);
+            }
             decode(W, nb, nr, kc, kn, kpad, g, (int8_t *)s->wdec, s->gsc);
             tiles_i8_groups(nr, xk, x_mb_stride, mn, kpad, imin(g, kpad), ks, s->gsc, s);
         }
         for (int rb = 0; rb < nr; rb += 16)
             for (int mb = 0; mb < mn; mb += 16)
-                store_scaled(s->facc + (size_t)rb * MMAX + mb, MMAX, 0, NULL, s->tscale + mb, Cm,
-                             ldc, n_off + (nb - na) + rb, imin(16, nr - rb), mb,
-                             imin(16, mn - mb), 0);
+                store_scaled(s->facc + (size_t)rb * MMAX + mb, MMAX, 0, NULL, ts + mb, Cm, ldc,
+                             n_off + (nb - na) + rb, imin(16, nr - rb), mb, imin(16, mn - mb),
+                             0);
     }
+}
+
+/* Tokens [0, mn) (mn <= MMAX) packed over all of [k0, k1) at xw, token
+ * scales ts: C = A W^T over rows [n0, n1). AMXINT8 (decode NULL) in place by
+ * whole 32-row blocks when K is whole 64-input steps; the rest decoded. */
+static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
+                          size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
+                          amx_scratch *s, decode_i8_fn decode, int g, int perm)
+{
+    int na = n0;
+    if (!decode && (k1 - k0) % 64 == 0) {
+        int kt_all = (k1 - k0) / 64, nfull = n0 + (n1 - n0) / NB * NB;
+        const int8_t *wq = (const int8_t *)W->w + k0;
+        size_t ldw = (size_t)W->cols;
+        for (int nb = n0; nb < nfull; nb += NB)
+            tiles_i8_rows(wq + (size_t)nb * ldw, nb + NB < nfull ? wq + (size_t)(nb + NB) * ldw
+                                                                 : NULL,
+                          ldw, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb, ts, Cm,
+                          ldc, nb - n0, s);
+        na = nfull;
+    }
+    if (na < n1)
+        amx_rows_decoded(W, na, n1, k0, k1, xw, x_mb_stride, ts, NULL, 0, NULL, 0, 0, perm, mn,
+                         Cm, ldc, na - n0, s, decode ? decode : decode_i8_rows,
+                         decode ? g : KCH);
+}
+
+/* Input order of the int8 copy for a decoder and group size. */
+static int perm_of(decode_i8_fn decode, int g)
+{
+    return decode != decode_i8_int4 ? PERM_NONE : g == 32 ? PERM_EO32 : PERM_EO64;
 }
 
 /* C = A W^T on INT8 tiles. `view`: byte offset of the BF16 activations in a
@@ -809,13 +876,10 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                         amx_scratch *s, size_t view, decode_i8_fn decode, int g)
 {
-    int ks = g == 32 ? 32 : 64;
-    configure_tiles_i8(ks);
-    int kx_all = (k1 - k0 + 63) & ~63;
-    int kt_all = kx_all / 64;
+    configure_tiles_i8(g == 32 ? 32 : 64);
+    int kt_all = (k1 - k0 + 63) / 64;
     int whole_k = kt_all <= KTMAX8;
-    int in_place = !decode && (k1 - k0) % 64 == 0;
-    int perm = decode != decode_i8_int4 ? PERM_NONE : g == 32 ? PERM_EO32 : PERM_EO64;
+    int perm = perm_of(decode, g);
     uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     uint8_t *xpack = (uint8_t *)s->xpack;
     for (int m0 = 0; m0 < M; m0 += MMAX) {
@@ -823,7 +887,6 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
         const int32_t *r = rows ? rows + m0 : NULL;
         int mfirst = rows ? 0 : m0;
         float *Cm = C + (size_t)m0 * ldc;
-        size_t x_mb_stride = (size_t)(whole_k ? kt_all : KCH / 64) * XSTEP;
         pack_key key;
         memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
         key.A = A;
@@ -845,24 +908,64 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                 s->key = key;
             }
         }
-        if (in_place && whole_k) {
-            /* one pass over K per block of 32 rows; ragged rows below */
-            int nfull = n0 + (n1 - n0) / NB * NB;
-            const int8_t *wq = W->w;
-            for (int nb = n0; nb < nfull; nb += NB)
-                tiles_i8_rows(wq + (size_t)nb * W->cols + k0, (size_t)W->cols, xpack, x_mb_stride,
-                              mn, kt_all, (const float *)W->scale + nb, s->tscale, Cm, ldc,
-                              nb - n0, 0, s);
-            if (nfull == n1)
-                continue;
-            amx_rows_decoded(W, nfull, n1, k0, k1, A, a_stride, r, mfirst, mn, Cm, ldc, nfull - n0,
-                             s, view, decode_i8_rows, KCH, whole_k, x_mb_stride, perm);
+        if (whole_k) {
+            amx_i8_packed(W, n0, n1, k0, k1, xpack, (size_t)kt_all * XSTEP, s->tscale, mn, Cm,
+                          ldc, s, decode, g, perm);
             continue;
         }
-        amx_rows_decoded(W, n0, n1, k0, k1, A, a_stride, r, mfirst, mn, Cm, ldc, 0, s, view,
-                         decode ? decode : decode_i8_rows, decode ? g : KCH, whole_k, x_mb_stride,
-                         perm);
+        amx_rows_decoded(W, n0, n1, k0, k1, NULL, (size_t)(KCH / 64) * XSTEP, s->tscale, A,
+                         a_stride, r, mfirst, view, perm, mn, Cm, ldc, 0, s,
+                         decode ? decode : decode_i8_rows, decode ? g : KCH);
     }
+}
+
+/* ---- Shared packing ---------------------------------------------------------
+ *
+ * The backend's down projection runs every block of H rows over the same
+ * tokens of each expert (and the gate / up items of an expert share its
+ * tokens): instead of each worker quantizing and packing them again for every
+ * call, they are packed once per expert into memory all workers read:
+ *   P = float d[blocks * 16]  token scales (0 past M)
+ *       then [blocks][K64 / 64][16 quads][16 tokens][4] int8 VNNI tiles,
+ * blocks = ceil(M / 16), K64 = K rounded up to 64: pack_bytes(M, K) =
+ * blocks x pack_bytes(16, K). */
+
+static size_t pack_bytes_i8(int M, int K)
+{
+    return (size_t)((M + 15) / 16) * (64 + (size_t)((K + 63) / 64) * XSTEP);
+}
+
+static void pack_i8(const void *A, size_t a_stride, const int32_t *rows, int M, int K, void *P,
+                    size_t view, int perm)
+{
+    int blocks = (M + 15) / 16, kt_all = (K + 63) / 64;
+    float *d = P;
+    uint8_t *x = (uint8_t *)P + (size_t)blocks * 64;
+    for (int b = 0; b < blocks; b++) {
+        int m0 = 16 * b, mn = imin(16, M - m0);
+        float inv[16];
+        memset(d + m0, 0, 16 * sizeof(float));
+        token_scales(A, a_stride, rows, view, m0, mn, 0, K, d + m0, inv);
+        pack_x_i8(A, a_stride, rows, view, m0, mn, 0, K, inv, x + (size_t)b * kt_all * XSTEP,
+                  kt_all, perm);
+    }
+}
+
+/* gemm over inputs [0, K) for tokens [m0, m0 + M) of a packed set of Mtot
+ * (m0 a multiple of 16). */
+static void gemm_packed_i8(const kt__wmat *W, int n0, int n1, int K, const void *P, int Mtot,
+                           int m0, int M, float *C, int ldc, amx_scratch *s, decode_i8_fn decode,
+                           int g)
+{
+    configure_tiles_i8(g == 32 ? 32 : 64);
+    size_t stride = (size_t)((K + 63) / 64) * XSTEP;
+    const float *ts = (const float *)P + m0;
+    const uint8_t *x = (const uint8_t *)P + (size_t)((Mtot + 15) / 16) * 64 +
+                       (size_t)(m0 / 16) * stride;
+    for (int mb = 0; mb < M; mb += MMAX)
+        amx_i8_packed(W, n0, n1, 0, K, x + (size_t)(mb / 16) * stride, stride, ts + mb,
+                      imin(MMAX, M - mb), C + (size_t)mb * ldc, ldc, s, decode, g,
+                      perm_of(decode, g));
 }
 
 /* ---- BF16X2 activations on AMX-BF16 tiles ------------------------------------
@@ -1243,6 +1346,40 @@ GEMM_X2(gemm_fp8_x2, x2_fp8, decode_x2_fp8)
 GEMM_X2(gemm_int4_x2, x2_int4, decode_x2_int4)
 GEMM_X2(gemm_int8_x2, x2_int8, decode_x2_int8)
 
+/* Shared packing (kt__moe_packer): int8 copies in each set's input order and
+ * view (AMXINT8 and grouped INT4: BF16 at byte 0; INT4 in groups of 32: the
+ * BF16 copy after Q8P128's int8 part, scales and sums). */
+static void pack_int8(const void *A, size_t a_stride, const int32_t *rows, int M, int K, void *P)
+{
+    pack_i8(A, a_stride, rows, M, K, P, 0, PERM_NONE);
+}
+
+static void pack_int4(const void *A, size_t a_stride, const int32_t *rows, int M, int K, void *P)
+{
+    pack_i8(A, a_stride, rows, M, K, P, 2 * (size_t)((K + 127) & ~127), PERM_EO32);
+}
+
+static void pack_int4g(const void *A, size_t a_stride, const int32_t *rows, int M, int K,
+                       void *P)
+{
+    pack_i8(A, a_stride, rows, M, K, P, 0, PERM_EO64);
+}
+
+static void gemm_packed_int8(const kt__wmat *W, int n0, int n1, const void *P, int Mtot, int m0,
+                             int M, float *C, int ldc, void *scratch)
+{
+    gemm_packed_i8(W, n0, n1, W->cols, P, Mtot, m0, M, C, ldc, scratch, NULL, 0);
+}
+
+static void gemm_packed_int4(const kt__wmat *W, int n0, int n1, const void *P, int Mtot, int m0,
+                             int M, float *C, int ldc, void *scratch)
+{
+    gemm_packed_i8(W, n0, n1, W->cols, P, Mtot, m0, M, C, ldc, scratch, decode_i8_int4,
+                   W->group > 0 ? W->group : 32);
+}
+
+static kt__moe_packer p_int8, p_int4, p_int4g;
+
 static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8, k_int4g;
 static kt__moe_kernels k_bf16_x2, k_fp8_x2, k_int4_x2, k_int8_x2;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -1278,6 +1415,9 @@ static void init_sets(void)
                                 gemm_int4g, scratch_of(avx512_int4g)};
     k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
                                scratch_of(avx512_int8)};
+    p_int8 = (kt__moe_packer){min_int8, pack_bytes_i8, pack_int8, gemm_packed_int8};
+    p_int4 = (kt__moe_packer){min_int4, pack_bytes_i8, pack_int4, gemm_packed_int4};
+    p_int4g = (kt__moe_packer){min_int4g, pack_bytes_i8, pack_int4g, gemm_packed_int4};
     x2_bf16 = kt__moe_kernels_avx512_x2(KT_METHOD_BF16);
     x2_fp8 = kt__moe_kernels_avx512_x2(KT_METHOD_FP8);
     x2_int4 = kt__moe_kernels_avx512_x2(KT_METHOD_RAWINT4);
@@ -1338,4 +1478,18 @@ const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx_x2)(int method)
     default:
         return NULL;
     }
+}
+
+const kt__moe_packer *AMX_FN(kt__moe_packer_amx)(const kt__moe_kernels *k)
+{
+    pthread_once(&init_once, init_sets);
+    if (!k || !k_int8.gemm)
+        return NULL;
+    if (k == &k_int8)
+        return &p_int8;
+    if (k == &k_int4 && !int4_bf16_tiles)
+        return &p_int4;
+    if (k == &k_int4g)
+        return &p_int4g;
+    return NULL;
 }

@@ -64,6 +64,12 @@ struct kt_moe_backend {
     int H, I, E, max_k, max_t;
     float alpha, limit;
     const kt__moe_kernels *kern;
+    /* shared packing (AMX-INT8 sets): each expert's tokens packed once per call
+     * for the gate / up items (pkx, K = H) and the down items (pkh, K = the
+     * pool's I slice); [n_pools][pk_blocks] blocks of 16 tokens each */
+    const kt__moe_packer *packer;
+    uint8_t *pkx, *pkh;
+    size_t pk_blocks, pkx_block, pkh_block;
     moe_layer *layers;
     uint32_t n_layers;
     int32_t *layer_map;            /* model layer -> slot (-1: dense); NULL: identity */
@@ -92,8 +98,11 @@ struct kt_moe_backend {
     /* per-task state, written by worker 0 in phase 0 */
     int cur_t, n_active, max_cnt;
     int rb1[64], rb2[64];          /* rows per phase-1 / phase-2 item, per pool */
+    bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     _Alignas(64) _Atomic int item1[64];
     _Alignas(64) _Atomic int item2[64];
+    _Alignas(64) _Atomic int itemx[64]; /* packing items (active experts) */
+    _Alignas(64) _Atomic int itemh[64];
 
     _Atomic int err_status;
     char err_msg[256];
@@ -111,6 +120,15 @@ static uint64_t isa_cap = ~UINT64_C(0);
 void kt__moe_set_isa_cap(uint64_t cap)
 {
     isa_cap = cap;
+}
+
+static const kt__moe_kernels *forced_kern;
+static const kt__moe_packer *forced_packer;
+
+void kt__moe_force_kernels(const kt__moe_kernels *kern, const kt__moe_packer *packer)
+{
+    forced_kern = kern;
+    forced_packer = packer;
 }
 
 #define AVX512_NEED \
@@ -561,6 +579,8 @@ void kt_moe_backend_free(kt_moe_backend *moe)
     kt__free(moe->layer_map);
     kt__free_aligned(moe->xq);
     kt__free_aligned(moe->hq);
+    kt__free_aligned(moe->pkx);
+    kt__free_aligned(moe->pkh);
     for (int p = 0; p < 64; p++)
         if (moe->pool_mem[p])
             pool_mem_free(moe, p);
@@ -693,6 +713,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->kern = kt__moe_pick_int4g(o.act_precision != KT_MOE_PREC_DEFAULT);
     if (d.method == KT_METHOD_AMXINT4 && d.group_size == 32)
         moe->d.group_size = 0; /* the RAWINT4 kernels: one scale per 32 */
+    if (forced_kern)
+        moe->kern = forced_kern;
     atomic_init(&moe->err_status, 0);
     if (!moe->kern) {
         kt_moe_backend_free(moe);
@@ -766,6 +788,25 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         !moe->cur || !moe->active || !moe->pair_tok || !moe->pair_w) {
         kt_moe_backend_free(moe);
         return kt__error(KT_ERR_NOMEM, "moe: out of memory for workspaces (max_tokens %d)", T);
+    }
+#if KT_HAVE_ISA_AMX
+    moe->packer = kt__moe_packer_amx(moe->kern);
+#endif
+    if (forced_kern)
+        moe->packer = forced_packer;
+    if (moe->packer) {
+        /* expert a of the active list, tokens from off[e]: blocks from
+         * off[e] / 16 + a, so at most pairs / 16 + min(E, pairs) + 1 */
+        moe->pk_blocks = pairs / 16 + (pairs < (size_t)E ? pairs : (size_t)E) + 1;
+        moe->pkx_block = moe->packer->bytes(16, H);
+        moe->pkh_block = moe->packer->bytes(16, widest);
+        moe->pkx = alloc_ws(moe, (size_t)moe->n_pools * moe->pk_blocks * moe->pkx_block);
+        moe->pkh = alloc_ws(moe, (size_t)moe->n_pools * moe->pk_blocks * moe->pkh_block);
+        if (!moe->pkx || !moe->pkh) {
+            kt_moe_backend_free(moe);
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for the packed activations "
+                             "(max_tokens %d)", T);
+        }
     }
     kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
             kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
@@ -985,8 +1026,12 @@ static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, fl
         for (int p = 0; p < moe->n_pools; p++) {
             atomic_store(&moe->item1[p], 0);
             atomic_store(&moe->item2[p], 0);
+            atomic_store(&moe->itemx[p], 0);
+            atomic_store(&moe->itemh[p], 0);
             item_rows(moe, p);
         }
+        /* prefill (the items of 64 rows, see item_rows): pack shared */
+        moe->pk_on = moe->packer && moe->max_cnt > 4 && moe->max_cnt >= moe->packer->min_m;
     }
     if (T <= 0)
         return;
@@ -1002,6 +1047,44 @@ static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, fl
                 xf[h] = kt__moe_bf16_f32(xb[h]);
         }
         moe->kern->quant(xf, 0, H, H, moe->xq + (size_t)t * moe->xrow);
+    }
+}
+
+/* The packed tokens of expert a (of the active list; first pair base) in
+ * pool p: x for the gate / up items, else h for the down items. */
+static uint8_t *pk_region(const kt_moe_backend *moe, int p, int a, int base, bool down)
+{
+    size_t blk = down ? moe->pkh_block : moe->pkx_block;
+    return (down ? moe->pkh : moe->pkx) +
+           ((size_t)p * moe->pk_blocks + (size_t)base / 16 + (size_t)a) * blk;
+}
+
+/* Phases 0b / 1b (pk_on): each active expert's tokens packed once, by one
+ * worker of each pool, for every item of the next phase to read (instead of
+ * every worker packing them again for its items): x rows (K = H) before
+ * phase 1, h rows of the pool's slice before phase 2. */
+static void pack_phase(kt_moe_backend *moe, int tid, bool down)
+{
+    int p = kt__pool_pool_of(moe->pool, tid);
+    int slice = moe->pool_i0[p + 1] - moe->pool_i0[p];
+    size_t pairs = (size_t)moe->max_t * moe->max_k;
+    const uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;
+    _Atomic int *next = down ? &moe->itemh[p] : &moe->itemx[p];
+    if (down && slice <= 0)
+        return;
+    for (;;) {
+        int a = atomic_fetch_add(next, 1);
+        if (a >= moe->n_active)
+            break;
+        int e = moe->active[a];
+        int base = moe->off[e], cnt = moe->off[e + 1] - base;
+        if (cnt < moe->packer->min_m)
+            continue;
+        uint8_t *P = pk_region(moe, p, a, base, down);
+        if (down)
+            moe->packer->pack(hq + (size_t)base * moe->hrow, moe->hrow, NULL, cnt, slice, P);
+        else
+            moe->packer->pack(moe->xq, moe->xrow, moe->pair_tok + base, cnt, moe->H, P);
     }
 }
 
@@ -1037,10 +1120,16 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         for (int mc = 0; mc < cnt; mc += mch) {
             int M = cnt - mc < mch ? cnt - mc : mch;
             const int32_t *rows = moe->pair_tok + base + mc;
-            moe->kern->gemm(&v[0], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows, M, cg,
-                            rb, kscr);
-            moe->kern->gemm(&v[1], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows, M, cu,
-                            rb, kscr);
+            if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0) {
+                const uint8_t *P = pk_region(moe, p, it / blocks, base, false);
+                moe->packer->gemm(&v[0], n0 - i0, n1 - i0, P, cnt, mc, M, cg, rb, kscr);
+                moe->packer->gemm(&v[1], n0 - i0, n1 - i0, P, cnt, mc, M, cu, rb, kscr);
+            } else {
+                moe->kern->gemm(&v[0], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows,
+                                M, cg, rb, kscr);
+                moe->kern->gemm(&v[1], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows,
+                                M, cu, rb, kscr);
+            }
             for (int m = 0; m < M; m++) {
                 const float *g = cg + (size_t)m * rb, *u = cu + (size_t)m * rb;
                 if (!oai) {
@@ -1112,8 +1201,14 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                     int M = cnt - mc < mch ? cnt - mc : mch;
                     /* the pool's down columns [k0, k1) as [0, k1 - k0) */
                     const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3;
-                    moe->kern->gemm(&v[2], n0, n1, 0, k1 - k0, hq + (size_t)(base + mc) * moe->hrow,
-                                    moe->hrow, NULL, M, cd, rb, kscr);
+                    if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0 &&
+                        v[2].cols == k1 - k0)
+                        moe->packer->gemm(&v[2], n0, n1, pk_region(moe, p, a, base, true), cnt,
+                                          mc, M, cd, rb, kscr);
+                    else
+                        moe->kern->gemm(&v[2], n0, n1, 0, k1 - k0,
+                                        hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
+                                        cd, rb, kscr);
                     /* acc[t] += w * (down h + bias) */
                     for (int m = 0; m < M; m++) {
                         float w = moe->pair_w[base + mc + m];
@@ -1211,8 +1306,16 @@ static void run_chunks(moe_task *task, int tid)
         }
         phase0(moe, &chunk, n, tid, (float *)scr);
         kt__pool_barrier(moe->pool, tid);
+        if (moe->pk_on) {
+            pack_phase(moe, tid, false);
+            kt__pool_barrier(moe->pool, tid);
+        }
         phase1(moe, &chunk, tid, scr);
         kt__pool_barrier(moe->pool, tid);
+        if (moe->pk_on) {
+            pack_phase(moe, tid, true);
+            kt__pool_barrier(moe->pool, tid);
+        }
         phase2(moe, &chunk, tid, scr);
         if (moe->n_pools > 1) {
             kt__pool_barrier(moe->pool, tid);

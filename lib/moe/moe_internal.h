@@ -30,6 +30,11 @@ kt__wmat kt__moe_slice_copy(int method, const kt__wmat *W, int r0, int r1, int c
  * (process-wide; ~0 = no cap). */
 void kt__moe_set_isa_cap(uint64_t cap);
 
+/* Test hook: backends created afterwards use this kernel set (its activation
+ * format must suit the method) and packer (NULL: no shared packing) instead of
+ * their own picks; kern NULL ends it. Process-wide. */
+void kt__moe_force_kernels(const kt__moe_kernels *kern, const kt__moe_packer *packer);
+
 /* Makes the backend's layer arguments model layer numbers: map[l] is the
  * slot of model layer l (-1: dense). Copies map. */
 typedef struct kt_moe_backend kt_moe_backend;

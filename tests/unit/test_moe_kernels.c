@@ -287,7 +287,8 @@ static void test_amx_emulated(void **state)
  * products exactly: AMXINT8 C = d s_n sum q w, INT4 C = d sum_g s_g sum q v.
  * Shapes cover ragged rows and inputs, several K chunks, token batches past
  * 256, sub-ranges, and (AMXINT8) a K too long for the whole-K copy. */
-static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int G)
+static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int G,
+                           const kt__moe_packer *pk)
 {
     static const int rows_list[] = {5, 32, 67};
     static const int cols_i8[] = {7, 200, 640, 16448};
@@ -329,14 +330,28 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
                 int32_t *rows_idx = malloc((size_t)M * sizeof(int32_t));
                 for (int m = 0; m < M; m++)
                     rows_idx[m] = (m * 5 + 2) % n_act;
-                for (int part = 0; part < 2; part++) {
+                /* part 2: the shared packing (pk), tokens in two calls */
+                for (int part = 0; part < (pk ? 3 : 2); part++) {
                     int n0 = part ? N / 3 : 0, n1 = N;
-                    int k0 = (part && K > 128) ? 128 : 0, k1 = K;
+                    int k0 = (part == 1 && K > 128) ? 128 : 0, k1 = K;
                     int nb = n1 - n0;
                     float *ct = malloc((size_t)M * nb * sizeof(float));
                     void *scr = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
                     kt__moe_new_epoch();
-                    ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr);
+                    if (part < 2) {
+                        ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr);
+                    } else {
+                        assert_int_equal(pk->bytes(M, K),
+                                         (size_t)((M + 15) / 16) * pk->bytes(16, K));
+                        void *P = aligned_alloc(64, (pk->bytes(M, K) + 63) & ~(size_t)63);
+                        memset(P, 0xA5, pk->bytes(M, K)); /* every byte read is written */
+                        pk->pack(at, st, rows_idx, M, K, P);
+                        int ms = M > 16 ? 16 : M;
+                        pk->gemm(&W, n0, n1, P, M, 0, ms, ct, nb, scr);
+                        if (ms < M)
+                            pk->gemm(&W, n0, n1, P, M, ms, M - ms, ct + (size_t)ms * nb, nb, scr);
+                        free(P);
+                    }
                     int8_t *q = malloc((size_t)K);
                     for (int m = 0; m < M; m++) {
                         const float *xm = x + (size_t)rows_idx[m] * K;
@@ -392,8 +407,9 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
             free(s);
             free(f);
         }
-    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d)\n", ks->name,
-           kt_method_name((kt_method)method), method == KT_METHOD_AMXINT8 ? 0 : G);
+    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d%s)\n", ks->name,
+           kt_method_name((kt_method)method), method == KT_METHOD_AMXINT8 ? 0 : G,
+           pk ? ", shared packing too" : "");
 }
 
 static void test_int8_act(void **state)
@@ -402,20 +418,28 @@ static void test_int8_act(void **state)
 #if KT_HAVE_ISA_AVX512
     if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS)
         skip();
-    check_int8_act(kt__moe_kernels_avx512(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0);
-    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0);
-    check_int8_act(kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8, 32);
+    const kt__moe_kernels *e8 = kt__moe_kernels_amx_emulated(KT_METHOD_AMXINT8);
+    const kt__moe_kernels *e4 = kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4);
+    const kt__moe_kernels *e4g = kt__moe_int4g_amx_emulated();
+    assert_non_null(kt__moe_packer_amx_emulated(e8));
+    assert_null(kt__moe_packer_amx_emulated(kt__moe_kernels_amx_emulated(KT_METHOD_BF16)));
+    check_int8_act(kt__moe_kernels_avx512(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0, NULL);
+    check_int8_act(e8, KT_METHOD_AMXINT8, 1, 0, kt__moe_packer_amx_emulated(e8));
+    check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4));
     for (int G = 64; G <= 128; G *= 2) {
-        check_int8_act(kt__moe_int4g_avx512(), KT_METHOD_AMXINT4, 1, G);
-        check_int8_act(kt__moe_int4g_amx_emulated(), KT_METHOD_AMXINT4, 1, G);
+        check_int8_act(kt__moe_int4g_avx512(), KT_METHOD_AMXINT4, 1, G, NULL);
+        check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g));
     }
 #if KT_HAVE_ISA_AMX
     if ((kt_hw_isa() & (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) ==
         (KT_ISA_AMX_TILE | KT_ISA_AMX_INT8)) {
-        check_int8_act(kt__moe_kernels_amx(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0);
-        check_int8_act(kt__moe_kernels_amx(KT_METHOD_RAWINT4), KT_METHOD_RAWINT4, 8, 32);
-        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 1, 64);
-        check_int8_act(kt__moe_int4g_amx(), KT_METHOD_AMXINT4, 1, 128);
+        const kt__moe_kernels *a8 = kt__moe_kernels_amx(KT_METHOD_AMXINT8);
+        const kt__moe_kernels *a4 = kt__moe_kernels_amx(KT_METHOD_RAWINT4);
+        const kt__moe_kernels *a4g = kt__moe_int4g_amx();
+        check_int8_act(a8, KT_METHOD_AMXINT8, 1, 0, kt__moe_packer_amx(a8));
+        check_int8_act(a4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx(a4));
+        check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 64, kt__moe_packer_amx(a4g));
+        check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx(a4g));
     } else {
         printf("  amx: no AMX-INT8 on this CPU, real tiles skipped\n");
     }
@@ -701,6 +725,133 @@ static void test_group_size_checks(void **state)
     }
 }
 
+/* The backend's shared packing (each expert's tokens packed once per call for
+ * the gate / up items and once for the down items) with the AMX-INT8 sets
+ * through the tile emulation: the layer output equals, bit for bit, the same
+ * sets without the packer (every call quantizes and packs for itself), with
+ * one pool and with two (I sliced), for AMXINT8 and INT4 in groups of 32 and
+ * 128; and stays within 2e-3 of the largest output of the AVX-512 VNNI sets
+ * (the same int8 activations; float sums in another order; 3e-2 for groups
+ * of 32, whose VNNI set quantizes per 32 inputs instead). 48 tokens, top 2
+ * of 4 experts: about 24 tokens per expert, two chunks of max_tokens 32. */
+static void test_amx_backend_packed(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS)
+        skip();
+    enum { H = 256, I = 384, E = 4, TOPK = 2, T = 48 };
+    static const int cases[3][2] = {{KT_METHOD_AMXINT8, 0}, {KT_METHOD_AMXINT4, 32},
+                                    {KT_METHOD_AMXINT4, 128}};
+    for (int ci = 0; ci < 3; ci++) {
+        int method = cases[ci][0], G = cases[ci][1];
+        int wmethod = method == KT_METHOD_AMXINT8 ? method : KT_METHOD_RAWINT4;
+        const kt__moe_kernels *ks = method == KT_METHOD_AMXINT8
+                                        ? kt__moe_kernels_amx_emulated(KT_METHOD_AMXINT8)
+                                    : G == 32 ? kt__moe_kernels_amx_emulated(KT_METHOD_RAWINT4)
+                                              : kt__moe_int4g_amx_emulated();
+        const kt__moe_packer *pk = kt__moe_packer_amx_emulated(ks);
+        assert_non_null(ks);
+        assert_non_null(pk);
+        void *wm[3][E], *sm[3][E];
+        for (int e = 0; e < E; e++)
+            for (int j = 0; j < 3; j++) {
+                int rows = j < 2 ? I : H, cols = j < 2 ? H : I;
+                float *f;
+                rand_weights(wmethod, rows, cols, &wm[j][e], &sm[j][e], &f);
+                free(f);
+                if (G > 32) {
+                    uint16_t *sg = malloc((size_t)rows * (cols / G) * 2);
+                    for (int i = 0; i < rows * (cols / G); i++)
+                        sg[i] = tst_to_bf16(0.02f + 0.01f * (tst_uniform() + 1.0f));
+                    free(sm[j][e]);
+                    sm[j][e] = sg;
+                }
+            }
+        kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+        lw.gate = (const void *const *)wm[0];
+        lw.up = (const void *const *)wm[1];
+        lw.down = (const void *const *)wm[2];
+        lw.gate_scale = (const void *const *)sm[0];
+        lw.up_scale = (const void *const *)sm[1];
+        lw.down_scale = (const void *const *)sm[2];
+        kt_moe_desc d = KT_MOE_DESC_INIT;
+        d.method = method;
+        d.group_size = (uint32_t)G;
+        d.hidden = H;
+        d.intermediate = I;
+        d.n_experts = E;
+        d.top_k = TOPK;
+        float *x = malloc((size_t)T * H * sizeof(float)), w[T * TOPK];
+        int32_t ids[T * TOPK];
+        for (int i = 0; i < T * H; i++)
+            x[i] = tst_uniform() * (1 + i % 5);
+        for (int i = 0; i < T * TOPK; i++) {
+            ids[i] = (i / TOPK * 3 + (i % TOPK) + i / 7) % E;
+            if (i % TOPK && ids[i] == ids[i - 1])
+                ids[i] = (ids[i] + 1) % E;
+            w[i] = 0.3f + 0.1f * (float)(i % 3);
+        }
+        /* runs: packed / unpacked with 1 pool, the same with 2 (each pool
+         * quantizes h over its slice), VNNI with 1 pool */
+        float *out[5];
+        for (int run = 0; run < 5; run++) {
+            kt__moe_force_kernels(run == 4 ? NULL : ks, run % 2 ? NULL : pk);
+            kt_moe_options o = KT_MOE_OPTIONS_INIT;
+            o.n_threads = 2;
+            o.n_pools = run == 2 || run == 3 ? 2 : 1;
+            o.max_tokens = 32;
+            o.pin_threads = 0;
+            kt_moe_backend *moe = NULL;
+            if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
+                fail_msg("%s g%d run %d: create: %s", kt_method_name((kt_method)method), G, run,
+                         kt_last_error());
+            out[run] = calloc((size_t)T * H, sizeof(float));
+            int32_t n_tokens = T;
+            kt_moe_io io = KT_MOE_IO_INIT;
+            io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
+            io.n_tokens = &n_tokens;
+            io.top_k = TOPK;
+            io.x = x;
+            io.ids = ids;
+            io.w = w;
+            io.out = out[run];
+            if (kt_moe_forward(moe, 0, &io) < 0)
+                fail_msg("%s g%d run %d: forward: %s", kt_method_name((kt_method)method), G, run,
+                         kt_last_error());
+            kt_moe_backend_free(moe);
+        }
+        kt__moe_force_kernels(NULL, NULL);
+        double maxref = 0, maxerr = 0;
+        for (int i = 0; i < T * H; i++) {
+            if (out[0][i] != out[1][i] || out[2][i] != out[3][i])
+                fail_msg("%s g%d: out[%d] packed %.9g / %.9g, unpacked %.9g / %.9g (1 / 2 "
+                         "pools)", kt_method_name((kt_method)method), G, i, out[0][i],
+                         out[2][i], out[1][i], out[3][i]);
+            maxref = fmax(maxref, fabs(out[4][i]));
+            maxerr = fmax(maxerr, fabs(out[0][i] - out[4][i]));
+        }
+        printf("  %-14s %s g%-3d shared packing: equal to unpacked (1 and 2 pools); "
+               "%.2g of max |out| from VNNI\n", ks->name, kt_method_name((kt_method)method), G,
+               maxerr / maxref);
+        double tol = G == 32 ? 3e-2 : 2e-3; /* g32's VNNI set quantizes x per 32 inputs */
+        if (!(maxref > 0 && maxerr <= tol * maxref))
+            fail_msg("%s g%d: packed AMX vs VNNI: %.3g of %.3g", kt_method_name((kt_method)method),
+                     G, maxerr, maxref);
+        for (int j = 0; j < 3; j++)
+            for (int e = 0; e < E; e++) {
+                free(wm[j][e]);
+                free(sm[j][e]);
+            }
+        for (int run = 0; run < 5; run++)
+            free(out[run]);
+        free(x);
+    }
+#else
+    skip();
+#endif
+}
+
 /* AMXINT4 with groups of 64 / 128 under KT_MOE_PREC_BF16X2: the backend picks
  * the x2 set (not the scalar fallback) where the CPU has AVX-512 BF16, and its
  * layer output (5 tokens: the decode path; 16: the chunked one) matches the
@@ -826,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_amx),
         cmocka_unit_test(test_amx_x2_emulated),
         cmocka_unit_test(test_amx_x2),
+        cmocka_unit_test(test_amx_backend_packed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
