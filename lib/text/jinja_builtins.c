@@ -21,6 +21,19 @@ static jv mklist(jlist *l)
     return kt__jv_list(l);
 }
 
+/* *out = a new list holding a copy of items[0..n). */
+static int list_copy(jrender *r, const jnode *at, const jv *items, size_t n, jv *out)
+{
+    jlist *l = kt__jlist_new(r->a, n);
+    if (!l)
+        return OOM(r, at);
+    if (n)
+        memcpy(l->items, items, n * sizeof(jv));
+    l->n = n;
+    *out = mklist(l);
+    return 0;
+}
+
 static bool is_int_like(jv v)
 {
     return v.type == JV_INT || v.type == JV_BOOL;
@@ -949,6 +962,45 @@ static int get_attr_path(jrender *r, const jnode *at, jv v, jv attr, jv *out)
     return 0;
 }
 
+/* The attribute path of an item; a missing one reads as *fallback when there is one (map,
+ * groupby: default=). */
+static int attr_or_default(jrender *r, const jnode *at, jv item, jv attribute, const jv *fallback,
+                           jv *out)
+{
+    if (get_attr_path(r, at, item, attribute, out) < 0)
+        return -1;
+    if (out->type == JV_UNDEF && fallback)
+        *out = *fallback;
+    return 0;
+}
+
+/* Stable sort of items by key (sort, dictsort, groupby): the key is the item or, with
+ * by_attribute, its attribute path (or *fallback where missing), folded as c says. The sorted
+ * keys and items land in *keys_out and *vals_out (arena memory). */
+static int sort_by_key(sort_ctx *c, const jv *items, size_t n, bool by_attribute, jv attribute,
+                       const jv *fallback, jv **keys_out, jv **vals_out)
+{
+    jrender *r = c->r;
+    size_t m = n ? n : 1;
+    jv *keys = kt__ja_alloc(r->a, m * sizeof(jv)), *vals = kt__ja_alloc(r->a, m * sizeof(jv));
+    jv *tk = kt__ja_alloc(r->a, m * sizeof(jv)), *tv = kt__ja_alloc(r->a, m * sizeof(jv));
+    if (!keys || !vals || !tk || !tv)
+        return OOM(r, c->at);
+    for (size_t i = 0; i < n; i++) {
+        jv k = items[i];
+        if (by_attribute && attr_or_default(r, c->at, k, attribute, fallback, &k) < 0)
+            return -1;
+        keys[i] = sort_key_fold(c, k);
+        vals[i] = items[i];
+    }
+    merge_sort(c, keys, vals, tk, tv, n);
+    if (c->failed)
+        return -1;
+    *keys_out = keys;
+    *vals_out = vals;
+    return 0;
+}
+
 static int sorted_list(jrender *r, const jnode *at, jv value, bool reverse, bool case_sensitive,
                        jv attribute, jv *out)
 {
@@ -956,31 +1008,12 @@ static int sorted_list(jrender *r, const jnode *at, jv value, bool reverse, bool
     size_t n;
     if (kt__jr_iter(r, at, value, &items, &n) < 0)
         return -1;
-    size_t m = n ? n : 1;
-    jv *keys = kt__ja_alloc(r->a, m * sizeof(jv)), *vals = kt__ja_alloc(r->a, m * sizeof(jv));
-    jv *tk = kt__ja_alloc(r->a, m * sizeof(jv)), *tv = kt__ja_alloc(r->a, m * sizeof(jv));
-    if (!keys || !vals || !tk || !tv)
-        return OOM(r, at);
     sort_ctx c = {r, at, case_sensitive, reverse, false};
-    for (size_t i = 0; i < n; i++) {
-        jv k = items[i];
-        if (attribute.type != JV_NONE && attribute.type != JV_UNDEF &&
-            get_attr_path(r, at, k, attribute, &k) < 0)
-            return -1;
-        keys[i] = sort_key_fold(&c, k);
-        vals[i] = items[i];
-    }
-    merge_sort(&c, keys, vals, tk, tv, n);
-    if (c.failed)
+    bool by_attribute = attribute.type != JV_NONE && attribute.type != JV_UNDEF;
+    jv *keys, *vals;
+    if (sort_by_key(&c, items, n, by_attribute, attribute, NULL, &keys, &vals) < 0)
         return -1;
-    jlist *l = kt__jlist_new(r->a, n);
-    if (!l)
-        return OOM(r, at);
-    if (n)
-        memcpy(l->items, vals, n * sizeof(jv));
-    l->n = n;
-    *out = mklist(l);
-    return 0;
+    return list_copy(r, at, vals, n, out);
 }
 
 /* ------------------------------------------------------------------ tests */
@@ -1288,31 +1321,36 @@ static double py_round(double x, int64_t nd)
     return rr * p;
 }
 
-/* Jinja's generator filters fail only when consumed: over a value that cannot
- * be iterated they return a generator that raises on first use. */
-static bool deferred_not_iterable(jrender *r, jv v, bool falsy_empty, jv *out, int *rc)
+/* The items a generator filter (select, map, unique, batch, ...) reads. Jinja's generator
+ * filters fail only when consumed: over a value that cannot be iterated they return a
+ * generator that raises on first use. false: the filter is done and returns *rc (that
+ * generator is in *out, or iterating failed). */
+static bool generator_items(jrender *r, const jnode *at, jv v, bool falsy_empty, jv *out,
+                            const jv **items, size_t *n, int *rc)
 {
-    if (v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF)
-        return false;
+    if (v.type == JV_STR || v.type == JV_LIST || v.type == JV_DICT || v.type == JV_UNDEF) {
+        *rc = kt__jr_iter(r, at, v, items, n);
+        return *rc >= 0;
+    }
     jlist *l = kt__jlist_new(r->a, 0);
     if (l && falsy_empty && !kt__jv_truthy(v)) { /* select/reject/map: `if seq:` */
         l->lazy = true;
         *out = mklist(l);
         *rc = 0;
-        return true;
+        return false;
     }
     char msg[96];
     snprintf(msg, sizeof msg, "'%s' object is not iterable", kt__jv_type_name(v));
     jv m = kt__jv_strcopy(r->a, msg, strlen(msg));
     if (!l || m.type != JV_STR) {
         *rc = OOM(r, NULL);
-        return true;
+        return false;
     }
     l->lazy = true;
     l->lazy_error = m.u.s.p;
     *out = mklist(l);
     *rc = 0;
-    return true;
+    return false;
 }
 
 static int select_filter(jrender *r, const jnode *at, jv seq, const jargs *args, bool attr,
@@ -1321,10 +1359,8 @@ static int select_filter(jrender *r, const jnode *at, jv seq, const jargs *args,
     const jv *items;
     size_t n;
     int rc;
-    if (deferred_not_iterable(r, seq, true, out, &rc))
+    if (!generator_items(r, at, seq, true, out, &items, &n, &rc))
         return rc;
-    if (kt__jr_iter(r, at, seq, &items, &n) < 0)
-        return -1;
     size_t first_test = attr ? 1 : 0;
     jv attribute = jv_none(), testname = jv_none();
     if (attr && (!kt__jargs_get(args, 0, NULL, &attribute)))
@@ -1372,10 +1408,8 @@ static int map_filter(jrender *r, const jnode *at, jv seq, const jargs *args, jv
     const jv *items;
     size_t n;
     int rc;
-    if (deferred_not_iterable(r, seq, true, out, &rc))
+    if (!generator_items(r, at, seq, true, out, &items, &n, &rc))
         return rc;
-    if (kt__jr_iter(r, at, seq, &items, &n) < 0)
-        return -1;
     jv attribute, def = jv_undef(), fname;
     bool by_attr = kt__jargs_get(args, SIZE_MAX, "attribute", &attribute);
     bool has_def = kt__jargs_get(args, SIZE_MAX, "default", &def);
@@ -1385,10 +1419,8 @@ static int map_filter(jrender *r, const jnode *at, jv seq, const jargs *args, jv
     if (by_attr) {
         for (size_t i = 0; i < n; i++) {
             jv v;
-            if (get_attr_path(r, at, items[i], attribute, &v) < 0)
+            if (attr_or_default(r, at, items[i], attribute, has_def ? &def : NULL, &v) < 0)
                 return -1;
-            if (v.type == JV_UNDEF && has_def)
-                v = def;
             l->items[l->n++] = v;
         }
         l->lazy = true;
@@ -1555,14 +1587,7 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         size_t n;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
-        jlist *l = kt__jlist_new(r->a, n);
-        if (!l)
-            return OOM(r, at);
-        if (n)
-            memcpy(l->items, items, n * sizeof(jv));
-        l->n = n;
-        *out = mklist(l);
-        return 0;
+        return list_copy(r, at, items, n, out);
     }
     if (!strcmp(name, "reverse")) {
         if (v.type == JV_STR) {
@@ -1617,10 +1642,8 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         const jv *items;
         size_t n;
         int rc;
-        if (deferred_not_iterable(r, v, false, out, &rc))
+        if (!generator_items(r, at, v, false, out, &items, &n, &rc))
             return rc;
-        if (kt__jr_iter(r, at, v, &items, &n) < 0)
-            return -1;
         bool cs = kw_bool(args, 0, "case_sensitive", false);
         jv attribute = jv_none();
         kt__jargs_get(args, 1, "attribute", &attribute);
@@ -1653,23 +1676,9 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         size_t n;
         if (kt__jr_iter(r, at, v, &items, &n) < 0)
             return -1;
-        size_t m = n ? n : 1;
-        jv *keys = kt__ja_alloc(r->a, m * sizeof(jv)), *vals = kt__ja_alloc(r->a, m * sizeof(jv));
-        jv *tk = kt__ja_alloc(r->a, m * sizeof(jv)), *tv = kt__ja_alloc(r->a, m * sizeof(jv));
-        if (!keys || !vals || !tk || !tv)
-            return OOM(r, at);
         sort_ctx c = {r, at, cs, false, false};
-        for (size_t i = 0; i < n; i++) {
-            jv key;
-            if (get_attr_path(r, at, items[i], attribute, &key) < 0)
-                return -1;
-            if (key.type == JV_UNDEF && has_def)
-                key = def;
-            keys[i] = sort_key_fold(&c, key);
-            vals[i] = items[i];
-        }
-        merge_sort(&c, keys, vals, tk, tv, n);
-        if (c.failed)
+        jv *keys, *vals;
+        if (sort_by_key(&c, items, n, true, attribute, has_def ? &def : NULL, &keys, &vals) < 0)
             return -1;
         jlist *groups = kt__jlist_new(r->a, 0);
         if (!groups)
@@ -1962,10 +1971,8 @@ static int filter_impl(jrender *r, const jnode *at, const char *name, jv v, cons
         const jv *items;
         size_t n;
         int rc;
-        if (deferred_not_iterable(r, v, false, out, &rc))
+        if (!generator_items(r, at, v, false, out, &items, &n, &rc))
             return rc;
-        if (kt__jr_iter(r, at, v, &items, &n) < 0)
-            return -1;
         int64_t k;
         if (!has0 || need_int(r, at, a0, name, &k) < 0)
             return kt__jr_fail(r, at, "%s needs a count", name);
@@ -2315,22 +2322,32 @@ static int call_list_method(jrender *r, const jnode *at, int id, jlist *l, const
             memcpy(l->items, sorted.u.l->items, l->n * sizeof(jv));
         return 0;
     }
-    case JF_L_COPY: {
-        jlist *c = kt__jlist_new(r->a, l->n);
-        if (!c)
-            return OOM(r, at);
-        if (l->n)
-            memcpy(c->items, l->items, l->n * sizeof(jv));
-        c->n = l->n;
-        *out = mklist(c);
-        return 0;
-    }
+    case JF_L_COPY:
+        return list_copy(r, at, l->items, l->n, out);
     case JF_L_CLEAR:
         l->n = 0;
         return 0;
     default:
         return kt__jr_fail(r, at, "internal: unknown list method %d", id);
     }
+}
+
+/* d[k] = from[k] for every key of from, in from's order. */
+static int dict_merge(jrender *r, const jnode *at, jdict *d, const jdict *from)
+{
+    for (size_t i = 0; i < from->n; i++)
+        if (!kt__jdict_set(r->a, d, from->keys[i], from->vals[i]))
+            return OOM(r, at);
+    return 0;
+}
+
+/* d[name] = value for every keyword argument (dict.update(), dict(), namespace()). */
+static int dict_set_keywords(jrender *r, const jnode *at, jdict *d, const jargs *args)
+{
+    for (size_t i = 0; i < args->nkw; i++)
+        if (!kt__jdict_set(r->a, d, jv_str(args->kwn[i], strlen(args->kwn[i])), args->kwv[i]))
+            return OOM(r, at);
+    return 0;
 }
 
 static int call_dict_method(jrender *r, const jnode *at, int id, jdict *d, const jargs *args,
@@ -2389,22 +2406,16 @@ static int call_dict_method(jrender *r, const jnode *at, int id, jdict *d, const
         if (has0) {
             if (a0.type != JV_DICT)
                 return kt__jr_fail(r, at, "update() needs a mapping");
-            for (size_t i = 0; i < a0.u.d->n; i++)
-                if (!kt__jdict_set(r->a, d, a0.u.d->keys[i], a0.u.d->vals[i]))
-                    return OOM(r, at);
+            if (dict_merge(r, at, d, a0.u.d) < 0)
+                return -1;
         }
-        for (size_t i = 0; i < args->nkw; i++)
-            if (!kt__jdict_set(r->a, d, jv_str(args->kwn[i], strlen(args->kwn[i])),
-                               args->kwv[i]))
-                return OOM(r, at);
-        return 0;
+        return dict_set_keywords(r, at, d, args);
     case JF_D_COPY: {
         jdict *c = kt__jdict_new(r->a, d->n);
         if (!c)
             return OOM(r, at);
-        for (size_t i = 0; i < d->n; i++)
-            if (!kt__jdict_set(r->a, c, d->keys[i], d->vals[i]))
-                return OOM(r, at);
+        if (dict_merge(r, at, c, d) < 0)
+            return -1;
         *out = kt__jv_dict(c);
         return 0;
     }
@@ -2498,14 +2509,11 @@ int kt__jinja_call_builtin(jrender *r, const jnode *at, const jfunc *fn, const j
             if (p.type != JV_DICT && p.type != JV_NS)
                 return kt__jr_fail(r, at, "%s() positional argument must be a mapping",
                                    id == JF_DICT ? "dict" : "namespace");
-            for (size_t k = 0; k < p.u.d->n; k++)
-                if (!kt__jdict_set(r->a, d, p.u.d->keys[k], p.u.d->vals[k]))
-                    return OOM(r, at);
+            if (dict_merge(r, at, d, p.u.d) < 0)
+                return -1;
         }
-        for (size_t i = 0; i < args->nkw; i++)
-            if (!kt__jdict_set(r->a, d, jv_str(args->kwn[i], strlen(args->kwn[i])),
-                               args->kwv[i]))
-                return OOM(r, at);
+        if (dict_set_keywords(r, at, d, args) < 0)
+            return -1;
         out->type = id == JF_DICT ? JV_DICT : JV_NS;
         out->u.d = d;
         return 0;

@@ -138,6 +138,17 @@ static bool nvec_push(parser *p, nvec *vec, jnode *node, const char *name)
     return true;
 }
 
+/* A node whose children are the vector's items (tuple, list, concatenation, comparison). */
+static jnode *list_node(parser *p, jn_kind kind, const jtok *at, const nvec *items)
+{
+    jnode *n = new_node(p, kind, at);
+    if (n) {
+        n->list = items->v;
+        n->n = items->n;
+    }
+    return n;
+}
+
 static bool expect_op(parser *p, const char *op)
 {
     if (!is_op(cur(p), op)) {
@@ -211,12 +222,7 @@ static jnode *parse_tuple(parser *p, bool simplified, bool with_condexpr,
                            tok_desc(cur(p), buf, sizeof buf));
         }
     }
-    jnode *n = new_node(p, JN_TUPLE, start);
-    if (!n)
-        return NULL;
-    n->list = items.v;
-    n->n = items.n;
-    return n;
+    return list_node(p, JN_TUPLE, start, &items);
 }
 
 static jnode *parse_primary(parser *p)
@@ -475,12 +481,8 @@ static jnode *parse_subscript(parser *p, jnode *obj)
                 if (!e || !nvec_push(p, &items, e, NULL))
                     return NULL;
             }
-            jnode *tup = new_node(p, JN_TUPLE, t);
-            if (!tup)
+            if (!(parts[0] = list_node(p, JN_TUPLE, t, &items)))
                 return NULL;
-            tup->list = items.v;
-            tup->n = items.n;
-            parts[0] = tup;
         }
     }
     if (is_op(cur(p), ":")) {
@@ -624,17 +626,56 @@ static jnode *parse_unary(parser *p, bool with_filter)
     return node;
 }
 
-static jnode *binop(parser *p, const jtok *t, jn_op op, jnode *a, jnode *b)
+/* A node of two operands; NULL when either failed to parse (the error is already set). */
+static jnode *pair_node(parser *p, jn_kind kind, const jtok *t, jnode *a, jnode *b)
 {
     if (!a || !b)
         return NULL;
-    jnode *n = new_node(p, JN_BINOP, t);
+    jnode *n = new_node(p, kind, t);
     if (!n)
         return NULL;
-    n->op = (uint8_t)op;
     n->a = a;
     n->b = b;
     return n;
+}
+
+static jnode *binop(parser *p, const jtok *t, jn_op op, jnode *a, jnode *b)
+{
+    jnode *n = pair_node(p, JN_BINOP, t, a, b);
+    if (n)
+        n->op = (uint8_t)op;
+    return n;
+}
+
+typedef struct op_spelling {
+    const char *text;
+    jn_op op;
+} op_spelling;
+
+/* Which operator of the table the token spells, if any. */
+static bool match_op(const jtok *t, const op_spelling *table, size_t n, jn_op *op)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (is_op(t, table[k].text)) {
+            *op = table[k].op;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One left-associative precedence level: operand (op operand)*. */
+static jnode *parse_binary_level(parser *p, jnode *(*operand)(parser *),
+                                 const op_spelling *ops, size_t n_ops)
+{
+    jnode *left = operand(p);
+    jn_op op;
+    while (left && match_op(cur(p), ops, n_ops, &op)) {
+        const jtok *t = cur(p);
+        advance(p);
+        left = binop(p, t, op, left, operand(p));
+    }
+    return left;
 }
 
 static jnode *parse_pow(parser *p)
@@ -650,24 +691,9 @@ static jnode *parse_pow(parser *p)
 
 static jnode *parse_math2(parser *p)
 {
-    jnode *left = parse_pow(p);
-    while (left) {
-        const jtok *t = cur(p);
-        jn_op op;
-        if (is_op(t, "*"))
-            op = JOP_MUL;
-        else if (is_op(t, "/"))
-            op = JOP_DIV;
-        else if (is_op(t, "//"))
-            op = JOP_FLOORDIV;
-        else if (is_op(t, "%"))
-            op = JOP_MOD;
-        else
-            break;
-        advance(p);
-        left = binop(p, t, op, left, parse_pow(p));
-    }
-    return left;
+    static const op_spelling ops[] = {
+        {"*", JOP_MUL}, {"/", JOP_DIV}, {"//", JOP_FLOORDIV}, {"%", JOP_MOD}};
+    return parse_binary_level(p, parse_pow, ops, KT_ARRAY_LEN(ops));
 }
 
 static jnode *parse_concat(parser *p)
@@ -685,30 +711,13 @@ static jnode *parse_concat(parser *p)
         if (!e || !nvec_push(p, &items, e, NULL))
             return NULL;
     }
-    jnode *n = new_node(p, JN_CONCAT, t);
-    if (!n)
-        return NULL;
-    n->list = items.v;
-    n->n = items.n;
-    return n;
+    return list_node(p, JN_CONCAT, t, &items);
 }
 
 static jnode *parse_math1(parser *p)
 {
-    jnode *left = parse_concat(p);
-    while (left) {
-        const jtok *t = cur(p);
-        jn_op op;
-        if (is_op(t, "+"))
-            op = JOP_ADD;
-        else if (is_op(t, "-"))
-            op = JOP_SUB;
-        else
-            break;
-        advance(p);
-        left = binop(p, t, op, left, parse_concat(p));
-    }
-    return left;
+    static const op_spelling ops[] = {{"+", JOP_ADD}, {"-", JOP_SUB}};
+    return parse_binary_level(p, parse_concat, ops, KT_ARRAY_LEN(ops));
 }
 
 static jnode *parse_compare(parser *p)
@@ -719,28 +728,19 @@ static jnode *parse_compare(parser *p)
         return NULL;
     nvec operands = {0};
     uint8_t ops[64];
+    static const op_spelling compare_ops[] = {{"==", JOP_EQ}, {"!=", JOP_NE}, {"<", JOP_LT},
+                                              {"<=", JOP_LE}, {">", JOP_GT}, {">=", JOP_GE}};
     for (;;) {
         const jtok *t = cur(p);
         jn_op op;
-        if (is_op(t, "=="))
-            op = JOP_EQ;
-        else if (is_op(t, "!="))
-            op = JOP_NE;
-        else if (is_op(t, "<"))
-            op = JOP_LT;
-        else if (is_op(t, "<="))
-            op = JOP_LE;
-        else if (is_op(t, ">"))
-            op = JOP_GT;
-        else if (is_op(t, ">="))
-            op = JOP_GE;
-        else if (is_name(t, "in"))
+        if (is_name(t, "in")) {
             op = JOP_IN;
-        else if (is_name(t, "not") && is_name(peek(p, 1), "in")) {
+        } else if (is_name(t, "not") && is_name(peek(p, 1), "in")) {
             op = JOP_NOTIN;
             advance(p);
-        } else
+        } else if (!match_op(t, compare_ops, KT_ARRAY_LEN(compare_ops), &op)) {
             break;
+        }
         advance(p);
         if (operands.n >= KT_ARRAY_LEN(ops))
             return fail_at(p, t, "too many chained comparisons");
@@ -751,12 +751,10 @@ static jnode *parse_compare(parser *p)
     }
     if (!operands.n)
         return first;
-    jnode *n = new_node(p, JN_COMPARE, start);
+    jnode *n = list_node(p, JN_COMPARE, start, &operands);
     if (!n)
         return NULL;
     n->a = first;
-    n->list = operands.v;
-    n->n = operands.n;
     n->ops = kt__ja_alloc(&p->t->arena, operands.n);
     if (!n->ops)
         return oom(p);
@@ -780,38 +778,27 @@ static jnode *parse_not(parser *p)
     return parse_compare(p);
 }
 
-static jnode *parse_and(parser *p)
+/* `a and b and c` / `a or b`: left-associative chains of one keyword. */
+static jnode *parse_logical(parser *p, const char *word, jn_kind kind,
+                            jnode *(*operand)(parser *))
 {
-    jnode *left = parse_not(p);
-    while (left && is_name(cur(p), "and")) {
+    jnode *left = operand(p);
+    while (left && is_name(cur(p), word)) {
         const jtok *t = cur(p);
         advance(p);
-        jnode *right = parse_not(p);
-        jnode *n = right ? new_node(p, JN_AND, t) : NULL;
-        if (!n)
-            return NULL;
-        n->a = left;
-        n->b = right;
-        left = n;
+        left = pair_node(p, kind, t, left, operand(p));
     }
     return left;
 }
 
+static jnode *parse_and(parser *p)
+{
+    return parse_logical(p, "and", JN_AND, parse_not);
+}
+
 static jnode *parse_or(parser *p)
 {
-    jnode *left = parse_and(p);
-    while (left && is_name(cur(p), "or")) {
-        const jtok *t = cur(p);
-        advance(p);
-        jnode *right = parse_and(p);
-        jnode *n = right ? new_node(p, JN_OR, t) : NULL;
-        if (!n)
-            return NULL;
-        n->a = left;
-        n->b = right;
-        left = n;
-    }
-    return left;
+    return parse_logical(p, "or", JN_OR, parse_and);
 }
 
 static jnode *parse_expression(parser *p, bool with_condexpr)
@@ -944,6 +931,16 @@ static bool parse_node_body(parser *p, jnode *n, const char *const *ends)
     n->list = body.v;
     n->n = body.n;
     return true;
+}
+
+/* Macro and call-block bodies are no loop body: break / continue there need a for of their own. */
+static bool parse_node_body_outside_loop(parser *p, jnode *n, const char *const *ends)
+{
+    int saved = p->loop_depth;
+    p->loop_depth = 0;
+    bool ok = parse_node_body(p, n, ends);
+    p->loop_depth = saved;
+    return ok;
 }
 
 static jnode *parse_if(parser *p, const jtok *t)
@@ -1105,11 +1102,7 @@ static jnode *parse_macro(parser *p, const jtok *t)
     if (!parse_signature(p, n) || !expect_block_end(p))
         return NULL;
     static const char *const ends[] = {"endmacro", NULL};
-    int saved = p->loop_depth;
-    p->loop_depth = 0;
-    bool ok = parse_node_body(p, n, ends);
-    p->loop_depth = saved;
-    if (!ok)
+    if (!parse_node_body_outside_loop(p, n, ends))
         return NULL;
     jnode body = {0};
     body.list = n->list;
@@ -1137,11 +1130,7 @@ static jnode *parse_call_block(parser *p, const jtok *t)
     if (!expect_block_end(p))
         return NULL;
     static const char *const ends[] = {"endcall", NULL};
-    int saved = p->loop_depth;
-    p->loop_depth = 0;
-    bool ok = parse_node_body(p, n, ends);
-    p->loop_depth = saved;
-    if (!ok)
+    if (!parse_node_body_outside_loop(p, n, ends))
         return NULL;
     return expect_end_tag(p, "endcall") ? n : NULL;
 }
