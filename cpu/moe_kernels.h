@@ -223,6 +223,10 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
  * block arrays. */
 void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                           const void *const *act, int M, float *C, int ldc);
+/* The same for Q4_1 / Q5_1 (act[m]: Q8_1 blocks) and Q5_0 (Q8_0 blocks) over blocks
+ * [b0, b1) of 32. */
+void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                           const void *const *act, int M, float *C, int ldc);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

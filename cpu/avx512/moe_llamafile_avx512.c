@@ -1,9 +1,9 @@
 /* LLAMAFILE kernels on AVX-512 VNNI. Runs only after kt_hw_isa() reported
- * AVX512F/BW/VL/DQ + VNNI. Three families, picked in cpu/ref/moe_llamafile.c:
+ * AVX512F/BW/VL/DQ + VNNI. Four families, picked in cpu/ref/moe_llamafile.c:
  * - "raw" tiles for Q4_0 / Q8_0 / IQ4_NL (below),
  * - per-256-block tiles for Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS,
- * - the prefill GEMM over per-call int8 panels (Q4_0 / IQ4_NL / Q8_0 / Q4_K / Q5_K /
- *   Q6_K).
+ * - 4-blocks-of-32 tiles for Q4_1 / Q5_0 / Q5_1,
+ * - the prefill GEMM over per-call int8 panels (every type above).
  * Tiles: 4 rows x 1 token, or 2 rows x up to 4 tokens.
  *
  * Q4_0 / Q8_0 / IQ4_NL ("raw"): a weight row is read 64 bytes at a time exactly
@@ -822,6 +822,204 @@ void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, 
 
 
 /* ---------------------------------------------------------------------------
+ * Q4_1 / Q5_1 x Q8_1 and Q5_0 x Q8_0. Per row, 4 blocks of 32 at a time:
+ * their bytes (80 / 88 / 96) are read as stored into two registers and one
+ * vpermt2w each gathers the 4 x 16 nibble bytes (128-bit lane b = block b),
+ * the block scales d (word l -> lane l / 4) with the qh words, and m (lane 4 b
+ * only). Byte j of lane b holds inputs j (low nibble) and 16 + j (high), so the
+ * activation codes are gathered the same way (lo: codes 0..15 of each block,
+ * hi: 16..31). Q5: bit j / 16 + j of qh is the 5th bit of the low / high code:
+ *
+ *   Q5_0  T = lo . a_lo + hi . a_hi - 16 sum a          (vpdpbusd, u8 x s8)
+ *   Q4_1, Q5_1  T = lo . a_lo + hi . a_hi
+ *   acc += float(T) dw da  (+ m s per block: s = da sum a of the Q8_1 block)
+ *
+ * Integer sums per lane are exact; m s uses the Q8_1 block's f16 s as ggml's
+ * vec_dot does.
+ */
+
+/* Word-permute indices for type (Q4_1, Q5_0, Q5_1) over 4 blocks read from 2
+ * registers (words 0..63): qs words; d per lane (words 0..15), then the qh low
+ * and high halves of the 4 blocks (words 16..23); m per lane 4 b. */
+typedef struct q5_idx {
+    __m512i qs, dq, m;
+} q5_idx;
+
+static q5_idx q5_indices(int bb, int oqh, int oqs, int om)
+{
+    uint16_t qs[32], dq[32], m[32];
+    for (int w = 0; w < 32; w++) {
+        int b = w / 8;
+        qs[w] = (uint16_t)((b * bb + oqs) / 2 + w % 8);
+        m[w] = (uint16_t)((w % 16 / 4 * bb + (om >= 0 ? om : 0)) / 2);
+        if (w < 16)
+            dq[w] = (uint16_t)(w / 4 * bb / 2);
+        else if (w < 24 && oqh >= 0)
+            dq[w] = (uint16_t)(((w - 16) % 4 * bb + oqh) / 2 + (w >= 20));
+        else
+            dq[w] = 0;
+    }
+    q5_idx x;
+    x.qs = _mm512_loadu_si512((const void *)qs);
+    x.dq = _mm512_loadu_si512((const void *)dq);
+    x.m = _mm512_loadu_si512((const void *)m);
+    return x;
+}
+
+/* Token codes of partner blocks y (abytes each: Q8_0 34, Q8_1 36) [0, nv) of 4,
+ * in the weights' order; the blocks past nv are zero. da per lane; Q8_1: s of
+ * block b in lane 4 b; Q5_0: the -16 sum offsets. */
+ALWAYS_INLINE void q5_act(const uint8_t *y, size_t abytes, int nv, bool q81, bool off16,
+                          __m512i *alo, __m512i *ahi, __m512 *da, __m512 *s, __m512i *init)
+{
+    const size_t oq = q81 ? 4 : 2;
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+    __m128i ds = _mm_setzero_si128(); /* dword b: d | s << 16 of block b */
+    #pragma GCC unroll 4
+    for (int b = 0; b < 4; b++) {
+        if (b < nv) {
+            const uint8_t *blk = y + (size_t)b * abytes;
+            lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)(blk + oq)), b);
+            hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(blk + oq + 16)), b);
+            uint32_t v;
+            memcpy(&v, blk, 4);
+            ds = _mm_insert_epi32(ds, (int)v, b);
+        }
+    }
+    *alo = lo;
+    *ahi = hi;
+    /* floats d0 s0 d1 s1 ...: lane l takes d of block l / 4; s only in lane 4 b */
+    __m512 f = _mm512_castps256_ps512(_mm256_cvtph_ps(ds));
+    const __m512i quad = _mm512_set_epi32(6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+    *da = _mm512_permutexvar_ps(quad, f);
+    if (q81)
+        *s = _mm512_maskz_permutexvar_ps(0x1111, _mm512_add_epi32(quad, _mm512_set1_epi32(1)), f);
+    if (off16) {
+        const __m512i c16 = _mm512_set1_epi8(16);
+        *init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                 _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                                         c16, lo),
+                                                     c16, hi));
+    }
+}
+
+/* out[r * 4 + m] = rows w[r] (nb blocks of kind Q4_1 / Q5_0 / Q5_1) . tokens
+ * act[m] (their Q8_1 / Q8_0 blocks). */
+ALWAYS_INLINE void q5_tile(const int type, const int NR, const int MT, const uint8_t *const *w,
+                           int nb, const uint8_t *const *act, size_t ahead, float *out)
+{
+    const bool q5 = type != KT_TYPE_Q4_1, q81 = type != KT_TYPE_Q5_0;
+    const int bb = type == KT_TYPE_Q4_1 ? 20 : type == KT_TYPE_Q5_0 ? 22 : 24;
+    const size_t abytes = q81 ? sizeof(kt_block_q8_1) : sizeof(kt_block_q8_0);
+    const q5_idx ix = q5_indices(bb, type == KT_TYPE_Q5_0 ? 2 : type == KT_TYPE_Q5_1 ? 4 : -1,
+                                 type == KT_TYPE_Q4_1 ? 4 : type == KT_TYPE_Q5_0 ? 6 : 8,
+                                 q81 ? 2 : -1);
+    const __m512i low4 = _mm512_set1_epi8(15), c16 = _mm512_set1_epi8(16);
+    __m512 acc[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            acc[r][m] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i += 4) {
+        const int nv = nb - i < 4 ? nb - i : 4, nbytes = nv * bb;
+        const __mmask64 m0 = nbytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nbytes) - 1;
+        const __mmask64 m1 = nbytes <= 64 ? 0 : ((__mmask64)1 << (nbytes - 64)) - 1;
+        __m512i lo[4], hi[4];
+        __m512 dw[4], mw[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *x = w[r] + (size_t)i * bb;
+            if (ahead) {
+                _mm_prefetch((const char *)x + ahead, LF_HINT);
+                _mm_prefetch((const char *)x + ahead + 64, LF_HINT);
+            }
+            __m512i v0 = _mm512_maskz_loadu_epi8(m0, x);
+            __m512i v1 = _mm512_maskz_loadu_epi8(m1, x + 64);
+            __m512i qs = _mm512_permutex2var_epi16(v0, ix.qs, v1);
+            __m512i dq = _mm512_permutex2var_epi16(v0, ix.dq, v1);
+            lo[r] = _mm512_and_si512(qs, low4);
+            hi[r] = _mm512_and_si512(_mm512_srli_epi16(qs, 4), low4);
+            if (q5) {
+                __m128i h = _mm512_extracti32x4_epi32(dq, 2); /* qh low halves, high halves */
+                __mmask64 klo = _cvtu64_mask64((uint64_t)_mm_cvtsi128_si64(h));
+                __mmask64 khi = _cvtu64_mask64((uint64_t)_mm_extract_epi64(h, 1));
+                lo[r] = _mm512_mask_add_epi8(lo[r], klo, lo[r], c16);
+                hi[r] = _mm512_mask_add_epi8(hi[r], khi, hi[r], c16);
+            }
+            dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(dq));
+            if (q81)
+                mw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(
+                    _mm512_maskz_permutex2var_epi16(0x11111111, v0, ix.m, v1)));
+            else
+                mw[r] = _mm512_setzero_ps();
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            __m512i alo, ahi, init = _mm512_setzero_si512();
+            __m512 da, s = _mm512_setzero_ps();
+            q5_act(act[m] + (size_t)i * abytes, abytes, nv, q81, !q81, &alo, &ahi, &da, &s, &init);
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i t = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, lo[r], alo), hi[r], ahi);
+                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw[r], da),
+                                            acc[r][m]);
+                if (q81)
+                    acc[r][m] = _mm512_fmadd_ps(mw[r], s, acc[r][m]);
+            }
+        }
+    }
+    if (NR == 4 && MT == 1) {
+        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
+        out[4] = out[1], out[8] = out[2], out[12] = out[3];
+        return;
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+/* Rows of Q4_1 / Q5_0 / Q5_1 blocks [b0, b1) of 32 against tokens' Q8_1 / Q8_0
+ * blocks (act[m]: the token's first block). */
+void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
+                           const void *const *act, int M, float *C, int ldc)
+{
+    const int NR = M == 1 ? 4 : 2, nb = b1 - b0, dist = LF_DIST;
+    const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
+    const size_t abytes = type == KT_TYPE_Q5_0 ? sizeof(kt_block_q8_0) : sizeof(kt_block_q8_1);
+    for (int n = n0; n < n0 + dist && n < n1; n++)
+        for (size_t c = 0; c < (size_t)nb * bb; c += 64)
+            _mm_prefetch((const char *)W + (size_t)n * wrow + (size_t)b0 * bb + c, LF_HINT);
+    for (int n = n0; n < n1; n += NR) {
+        int nr = n1 - n < NR ? n1 - n : NR;
+        const uint8_t *wr[4];
+        for (int r = 0; r < NR; r++)
+            wr[r] = (const uint8_t *)W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow +
+                    (size_t)b0 * bb;
+        for (int m = 0; m < M; m += 4) {
+            int mr = M - m < 4 ? M - m : 4;
+            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
+            const uint8_t *ar[4];
+            for (int i = 0; i < 4; i++)
+                ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)] + (size_t)b0 * abytes;
+            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
+            if (type == KT_TYPE_Q4_1)
+                K_CALL(q5_tile, KT_TYPE_Q4_1);
+            else if (type == KT_TYPE_Q5_0)
+                K_CALL(q5_tile, KT_TYPE_Q5_0);
+            else
+                K_CALL(q5_tile, KT_TYPE_Q5_1);
+            for (int i = 0; i < mr; i++)
+                for (int r = 0; r < nr; r++)
+                    C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
+        }
+    }
+}
+
+
+/* ---------------------------------------------------------------------------
  * Prefill: a GEMM over int8 panels. Per call, every 64 rows x 512 inputs of
  * the weights are repacked once into panels of 16 rows (one per 32-bit lane):
  *
@@ -920,6 +1118,56 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                     for (int j = 0; j < 4; j++)
                         _mm512_storeu_si512((void *)(cb + 64 * (j + 4)),
                                             _mm512_xor_si512(u[j], top));
+                }
+            }
+        } else if (type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_0 || type == KT_TYPE_Q5_1) {
+            /* qs byte j: inputs j (low nibble) and 16 + j (high); Q5: + 16 where bit
+             * j / 16 + j of qh is set; Q4_1 / Q5_1: m per block as the row offset */
+            const bool q5 = type != KT_TYPE_Q4_1, mn = type != KT_TYPE_Q5_0;
+            const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
+            const size_t oqs = type == KT_TYPE_Q4_1 ? 4 : type == KT_TYPE_Q5_0 ? 6 : 8;
+            const size_t oqh = type == KT_TYPE_Q5_0 ? 2 : 4;
+            const __m512i c16 = _mm512_set1_epi8(16);
+            /* byte i of dword j's lanes: qh byte j / 2 (low codes) or 2 + j / 2
+             * (high), bit 4 (j % 2) + i */
+            __m512i pick_lo[4], pick_hi[4], bit[4];
+            for (int j = 0; j < 4; j++) {
+                uint8_t pl[64], ph[64], bs[64];
+                for (int e = 0; e < 64; e++) {
+                    pl[e] = (uint8_t)(e / 4 % 4 * 4 + j / 2);
+                    ph[e] = (uint8_t)(pl[e] + 2);
+                    bs[e] = (uint8_t)(1u << (4 * (j % 2) + e % 4));
+                }
+                pick_lo[j] = _mm512_loadu_si512((const void *)pl);
+                pick_hi[j] = _mm512_loadu_si512((const void *)ph);
+                bit[j] = _mm512_loadu_si512((const void *)bs);
+            }
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(kb + b) * bb;
+                for (int r = 0; r < 16; r++)
+                    _mm_prefetch((const char *)p[r] + o + 384, _MM_HINT_T0);
+                _mm512_storeu_ps(sg + 16 * b, rows16_f16(p, o));
+                if (mn)
+                    _mm512_storeu_ps(og + 16 * b, rows16_f16(p, o + 2));
+                uint8_t *cb = cg + (size_t)b * 512;
+                __m512i u[4], qh[4];
+                rows16_dwords(p, o + oqs, u);
+                if (q5)
+                    rows16_dwords(p, o + oqh, qh); /* qh[0]: lane r = row r's qh */
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    __m512i lo = _mm512_and_si512(u[j], low4);
+                    __m512i hi = _mm512_and_si512(_mm512_srli_epi16(u[j], 4), low4);
+                    if (q5) {
+                        __mmask64 kl = _mm512_test_epi8_mask(
+                            _mm512_shuffle_epi8(qh[0], pick_lo[j]), bit[j]);
+                        __mmask64 kh = _mm512_test_epi8_mask(
+                            _mm512_shuffle_epi8(qh[0], pick_hi[j]), bit[j]);
+                        lo = _mm512_mask_add_epi8(lo, kl, lo, c16);
+                        hi = _mm512_mask_add_epi8(hi, kh, hi, c16);
+                    }
+                    _mm512_storeu_si512((void *)(cb + 64 * j), lo);
+                    _mm512_storeu_si512((void *)(cb + 64 * (j + 4)), hi);
                 }
             }
         } else if (type == KT_TYPE_Q2_K || type == KT_TYPE_Q3_K) { /* blocks of 16 */
@@ -1118,6 +1366,8 @@ enum { PM_Q80 = 0, PM_K32 = 1, PM_Q6 = 2 };
  * x the block's code sum): Q6_K (16, -32), Q3_K (16, -4), IQ4_XS (32, -128);
  * Q2_K: blocks of 16 with a float offset per row (-dmin * m) x d * bsum. */
 enum { PM_Q3 = 3, PM_X4 = 4, PM_Q2 = 5 };
+/* Q4_1 / Q5_1 against Q8_1 blocks: a float offset per row (m) x the block's s. */
+enum { PM_Q81 = 6 };
 
 /* accf[g][t] over nb blocks (absolute first block kb) of G panels x MT tokens. */
 ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const uint8_t *codes,
@@ -1126,7 +1376,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                               bool first)
 {
     const bool k16 = mode == PM_Q6 || mode == PM_Q3 || mode == PM_Q2;
-    const bool foff = mode == PM_K32 || mode == PM_Q2; /* float offset per row */
+    const bool foff = mode == PM_K32 || mode == PM_Q2 || mode == PM_Q81; /* per row */
     const int BK = k16 ? 16 : 32; /* inputs per block */
     __m512 accf[2][4];
     __mmask16 vm[2] = {(__mmask16)((1u << nvalid0) - 1), (__mmask16)((1u << nvalid1) - 1)};
@@ -1157,6 +1407,12 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                 init = _mm512_set1_epi32(-128 *
                                          (y->bsums[2 * (k % 8)] + y->bsums[2 * (k % 8) + 1]));
                 da[t] = y->d;
+            } else if (mode == PM_Q81) {
+                const kt_block_q8_1 *y = (const kt_block_q8_1 *)(const void *)a->code[t] + k;
+                ap[t] = (const uint8_t *)y->qs;
+                init = _mm512_setzero_si512();
+                da[t] = _cvtsh_ss(y->d);
+                ds[t] = _cvtsh_ss(y->s);
             } else if (mode == PM_K32) {
                 ap[t] = a->code[t] + (size_t)(k / 8) * sizeof(kt_block_q8_K) + 4 + 32 * (k % 8);
                 init = _mm512_setzero_si512();
@@ -1230,7 +1486,8 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch)
 {
-    const int mode = type == KT_TYPE_Q6_K                          ? PM_Q6
+    const int mode = type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1  ? PM_Q81
+                     : type == KT_TYPE_Q6_K                         ? PM_Q6
                      : type == KT_TYPE_Q3_K                         ? PM_Q3
                      : type == KT_TYPE_Q2_K                         ? PM_Q2
                      : type == KT_TYPE_IQ4_XS                       ? PM_X4
@@ -1254,6 +1511,7 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                 pa.init_mul = mode == PM_Q6                ? -32
                               : mode == PM_Q3              ? -4
                               : type == KT_TYPE_IQ4_NL     ? 16
+                              : type == KT_TYPE_Q5_0       ? 2 /* R40's -8 sum to -16 sum */
                                                            : 1;
                 for (int t = 0; t < 4; t++) {
                     int tt = m + (t < mt ? t : mt - 1);
@@ -1280,6 +1538,8 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                         PANEL_G(PM_X4);
                     else if (mode == PM_K32)
                         PANEL_G(PM_K32);
+                    else if (mode == PM_Q81)
+                        PANEL_G(PM_Q81);
                     else
                         PANEL_G(PM_Q80);
                 }

@@ -109,8 +109,8 @@ unsigned kt__ggml_act_section(int type)
         return KT__GGML_ACT_Q80 | KT__GGML_ACT_R40;
     case KT_TYPE_Q8_0:
         return KT__GGML_ACT_Q80 | KT__GGML_ACT_R80;
-    case KT_TYPE_Q5_0:
-        return KT__GGML_ACT_Q80;
+    case KT_TYPE_Q5_0: /* R40: its per-block offsets and scales (prefill panels) */
+        return KT__GGML_ACT_Q80 | KT__GGML_ACT_R40;
     case KT_TYPE_Q4_1: case KT_TYPE_Q5_1:
         return KT__GGML_ACT_Q81;
     case KT_TYPE_Q2_K: case KT_TYPE_Q3_K: case KT_TYPE_Q4_K: case KT_TYPE_Q5_K:
@@ -275,23 +275,29 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #if KT_HAVE_ISA_AVX512
     act_layout L = layout(mask, W->cols);
     if (isa == KT_GGML_AVX512 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
-        (((W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL) && L.r40 != SIZE_MAX) ||
+        (((W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL || W->type == KT_TYPE_Q5_0) &&
+          L.r40 != SIZE_MAX) ||
+         W->type == KT_TYPE_Q4_1 || W->type == KT_TYPE_Q5_1 ||
          (W->type == KT_TYPE_Q8_0 && L.r80 != SIZE_MAX) || W->type == KT_TYPE_Q4_K ||
          W->type == KT_TYPE_Q5_K || W->type == KT_TYPE_Q6_K || W->type == KT_TYPE_Q3_K ||
          W->type == KT_TYPE_Q2_K || W->type == KT_TYPE_IQ4_XS)) {
         /* prefill: repacked int8 panels, a register-blocked GEMM */
         const void *act[256], *ext[256];
-        bool q4 = W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL;
+        bool q4 = W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_IQ4_NL ||
+                  W->type == KT_TYPE_Q5_0;
+        bool q81 = W->type == KT_TYPE_Q4_1 || W->type == KT_TYPE_Q5_1; /* no ext arrays */
         size_t x = q4                        ? L.r40 + 4 * raw_rp(W->cols, 18)
                    : W->type == KT_TYPE_Q8_0 ? L.r80 + 3 * raw_rp(W->cols, 34)
                                              : L.q8x; /* Q4_K, Q5_K; Q6_K: unused */
-        size_t c = kt__ggml_act_section(W->type) == KT__GGML_ACT_Q8K ? L.q8k : L.q80;
+        size_t c = kt__ggml_act_section(W->type) == KT__GGML_ACT_Q8K ? L.q8k
+                   : q81                                                ? L.q81
+                                                                        : L.q80;
         for (int m = 0; m < M; m++) {
             const uint8_t *r = arow(A, a_stride, rows, m);
             act[m] = r + c;
-            ext[m] = r + x;
+            ext[m] = q81 ? NULL : r + x;
         }
-        kt__lf_gemm_panel_avx512(W->type, W->w, wrow, n0, n1, k0, k1, act, ext,
+        kt__lf_gemm_panel_avx512(W->type, W->w, wrow, n0, n1, k0, k1, act, q81 ? NULL : ext,
                                  blk_arr(W->cols), M, C, ldc, scratch);
         return;
     }
@@ -305,6 +311,16 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
             act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + raw;
         kt__lf_gemm_raw_avx512(W->type, W->w, wrow, n0, n1, k0 / 32, k1 / 32, act,
                                raw_rp(W->cols, W->type == KT_TYPE_Q8_0 ? 34 : 18), M, C, ldc);
+        return;
+    }
+    if (isa == KT_GGML_AVX512 && M <= 256 &&
+        (W->type == KT_TYPE_Q4_1 || W->type == KT_TYPE_Q5_0 || W->type == KT_TYPE_Q5_1)) {
+        /* 4 blocks of 32 at a time, gathered in registers */
+        const void *act[256];
+        for (int m = 0; m < M; m++)
+            act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
+                                 &absize);
+        kt__lf_gemm_q5_avx512(W->type, W->w, wrow, n0, n1, k0 / 32, k1 / 32, act, M, C, ldc);
         return;
     }
     if (isa == KT_GGML_AVX512 && M <= 256 &&
