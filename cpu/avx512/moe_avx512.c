@@ -416,6 +416,7 @@ ALWAYS_INLINE void rows_bf16(const uint16_t *w, size_t stride, int nr, const uin
                              const int MR, int k0, int k1, float *out)
 {
     __m512 row_sum[4][4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         const uint16_t *wr = w + (size_t)(r < nr ? r : nr - 1) * stride;
         __m512 s0[4], s1[4];
@@ -540,6 +541,7 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
 {
     lut8 L = lut_load();
     __m512 row_sum[3][4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         const uint8_t *wr = w[r];
         __m512 tot[3];

@@ -517,7 +517,7 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
  * vpsrlvw brings the high nibble down in the odd words, the low 4 bits of
  * each byte pick from a 32-byte table (low bytes 0..15, high bytes 16..31). */
 typedef struct int4_consts {
-    __m512i spread, shift, low4, hibyte, table;
+    __m512i spread, shift, table;
 } int4_consts;
 
 #define X4(a) a, a, a, a
@@ -525,26 +525,29 @@ static const uint8_t int4_spread[64] __attribute__((aligned(64))) = {
     X4(0),  X4(1),  X4(2),  X4(3),  X4(4),  X4(5),  X4(6),  X4(7),
     X4(8),  X4(9),  X4(10), X4(11), X4(12), X4(13), X4(14), X4(15)};
 #undef X4
-/* BF16 of nibble - 8 (-8 .. 7): low bytes [0..15], high bytes [16..31] */
-static const uint8_t int4_table[64] __attribute__((aligned(64))) = {
-    0x00, 0xe0, 0xc0, 0xa0, 0x80, 0x40, 0x00, 0x80, 0x00, 0x80, 0x00, 0x40, 0x80, 0xa0, 0xc0, 0xe0,
-    0xc1, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xc0, 0xbf, 0x00, 0x3f, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40};
+/* BF16 of (i & 15) - 8 for i < 32: vpermw reads the low 5 bits of each index */
+static const uint16_t int4_words[32] __attribute__((aligned(64))) = {
+    0xc100, 0xc0e0, 0xc0c0, 0xc0a0, 0xc080, 0xc040, 0xc000, 0xbf80,
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+    0xc100, 0xc0e0, 0xc0c0, 0xc0a0, 0xc080, 0xc040, 0xc000, 0xbf80,
+    0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0};
 
 ALWAYS_INLINE int4_consts int4_setup(void)
 {
     int4_consts c = {_mm512_load_si512(int4_spread), _mm512_set1_epi32(4 << 16),
-                     _mm512_set1_epi8(0x0f), _mm512_set1_epi16(0x1000),
-                     _mm512_load_si512(int4_table)};
+                     _mm512_load_si512(int4_words)};
     return c;
 }
 
+/* 16 bytes = 32 inputs -> 32 BF16 of nibble - 8 in input order: byte j in
+ * both bytes of words 2j and 2j + 1, the odd word shifted right by 4, so the
+ * low 4 bits of each word are its nibble (bit 4, the next nibble's low bit,
+ * picks the table's second, identical half). */
 ALWAYS_INLINE __m512bh int4x32(const int4_consts *c, const uint8_t *p)
 {
     __m512i b = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
     __m512i s = _mm512_srlv_epi16(_mm512_permutexvar_epi8(c->spread, b), c->shift);
-    /* (s & 0x0f) | (0x10 in high bytes) */
-    __m512i idx = _mm512_ternarylogic_epi32(s, c->low4, c->hibyte, 0xEA);
-    return (__m512bh)_mm512_permutexvar_epi8(idx, c->table);
+    return (__m512bh)_mm512_permutexvar_epi16(s, c->table);
 }
 
 /* The exact sum over one group of G inputs at k (G a multiple of 32), hi and
@@ -585,6 +588,7 @@ ALWAYS_INLINE void rows_int4_x2(const uint8_t *const *w, const uint16_t *const *
     const int4_consts c = int4_setup();
     float sf[INT4_PIECE / 32];
     __m512 row_sum[3][4];
+    #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         /* two totals: consecutive groups' scaled sums in two chains */
         __m512 t0[3], t1[3];
