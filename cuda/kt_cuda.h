@@ -146,9 +146,45 @@ typedef struct kt__cuda_attn {
     float scale;
     const float *sinks;   /* [n_head] or NULL */
     const int32_t *pos0;  /* device */
+    /* scratch for the split decode kernel (T <= KT__CUDA_ATTN_SPLIT_T):
+     * [T][n_head][splits][v_dim + 2] floats; NULL or too small: one block per head */
+    float *work;
+    size_t work_elems;
+    int32_t splits;       /* > 0: this many splits (tests), else from the device's size */
+    int32_t reserved;
 } kt__cuda_attn;
+/* Chunks of up to this many tokens attend through the split kernel: each block
+ * serves up to 8 query heads of one kv head over 1/S of the positions (S up to
+ * KT__CUDA_ATTN_SPLITS, from the device's multiprocessors; the split points
+ * read from the device, so a captured graph replays at any position), and a
+ * second kernel merges the partial softmaxes. */
+#define KT__CUDA_ATTN_SPLIT_T 2
+#define KT__CUDA_ATTN_SPLITS 64
 int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos, char *err,
                        size_t err_size);
+/* GQA after the q, k, v products, one launch: per head RMSNorm (q_norm, k_norm
+ * over head_dim, or NULL), RoPE at *pos0 + t on q and k in place, and the k and
+ * v rows stored in the caches at row *pos0 + t (cache rows of n_head_kv·head_dim). */
+typedef struct kt__cuda_qk_post {
+    float *q, *k;
+    const float *v;
+    int32_t T, n_head, n_head_kv, head_dim, q_stride, kv_stride;
+    const float *q_norm, *k_norm;
+    float eps, factor;
+    int32_t rope_dim, interleave;
+    const float *inv_freq;
+    const int32_t *pos0;
+    float *k_cache, *v_cache;
+} kt__cuda_qk_post;
+int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a);
+/* x += add; y = x / sqrt(mean(x²) + eps) · w, rows of n packed (one launch) */
+int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y, int32_t rows,
+                         int32_t n, const float *w, float eps);
+/* Up to three products of the same input in one launch when they run on the
+ * own kernels (fewer than the cuBLAS threshold of tokens): y_i = x W_iᵀ + b_i. */
+int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride, int32_t n,
+                      const kt__cuda_mat *const W[], const float *const bias[], float *const y[],
+                      const int32_t y_stride[]);
 /* Absorbed MLA (kv_b [n_head·(nope + v)][R]): qa[t][h] = [W_ukᵀ q_nope | q_rope]
  * ([R + rope] from q [t][h][nope + rope]), and o[t][h] = W_uv õ[t][h] ([v] from [R]). */
 int kt__cuda_mla_absorb_q(kt__cuda_rt *rt, const float *q, int32_t T, int32_t n_head,
@@ -186,6 +222,7 @@ typedef struct kt__cuda_experts_args {
     int32_t T, H, I, k, oai;
     float alpha, limit;
     int32_t vec8;                         /* every GPU expert readable 8 columns at a time */
+    int32_t assign;                       /* out[t] = Σ ... instead of += (no zeroing launch) */
 } kt__cuda_experts_args;
 int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a);
 
@@ -195,6 +232,19 @@ int kt__cuda_gather_rows(kt__cuda_rt *rt, const float *src, int32_t src_stride,
 /* out[t] += Σ_j w[t][j] Y[slot[t][j]] over slot >= 0 (rows of H; slot, w [T][k]) */
 int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t H, int32_t k,
                      const float *Y, const int32_t *slot, const float *w);
+
+/* Phase timing (KT_GPU_TRACE=2): events recorded on the stream between phases;
+ * kt__cuda_prof_mark(rt, p) ends phase p; kt__cuda_prof_collect waits for the
+ * last event and adds each interval's milliseconds to ms[phase] (n_phase
+ * entries), then starts over. kt__cuda_hold queues a host function that keeps
+ * the stream waiting until kt__cuda_release, so that a step's launches are
+ * all queued before the device runs them (the intervals are then the device's
+ * time, not the host's launch rate); never hold across a host wait. */
+int kt__cuda_prof_enable(kt__cuda_rt *rt, char *err, size_t err_size);
+void kt__cuda_prof_mark(kt__cuda_rt *rt, int phase);
+int kt__cuda_prof_collect(kt__cuda_rt *rt, double *ms, int n_phase);
+int kt__cuda_hold(kt__cuda_rt *rt);
+void kt__cuda_release(kt__cuda_rt *rt);
 
 /* The device's limits, measured: HBM (device-to-device copy, bytes read +
  * written), pinned PCIe copies each way, BF16 tensor-core GEMM (8192^3). Takes

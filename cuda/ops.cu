@@ -34,7 +34,16 @@ struct kt__cuda_rt {
     uint16_t *wb;         /* an FP8 matrix dequantized into BF16 hi and lo: [2][wb_elems] */
     size_t wb_elems;
     int32_t gemm_min_t;   /* products of this many tokens or more go to cuBLAS */
+    int32_t sms;          /* multiprocessors: how many blocks fill the device */
+    /* KT_GPU_TRACE=2: timing events between phases, and the stream held while a
+     * step is queued */
+    cudaEvent_t *prof_ev;
+    int *prof_phase;
+    int prof_n;
+    int hold;
 };
+
+#define PROF_EVENTS 8192
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 {
@@ -71,6 +80,9 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
         return -1;
     }
     rt->device = device;
+    if (cudaDeviceGetAttribute(&rt->sms, cudaDevAttrMultiProcessorCount, device) !=
+            cudaSuccess || rt->sms <= 0)
+        rt->sms = 32;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -103,9 +115,82 @@ extern "C" void kt__cuda_rt_free(kt__cuda_rt *rt)
         }
         cudaStreamDestroy(rt->side);
     }
+    if (rt->prof_ev) {
+        for (int i = 0; i < PROF_EVENTS; i++)
+            cudaEventDestroy(rt->prof_ev[i]);
+        free(rt->prof_ev);
+        free(rt->prof_phase);
+    }
     cudaEventDestroy(rt->done);
     cudaStreamDestroy(rt->stream);
     free(rt);
+}
+
+extern "C" int kt__cuda_prof_enable(kt__cuda_rt *rt, char *err, size_t err_size)
+{
+    if (rt->prof_ev)
+        return 0;
+    rt->prof_ev = (cudaEvent_t *)calloc(PROF_EVENTS, sizeof(cudaEvent_t));
+    rt->prof_phase = (int *)calloc(PROF_EVENTS, sizeof(int));
+    if (!rt->prof_ev || !rt->prof_phase) {
+        free(rt->prof_ev);
+        free(rt->prof_phase);
+        rt->prof_ev = NULL;
+        set_err(err, err_size, "out of host memory");
+        return -1;
+    }
+    for (int i = 0; i < PROF_EVENTS; i++)
+        CK(cudaEventCreate(&rt->prof_ev[i]), "cudaEventCreate (phase timing)");
+    return 0;
+}
+
+extern "C" void kt__cuda_prof_mark(kt__cuda_rt *rt, int phase)
+{
+    if (!rt->prof_ev || rt->prof_n >= PROF_EVENTS)
+        return;
+    cudaEventRecord(rt->prof_ev[rt->prof_n], rt->stream);
+    rt->prof_phase[rt->prof_n++] = phase;
+}
+
+extern "C" int kt__cuda_prof_collect(kt__cuda_rt *rt, double *ms, int n_phase)
+{
+    if (!rt->prof_ev || rt->prof_n == 0)
+        return 0;
+    int rc = 0;
+    if (cudaEventSynchronize(rt->prof_ev[rt->prof_n - 1]) != cudaSuccess)
+        rc = -1;
+    for (int i = 1; rc == 0 && i < rt->prof_n; i++) {
+        float t = 0.0f;
+        if (cudaEventElapsedTime(&t, rt->prof_ev[i - 1], rt->prof_ev[i]) == cudaSuccess &&
+            rt->prof_phase[i] >= 0 && rt->prof_phase[i] < n_phase)
+            ms[rt->prof_phase[i]] += t;
+    }
+    rt->prof_n = 0;
+    cudaGetLastError();
+    return rc;
+}
+
+/* CUDA's host thread: the stream waits here until kt__cuda_release */
+static void CUDART_CB hold_fn(void *p)
+{
+    kt__cuda_rt *rt = (kt__cuda_rt *)p;
+    while (__atomic_load_n(&rt->hold, __ATOMIC_ACQUIRE))
+        ;
+}
+
+extern "C" int kt__cuda_hold(kt__cuda_rt *rt)
+{
+    __atomic_store_n(&rt->hold, 1, __ATOMIC_RELEASE);
+    if (cudaLaunchHostFunc(rt->stream, hold_fn, rt) != cudaSuccess) {
+        __atomic_store_n(&rt->hold, 0, __ATOMIC_RELEASE);
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" void kt__cuda_release(kt__cuda_rt *rt)
+{
+    __atomic_store_n(&rt->hold, 0, __ATOMIC_RELEASE);
 }
 
 extern "C" int kt__cuda_mem_info(kt__cuda_rt *rt, uint64_t *free_b, uint64_t *total_b)
@@ -141,7 +226,9 @@ extern "C" void kt__cuda_free(kt__cuda_rt *rt, void *p)
 extern "C" void *kt__cuda_host_alloc(size_t bytes)
 {
     void *p = NULL;
-    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+    /* mapped: kernels may read it at the same address (unified addressing) */
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable | cudaHostAllocMapped) !=
+        cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
@@ -395,15 +482,14 @@ __global__ void k_linear(const float *x, int32_t T, int32_t xs, kt__cuda_mat W, 
     }
 }
 
-/* The same for up to TOK_TILE tokens with 16-byte weight loads: a warp per row,
- * each lane 8 columns per step, several steps in flight */
-__global__ void k_gemv(const float *__restrict__ x, int32_t T, int32_t xs, kt__cuda_mat W,
-                       const float *b, float *y, int32_t ys, int acc)
+/* One row r of y for up to TOK_TILE tokens with 16-byte weight loads: a warp
+ * per row, each lane 8 columns per step, several steps in flight */
+__device__ __forceinline__ void gemv_row(const float *__restrict__ x, int32_t T, int32_t xs,
+                                         const kt__cuda_mat &W, const float *b, float *y,
+                                         int32_t ys, int acc, int32_t r)
 {
-    int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    int32_t lane = threadIdx.x % 32;
     int32_t t0 = blockIdx.y * TOK_TILE, nt = min(TOK_TILE, T - t0);
-    if (r >= W.rows)
-        return;
     float s[TOK_TILE];
 #pragma unroll
     for (int t = 0; t < TOK_TILE; t++)
@@ -429,6 +515,41 @@ __global__ void k_gemv(const float *__restrict__ x, int32_t T, int32_t xs, kt__c
             *o = acc ? *o + v : v;
         }
     }
+}
+
+/* k_linear for up to TOK_TILE tokens per block with 16-byte weight loads */
+__global__ void k_gemv(const float *__restrict__ x, int32_t T, int32_t xs, kt__cuda_mat W,
+                       const float *b, float *y, int32_t ys, int acc)
+{
+    int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r < W.rows)
+        gemv_row(x, T, xs, W, b, y, ys, acc, r);
+}
+
+/* Up to three products of one input in one launch: the warps' rows run over
+ * W_0's rows, then W_1's, then W_2's */
+struct gemv_set {
+    kt__cuda_mat W[3];
+    const float *b[3];
+    float *y[3];
+    int32_t ys[3];
+};
+
+__global__ void k_gemv_n(const float *__restrict__ x, int32_t T, int32_t xs, gemv_set g)
+{
+    int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r < g.W[0].rows) {
+        gemv_row(x, T, xs, g.W[0], g.b[0], g.y[0], g.ys[0], 0, r);
+        return;
+    }
+    r -= g.W[0].rows;
+    if (r < g.W[1].rows) {
+        gemv_row(x, T, xs, g.W[1], g.b[1], g.y[1], g.ys[1], 0, r);
+        return;
+    }
+    r -= g.W[1].rows;
+    if (r < g.W[2].rows)
+        gemv_row(x, T, xs, g.W[2], g.b[2], g.y[2], g.ys[2], 0, r);
 }
 
 __device__ __forceinline__ uint16_t bf16_rne(float f)
@@ -564,6 +685,36 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
     return 0;
 }
 
+extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
+                                 int32_t n, const kt__cuda_mat *const W[],
+                                 const float *const bias[], float *const y[],
+                                 const int32_t y_stride[])
+{
+    if (T <= 0)
+        return 0;
+    bool one = n >= 1 && n <= 3 && x_ok(x, x_stride) && !(rt->blas && T >= rt->gemm_min_t);
+    for (int32_t i = 0; i < n && one; i++)
+        one = vec8_ok(W[i]);
+    if (!one) {
+        for (int32_t i = 0; i < n; i++)
+            kt__cuda_linear(rt, x, T, x_stride, W[i], bias[i], y[i], y_stride[i], 0);
+        return 0;
+    }
+    gemv_set g;
+    memset(&g, 0, sizeof g);
+    int32_t rows = 0;
+    for (int32_t i = 0; i < n; i++) {
+        g.W[i] = *W[i];
+        g.b[i] = bias[i];
+        g.y[i] = y[i];
+        g.ys[i] = y_stride[i];
+        rows += W[i]->rows;
+    }
+    dim3 grid((rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
+    k_gemv_n<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, g);
+    return 0;
+}
+
 /* x[t] = E[tok[t]] */
 __global__ void k_embed(kt__cuda_mat E, const int32_t *tok, float *x)
 {
@@ -614,6 +765,45 @@ extern "C" int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32
     return 0;
 }
 
+/* x += a; y = x / sqrt(mean(x²) + eps) · w, one block of 128 per row (the sums
+ * in k_rmsnorm's order: the same result as k_add then k_rmsnorm) */
+__global__ void k_add_rmsnorm(float *x, const float *a, float *y, int32_t n, const float *w,
+                              float eps)
+{
+    __shared__ float part[32];
+    float *xr = x + (size_t)blockIdx.x * n;
+    const float *ar = a + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    float s = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i] + ar[i];
+        xr[i] = v;
+        s += v * v;
+    }
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        s = warp_sum(s);
+        if (threadIdx.x == 0)
+            part[0] = s;
+    }
+    __syncthreads();
+    float inv = 1.0f / sqrtf(part[0] / n + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = xr[i] * inv * w[i];
+}
+
+extern "C" int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y,
+                                    int32_t rows, int32_t n, const float *w, float eps)
+{
+    if (rows > 0)
+        k_add_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, add, y, n, w, eps);
+    return 0;
+}
+
 /* rotate the first rope_dim values at v[t][h] + off: angle (pos0 + t) · inv_freq[i] */
 __global__ void k_rope(float *v, int32_t ts, int32_t hs, int32_t off, int32_t half,
                        int interleave, const float *inv_freq, float factor, const int32_t *pos0)
@@ -657,6 +847,83 @@ extern "C" int kt__cuda_store_rows(kt__cuda_rt *rt, const float *src, int32_t T,
 {
     if (T > 0)
         k_store<<<T, 128, 0, rt->stream>>>(src, src_stride, n, cache, row, pos0);
+    return 0;
+}
+
+/* GQA after the products, a block of 128 per (head, token) over n_head q heads,
+ * n_head_kv k heads, n_head_kv v heads: the head's RMSNorm (k_rmsnorm's sums),
+ * RoPE at *pos0 + t (k_rope's angles), and k, v into the caches at that row */
+__global__ void k_qk_post(kt__cuda_qk_post a)
+{
+    extern __shared__ float buf[];
+    __shared__ float part[32];
+    const int32_t hd = a.head_dim, kvdim = a.n_head_kv * hd;
+    int32_t b = blockIdx.x, t = blockIdx.y, pos = *a.pos0 + t;
+    if (b >= a.n_head + a.n_head_kv) {
+        /* v: a copy into the cache */
+        int32_t h = b - a.n_head - a.n_head_kv;
+        const float *src = a.v + (size_t)t * a.kv_stride + (size_t)h * hd;
+        float *dst = a.v_cache + (size_t)pos * kvdim + (size_t)h * hd;
+        for (int32_t i = threadIdx.x; i < hd; i += blockDim.x)
+            dst[i] = src[i];
+        return;
+    }
+    bool is_q = b < a.n_head;
+    int32_t h = is_q ? b : b - a.n_head;
+    float *p = is_q ? a.q + (size_t)t * a.q_stride + (size_t)h * hd
+                    : a.k + (size_t)t * a.kv_stride + (size_t)h * hd;
+    float *cache = is_q ? NULL : a.k_cache + (size_t)pos * kvdim + (size_t)h * hd;
+    const float *w = is_q ? a.q_norm : a.k_norm;
+    float s = 0.0f;
+    for (int32_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        buf[i] = p[i];
+        s += buf[i] * buf[i];
+    }
+    if (w) {
+        /* y = x / sqrt(mean(x²) + eps) · w */
+        s = warp_sum(s);
+        if (threadIdx.x % 32 == 0)
+            part[threadIdx.x / 32] = s;
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+            s = warp_sum(s);
+            if (threadIdx.x == 0)
+                part[0] = s;
+        }
+        __syncthreads();
+        float inv = 1.0f / sqrtf(part[0] / hd + a.eps);
+        for (int32_t i = threadIdx.x; i < hd; i += blockDim.x)
+            buf[i] = buf[i] * inv * w[i];
+    }
+    __syncthreads();
+    /* rotate the pairs of the first rope_dim values: angle pos · inv_freq[i] */
+    int32_t rd = a.inv_freq && a.rope_dim > 0 ? a.rope_dim : 0, half = rd / 2;
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        float ang = (float)pos * a.inv_freq[i];
+        float c = cosf(ang) * a.factor, sn = sinf(ang) * a.factor;
+        int32_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + half;
+        float x0 = buf[ia], x1 = buf[ib];
+        float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
+        p[ia] = y0;
+        p[ib] = y1;
+        if (cache) {
+            cache[ia] = y0;
+            cache[ib] = y1;
+        }
+    }
+    for (int32_t i = 2 * half + threadIdx.x; i < hd; i += blockDim.x) {
+        p[i] = buf[i];
+        if (cache)
+            cache[i] = buf[i];
+    }
+}
+
+extern "C" int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a)
+{
+    if (a->T > 0)
+        k_qk_post<<<dim3(a->n_head + 2 * a->n_head_kv, a->T), 128,
+                    sizeof(float) * (size_t)a->head_dim, rt->stream>>>(*a);
     return 0;
 }
 
@@ -739,6 +1006,248 @@ __global__ void k_attention(kt__cuda_attn a)
     }
 }
 
+/* Decode attention split over the positions (flash-decoding). A block of
+ * AS_THREADS serves nhb query heads that share one kv head (gsz query heads a kv
+ * head) for token t over its share s of the visible positions, in tiles of
+ * AS_TILE: the scores of a tile (a warp per position, lanes over 4-float
+ * columns, every head of the block from one read of the key row), the tile's
+ * softmax folded into running max m and sum l per head (online softmax), and
+ * acc = Σ_j p_j v_j with each thread on one 4-float column of v for up to
+ * AS_MAXP heads. Writes m, l and acc per (t, head, split); k_attn_merge joins
+ * them. */
+#define AS_THREADS 128
+#define AS_TILE 64
+#define AS_MAXH 8
+#define AS_MAXP 8
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float dot4(float4 a, float4 b)
+{
+    return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+__global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int32_t nhb,
+                                                           int32_t gsz, int32_t S, int32_t T,
+                                                           float *part)
+{
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    const int32_t qd = a.ka_dim + a.kb_dim, qpad = (qd + 3) & ~3;
+    float *qs = sm;                        /* [nhb][qpad] queries     */
+    float *sc = sm + nhb * qpad;           /* [nhb][AS_TILE] scores   */
+    float *m_s = sc + nhb * AS_TILE;       /* [AS_MAXH] running max   */
+    float *l_s = m_s + AS_MAXH;            /* [AS_MAXH] running sum   */
+    float *c_s = l_s + AS_MAXH;            /* [AS_MAXH] rescale       */
+    const int32_t h0 = blockIdx.x * nhb, s = blockIdx.y, t = blockIdx.z;
+    const int32_t kh = h0 / gsz, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int32_t pos = *a.pos0 + t;
+    const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    const int32_t n = pos + 1 - lo, per = (n + S - 1) / S;
+    const int32_t p0 = lo + s * per, p1 = min(p0 + per, pos + 1);
+    float *ml = part + (((size_t)t * a.n_head + h0) * S + s) * 2;
+    float *po = part + (size_t)T * a.n_head * S * 2 +
+                (((size_t)t * a.n_head + h0) * S + s) * a.v_dim;
+    const size_t ml_h = (size_t)S * 2, po_h = (size_t)S * a.v_dim; /* to the next head */
+    if (p0 >= p1) {
+        if (tid < nhb) {
+            ml[tid * ml_h] = -INFINITY;
+            ml[tid * ml_h + 1] = 0.0f;
+        }
+        return;
+    }
+    for (int32_t i = tid; i < nhb * qd; i += AS_THREADS) {
+        int32_t hh = i / qd, d = i % qd;
+        qs[hh * qpad + d] = a.q[(size_t)t * a.q_st + (size_t)(h0 + hh) * a.q_sh + d];
+    }
+    if (tid < AS_MAXH) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.0f;
+    }
+    /* this thread's v column and heads: hh = hb + j·hstep */
+    const int32_t V4 = a.v_dim / 4, c4 = tid % V4, hb = tid / V4, hstep = AS_THREADS / V4;
+    float4 acc[AS_MAXP];
+#pragma unroll
+    for (int j = 0; j < AS_MAXP; j++)
+        acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float *ka = a.ka + (size_t)kh * a.ka_sh;
+    const float *kb = a.kb ? a.kb + (size_t)kh * a.kb_sh : NULL;
+    const float *vb = a.v + (size_t)kh * a.v_sh + 4 * c4;
+    __syncthreads();
+    for (int32_t tp = p0; tp < p1; tp += AS_TILE) {
+        const int32_t nt = min(AS_TILE, p1 - tp);
+        /* s_hj = scale · q_h · k_j: a warp per position */
+#pragma unroll 2
+        for (int32_t i = warp; i < nt; i += AS_THREADS / 32) {
+            const float *kr = ka + (size_t)(tp + i) * a.ka_sp;
+            float d[AS_MAXH];
+#pragma unroll
+            for (int hh = 0; hh < AS_MAXH; hh++)
+                d[hh] = 0.0f;
+            for (int32_t c = 4 * lane; c < a.ka_dim; c += 128) {
+                float4 k4 = __ldg((const float4 *)(kr + c));
+#pragma unroll
+                for (int hh = 0; hh < AS_MAXH; hh++)
+                    if (hh < nhb)
+                        d[hh] += dot4(*(const float4 *)(qs + hh * qpad + c), k4);
+            }
+            if (kb) {
+                const float *kbr = kb + (size_t)(tp + i) * a.kb_sp;
+                for (int32_t c = 4 * lane; c < a.kb_dim; c += 128) {
+                    float4 k4 = __ldg((const float4 *)(kbr + c));
+#pragma unroll
+                    for (int hh = 0; hh < AS_MAXH; hh++)
+                        if (hh < nhb)
+                            d[hh] += dot4(*(const float4 *)(qs + hh * qpad + a.ka_dim + c), k4);
+                }
+            }
+#pragma unroll
+            for (int hh = 0; hh < AS_MAXH; hh++) {
+                if (hh < nhb) {
+                    float v = warp_sum(d[hh]);
+                    if (lane == 0)
+                        sc[hh * AS_TILE + i] = v * a.scale;
+                }
+            }
+        }
+        __syncthreads();
+        /* per head: m' = max(m, max_j s_j), p_j = e^(s_j - m'), l' = l e^(m - m') + Σ p_j */
+        for (int32_t hh = warp; hh < nhb; hh += AS_THREADS / 32) {
+            float mx = -INFINITY;
+            for (int32_t i = lane; i < nt; i += 32)
+                mx = fmaxf(mx, sc[hh * AS_TILE + i]);
+            mx = warp_max(mx);
+            float m_old = m_s[hh], m_new = fmaxf(m_old, mx), sum = 0.0f;
+            for (int32_t i = lane; i < nt; i += 32) {
+                float pj = expf(sc[hh * AS_TILE + i] - m_new);
+                sc[hh * AS_TILE + i] = pj;
+                sum += pj;
+            }
+            sum = warp_sum(sum);
+            if (lane == 0) {
+                float corr = expf(m_old - m_new);
+                m_s[hh] = m_new;
+                l_s[hh] = l_s[hh] * corr + sum;
+                c_s[hh] = corr;
+            }
+        }
+        __syncthreads();
+        /* acc_h = acc_h e^(m - m') + Σ_j p_hj v_j */
+#pragma unroll
+        for (int j = 0; j < AS_MAXP; j++) {
+            int32_t hh = hb + j * hstep;
+            if (hh < nhb) {
+                float c = c_s[hh];
+                acc[j].x *= c, acc[j].y *= c, acc[j].z *= c, acc[j].w *= c;
+            }
+        }
+#pragma unroll 4
+        for (int32_t i = 0; i < nt; i++) {
+            float4 v4 = __ldg((const float4 *)(vb + (size_t)(tp + i) * a.v_sp));
+#pragma unroll
+            for (int j = 0; j < AS_MAXP; j++) {
+                int32_t hh = hb + j * hstep;
+                if (hh < nhb) {
+                    float pj = sc[hh * AS_TILE + i];
+                    acc[j].x += pj * v4.x, acc[j].y += pj * v4.y;
+                    acc[j].z += pj * v4.z, acc[j].w += pj * v4.w;
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < AS_MAXP; j++) {
+        int32_t hh = hb + j * hstep;
+        if (hh < nhb)
+            *(float4 *)(po + hh * po_h + 4 * c4) = acc[j];
+    }
+    if (tid < nhb) {
+        ml[tid * ml_h] = m_s[tid];
+        ml[tid * ml_h + 1] = l_s[tid];
+    }
+}
+
+/* o[t][h] = Σ_s e^(m_s - M) acc_s / (Σ_s e^(m_s - M) l_s (+ e^(sink - M))), M the
+ * largest m_s (and the sink): one block per (head, token) */
+__global__ void k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T, const float *part)
+{
+    __shared__ float wsh[KT__CUDA_ATTN_SPLITS];
+    int32_t h = blockIdx.x, t = blockIdx.y;
+    const float *ml = part + ((size_t)t * a.n_head + h) * S * 2;
+    const float *po = part + (size_t)T * a.n_head * S * 2 + ((size_t)t * a.n_head + h) * S *
+                                                                a.v_dim;
+    float sink = a.sinks ? a.sinks[h] : -INFINITY, M = sink;
+    for (int32_t i = 0; i < S; i++)
+        if (ml[2 * i + 1] > 0.0f)
+            M = fmaxf(M, ml[2 * i]);
+    float L = a.sinks ? expf(sink - M) : 0.0f;
+    for (int32_t i = 0; i < S; i++)
+        if (ml[2 * i + 1] > 0.0f)
+            L += ml[2 * i + 1] * expf(ml[2 * i] - M);
+    float inv = 1.0f / L;
+    for (int32_t i = threadIdx.x; i < S; i += blockDim.x)
+        wsh[i] = ml[2 * i + 1] > 0.0f ? expf(ml[2 * i] - M) * inv : 0.0f;
+    __syncthreads();
+    float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh;
+    for (int32_t e = threadIdx.x; e < a.v_dim; e += blockDim.x) {
+        float acc = 0.0f;
+        for (int32_t i = 0; i < S; i++)
+            if (wsh[i] != 0.0f)
+                acc += wsh[i] * po[(size_t)i * a.v_dim + e];
+        o[e] = acc;
+    }
+}
+
+static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The split kernel's launch for a (false: not applicable, run k_attention) */
+static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
+{
+    if (a->T > KT__CUDA_ATTN_SPLIT_T || !a->work || a->v_dim <= 0 || a->v_dim % 4 ||
+        a->ka_dim % 4 || a->kb_dim % 4 || a->v_dim > 512 || 128 % (a->v_dim / 4) != 0 ||
+        a->group <= 0 || a->ka_dim + a->kb_dim > ATTN_MAX_QDIM)
+        return false;
+    if (a->ka_sp % 4 || a->ka_sh % 4 || a->v_sp % 4 || a->v_sh % 4 || !al16(a->ka) ||
+        !al16(a->v) || !al16(a->work) || (a->kb && (a->kb_sp % 4 || a->kb_sh % 4 || !al16(a->kb))))
+        return false;
+    /* query heads that read the same keys: a group, or all of them when the kv
+     * strides are 0 (absorbed MLA's one latent cache) */
+    int32_t gsz = a->ka_sh == 0 && a->v_sh == 0 && (!a->kb || a->kb_sh == 0) ? a->n_head
+                                                                            : a->group;
+    if (gsz <= 0 || a->n_head % gsz)
+        return false;
+    int32_t nhb = 1;
+    for (int32_t d = AS_MAXH; d >= 1; d--)
+        if (gsz % d == 0) {
+            nhb = d;
+            break;
+        }
+    int32_t blocks = a->n_head / nhb * a->T;
+    int32_t S = (2 * rt->sms + blocks - 1) / blocks;
+    S = S < 1 ? 1 : S > KT__CUDA_ATTN_SPLITS ? KT__CUDA_ATTN_SPLITS : S;
+    int32_t most = (max_pos + 15) / 16; /* at least 16 positions a split at full context */
+    if (most >= 1 && S > most)
+        S = most;
+    if (a->splits > 0)
+        S = a->splits < KT__CUDA_ATTN_SPLITS ? a->splits : KT__CUDA_ATTN_SPLITS;
+    while (S > 1 && (size_t)a->T * a->n_head * S * (a->v_dim + 2) > a->work_elems)
+        S /= 2;
+    if ((size_t)a->T * a->n_head * S * (a->v_dim + 2) > a->work_elems)
+        return false;
+    int32_t qpad = (a->ka_dim + a->kb_dim + 3) & ~3;
+    size_t smem = sizeof(float) * ((size_t)nhb * (qpad + AS_TILE) + 3 * AS_MAXH);
+    k_attn_split<<<dim3(a->n_head / nhb, S, a->T), AS_THREADS, smem, rt->stream>>>(
+        *a, nhb, gsz, S, a->T, a->work);
+    k_attn_merge<<<dim3(a->n_head, a->T), 128, 0, rt->stream>>>(*a, S, a->T, a->work);
+    return true;
+}
+
 extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos,
                                   char *err, size_t err_size)
 {
@@ -756,6 +1265,8 @@ extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32
            "cudaFuncSetAttribute (attention scores of n_ctx positions)");
         rt->attn_smem = limit;
     }
+    if (a->T > 0 && attn_split(rt, a, max_pos))
+        return 0;
     size_t smem = sizeof(float) * ((size_t)max_pos + ((qd + 3) & ~3));
     if (a->T > 0)
         k_attention<<<dim3(a->n_head, a->T), 256, smem, rt->stream>>>(*a);
@@ -1096,7 +1607,8 @@ __global__ void k_expert_up(const kt__cuda_mat *gate, const kt__cuda_mat *up, co
 
 /* out[t][c] += Σ_j w[t][j] · down_e[c]·h[t][j] over the GPU-resident e = ids[t][j] */
 __global__ void k_expert_down(const kt__cuda_mat *down, const int32_t *ids, const float *wts,
-                              int32_t k, int32_t I, const float *h, int32_t H, float *out)
+                              int32_t k, int32_t I, const float *h, int32_t H, float *out,
+                              int assign)
 {
     int32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t t = blockIdx.y;
@@ -1114,7 +1626,7 @@ __global__ void k_expert_down(const kt__cuda_mat *down, const int32_t *ids, cons
         acc += wts[(size_t)t * k + j] * warp_sum(s);
     }
     if (lane == 0)
-        out[(size_t)t * H + c] += acc;
+        out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
 }
 
 /* k_expert_up with 8-column loads (H a multiple of 8) */
@@ -1152,31 +1664,48 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
     }
 }
 
-/* k_expert_down with 8-column loads (I a multiple of 8) */
+/* k_expert_down with 8-column loads (I a multiple of 8, k <= DOWN8_MAXK): the
+ * token's expert descriptors read once per block into shared memory, then each
+ * lane walks the (expert, 8-column chunk) pairs of all k experts, so every
+ * weight load of a row is independent of the others (no per-expert chain of
+ * id -> descriptor -> weights -> reduction) */
+#define DOWN8_MAXK 32
 __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, const float *wts,
-                               int32_t k, int32_t I, const float *h, int32_t H, float *out)
+                               int32_t k, int32_t I, const float *h, int32_t H, float *out,
+                               int assign)
 {
+    __shared__ kt__cuda_mat D[DOWN8_MAXK];
+    __shared__ float wj[DOWN8_MAXK];
     int32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t t = blockIdx.y;
+    if (threadIdx.x < k) {
+        int32_t e = ids[(size_t)t * k + threadIdx.x];
+        if (e >= 0 && down[e].data) {
+            D[threadIdx.x] = down[e];
+            wj[threadIdx.x] = wts[(size_t)t * k + threadIdx.x];
+        } else {
+            D[threadIdx.x].data = NULL;
+            wj[threadIdx.x] = 0.0f;
+        }
+    }
+    __syncthreads();
     if (c >= H)
         return;
+    const int32_t chunks = I / 8, total = k * chunks;
+    const float *ht = h + (size_t)t * k * I;
     float acc = 0.0f;
-    for (int32_t j = 0; j < k; j++) {
-        int32_t e = ids[(size_t)t * k + j];
-        if (e < 0 || !down[e].data)
+#pragma unroll 4
+    for (int32_t q = lane; q < total; q += 32) {
+        int32_t j = q / chunks, i = 8 * (q - j * chunks);
+        if (!D[j].data)
             continue;
-        const kt__cuda_mat D = down[e];
-        const float *ht = h + ((size_t)t * k + j) * I;
-        float s = 0.0f;
-        for (int32_t i = lane * 8; i < I; i += 256) {
-            float w[8];
-            load8(D, c, i, w);
-            s += dot8(w, ht + i);
-        }
-        acc += wts[(size_t)t * k + j] * warp_sum(s);
+        float w[8];
+        load8(D[j], c, i, w);
+        acc += wj[j] * dot8(w, ht + (size_t)j * I + i);
     }
+    acc = warp_sum(acc);
     if (lane == 0)
-        out[(size_t)t * H + c] += acc;
+        out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
 }
 
 extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
@@ -1184,20 +1713,21 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
     if (a->T <= 0)
         return 0;
     /* every GPU expert matrix was uploaded 256-byte aligned; FP8 blocks of 128 */
-    bool vec = a->H % 8 == 0 && a->I % 8 == 0 && a->vec8 && ((uintptr_t)a->x & 15) == 0;
+    bool vec = a->H % 8 == 0 && a->I % 8 == 0 && a->vec8 && ((uintptr_t)a->x & 15) == 0 &&
+               ((uintptr_t)a->h & 15) == 0 && a->k <= DOWN8_MAXK;
     dim3 g1((a->I + 7) / 8, a->T * a->k);
     dim3 g2((a->H + 7) / 8, a->T);
     if (vec) {
         k_expert_up8<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k,
                                                  a->I, a->h, a->oai, a->alpha, a->limit);
         k_expert_down8<<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k, a->I, a->h,
-                                                   a->H, a->out);
+                                                   a->H, a->out, a->assign);
         return 0;
     }
     k_expert_up<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k, a->I,
                                             a->h, a->oai, a->alpha, a->limit);
     k_expert_down<<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k, a->I, a->h, a->H,
-                                              a->out);
+                                              a->out, a->assign);
     return 0;
 }
 

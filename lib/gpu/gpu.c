@@ -131,9 +131,14 @@ struct kt__gpu {
     float *out_norm, *inv_freq;
     /* device workspaces for Tm tokens */
     int32_t Tm;
-    float *x, *xn, *out, *tmp, *q, *k, *v, *o, *g, *u, *eh, *rlogit, *w, *cq, *kva, *kvb;
+    /* xn: [Tm][H] normed rows, and behind the T rows of a chunk the router's ids
+     * [T][k] and weights [T][k] (one copy takes all three to the CPU experts) */
+    float *x, *xn, *out, *tmp, *q, *k, *v, *o, *g, *u, *eh, *rlogit, *cq, *kva, *kvb;
     float *logits, *gate1;
     float *qa, *ot;           /* absorbed MLA decode: [n_head][R + rope], [n_head][R] */
+    float *attn_work;         /* the split decode attention's partials */
+    size_t attn_work_elems;
+    int32_t attn_splits;      /* KT_GPU_ATTN_SPLITS (tests): > 0 forces the split count */
     void *staging;            /* cuBLAS: BF16 hi/lo activations, [2][staging_elems] */
     size_t staging_elems;
     void *wstaging;           /* cuBLAS: an FP8 matrix as BF16 hi/lo, [2][wstaging_elems] */
@@ -143,10 +148,11 @@ struct kt__gpu {
     float *xg, *gu, *gy;      /* [Tm·k][H], [Tm·k][I], [Tm·k][H] */
     int32_t *gperm, *gslot;   /* device [Tm·k]: pair of each sorted row; row of each pair */
     int32_t *gids_h, *gperm_h, *gslot_h, *gcount;
-    int32_t *ids, *tok, *pos;
+    int32_t *tok, *pos;
     /* pinned host buffers */
-    int32_t *tok_h, *pos_h, *T_h, *ids_h;
-    float *xn_h, *w_h, *out_h;
+    int32_t *tok_h, *pos_h, *T_h;
+    float *xn_h, *out_h;      /* xn_h as xn: rows, ids, weights */
+    float *logits_h;          /* [V]: one row of logits */
     cb_arg *cb;
     volatile int cb_status;
     char cb_err[256];
@@ -180,7 +186,35 @@ struct kt__gpu {
     int64_t tr_gaps[2];
     uint64_t tr_cpus;         /* CPUs the host-function thread submitted from (bit c % 64) */
     int tr_bound;             /* CPUs it was bound to (kt__pool_bind_spare), -1: not bound */
+    /* KT_GPU_TRACE=2: device time per phase (events between phases, decode
+     * eager with the stream held until a step is queued), [0] decode, [1] chunks */
+    bool prof, held;
+    int32_t marks;            /* events since the stream was held */
+    double pr_ms[2][16];
+    int64_t pr_steps[2];
 };
+
+/* phases of KT_GPU_TRACE=2; an event after each ends it */
+enum { PH_START, PH_EMBED, PH_NORM, PH_QKV, PH_QKPOST, PH_ATTN, PH_WO, PH_FFN, PH_ROUTER,
+       PH_SHARED, PH_EXPERTS, PH_CPU_SEND, PH_CPU_WAIT, PH_LMHEAD, PH_N };
+static const char *const ph_name[PH_N] = {
+    "", "embed", "norms and residual adds", "q/k/v products", "qk norm, rope, cache store",
+    "attention", "output product", "dense FFN", "router", "shared expert", "GPU experts",
+    "to the CPU experts (copies, submit)", "CPU experts' wait and add", "lm head"};
+
+/* An event after a phase. A held stream is let go after a few hundred
+ * operations: a stream whose queue fills blocks the launching thread, and a
+ * held one would never drain (the later phases then show the launch rate). */
+static void mark(kt__gpu *g, int phase)
+{
+    if (!g->prof)
+        return;
+    kt__cuda_prof_mark(g->rt, phase);
+    if (g->held && ++g->marks > 150) {
+        kt__cuda_release(g->rt);
+        g->held = false;
+    }
+}
 
 static double now_s(void)
 {
@@ -441,11 +475,11 @@ static kt_status build(kt__gpu *g)
     size_t k = (size_t)hp->n_expert_used, row = (size_t)hp->kv_lora_rank + hp->qk_rope;
     size_t f = sizeof(float), T = (size_t)Tm;
     float **bufs[] = {&g->x, &g->xn, &g->out, &g->tmp, &g->q, &g->k, &g->v, &g->o, &g->g,
-                      &g->u, &g->eh, &g->rlogit, &g->w, &g->cq, &g->kva, &g->kvb, &g->logits,
+                      &g->u, &g->eh, &g->rlogit, &g->cq, &g->kva, &g->kvb, &g->logits,
                       &g->gate1};
-    size_t sizes[] = {T * H, T * H, T * H, T * H, T * nh * qk, T * kvdim, T * kvdim,
+    size_t sizes[] = {T * H, T * (H + 2 * k), T * H, T * H, T * nh * qk, T * kvdim, T * kvdim,
                       T * nh * vd, T * ff, T * ff, T * k * hp->n_ff_exp, T * hp->n_expert,
-                      T * k, T * hp->q_lora_rank, T * row,
+                      T * hp->q_lora_rank, T * row,
                       hp->mla ? (size_t)ctx->n_ctx * nh * (hp->qk_nope + hp->v_head) : 0,
                       T * V, T};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -453,6 +487,11 @@ static kt_status build(kt__gpu *g)
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     if (hp->mla && (!(g->qa = dalloc(g, (size_t)nh * (row + 1) * f)) ||
                     !(g->ot = dalloc(g, ((size_t)nh * hp->kv_lora_rank + 1) * f))))
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
+    /* the split decode attention: m, l and the partial sums per (token, head, split) */
+    size_t vmax = hp->mla ? imax(vd, (size_t)hp->kv_lora_rank) : vd;
+    g->attn_work_elems = (size_t)KT__CUDA_ATTN_SPLIT_T * nh * KT__CUDA_ATTN_SPLITS * (vmax + 2);
+    if (!(g->attn_work = dalloc(g, g->attn_work_elems * f)))
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     if (g->cublas) {
         /* the widest product input: Tm tokens (or, MLA prefill, n_ctx cached rows of c_kv) */
@@ -471,24 +510,22 @@ static kt_status build(kt__gpu *g)
             !(g->gslot = dalloc(g, pairs * 4)))
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     }
-    if (!(g->ids = dalloc(g, (T * k + 1) * 4)) || !(g->tok = dalloc(g, T * 4)) ||
-        !(g->pos = dalloc(g, 4)))
+    if (!(g->tok = dalloc(g, T * 4)) || !(g->pos = dalloc(g, 4)))
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     if (g->counting)
         return KT_OK;
     g->tok_h = kt__cuda_host_alloc(T * 4);
     g->pos_h = kt__cuda_host_alloc(8);
     g->T_h = kt__cuda_host_alloc(8);
-    g->ids_h = kt__cuda_host_alloc((T * k + 1) * 4);
-    g->xn_h = kt__cuda_host_alloc(T * H * f);
-    g->w_h = kt__cuda_host_alloc((T * k + 1) * f);
+    g->xn_h = kt__cuda_host_alloc((T * (H + 2 * k) + 1) * f);
     g->out_h = kt__cuda_host_alloc(T * H * f);
+    g->logits_h = kt__cuda_host_alloc((size_t)V * f);
     g->cb = kt__calloc((size_t)hp->n_layer, sizeof *g->cb);
     g->gids_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gperm_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gslot_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gcount = kt__calloc((size_t)hp->n_expert + 1, 2 * sizeof(int32_t));
-    if (!g->tok_h || !g->pos_h || !g->T_h || !g->ids_h || !g->xn_h || !g->w_h || !g->out_h ||
+    if (!g->tok_h || !g->pos_h || !g->T_h || !g->xn_h || !g->out_h || !g->logits_h ||
         !g->cb || !g->gids_h || !g->gperm_h || !g->gslot_h || !g->gcount)
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of pinned host memory");
     for (int32_t l = 0; l < hp->n_layer; l++)
@@ -520,6 +557,24 @@ static void gpu_destroy(kt__gpu *g)
                     1e3 * g->tr_notify[i] / g->tr_layers[i],
                     g->tr_gaps[i] ? 1e3 * g->tr_gap[i] / g->tr_gaps[i] : 0.0,
                     (unsigned long long)g->tr_cpus, g->tr_bound);
+    for (int i = 0; g->prof && i < 2; i++) {
+        if (!g->pr_steps[i])
+            continue;
+        char line[1024];
+        int n = 0;
+        double all = 0;
+        for (int p = 1; p < PH_N; p++)
+            all += g->pr_ms[i][p];
+        for (int p = 1; p < PH_N && n < (int)sizeof line - 80; p++)
+            if (g->pr_ms[i][p] > 0)
+                n += snprintf(line + n, sizeof line - (size_t)n, "%s%s %.3f", n ? ", " : "",
+                              ph_name[p], g->pr_ms[i][p] / (double)g->pr_steps[i]);
+        kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime phases (KT_GPU_TRACE=2: device time "
+                "between events, %s): %s: %lld calls, %.3f ms a call: %s (ms a call)",
+                i ? "chunks eager" : "decode eager, each step queued before it runs",
+                i ? "chunks" : "decode steps", (long long)g->pr_steps[i],
+                all / (double)g->pr_steps[i], line);
+    }
     if (g->rt) {
         char err[64];
         kt__cuda_sync(g->rt, err, sizeof err);
@@ -540,10 +595,9 @@ static void gpu_destroy(kt__gpu *g)
     kt__cuda_host_free(g->tok_h);
     kt__cuda_host_free(g->pos_h);
     kt__cuda_host_free(g->T_h);
-    kt__cuda_host_free(g->ids_h);
     kt__cuda_host_free(g->xn_h);
-    kt__cuda_host_free(g->w_h);
     kt__cuda_host_free(g->out_h);
+    kt__cuda_host_free(g->logits_h);
     kt__cuda_host_free(g->gids_h);
     kt__cuda_host_free(g->gperm_h);
     kt__cuda_host_free(g->gslot_h);
@@ -635,11 +689,14 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     /* test hook: products of fewer tokens through cuBLAS and grouped experts */
     const char *mt = getenv("KT_GPU_GEMM_MIN_TOKENS");
     g->gemm_min_t = mt && atoi(mt) > 0 ? atoi(mt) : 16;
+    const char *sp = getenv("KT_GPU_ATTN_SPLITS");
+    g->attn_splits = sp && atoi(sp) > 0 ? atoi(sp) : 0;
     const char *tr = getenv("KT_GPU_TRACE");
     g->trace = tr && *tr && strcmp(tr, "0");
+    g->prof = tr && atoi(tr) >= 2;
     g->tr_stamps = g->trace && ctx->moe && kt__moe_stamp_enable(ctx->moe) == KT_OK;
     /* a naive MLA step's kv_b expansion is sized by the position: not replayable */
-    g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb);
+    g->use_graph = !(o.flags & KT_GPU_F_NO_GRAPH) && (!hp->mla || g->absorb) && !g->prof;
     g->lw_tokens = o.layerwise_tokens;
     kt_status st = KT_OK;
     if (!(g->moe_next = kt__calloc((size_t)hp->n_layer + 1, sizeof(int32_t)))) {
@@ -735,6 +792,10 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
             st = cuda_error(g, "layerwise copies");
             goto fail;
         }
+    }
+    if (g->prof && kt__cuda_prof_enable(g->rt, g->err, sizeof g->err) < 0) {
+        st = cuda_error(g, "phase timing");
+        goto fail;
     }
     if (g->cublas &&
         kt__cuda_gemm_enable(g->rt, g->staging, g->staging_elems, g->wstaging,
@@ -936,9 +997,12 @@ static void submit_cpu(void *p)
     io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
     io.n_tokens = g->T_h;
     io.top_k = (uint32_t)ctx->hp.n_expert_used;
+    /* the router's ids and weights came over with the rows, right behind them */
+    size_t rows = (size_t)*g->T_h * (size_t)ctx->hp.n_embd;
+    size_t pairs = (size_t)*g->T_h * (size_t)ctx->hp.n_expert_used;
     io.x = g->xn_h;
-    io.ids = g->ids_h;
-    io.w = g->w_h;
+    io.ids = (const int32_t *)(g->xn_h + rows);
+    io.w = g->xn_h + rows + pairs;
     io.out = g->out_h;
     if (kt_moe_submit(ctx->moe, (uint32_t)ctx->moe_index[a->layer], &io) < 0 && !g->cb_status) {
         snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
@@ -985,8 +1049,11 @@ static void ffn(kt__gpu *g, const float *x, int32_t T, const gmat *gate, const g
 {
     const kt__hparams *hp = &g->ctx->hp;
     int32_t I = gate->rows, H = hp->n_embd;
-    kt__cuda_linear(g->rt, x, T, H, gate, NULL, g->g, I, 0);
-    kt__cuda_linear(g->rt, x, T, H, up, NULL, g->u, I, 0);
+    const kt__cuda_mat *W[2] = {gate, up};
+    const float *B[2] = {NULL, NULL};
+    float *Y[2] = {g->g, g->u};
+    const int32_t YS[2] = {I, I};
+    kt__cuda_linear_n(g->rt, x, T, H, 2, W, B, Y, YS);
     kt__cuda_act(g->rt, g->g, g->u, (size_t)T * I, hp->gptoss_act, hp->act_alpha,
                  hp->act_limit);
     kt__cuda_linear(g->rt, g->g, T, I, down, NULL, out, H, accumulate);
@@ -999,22 +1066,33 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     int32_t H = hp->n_embd, nh = hp->n_head, nkv = hp->n_head_kv, hd = hp->head_dim;
     int32_t qdim = nh * hd, kvdim = nkv * hd;
     kt__cuda_rt *rt = g->rt;
-    kt__cuda_linear(rt, g->xn, T, H, &G->wq, G->bq, g->q, qdim, 0);
-    kt__cuda_linear(rt, g->xn, T, H, &G->wk, G->bk, g->k, kvdim, 0);
-    kt__cuda_linear(rt, g->xn, T, H, &G->wv, G->bv, g->v, kvdim, 0);
-    if (hp->qk_norm == KT__QK_NORM_FULL) {
+    /* q, k, v: one launch on the own kernels (small T), else three products */
+    const kt__cuda_mat *W[3] = {&G->wq, &G->wk, &G->wv};
+    const float *B[3] = {G->bq, G->bk, G->bv};
+    float *Y[3] = {g->q, g->k, g->v};
+    const int32_t YS[3] = {qdim, kvdim, kvdim};
+    kt__cuda_linear_n(rt, g->xn, T, H, 3, W, B, Y, YS);
+    mark(g, PH_QKV);
+    if (hp->qk_norm != KT__QK_NORM_FULL) {
+        /* per-head norms, rope and the cache rows in one launch */
+        bool head = hp->qk_norm == KT__QK_NORM_HEAD;
+        kt__cuda_qk_post p = {g->q, g->k, g->v, T, nh, nkv, hd, qdim, kvdim,
+                              head ? G->q_norm : NULL, head ? G->k_norm : NULL, hp->rms_eps,
+                              hp->rope_attn_factor, hp->rope_dim, hp->rope_interleave,
+                              hp->rope_dim >= 2 ? g->inv_freq : NULL, g->pos, G->k_cache,
+                              G->v_cache};
+        kt__cuda_qk_post_run(rt, &p);
+    } else {
         kt__cuda_rmsnorm(rt, g->q, g->q, T, qdim, qdim, qdim, G->q_norm, hp->rms_eps);
         kt__cuda_rmsnorm(rt, g->k, g->k, T, kvdim, kvdim, kvdim, G->k_norm, hp->rms_eps);
-    } else if (hp->qk_norm == KT__QK_NORM_HEAD) {
-        kt__cuda_rmsnorm(rt, g->q, g->q, T * nh, hd, hd, hd, G->q_norm, hp->rms_eps);
-        kt__cuda_rmsnorm(rt, g->k, g->k, T * nkv, hd, hd, hd, G->k_norm, hp->rms_eps);
+        kt__cuda_rope(rt, g->q, T, nh, qdim, hd, 0, hp->rope_dim, hp->rope_interleave,
+                      g->inv_freq, hp->rope_attn_factor, g->pos);
+        kt__cuda_rope(rt, g->k, T, nkv, kvdim, hd, 0, hp->rope_dim, hp->rope_interleave,
+                      g->inv_freq, hp->rope_attn_factor, g->pos);
+        kt__cuda_store_rows(rt, g->k, T, kvdim, kvdim, G->k_cache, kvdim, g->pos);
+        kt__cuda_store_rows(rt, g->v, T, kvdim, kvdim, G->v_cache, kvdim, g->pos);
     }
-    kt__cuda_rope(rt, g->q, T, nh, qdim, hd, 0, hp->rope_dim, hp->rope_interleave, g->inv_freq,
-                  hp->rope_attn_factor, g->pos);
-    kt__cuda_rope(rt, g->k, T, nkv, kvdim, hd, 0, hp->rope_dim, hp->rope_interleave,
-                  g->inv_freq, hp->rope_attn_factor, g->pos);
-    kt__cuda_store_rows(rt, g->k, T, kvdim, kvdim, G->k_cache, kvdim, g->pos);
-    kt__cuda_store_rows(rt, g->v, T, kvdim, kvdim, G->v_cache, kvdim, g->pos);
+    mark(g, PH_QKPOST);
     kt__cuda_attn a;
     memset(&a, 0, sizeof a);
     a.q = g->q, a.T = T, a.n_head = nh, a.q_st = qdim, a.q_sh = hd;
@@ -1023,9 +1101,12 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     a.o = g->o, a.o_st = qdim, a.o_sh = hd;
     a.window = hp->layer_sliding && hp->layer_sliding[l] ? hp->sliding_window : 0;
     a.scale = hp->attn_scale, a.sinks = G->sinks, a.pos0 = g->pos;
+    a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");
+    mark(g, PH_ATTN);
     kt__cuda_linear(rt, g->o, T, qdim, &G->wo, G->bo, g->out, H, 0);
+    mark(g, PH_WO);
     return KT_OK;
 }
 
@@ -1064,10 +1145,14 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
         a.v = G->k_cache, a.v_dim = R, a.v_sp = row, a.v_sh = 0;
         a.o = g->ot, a.o_st = nh * R, a.o_sh = R;
         a.scale = hp->attn_scale, a.pos0 = g->pos;
+        a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
+        mark(g, PH_QKV);
         if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
             return cuda_error(g, "attention");
+        mark(g, PH_ATTN);
         kt__cuda_mla_absorb_o(rt, g->ot, T, nh, nope, vd, &G->wkv_b, g->o);
         kt__cuda_linear(rt, g->o, T, nh * vd, &G->wo, NULL, g->out, H, 0);
+        mark(g, PH_WO);
         return KT_OK;
     }
     /* kvb[P][nh][nope + v] = c_kv · W_kvbᵀ over every cached position */
@@ -1078,10 +1163,26 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
     a.v = g->kvb + nope, a.v_dim = vd, a.v_sp = nh * kvb_rows, a.v_sh = kvb_rows;
     a.o = g->o, a.o_st = nh * vd, a.o_sh = vd;
     a.scale = hp->attn_scale, a.pos0 = g->pos;
+    a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
+    mark(g, PH_QKV);
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");
+    mark(g, PH_ATTN);
     kt__cuda_linear(rt, g->o, T, nh * vd, &G->wo, NULL, g->out, H, 0);
+    mark(g, PH_WO);
     return KT_OK;
+}
+
+/* The router's ids and weights of a chunk of T tokens: behind its normed rows */
+static int32_t *route_ids(const kt__gpu *g, int32_t T)
+{
+    return (int32_t *)(g->xn + (size_t)T * g->ctx->hp.n_embd);
+}
+
+static float *route_w(const kt__gpu *g, int32_t T)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    return g->xn + (size_t)T * (hp->n_embd + hp->n_expert_used);
 }
 
 /* The GPU experts of a chunk of many tokens, grouped: the (token, expert) pairs
@@ -1096,7 +1197,7 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *t
     int32_t H = hp->n_embd, I = hp->n_ff_exp, k = hp->n_expert_used, E = hp->n_expert;
     int32_t n = T * k;
     kt__cuda_rt *rt = g->rt;
-    kt__cuda_copy_async(rt, g->gids_h, g->ids, sizeof(int32_t) * n);
+    kt__cuda_copy_async(rt, g->gids_h, route_ids(g, T), sizeof(int32_t) * n);
     if (kt__cuda_sync(rt, g->err, sizeof g->err) < 0)
         return cuda_error(g, "experts");
     /* counting sort of the GPU pairs by expert: cnt[e], first row off[e] */
@@ -1146,7 +1247,7 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *t
         if (cnt[e])
             kt__cuda_linear(rt, g->eh + (size_t)r * I, cnt[e], I, &down[e], NULL,
                             g->gy + (size_t)r * H, H, 0);
-    kt__cuda_combine(rt, g->out, T, H, k, g->gy, g->gslot, g->w);
+    kt__cuda_combine(rt, g->out, T, H, k, g->gy, g->gslot, route_w(g, T));
     if (all)
         kt__cuda_side_fence(rt, slot, KT__CUDA_MAIN_FREED);
     return KT_OK;
@@ -1256,14 +1357,19 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
                      hp->family == KT__FAM_MINIMAX_M2;
     kt__cuda_router_desc r = {kind, E, k, hp->n_group, hp->topk_group, renorm, hp->routed_scale,
                               G->e_bias};
-    kt__cuda_router(rt, &r, g->rlogit, T, g->ids, g->w);
+    int32_t *ids = route_ids(g, T);
+    float *w = route_w(g, T);
+    kt__cuda_router(rt, &r, g->rlogit, T, ids, w);
+    mark(g, PH_ROUTER);
     if (cpu) {
-        /* CPU experts: inputs to pinned memory, started from the stream */
-        kt__cuda_copy_async(rt, g->xn_h, g->xn, sizeof(float) * T * H);
-        kt__cuda_copy_async(rt, g->ids_h, g->ids, sizeof(int32_t) * T * k);
-        kt__cuda_copy_async(rt, g->w_h, g->w, sizeof(float) * T * k);
+        /* CPU experts: rows, ids and weights (contiguous) to pinned memory in one
+         * copy, started from the stream */
+        kt__cuda_copy_async(rt, g->xn_h, g->xn, sizeof(float) * (size_t)T * (H + 2 * k));
         kt__cuda_host_fn(rt, submit_cpu, &g->cb[l]);
+        mark(g, PH_CPU_SEND);
     }
+    /* the per-pair kernels write out themselves when no shared expert did */
+    bool pairs = !g->lw_on && g->n_gpu_experts > 0 && T < g->gemm_min_t;
     /* meanwhile: shared expert and the GPU experts */
     if (G->sh_gate.data) {
         if (G->sh_gate_inp.data) {
@@ -1274,9 +1380,10 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
         } else {
             ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->out, 0);
         }
-    } else {
+    } else if (!pairs) {
         kt__cuda_zero(rt, g->out, (size_t)T * H);
     }
+    mark(g, PH_SHARED);
     if (g->lw_on) {
         /* layerwise: every expert on the GPU, the next MoE layer's copy queued behind */
         int slot = g->lw_i % 2;
@@ -1291,16 +1398,24 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
         kt_status st = experts_grouped(g, l, T, G->htab, -1);
         if (st < 0)
             return st;
-    } else if (g->n_gpu_experts > 0) {
-        kt__cuda_experts_args a = {G->egate, G->eup, G->edown, g->xn, g->ids, g->w, g->eh,
+    } else if (pairs) {
+        kt__cuda_experts_args a = {G->egate, G->eup, G->edown, g->xn, ids, w, g->eh,
                                    g->out, T, H, hp->n_ff_exp, k, hp->gptoss_act,
-                                   hp->act_alpha, hp->act_limit, G->vec8};
+                                   hp->act_alpha, hp->act_limit, G->vec8,
+                                   G->sh_gate.data == NULL};
         kt__cuda_experts(rt, &a);
     }
+    mark(g, PH_EXPERTS);
     if (cpu) {
         kt__cuda_host_fn(rt, wait_cpu, &g->cb[l]);
-        kt__cuda_copy_async(rt, g->tmp, g->out_h, sizeof(float) * T * H);
-        kt__cuda_add(rt, g->out, g->tmp, T, H, NULL);
+        if (T < g->gemm_min_t) {
+            /* a few rows: added straight from pinned memory (mapped, same address) */
+            kt__cuda_add(rt, g->out, g->out_h, T, H, NULL);
+        } else {
+            kt__cuda_copy_async(rt, g->tmp, g->out_h, sizeof(float) * T * H);
+            kt__cuda_add(rt, g->out, g->tmp, T, H, NULL);
+        }
+        mark(g, PH_CPU_WAIT);
     }
     return KT_OK;
 }
@@ -1320,28 +1435,39 @@ static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
         if ((st = lw_copy(g, g->moe_next[hp->n_layer], 0)) < 0)
             return st;
     }
+    mark(g, PH_START);
     kt__cuda_embed(rt, &g->tok_embd, g->tok, T, g->x);
+    mark(g, PH_EMBED);
+    /* each residual add runs with the next norm: x += out; xn = RMSNorm(x) */
+    kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H,
+                     hp->n_layer > 0 ? g->L[0].attn_norm : g->out_norm, hp->rms_eps);
+    mark(g, PH_NORM);
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const glayer *G = &g->L[l];
         /* x += Attn(RMSNorm(x)) */
-        kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, G->attn_norm, hp->rms_eps);
         st = hp->mla ? attn_mla(g, l, T, P) : attn_gqa(g, l, T);
         if (st < 0)
             return st;
-        kt__cuda_add(rt, g->x, g->out, T, H, NULL);
+        kt__cuda_add_rmsnorm(rt, g->x, g->out, g->xn, T, H, G->ffn_norm, hp->rms_eps);
+        mark(g, PH_NORM);
         /* x += FFN(RMSNorm(x)) */
-        kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, G->ffn_norm, hp->rms_eps);
         if (hp->layer_moe[l]) {
             if ((st = moe(g, l, T)) < 0)
                 return st;
-        } else
+        } else {
             ffn(g, g->xn, T, &G->ffn_gate, &G->ffn_up, &G->ffn_down, g->out, 0);
-        kt__cuda_add(rt, g->x, g->out, T, H, NULL);
+            mark(g, PH_FFN);
+        }
+        const float *next = l + 1 < hp->n_layer ? g->L[l + 1].attn_norm : g->out_norm;
+        kt__cuda_add_rmsnorm(rt, g->x, g->out, g->xn, T, H, next, hp->rms_eps);
+        mark(g, PH_NORM);
     }
-    kt__cuda_rmsnorm(rt, g->x, g->xn, T, H, H, H, g->out_norm, hp->rms_eps);
     int32_t rows = all_logits ? T : 1;
     kt__cuda_linear(rt, g->xn + (size_t)(T - rows) * H, rows, H, &g->lm_head, NULL, g->logits,
                     V, 0);
+    if (rows == 1 && g->logits_h)
+        kt__cuda_copy_async(rt, g->logits_h, g->logits, sizeof(float) * (size_t)V);
+    mark(g, PH_LMHEAD);
     if (kt__cuda_check(rt, g->err, sizeof g->err) < 0)
         return cuda_error(g, "launch");
     return KT_OK;
@@ -1403,8 +1529,17 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
             goto finish;
         }
     }
-    if ((st = enqueue(g, T, ctx->n_past + T, all_logits)) < 0)
-        return st;
+    {
+        /* KT_GPU_TRACE=2: a step queued whole before the device starts it */
+        g->held = g->prof && T < g->gemm_min_t && !g->lw_on && kt__cuda_hold(g->rt) == 0;
+        g->marks = 0;
+        st = enqueue(g, T, ctx->n_past + T, all_logits);
+        if (g->held)
+            kt__cuda_release(g->rt);
+        g->held = false;
+        if (st < 0)
+            return st;
+    }
 finish:
     /* Wait on the blocking-sync event first, then copy the logits: a copy into
      * the caller's pageable memory returns only when the stream has drained,
@@ -1415,11 +1550,18 @@ finish:
      * time slices). */
     if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
         return cuda_error(g, "forward");
-    if (logits) {
+    if (logits && !all_logits && g->logits_h) {
+        /* one row: already copied to pinned memory on the stream */
+        memcpy(logits, g->logits_h, sizeof(float) * (size_t)ctx->hp.n_vocab);
+    } else if (logits) {
         kt__cuda_copy_async(g->rt, logits, g->logits,
                             sizeof(float) * (size_t)(all_logits ? T : 1) * ctx->hp.n_vocab);
         if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
             return cuda_error(g, "logits");
+    }
+    if (g->prof) {
+        kt__cuda_prof_collect(g->rt, g->pr_ms[g->phase], PH_N);
+        g->pr_steps[g->phase]++;
     }
     if (g->trace) {
         g->tr_fwd[g->phase] += now_s() - t_start;

@@ -21,6 +21,7 @@
 
 static uint32_t g_gpu_flags;  /* kt_gpu_options.flags for the next open_gpu */
 static int32_t g_lw_tokens;   /* kt_gpu_options.layerwise_tokens for the next open_gpu */
+static int32_t g_n_ctx = 256; /* kt_context_options.n_ctx for the next open_gpu */
 
 static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_model **model)
 {
@@ -30,7 +31,7 @@ static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_m
         return NULL;
     }
     kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
-    co.n_ctx = 256;
+    co.n_ctx = g_n_ctx;
     co.precision = prec;
     co.n_threads = 2;
     kt_context *ctx = NULL;
@@ -347,6 +348,77 @@ static void test_expert_moves(void **state)
     ref_free(&r);
 }
 
+/* Decode far past one tile of the split attention kernel (64 positions): 300
+ * cached positions of a fixed pseudo-random prompt, then 6 greedy steps and a
+ * 2-token chunk, all experts on the GPU in f32 against the CPU engine in f32,
+ * with the device's split count and with `splits` forced (1: every tile of a
+ * step folded by the online softmax in one block). */
+static void long_decode(const char *name, const char *variant, const char *splits)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        return;
+    }
+    enum { P = 300, STEPS = 6 };
+    if (splits)
+        setenv("KT_GPU_ATTN_SPLITS", splits, 1);
+    g_n_ctx = 512;
+    kt_model *model;
+    kt_context *gctx = open_gpu(dir, KT_PRECISION_F32, 1.0f, &model);
+    g_n_ctx = 256;
+    unsetenv("KT_GPU_ATTN_SPLITS");
+    kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
+    co.n_ctx = 512;
+    co.precision = KT_PRECISION_F32;
+    co.n_threads = 2;
+    kt_context *cctx = NULL;
+    assert_int_equal(kt_context_create(&cctx, NULL, model, &co), KT_OK);
+    int32_t V = kt_context_n_vocab(cctx);
+    int32_t *prompt = malloc(sizeof(int32_t) * P);
+    float *gl = calloc((size_t)V, sizeof(float)), *cl = calloc((size_t)V, sizeof(float));
+    for (int32_t i = 0; i < P; i++)
+        prompt[i] = (int32_t)(((int64_t)i * 7919 + 13) % V);
+    assert_int_equal(kt_context_eval(gctx, prompt, P, gl, 0), KT_OK);
+    assert_int_equal(kt_context_eval(cctx, prompt, P, cl, 0), KT_OK);
+    float worst = max_abs_diff(gl, cl, (size_t)V);
+    int same = 1;
+    for (int step = 0; step <= STEPS; step++) {
+        int32_t tok[2] = {kt_argmax(cl, (size_t)V), 5};
+        same &= kt_argmax(gl, (size_t)V) == tok[0];
+        /* the last step: a chunk of two tokens (the split kernel takes T <= 2) */
+        size_t n = step < STEPS ? 1 : 2;
+        assert_int_equal(kt_context_eval(gctx, tok, n, gl, 0), KT_OK);
+        assert_int_equal(kt_context_eval(cctx, tok, n, cl, 0), KT_OK);
+        float d = max_abs_diff(gl, cl, (size_t)V);
+        worst = d > worst ? d : worst;
+    }
+    same &= kt_argmax(gl, (size_t)V) == kt_argmax(cl, (size_t)V);
+    print_message("  %s/%s f32, %d cached positions, splits %s: logits max|diff| %.3g from the "
+                  "CPU engine over %d steps, greedy %s\n", name, variant ? variant : "bf16",
+                  P + STEPS + 2, splits ? splits : "auto", worst, STEPS + 1,
+                  same ? "identical" : "DIFFERENT");
+    assert_true(worst <= 1e-3f);
+    assert_true(same);
+    free(prompt), free(gl), free(cl);
+    kt_context_free(gctx);
+    kt_context_free(cctx);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
+static void test_long_decode(void **state)
+{
+    (void)state;
+    long_decode("qwen3_moe_tiny", NULL, NULL);
+    long_decode("qwen3_moe_tiny", NULL, "1");
+    long_decode("qwen3_moe_tiny", NULL, "3");
+    long_decode("deepseek_v3_tiny", "bf16", NULL);
+    long_decode("deepseek_v3_tiny", "bf16", "1");
+    long_decode("mixtral_tiny", NULL, "2");
+}
+
 /* A budget too small fails before loading, naming the flag to change. */
 static void test_budget(void **state)
 {
@@ -389,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_demo_model),
         cmocka_unit_test(test_expert_moves),
+        cmocka_unit_test(test_long_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
