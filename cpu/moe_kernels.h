@@ -190,6 +190,9 @@ typedef struct kt__moe_packer {
     void (*pack)(const void *A, size_t a_stride, const int32_t *a_rows, int M, int K, void *P);
     void (*gemm)(const kt__wmat *W, int n0, int n1, const void *P, int Mtot, int m0, int M,
                  float *C, int ldc, void *scratch);
+    /* Hint: gemm will soon read rows [n0, n1) of W; starts their first inputs
+     * on their way into L2 (a later call's weights while this one computes). */
+    void (*prefetch)(const kt__wmat *W, int n0, int n1);
 } kt__moe_packer;
 /* The packer of an AMX-INT8 set of cpu/amx/moe_amx.c (AMXINT8, INT4 groups of
  * 32 / 64 / 128); NULL for any other set. The emulated one for its sets. */

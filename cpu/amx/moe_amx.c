@@ -108,6 +108,7 @@ typedef struct pack_key {
 typedef struct amx_scratch {
     pack_key key;
     _Alignas(64) float ctile[16 * 16];         /* one C^T tile on its way out        */
+    _Alignas(64) int32_t ring[2][16 * 16];     /* INT8 tiles: two groups' int32 sums  */
     _Alignas(64) uint16_t wdec[NB * KCH];      /* [32][KCH] decoded weight rows (BF16,
                                                   or int8 [32][KCH] for INT8 tiles)   */
     _Alignas(64) float facc[NB * MMAX];        /* INT8 tiles: [32 rows][tokens] sums  */
@@ -691,12 +692,34 @@ static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
  * tile (16 rows x 16 tokens) at a time: each group of g inputs (ks inputs
  * per product) gives an int32 tile, folded with the group scales
  * gsc[row][group] into F32 sums held in registers, added to facc at the end:
- *   facc[r][t] += sum_g gsc[r][g] * sum_{k in g} w[r][k] x[t][k] */
+ *   facc[r][t] += sum_g gsc[r][g] * sum_{k in g} w[r][k] x[t][k]
+ * Groups alternate between two C tiles and two stored copies, and each fold
+ * reads the copy of the group before the one just issued: the vector folds
+ * run while the tiles compute the next group, instead of waiting for the
+ * tile store they read. */
+#define I8_GROUP(TC, gi, slot)                                                                  \
+    do {                                                                                        \
+        _tile_zero(TC);                                                                         \
+        for (int st = 0; st < steps && (gi) * g + st * ks < kpad; st++) {                       \
+            int k = (gi) * g + st * ks;                                                         \
+            _tile_loadd(TW0, wr + k, KCH);                                                      \
+            _tile_loadd(TX0, x + (size_t)(k / 64) * XSTEP + (size_t)(k % 64) / 4 * 64, 64);     \
+            _tile_dpbssd(TC, TW0, TX0);                                                         \
+        }                                                                                       \
+        _tile_stored(TC, s->ring[slot], 64);                                                    \
+    } while (0)
+#define I8_FOLD(slot, gi)                                                                       \
+    do {                                                                                        \
+        for (int r = 0; r < 16; r++)                                                            \
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(s->ring[slot] +       \
+                                                                          r * 16)),             \
+                                     _mm512_set1_ps(gr[(size_t)r * GMAX + (gi)]), acc[r]);      \
+    } while (0)
+
 static void tiles_i8_groups(int nr, const uint8_t *xk, size_t x_mb_stride, int mn, int kpad, int g,
                             int ks, const float *gsc, amx_scratch *s)
 {
     const int8_t *w = (const int8_t *)s->wdec;
-    int32_t *ct = (int32_t *)s->ctile;
     int steps = g / ks, n_groups = (kpad + g - 1) / g;
     for (int rb = 0; rb < nr; rb += 16) {
         const int8_t *wr = w + (size_t)rb * KCH;
@@ -706,20 +729,20 @@ static void tiles_i8_groups(int nr, const uint8_t *xk, size_t x_mb_stride, int m
             __m512 acc[16];
             for (int r = 0; r < 16; r++)
                 acc[r] = _mm512_setzero_ps();
-            for (int gi = 0; gi < n_groups; gi++) {
-                _tile_zero(TC00);
-                /* hot loop: one group, ks inputs per product */
-                for (int st = 0; st < steps && gi * g + st * ks < kpad; st++) {
-                    int k = gi * g + st * ks;
-                    _tile_loadd(TW0, wr + k, KCH);
-                    _tile_loadd(TX0, x + (size_t)(k / 64) * XSTEP + (size_t)(k % 64) / 4 * 64, 64);
-                    _tile_dpbssd(TC00, TW0, TX0);
+            /* hot loop: group gi into TC00 / copy 0, gi + 1 into TC01 / copy 1 */
+            for (int gi = 0; gi < n_groups; gi += 2) {
+                I8_GROUP(TC00, gi, 0);
+                if (gi > 0)
+                    I8_FOLD(1, gi - 1);
+                if (gi + 1 < n_groups) {
+                    I8_GROUP(TC01, gi + 1, 1);
+                    I8_FOLD(0, gi);
                 }
-                _tile_stored(TC00, ct, 64);
-                for (int r = 0; r < 16; r++)
-                    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(ct + r * 16)),
-                                             _mm512_set1_ps(gr[(size_t)r * GMAX + gi]), acc[r]);
             }
+            if (n_groups & 1)
+                I8_FOLD(0, n_groups - 1);
+            else
+                I8_FOLD(1, n_groups - 1);
             float *fa = s->facc + (size_t)rb * MMAX + tb;
             for (int r = 0; r < 16; r++)
                 _mm512_store_ps(fa + (size_t)r * MMAX,
@@ -1378,7 +1401,29 @@ static void gemm_packed_int4(const kt__wmat *W, int n0, int n1, const void *P, i
                    W->group > 0 ? W->group : 32);
 }
 
+/* The first KC8 64-input steps of up to NB rows (the tile loop's first chunk;
+ * the loops prefetch every later one themselves), row_bytes per row. */
+static void prefetch_first(const uint8_t *w, size_t ldw, int n0, int n1, size_t row_bytes)
+{
+    for (int r = n0; r < n1 && r < n0 + NB; r++)
+        for (size_t b = 0; b < row_bytes; b += 64)
+            _mm_prefetch((const char *)w + (size_t)r * ldw + b, _MM_HINT_T1);
+}
+
+static void prefetch_int8(const kt__wmat *W, int n0, int n1)
+{
+    size_t ldw = (size_t)W->cols;
+    prefetch_first(W->w, ldw, n0, n1, ldw < KC8 * 64 ? ldw : KC8 * 64);
+}
+
+static void prefetch_int4(const kt__wmat *W, int n0, int n1)
+{
+    size_t ldw = (size_t)W->cols / 2;
+    prefetch_first(W->w, ldw, n0, n1, ldw < KCH / 2 ? ldw : KCH / 2);
+}
+
 static kt__moe_packer p_int8, p_int4, p_int4g;
+static int shared_pack; /* 0 with KT_AMX_SHARED_PACK=0: every call packs (comparison) */
 
 static kt__moe_kernels k_bf16, k_fp8, k_int4, k_int8, k_int4g;
 static kt__moe_kernels k_bf16_x2, k_fp8_x2, k_int4_x2, k_int8_x2;
@@ -1415,9 +1460,14 @@ static void init_sets(void)
                                 gemm_int4g, scratch_of(avx512_int4g)};
     k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
                                scratch_of(avx512_int8)};
-    p_int8 = (kt__moe_packer){min_int8, pack_bytes_i8, pack_int8, gemm_packed_int8};
-    p_int4 = (kt__moe_packer){min_int4, pack_bytes_i8, pack_int4, gemm_packed_int4};
-    p_int4g = (kt__moe_packer){min_int4g, pack_bytes_i8, pack_int4g, gemm_packed_int4};
+    env = getenv("KT_AMX_SHARED_PACK");
+    shared_pack = !(env && !strcmp(env, "0"));
+    p_int8 = (kt__moe_packer){min_int8, pack_bytes_i8, pack_int8, gemm_packed_int8,
+                              prefetch_int8};
+    p_int4 = (kt__moe_packer){min_int4, pack_bytes_i8, pack_int4, gemm_packed_int4,
+                              prefetch_int4};
+    p_int4g = (kt__moe_packer){min_int4g, pack_bytes_i8, pack_int4g, gemm_packed_int4,
+                               prefetch_int4};
     x2_bf16 = kt__moe_kernels_avx512_x2(KT_METHOD_BF16);
     x2_fp8 = kt__moe_kernels_avx512_x2(KT_METHOD_FP8);
     x2_int4 = kt__moe_kernels_avx512_x2(KT_METHOD_RAWINT4);
@@ -1483,7 +1533,7 @@ const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx_x2)(int method)
 const kt__moe_packer *AMX_FN(kt__moe_packer_amx)(const kt__moe_kernels *k)
 {
     pthread_once(&init_once, init_sets);
-    if (!k || !k_int8.gemm)
+    if (!k || !k_int8.gemm || !shared_pack)
         return NULL;
     if (k == &k_int8)
         return &p_int8;

@@ -1202,10 +1202,14 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                     /* the pool's down columns [k0, k1) as [0, k1 - k0) */
                     const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3;
                     if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0 &&
-                        v[2].cols == k1 - k0)
+                        v[2].cols == k1 - k0) {
+                        if (mc == 0 && a + 1 < moe->n_active) /* the next expert's rows */
+                            moe->packer->prefetch(
+                                &L->view[((size_t)p * moe->E + moe->active[a + 1]) * 3 + 2], n0,
+                                n1);
                         moe->packer->gemm(&v[2], n0, n1, pk_region(moe, p, a, base, true), cnt,
                                           mc, M, cd, rb, kscr);
-                    else
+                    } else
                         moe->kern->gemm(&v[2], n0, n1, 0, k1 - k0,
                                         hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
                                         cd, rb, kscr);
