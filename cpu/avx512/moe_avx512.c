@@ -689,6 +689,7 @@ ALWAYS_INLINE void int4_step(const uint8_t *const *w, const __mmask64 msk, const
     for (int r = 0; r < NR; r++) {
         _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + pf, _MM_HINT_T1);
         __m512i b = _mm512_maskz_loadu_epi8(msk, w[r] + (size_t)c * 64);
+        __asm__("" : "+v"(b)); /* one load: gcc would fold it into both uses */
         lo[r] = _mm512_and_si512(b, m4);
         hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
     }
@@ -699,6 +700,9 @@ ALWAYS_INLINE void int4_step(const uint8_t *const *w, const __mmask64 msk, const
         __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
         __m512 dv = _mm512_loadu_ps(lane);
         __m512i cv = _mm512_loadu_si512(lane + 16);
+        /* loaded once for the NR rows (zmm loads, not arithmetic, set the pace
+         * on Zen 4; gcc would fold a load into every row's instruction) */
+        __asm__("" : "+v"(qlo), "+v"(qhi), "+v"(dv), "+v"(cv));
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512i iv = _mm512_dpbusd_epi32(cv, lo[r], qlo);
