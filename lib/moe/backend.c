@@ -1106,10 +1106,25 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     bool oai = moe->d.act == KT_MOE_ACT_SWIGLU_OAI;
     size_t pairs = (size_t)moe->max_t * moe->max_k;
     uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;    /* this pool's h slices */
+    /* packed prefill takes its next item one ahead, to start that item's gate
+     * rows into L2 while this one computes (and the up rows before the gate) */
+    int next = atomic_fetch_add(&moe->item1[p], 1);
     for (;;) {
-        int it = atomic_fetch_add(&moe->item1[p], 1);
+        int it = next;
         if (it >= n_items)
             break;
+        next = atomic_fetch_add(&moe->item1[p], 1);
+        if (moe->pk_on) {
+            const kt__wmat *vi = L->view + ((size_t)p * moe->E + moe->active[it / blocks]) * 3;
+            int r0 = (it % blocks) * rb;
+            moe->packer->prefetch(&vi[1], r0, r0 + rb < i1 - i0 ? r0 + rb : i1 - i0);
+            if (next < n_items) {
+                const kt__wmat *vn =
+                    L->view + ((size_t)p * moe->E + moe->active[next / blocks]) * 3;
+                int q0 = (next % blocks) * rb;
+                moe->packer->prefetch(&vn[0], q0, q0 + rb < i1 - i0 ? q0 + rb : i1 - i0);
+            }
+        }
         int e = moe->active[it / blocks];
         int n0 = i0 + (it % blocks) * rb, n1 = n0 + rb < i1 ? n0 + rb : i1;
         int nb = n1 - n0;
