@@ -35,6 +35,9 @@ typedef struct ja_arena {
 /* Returns zeroed memory or NULL (allocation failed or limit reached). */
 void *kt__ja_alloc(ja_arena *a, size_t size);
 void kt__ja_free_all(ja_arena *a);
+/* A copy of items[0..n) (elem bytes each) in a new arena array of cap elements: how arena
+ * vectors grow (the old array stays in the arena). NULL on failure or if cap * elem overflows. */
+void *kt__ja_resize(ja_arena *a, const void *items, size_t n, size_t cap, size_t elem);
 
 /* --------------------------------------------------------------- values */
 
@@ -119,6 +122,21 @@ static inline jv jv_str(const char *p, size_t n)
     return v;
 }
 
+/* Numbers as Python sees them: bool, int and float mix in arithmetic and comparison. */
+static inline bool jv_is_number(jv v)
+{
+    return v.type == JV_BOOL || v.type == JV_INT || v.type == JV_FLOAT;
+}
+static inline double jv_number_as_double(jv v)
+{
+    return v.type == JV_FLOAT ? v.u.f : v.type == JV_BOOL ? (double)v.u.b : (double)v.u.i;
+}
+/* An int or bool (not a float) as int64. */
+static inline int64_t jv_number_as_int(jv v)
+{
+    return v.type == JV_BOOL ? (int64_t)v.u.b : v.u.i;
+}
+
 /* Growable byte buffer whose storage lives in an arena. */
 typedef struct jbuf {
     char *p;
@@ -173,6 +191,8 @@ bool kt__jv_from_json(ja_arena *a, const char *text, size_t len, jv *out, char *
 uint32_t kt__utf8_next(const char *s, size_t n, size_t *i);
 size_t kt__utf8_len(const char *s, size_t n);
 bool kt__uni_isspace(uint32_t cp);
+/* The value of a hexadecimal digit (either case), or -1 (JSON and template escapes). */
+int kt__jhex_digit(char c);
 
 /* ------------------------------------------------------------------ AST */
 

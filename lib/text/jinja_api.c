@@ -179,6 +179,22 @@ static kt_status parse_json_arg(const kt_template *t, ja_arena *a, const char *w
     return KT_OK;
 }
 
+/* An argument that must be a JSON object (the render context, extra variables) as a dict;
+ * noun names it in the error. */
+static kt_status parse_json_object(const kt_template *t, ja_arena *a, const char *what,
+                                   const char *noun, const char *json, jdict **out)
+{
+    jv v;
+    kt_status st = parse_json_arg(t, a, what, json, &v);
+    if (st < 0)
+        return st;
+    if (v.type != JV_DICT)
+        return kt__error(KT_ERR_FORMAT, "template %s: %s must be a JSON object", t->jt.name,
+                         noun);
+    *out = v.u.d;
+    return KT_OK;
+}
+
 /* messages[*].tool_calls[*].function.arguments: JSON-object text -> object. */
 static kt_status tool_args_to_objects(const kt_template *t, ja_arena *a, jdict *vars)
 {
@@ -243,36 +259,40 @@ static kt_status render_vars(const kt_template *t, ja_arena *a, jdict *vars,
     return kt__jinja_render(&t->jt, a, vars, o.now, &lim, out);
 }
 
+static void buf_clear(kt_buf *out)
+{
+    out->size = 0;
+    if (out->ptr)
+        out->ptr[0] = 0;
+}
+
+/* The last step of every render entry point: renders vars unless an earlier step failed
+ * (st < 0), leaves out empty on any failure, and frees the arena. */
+static kt_status render_and_release(const kt_template *t, ja_arena *a, kt_status st, jdict *vars,
+                                    const kt_template_render_options *opts, kt_buf *out)
+{
+    if (st >= 0)
+        st = render_vars(t, a, vars, opts, out);
+    if (st < 0)
+        buf_clear(out);
+    kt__ja_free_all(a);
+    return st;
+}
+
 kt_status kt_template_render(const kt_template *t, const char *context_json,
                              const kt_template_render_options *opts, kt_buf *out)
 {
     if (!t || !out)
         return kt__error(KT_ERR_INVALID_ARG, "kt_template_render: t or out is NULL");
-    out->size = 0;
-    if (out->ptr)
-        out->ptr[0] = 0;
+    buf_clear(out);
     ja_arena a = {0};
     jdict *vars = NULL;
     kt_status st = KT_OK;
-    if (context_json && *context_json) {
-        jv ctx;
-        st = parse_json_arg(t, &a, "context", context_json, &ctx);
-        if (st >= 0 && ctx.type != JV_DICT)
-            st = kt__error(KT_ERR_FORMAT, "template %s: the render context must be a JSON object",
-                           t->jt.name);
-        if (st >= 0)
-            vars = ctx.u.d;
-    } else if (!(vars = kt__jdict_new(&a, 8))) {
+    if (context_json && *context_json)
+        st = parse_json_object(t, &a, "context", "the render context", context_json, &vars);
+    else if (!(vars = kt__jdict_new(&a, 8)))
         st = kt__error(KT_ERR_NOMEM, "template %s: out of memory", t->jt.name);
-    }
-    if (st >= 0)
-        st = render_vars(t, &a, vars, opts, out);
-    if (st < 0)
-        out->size = 0;
-    if (st < 0 && out->ptr)
-        out->ptr[0] = 0;
-    kt__ja_free_all(&a);
-    return st;
+    return render_and_release(t, &a, st, vars, opts, out);
 }
 
 kt_status kt_template_render_chat(const kt_template *t, const char *messages_json,
@@ -283,21 +303,13 @@ kt_status kt_template_render_chat(const kt_template *t, const char *messages_jso
     if (!t || !out || !messages_json)
         return kt__error(KT_ERR_INVALID_ARG,
                          "kt_template_render_chat: t, messages_json or out is NULL");
-    out->size = 0;
-    if (out->ptr)
-        out->ptr[0] = 0;
+    buf_clear(out);
     ja_arena a = {0};
     jdict *vars = kt__jdict_new(&a, 8);
     kt_status st = vars ? KT_OK : kt__error(KT_ERR_NOMEM, "out of memory");
     jv v;
-    if (st >= 0 && extra_json && *extra_json) {
-        st = parse_json_arg(t, &a, "extra variables", extra_json, &v);
-        if (st >= 0 && v.type != JV_DICT)
-            st = kt__error(KT_ERR_FORMAT, "template %s: extra variables must be a JSON object",
-                           t->jt.name);
-        if (st >= 0)
-            vars = v.u.d;
-    }
+    if (st >= 0 && extra_json && *extra_json)
+        st = parse_json_object(t, &a, "extra variables", "extra variables", extra_json, &vars);
     if (st >= 0)
         st = parse_json_arg(t, &a, "messages", messages_json, &v);
     if (st >= 0 && !kt__jdict_set(&a, vars, jv_str("messages", 8), v))
@@ -310,14 +322,7 @@ kt_status kt_template_render_chat(const kt_template *t, const char *messages_jso
     if (st >= 0 && !kt__jdict_set(&a, vars, jv_str("add_generation_prompt", 21),
                                   jv_bool(add_generation_prompt != 0)))
         st = kt__error(KT_ERR_NOMEM, "out of memory");
-    if (st >= 0)
-        st = render_vars(t, &a, vars, opts, out);
-    if (st < 0)
-        out->size = 0;
-    if (st < 0 && out->ptr)
-        out->ptr[0] = 0;
-    kt__ja_free_all(&a);
-    return st;
+    return render_and_release(t, &a, st, vars, opts, out);
 }
 
 kt_status kt_template_render_messages(const kt_template *t, const kt_chat_message *messages,
@@ -328,22 +333,13 @@ kt_status kt_template_render_messages(const kt_template *t, const kt_chat_messag
     if (!t || !out || (!messages && n_messages))
         return kt__error(KT_ERR_INVALID_ARG,
                          "kt_template_render_messages: t, messages or out is NULL");
-    out->size = 0;
-    if (out->ptr)
-        out->ptr[0] = 0;
+    buf_clear(out);
     ja_arena a = {0};
     jdict *vars = NULL;
     jlist *msgs = kt__jlist_new(&a, n_messages);
     kt_status st = msgs ? KT_OK : kt__error(KT_ERR_NOMEM, "out of memory");
-    if (st >= 0 && extra_json && *extra_json) {
-        jv v;
-        st = parse_json_arg(t, &a, "extra variables", extra_json, &v);
-        if (st >= 0 && v.type != JV_DICT)
-            st = kt__error(KT_ERR_FORMAT, "template %s: extra variables must be a JSON object",
-                           t->jt.name);
-        if (st >= 0)
-            vars = v.u.d;
-    }
+    if (st >= 0 && extra_json && *extra_json)
+        st = parse_json_object(t, &a, "extra variables", "extra variables", extra_json, &vars);
     if (st >= 0 && !vars && !(vars = kt__jdict_new(&a, 4)))
         st = kt__error(KT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st >= 0 && i < n_messages; i++) {
@@ -369,12 +365,5 @@ kt_status kt_template_render_messages(const kt_template *t, const kt_chat_messag
                     !kt__jdict_set(&a, vars, jv_str("add_generation_prompt", 21),
                                    jv_bool(add_generation_prompt != 0))))
         st = kt__error(KT_ERR_NOMEM, "out of memory");
-    if (st >= 0)
-        st = render_vars(t, &a, vars, opts, out);
-    if (st < 0)
-        out->size = 0;
-    if (st < 0 && out->ptr)
-        out->ptr[0] = 0;
-    kt__ja_free_all(&a);
-    return st;
+    return render_and_release(t, &a, st, vars, opts, out);
 }

@@ -403,38 +403,29 @@ static bool slice_bound(jv v, int64_t *out)
     return false;
 }
 
+/* One slice bound as Python resolves it: missing -> dflt, negative counts from the end,
+ * then clamped to [lo, hi]. */
+static int64_t slice_clamp(bool has, int64_t v, int64_t len, int64_t dflt, int64_t lo, int64_t hi)
+{
+    if (!has)
+        return dflt;
+    if (v < 0)
+        return v + len < lo ? lo : v + len;
+    return v > hi ? hi : v;
+}
+
 /* Python slice indices (start, stop, step) over n items -> count and start. */
 static void slice_indices(size_t n, bool has_start, int64_t start, bool has_stop, int64_t stop,
                           int64_t stepv, int64_t *o_start, int64_t *o_count)
 {
     int64_t len = (int64_t)n;
     if (stepv > 0) {
-        if (!has_start)
-            start = 0;
-        else if (start < 0)
-            start = start + len < 0 ? 0 : start + len;
-        else if (start > len)
-            start = len;
-        if (!has_stop)
-            stop = len;
-        else if (stop < 0)
-            stop = stop + len < 0 ? 0 : stop + len;
-        else if (stop > len)
-            stop = len;
+        start = slice_clamp(has_start, start, len, 0, 0, len);
+        stop = slice_clamp(has_stop, stop, len, len, 0, len);
         *o_count = stop > start ? (stop - start + stepv - 1) / stepv : 0;
     } else {
-        if (!has_start)
-            start = len - 1;
-        else if (start < 0)
-            start = start + len < 0 ? -1 : start + len;
-        else if (start >= len)
-            start = len - 1;
-        if (!has_stop)
-            stop = -1;
-        else if (stop < 0)
-            stop = stop + len < 0 ? -1 : stop + len;
-        else if (stop >= len)
-            stop = len - 1;
+        start = slice_clamp(has_start, start, len, len - 1, -1, len - 1);
+        stop = slice_clamp(has_stop, stop, len, -1, -1, len - 1);
         *o_count = start > stop ? (start - stop - stepv - 1) / -stepv : 0;
     }
     *o_start = start;
@@ -510,21 +501,6 @@ static int eval_slice(jrender *r, jscope *s, const jnode *n, jv *out)
 
 /* ------------------------------------------------------------ arithmetic */
 
-static bool is_num(jv v)
-{
-    return v.type == JV_INT || v.type == JV_FLOAT || v.type == JV_BOOL;
-}
-
-static double as_f(jv v)
-{
-    return v.type == JV_FLOAT ? v.u.f : v.type == JV_BOOL ? (double)v.u.b : (double)v.u.i;
-}
-
-static int64_t as_i(jv v)
-{
-    return v.type == JV_BOOL ? (int64_t)v.u.b : v.u.i;
-}
-
 static const char *op_symbol(int op)
 {
     switch (op) {
@@ -580,38 +556,26 @@ static int repeat_seq(jrender *r, const jnode *n, jv seq, int64_t times, jv *out
 static int binop(jrender *r, const jnode *n, jv a, jv b, jv *out)
 {
     int op = n->op;
-    if (is_num(a) && is_num(b)) {
+    if (jv_is_number(a) && jv_is_number(b)) {
         bool ints = a.type != JV_FLOAT && b.type != JV_FLOAT;
-        int64_t x = as_i(a), y = as_i(b), z;
-        double fx = as_f(a), fy = as_f(b);
+        int64_t x = jv_number_as_int(a), y = jv_number_as_int(b), z;
+        double fx = jv_number_as_double(a), fy = jv_number_as_double(b);
         switch (op) {
         case JOP_ADD:
-            if (ints) {
-                if (__builtin_add_overflow(x, y, &z))
-                    return kt__jr_fail(r, n, "integer overflow");
-                *out = jv_int(z);
-            } else {
-                *out = jv_float(fx + fy);
-            }
-            return 0;
         case JOP_SUB:
-            if (ints) {
-                if (__builtin_sub_overflow(x, y, &z))
-                    return kt__jr_fail(r, n, "integer overflow");
-                *out = jv_int(z);
-            } else {
-                *out = jv_float(fx - fy);
+        case JOP_MUL: {
+            if (!ints) {
+                *out = jv_float(op == JOP_ADD ? fx + fy : op == JOP_SUB ? fx - fy : fx * fy);
+                return 0;
             }
+            bool overflow = op == JOP_ADD   ? __builtin_add_overflow(x, y, &z)
+                            : op == JOP_SUB ? __builtin_sub_overflow(x, y, &z)
+                                            : __builtin_mul_overflow(x, y, &z);
+            if (overflow)
+                return kt__jr_fail(r, n, "integer overflow");
+            *out = jv_int(z);
             return 0;
-        case JOP_MUL:
-            if (ints) {
-                if (__builtin_mul_overflow(x, y, &z))
-                    return kt__jr_fail(r, n, "integer overflow");
-                *out = jv_int(z);
-            } else {
-                *out = jv_float(fx * fy);
-            }
-            return 0;
+        }
         case JOP_DIV:
             if (fy == 0.0)
                 return kt__jr_fail(r, n, "division by zero");
@@ -710,9 +674,9 @@ static int binop(jrender *r, const jnode *n, jv a, jv b, jv *out)
     }
     if (op == JOP_MUL) {
         if ((a.type == JV_STR || a.type == JV_LIST) && (b.type == JV_INT || b.type == JV_BOOL))
-            return repeat_seq(r, n, a, as_i(b), out);
+            return repeat_seq(r, n, a, jv_number_as_int(b), out);
         if ((b.type == JV_STR || b.type == JV_LIST) && (a.type == JV_INT || a.type == JV_BOOL))
-            return repeat_seq(r, n, b, as_i(a), out);
+            return repeat_seq(r, n, b, jv_number_as_int(a), out);
     }
     if (op == JOP_MOD && a.type == JV_STR)
         return kt__jinja_percent_format(r, n, a, b, out);
@@ -790,9 +754,9 @@ static int compare(jrender *r, const jnode *n, int op, jv a, jv b, bool *out)
             return kt__jr_fail(r, n, "'%s' not supported between instances of '%s' and '%s'",
                                sym, kt__jv_type_name(a), kt__jv_type_name(b));
         }
-        if (isnan(as_f(a)) && is_num(a) && is_num(b))
+        if (isnan(jv_number_as_double(a)) && jv_is_number(a) && jv_is_number(b))
             c = 2;
-        if (is_num(b) && isnan(as_f(b)) && is_num(a))
+        if (jv_is_number(b) && isnan(jv_number_as_double(b)) && jv_is_number(a))
             c = 2;
         *out = op == JOP_LT ? c == -1 : op == JOP_LE ? (c == -1 || c == 0)
              : op == JOP_GT ? c == 1 : (c == 1 || c == 0);
@@ -809,25 +773,29 @@ typedef struct argvals {
     jargs args;
 } argvals;
 
+/* *out = the values of the count expressions (NULL when there are none). */
+static int eval_each(jrender *r, jscope *s, const jnode *at, jnode *const *exprs, size_t count,
+                     jv **out)
+{
+    *out = NULL;
+    if (!count)
+        return 0;
+    jv *v = kt__ja_alloc(r->a, count * sizeof(jv));
+    if (!v)
+        return kt__jr_oom(r, at);
+    for (size_t i = 0; i < count; i++)
+        if (eval(r, s, exprs[i], &v[i]) < 0)
+            return -1;
+    *out = v;
+    return 0;
+}
+
 static int eval_args(jrender *r, jscope *s, const jnode *n, argvals *av)
 {
     memset(av, 0, sizeof *av);
-    if (n->n) {
-        av->pos = kt__ja_alloc(r->a, n->n * sizeof(jv));
-        if (!av->pos)
-            return kt__jr_oom(r, n);
-        for (size_t i = 0; i < n->n; i++)
-            if (eval(r, s, n->list[i], &av->pos[i]) < 0)
-                return -1;
-    }
-    if (n->n2) {
-        av->kwv = kt__ja_alloc(r->a, n->n2 * sizeof(jv));
-        if (!av->kwv)
-            return kt__jr_oom(r, n);
-        for (size_t i = 0; i < n->n2; i++)
-            if (eval(r, s, n->list2[i], &av->kwv[i]) < 0)
-                return -1;
-    }
+    if (eval_each(r, s, n, n->list, n->n, &av->pos) < 0 ||
+        eval_each(r, s, n, n->list2, n->n2, &av->kwv) < 0)
+        return -1;
     av->args.pos = av->pos;
     av->args.npos = n->n;
     av->args.kwn = n->names;
@@ -1065,7 +1033,7 @@ static int eval(jrender *r, jscope *s, const jnode *n, jv *out)
         if (eval(r, s, n->a, &a) < 0)
             return -1;
         if (a.type == JV_INT || a.type == JV_BOOL) {
-            int64_t v = as_i(a);
+            int64_t v = jv_number_as_int(a);
             if (n->op == JOP_NEG && v == INT64_MIN)
                 return kt__jr_fail(r, n, "integer overflow");
             *out = jv_int(n->op == JOP_NEG ? -v : v);
@@ -1293,6 +1261,19 @@ static int run_for(jrender *r, jscope *s, const jnode *n, jv iterable, uint32_t 
     return 0;
 }
 
+/* A macro value for the definition n (a macro, or a call block's caller) closing over s. */
+static int macro_value(jrender *r, jscope *s, const jnode *n, jv *out)
+{
+    jmacro *m = kt__ja_alloc(r->a, sizeof *m);
+    if (!m)
+        return kt__jr_oom(r, n);
+    m->def = n;
+    m->closure = s;
+    out->type = JV_MACRO;
+    out->u.m = m;
+    return 0;
+}
+
 static int exec_stmt(jrender *r, jscope *s, const jnode *n)
 {
     if (!step(r, n))
@@ -1340,25 +1321,15 @@ static int exec_stmt(jrender *r, jscope *s, const jnode *n)
         return assign(r, s, n->a, v);
     }
     case JN_MACRO: {
-        jmacro *m = kt__ja_alloc(r->a, sizeof *m);
-        if (!m)
-            return kt__jr_oom(r, n);
-        m->def = n;
-        m->closure = s;
         jv v;
-        v.type = JV_MACRO;
-        v.u.m = m;
+        if (macro_value(r, s, n, &v) < 0)
+            return -1;
         return scope_set(r, n, s, n->name, v);
     }
     case JN_CALL_BLOCK: {
-        jmacro *m = kt__ja_alloc(r->a, sizeof *m);
-        if (!m)
-            return kt__jr_oom(r, n);
-        m->def = n;
-        m->closure = s;
         jv caller;
-        caller.type = JV_MACRO;
-        caller.u.m = m;
+        if (macro_value(r, s, n, &caller) < 0)
+            return -1;
         const jnode *call = n->a;
         jv callee, res;
         if (eval(r, s, call->a, &callee) < 0)

@@ -49,11 +49,9 @@ static bool push_tok(lexer *lx, jtok t)
     jtoks *ts = lx->out;
     if (ts->n == ts->cap) {
         size_t cap = ts->cap ? ts->cap * 2 : 256;
-        jtok *nt = kt__ja_alloc(lx->a, cap * sizeof(jtok));
+        jtok *nt = kt__ja_resize(lx->a, ts->t, ts->n, cap, sizeof(jtok));
         if (!nt)
             return false;
-        if (ts->n)
-            memcpy(nt, ts->t, ts->n * sizeof(jtok));
         ts->t = nt;
         ts->cap = cap;
     }
@@ -199,17 +197,6 @@ static bool number_text(lexer *lx, size_t start, size_t end, char *buf, size_t c
     return true;
 }
 
-static int hexdig(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes a Python string literal body with unicode-escape rules. */
 static kt_status decode_string(lexer *lx, size_t start, size_t end, jtok *t)
 {
@@ -249,9 +236,9 @@ static kt_status decode_string(lexer *lx, size_t start, size_t end, jtok *t)
             digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
             cp = 0;
             for (int k = 0; k < digits; k++) {
-                if (i >= end || hexdig(s[i]) < 0)
+                if (i >= end || kt__jhex_digit(s[i]) < 0)
                     return lex_fail(lx, esc, "truncated \\x, \\u or \\U escape in a string");
-                cp = cp * 16 + (uint32_t)hexdig(s[i++]);
+                cp = cp * 16 + (uint32_t)kt__jhex_digit(s[i++]);
             }
             ok = kt__jbuf_put_utf8(&b, cp);
             break;
@@ -348,7 +335,8 @@ static kt_status lex_tag(lexer *lx, bool is_block, bool *line_starting)
                 base = k == 'b' ? 2 : k == 'o' ? 8 : 16;
                 j = i + 2;
                 size_t d0 = j;
-                while (j < n && (s[j] == '_' || (hexdig(s[j]) >= 0 && hexdig(s[j]) < base)))
+                while (j < n && (s[j] == '_' ||
+                                 (kt__jhex_digit(s[j]) >= 0 && kt__jhex_digit(s[j]) < base)))
                     j++;
                 if (j == d0) {
                     base = 10;

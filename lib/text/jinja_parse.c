@@ -118,15 +118,11 @@ static bool nvec_push(parser *p, nvec *vec, jnode *node, const char *name)
 {
     if (vec->n == vec->cap) {
         size_t cap = vec->cap ? vec->cap * 2 : 4;
-        jnode **v = kt__ja_alloc(&p->t->arena, cap * sizeof *v);
-        const char **names = kt__ja_alloc(&p->t->arena, cap * sizeof *names);
+        jnode **v = kt__ja_resize(&p->t->arena, vec->v, vec->n, cap, sizeof *v);
+        const char **names = kt__ja_resize(&p->t->arena, vec->names, vec->n, cap, sizeof *names);
         if (!v || !names) {
             oom(p);
             return false;
-        }
-        if (vec->n) {
-            memcpy(v, vec->v, vec->n * sizeof *v);
-            memcpy(names, vec->names, vec->n * sizeof *names);
         }
         vec->v = v;
         vec->names = names;

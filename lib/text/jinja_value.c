@@ -179,6 +179,16 @@ bool kt__uni_isspace(uint32_t cp)
 
 /* ----------------------------------------------------------- containers */
 
+void *kt__ja_resize(ja_arena *a, const void *items, size_t n, size_t cap, size_t elem)
+{
+    if (elem && cap > SIZE_MAX / elem)
+        return NULL;
+    void *p = kt__ja_alloc(a, cap * elem);
+    if (p && n)
+        memcpy(p, items, n * elem);
+    return p;
+}
+
 jlist *kt__jlist_new(ja_arena *a, size_t cap)
 {
     jlist *l = kt__ja_alloc(a, sizeof *l);
@@ -197,13 +207,9 @@ bool kt__jlist_push(ja_arena *a, jlist *l, jv v)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        if (cap > SIZE_MAX / sizeof(jv))
-            return false;
-        jv *items = kt__ja_alloc(a, cap * sizeof(jv));
+        jv *items = kt__ja_resize(a, l->items, l->n, cap, sizeof(jv));
         if (!items)
             return false;
-        if (l->n)
-            memcpy(items, l->items, l->n * sizeof(jv));
         l->items = items;
         l->cap = cap;
     }
@@ -263,16 +269,10 @@ bool kt__jdict_set(ja_arena *a, jdict *d, jv key, jv val)
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
-        if (cap > SIZE_MAX / sizeof(jv))
-            return false;
-        jv *keys = kt__ja_alloc(a, cap * sizeof(jv));
-        jv *vals = kt__ja_alloc(a, cap * sizeof(jv));
+        jv *keys = kt__ja_resize(a, d->keys, d->n, cap, sizeof(jv));
+        jv *vals = kt__ja_resize(a, d->vals, d->n, cap, sizeof(jv));
         if (!keys || !vals)
             return false;
-        if (d->n) {
-            memcpy(keys, d->keys, d->n * sizeof(jv));
-            memcpy(vals, d->vals, d->n * sizeof(jv));
-        }
         d->keys = keys;
         d->vals = vals;
         d->cap = cap;
@@ -321,27 +321,12 @@ bool kt__jv_truthy(jv v)
     }
 }
 
-static bool is_number(jv v)
-{
-    return v.type == JV_BOOL || v.type == JV_INT || v.type == JV_FLOAT;
-}
-
-static double num_as_double(jv v)
-{
-    return v.type == JV_FLOAT ? v.u.f : v.type == JV_BOOL ? (double)v.u.b : (double)v.u.i;
-}
-
-static int64_t num_as_int(jv v)
-{
-    return v.type == JV_BOOL ? (int64_t)v.u.b : v.u.i;
-}
-
 bool kt__jv_equal(jv a, jv b)
 {
-    if (is_number(a) && is_number(b)) {
+    if (jv_is_number(a) && jv_is_number(b)) {
         if (a.type != JV_FLOAT && b.type != JV_FLOAT)
-            return num_as_int(a) == num_as_int(b);
-        return num_as_double(a) == num_as_double(b);
+            return jv_number_as_int(a) == jv_number_as_int(b);
+        return jv_number_as_double(a) == jv_number_as_double(b);
     }
     if (a.type != b.type)
         return false;
@@ -385,12 +370,12 @@ bool kt__jv_equal(jv a, jv b)
 int kt__jv_compare(jv a, jv b, bool *ok)
 {
     *ok = true;
-    if (is_number(a) && is_number(b)) {
+    if (jv_is_number(a) && jv_is_number(b)) {
         if (a.type != JV_FLOAT && b.type != JV_FLOAT) {
-            int64_t x = num_as_int(a), y = num_as_int(b);
+            int64_t x = jv_number_as_int(a), y = jv_number_as_int(b);
             return x < y ? -1 : x > y;
         }
-        double x = num_as_double(a), y = num_as_double(b);
+        double x = jv_number_as_double(a), y = jv_number_as_double(b);
         return x < y ? -1 : x > y;
     }
     if (a.type == JV_STR && b.type == JV_STR) {
@@ -878,7 +863,7 @@ static void jr_ws(jreader *r)
         r->i++;
 }
 
-static int hexval(char c)
+int kt__jhex_digit(char c)
 {
     if (c >= '0' && c <= '9')
         return c - '0';
@@ -895,7 +880,7 @@ static bool jr_hex4(jreader *r, uint32_t *out)
         return jr_fail(r, "truncated \\u escape");
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hexval(r->s[r->i + (size_t)k]);
+        int h = kt__jhex_digit(r->s[r->i + (size_t)k]);
         if (h < 0)
             return jr_fail(r, "bad \\u escape");
         v = v * 16 + (uint32_t)h;
@@ -1034,6 +1019,31 @@ static bool jr_lit(jreader *r, const char *word, jv v, jv *out)
     return true;
 }
 
+/* Skips white space, then consumes c if it comes next. */
+static bool jr_eat(jreader *r, char c)
+{
+    jr_ws(r);
+    if (r->i < r->n && r->s[r->i] == c) {
+        r->i++;
+        return true;
+    }
+    return false;
+}
+
+/* After an object or array member: a ',' (*more) or the closing bracket, else an error. */
+static bool jr_after_member(jreader *r, char close, bool *more)
+{
+    if (jr_eat(r, ',')) {
+        *more = true;
+        return true;
+    }
+    if (jr_eat(r, close)) {
+        *more = false;
+        return true;
+    }
+    return jr_fail(r, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+}
+
 static bool jr_value(jreader *r, jv *out)
 {
     jr_ws(r);
@@ -1048,36 +1058,22 @@ static bool jr_value(jreader *r, jv *out)
         jdict *d = kt__jdict_new(r->a, 0);
         if (!d)
             return jr_fail(r, "out of memory");
-        jr_ws(r);
-        if (r->i < r->n && r->s[r->i] == '}') {
-            r->i++;
-        } else {
-            for (;;) {
-                jr_ws(r);
-                if (r->i >= r->n || r->s[r->i] != '"')
-                    return jr_fail(r, "expected a string key");
-                jv k, v;
-                if (!jr_string(r, &k))
-                    return false;
-                jr_ws(r);
-                if (r->i >= r->n || r->s[r->i] != ':')
-                    return jr_fail(r, "expected ':'");
-                r->i++;
-                if (!jr_value(r, &v))
-                    return false;
-                if (!kt__jdict_set(r->a, d, k, v))
-                    return jr_fail(r, "out of memory");
-                jr_ws(r);
-                if (r->i < r->n && r->s[r->i] == ',') {
-                    r->i++;
-                    continue;
-                }
-                if (r->i < r->n && r->s[r->i] == '}') {
-                    r->i++;
-                    break;
-                }
-                return jr_fail(r, "expected ',' or '}'");
-            }
+        bool more = !jr_eat(r, '}');
+        while (more) {
+            jr_ws(r);
+            if (r->i >= r->n || r->s[r->i] != '"')
+                return jr_fail(r, "expected a string key");
+            jv k, v;
+            if (!jr_string(r, &k))
+                return false;
+            if (!jr_eat(r, ':'))
+                return jr_fail(r, "expected ':'");
+            if (!jr_value(r, &v))
+                return false;
+            if (!kt__jdict_set(r->a, d, k, v))
+                return jr_fail(r, "out of memory");
+            if (!jr_after_member(r, '}', &more))
+                return false;
         }
         out->type = JV_DICT;
         out->u.d = d;
@@ -1087,27 +1083,15 @@ static bool jr_value(jreader *r, jv *out)
         jlist *l = kt__jlist_new(r->a, 0);
         if (!l)
             return jr_fail(r, "out of memory");
-        jr_ws(r);
-        if (r->i < r->n && r->s[r->i] == ']') {
-            r->i++;
-        } else {
-            for (;;) {
-                jv v;
-                if (!jr_value(r, &v))
-                    return false;
-                if (!kt__jlist_push(r->a, l, v))
-                    return jr_fail(r, "out of memory");
-                jr_ws(r);
-                if (r->i < r->n && r->s[r->i] == ',') {
-                    r->i++;
-                    continue;
-                }
-                if (r->i < r->n && r->s[r->i] == ']') {
-                    r->i++;
-                    break;
-                }
-                return jr_fail(r, "expected ',' or ']'");
-            }
+        bool more = !jr_eat(r, ']');
+        while (more) {
+            jv v;
+            if (!jr_value(r, &v))
+                return false;
+            if (!kt__jlist_push(r->a, l, v))
+                return jr_fail(r, "out of memory");
+            if (!jr_after_member(r, ']', &more))
+                return false;
         }
         out->type = JV_LIST;
         out->u.l = l;
