@@ -1551,3 +1551,40 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
 _Static_assert(KT__LF_PANEL_SCRATCH ==
                    PANEL_ROWS * PANEL_KS + 2 * PANEL_ROWS * (PANEL_KS / 16) * 4,
                "panel scratch");
+
+/* ---------------------------------------------------------------------------
+ * Activation blocks Q8_0 / Q8_1 (ggml's from_float, bit for bit): per 32 inputs
+ *
+ *   amax = max |x|,  d = f16(amax / 127),  q = nearbyint(x * (127 / amax)),
+ *   Q8_1: s = f16((amax / 127) * sum q)
+ *
+ * (vcvtps2ph and vcvtps2dq round to nearest even, as the reference does).
+ */
+void kt__lf_quant_q8_avx512(const float *x, void *y, int nblocks, bool q81)
+{
+    const size_t bytes = q81 ? sizeof(kt_block_q8_1) : sizeof(kt_block_q8_0);
+    const size_t oq = q81 ? 4 : 2;
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int b = 0; b < nblocks; b++, x += 32) {
+        uint8_t *blk = (uint8_t *)y + (size_t)b * bytes;
+        __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        float amax = _mm512_reduce_max_ps(
+            _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+        float d = amax / 127.0f;
+        __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+        _mm_storeu_si128((__m128i *)(blk + oq), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(blk + oq + 16), _mm512_cvtepi32_epi8(q1));
+        uint16_t h = (uint16_t)_mm_extract_epi16(
+            _mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
+        memcpy(blk, &h, 2);
+        if (q81) {
+            int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            uint16_t s = (uint16_t)_mm_extract_epi16(
+                _mm_cvtps_ph(_mm_set_ss(d * (float)sum), _MM_FROUND_TO_NEAREST_INT |
+                                                             _MM_FROUND_NO_EXC), 0);
+            memcpy(blk + 2, &s, 2);
+        }
+    }
+}

@@ -169,9 +169,23 @@ static void raw_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, bool q4, ui
     }
 }
 
+/* Q8_0 / Q8_1 blocks of n inputs (the AVX-512 set: the same bytes, vectorised). */
+static void quant_q8(kt_ggml_isa isa, kt_type t, const float *x, void *y, int n)
+{
+#if KT_HAVE_ISA_AVX512
+    if (isa == KT_GGML_AVX512) {
+        kt__lf_quant_q8_avx512(x, y, n / 32, t == KT_TYPE_Q8_1);
+        return;
+    }
+#endif
+    (void)isa;
+    kt__ggml_traits(t)->from_float(x, y, n);
+}
+
 /* Writes elements [k0, k1) of a row of length K (k0, k1 multiples of 32 or
  * k1 == K) into every section of mask. */
-static void quant_row(unsigned mask, const float *x, int k0, int k1, int K, void *row)
+static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, int k1, int K,
+                      void *row)
 {
     act_layout L = layout(mask, K);
     uint8_t *r = row;
@@ -179,13 +193,11 @@ static void quant_row(unsigned mask, const float *x, int k0, int k1, int K, void
         memcpy((float *)(r + L.f32) + k0, x + k0, (size_t)(k1 - k0) * sizeof(float));
     int b0 = k0 / 32, b1 = k1 / 32; /* whole blocks of 32 in the piece */
     if (L.q80 != SIZE_MAX && b1 > b0)
-        kt__ggml_traits(KT_TYPE_Q8_0)->from_float(x + 32 * b0,
-                                                  (kt_block_q8_0 *)(r + L.q80) + b0,
-                                                  (int64_t)(b1 - b0) * 32);
+        quant_q8(isa, KT_TYPE_Q8_0, x + 32 * b0, (kt_block_q8_0 *)(r + L.q80) + b0,
+                 (b1 - b0) * 32);
     if (L.q81 != SIZE_MAX && b1 > b0)
-        kt__ggml_traits(KT_TYPE_Q8_1)->from_float(x + 32 * b0,
-                                                  (kt_block_q8_1 *)(r + L.q81) + b0,
-                                                  (int64_t)(b1 - b0) * 32);
+        quant_q8(isa, KT_TYPE_Q8_1, x + 32 * b0, (kt_block_q8_1 *)(r + L.q81) + b0,
+                 (b1 - b0) * 32);
     if (L.r40 != SIZE_MAX && b1 > b0)
         raw_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32, true, r + L.r40,
                  raw_rp(K, 18));
@@ -352,7 +364,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #define LF_SET(ISA, MASK)                                                                      \
     static void quant_##ISA##_##MASK(const float *x, int k0, int k1, int K, void *row)        \
     {                                                                                          \
-        quant_row(MASK, x, k0, k1, K, row);                                                    \
+        quant_row(ISA, MASK, x, k0, k1, K, row);                                               \
     }                                                                                          \
     static void gemm_##ISA##_##MASK(const kt__wmat *W, int n0, int n1, int k0, int k1,        \
                                     const void *A, size_t s, const int32_t *r, int M,          \

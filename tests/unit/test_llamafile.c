@@ -328,6 +328,52 @@ static void test_backend_mixed(void **state)
     assert_true(run_layer(KT_TYPE_Q4_1, KT_TYPE_IQ4_NL, 5, 0, 2) < 0.02);
 }
 
+/* The AVX-512 set's Q8_0 / Q8_1 activation blocks are the scalar set's bytes
+ * (ggml's from_float): random scales from 1e-30 to 1e4, zero blocks, codes on
+ * exact halves (amax 127: x * 127 / amax = x), pieces of 64 as phase 1 writes. */
+static void test_quant_exact(void **state)
+{
+    (void)state;
+    if (kt__ggml_isa_best() < KT_GGML_AVX512)
+        skip();
+    enum { K = 1024 };
+    const unsigned mask = KT__GGML_ACT_Q80 | KT__GGML_ACT_Q81;
+    const kt__moe_kernels *ref = kt__moe_llamafile_kernels(0, mask);
+    const kt__moe_kernels *vec = kt__moe_llamafile_kernels(2, mask);
+    size_t rowb = kt__moe_act_row_bytes(ref->act, K);
+    assert_int_equal(rowb, kt__moe_act_row_bytes(vec->act, K));
+    uint8_t *a = calloc(1, rowb), *b = calloc(1, rowb);
+    float *x = malloc(K * sizeof(float));
+    for (int trial = 0; trial < 200; trial++) {
+        for (int k = 0; k < K; k++) {
+            int blk = k / 32;
+            float scale = powf(10.0f, (float)((trial * 7 + blk * 13) % 35) - 30.0f);
+            if ((trial + blk) % 9 == 0)
+                x[k] = 0.0f;
+            else if ((trial + blk) % 5 == 0) /* halves: amax 127 */
+                x[k] = k % 32 == 0 ? 127.0f : (float)((k * 37 + trial) % 254 - 127) * 0.5f;
+            else
+                x[k] = frand() * scale;
+        }
+        for (int k0 = 0; k0 < K; k0 += 64) {
+            ref->quant(x, k0, k0 + 64, K, a);
+            vec->quant(x, k0, k0 + 64, K, b);
+        }
+        if (memcmp(a, b, rowb)) {
+            for (size_t i = 0; i < rowb; i++)
+                if (a[i] != b[i]) {
+                    fprintf(stderr, "trial %d: byte %zu: scalar %u, avx512 %u\n", trial, i,
+                            a[i], b[i]);
+                    break;
+                }
+            fail();
+        }
+    }
+    free(a);
+    free(b);
+    free(x);
+}
+
 static void test_bad_types(void **state)
 {
     (void)state;
@@ -741,6 +787,7 @@ int main(void)
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_tokens),
         cmocka_unit_test(test_backend_mixed),
+        cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
         cmocka_unit_test(test_gguf_tokenizer),
