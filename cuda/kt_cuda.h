@@ -97,11 +97,13 @@ int kt__cuda_capture_end(kt__cuda_rt *rt, char *err, size_t err_size);
 int kt__cuda_graph_launch(kt__cuda_rt *rt, char *err, size_t err_size);
 void kt__cuda_graph_drop(kt__cuda_rt *rt);
 
-/* A weight matrix in device memory, [rows = out][cols = in]. */
-enum { KT__CUDA_W_F32 = 0, KT__CUDA_W_BF16 = 1, KT__CUDA_W_F8 = 2 };
+/* A weight matrix in device memory, [rows = out][cols = in]. I4: int32 words
+ * [rows][cols / 8], 8 nibbles each, lowest first, stored q + 8; w = q · scale
+ * with block_rows 1 and block_cols the group (a multiple of 8). */
+enum { KT__CUDA_W_F32 = 0, KT__CUDA_W_BF16 = 1, KT__CUDA_W_F8 = 2, KT__CUDA_W_I4 = 3 };
 typedef struct kt__cuda_mat {
     const void *data;   /* NULL: absent (an expert not on this GPU)             */
-    const void *scale;  /* F8: [ceil(rows / block_rows)][scale_cols]            */
+    const void *scale;  /* F8, I4: [ceil(rows / block_rows)][scale_cols]        */
     int32_t rows, cols, type, scale_bf16;
     int32_t block_rows, block_cols, scale_cols, reserved;
 } kt__cuda_mat;

@@ -380,6 +380,13 @@ __device__ __forceinline__ float wval(const kt__cuda_mat &W, int32_t r, int32_t 
         return ((const float *)W.data)[i];
     case KT__CUDA_W_BF16:
         return bf16(((const uint16_t *)W.data)[i]);
+    case KT__CUDA_W_I4: {
+        uint32_t word = ((const uint32_t *)W.data)[i / 8];
+        size_t si = (size_t)r * W.scale_cols + c / W.block_cols;
+        float s = W.scale_bf16 ? bf16(((const uint16_t *)W.scale)[si])
+                               : ((const float *)W.scale)[si];
+        return (float)((int32_t)((word >> (4 * (c % 8))) & 15u) - 8) * s;
+    }
     default: {
         size_t si = (size_t)(r / W.block_rows) * W.scale_cols + c / W.block_cols;
         float s = W.scale_bf16 ? bf16(((const uint16_t *)W.scale)[si])
@@ -405,10 +412,11 @@ __device__ __forceinline__ float fp8_fast(uint32_t b)
 
 /* W[r][c..c+8) as F32 in one 16-byte (BF16, F32: two) or 8-byte (FP8) load;
  * c is a multiple of 8 and the FP8 column blocks are multiples of 8 wide */
-__device__ __forceinline__ void load8(const kt__cuda_mat &W, int32_t r, int32_t c, float w[8])
+template <int TY>
+__device__ __forceinline__ void load8t(const kt__cuda_mat &W, int32_t r, int32_t c, float w[8])
 {
     size_t i = (size_t)r * W.cols + c;
-    if (W.type == KT__CUDA_W_BF16) {
+    if constexpr (TY == KT__CUDA_W_BF16) {
         uint4 u = __ldg((const uint4 *)((const uint16_t *)W.data + i));
         uint32_t p[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -416,22 +424,52 @@ __device__ __forceinline__ void load8(const kt__cuda_mat &W, int32_t r, int32_t 
             w[2 * j] = __uint_as_float(p[j] << 16);
             w[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
         }
-    } else if (W.type == KT__CUDA_W_F8) {
+    } else if constexpr (TY == KT__CUDA_W_F8) {
         uint2 u = __ldg((const uint2 *)((const uint8_t *)W.data + i));
         size_t si = (size_t)(r / W.block_rows) * W.scale_cols + c / W.block_cols;
-        float s = W.scale_bf16 ? bf16(((const uint16_t *)W.scale)[si])
-                               : ((const float *)W.scale)[si];
+        /* the scale without a branch (one would split the unrolled loops' loads
+         * into separate blocks): the aligned 4 bytes holding it, BF16 or F32
+         * (scale buffers are allocated in 256-byte units) */
+        uintptr_t sa = (uintptr_t)W.scale + (si << (W.scale_bf16 ? 1 : 2));
+        uint32_t word = __ldg((const uint32_t *)(sa & ~(uintptr_t)3));
+        float s = __uint_as_float(W.scale_bf16 ? (word >> (8 * (sa & 2))) << 16 : word);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             w[j] = fp8_fast((u.x >> (8 * j)) & 0xffu) * s;
             w[4 + j] = fp8_fast((u.y >> (8 * j)) & 0xffu) * s;
         }
+    } else if constexpr (TY == KT__CUDA_W_I4) {
+        /* one word: 8 nibbles q + 8, lowest first; the group's scale as above */
+        uint32_t u = __ldg((const uint32_t *)W.data + i / 8);
+        size_t si = (size_t)r * W.scale_cols + c / W.block_cols;
+        uintptr_t sa = (uintptr_t)W.scale + (si << (W.scale_bf16 ? 1 : 2));
+        uint32_t word = __ldg((const uint32_t *)(sa & ~(uintptr_t)3));
+        float s = __uint_as_float(W.scale_bf16 ? (word >> (8 * (sa & 2))) << 16 : word);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            w[j] = (float)((int32_t)((u >> (4 * j)) & 15u) - 8) * s;
     } else {
         const float4 *p = (const float4 *)((const float *)W.data + i);
         float4 a = __ldg(p), b = __ldg(p + 1);
         w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
         w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
     }
+}
+
+/* W[r][c..c+8) as F32 in one 16-byte (BF16, F32: two) or 8-byte (FP8) load;
+ * c is a multiple of 8 and the FP8 column blocks are multiples of 8 wide. The
+ * loops that keep several loads in flight call load8t with the type fixed:
+ * a branch on the type inside the loop keeps the compiler from batching them */
+__device__ __forceinline__ void load8(const kt__cuda_mat &W, int32_t r, int32_t c, float w[8])
+{
+    if (W.type == KT__CUDA_W_BF16)
+        load8t<KT__CUDA_W_BF16>(W, r, c, w);
+    else if (W.type == KT__CUDA_W_F8)
+        load8t<KT__CUDA_W_F8>(W, r, c, w);
+    else if (W.type == KT__CUDA_W_I4)
+        load8t<KT__CUDA_W_I4>(W, r, c, w);
+    else
+        load8t<KT__CUDA_W_F32>(W, r, c, w);
 }
 
 /* Σ_j w[j] x[c + j] with x 16-byte aligned */
@@ -446,7 +484,8 @@ __device__ __forceinline__ float dot8(const float w[8], const float *x)
 static bool vec8_ok(const kt__cuda_mat *W)
 {
     return W->data && W->cols % 8 == 0 && ((uintptr_t)W->data & 15) == 0 &&
-           (W->type != KT__CUDA_W_F8 || (W->block_cols % 8 == 0 && W->block_rows > 0));
+           (W->type != KT__CUDA_W_F8 || (W->block_cols % 8 == 0 && W->block_rows > 0)) &&
+           (W->type != KT__CUDA_W_I4 || (W->block_cols % 8 == 0 && W->block_rows == 1));
 }
 
 static bool x_ok(const float *x, int32_t stride)
@@ -480,6 +519,61 @@ __global__ void k_linear(const float *x, int32_t T, int32_t xs, kt__cuda_mat W, 
             *o = acc ? *o + v : v;
         }
     }
+}
+
+/* One token (decode): x in shared memory, a warp per row, each lane 8 columns
+ * a step with up to 8 steps' weight loads in flight (k_gemv keeps 8 tokens'
+ * sums and reads x from global memory: more registers, fewer warps resident,
+ * fewer bytes in flight; about half of HBM speed on large matrices) */
+#define GEMV1_THREADS 512
+#define GEMV1_MAX_COLS 12288 /* x in at most 48 KB of shared memory */
+
+__device__ __forceinline__ void x_to_smem(float *xs, const float *x, int32_t n)
+{
+    for (int32_t i = threadIdx.x; i < n / 4; i += blockDim.x)
+        ((float4 *)xs)[i] = __ldg((const float4 *)x + i);
+    __syncthreads();
+}
+
+/* this lane's share of W[r]·x, up to 8 steps' loads in flight */
+template <int TY>
+__device__ __forceinline__ float row_dot_t(const kt__cuda_mat &W, int32_t r, const float *xs)
+{
+    float s = 0.0f;
+#pragma unroll 8
+    for (int32_t c = (threadIdx.x % 32) * 8; c < W.cols; c += 256) {
+        float w[8];
+        load8t<TY>(W, r, c, w);
+        s += dot8(w, xs + c);
+    }
+    return s;
+}
+
+__device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W, const float *b,
+                                          float *y, int acc, int32_t r)
+{
+    int32_t lane = threadIdx.x % 32;
+    float s = W.type == KT__CUDA_W_BF16 ? row_dot_t<KT__CUDA_W_BF16>(W, r, xs)
+              : W.type == KT__CUDA_W_F8 ? row_dot_t<KT__CUDA_W_F8>(W, r, xs)
+              : W.type == KT__CUDA_W_I4 ? row_dot_t<KT__CUDA_W_I4>(W, r, xs)
+                                        : row_dot_t<KT__CUDA_W_F32>(W, r, xs);
+    s = warp_sum(s);
+    if (lane == 0) {
+        s += b ? b[r] : 0.0f;
+        y[r] = acc ? y[r] + s : s;
+    }
+}
+
+__global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict__ x,
+                                                         kt__cuda_mat W, const float *b,
+                                                         float *y, int acc)
+{
+    extern __shared__ float4 xs4[];
+    float *xs = (float *)xs4;
+    x_to_smem(xs, x, W.cols);
+    int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
+    if (r < W.rows)
+        gemv1_row(xs, W, b, y, acc, r);
 }
 
 /* One row r of y for up to TOK_TILE tokens with 16-byte weight loads: a warp
@@ -535,6 +629,28 @@ struct gemv_set {
     int32_t ys[3];
 };
 
+/* k_gemv_n for one token (k_gemv1's way) */
+__global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1_n(const float *__restrict__ x,
+                                                           gemv_set g)
+{
+    extern __shared__ float4 xs4[];
+    float *xs = (float *)xs4;
+    x_to_smem(xs, x, g.W[0].cols);
+    int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
+    if (r < g.W[0].rows) {
+        gemv1_row(xs, g.W[0], g.b[0], g.y[0], 0, r);
+        return;
+    }
+    r -= g.W[0].rows;
+    if (r < g.W[1].rows) {
+        gemv1_row(xs, g.W[1], g.b[1], g.y[1], 0, r);
+        return;
+    }
+    r -= g.W[1].rows;
+    if (r < g.W[2].rows)
+        gemv1_row(xs, g.W[2], g.b[2], g.y[2], 0, r);
+}
+
 __global__ void k_gemv_n(const float *__restrict__ x, int32_t T, int32_t xs, gemv_set g)
 {
     int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -571,7 +687,8 @@ __global__ void k_split_bf16(const float *x, int32_t xs, int32_t cols, size_t n,
     lo[i] = bf16_rne(v - bf16(h));
 }
 
-/* FP8 block-scaled W[r][c] = q · s into BF16 hi and lo (q · s to 2^-17) */
+/* FP8 block-scaled or INT4 grouped W[r][c] = q · s into BF16 hi and lo (q · s to
+ * 2^-17; INT4 with BF16 scales exactly) */
 __global__ void k_fp8_split(kt__cuda_mat W, size_t n, uint16_t *hi, uint16_t *lo)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -640,7 +757,7 @@ static bool gemm(kt__cuda_rt *rt, const float *x, int32_t T, int32_t xs, const k
                           ys, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
     } else {
         size_t n = (size_t)T * W->cols, nw = (size_t)W->rows * W->cols;
-        if (n > rt->xb_elems || (W->type == KT__CUDA_W_F8 && nw > rt->wb_elems))
+        if (n > rt->xb_elems || (W->type != KT__CUDA_W_BF16 && nw > rt->wb_elems))
             return false;
         uint16_t *xh = rt->xb, *xl = rt->xb + rt->xb_elems;
         k_split_bf16<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(x, xs, W->cols, n,
@@ -677,7 +794,10 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
     if (gemm(rt, x, T, x_stride, W, bias, y, y_stride, accumulate))
         return 0;
     dim3 grid((W->rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
-    if (vec8_ok(W) && x_ok(x, x_stride))
+    if (T == 1 && vec8_ok(W) && x_ok(x, x_stride) && W->cols <= GEMV1_MAX_COLS)
+        k_gemv1<<<(W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
+                  sizeof(float) * (size_t)W->cols, rt->stream>>>(x, *W, bias, y, accumulate);
+    else if (vec8_ok(W) && x_ok(x, x_stride))
         k_gemv<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);
     else
         k_linear<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride,
@@ -694,7 +814,7 @@ extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int
         return 0;
     bool one = n >= 1 && n <= 3 && x_ok(x, x_stride) && !(rt->blas && T >= rt->gemm_min_t);
     for (int32_t i = 0; i < n && one; i++)
-        one = vec8_ok(W[i]);
+        one = vec8_ok(W[i]) && W[i]->cols == W[0]->cols;
     if (!one) {
         for (int32_t i = 0; i < n; i++)
             kt__cuda_linear(rt, x, T, x_stride, W[i], bias[i], y[i], y_stride[i], 0);
@@ -709,6 +829,11 @@ extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int
         g.y[i] = y[i];
         g.ys[i] = y_stride[i];
         rows += W[i]->rows;
+    }
+    if (T == 1 && W[0]->cols <= GEMV1_MAX_COLS) {
+        k_gemv1_n<<<(rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
+                    sizeof(float) * (size_t)W[0]->cols, rt->stream>>>(x, g);
+        return 0;
     }
     dim3 grid((rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
     k_gemv_n<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, g);
@@ -796,10 +921,66 @@ __global__ void k_add_rmsnorm(float *x, const float *a, float *y, int32_t n, con
         yr[i] = xr[i] * inv * w[i];
 }
 
+/* The same with 4-float loads, a row's values held in registers between the sum
+ * and the scaling (n a multiple of 4, at most 4·ARN_V·ARN_THREADS): every load
+ * of a row in flight at once instead of a 128-thread loop's chain */
+#define ARN_THREADS 512
+#define ARN_V 4
+__global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const float *a, float *y,
+                                                              int32_t n, const float *w,
+                                                              float eps)
+{
+    __shared__ float part[ARN_THREADS / 32];
+    const int32_t n4 = n / 4, tid = threadIdx.x;
+    float4 *xr = (float4 *)(x + (size_t)blockIdx.x * n);
+    const float4 *ar = (const float4 *)(a + (size_t)blockIdx.x * n);
+    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n);
+    float4 v[ARN_V];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ARN_V; j++) {
+        int32_t i = tid + j * ARN_THREADS;
+        if (i < n4) {
+            float4 p = xr[i], q = ar[i];
+            v[j] = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+            xr[i] = v[j];
+            s += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        }
+    }
+    s = warp_sum(s);
+    if (tid % 32 == 0)
+        part[tid / 32] = s;
+    __syncthreads();
+    if (tid < 32) {
+        s = tid < ARN_THREADS / 32 ? part[tid] : 0.0f;
+        s = warp_sum(s);
+        if (tid == 0)
+            part[0] = s;
+    }
+    __syncthreads();
+    float inv = 1.0f / sqrtf(part[0] / n + eps);
+#pragma unroll
+    for (int j = 0; j < ARN_V; j++) {
+        int32_t i = tid + j * ARN_THREADS;
+        if (i < n4) {
+            float4 g = __ldg((const float4 *)w + i);
+            yr[i] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z,
+                                v[j].w * inv * g.w);
+        }
+    }
+}
+
 extern "C" int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y,
                                     int32_t rows, int32_t n, const float *w, float eps)
 {
-    if (rows > 0)
+    if (rows <= 0)
+        return 0;
+    bool vec = n % 4 == 0 && n <= 4 * ARN_V * ARN_THREADS && ((uintptr_t)x & 15) == 0 &&
+               ((uintptr_t)add & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
+               ((uintptr_t)w & 15) == 0;
+    if (vec)
+        k_add_rmsnorm4<<<rows, ARN_THREADS, 0, rt->stream>>>(x, add, y, n, w, eps);
+    else
         k_add_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, add, y, n, w, eps);
     return 0;
 }
@@ -1082,7 +1263,7 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
     for (int32_t tp = p0; tp < p1; tp += AS_TILE) {
         const int32_t nt = min(AS_TILE, p1 - tp);
         /* s_hj = scale · q_h · k_j: a warp per position */
-#pragma unroll 2
+#pragma unroll 4
         for (int32_t i = warp; i < nt; i += AS_THREADS / 32) {
             const float *kr = ka + (size_t)(tp + i) * a.ka_sp;
             float d[AS_MAXH];
@@ -1146,7 +1327,7 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
                 acc[j].x *= c, acc[j].y *= c, acc[j].z *= c, acc[j].w *= c;
             }
         }
-#pragma unroll 4
+#pragma unroll 8
         for (int32_t i = 0; i < nt; i++) {
             float4 v4 = __ldg((const float4 *)(vb + (size_t)(tp + i) * a.v_sp));
 #pragma unroll
@@ -1178,28 +1359,37 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
 __global__ void k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T, const float *part)
 {
     __shared__ float wsh[KT__CUDA_ATTN_SPLITS];
-    int32_t h = blockIdx.x, t = blockIdx.y;
+    int32_t h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
     const float *ml = part + ((size_t)t * a.n_head + h) * S * 2;
     const float *po = part + (size_t)T * a.n_head * S * 2 + ((size_t)t * a.n_head + h) * S *
                                                                 a.v_dim;
-    float sink = a.sinks ? a.sinks[h] : -INFINITY, M = sink;
-    for (int32_t i = 0; i < S; i++)
-        if (ml[2 * i + 1] > 0.0f)
-            M = fmaxf(M, ml[2 * i]);
-    float L = a.sinks ? expf(sink - M) : 0.0f;
-    for (int32_t i = 0; i < S; i++)
-        if (ml[2 * i + 1] > 0.0f)
-            L += ml[2 * i + 1] * expf(ml[2 * i] - M);
-    float inv = 1.0f / L;
-    for (int32_t i = threadIdx.x; i < S; i += blockDim.x)
-        wsh[i] = ml[2 * i + 1] > 0.0f ? expf(ml[2 * i] - M) * inv : 0.0f;
+    if (tid < 32) {
+        /* lane l holds splits l and l + 32; empty splits (l = 0) weigh nothing */
+        float m0 = -INFINITY, l0 = 0.0f, m1 = -INFINITY, l1 = 0.0f;
+        if (tid < S && ml[2 * tid + 1] > 0.0f)
+            m0 = ml[2 * tid], l0 = ml[2 * tid + 1];
+        if (tid + 32 < S && ml[2 * tid + 65] > 0.0f)
+            m1 = ml[2 * tid + 64], l1 = ml[2 * tid + 65];
+        float sink = a.sinks ? a.sinks[h] : -INFINITY;
+        float M = warp_max(fmaxf(fmaxf(m0, m1), sink));
+        float e0 = l0 > 0.0f ? expf(m0 - M) : 0.0f, e1 = l1 > 0.0f ? expf(m1 - M) : 0.0f;
+        float L = warp_sum(e0 * l0 + e1 * l1) + (a.sinks ? expf(sink - M) : 0.0f);
+        float inv = 1.0f / L;
+        if (tid < S)
+            wsh[tid] = e0 * inv;
+        if (tid + 32 < S)
+            wsh[tid + 32] = e1 * inv;
+    }
     __syncthreads();
     float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh;
-    for (int32_t e = threadIdx.x; e < a.v_dim; e += blockDim.x) {
+    for (int32_t e = tid; e < a.v_dim; e += blockDim.x) {
         float acc = 0.0f;
-        for (int32_t i = 0; i < S; i++)
-            if (wsh[i] != 0.0f)
-                acc += wsh[i] * po[(size_t)i * a.v_dim + e];
+#pragma unroll 8
+        for (int32_t i = 0; i < S; i++) {
+            /* an empty split's sums were never written: weight 0, skipped */
+            float p = po[(size_t)i * a.v_dim + e];
+            acc += wsh[i] != 0.0f ? wsh[i] * p : 0.0f;
+        }
         o[e] = acc;
     }
 }
@@ -1629,27 +1819,58 @@ __global__ void k_expert_down(const kt__cuda_mat *down, const int32_t *ids, cons
         out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
 }
 
-/* k_expert_up with 8-column loads (H a multiple of 8) */
+/* k_expert_up with 8-column loads (H a multiple of 8); XS: the token's x in
+ * shared memory (H <= GEMV1_MAX_COLS), which leaves registers for 4 steps of
+ * gate and up loads in flight */
+/* gate and up rows i against x: 4 steps' loads of each in flight */
+template <int TY>
+__device__ __forceinline__ void up_dot_t(const kt__cuda_mat &G, const kt__cuda_mat &U, int32_t i,
+                                         const float *xt, int32_t H, float &g, float &u)
+{
+#pragma unroll 4
+    for (int32_t c = (threadIdx.x % 32) * 8; c < H; c += 256) {
+        float wg[8], wu[8];
+        load8t<TY>(G, i, c, wg);
+        load8t<TY>(U, i, c, wu);
+        g += dot8(wg, xt + c);
+        u += dot8(wu, xt + c);
+    }
+}
+
+template <bool XS>
 __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, const float *x,
                              int32_t H, const int32_t *ids, int32_t k, int32_t I, float *h,
                              int oai, float alpha, float limit)
 {
+    extern __shared__ float4 xs4[];
     int32_t i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t tj = blockIdx.y, t = tj / k;
     int32_t e = ids[tj];
-    if (i >= I || e < 0 || !gate[e].data)
+    if (e < 0 || !gate[e].data)
+        return; /* the whole block: e depends on blockIdx only */
+    const float *xt = x + (size_t)t * H;
+    if (XS) {
+        x_to_smem((float *)xs4, xt, H);
+        xt = (const float *)xs4;
+    }
+    if (i >= I)
         return;
     const kt__cuda_mat G = gate[e], U = up[e];
-    const float *xt = x + (size_t)t * H;
     float g = 0.0f, u = 0.0f;
-#pragma unroll 2
-    for (int32_t c = lane * 8; c < H; c += 256) {
-        float wg[8], wu[8];
-        load8(G, i, c, wg);
-        load8(U, i, c, wu);
-        g += dot8(wg, xt + c);
-        u += dot8(wu, xt + c);
-    }
+    if (G.type == U.type && G.type == KT__CUDA_W_BF16)
+        up_dot_t<KT__CUDA_W_BF16>(G, U, i, xt, H, g, u);
+    else if (G.type == U.type && G.type == KT__CUDA_W_F8)
+        up_dot_t<KT__CUDA_W_F8>(G, U, i, xt, H, g, u);
+    else if (G.type == U.type && G.type == KT__CUDA_W_I4)
+        up_dot_t<KT__CUDA_W_I4>(G, U, i, xt, H, g, u);
+    else
+        for (int32_t c = lane * 8; c < H; c += 256) {
+            float wg[8], wu[8];
+            load8(G, i, c, wg);
+            load8(U, i, c, wu);
+            g += dot8(wg, xt + c);
+            u += dot8(wu, xt + c);
+        }
     g = warp_sum(g);
     u = warp_sum(u);
     if (lane == 0) {
@@ -1668,16 +1889,43 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
  * token's expert descriptors read once per block into shared memory, then each
  * lane walks the (expert, 8-column chunk) pairs of all k experts, so every
  * weight load of a row is independent of the others (no per-expert chain of
- * id -> descriptor -> weights -> reduction) */
+ * id -> descriptor -> weights -> reduction); HS: the token's k rows of h in
+ * shared memory too */
 #define DOWN8_MAXK 32
+/* this lane's share of Σ_j w_j down_j[c]·h_j over the (expert, 8-column chunk)
+ * pairs, up to 8 loads in flight (TY -1: the type read per matrix) */
+template <int TY>
+__device__ __forceinline__ float down_dot_t(const kt__cuda_mat *D, const float *wj, int32_t k,
+                                            int32_t I, int32_t c, const float *ht)
+{
+    const int32_t chunks = I / 8, total = k * chunks;
+    float acc = 0.0f;
+#pragma unroll 8
+    for (int32_t q = threadIdx.x % 32; q < total; q += 32) {
+        int32_t j = q / chunks, i = 8 * (q - j * chunks);
+        if (!D[j].data)
+            continue;
+        float w[8];
+        if constexpr (TY < 0)
+            load8(D[j], c, i, w);
+        else
+            load8t<TY>(D[j], c, i, w);
+        acc += wj[j] * dot8(w, ht + (size_t)j * I + i);
+    }
+    return acc;
+}
+
+template <bool HS>
 __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, const float *wts,
                                int32_t k, int32_t I, const float *h, int32_t H, float *out,
                                int assign)
 {
     __shared__ kt__cuda_mat D[DOWN8_MAXK];
     __shared__ float wj[DOWN8_MAXK];
+    extern __shared__ float4 hs4[];
     int32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t t = blockIdx.y;
+    __shared__ int32_t ty;
     if (threadIdx.x < k) {
         int32_t e = ids[(size_t)t * k + threadIdx.x];
         if (e >= 0 && down[e].data) {
@@ -1688,21 +1936,30 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
             wj[threadIdx.x] = 0.0f;
         }
     }
-    __syncthreads();
+    const float *ht = h + (size_t)t * k * I;
+    if (threadIdx.x == 0) {
+        /* the experts' common weight type (-1: mixed, the generic loads) */
+        int32_t tyk = -2;
+        for (int32_t j = 0; j < k; j++) {
+            int32_t e = ids[(size_t)t * k + j];
+            if (e >= 0 && down[e].data)
+                tyk = tyk == -2 || tyk == down[e].type ? down[e].type : -1;
+        }
+        ty = tyk;
+    }
+    if (HS) {
+        x_to_smem((float *)hs4, ht, k * I); /* its barrier covers D and wj too */
+        ht = (const float *)hs4;
+    } else {
+        __syncthreads();
+    }
     if (c >= H)
         return;
-    const int32_t chunks = I / 8, total = k * chunks;
-    const float *ht = h + (size_t)t * k * I;
-    float acc = 0.0f;
-#pragma unroll 4
-    for (int32_t q = lane; q < total; q += 32) {
-        int32_t j = q / chunks, i = 8 * (q - j * chunks);
-        if (!D[j].data)
-            continue;
-        float w[8];
-        load8(D[j], c, i, w);
-        acc += wj[j] * dot8(w, ht + (size_t)j * I + i);
-    }
+    float acc = ty == KT__CUDA_W_BF16 ? down_dot_t<KT__CUDA_W_BF16>(D, wj, k, I, c, ht)
+                : ty == KT__CUDA_W_F8 ? down_dot_t<KT__CUDA_W_F8>(D, wj, k, I, c, ht)
+                : ty == KT__CUDA_W_I4 ? down_dot_t<KT__CUDA_W_I4>(D, wj, k, I, c, ht)
+                : ty == KT__CUDA_W_F32 ? down_dot_t<KT__CUDA_W_F32>(D, wj, k, I, c, ht)
+                : ty == -1 ? down_dot_t<-1>(D, wj, k, I, c, ht) : 0.0f;
     acc = warp_sum(acc);
     if (lane == 0)
         out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
@@ -1718,10 +1975,23 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
     dim3 g1((a->I + 7) / 8, a->T * a->k);
     dim3 g2((a->H + 7) / 8, a->T);
     if (vec) {
-        k_expert_up8<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k,
-                                                 a->I, a->h, a->oai, a->alpha, a->limit);
-        k_expert_down8<<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k, a->I, a->h,
-                                                   a->H, a->out, a->assign);
+        size_t xs = sizeof(float) * (size_t)a->H, hs = sizeof(float) * (size_t)a->k * a->I;
+        if (a->H <= GEMV1_MAX_COLS)
+            k_expert_up8<true><<<g1, 256, xs, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids,
+                                                            a->k, a->I, a->h, a->oai,
+                                                            a->alpha, a->limit);
+        else
+            k_expert_up8<false><<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H,
+                                                            a->ids, a->k, a->I, a->h, a->oai,
+                                                            a->alpha, a->limit);
+        if (hs <= 40 * 1024) /* with D and wj: within the 48 KB default */
+            k_expert_down8<true><<<g2, 256, hs, rt->stream>>>(a->down, a->ids, a->w, a->k,
+                                                              a->I, a->h, a->H, a->out,
+                                                              a->assign);
+        else
+            k_expert_down8<false><<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k,
+                                                              a->I, a->h, a->H, a->out,
+                                                              a->assign);
         return 0;
     }
     k_expert_up<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k, a->I,

@@ -308,7 +308,34 @@ static kt_status upload_mat(kt__gpu *g, gmat *d, const kt__mat *m)
                   srows * m->scale_cols * type_bytes(m->scale_type));
 }
 
-/* An expert matrix from the model's view (BF16 or FP8 block); UNSUPPORTED otherwise. */
+/* Whether a view of compressed-tensors INT4 has a GPU kernel: BF16 or F32
+ * scales, groups of a multiple of 8 columns (the kernels read 8 at a time). */
+static bool int4_gpu_ok(const kt_tensor_view *v)
+{
+    return v->storage == KT_STORAGE_INT4_PACKED && v->block_rows == 1 && v->block_cols &&
+           v->block_cols % 8 == 0 && v->cols % v->block_cols == 0 &&
+           (v->scale_type == KT_TYPE_BF16 || v->scale_type == KT_TYPE_F32) &&
+           v->layout == KT_LAYOUT_OUT_IN;
+}
+
+/* An INT4 view as a device matrix: the packed words and the group scales. */
+static kt_status upload_int4(kt__gpu *g, gmat *d, const kt_tensor_view *v)
+{
+    memset(d, 0, sizeof *d);
+    d->rows = (int32_t)v->rows, d->cols = (int32_t)v->cols, d->type = KT__CUDA_W_I4;
+    d->block_rows = 1, d->block_cols = (int32_t)v->block_cols;
+    d->scale_cols = (int32_t)(v->cols / v->block_cols);
+    d->scale_bf16 = v->scale_type == KT_TYPE_BF16;
+    g->max_f8 = KT_MAX(g->max_f8, (size_t)v->rows * v->cols);
+    kt_status st = upload(g, (void **)&d->data, v->data, (size_t)v->rows * v->cols / 2);
+    if (st < 0)
+        return st;
+    return upload(g, (void **)&d->scale, v->scale_data,
+                  (size_t)v->rows * d->scale_cols * type_bytes((kt_type)v->scale_type));
+}
+
+/* An expert matrix from the model's view (BF16, FP8 block or INT4 groups);
+ * UNSUPPORTED otherwise. */
 static kt_status upload_view(kt__gpu *g, gmat *d, const kt_model *m, int32_t l, kt_role role,
                              int32_t e)
 {
@@ -324,6 +351,8 @@ static kt_status upload_view(kt__gpu *g, gmat *d, const kt_model *m, int32_t l, 
     bool bf16 = v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16;
     bool fp8 = v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3 && v.block_rows &&
                v.block_cols;
+    if (int4_gpu_ok(&v))
+        return upload_int4(g, d, &v);
     if ((!bf16 && !fp8) || v.layout != KT_LAYOUT_OUT_IN)
         return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: %s: expert storage %s has no GPU "
                          "kernel (it stays on the CPU)", v.name,
@@ -423,7 +452,7 @@ static kt_status upload_layer(kt__gpu *g, int32_t l, glayer *G)
     G->vec8 = true;
     for (int32_t i = 0; i < 3 * E; i++) {
         const gmat *t = &tab[i];
-        if (t->data && (t->cols % 8 || (t->type == KT__CUDA_W_F8 && (t->block_cols % 8 ||
+        if (t->data && (t->cols % 8 || (t->type >= KT__CUDA_W_F8 && (t->block_cols % 8 ||
                                                                     !t->block_rows))))
             G->vec8 = false;
     }
@@ -629,7 +658,8 @@ static bool experts_gpu_ok(kt_context *ctx)
         if (kt_model_tensor(ctx->model, (uint32_t)l, KT_ROLE_EXPERT_GATE, 0, &v) < 0)
             return false;
         bool ok = (v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16) ||
-                  (v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3);
+                  (v.storage == KT_STORAGE_FP8_BLOCK && v.type == KT_TYPE_F8_E4M3) ||
+                  int4_gpu_ok(&v);
         if (!ok || v.layout != KT_LAYOUT_OUT_IN) {
             kt__error(KT_ERR_UNSUPPORTED, "%s: expert storage %s has no GPU kernel", v.name,
                       kt_storage_name((kt_storage)v.storage));
@@ -877,6 +907,20 @@ static kt_status refill_expert(kt__gpu *g, const gmat *d, int32_t l, int role, i
     kt_status st = kt_model_tensor(ctx->model, (uint32_t)l, roles[role], (uint32_t)e, &v);
     if (st < 0)
         return st;
+    if (d->type == KT__CUDA_W_I4) {
+        /* INT4 groups: the packed words, then the scales */
+        if (!int4_gpu_ok(&v) || (int32_t)v.rows != d->rows || (int32_t)v.cols != d->cols ||
+            (int32_t)v.block_cols != d->block_cols || !d->data)
+            return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %s: shape or storage differs "
+                             "from the slot's (%d x %d INT4)", what, d->rows, d->cols);
+        size_t sb = (size_t)d->rows * d->scale_cols * type_bytes((kt_type)v.scale_type);
+        if (kt__cuda_upload(g->rt, (void *)d->data, v.data, (size_t)d->rows * d->cols / 2,
+                            g->err, sizeof g->err) < 0 ||
+            kt__cuda_upload(g->rt, (void *)d->scale, v.scale_data, sb, g->err,
+                            sizeof g->err) < 0)
+            return cuda_error(g, "expert move");
+        return KT_OK;
+    }
     kt__mat m = {(int32_t)v.rows, (int32_t)v.cols, (kt_type)v.type, (void *)v.data, false,
                  v.scale_data, (kt_type)v.scale_type, (int32_t)v.block_rows,
                  (int32_t)v.block_cols, 0, NULL, 0};
@@ -1285,7 +1329,7 @@ static kt_status lw_copy(kt__gpu *g, int32_t l, int slot)
             t->data = base + g->lw_off[2 * r];
             if (kt__cuda_side_copy(rt, (void *)t->data, v.data, g->lw_bytes[2 * r]) < 0)
                 return kt__error(KT_ERR_IO, "GPU runtime: layerwise copy of %s failed", v.name);
-            if (p->type == KT__CUDA_W_F8) {
+            if (p->type == KT__CUDA_W_F8 || p->type == KT__CUDA_W_I4) {
                 t->scale = base + g->lw_off[2 * r + 1];
                 if (!v.scale_data || kt__cuda_side_copy(rt, (void *)t->scale, v.scale_data,
                                                         g->lw_bytes[2 * r + 1]) < 0)
@@ -1326,6 +1370,13 @@ static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e)
                     type_bytes((kt_type)v.scale_type);
         } else if (v.storage == KT_STORAGE_PLAIN && v.type == KT_TYPE_BF16) {
             p->type = KT__CUDA_W_BF16;
+        } else if (int4_gpu_ok(&v)) {
+            p->type = KT__CUDA_W_I4;
+            p->block_rows = 1, p->block_cols = (int32_t)v.block_cols;
+            p->scale_cols = (int32_t)(v.cols / v.block_cols);
+            p->scale_bf16 = v.scale_type == KT_TYPE_BF16;
+            g->lw_f8_elems = KT_MAX(g->lw_f8_elems, (size_t)v.rows * v.cols);
+            scale = (size_t)v.rows * p->scale_cols * type_bytes((kt_type)v.scale_type);
         } else {
             return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: %s: no GPU kernel for this "
                              "storage (layerwise prefill)", v.name);

@@ -213,7 +213,7 @@ static void test_layerwise(void **s)
     check("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST, 0.0f);
     check("deepseek_v3_tiny", "bf16", KT_PRECISION_FAST, 0.5f);
     check("mixtral_tiny", NULL, KT_PRECISION_FAST, 0.25f);
-    /* INT4 experts have no GPU kernel: layerwise stays off, the hybrid path runs */
+    /* INT4 experts: the packed words and group scales copied in */
     check("deepseek_v3_tiny", "int4", KT_PRECISION_FAST, 0.0f);
     g_lw_tokens = 0;
 }
