@@ -35,6 +35,19 @@ static const char gpt2_pattern[] =
 
 /* ---- arena and string map ----------------------------------------------- */
 
+void *kt__tok_grow(void *items, size_t n, size_t *cap, size_t elem, size_t first_cap)
+{
+    if (n < *cap)
+        return items;
+    size_t new_cap = *cap ? *cap * 2 : first_cap;
+    if (new_cap > SIZE_MAX / elem)
+        return NULL;
+    void *grown = kt__realloc(items, new_cap * elem);
+    if (grown)
+        *cap = new_cap;
+    return grown;
+}
+
 kt_status kt__arena_add(kt__arena *a, const void *s, size_t n, uint32_t *off)
 {
     if (a->size + n + 1 > UINT32_MAX)
@@ -103,14 +116,10 @@ kt_status kt__strmap_put(kt__strmap *m, const kt__arena *arena, uint32_t off, ui
             return KT_OK;
         i = (i + 1) & (m->cap - 1);
     }
-    if (m->n == m->entries_cap) {
-        size_t cap = m->entries_cap ? m->entries_cap * 2 : 1024;
-        kt__strmap_entry *e = kt__realloc(m->entries, cap * sizeof *e);
-        if (!e)
-            return KT_ERR_NOMEM;
-        m->entries = e;
-        m->entries_cap = cap;
-    }
+    kt__strmap_entry *e = kt__tok_grow(m->entries, m->n, &m->entries_cap, sizeof *e, 1024);
+    if (!e)
+        return KT_ERR_NOMEM;
+    m->entries = e;
     m->entries[m->n] = (kt__strmap_entry){off, len, value};
     m->slots[i] = (uint32_t)++m->n;
     return KT_OK;
@@ -261,15 +270,26 @@ static kt_status grow_tokens(kt_tokenizer *tok, int32_t id)
 }
 
 /* Adds a model vocabulary entry. */
+/* Room for token id, its text s[0..n) in the arena (at *off) and map[text] = id. */
+static kt_status store_token_text(loader *L, kt__strmap *map, const char *s, size_t n,
+                                  int32_t id, uint32_t *off)
+{
+    kt_tokenizer *tok = L->tok;
+    kt_status st = grow_tokens(tok, id);
+    if (st == KT_OK)
+        st = kt__arena_add(&tok->arena, s, n, off);
+    if (st == KT_OK)
+        st = kt__strmap_put(map, &tok->arena, *off, (uint32_t)n, id);
+    if (st == KT_OK && id > L->max_id)
+        L->max_id = id;
+    return st;
+}
+
 static kt_status add_vocab(loader *L, const char *s, size_t n, int32_t id)
 {
     kt_tokenizer *tok = L->tok;
     uint32_t off;
-    kt_status st = grow_tokens(tok, id);
-    if (st == KT_OK)
-        st = kt__arena_add(&tok->arena, s, n, &off);
-    if (st == KT_OK)
-        st = kt__strmap_put(&tok->vocab, &tok->arena, off, (uint32_t)n, id);
+    kt_status st = store_token_text(L, &tok->vocab, s, n, id, &off);
     if (st < 0)
         return st;
     kt__token *t = &tok->tokens[id];
@@ -278,8 +298,6 @@ static kt_status add_vocab(loader *L, const char *s, size_t n, int32_t id)
         t->len = (uint32_t)n;
         t->attrs = KT__TOKEN_EXISTS;
     }
-    if (id > L->max_id)
-        L->max_id = id;
     return KT_OK;
 }
 
@@ -293,20 +311,12 @@ static kt_status add_added(loader *L, const char *content, int32_t id, bool spec
         return kt__error(KT_ERR_FORMAT, "%s: added token %d has empty content", L->file, id);
     if (kt__strmap_get(&tok->added_map, &tok->arena, content, n) >= 0)
         return KT_OK;
-    if (tok->n_added == tok->added_cap) {
-        size_t cap = tok->added_cap ? tok->added_cap * 2 : 16;
-        kt__added *a = kt__realloc(tok->added, cap * sizeof *a);
-        if (!a)
-            return KT_ERR_NOMEM;
-        tok->added = a;
-        tok->added_cap = cap;
-    }
+    kt__added *a = kt__tok_grow(tok->added, tok->n_added, &tok->added_cap, sizeof *a, 16);
+    if (!a)
+        return KT_ERR_NOMEM;
+    tok->added = a;
     uint32_t off;
-    kt_status st = grow_tokens(tok, id);
-    if (st == KT_OK)
-        st = kt__arena_add(&tok->arena, content, n, &off);
-    if (st == KT_OK)
-        st = kt__strmap_put(&tok->added_map, &tok->arena, off, (uint32_t)n, id);
+    kt_status st = store_token_text(L, &tok->added_map, content, n, id, &off);
     if (st < 0)
         return st;
     tok->added[tok->n_added++] = (kt__added){off, (uint32_t)n, 0, 0, id,
@@ -315,8 +325,6 @@ static kt_status add_added(loader *L, const char *content, int32_t id, bool spec
     t->off = off; /* decoding uses the added content (tokenizers: added vocabulary first) */
     t->len = (uint32_t)n;
     t->attrs = KT__TOKEN_EXISTS | KT_TOKEN_ATTR_ADDED | (special ? KT_TOKEN_ATTR_SPECIAL : 0);
-    if (id > L->max_id)
-        L->max_id = id;
     return KT_OK;
 }
 
@@ -374,6 +382,39 @@ static kt_status dup_string(const char *s, char **out, size_t *len)
     return KT_OK;
 }
 
+/* ---- pipeline components ------------------------------------------------ */
+
+typedef kt_status (*component_parser)(loader *L, const cJSON *n, int depth);
+
+/* The type of a normalizer / pre_tokenizer / decoder n; *type = NULL (KT_OK) when n is absent. */
+static kt_status component_type(loader *L, const cJSON *n, int depth, const char *what,
+                                const char **type)
+{
+    *type = NULL;
+    if (!n || cJSON_IsNull(n))
+        return KT_OK;
+    *type = jstr(n, "type");
+    if (!*type || depth > 16)
+        return kt__error(KT_ERR_FORMAT, "%s: %s without a type (or nested too deep)", L->file,
+                         what);
+    return KT_OK;
+}
+
+/* A Sequence component: each member of its list_key array parsed in order by parse. */
+static kt_status parse_sequence(loader *L, const cJSON *n, int depth, const char *list_key,
+                                const char *missing_list_msg, component_parser parse)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, list_key), *x;
+    if (!cJSON_IsArray(list))
+        return kt__error(KT_ERR_FORMAT, "%s: %s", L->file, missing_list_msg);
+    cJSON_ArrayForEach(x, list) {
+        kt_status st = parse(L, x, depth + 1);
+        if (st < 0)
+            return st;
+    }
+    return KT_OK;
+}
+
 /* ---- normalizers -------------------------------------------------------- */
 
 static kt_status push_norm(kt_tokenizer *tok, kt__norm n)
@@ -388,24 +429,14 @@ static kt_status push_norm(kt_tokenizer *tok, kt__norm n)
 
 static kt_status parse_normalizer(loader *L, const cJSON *n, int depth)
 {
-    if (!n || cJSON_IsNull(n))
-        return KT_OK;
-    const char *type = jstr(n, "type");
-    if (!type || depth > 16)
-        return kt__error(KT_ERR_FORMAT, "%s: normalizer without a type (or nested too deep)",
-                         L->file);
+    const char *type;
+    kt_status st = component_type(L, n, depth, "normalizer", &type);
+    if (!type)
+        return st;
     kt__norm nm = {0};
     if (!strcmp(type, "Sequence")) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers"), *x;
-        if (!cJSON_IsArray(list))
-            return kt__error(KT_ERR_FORMAT, "%s: normalizer Sequence without a normalizers "
-                             "array", L->file);
-        cJSON_ArrayForEach(x, list) {
-            kt_status st = parse_normalizer(L, x, depth + 1);
-            if (st < 0)
-                return st;
-        }
-        return KT_OK;
+        return parse_sequence(L, n, depth, "normalizers",
+                              "normalizer Sequence without a normalizers array", parse_normalizer);
     } else if (!strcmp(type, "NFC")) {
         nm.kind = KT__NORM_NFC;
     } else if (!strcmp(type, "NFD")) {
@@ -435,8 +466,8 @@ static kt_status parse_normalizer(loader *L, const cJSON *n, int depth)
         if (!c)
             return kt__error(KT_ERR_FORMAT, "%s: normalizer Replace without content", L->file);
         nm.kind = KT__NORM_REPLACE;
-        kt_status st = parse_pattern(L, cJSON_GetObjectItemCaseSensitive(n, "pattern"),
-                                     "normalizer Replace", &nm.re, NULL);
+        st = parse_pattern(L, cJSON_GetObjectItemCaseSensitive(n, "pattern"),
+                           "normalizer Replace", &nm.re, NULL);
         if (st < 0)
             return st;
         if (dup_string(c, &nm.content, &nm.content_len) < 0) {
@@ -447,7 +478,7 @@ static kt_status parse_normalizer(loader *L, const cJSON *n, int depth)
         return kt__error(KT_ERR_UNSUPPORTED, "%s: normalizer type '%s' is not supported",
                          L->file, type);
     }
-    kt_status st = push_norm(L->tok, nm);
+    st = push_norm(L->tok, nm);
     if (st < 0) {
         kt__free(nm.content);
         pcre2_code_free(nm.re);
@@ -532,25 +563,14 @@ static kt__prepend_scheme parse_prepend_scheme(const cJSON *n)
 
 static kt_status parse_pretok(loader *L, const cJSON *n, int depth)
 {
-    if (!n || cJSON_IsNull(n))
-        return KT_OK;
-    const char *type = jstr(n, "type");
-    if (!type || depth > 16)
-        return kt__error(KT_ERR_FORMAT, "%s: pre_tokenizer without a type (or nested too deep)",
-                         L->file);
-    kt_status st;
-    if (!strcmp(type, "Sequence")) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "pretokenizers"), *x;
-        if (!cJSON_IsArray(list))
-            return kt__error(KT_ERR_FORMAT, "%s: pre_tokenizer Sequence without a "
-                             "pretokenizers array", L->file);
-        cJSON_ArrayForEach(x, list) {
-            st = parse_pretok(L, x, depth + 1);
-            if (st < 0)
-                return st;
-        }
-        return KT_OK;
-    }
+    const char *type;
+    kt_status st = component_type(L, n, depth, "pre_tokenizer", &type);
+    if (!type)
+        return st;
+    if (!strcmp(type, "Sequence"))
+        return parse_sequence(L, n, depth, "pretokenizers",
+                              "pre_tokenizer Sequence without a pretokenizers array",
+                              parse_pretok);
     if (!strcmp(type, "Split")) {
         kt__pretok p = {0};
         p.kind = KT__PRETOK_SPLIT;
@@ -626,25 +646,14 @@ static kt_status push_dec(kt_tokenizer *tok, kt__dec d)
 
 static kt_status parse_decoder(loader *L, const cJSON *n, int depth)
 {
-    if (!n || cJSON_IsNull(n))
-        return KT_OK;
-    const char *type = jstr(n, "type");
-    if (!type || depth > 16)
-        return kt__error(KT_ERR_FORMAT, "%s: decoder without a type (or nested too deep)",
-                         L->file);
+    const char *type;
+    kt_status st = component_type(L, n, depth, "decoder", &type);
+    if (!type)
+        return st;
     kt__dec d = {0};
-    kt_status st = KT_OK;
     if (!strcmp(type, "Sequence")) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "decoders"), *x;
-        if (!cJSON_IsArray(list))
-            return kt__error(KT_ERR_FORMAT, "%s: decoder Sequence without a decoders array",
-                             L->file);
-        cJSON_ArrayForEach(x, list) {
-            st = parse_decoder(L, x, depth + 1);
-            if (st < 0)
-                return st;
-        }
-        return KT_OK;
+        return parse_sequence(L, n, depth, "decoders",
+                              "decoder Sequence without a decoders array", parse_decoder);
     } else if (!strcmp(type, "ByteLevel")) {
         d.kind = KT__DEC_BYTELEVEL;
     } else if (!strcmp(type, "ByteFallback")) {
@@ -714,18 +723,9 @@ static kt_status parse_post(loader *L, const cJSON *n, int depth)
     const char *type = jstr(n, "type");
     if (!type || depth > 8)
         return kt__error(KT_ERR_FORMAT, "%s: post_processor without a type", L->file);
-    if (!strcmp(type, "Sequence")) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "processors"), *x;
-        if (!cJSON_IsArray(list))
-            return kt__error(KT_ERR_FORMAT, "%s: post_processor Sequence without processors",
-                             L->file);
-        cJSON_ArrayForEach(x, list) {
-            kt_status st = parse_post(L, x, depth + 1);
-            if (st < 0)
-                return st;
-        }
-        return KT_OK;
-    }
+    if (!strcmp(type, "Sequence"))
+        return parse_sequence(L, n, depth, "processors",
+                              "post_processor Sequence without processors", parse_post);
     if (!strcmp(type, "ByteLevel"))
         return KT_OK; /* only offsets; no tokens added */
     if (tok->has_post)

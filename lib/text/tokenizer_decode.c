@@ -402,14 +402,10 @@ kt_status kt_detokenizer_feed(kt_detokenizer *d, int32_t id, kt_buf *out)
 {
     if (!d || !out)
         return kt__error(KT_ERR_INVALID_ARG, "kt_detokenizer_feed: NULL argument");
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        int32_t *v = kt__realloc(d->ids, cap * sizeof *v);
-        if (!v)
-            return KT_ERR_NOMEM;
-        d->ids = v;
-        d->cap = cap;
-    }
+    int32_t *v = kt__tok_grow(d->ids, d->n, &d->cap, sizeof *v, 8);
+    if (!v)
+        return KT_ERR_NOMEM;
+    d->ids = v;
     d->ids[d->n++] = id;
     d->scratch.size = 0;
     kt_status st = kt__tok_decode(d->tok, d->ids, d->n, d->flags, true, &d->scratch);

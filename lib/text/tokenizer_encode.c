@@ -159,14 +159,10 @@ typedef struct spanvec {
 
 static kt_status span_push(spanvec *sv, size_t s, size_t e, bool match)
 {
-    if (sv->n == sv->cap) {
-        size_t cap = sv->cap ? sv->cap * 2 : 32;
-        span *v = kt__realloc(sv->v, cap * sizeof *v);
-        if (!v)
-            return KT_ERR_NOMEM;
-        sv->v = v;
-        sv->cap = cap;
-    }
+    span *v = kt__tok_grow(sv->v, sv->n, &sv->cap, sizeof *v, 32);
+    if (!v)
+        return KT_ERR_NOMEM;
+    sv->v = v;
     sv->v[sv->n++] = (span){s, e, match};
     return KT_OK;
 }
@@ -276,14 +272,10 @@ static kt_status plist_add(plist *p, const char *s, size_t n, int32_t added_id, 
 {
     if (n == 0 && added_id < 0)
         return KT_OK; /* empty pieces are dropped */
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        kt__piece *v = kt__realloc(p->v, cap * sizeof *v);
-        if (!v)
-            return KT_ERR_NOMEM;
-        p->v = v;
-        p->cap = cap;
-    }
+    kt__piece *v = kt__tok_grow(p->v, p->n, &p->cap, sizeof *v, 64);
+    if (!v)
+        return KT_ERR_NOMEM;
+    p->v = v;
     kt__piece *pc = &p->v[p->n];
     pc->off = p->text.size;
     pc->len = n;
@@ -658,14 +650,10 @@ typedef struct idvec {
 
 static kt_status id_push(idvec *iv, int32_t id)
 {
-    if (iv->n == iv->cap) {
-        size_t cap = iv->cap ? iv->cap * 2 : 64;
-        int32_t *v = kt__realloc(iv->v, cap * sizeof *v);
-        if (!v)
-            return KT_ERR_NOMEM;
-        iv->v = v;
-        iv->cap = cap;
-    }
+    int32_t *v = kt__tok_grow(iv->v, iv->n, &iv->cap, sizeof *v, 64);
+    if (!v)
+        return KT_ERR_NOMEM;
+    iv->v = v;
     iv->v[iv->n++] = id;
     return KT_OK;
 }
@@ -711,14 +699,10 @@ typedef struct bpe_work {
 
 static kt_status heap_push(bpe_work *w, bpe_merge m)
 {
-    if (w->n_heap == w->cap_heap) {
-        size_t cap = w->cap_heap ? w->cap_heap * 2 : 64;
-        bpe_merge *h = kt__realloc(w->heap, cap * sizeof *h);
-        if (!h)
-            return KT_ERR_NOMEM;
-        w->heap = h;
-        w->cap_heap = cap;
-    }
+    bpe_merge *h = kt__tok_grow(w->heap, w->n_heap, &w->cap_heap, sizeof *h, 64);
+    if (!h)
+        return KT_ERR_NOMEM;
+    w->heap = h;
     size_t i = w->n_heap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -751,16 +735,23 @@ static bpe_merge heap_pop(bpe_work *w)
     return top;
 }
 
+/* Symbol pos takes in its right neighbour, which is left empty and unlinked. */
+static void sym_absorb_next(bpe_work *w, int32_t pos)
+{
+    bpe_sym *a = &w->syms[pos], *b = &w->syms[a->next];
+    a->len += b->len;
+    b->len = 0;
+    a->next = b->next;
+    if (a->next >= 0)
+        w->syms[a->next].prev = pos;
+}
+
 static kt_status sym_push(bpe_work *w, int32_t id, uint32_t len)
 {
-    if (w->n_syms == w->cap_syms) {
-        size_t cap = w->cap_syms ? w->cap_syms * 2 : 64;
-        bpe_sym *s = kt__realloc(w->syms, cap * sizeof *s);
-        if (!s)
-            return KT_ERR_NOMEM;
-        w->syms = s;
-        w->cap_syms = cap;
-    }
+    bpe_sym *s = kt__tok_grow(w->syms, w->n_syms, &w->cap_syms, sizeof *s, 64);
+    if (!s)
+        return KT_ERR_NOMEM;
+    w->syms = s;
     int32_t i = (int32_t)w->n_syms++;
     w->syms[i] = (bpe_sym){id, i - 1, -1, len};
     if (i > 0)
@@ -861,11 +852,7 @@ static kt_status bpe_encode(const kt_tokenizer *tok, const char *s, size_t n, bp
         if (!m || m->new_id != top.new_id)
             continue; /* stale entry */
         a->id = top.new_id;
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (a->next >= 0)
-            w->syms[a->next].prev = top.pos;
+        sym_absorb_next(w, top.pos);
         if (a->prev >= 0) {
             const kt__merge_slot *pm = merge_find(tok, w->syms[a->prev].id, a->id);
             if (pm)
@@ -971,11 +958,7 @@ static kt_status tiktoken_encode(const kt_tokenizer *tok, const char *s, size_t 
         bpe_sym *b = &w->syms[a->next];
         if (rank_of(tok, s + a->id, a->len + b->len) != top.new_id)
             continue; /* stale: a neighbour has changed */
-        a->len += b->len;
-        b->len = 0;
-        a->next = b->next;
-        if (a->next >= 0)
-            w->syms[a->next].prev = top.pos;
+        sym_absorb_next(w, top.pos);
         if (a->prev >= 0)
             st = tiktoken_push_pair(tok, s, w, a->prev);
         if (st == KT_OK)

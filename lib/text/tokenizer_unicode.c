@@ -250,14 +250,10 @@ typedef struct cpvec {
 
 static kt_status cp_push(cpvec *c, uint32_t cp)
 {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        uint32_t *v = kt__realloc(c->v, cap * sizeof *v);
-        if (!v)
-            return KT_ERR_NOMEM;
-        c->v = v;
-        c->cap = cap;
-    }
+    uint32_t *v = kt__tok_grow(c->v, c->n, &c->cap, sizeof *v, 64);
+    if (!v)
+        return KT_ERR_NOMEM;
+    c->v = v;
     c->v[c->n++] = cp;
     return KT_OK;
 }

@@ -86,6 +86,22 @@ static span trim(span s)
     return s;
 }
 
+/* Moves *s past the first marker in it; false (s unchanged) when there is none. */
+static bool skip_past(span *s, const char *marker)
+{
+    long at = find(*s, marker);
+    if (at < 0)
+        return false;
+    *s = sub(*s, (size_t)at + strlen(marker), s->n);
+    return true;
+}
+
+/* s without one pair of surrounding double quotes. */
+static span unquote(span s)
+{
+    return s.n >= 2 && s.p[0] == '"' && s.p[s.n - 1] == '"' ? sub(s, 1, s.n - 1) : s;
+}
+
 static bool starts(span s, const char *prefix)
 {
     size_t n = strlen(prefix);
@@ -244,10 +260,8 @@ static int parse_kimi_calls(parser *ps, span body)
 {
     int n = 0;
     for (;;) {
-        long b = find(body, KIMI_CALL_BEGIN);
-        if (b < 0)
+        if (!skip_past(&body, KIMI_CALL_BEGIN))
             break;
-        body = sub(body, (size_t)b + strlen(KIMI_CALL_BEGIN), body.n);
         long a = find(body, KIMI_ARG_BEGIN), e = find(body, KIMI_CALL_END);
         if (a < 0 || e < 0 || e < a)
             break;
@@ -273,10 +287,8 @@ static int parse_deepseek_calls(parser *ps, span body)
 {
     int n = 0;
     for (;;) {
-        long b = find(body, DS_CALL_BEGIN);
-        if (b < 0)
+        if (!skip_past(&body, DS_CALL_BEGIN))
             break;
-        body = sub(body, (size_t)b + strlen(DS_CALL_BEGIN), body.n);
         long e = find(body, DS_CALL_END);
         if (e < 0)
             break;
@@ -316,16 +328,12 @@ static int parse_xml_calls(parser *ps, span body, bool minimax)
     const char *popen = minimax ? "<parameter name=" : "<parameter=";
     int n = 0;
     for (;;) {
-        long b = find(body, open);
-        if (b < 0)
+        if (!skip_past(&body, open))
             break;
-        body = sub(body, (size_t)b + strlen(open), body.n);
         long gt = find(body, ">"), e = find(body, close);
         if (gt < 0 || e < 0 || e < gt)
             break;
-        span name = trim(sub(body, 0, (size_t)gt));
-        if (name.n >= 2 && name.p[0] == '"' && name.p[name.n - 1] == '"')
-            name = sub(name, 1, name.n - 1);
+        span name = unquote(trim(sub(body, 0, (size_t)gt)));
         span inner = sub(body, (size_t)gt + 1, (size_t)e);
         body = sub(body, (size_t)e + strlen(close), body.n);
         char *fn_name = span_dup(name);
@@ -337,16 +345,12 @@ static int parse_xml_calls(parser *ps, span body, bool minimax)
             return n;
         }
         for (;;) {
-            long pb = find(inner, popen);
-            if (pb < 0)
+            if (!skip_past(&inner, popen))
                 break;
-            inner = sub(inner, (size_t)pb + strlen(popen), inner.n);
             long pg = find(inner, ">"), pe = find(inner, "</parameter>");
             if (pg < 0 || pe < 0 || pe < pg)
                 break;
-            span key = trim(sub(inner, 0, (size_t)pg));
-            if (key.n >= 2 && key.p[0] == '"' && key.p[key.n - 1] == '"')
-                key = sub(key, 1, key.n - 1);
+            span key = unquote(trim(sub(inner, 0, (size_t)pg)));
             if (!add_param(ps, args, fn_name, key, sub(inner, (size_t)pg + 1, (size_t)pe)))
                 break;
             inner = sub(inner, (size_t)pe + strlen("</parameter>"), inner.n);
