@@ -10,6 +10,10 @@
  *            median over 11 passes of (kernel GB/s) / (read loop GB/s)
  *   prefill: 16 matrices of `rows` x K (cache-resident), M tokens; prints
  *            GFLOP/s per CPU second
+ *   resident: one matrix of `rows` x K (64: L1 / L2), called over and over
+ *            (>= 2e8 weight-token products per pass, best of 5); prints
+ *            cycles per 64 weights (all M tokens) at the clock given in
+ *            KT_BENCH_GHZ (default 3.65, this VM's), and weight GB/s
  *
  * Build (from the repository root, after `ninja -C BUILD`):
  *   B=BUILD; gcc -O2 -march=native -Icpu -Iinclude -I$B/include -I$B \
@@ -17,7 +21,7 @@
  *     $B/lib/libkt_internal.a $B/cpu/libkt_cpu_*.a $B/cpu/amx/libkt_amx_emulated.a \
  *     -Wl,--end-group -lpthread -lm -lhwloc -lnuma -lcjson -lpcre2-8 -ldnnl
  * Run:
- *   ./moe_kernel_bench decode|prefill avx512|x2|avx2 METHOD K M [rows]
+ *   ./moe_kernel_bench decode|prefill|resident avx512|x2|avx2 METHOD K M [rows]
  *   (METHOD: 1 BF16, 2 FP8, 3 RAWINT4 as in kt_method)
  */
 #define _GNU_SOURCE
@@ -61,10 +65,10 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s decode|prefill avx512|x2|avx2 METHOD K M [rows]\n", argv[0]);
+        fprintf(stderr, "usage: %s decode|prefill|resident avx512|x2|avx2 METHOD K M [rows]\n", argv[0]);
         return 2;
     }
-    int decode = !strcmp(argv[1], "decode");
+    int decode = !strcmp(argv[1], "decode"), resident = !strcmp(argv[1], "resident");
     const char *set = argv[2];
     int method = atoi(argv[3]), K = atoi(argv[4]), M = atoi(argv[5]);
     int rows = argc > 6 ? atoi(argv[6]) : 64;
@@ -86,7 +90,7 @@ int main(int argc, char **argv)
                                           : (size_t)rows * K / 2;
     size_t mat = (wb + (method == KT_METHOD_RAWINT4 ? (size_t)rows * K / 16 : 0) + 4095) &
                  ~(size_t)4095;
-    size_t bytes = decode ? (size_t)512 << 20 : 16 * mat;
+    size_t bytes = decode ? (size_t)512 << 20 : resident ? mat : 16 * mat;
     uint8_t *w = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (w == MAP_FAILED)
         return 1;
@@ -120,6 +124,26 @@ int main(int argc, char **argv)
     void *scratch = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
     double ratio[11], best = 1e30, best_k = 0, best_r = 0;
     float sink = 0;
+    if (resident) { /* one matrix, many calls: the kernel's own speed */
+        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + wb) : fp8_scales, rows, K, 0, 0};
+        long calls = (long)(2e8 / ((double)rows * K * M)) + 10;
+        double best_t = 1e30;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = cpu_now();
+            for (long i = 0; i < calls; i++) {
+                kt__moe_new_epoch();
+                ks->gemm(&W, 0, rows, 0, K, act, arow, NULL, M, C, rows, scratch);
+            }
+            double t = cpu_now() - t0;
+            best_t = t < best_t ? t : best_t;
+        }
+        const char *ghz = getenv("KT_BENCH_GHZ");
+        double hz = (ghz ? atof(ghz) : 3.65) * 1e9;
+        printf("%-18s K %5d M %d rows %4d: %.2f cycles per 64 weights, %.1f GB/s of weights "
+               "per cpu-s\n", ks->name, K, M, rows,
+               best_t * hz / ((double)calls * rows * K / 64), (double)calls * wb / best_t * 1e-9);
+        return 0;
+    }
     for (int rep = 0; rep < 11; rep++) {
         kt__moe_new_epoch();
         double t0 = cpu_now();
