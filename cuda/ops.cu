@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kt_cuda.h"
 
@@ -170,12 +171,20 @@ extern "C" int kt__cuda_prof_collect(kt__cuda_rt *rt, double *ms, int n_phase)
     return rc;
 }
 
-/* CUDA's host thread: the stream waits here until kt__cuda_release */
+/* CUDA's host thread: the stream waits here until kt__cuda_release, 50 ms at
+ * most (a launch that has to wait for the device, as a first launch of a lazily
+ * loaded kernel may, would otherwise wait for this forever: the 22:37 device
+ * run's KT_GPU_TRACE=2 pass hung at its first held step) */
 static void CUDART_CB hold_fn(void *p)
 {
     kt__cuda_rt *rt = (kt__cuda_rt *)p;
-    while (__atomic_load_n(&rt->hold, __ATOMIC_ACQUIRE))
-        ;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (__atomic_load_n(&rt->hold, __ATOMIC_ACQUIRE)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > 0.05)
+            break;
+    }
 }
 
 extern "C" int kt__cuda_hold(kt__cuda_rt *rt)

@@ -1582,7 +1582,9 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
     }
     {
         /* KT_GPU_TRACE=2: a step queued whole before the device starts it */
-        g->held = g->prof && T < g->gemm_min_t && !g->lw_on && kt__cuda_hold(g->rt) == 0;
+        /* not on the first two steps: their kernels' first launches load code */
+        g->held = g->prof && T < g->gemm_min_t && !g->lw_on && g->pr_steps[0] >= 2 &&
+                  kt__cuda_hold(g->rt) == 0;
         g->marks = 0;
         st = enqueue(g, T, ctx->n_past + T, all_logits);
         if (g->held)
