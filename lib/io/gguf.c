@@ -79,9 +79,10 @@ typedef struct name_index {
 
 typedef const char *(*name_of_fn)(const void *items, size_t i);
 
-/* Builds the index over n names; returns the index of a duplicate in *dup (or SIZE_MAX). */
+/* Builds the index over n names; a name that appears twice is an error naming the file
+ * and what the names are ("tensor", "metadata key"). */
 static kt_status index_build(name_index *ix, const void *items, size_t n, name_of_fn name_of,
-                             size_t *dup)
+                             const char *file, const char *what)
 {
     size_t cap = 16;
     while (cap < 2 * n)
@@ -90,15 +91,12 @@ static kt_status index_build(name_index *ix, const void *items, size_t n, name_o
     if (!ix->slots)
         return KT_ERR_NOMEM;
     ix->n_slots = cap;
-    *dup = SIZE_MAX;
     for (size_t i = 0; i < n; i++) {
         const char *name = name_of(items, i);
         size_t j = (size_t)hash_str(name) & (cap - 1);
         while (ix->slots[j]) {
-            if (strcmp(name_of(items, ix->slots[j] - 1), name) == 0) {
-                *dup = i;
-                return KT_OK;
-            }
+            if (strcmp(name_of(items, ix->slots[j] - 1), name) == 0)
+                return kt__error(KT_ERR_FORMAT, "%s: %s '%s' appears twice", file, what, name);
             j = (j + 1) & (cap - 1);
         }
         ix->slots[j] = i + 1;
@@ -384,13 +382,9 @@ static kt_status read_kvs(reader *r, uint64_t n_kv)
             return s;
         g->n_kv = i + 1;
     }
-    size_t dup;
-    kt_status s = index_build(&g->kv_index, g->kvs, g->n_kv, kv_name, &dup);
+    kt_status s = index_build(&g->kv_index, g->kvs, g->n_kv, kv_name, g->name, "metadata key");
     if (s)
         return s;
-    if (dup != SIZE_MAX)
-        return kt__error(KT_ERR_FORMAT, "%s: metadata key '%s' appears twice", g->name,
-                         g->kvs[dup].key);
     const kt_gguf_value *align = kt__gguf_find(g, "general.alignment");
     g->alignment = KT_GGUF_DEFAULT_ALIGNMENT;
     if (align) {
@@ -495,13 +489,10 @@ static kt_status read_tensors(reader *r, uint64_t n_tensors)
             return s;
         g->n_tensors = i + 1;
     }
-    size_t dup;
-    kt_status s = index_build(&g->tensor_index, g->tensors, g->n_tensors, tensor_name, &dup);
+    kt_status s = index_build(&g->tensor_index, g->tensors, g->n_tensors, tensor_name, g->name,
+                              "tensor");
     if (s)
         return s;
-    if (dup != SIZE_MAX)
-        return kt__error(KT_ERR_FORMAT, "%s: tensor '%s' appears twice", g->name,
-                         g->tensors[dup].name);
     /* The data region starts at the next multiple of the alignment. */
     uint64_t pad = (g->alignment - r->pos % g->alignment) % g->alignment;
     g->data_offset = (uint64_t)r->pos + pad;

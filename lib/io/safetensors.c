@@ -103,6 +103,17 @@ static kt_status set_new(kt_st_set **out)
     return *out ? KT_OK : KT_ERR_NOMEM;
 }
 
+/* Frees metadata pairs made by kt__strpairs_set(). */
+static void strpairs_free(char **keys, char **values, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        kt__free(keys[i]);
+        kt__free(values[i]);
+    }
+    kt__free(keys);
+    kt__free(values);
+}
+
 void kt__st_close(kt_st_set *set)
 {
     if (!set)
@@ -114,12 +125,7 @@ void kt__st_close(kt_st_set *set)
     }
     for (size_t i = 0; i < set->n_tensors; i++)
         kt__free((char *)set->tensors[i].name);
-    for (size_t i = 0; i < set->n_meta; i++) {
-        kt__free(set->meta_keys[i]);
-        kt__free(set->meta_values[i]);
-    }
-    kt__free(set->meta_keys);
-    kt__free(set->meta_values);
+    strpairs_free(set->meta_keys, set->meta_values, set->n_meta);
     kt__free(set->files);
     kt__free(set->tensors);
     kt__free(set->slots);
@@ -864,12 +870,7 @@ void kt__st_writer_free(kt_st_writer *w)
         unlink(w->tmp_path);
     for (size_t i = 0; i < w->n_decls; i++)
         kt__free(w->decls[i].name);
-    for (size_t i = 0; i < w->n_meta; i++) {
-        kt__free(w->meta_keys[i]);
-        kt__free(w->meta_values[i]);
-    }
-    kt__free(w->meta_keys);
-    kt__free(w->meta_values);
+    strpairs_free(w->meta_keys, w->meta_values, w->n_meta);
     kt__free(w->decls);
     kt__free(w->path);
     kt__free(w->tmp_path);
