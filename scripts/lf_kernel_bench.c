@@ -1,0 +1,106 @@
+/*
+ * lf_kernel_bench: one LLAMAFILE kernel call (a gemm of the kernel set the
+ * backend picks for the block type) on one thread, timed in CPU seconds of
+ * that thread, so that other processes sharing the cores mostly cancel out.
+ * A developer's tool for kernel work; the official figures come from
+ * `kt-bench moe --gguf` (whole backend, wall clock, several threads).
+ *
+ *   rows x K weights of TYPE (ggml's reference quantizer, random values),
+ *   M tokens; MIB 0: the same matrix every call (rows x K in L2 when small),
+ *   MIB > 0: about that many MiB of matrices visited in turn (from memory).
+ *   Prints weight GB/s and ns per 64 weight bytes per CPU second, and
+ *   multiply-adds per CPU second (all M tokens).
+ *
+ * Build (from the repository root, after `ninja -C BUILD`):
+ *   B=BUILD; gcc -O2 -march=native -Icpu -Iinclude -I$B/include -I$B \
+ *     scripts/lf_kernel_bench.c -o lf_kernel_bench -Wl,--start-group \
+ *     $B/lib/libkt_internal.a $B/cpu/libkt_cpu_*.a $B/cpu/amx/libkt_amx_emulated.a \
+ *     -Wl,--end-group -lpthread -lm -lhwloc -lnuma -lcjson -lpcre2-8 -ldnnl
+ *   (with CUDA configured, add $B/cuda/libkt_cuda.a inside the group and
+ *   -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ after it)
+ * Run:
+ *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
+ *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 AVX-512 VNNI
+ *   (default), 1 AVX2, 0 scalar
+ * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "moe_kernels.h"
+#include "ref/ggml_quants.h"
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: %s TYPE M ROWS K MIB [ISA]\n", argv[0]);
+        return 2;
+    }
+    const kt_ggml_traits *tr = NULL;
+    for (int t = 0; t < 200 && !tr; t++) {
+        const kt_ggml_traits *c = kt__ggml_traits((kt_type)t);
+        if (c && !strcmp(c->name, argv[1]))
+            tr = c;
+    }
+    int M = atoi(argv[2]), rows = atoi(argv[3]), K = atoi(argv[4]);
+    size_t mib = (size_t)atol(argv[5]);
+    int isa = argc > 6 ? atoi(argv[6]) : 2;
+    if (!tr || !kt__ggml_act_section(tr->type) || M < 1 || M > 256 || rows < 1 || K < 256 ||
+        !kt__ggml_row_bytes(tr->type, K)) {
+        fprintf(stderr, "%s: bad type or shape\n", argv[0]);
+        return 2;
+    }
+    size_t rb = kt__ggml_row_bytes(tr->type, K), per = rb * (size_t)rows;
+    size_t nmat = mib ? (mib << 20) / per + 1 : 1;
+    uint8_t *W = malloc(per * nmat);
+    float *x = malloc((size_t)K * sizeof(float));
+    for (size_t r = 0; r < (size_t)rows * nmat; r++) {
+        for (int k = 0; k < K; k++)
+            x[k] = frand();
+        tr->quantize(x, W + r * rb, K);
+    }
+    unsigned mask = kt__ggml_act_section(tr->type);
+    const kt__moe_kernels *ks = kt__moe_llamafile_kernels(isa, mask);
+    size_t xrow = kt__moe_act_row_bytes(ks->act, K);
+    uint8_t *A = calloc((size_t)M, xrow);
+    for (int m = 0; m < M; m++) {
+        for (int k = 0; k < K; k++)
+            x[k] = frand();
+        ks->quant(x, 0, K, K, A + (size_t)m * xrow);
+    }
+    float *C = malloc(sizeof(float) * (size_t)M * (size_t)rows);
+    void *scratch = ks->scratch_bytes ? malloc(ks->scratch_bytes) : NULL;
+    kt__wmat wm = {.rows = rows, .cols = K, .type = tr->type};
+    long calls = 0;
+    double t0 = cpu_now(), t;
+    do {
+        wm.w = W + (size_t)(calls % (long)nmat) * per;
+        ks->gemm(&wm, 0, rows, 0, K, A, xrow, NULL, M, C, rows, scratch);
+        calls++;
+        t = cpu_now() - t0;
+    } while (t < 1.0);
+    printf("%s %s M %d rows %d K %d %s: %.2f GB/s  %.2f ns per 64 B  %.1f GMAC/s\n", ks->name,
+           tr->name, M, rows, K, mib ? "memory" : "resident", (double)per * calls / t * 1e-9,
+           t / calls / ((double)per / 64) * 1e9, (double)rows * K * M * calls / t * 1e-9);
+    free(W); free(x); free(A); free(C); free(scratch);
+    return 0;
+}
