@@ -611,13 +611,14 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
  * token block over kt_n 64-input steps; int32 sums over the whole range,
  * then scaled by the row scales rs and token scales ts:
  *   C[m][n] = ts[m] rs[n] sum_k q[m][k] w[n][k]
- * K runs outermost in chunks of KC8 steps (32 rows x 512 bytes of weights):
+ * K runs outermost in chunks of kc8 steps (8: 32 rows x 512 bytes of weights):
  * a chunk comes from memory once and serves every token block from L1; the
  * int32 C tiles of all token blocks wait in s->facc ([NB][MMAX]) between
  * chunks, and the next chunk (or w_next's first, the caller's next block of
  * rows) is prefetched into L2 while this one computes, so the weight stream
  * overlaps the tile work instead of preceding it. */
-#define KC8 8
+#define KC8_MAX 16
+static int kc8 = 8; /* steps per chunk; KT_AMX_KC (1..16) overrides, for measuring */
 
 static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
                           const uint8_t *xpack, size_t x_mb_stride, int mn, int kt_n,
@@ -627,14 +628,14 @@ static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
     int32_t *cacc = (int32_t *)s->facc;
     const size_t cld = MMAX * sizeof(int32_t);
     int n_mb = (mn + 31) / 32;
-    for (int kc = 0; kc < kt_n; kc += KC8) {
-        int kn = imin(KC8, kt_n - kc);
+    for (int kc = 0; kc < kt_n; kc += kc8) {
+        int kn = imin(kc8, kt_n - kc);
         /* what to prefetch: NB rows x pn steps from pw */
-        const int8_t *pw = w + (size_t)(kc + KC8) * 64;
-        int pn = imin(KC8, kt_n - kc - KC8);
+        const int8_t *pw = w + (size_t)(kc + kc8) * 64;
+        int pn = imin(kc8, kt_n - kc - kc8);
         if (pn <= 0) {
             pw = w_next;
-            pn = w_next ? imin(KC8, kt_n) : 0;
+            pn = w_next ? imin(kc8, kt_n) : 0;
         }
         int lines = NB * pn, per = (lines + n_mb * kn - 1) / (n_mb * kn), pf = 0;
         for (int mb = 0; mb < mn; mb += 32) {
@@ -1401,7 +1402,7 @@ static void gemm_packed_int4(const kt__wmat *W, int n0, int n1, const void *P, i
                    W->group > 0 ? W->group : 32);
 }
 
-/* The first KC8 64-input steps of up to NB rows (the tile loop's first chunk;
+/* The first kc8 64-input steps of up to NB rows (the tile loop's first chunk;
  * the loops prefetch every later one themselves), row_bytes per row. */
 static void prefetch_first(const uint8_t *w, size_t ldw, int n0, int n1, size_t row_bytes)
 {
@@ -1410,14 +1411,20 @@ static void prefetch_first(const uint8_t *w, size_t ldw, int n0, int n1, size_t 
             _mm_prefetch((const char *)w + (size_t)r * ldw + b, _MM_HINT_T1);
 }
 
+static int prefetch_on = 1; /* KT_AMX_PREFETCH=0: packer prefetch hints off (comparison) */
+
 static void prefetch_int8(const kt__wmat *W, int n0, int n1)
 {
+    if (!prefetch_on)
+        return;
     size_t ldw = (size_t)W->cols;
-    prefetch_first(W->w, ldw, n0, n1, ldw < KC8 * 64 ? ldw : KC8 * 64);
+    prefetch_first(W->w, ldw, n0, n1, ldw < (size_t)kc8 * 64 ? ldw : (size_t)kc8 * 64);
 }
 
 static void prefetch_int4(const kt__wmat *W, int n0, int n1)
 {
+    if (!prefetch_on)
+        return;
     size_t ldw = (size_t)W->cols / 2;
     prefetch_first(W->w, ldw, n0, n1, ldw < KCH / 2 ? ldw : KCH / 2);
 }
@@ -1462,6 +1469,11 @@ static void init_sets(void)
                                scratch_of(avx512_int8)};
     env = getenv("KT_AMX_SHARED_PACK");
     shared_pack = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_PREFETCH");
+    prefetch_on = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_KC");
+    if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
+        kc8 = atoi(env);
     p_int8 = (kt__moe_packer){min_int8, pack_bytes_i8, pack_int8, gemm_packed_int8,
                               prefetch_int8};
     p_int4 = (kt__moe_packer){min_int4, pack_bytes_i8, pack_int4, gemm_packed_int4,
