@@ -106,8 +106,38 @@ void kt__rmsnorm(float *x, int32_t n, const float *w, float eps)
     kt__rmsnorm_to(x, x, n, w, eps);
 }
 
+/* a · b over n floats: 8 partial sums keep the compiler's vectoriser busy; the tail is
+ * summed first, then the 8 partials (the order every linear kernel here uses). */
+static inline float dot8(const float *a, const float *b, int32_t n)
+{
+    float acc[8] = {0};
+    int32_t c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += a[c + k] * b[c + k];
+    float s = 0;
+    for (; c < n; c++)
+        s += a[c] * b[c];
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    return s;
+}
+
+/* y[t][r] = rowbuf · x[t][c0 .. c0+nc) (+ bias) for every token; the column chunks after the
+ * first (c0 > 0) add onto y. rowbuf is row r's weights, widened to F32. */
+static void chunk_dot_tokens(const float *rowbuf, const float *x, int32_t T, int32_t rows,
+                             int32_t cols, int32_t c0, int32_t nc, int32_t r, const float *bias,
+                             float *y)
+{
+    for (int32_t t = 0; t < T; t++) {
+        float s = dot8(rowbuf, x + (size_t)t * cols + c0, nc);
+        float *yo = &y[(size_t)t * rows + r];
+        *yo = c0 == 0 ? s + (bias ? bias[r] : 0.0f) : *yo + s;
+    }
+}
+
 /* Dot products over 4 tokens at once so that each weight row is read once per
- * 4 tokens; 8 partial sums per row keep the compiler's vectoriser busy. */
+ * 4 tokens; the remaining tokens one at a time (dot8). */
 static void linear_f32(const float *x, int32_t T, int32_t rows, int32_t cols, const float *W,
                        const float *bias, float *y, int32_t r0, int32_t r1)
 {
@@ -130,20 +160,9 @@ static void linear_f32(const float *x, int32_t T, int32_t rows, int32_t cols, co
             y[(size_t)(t + 2) * rows + r] = s2 + b;
             y[(size_t)(t + 3) * rows + r] = s3 + b;
         }
-        for (; t < T; t++) {
-            const float *xt = x + (size_t)t * cols;
-            float acc[8] = {0};
-            int32_t c = 0;
-            for (; c + 8 <= cols; c += 8)
-                for (int k = 0; k < 8; k++)
-                    acc[k] += wr[c + k] * xt[c + k];
-            float s = 0;
-            for (; c < cols; c++)
-                s += wr[c] * xt[c];
-            for (int k = 0; k < 8; k++)
-                s += acc[k];
-            y[(size_t)t * rows + r] = s + (bias ? bias[r] : 0.0f);
-        }
+        for (; t < T; t++)
+            y[(size_t)t * rows + r] = dot8(wr, x + (size_t)t * cols, cols) +
+                                      (bias ? bias[r] : 0.0f);
     }
 }
 
@@ -158,24 +177,7 @@ static void linear_bf16(const float *x, int32_t T, int32_t rows, int32_t cols,
             const uint16_t *wr = W + (size_t)r * cols + c0;
             for (int32_t c = 0; c < nc; c++)
                 rowbuf[c] = kt__bf16_to_f32(wr[c]);
-            for (int32_t t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * cols + c0;
-                float acc[8] = {0};
-                int32_t c = 0;
-                for (; c + 8 <= nc; c += 8)
-                    for (int k = 0; k < 8; k++)
-                        acc[k] += rowbuf[c + k] * xt[c + k];
-                float s = 0;
-                for (; c < nc; c++)
-                    s += rowbuf[c] * xt[c];
-                for (int k = 0; k < 8; k++)
-                    s += acc[k];
-                float *yo = &y[(size_t)t * rows + r];
-                if (c0 == 0)
-                    *yo = s + (bias ? bias[r] : 0.0f);
-                else
-                    *yo += s;
-            }
+            chunk_dot_tokens(rowbuf, x, T, rows, cols, c0, nc, r, bias, y);
         }
     }
 }
@@ -200,21 +202,7 @@ static void linear_fp8(const float *x, int32_t T, const kt__mat *W, const float 
                               : ((const float *)W->scale)[si];
                 rowbuf[c] = lut[q[c]] * s;
             }
-            for (int32_t t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * cols + c0;
-                float acc[8] = {0};
-                int32_t c = 0;
-                for (; c + 8 <= nc; c += 8)
-                    for (int k = 0; k < 8; k++)
-                        acc[k] += rowbuf[c + k] * xt[c + k];
-                float sum = 0;
-                for (; c < nc; c++)
-                    sum += rowbuf[c] * xt[c];
-                for (int k = 0; k < 8; k++)
-                    sum += acc[k];
-                float *yo = &y[(size_t)t * rows + r];
-                *yo = c0 == 0 ? sum + (bias ? bias[r] : 0.0f) : *yo + sum;
-            }
+            chunk_dot_tokens(rowbuf, x, T, rows, cols, c0, nc, r, bias, y);
         }
     }
 }

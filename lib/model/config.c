@@ -331,6 +331,19 @@ bool kt__config_quant_ignored(const kt__config *cfg, const char *name)
     return false;
 }
 
+/* scoring_func: sigmoid (the default) or softmax. */
+static kt_status parse_score_func(const parser *p, const char *score, kt_arch_info *a)
+{
+    if (!score || !strcmp(score, "sigmoid"))
+        a->score_func = KT_SCORE_SIGMOID;
+    else if (!strcmp(score, "softmax"))
+        a->score_func = KT_SCORE_SOFTMAX;
+    else
+        return kt__error(KT_ERR_UNSUPPORTED, "%s: scoring_func '%s' is not supported", p->file,
+                         score);
+    return KT_OK;
+}
+
 static kt_status parse_fp8(const parser *p, kt__config *cfg, const cJSON *q)
 {
     kt_arch_info *a = &cfg->info;
@@ -834,13 +847,8 @@ static kt_status parse_moe(const parser *p, kt__config *cfg, uint32_t *moe_layer
             return st;
         if (*moe_layer_freq == 0)
             return kt__error(KT_ERR_FORMAT, "%s: field 'moe_layer_freq' must be > 0", p->file);
-        if (!score || !strcmp(score, "sigmoid"))
-            a->score_func = KT_SCORE_SIGMOID;
-        else if (!strcmp(score, "softmax"))
-            a->score_func = KT_SCORE_SOFTMAX;
-        else
-            return kt__error(KT_ERR_UNSUPPORTED, "%s: scoring_func '%s' is not supported",
-                             p->file, score);
+        if ((st = parse_score_func(p, score, a)) < 0)
+            return st;
         if (!topk_method || !strcmp(topk_method, "noaux_tc"))
             a->score_correction_bias = 1;
         else if (strcmp(topk_method, "greedy") && strcmp(topk_method, "group_limited_greedy"))
@@ -876,13 +884,8 @@ static kt_status parse_moe(const parser *p, kt__config *cfg, uint32_t *moe_layer
             (st = get_bool(p, r, "use_routing_bias", true, &a->score_correction_bias)) < 0 ||
             (st = get_u32(p, r, "shared_intermediate_size", 0, KT__MAX_DIM, &shared)) < 0)
             return st;
-        if (!score || !strcmp(score, "sigmoid"))
-            a->score_func = KT_SCORE_SIGMOID;
-        else if (!strcmp(score, "softmax"))
-            a->score_func = KT_SCORE_SOFTMAX;
-        else
-            return kt__error(KT_ERR_UNSUPPORTED, "%s: scoring_func '%s' is not supported",
-                             p->file, score);
+        if ((st = parse_score_func(p, score, a)) < 0)
+            return st;
         if (shared)
             return kt__error(KT_ERR_UNSUPPORTED, "%s: shared_intermediate_size %u: MiniMax "
                              "shared experts are not supported", p->file, shared);

@@ -463,6 +463,21 @@ static bool is_float_type(kt_type t)
     return t == KT_TYPE_F32 || t == KT_TYPE_F16 || t == KT_TYPE_BF16;
 }
 
+/* The scales of a block-quantized view (FP8 blocks, INT4 groups): file tensor sc of
+ * shape[2], one scale per block_rows x block_cols block of the weight. */
+static void view_scales(kt_tensor_view *v, const kt_st_tensor *sc, const uint64_t shape[2],
+                        uint32_t block_rows, uint32_t block_cols)
+{
+    v->scale_data = sc->data;
+    v->scale_type = sc->type;
+    v->scale_n_dims = 2;
+    v->scale_shape[0] = shape[0];
+    v->scale_shape[1] = shape[1];
+    v->scale_nbytes = sc->nbytes;
+    v->block_rows = block_rows;
+    v->block_cols = block_cols;
+}
+
 /* Fills the data part of a view from file tensor t, for expert `e` of a stacked
  * tensor when s->stacked. */
 static void view_from(kt_tensor_view *v, const kt_st_tensor *t, const role_spec *s,
@@ -625,14 +640,7 @@ static kt_status resolve(indexer *ix, uint32_t layer, kt_role role, uint32_t exp
                              ix->m->path, sname, kt_type_name(sc->type));
         view_from(&v, t, &s, 0, 1);
         v.storage = KT_STORAGE_FP8_BLOCK;
-        v.scale_data = sc->data;
-        v.scale_type = sc->type;
-        v.scale_n_dims = 2;
-        v.scale_shape[0] = swant[0];
-        v.scale_shape[1] = swant[1];
-        v.scale_nbytes = sc->nbytes;
-        v.block_rows = (uint32_t)bh;
-        v.block_cols = (uint32_t)bw;
+        view_scales(&v, sc, swant, (uint32_t)bh, (uint32_t)bw);
         if ((st = mark_used(ix, t)) < 0 || (st = mark_used(ix, sc)) < 0)
             return st;
         return kt__model_add_entry(ix->m, &v, &ix->capacity);
@@ -695,14 +703,7 @@ static kt_status resolve(indexer *ix, uint32_t layer, kt_role role, uint32_t exp
                 "ignore list", ix->m->path, s.module);
     view_from(&v, pk, &s, 0, 1);
     v.storage = KT_STORAGE_INT4_PACKED;
-    v.scale_data = sc->data;
-    v.scale_type = sc->type;
-    v.scale_n_dims = 2;
-    v.scale_shape[0] = swant[0];
-    v.scale_shape[1] = swant[1];
-    v.scale_nbytes = sc->nbytes;
-    v.block_rows = 1;
-    v.block_cols = (uint32_t)g;
+    view_scales(&v, sc, swant, 1, (uint32_t)g);
     if ((st = mark_used(ix, pk)) < 0 || (st = mark_used(ix, sc)) < 0 ||
         (sh && (st = mark_used(ix, sh)) < 0))
         return st;
