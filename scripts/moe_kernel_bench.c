@@ -65,7 +65,8 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s decode|prefill|resident avx512|x2|avx2 METHOD K M [rows]\n", argv[0]);
+        fprintf(stderr, "usage: %s decode|prefill|resident avx512|x2|avx2 METHOD K M [rows]\n",
+                argv[0]);
         return 2;
     }
     int decode = !strcmp(argv[1], "decode"), resident = !strcmp(argv[1], "resident");
@@ -125,7 +126,8 @@ int main(int argc, char **argv)
     double ratio[11], best = 1e30, best_k = 0, best_r = 0;
     float sink = 0;
     if (resident) { /* one matrix, many calls: the kernel's own speed */
-        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + wb) : fp8_scales, rows, K, 0, 0};
+        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + wb) : fp8_scales, rows, K,
+                      0, 0};
         long calls = (long)(2e8 / ((double)rows * K * M)) + 10;
         double best_t = 1e30;
         for (int rep = 0; rep < 5; rep++) {

@@ -672,9 +672,10 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
 
 /* ---- RAWINT4 -------------------------------------------------------------- */
 
-/* Decode (up to 3 tokens): NR rows (4 for one token, else 2) share each
- * activation load (INT8 activations are twice the weight bytes, so the loads
- * decide the speed), 128 inputs (64 bytes of a row) per step. Per lane l of
+/* Decode (up to 3 tokens): NR rows (4 for one token on rows under 2560
+ * inputs, else 2) share each activation load (INT8 activations are twice the
+ * weight bytes, so the loads decide the speed), 128 inputs (64 bytes of a
+ * row) per step. Per lane l of
  * step c (group 4c + l / 4):
  *     i = -8 * sum(q) + sum(nib * q) = sum((nib - 8) * q)    (vpdpbusd, exact)
  *     acc += i * (s_w[group] * d_x[group])
@@ -809,7 +810,10 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
         const int8_t *a[3];
         for (int i = 0; i < 3; i++)
             a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
-        int step = M == 1 ? 4 : 2; /* one token: 4 rows share each activation load */
+        /* one token, short rows: 4 rows share each activation load; rows of
+         * 1280 bytes or more: 2 (4 interleaved long rows read memory at 0.5-0.6
+         * of a read loop on Zen 4, 2 at 0.7; rows of 384 bytes the reverse) */
+        int step = M == 1 && K < 2560 ? 4 : 2;
         for (int n = n0; n < n1; n += step) {
             int nr = imin(step, n1 - n);
             const uint8_t *wr[4];
@@ -821,7 +825,12 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
             }
             float t[12];
             switch (M) {
-            case 1: tile_int4(wr, sr, a, 4, 1, K, k0, k1, t); break;
+            case 1:
+                if (step == 4)
+                    tile_int4(wr, sr, a, 4, 1, K, k0, k1, t);
+                else
+                    tile_int4(wr, sr, a, 2, 1, K, k0, k1, t);
+                break;
             case 2: tile_int4(wr, sr, a, 2, 2, K, k0, k1, t); break;
             default: tile_int4(wr, sr, a, 2, 3, K, k0, k1, t); break;
             }

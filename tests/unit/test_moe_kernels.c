@@ -98,9 +98,10 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
     const kt__moe_kernels *ref =
         precise ? kt__moe_kernels_ref_precise(method) : kt__moe_kernels_ref(method);
     static const int rows_list[] = {1, 5, 67, 130};
-    /* the last: rows longer than the prefill kernels' K chunks (2048 for FP8 / INT4) */
+    /* the last: rows longer than the prefill kernels' K chunks (2048 for FP8 / INT4);
+     * RAWINT4 past 2560 inputs too (the one-token decode's 2-row tiles) */
     static const int cols_fp[] = {7, 64, 200, 300, 2200};
-    static const int cols_i4[] = {32, 96, 160, 256, 2208};
+    static const int cols_i4[] = {32, 96, 160, 256, 2720};
     static const int m_list[] = {1, 2, 3, 4, 5, 17, 170};
     double worst = 0;
     for (int ri = 0; ri < 4; ri++) {
