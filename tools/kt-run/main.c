@@ -6,12 +6,9 @@
 #include <kt/kt.h>
 
 #include "commands.h"
+#include "subcmd.h"
 
-static const struct {
-    const char *name;
-    kt_run_cmd_fn fn;
-    const char *summary;
-} commands[] = {
+static const subcmd commands[] = {
     {"doctor", cmd_doctor, "check this machine: CPU, ISA, NUMA, memory, GPUs, kernel choice"},
     {"generate", cmd_generate, "evaluate a prompt, write logits, generate (the default)"},
     {"perplexity", cmd_perplexity, "held-out perplexity over windows, like llama.cpp's"},
@@ -21,49 +18,33 @@ static const struct {
     {"plan", cmd_plan, "resolved plan of a run, without loading weights (= --dry-run)"},
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: kt-run [MODEL_DIR | --model DIR] -p PROMPT [OPTIONS]   generate\n"
-            "       kt-run COMMAND [OPTIONS]\n"
-            "\n"
-            "Runs Mixture-of-Experts language models with libkt (experts split\n"
-            "between GPU and CPU). Without a model, the bundled demo model is used:\n"
-            "  kt-run -p \"The json module can be used to\"\n"
-            "\n"
-            "Commands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f,
-            "\n"
-            "Options:\n"
-            "  -h, --help     show this help (COMMAND --help for a command's options)\n"
-            "  --version      print kt-run's and libkt's versions\n");
-}
+static const subcmd_tool kt_run_tool = {
+    "kt-run",
+    "usage: kt-run [MODEL_DIR | --model DIR] -p PROMPT [OPTIONS]   generate\n"
+    "       kt-run COMMAND [OPTIONS]\n"
+    "\n"
+    "Runs Mixture-of-Experts language models with libkt (experts split\n"
+    "between GPU and CPU). Without a model, the bundled demo model is used:\n"
+    "  kt-run -p \"The json module can be used to\"\n",
+    12,
+    commands,
+    sizeof commands / sizeof commands[0],
+};
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
+    int rc = subcmd_common(&kt_run_tool, argc, argv);
+    if (rc >= 0)
+        return rc;
     const char *first = argv[1];
-    if (!strcmp(first, "-h") || !strcmp(first, "--help") || !strcmp(first, "help")) {
-        usage(stdout);
-        return 0;
-    }
-    if (!strcmp(first, "--version") || !strcmp(first, "-V")) {
-        printf("kt-run %s (libkt %s)\n", KT_VERSION_STRING, kt_version());
-        return 0;
-    }
     /* `kt-run --dry-run ALIAS|DIR ...` (also after `generate`): the plan, nothing loaded */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--dry-run"))
             return strcmp(first, "generate") ? cmd_plan(argc, argv)
                                              : cmd_plan(argc - 1, argv + 1);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(first, commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+    const subcmd *cmd = subcmd_find(&kt_run_tool, first);
+    if (cmd)
+        return cmd->fn(argc - 1, argv + 1);
     /* no subcommand: `kt-run --model DIR ...` or `kt-run DIR ...` generates */
     struct stat sb;
     if (first[0] == '-' || (stat(first, &sb) == 0 && S_ISDIR(sb.st_mode)))
