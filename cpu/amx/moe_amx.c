@@ -611,14 +611,17 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
  * token block over kt_n 64-input steps; int32 sums over the whole range,
  * then scaled by the row scales rs and token scales ts:
  *   C[m][n] = ts[m] rs[n] sum_k q[m][k] w[n][k]
- * K runs outermost in chunks of kc8 steps (8: 32 rows x 512 bytes of weights):
+ * K runs outermost in chunks of kc8 steps (4: 32 rows x 256 bytes of weights):
  * a chunk comes from memory once and serves every token block from L1; the
  * int32 C tiles of all token blocks wait in s->facc ([NB][MMAX]) between
  * chunks, and the next chunk (or w_next's first, the caller's next block of
  * rows) is prefetched into L2 while this one computes, so the weight stream
  * overlaps the tile work instead of preceding it. */
 #define KC8_MAX 16
-static int kc8 = 8; /* steps per chunk; KT_AMX_KC (1..16) overrides, for measuring */
+/* steps per chunk: on the Xeon 4 ran 2-4% above 8, and 16 2-5% below it (one
+ * run each, docs/bench/h200-xeon16-amx4-2257-ds-knobs.txt); KT_AMX_KC (1..16)
+ * overrides */
+static int kc8 = 4;
 
 static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
                           const uint8_t *xpack, size_t x_mb_stride, int mn, int kt_n,
