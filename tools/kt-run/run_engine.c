@@ -59,6 +59,18 @@ void run_engine_opts_init(run_engine_opts *o)
     o->gpu_experts = -1.0;
 }
 
+/* A flag's value that is one of two words (either case): *out = true for when_true. */
+static bool two_way_choice(const char *tool, const char *flag, const char *v,
+                           const char *when_true, const char *when_false, bool *out)
+{
+    if (!strcasecmp(v, when_true) || !strcasecmp(v, when_false)) {
+        *out = !strcasecmp(v, when_true);
+        return true;
+    }
+    fprintf(stderr, "%s: %s: '%s' is not %s or %s\n", tool, flag, v, when_false, when_true);
+    return false;
+}
+
 int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, int *i)
 {
     const char *v = NULL;
@@ -101,30 +113,12 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         return 1;
     }
     if (opt_match(argc, argv, i, "--cache-type", true, &v, &bad)) {
-        if (bad)
-            return -1;
-        if (!strcasecmp(v, "bf16"))
-            o->kv_bf16 = true;
-        else if (!strcasecmp(v, "f32"))
-            o->kv_bf16 = false;
-        else {
-            fprintf(stderr, "%s: --cache-type: '%s' is not f32 or bf16\n", tool, v);
-            return -1;
-        }
-        return 1;
+        bad = bad || !two_way_choice(tool, "--cache-type", v, "bf16", "f32", &o->kv_bf16);
+        return bad ? -1 : 1;
     }
     if (opt_match(argc, argv, i, "--moe-precision", true, &v, &bad)) {
-        if (bad)
-            return -1;
-        if (!strcasecmp(v, "bf16"))
-            o->moe_bf16 = true;
-        else if (!strcasecmp(v, "bf16x2"))
-            o->moe_bf16 = false;
-        else {
-            fprintf(stderr, "%s: --moe-precision: '%s' is not bf16x2 or bf16\n", tool, v);
-            return -1;
-        }
-        return 1;
+        bad = bad || !two_way_choice(tool, "--moe-precision", v, "bf16", "bf16x2", &o->moe_bf16);
+        return bad ? -1 : 1;
     }
     if (opt_match(argc, argv, i, "--kt-weight-path", true, &v, &bad)) {
         if (bad)
