@@ -476,6 +476,101 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
                       hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
 }
 
+/* One token, long rows (more than X2_LONG inputs): two rows at a time share
+ * each activation load. A row of K inputs passes 4K bytes of hi / lo
+ * activations and the row through L1 between two uses of the same activation
+ * line, so past ~4096 inputs the activations come from L2 and their loads,
+ * twice the weight bytes, set the pace (BF16X2 decode on Zen 4, x read loop:
+ * 0.95 at K 3072, 0.63-0.66 at 4096-5120, 0.46 at 6144, 0.39-0.42 at 7168);
+ * two rows halve them (0.54-0.57 at 4096-5120, 0.55 at 6144 and 7168), one
+ * row stays better up to 5120. Reading rows in pieces instead (activations
+ * kept in L1) read memory at 0.42-0.47: it breaks the rows' streams. */
+#define X2_LONG 5632
+
+ALWAYS_INLINE void step2_x2(const void *const *w, int fp8, const __m512i *tab, const uint16_t *x,
+                            size_t lo_off, int k, __mmask64 m64, __mmask32 t0, __mmask32 t1,
+                            __m512 (*acc)[4])
+{
+    __m512i xh0 = _mm512_maskz_loadu_epi16(t0, x + k);
+    __m512i xh1 = _mm512_maskz_loadu_epi16(t1, x + k + 32);
+    __m512i xl0 = _mm512_maskz_loadu_epi16(t0, x + lo_off + k);
+    __m512i xl1 = _mm512_maskz_loadu_epi16(t1, x + lo_off + k + 32);
+    __asm__("" : "+v"(xh0), "+v"(xh1), "+v"(xl0), "+v"(xl1)); /* one load for both rows */
+    #pragma GCC unroll 2
+    for (int r = 0; r < 2; r++) {
+        __m512i v[2];
+        if (fp8) {
+            const uint8_t *p = (const uint8_t *)w[r] + k;
+            _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+            __m512i raw = _mm512_maskz_loadu_epi8(m64, p);
+            __asm__("" : "+v"(raw));
+            fp8x64_natural(tab, raw, v);
+        } else {
+            const uint16_t *p = (const uint16_t *)w[r] + k;
+            _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+            v[0] = _mm512_maskz_loadu_epi16(t0, p);
+            v[1] = _mm512_maskz_loadu_epi16(t1, p + 32);
+        }
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], (__m512bh)v[0], (__m512bh)xh0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], (__m512bh)v[1], (__m512bh)xh1);
+        acc[r][2] = _mm512_dpbf16_ps(acc[r][2], (__m512bh)v[0], (__m512bh)xl0);
+        acc[r][3] = _mm512_dpbf16_ps(acc[r][3], (__m512bh)v[1], (__m512bh)xl1);
+    }
+}
+
+/* sum_b s_r[b] * sum_{k in b} w_r[k] (hi[k] + lo[k]) for the rows w[0], w[1]
+ * (scale rows srow[0], srow[1]; BF16: s = 1) over [k0, k1), as F32 vectors. */
+ALWAYS_INLINE void rows2_x2(const void *const *w, const float *const *srow, int fp8,
+                            const __m512i *tab, const uint16_t *x, size_t lo_off, int k0, int k1,
+                            __m512 *tot)
+{
+    const __mmask64 all64 = ~(__mmask64)0;
+    const __mmask32 all32 = ~(__mmask32)0;
+    tot[0] = tot[1] = _mm512_setzero_ps();
+    for (int kb = k0; kb < k1; kb += 128) {
+        __m512 acc[2][4];
+        #pragma GCC unroll 2
+        for (int r = 0; r < 2; r++)
+            acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps();
+        if (kb + 128 <= k1) { /* hot loop: a whole block of 128 inputs */
+            step2_x2(w, fp8, tab, x, lo_off, kb, all64, all32, all32, acc);
+            step2_x2(w, fp8, tab, x, lo_off, kb + 64, all64, all32, all32, acc);
+        } else {
+            for (int k = kb; k < k1; k += 64)
+                step2_x2(w, fp8, tab, x, lo_off, k, tail64(k1 - k), tail32(k1 - k),
+                         tail32(k1 - k - 32), acc);
+        }
+        #pragma GCC unroll 2
+        for (int r = 0; r < 2; r++)
+            tot[r] = _mm512_fmadd_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]),
+                                                   _mm512_add_ps(acc[r][2], acc[r][3])),
+                                     _mm512_set1_ps(fp8 ? srow[r][kb / 128] : 1.0f), tot[r]);
+    }
+}
+
+/* One token, long rows: out[r] for the 4 rows of a tile, two at a time. */
+static void rows_x2_long(const void *const *w, const float *const *srow, int fp8,
+                         const uint16_t *x, size_t lo_off, int k0, int k1, float *out)
+{
+    __m512i tab[5];
+    if (fp8) {
+        tab[0] = _mm512_loadu_si512(e4m3_hi);
+        tab[1] = _mm512_loadu_si512(e4m3_hi + 64);
+        tab[2] = _mm512_loadu_si512(e4m3_lo);
+        tab[3] = _mm512_loadu_si512(e4m3_lo + 64);
+        tab[4] = _mm512_load_si512(fp8_lanes);
+    }
+    __m512 t[4];
+    if (fp8) {
+        rows2_x2(w, srow, 1, tab, x, lo_off, k0, k1, t);
+        rows2_x2(w + 2, srow + 2, 1, tab, x, lo_off, k0, k1, t + 2);
+    } else {
+        rows2_x2(w, srow, 0, tab, x, lo_off, k0, k1, t);
+        rows2_x2(w + 2, srow + 2, 0, tab, x, lo_off, k0, k1, t + 2);
+    }
+    _mm_storeu_ps(out, hsum4(t[0], t[1], t[2], t[3]));
+}
+
 /* C for up to 3 tokens: BF16 (fp8 = 0) or FP8 weights. k0 is a multiple of
  * 128 for FP8 (its blocks); BF16 any. */
 static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1, const void *A,
@@ -497,6 +592,12 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
             sr[r] = fp8 ? (const float *)W->scale + (size_t)(row / 128) * cb : NULL;
         }
         float t[12];
+        if (M == 1 && k1 - k0 > X2_LONG) {
+            rows_x2_long((const void *const *)wr, sr, fp8, a[0], lo_off, k0, k1, t);
+            for (int r = 0; r < nr; r++)
+                C[n - n0 + r] = t[r];
+            continue;
+        }
         switch (M + 3 * fp8) {
         case 1: rows_x2(wr, sr, 0, a, lo_off, 1, k0, k1, t); break;
         case 2: rows_x2(wr, sr, 0, a, lo_off, 2, k0, k1, t); break;
