@@ -1952,6 +1952,45 @@ static void synth_add(synth_tensor *t, size_t *n, const char *name, uint64_t a, 
     (*n)++;
 }
 
+/* The tensors every family has: embedding, final norm, lm_head. */
+static void synth_add_globals(synth_tensor *t, size_t *n, uint64_t V, uint64_t H)
+{
+    synth_add(t, n, "model.embed_tokens.weight", V, H);
+    synth_add(t, n, "model.norm.weight", H, 0);
+    synth_add(t, n, "lm_head.weight", V, H);
+}
+
+/* Layer l's norms and biased attention: q [q_rows][H], k and v [kv_rows][H], o [H][q_rows]. */
+static void synth_add_attention(synth_tensor *t, size_t *n, int l, uint64_t q_rows,
+                                uint64_t kv_rows, uint64_t H)
+{
+    static const char *const parts[] = {
+        "input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.q_proj.bias",
+        "self_attn.k_proj.bias", "self_attn.v_proj.bias", "self_attn.o_proj.weight"};
+    const uint64_t rows[] = {H, H, q_rows, kv_rows, kv_rows, q_rows, kv_rows, kv_rows, H};
+    const uint64_t cols[] = {0, 0, H, H, H, 0, 0, 0, q_rows};
+    char nm[128];
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.%s", l, parts[k]);
+        synth_add(t, n, nm, rows[k], cols[k]);
+    }
+}
+
+/* Layer l's E routed experts under their Hugging Face names: gate and up [MI][H], down
+ * [H][MI]. */
+static void synth_add_experts(synth_tensor *t, size_t *n, int l, int E, uint64_t MI, uint64_t H)
+{
+    static const char *const proj[] = {"gate_proj", "up_proj", "down_proj"};
+    char nm[128];
+    for (int e = 0; e < E; e++) {
+        for (int k = 0; k < 3; k++) {
+            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[k]);
+            synth_add(t, n, nm, k == 2 ? H : MI, k == 2 ? MI : H);
+        }
+    }
+}
+
 static void synth_model(const char *dir, const char *config, const synth_tensor *t, size_t n)
 {
     char path[700];
@@ -1989,20 +2028,10 @@ static void test_glm_qwen2_synthetic(void **state)
     char nm[128], dir[600];
     const uint64_t H = 32, nh = 4, nkv = 2, hd = 16, I = 64, MI = 16, E = 4, V = 16;
     /* glm4_moe: 2 layers, layer 0 dense, q/k/v bias, per-head QK norm, shared expert, MTP 2 */
-    synth_add(t, &n, "model.embed_tokens.weight", V, H);
-    synth_add(t, &n, "model.norm.weight", H, 0);
-    synth_add(t, &n, "lm_head.weight", V, H);
+    synth_add_globals(t, &n, V, H);
     for (int l = 0; l < 3; l++) { /* layer 2 is the MTP layer: ignored */
 #define L(f, a, b) (snprintf(nm, sizeof nm, "model.layers.%d." f, l), synth_add(t, &n, nm, a, b))
-        L("input_layernorm.weight", H, 0);
-        L("post_attention_layernorm.weight", H, 0);
-        L("self_attn.q_proj.weight", nh * hd, H);
-        L("self_attn.k_proj.weight", nkv * hd, H);
-        L("self_attn.v_proj.weight", nkv * hd, H);
-        L("self_attn.q_proj.bias", nh * hd, 0);
-        L("self_attn.k_proj.bias", nkv * hd, 0);
-        L("self_attn.v_proj.bias", nkv * hd, 0);
-        L("self_attn.o_proj.weight", H, nh * hd);
+        synth_add_attention(t, &n, l, nh * hd, nkv * hd, H);
         L("self_attn.q_norm.weight", hd, 0);
         L("self_attn.k_norm.weight", hd, 0);
         if (l == 0) {
@@ -2016,14 +2045,7 @@ static void test_glm_qwen2_synthetic(void **state)
         L("mlp.shared_experts.gate_proj.weight", MI, H);
         L("mlp.shared_experts.up_proj.weight", MI, H);
         L("mlp.shared_experts.down_proj.weight", H, MI);
-        for (int e = 0; e < (int)E; e++) {
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-            synth_add(t, &n, nm, MI, H);
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-            synth_add(t, &n, nm, MI, H);
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-            synth_add(t, &n, nm, H, MI);
-        }
+        synth_add_experts(t, &n, l, (int)E, MI, H);
 #undef L
     }
     snprintf(dir, sizeof dir, "%s/glm", tmp_root);
@@ -2053,33 +2075,16 @@ static void test_glm_qwen2_synthetic(void **state)
 
     /* qwen2_moe: shared expert (singular) with its own width and a [1][H] gate */
     n = 0;
-    synth_add(t, &n, "model.embed_tokens.weight", V, H);
-    synth_add(t, &n, "model.norm.weight", H, 0);
-    synth_add(t, &n, "lm_head.weight", V, H);
+    synth_add_globals(t, &n, V, H);
     for (int l = 0; l < 1; l++) {
 #define L(f, a, b) (snprintf(nm, sizeof nm, "model.layers.%d." f, l), synth_add(t, &n, nm, a, b))
-        L("input_layernorm.weight", H, 0);
-        L("post_attention_layernorm.weight", H, 0);
-        L("self_attn.q_proj.weight", nh * 8, H);
-        L("self_attn.k_proj.weight", nkv * 8, H);
-        L("self_attn.v_proj.weight", nkv * 8, H);
-        L("self_attn.q_proj.bias", nh * 8, 0);
-        L("self_attn.k_proj.bias", nkv * 8, 0);
-        L("self_attn.v_proj.bias", nkv * 8, 0);
-        L("self_attn.o_proj.weight", H, nh * 8);
+        synth_add_attention(t, &n, l, nh * 8, nkv * 8, H);
         L("mlp.gate.weight", E, H);
         L("mlp.shared_expert.gate_proj.weight", 48, H);
         L("mlp.shared_expert.up_proj.weight", 48, H);
         L("mlp.shared_expert.down_proj.weight", H, 48);
         L("mlp.shared_expert_gate.weight", 1, H);
-        for (int e = 0; e < (int)E; e++) {
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-            synth_add(t, &n, nm, MI, H);
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-            synth_add(t, &n, nm, MI, H);
-            snprintf(nm, sizeof nm, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-            synth_add(t, &n, nm, H, MI);
-        }
+        synth_add_experts(t, &n, l, (int)E, MI, H);
 #undef L
     }
     snprintf(dir, sizeof dir, "%s/qwen2", tmp_root);

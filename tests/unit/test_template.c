@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,6 +72,38 @@ static void show_diff(const char *what, const char *want, const char *got, size_
     fputc('\n', stderr);
 }
 
+/* True when a rendering gave exactly what Jinja2 did; else the failure or the first
+ * difference is printed under `what`. */
+static bool rendered_as(const char *what, kt_status st, const kt_buf *out, const char *want)
+{
+    if (st != KT_OK) {
+        fprintf(stderr, "FAIL %s: %s\n", what, kt_last_error());
+        return false;
+    }
+    if (out->size != strlen(want) || memcmp(out->ptr, want, out->size)) {
+        show_diff(what, want, out->ptr, out->size);
+        return false;
+    }
+    return true;
+}
+
+/* tests/data/templates/<name> compiled (the error printed if it does not); *src is its
+ * text, freed by the caller. */
+static kt_template *open_template_file(const char *name, char **src)
+{
+    char rel[512];
+    snprintf(rel, sizeof rel, "templates/%s", name);
+    size_t len;
+    *src = read_file(rel, &len);
+    assert_non_null(*src);
+    kt_template *t = NULL;
+    kt_status st = kt_template_create(&t, *src, len, name, NULL);
+    if (st != KT_OK)
+        fprintf(stderr, "%s: %s\n", name, kt_last_error());
+    assert_int_equal(st, KT_OK);
+    return t;
+}
+
 /* Every template x conversation of cases.json, byte for byte. */
 static void test_real_templates(void **state)
 {
@@ -83,16 +116,8 @@ static void test_real_templates(void **state)
     cJSON *tcases;
     cJSON_ArrayForEach(tcases, templates)
     {
-        char rel[512];
-        snprintf(rel, sizeof rel, "templates/%s", tcases->string);
-        size_t len;
-        char *src = read_file(rel, &len);
-        assert_non_null(src);
-        kt_template *t = NULL;
-        kt_status st = kt_template_create(&t, src, len, tcases->string, NULL);
-        if (st != KT_OK)
-            fprintf(stderr, "%s: %s\n", tcases->string, kt_last_error());
-        assert_int_equal(st, KT_OK);
+        char *src;
+        kt_template *t = open_template_file(tcases->string, &src);
         cJSON *c;
         cJSON_ArrayForEach(c, tcases)
         {
@@ -109,21 +134,15 @@ static void test_real_templates(void **state)
             kt_template_render_options ro = KT_TEMPLATE_RENDER_OPTIONS_INIT;
             ro.now = RENDER_DATE;
             kt_buf out = KT_BUF_INIT;
-            st = kt_template_render(t, ctx_json, &ro, &out);
+            kt_status st = kt_template_render(t, ctx_json, &ro, &out);
             cJSON *want = cJSON_GetObjectItem(c, "rendered");
             char what[512];
             snprintf(what, sizeof what, "%s/%s", tcases->string, c->string);
             if (want) {
-                if (st != KT_OK) {
-                    fprintf(stderr, "FAIL %s: %s\n", what, kt_last_error());
-                    n_fail++;
-                } else if (out.size != strlen(want->valuestring) ||
-                           memcmp(out.ptr, want->valuestring, out.size)) {
-                    show_diff(what, want->valuestring, out.ptr, out.size);
-                    n_fail++;
-                } else {
+                if (rendered_as(what, st, &out, want->valuestring))
                     n_ok++;
-                }
+                else
+                    n_fail++;
             } else {
                 /* transformers' sandbox refused (list.append); we may render
                  * it or fail cleanly, never crash. */
@@ -161,13 +180,8 @@ static void test_real_templates_more(void **state)
     cJSON *tcases;
     cJSON_ArrayForEach(tcases, templates)
     {
-        char rel[512];
-        snprintf(rel, sizeof rel, "templates/%s", tcases->string);
-        size_t len;
-        char *src = read_file(rel, &len);
-        assert_non_null(src);
-        kt_template *t = NULL;
-        assert_int_equal(kt_template_create(&t, src, len, tcases->string, NULL), KT_OK);
+        char *src;
+        kt_template *t = open_template_file(tcases->string, &src);
         cJSON *c;
         cJSON_ArrayForEach(c, tcases)
         {
@@ -182,16 +196,10 @@ static void test_real_templates_more(void **state)
             char what[512];
             snprintf(what, sizeof what, "%s/%s", tcases->string, c->string);
             if (want) {
-                if (st != KT_OK) {
-                    fprintf(stderr, "FAIL %s: %s\n", what, kt_last_error());
-                    n_fail++;
-                } else if (out.size != strlen(want->valuestring) ||
-                           memcmp(out.ptr, want->valuestring, out.size)) {
-                    show_diff(what, want->valuestring, out.ptr, out.size);
-                    n_fail++;
-                } else {
+                if (rendered_as(what, st, &out, want->valuestring))
                     n_ok++;
-                }
+                else
+                    n_fail++;
             } else if (err && !strncmp(err, "SecurityError", 13)) {
                 /* The sandbox refused list.append; libkt allows it and must
                  * then match Jinja2 without the sandbox. */
@@ -293,16 +301,10 @@ static void test_jinja_semantics(void **state)
         if (st == KT_OK)
             st = kt_template_render(t, ctx_json, NULL, &out);
         if (want) {
-            if (st != KT_OK) {
-                fprintf(stderr, "FAIL %s: %s\n", src, kt_last_error());
-                n_fail++;
-            } else if (out.size != strlen(want->valuestring) ||
-                       memcmp(out.ptr, want->valuestring, out.size)) {
-                show_diff(src, want->valuestring, out.ptr, out.size);
-                n_fail++;
-            } else {
+            if (rendered_as(src, st, &out, want->valuestring))
                 n_ok++;
-            }
+            else
+                n_fail++;
         } else {
             /* Jinja2 raised: we must fail cleanly too. */
             if (st == KT_OK) {

@@ -177,18 +177,29 @@ static void check_decode(const kt_tokenizer *tok, const int32_t *ids, size_t n,
     check_stream(tok, ids, n, want, strlen(want));
 }
 
-static void run_fixture(const char *name)
+/* dir's reference.json (*ref) and its tokenizer, opened (the error printed if not). */
+static kt_tokenizer *open_with_reference(const char *dir, const char *name, cJSON **ref)
 {
-    char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/fixtures/%s", data_dir(), name);
+    char path[1200];
     snprintf(path, sizeof path, "%s/reference.json", dir);
-    cJSON *ref = read_json(path);
-    assert_non_null(ref);
+    *ref = read_json(path);
+    assert_non_null(*ref);
     kt_tokenizer *tok = NULL;
     kt_status st = kt_tokenizer_open(&tok, dir, NULL);
     if (st < 0)
         fprintf(stderr, "%s: %s\n", name, kt_last_error());
     assert_int_equal(st, KT_OK);
+    return tok;
+}
+
+/* Fixture `name`: the encode / decode cases transformers recorded in reference.json. */
+static void test_fixture(void **state)
+{
+    const char *name = *state;
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/fixtures/%s", data_dir(), name);
+    cJSON *ref;
+    kt_tokenizer *tok = open_with_reference(dir, name, &ref);
 
     const cJSON *tk = cJSON_GetObjectItem(ref, "tokenizer"), *c;
     int n_cases = 0;
@@ -232,45 +243,14 @@ static void run_fixture(const char *name)
     cJSON_Delete(ref);
 }
 
-static void test_fixture_deepseek_v3(void **state)
+/* Demo model `name`: prompt -> prompt_ids, greedy_ids -> greedy_text. */
+static void test_demo(void **state)
 {
-    (void)state;
-    run_fixture("deepseek_v3_tiny");
-}
-static void test_fixture_qwen3_moe(void **state)
-{
-    (void)state;
-    run_fixture("qwen3_moe_tiny");
-}
-static void test_fixture_mixtral(void **state)
-{
-    (void)state;
-    run_fixture("mixtral_tiny");
-}
-static void test_fixture_minimax_m2(void **state)
-{
-    (void)state;
-    run_fixture("minimax_m2_tiny");
-}
-static void test_fixture_gpt_oss(void **state)
-{
-    (void)state;
-    run_fixture("gpt_oss_tiny");
-}
-
-/* Demo model: prompt -> prompt_ids, greedy_ids -> greedy_text. */
-static void run_demo(const char *name)
-{
+    const char *name = *state;
     char dir[1024], path[1200];
     snprintf(dir, sizeof dir, "%s/models/%s", data_dir(), name);
-    snprintf(path, sizeof path, "%s/reference.json", dir);
-    cJSON *ref = read_json(path);
-    assert_non_null(ref);
-    kt_tokenizer *tok = NULL;
-    kt_status st = kt_tokenizer_open(&tok, dir, NULL);
-    if (st < 0)
-        fprintf(stderr, "%s: %s\n", name, kt_last_error());
-    assert_int_equal(st, KT_OK);
+    cJSON *ref;
+    kt_tokenizer *tok = open_with_reference(dir, name, &ref);
     const char *prompt = cJSON_GetObjectItem(ref, "prompt")->valuestring;
     int32_t want[4096];
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
@@ -305,17 +285,6 @@ static void run_demo(const char *name)
     kt_buf_dispose(&text);
     kt_tokenizer_free(tok);
     cJSON_Delete(ref);
-}
-
-static void test_demo_kimi_k2(void **state)
-{
-    (void)state;
-    run_demo("kimi_k2_demo");
-}
-static void test_demo_qwen3_moe(void **state)
-{
-    (void)state;
-    run_demo("qwen3_moe_demo");
 }
 
 /* Metadata from tokenizer_config.json and the chat template file. */
@@ -790,16 +759,19 @@ static void test_bad_files(void **state)
     rmdir(tmpdir);
 }
 
+/* One test function over several data sets, each listed under its own test name. */
+#define DATA_TEST(name, fn, data) {name, fn, NULL, NULL, (void *)(data)}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixture_deepseek_v3),
-        cmocka_unit_test(test_fixture_qwen3_moe),
-        cmocka_unit_test(test_fixture_mixtral),
-        cmocka_unit_test(test_fixture_minimax_m2),
-        cmocka_unit_test(test_fixture_gpt_oss),
-        cmocka_unit_test(test_demo_kimi_k2),
-        cmocka_unit_test(test_demo_qwen3_moe),
+        DATA_TEST("test_fixture_deepseek_v3", test_fixture, "deepseek_v3_tiny"),
+        DATA_TEST("test_fixture_qwen3_moe", test_fixture, "qwen3_moe_tiny"),
+        DATA_TEST("test_fixture_mixtral", test_fixture, "mixtral_tiny"),
+        DATA_TEST("test_fixture_minimax_m2", test_fixture, "minimax_m2_tiny"),
+        DATA_TEST("test_fixture_gpt_oss", test_fixture, "gpt_oss_tiny"),
+        DATA_TEST("test_demo_kimi_k2", test_demo, "kimi_k2_demo"),
+        DATA_TEST("test_demo_qwen3_moe", test_demo, "qwen3_moe_demo"),
         cmocka_unit_test(test_specials_and_template),
         cmocka_unit_test(test_stream_multibyte),
         cmocka_unit_test(test_tiktoken_kimi),
