@@ -20,6 +20,7 @@
  * registers.
  */
 #include <immintrin.h>
+#include <unistd.h>
 
 #include "moe_kernels.h"
 
@@ -476,16 +477,26 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
                       hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
 }
 
-/* One token, long rows (more than X2_LONG inputs): two rows at a time share
- * each activation load. A row of K inputs passes 4K bytes of hi / lo
- * activations and the row through L1 between two uses of the same activation
- * line, so past ~4096 inputs the activations come from L2 and their loads,
- * twice the weight bytes, set the pace (BF16X2 decode on Zen 4, x read loop:
- * 0.95 at K 3072, 0.63-0.66 at 4096-5120, 0.46 at 6144, 0.39-0.42 at 7168);
- * two rows halve them (0.54-0.57 at 4096-5120, 0.55 at 6144 and 7168), one
- * row stays better up to 5120. Reading rows in pieces instead (activations
- * kept in L1) read memory at 0.42-0.47: it breaks the rows' streams. */
-#define X2_LONG 5632
+/* One token, long rows: two rows at a time share each activation load. A row
+ * of K inputs passes 4K bytes of hi / lo activations and the row itself
+ * through L1 between two uses of the same activation line; once that exceeds
+ * L1 the activations come from L2 and their loads, twice the weight bytes,
+ * set the pace (BF16X2 decode on Zen 4, 32 KiB L1, x read loop: 0.95 at K
+ * 3072, 0.63-0.66 at 4096-5120, 0.46 at 6144, 0.39-0.42 at 7168); two rows
+ * halve them (0.55 at 6144 and 7168) but lose where one row still fits
+ * (0.54-0.57 at 4096-5120). Reading rows in pieces instead (activations kept
+ * in L1) read memory at 0.42-0.47: it breaks the rows' streams. */
+static size_t l1d_bytes(void)
+{
+    static size_t cached;
+    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (!v) {
+        long s = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+        v = s > 0 ? (size_t)s : 32768;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
 
 ALWAYS_INLINE void step2_x2(const void *const *w, int fp8, const __m512i *tab, const uint16_t *x,
                             size_t lo_off, int k, __mmask64 m64, __mmask32 t0, __mmask32 t1,
@@ -582,6 +593,7 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
         a[i] = arow(A, a_stride, rows, imin(i, M - 1));
     int cb = (W->cols + 127) / 128;
     size_t esz = fp8 ? 1 : 2;
+    int long_rows = M == 1 && (size_t)(k1 - k0) * (4 + esz) > l1d_bytes();
     for (int n = n0; n < n1; n += 4) {
         int nr = imin(4, n1 - n);
         const void *wr[4];
@@ -592,7 +604,7 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
             sr[r] = fp8 ? (const float *)W->scale + (size_t)(row / 128) * cb : NULL;
         }
         float t[12];
-        if (M == 1 && k1 - k0 > X2_LONG) {
+        if (long_rows) {
             rows_x2_long((const void *const *)wr, sr, fp8, a[0], lo_off, k0, k1, t);
             for (int r = 0; r < nr; r++)
                 C[n - n0 + r] = t[r];
