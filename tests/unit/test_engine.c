@@ -447,6 +447,46 @@ static int syn_add(syn_w *w, int n, int kind, uint64_t a, uint64_t b, const char
     return n + 1;
 }
 
+/* Embedding, lm_head and final norm. */
+static int syn_add_globals(syn_w *w, int n, int V, int H)
+{
+    n = syn_add(w, n, 0, V, H, "model.embed_tokens.weight");
+    n = syn_add(w, n, 0, V, H, "lm_head.weight");
+    return syn_add(w, n, 1, H, 0, "model.norm.weight");
+}
+
+/* Layer l's two norms and its attention with q / k / v biases. */
+static int syn_add_biased_attention(syn_w *w, int n, int l, int H, int q_rows, int kv_rows)
+{
+    n = syn_add(w, n, 1, H, 0, "model.layers.%d.input_layernorm.weight", l);
+    n = syn_add(w, n, 1, H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+    n = syn_add(w, n, 0, q_rows, H, "model.layers.%d.self_attn.q_proj.weight", l);
+    n = syn_add(w, n, 0, q_rows, 0, "model.layers.%d.self_attn.q_proj.bias", l);
+    n = syn_add(w, n, 0, kv_rows, H, "model.layers.%d.self_attn.k_proj.weight", l);
+    n = syn_add(w, n, 0, kv_rows, 0, "model.layers.%d.self_attn.k_proj.bias", l);
+    n = syn_add(w, n, 0, kv_rows, H, "model.layers.%d.self_attn.v_proj.weight", l);
+    n = syn_add(w, n, 0, kv_rows, 0, "model.layers.%d.self_attn.v_proj.bias", l);
+    return syn_add(w, n, 0, H, q_rows, "model.layers.%d.self_attn.o_proj.weight", l);
+}
+
+/* Gated MLPs of layer l (gate, up [I][H], down [H][I]) under model.layers.<l>.mlp.<block>:
+ * n_experts of them as <block>.<e>, or one unnumbered (shared experts) when n_experts is 0. */
+static int syn_add_mlp(syn_w *w, int n, int l, const char *block, int n_experts, int I, int H)
+{
+    static const char *const proj[] = {"gate_proj", "up_proj", "down_proj"};
+    char module[96];
+    for (int e = 0; e < (n_experts ? n_experts : 1); e++) {
+        if (n_experts)
+            snprintf(module, sizeof module, "%s.%d", block, e);
+        else
+            snprintf(module, sizeof module, "%s", block);
+        for (int k = 0; k < 3; k++)
+            n = syn_add(w, n, 0, k == 2 ? H : I, k == 2 ? I : H, "model.layers.%d.mlp.%s.%s.weight",
+                        l, module, proj[k]);
+    }
+    return n;
+}
+
 static void syn_write(const char *dir, const char *config, syn_w *w, int n)
 {
     char path[1024];
@@ -543,28 +583,12 @@ static void test_qwen2_moe_consistency(void **state)
              H, L, NH, NKV, V, E, I, S);
     syn_w *w = calloc(512, sizeof *w);
     int n = 0;
-    n = syn_add(w, n, 0, V, H, "model.embed_tokens.weight");
-    n = syn_add(w, n, 0, V, H, "lm_head.weight");
-    n = syn_add(w, n, 1, H, 0, "model.norm.weight");
+    n = syn_add_globals(w, n, V, H);
     for (int l = 0; l < L; l++) {
-        n = syn_add(w, n, 1, H, 0, "model.layers.%d.input_layernorm.weight", l);
-        n = syn_add(w, n, 1, H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        n = syn_add(w, n, 0, NH * HD, H, "model.layers.%d.self_attn.q_proj.weight", l);
-        n = syn_add(w, n, 0, NH * HD, 0, "model.layers.%d.self_attn.q_proj.bias", l);
-        n = syn_add(w, n, 0, NKV * HD, H, "model.layers.%d.self_attn.k_proj.weight", l);
-        n = syn_add(w, n, 0, NKV * HD, 0, "model.layers.%d.self_attn.k_proj.bias", l);
-        n = syn_add(w, n, 0, NKV * HD, H, "model.layers.%d.self_attn.v_proj.weight", l);
-        n = syn_add(w, n, 0, NKV * HD, 0, "model.layers.%d.self_attn.v_proj.bias", l);
-        n = syn_add(w, n, 0, H, NH * HD, "model.layers.%d.self_attn.o_proj.weight", l);
+        n = syn_add_biased_attention(w, n, l, H, NH * HD, NKV * HD);
         n = syn_add(w, n, 0, E, H, "model.layers.%d.mlp.gate.weight", l);
-        for (int e = 0; e < E; e++) {
-            n = syn_add(w, n, 0, I, H, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-            n = syn_add(w, n, 0, I, H, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-            n = syn_add(w, n, 0, H, I, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-        }
-        n = syn_add(w, n, 0, S, H, "model.layers.%d.mlp.shared_expert.gate_proj.weight", l);
-        n = syn_add(w, n, 0, S, H, "model.layers.%d.mlp.shared_expert.up_proj.weight", l);
-        n = syn_add(w, n, 0, H, S, "model.layers.%d.mlp.shared_expert.down_proj.weight", l);
+        n = syn_add_mlp(w, n, l, "experts", E, I, H);
+        n = syn_add_mlp(w, n, l, "shared_expert", 0, S, H);
         n = syn_add(w, n, 0, 1, H, "model.layers.%d.mlp.shared_expert_gate.weight", l);
     }
     syn_write(dir, cfg, w, n);
@@ -591,19 +615,9 @@ static void test_glm4_moe_consistency(void **state)
              H, L, NH, NKV, HD, V, E, I, F);
     syn_w *w = calloc(512, sizeof *w);
     int n = 0;
-    n = syn_add(w, n, 0, V, H, "model.embed_tokens.weight");
-    n = syn_add(w, n, 0, V, H, "lm_head.weight");
-    n = syn_add(w, n, 1, H, 0, "model.norm.weight");
+    n = syn_add_globals(w, n, V, H);
     for (int l = 0; l < L; l++) {
-        n = syn_add(w, n, 1, H, 0, "model.layers.%d.input_layernorm.weight", l);
-        n = syn_add(w, n, 1, H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        n = syn_add(w, n, 0, NH * HD, H, "model.layers.%d.self_attn.q_proj.weight", l);
-        n = syn_add(w, n, 0, NH * HD, 0, "model.layers.%d.self_attn.q_proj.bias", l);
-        n = syn_add(w, n, 0, NKV * HD, H, "model.layers.%d.self_attn.k_proj.weight", l);
-        n = syn_add(w, n, 0, NKV * HD, 0, "model.layers.%d.self_attn.k_proj.bias", l);
-        n = syn_add(w, n, 0, NKV * HD, H, "model.layers.%d.self_attn.v_proj.weight", l);
-        n = syn_add(w, n, 0, NKV * HD, 0, "model.layers.%d.self_attn.v_proj.bias", l);
-        n = syn_add(w, n, 0, H, NH * HD, "model.layers.%d.self_attn.o_proj.weight", l);
+        n = syn_add_biased_attention(w, n, l, H, NH * HD, NKV * HD);
         n = syn_add(w, n, 1, HD, 0, "model.layers.%d.self_attn.q_norm.weight", l);
         n = syn_add(w, n, 1, HD, 0, "model.layers.%d.self_attn.k_norm.weight", l);
         if (l == 0) {
@@ -614,14 +628,8 @@ static void test_glm4_moe_consistency(void **state)
         }
         n = syn_add(w, n, 0, E, H, "model.layers.%d.mlp.gate.weight", l);
         n = syn_add(w, n, 0, E, 0, "model.layers.%d.mlp.gate.e_score_correction_bias", l);
-        for (int e = 0; e < E; e++) {
-            n = syn_add(w, n, 0, I, H, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, e);
-            n = syn_add(w, n, 0, I, H, "model.layers.%d.mlp.experts.%d.up_proj.weight", l, e);
-            n = syn_add(w, n, 0, H, I, "model.layers.%d.mlp.experts.%d.down_proj.weight", l, e);
-        }
-        n = syn_add(w, n, 0, I, H, "model.layers.%d.mlp.shared_experts.gate_proj.weight", l);
-        n = syn_add(w, n, 0, I, H, "model.layers.%d.mlp.shared_experts.up_proj.weight", l);
-        n = syn_add(w, n, 0, H, I, "model.layers.%d.mlp.shared_experts.down_proj.weight", l);
+        n = syn_add_mlp(w, n, l, "experts", E, I, H);
+        n = syn_add_mlp(w, n, l, "shared_experts", 0, I, H);
     }
     syn_write(dir, cfg, w, n);
     free(w);
