@@ -232,6 +232,8 @@ void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1,
                            const void *const *act, int M, float *C, int ldc);
 /* nblocks Q8_0 (q81: Q8_1) activation blocks of x, bit for bit ggml's from_float. */
 void kt__lf_quant_q8_avx512(const float *x, void *y, int nblocks, _Bool q81);
+/* nblocks Q8_K blocks of x, bit for bit the reference quantizer. */
+void kt__lf_quant_q8k_avx512(const float *x, void *y, int nblocks);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

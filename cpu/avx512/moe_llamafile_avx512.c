@@ -1588,3 +1588,43 @@ void kt__lf_quant_q8_avx512(const float *x, void *y, int nblocks, bool q81)
         }
     }
 }
+
+/* Q8_K blocks (ggml's reference quantizer, bit for bit): per 256 inputs, max
+ * the input of largest magnitude (the first one on ties), iscale = -127 / max,
+ * q = min(nearbyint(iscale x), 127), bsums per 16, d = 1 / iscale; all zero
+ * when every input is. */
+void kt__lf_quant_q8k_avx512(const float *x, void *y, int nblocks)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int b = 0; b < nblocks; b++, x += 256) {
+        kt_block_q8_K *blk = (kt_block_q8_K *)y + b;
+        __m512 mx = _mm512_setzero_ps();
+        for (int i = 0; i < 16; i++)
+            mx = _mm512_max_ps(mx, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * i)));
+        float amax = _mm512_reduce_max_ps(mx);
+        if (amax == 0.0f) {
+            memset(blk, 0, sizeof *blk);
+            continue;
+        }
+        float max = 0.0f;
+        const __m512 am = _mm512_set1_ps(amax);
+        for (int i = 0; i < 16; i++) {
+            __mmask16 k = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * i)),
+                                             am, _CMP_EQ_OQ);
+            if (k) {
+                max = x[16 * i + __builtin_ctz((unsigned)k)];
+                break;
+            }
+        }
+        float iscale = -127.0f / max;
+        const __m512 is = _mm512_set1_ps(iscale);
+        for (int i = 0; i < 16; i++) {
+            __m512i q = _mm512_min_epi32(
+                _mm512_cvtps_epi32(_mm512_mul_ps(is, _mm512_loadu_ps(x + 16 * i))),
+                _mm512_set1_epi32(127));
+            _mm_storeu_si128((__m128i *)(blk->qs + 16 * i), _mm512_cvtepi32_epi8(q));
+            blk->bsums[i] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        blk->d = 1 / iscale;
+    }
+}

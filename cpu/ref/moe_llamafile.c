@@ -216,7 +216,12 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
             int done = atomic_fetch_add_explicit(&cnt[b], hi - lo, memory_order_acq_rel) +
                        (hi - lo);
             if (done == 256) {
-                kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
+#if KT_HAVE_ISA_AVX512
+                if (isa == KT_GGML_AVX512)
+                    kt__lf_quant_q8k_avx512(stage + 256 * b, q + b, 1);
+                else
+#endif
+                    kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
                 float *ds = (float *)(r + L.q8x), *d32 = (float *)(r + L.q8x + blk_arr(K));
                 for (int j = 0; j < 8; j++) {
                     ds[8 * b + j] = q[b].d * (float)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);

@@ -328,16 +328,17 @@ static void test_backend_mixed(void **state)
     assert_true(run_layer(KT_TYPE_Q4_1, KT_TYPE_IQ4_NL, 5, 0, 2) < 0.02);
 }
 
-/* The AVX-512 set's Q8_0 / Q8_1 activation blocks are the scalar set's bytes
- * (ggml's from_float): random scales from 1e-30 to 1e4, zero blocks, codes on
- * exact halves (amax 127: x * 127 / amax = x), pieces of 64 as phase 1 writes. */
+/* The AVX-512 set's Q8_0 / Q8_1 / Q8_K activation blocks are the scalar set's
+ * bytes (ggml's from_float, the Q8_K reference quantizer): random scales from
+ * 1e-30 to 1e4, zero blocks, codes on exact halves (amax 127: x * 127 / amax =
+ * x), ties of +-max, pieces of 64 as phase 1 writes. */
 static void test_quant_exact(void **state)
 {
     (void)state;
     if (kt__ggml_isa_best() < KT_GGML_AVX512)
         skip();
     enum { K = 1024 };
-    const unsigned mask = KT__GGML_ACT_Q80 | KT__GGML_ACT_Q81;
+    const unsigned mask = KT__GGML_ACT_Q80 | KT__GGML_ACT_Q81 | KT__GGML_ACT_Q8K;
     const kt__moe_kernels *ref = kt__moe_llamafile_kernels(0, mask);
     const kt__moe_kernels *vec = kt__moe_llamafile_kernels(2, mask);
     size_t rowb = kt__moe_act_row_bytes(ref->act, K);
@@ -355,6 +356,8 @@ static void test_quant_exact(void **state)
             else
                 x[k] = frand() * scale;
         }
+        if (trial % 3 == 0) /* a tie of magnitudes: the first one's sign wins */
+            x[(trial * 11) % K] = -(x[(trial * 11 + 40) % K] = 1e5f);
         for (int k0 = 0; k0 < K; k0 += 64) {
             ref->quant(x, k0, k0 + 64, K, a);
             vec->quant(x, k0, k0 + 64, K, b);
