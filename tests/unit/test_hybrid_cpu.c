@@ -133,15 +133,13 @@ static void *hostfn_thread(void *p)
     return NULL;
 }
 
-static void test_task_stamps(void **state)
+/* One BF16 layer (bf16x2 activations, 2 threads) over n_experts experts whose gate, up and
+ * down [H*I] lie one after another in w; w stays borrowed. */
+static kt_moe_backend *bf16_backend(const uint16_t *w, int n_experts, int top_k)
 {
-    (void)state;
-    uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
-    assert_non_null(w);
-    for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
-        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256)); /* BF16 about 0.008 .. 0.016 */
-    const void *g[E], *u[E], *d[E];
-    for (int e = 0; e < E; e++) {
+    const void *g[16], *u[16], *d[16];
+    assert_true(n_experts <= 16);
+    for (int e = 0; e < n_experts; e++) {
         g[e] = w + (size_t)e * 3 * H * I;
         u[e] = w + ((size_t)e * 3 + 1) * H * I;
         d[e] = w + ((size_t)e * 3 + 2) * H * I;
@@ -150,8 +148,8 @@ static void test_task_stamps(void **state)
     desc.method = KT_METHOD_BF16;
     desc.hidden = H;
     desc.intermediate = I;
-    desc.n_experts = E;
-    desc.top_k = K;
+    desc.n_experts = (uint32_t)n_experts;
+    desc.top_k = (uint32_t)top_k;
     kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
     lw.gate = g;
     lw.up = u;
@@ -161,6 +159,17 @@ static void test_task_stamps(void **state)
     mo.act_precision = KT_MOE_PREC_BF16X2;
     kt_moe_backend *moe = NULL;
     assert_int_equal(kt_moe_backend_create(&moe, NULL, &desc, &lw, 1, &mo), KT_OK);
+    return moe;
+}
+
+static void test_task_stamps(void **state)
+{
+    (void)state;
+    uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
+    assert_non_null(w);
+    for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
+        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256)); /* BF16 about 0.008 .. 0.016 */
+    kt_moe_backend *moe = bf16_backend(w, E, K);
 
     float x[T * H], out[T * H], rw[T * K];
     int32_t ids[T * K] = {0, 1, 2, 3, 1, 3};
@@ -307,27 +316,7 @@ static void test_moves_mask_backend(void **state)
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         w[i] = (uint16_t)(((s >> 40) & 0x8000) | (0x3c00 + ((s >> 33) & 0xff)));
     }
-    const void *g[ME], *u[ME], *d[ME];
-    for (int e = 0; e < ME; e++) {
-        g[e] = w + (size_t)e * 3 * H * I;
-        u[e] = w + ((size_t)e * 3 + 1) * H * I;
-        d[e] = w + ((size_t)e * 3 + 2) * H * I;
-    }
-    kt_moe_desc desc = KT_MOE_DESC_INIT;
-    desc.method = KT_METHOD_BF16;
-    desc.hidden = H;
-    desc.intermediate = I;
-    desc.n_experts = ME;
-    desc.top_k = MK;
-    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
-    lw.gate = g;
-    lw.up = u;
-    lw.down = d;
-    kt_moe_options mo = KT_MOE_OPTIONS_INIT;
-    mo.n_threads = 2;
-    mo.act_precision = KT_MOE_PREC_BF16X2;
-    kt_moe_backend *moe = NULL;
-    assert_int_equal(kt_moe_backend_create(&moe, NULL, &desc, &lw, 1, &mo), KT_OK);
+    kt_moe_backend *moe = bf16_backend(w, ME, MK);
     float x[MT * H], full[MT * H], part[MT * H], rest[MT * H], rw[MT * MK];
     int32_t ids[MT * MK];
     for (int i = 0; i < MT * H; i++)
