@@ -20,6 +20,8 @@
  *     scripts/moe_kernel_bench.c -o moe_kernel_bench -Wl,--start-group \
  *     $B/lib/libkt_internal.a $B/cpu/libkt_cpu_*.a $B/cpu/amx/libkt_amx_emulated.a \
  *     -Wl,--end-group -lpthread -lm -lhwloc -lnuma -lcjson -lpcre2-8 -ldnnl
+ *   (a CUDA build: $B/cuda/libkt_cuda.a inside the group, and
+ *    -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ at the end)
  * Run:
  *   ./moe_kernel_bench decode|prefill|resident avx512|x2|avx2 METHOD K M [rows]
  *   (METHOD: 1 BF16, 2 FP8, 3 RAWINT4 as in kt_method)
