@@ -16,12 +16,7 @@
 
 #include "io/convert_types.h"
 #include "io/gguf.h"
-
-static const char *test_data(void)
-{
-    const char *d = getenv("KT_TEST_DATA");
-    return d ? d : "tests/data";
-}
+#include "test_files.h"
 
 static unsigned char *read_file(const char *path, size_t *size)
 {

@@ -22,14 +22,9 @@
 #include "io/safetensors.h"
 #include "kt/kt.h"
 #include "model/model_internal.h"
+#include "test_files.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-static const char *test_data(void)
-{
-    const char *d = getenv("KT_TEST_DATA");
-    return d ? d : "tests/data";
-}
 
 static const char *source_root(void)
 {
@@ -54,33 +49,9 @@ static int remove_tmp_root(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    assert_non_null(s);
-    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
-    fclose(f);
-}
-
 static cJSON *load_json(const char *path)
 {
-    char *s = read_file(path);
+    char *s = read_whole_file(path, NULL);
     assert_non_null(s);
     cJSON *j = cJSON_Parse(s);
     free(s);
@@ -1258,7 +1229,7 @@ static void test_bad_models(void **state)
     {
         char src[512], cmd[1200];
         fixture_path(src, sizeof src, "mixtral_tiny");
-        t = read_file(strcat(strcpy(cmd, src), "/config.json"));
+        t = read_whole_file(strcat(strcpy(cmd, src), "/config.json"), NULL);
         make_model_dir("shard", "mixtral_tiny", t);
         free(t);
         snprintf(cmd, sizeof cmd, "rm '%s/shard/model-00002-of-00002.safetensors'", tmp_root);

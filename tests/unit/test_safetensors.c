@@ -18,14 +18,9 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "kt/types.h"
+#include "test_files.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
-
-static const char *test_data(void)
-{
-    const char *d = getenv("KT_TEST_DATA");
-    return d ? d : "tests/data";
-}
 
 static char tmp_root[256];
 
@@ -50,11 +45,6 @@ static void write_bytes(const char *path, const void *data, size_t n)
     assert_non_null(f);
     assert_int_equal(fwrite(data, 1, n, f), n);
     fclose(f);
-}
-
-static void write_text(const char *path, const char *text)
-{
-    write_bytes(path, text, strlen(text));
 }
 
 /* A safetensors file from a header string and `data_len` bytes of data. */

@@ -17,33 +17,17 @@
 #include <cmocka.h>
 
 #include "kt/template.h"
+#include "test_files.h"
 
 /* 2026-11-29 12:00 UTC: the date cases.json was rendered (strftime_now). */
 #define RENDER_DATE 1795953600
 
+/* tests/data/<rel>, whole (see read_whole_file). */
 static char *read_file(const char *rel, size_t *len)
 {
-    const char *dir = getenv("KT_TEST_DATA");
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir ? dir : "tests/data", rel);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        if (len)
-            *len = (size_t)n;
-    }
-    return buf;
+    snprintf(path, sizeof path, "%s/%s", test_data(), rel);
+    return read_whole_file(path, len);
 }
 
 static cJSON *load_json(const char *rel)
@@ -235,7 +219,6 @@ static void test_fixture_chat_cases(void **state)
     (void)state;
     static const char *const fixtures[] = {"deepseek_v3_tiny", "gpt_oss_tiny", "minimax_m2_tiny",
                                            "mixtral_tiny", "qwen3_moe_tiny"};
-    const char *data = getenv("KT_TEST_DATA");
     int n_ok = 0;
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         char rel[256], dir[4096];
@@ -247,7 +230,7 @@ static void test_fixture_chat_cases(void **state)
         }
         cJSON *cc = cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "tokenizer"), "chat_case");
         assert_non_null(cc);
-        snprintf(dir, sizeof dir, "%s/fixtures/%s", data ? data : "tests/data", fixtures[i]);
+        snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data(), fixtures[i]);
         kt_tokenizer *tok = NULL;
         kt_status st = kt_tokenizer_open(&tok, dir, NULL);
         if (st != KT_OK)

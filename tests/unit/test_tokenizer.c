@@ -20,39 +20,12 @@
 #include <cjson/cJSON.h>
 
 #include "kt/tokenizer.h"
+#include "test_files.h"
 #include "text/tokenizer_internal.h"
-
-static const char *data_dir(void)
-{
-    const char *d = getenv("KT_TEST_DATA");
-    return d ? d : "tests/data";
-}
-
-static char *read_all(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    if (p) {
-        p[n] = '\0';
-        if (size)
-            *size = (size_t)n;
-    }
-    return p;
-}
 
 static cJSON *read_json(const char *path)
 {
-    char *s = read_all(path, NULL);
+    char *s = read_whole_file(path, NULL);
     if (!s)
         return NULL;
     cJSON *j = cJSON_Parse(s);
@@ -64,7 +37,7 @@ static cJSON *read_json(const char *path)
 static long safetensors_i32(const char *path, const char *name, int32_t *out, size_t cap)
 {
     size_t size;
-    char *d = read_all(path, &size);
+    char *d = read_whole_file(path, &size);
     if (!d || size < 8) {
         free(d);
         return -1;
@@ -197,7 +170,7 @@ static void test_fixture(void **state)
 {
     const char *name = *state;
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/fixtures/%s", data_dir(), name);
+    snprintf(dir, sizeof dir, "%s/fixtures/%s", test_data(), name);
     cJSON *ref;
     kt_tokenizer *tok = open_with_reference(dir, name, &ref);
 
@@ -248,7 +221,7 @@ static void test_demo(void **state)
 {
     const char *name = *state;
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/models/%s", data_dir(), name);
+    snprintf(dir, sizeof dir, "%s/models/%s", test_data(), name);
     cJSON *ref;
     kt_tokenizer *tok = open_with_reference(dir, name, &ref);
     const char *prompt = cJSON_GetObjectItem(ref, "prompt")->valuestring;
@@ -292,7 +265,7 @@ static void test_specials_and_template(void **state)
 {
     (void)state;
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/fixtures/deepseek_v3_tiny", data_dir());
+    snprintf(dir, sizeof dir, "%s/fixtures/deepseek_v3_tiny", test_data());
     kt_tokenizer *tok = NULL;
     assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
     assert_int_equal(kt_tokenizer_vocab_size(tok), 500);
@@ -357,7 +330,7 @@ static void test_stream_multibyte(void **state)
 {
     (void)state;
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/fixtures/qwen3_moe_tiny", data_dir());
+    snprintf(dir, sizeof dir, "%s/fixtures/qwen3_moe_tiny", test_data());
     kt_tokenizer *tok = NULL;
     assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
     static const char *const texts[] = {
@@ -396,7 +369,7 @@ static void test_tiktoken_kimi(void **state)
 {
     (void)state;
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/tiktoken_kimi", data_dir());
+    snprintf(dir, sizeof dir, "%s/tiktoken_kimi", test_data());
     snprintf(path, sizeof path, "%s/reference.json", dir);
     cJSON *ref = read_json(path);
     if (!ref)
@@ -435,14 +408,14 @@ static void test_synthetic_pipelines(void **state)
 {
     (void)state;
     char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer_synth/reference.json", data_dir());
+    snprintf(path, sizeof path, "%s/tokenizer_synth/reference.json", test_data());
     cJSON *ref = read_json(path);
     assert_non_null(ref);
     const cJSON *t;
     int n_tok = 0;
     cJSON_ArrayForEach(t, cJSON_GetObjectItem(ref, "tokenizers_cases")) {
         const char *name = cJSON_GetObjectItem(t, "name")->valuestring;
-        snprintf(path, sizeof path, "%s/tokenizer_synth/%s/tokenizer.json", data_dir(), name);
+        snprintf(path, sizeof path, "%s/tokenizer_synth/%s/tokenizer.json", test_data(), name);
         kt_tokenizer *tok = NULL;
         kt_status st = kt_tokenizer_open(&tok, path, NULL);
         if (st < 0)
@@ -490,7 +463,7 @@ static void test_unicode_normalization(void **state)
 {
     (void)state;
     char path[1200];
-    snprintf(path, sizeof path, "%s/tokenizer_synth/normalization.json", data_dir());
+    snprintf(path, sizeof path, "%s/tokenizer_synth/normalization.json", test_data());
     cJSON *ref = read_json(path);
     assert_non_null(ref);
     static const char *const keys[] = {"nfc", "nfd", "nfkc", "nfkd"};
@@ -555,8 +528,8 @@ static void test_config_shapes(void **state)
 {
     (void)state;
     char path[1200], dir[1024];
-    snprintf(path, sizeof path, "%s/tokenizer_synth/config_reference.json", data_dir());
-    snprintf(dir, sizeof dir, "%s/tokenizer_synth/with_config", data_dir());
+    snprintf(path, sizeof path, "%s/tokenizer_synth/config_reference.json", test_data());
+    snprintf(dir, sizeof dir, "%s/tokenizer_synth/with_config", test_data());
     cJSON *ref = read_json(path);
     assert_non_null(ref);
     kt_tokenizer *tok = NULL;
@@ -636,7 +609,7 @@ static void test_threads(void **state)
 {
     (void)state;
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/models/kimi_k2_demo", data_dir());
+    snprintf(dir, sizeof dir, "%s/models/kimi_k2_demo", test_data());
     snprintf(path, sizeof path, "%s/reference.safetensors", dir);
     kt_tokenizer *tok = NULL;
     assert_int_equal(kt_tokenizer_open(&tok, dir, NULL), KT_OK);
