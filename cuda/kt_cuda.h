@@ -235,6 +235,31 @@ int kt__cuda_gather_rows(kt__cuda_rt *rt, const float *src, int32_t src_stride,
 int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t H, int32_t k,
                      const float *Y, const int32_t *slot, const float *w);
 
+/* Grouped experts on the device, for chunks: out[t] += Σ_j w[t][j] FFN_{ids[t][j]}(x[t])
+ * over the experts whose gate table entry has data. The pairs are counted and
+ * sorted by expert on the device (one block), then three launches multiply
+ * every expert's rows at once (gate; up with the activation; down) on the BF16
+ * tensor cores with the activations as hi + lo halves, and the rows are
+ * weighted back per token in j order. No host sync, no per-expert launch.
+ * Every GPU expert must be BF16 with 16-byte aligned rows (checked by the
+ * caller); returns 1 and queues nothing when the device has no BF16 tensor
+ * cores (compute capability < 8), E > KT__CUDA_MAX_EXPERTS, or H, I or the x
+ * stride do not suit the vector loads. */
+typedef struct kt__cuda_group_args {
+    const kt__cuda_mat *gate, *up, *down; /* device tables [E] */
+    const float *x;                       /* [T][x_stride] normed rows */
+    const int32_t *ids;                   /* device [T][k] */
+    const float *w;                       /* device [T][k] */
+    int32_t x_stride, T, H, I, k, E, oai;
+    float alpha, limit;
+    int32_t *route;                       /* device scratch [2E + 2] */
+    int32_t *perm, *slot;                 /* device scratch [T·k] */
+    float *h;                             /* device scratch [T·k][I] */
+    float *y;                             /* device scratch [T·k][H] */
+    float *out;                           /* [T][H], added to */
+} kt__cuda_group_args;
+int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_args *a);
+
 /* Phase timing (KT_GPU_TRACE=2): events recorded on the stream between phases;
  * kt__cuda_prof_mark(rt, p) ends phase p; kt__cuda_prof_collect waits for the
  * last event and adds each interval's milliseconds to ms[phase] (n_phase

@@ -5,7 +5,9 @@
  * depends on the position reads it from device memory, so a captured decode
  * step replays at any position. */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <math.h>
 #include <stdarg.h>
@@ -36,6 +38,7 @@ struct kt__cuda_rt {
     size_t wb_elems;
     int32_t gemm_min_t;   /* products of this many tokens or more go to cuBLAS */
     int32_t sms;          /* multiprocessors: how many blocks fill the device */
+    int32_t cc_major;     /* compute capability: BF16 tensor cores (WMMA) from 8 */
     /* KT_GPU_TRACE=2: timing events between phases, and the stream held while a
      * step is queued */
     cudaEvent_t *prof_ev;
@@ -84,6 +87,9 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     if (cudaDeviceGetAttribute(&rt->sms, cudaDevAttrMultiProcessorCount, device) !=
             cudaSuccess || rt->sms <= 0)
         rt->sms = 32;
+    if (cudaDeviceGetAttribute(&rt->cc_major, cudaDevAttrComputeCapabilityMajor, device) !=
+        cudaSuccess)
+        rt->cc_major = 0;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -1472,20 +1478,24 @@ extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32
     return 0;
 }
 
-/* g = silu(g) · u   or gpt-oss: (clamp(u) + 1) · min(g, L) · σ(α min(g, L)) */
-__global__ void k_act(float *g, const float *u, size_t n, int oai, float alpha, float limit)
+/* silu(g) · u   or gpt-oss: (clamp(u) + 1) · min(g, L) · σ(α min(g, L)) */
+__device__ __forceinline__ float act_value(float gv, float uv, int oai, float alpha,
+                                           float limit)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    float gv = g[i], uv = u[i];
     if (oai) {
         gv = fminf(gv, limit);
         uv = fminf(fmaxf(uv, -limit), limit);
-        g[i] = (uv + 1.0f) * gv / (1.0f + expf(-alpha * gv));
-    } else {
-        g[i] = gv / (1.0f + expf(-gv)) * uv;
+        return (uv + 1.0f) * gv / (1.0f + expf(-alpha * gv));
     }
+    return gv / (1.0f + expf(-gv)) * uv;
+}
+
+/* g = act(g, u) */
+__global__ void k_act(float *g, const float *u, size_t n, int oai, float alpha, float limit)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        g[i] = act_value(g[i], u[i], oai, alpha, limit);
 }
 
 extern "C" int kt__cuda_act(kt__cuda_rt *rt, float *g, const float *u, size_t n, int oai,
@@ -2050,6 +2060,193 @@ extern "C" int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t 
 {
     if (T > 0)
         k_combine<<<T, 256, 0, rt->stream>>>(out, H, k, Y, slot, w);
+    return 0;
+}
+
+/* ------------------------------------------- grouped experts on the device --- */
+/* A chunk's routed (token, expert) pairs, sorted by expert and multiplied on the
+ * device in three launches (gate, up with the activation, down) whatever the
+ * number of experts: no host sync, no per-expert cuBLAS call. */
+#define GRP_BM 64             /* pair rows of one expert per block */
+#define GRP_BN 128            /* output columns per block */
+#define GRP_BK 32             /* inputs per staged step */
+#define GRP_LD (GRP_BK + 8)   /* BF16 pitch of a staged row (a 16-byte multiple, banks skewed) */
+#define GRP_CLD (GRP_BN + 4)  /* F32 pitch of the staged result */
+#define GRP_SMEM (GRP_BM * GRP_CLD * 4)
+
+/* One block over n = T·k routed ids: the pairs whose expert has a device matrix
+ * counted per expert, then route[e] = first row of expert e (route[E] = rows in
+ * all), route[E + 1 + e] = its first tile of GRP_BM rows (route[2E + 1] = tiles
+ * in all), perm[row] = pair, slot[pair] = row or -1. Rows within an expert come
+ * in any order: each row's products do not depend on the others. */
+__global__ void k_group_route(const int32_t *ids, int32_t n, int32_t E, const kt__cuda_mat *tab,
+                              int32_t *route, int32_t *perm, int32_t *slot)
+{
+    __shared__ int32_t cnt[KT__CUDA_MAX_EXPERTS], next[KT__CUDA_MAX_EXPERTS];
+    __shared__ unsigned char on[KT__CUDA_MAX_EXPERTS];
+    for (int32_t e = threadIdx.x; e < E; e += blockDim.x) {
+        cnt[e] = 0;
+        on[e] = tab[e].data != NULL;
+    }
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int32_t e = ids[i];
+        if (e >= 0 && e < E && on[e])
+            atomicAdd(&cnt[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t rows = 0, tiles = 0;
+        for (int32_t e = 0; e < E; e++) {
+            next[e] = rows;
+            route[e] = rows;
+            route[E + 1 + e] = tiles;
+            rows += cnt[e];
+            tiles += (cnt[e] + GRP_BM - 1) / GRP_BM;
+        }
+        route[E] = rows;
+        route[2 * E + 1] = tiles;
+    }
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        int32_t e = ids[i], s = -1;
+        if (e >= 0 && e < E && on[e]) {
+            s = atomicAdd(&next[e], 1);
+            perm[s] = i;
+        }
+        slot[i] = s;
+    }
+}
+
+/* Y[r][0..N) = X[row(r)] · W_eᵀ over the rows r of every expert e (BF16 W_e
+ * [N][K]; row(r) = perm[r] / div with perm, else r), or with act: Y[r] =
+ * act(Y[r], X[row(r)] · W_eᵀ) (the gate's product already in Y). The F32
+ * activations go in as BF16 hi + lo (x = hi + lo to 2^-17), both multiplied
+ * with F32 accumulation on the tensor cores. Grid: (tiles bound, N / GRP_BN);
+ * a block finds its expert from the route's tile starts, 8 warps of 32 x 32. */
+__global__ void __launch_bounds__(256)
+k_group_gemm(const float *X, int32_t xs, const int32_t *perm, int32_t div,
+             const kt__cuda_mat *tab, const int32_t *route, int32_t E, int32_t N, int32_t K,
+             float *Y, int32_t act, int32_t oai, float alpha, float limit)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    const int32_t *tstart = route + E + 1;
+    int32_t tile = blockIdx.x;
+    if (tile >= tstart[E])
+        return;
+    /* the last expert whose first tile is <= tile (an empty expert starts where
+     * the next one does, so the search lands on the one that owns the tile) */
+    int32_t lo = 0, hi = E - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (tstart[mid] <= tile)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int32_t e = lo;
+    int32_t m0 = route[e] + (tile - tstart[e]) * GRP_BM, m1 = route[e + 1];
+    int32_t n0 = blockIdx.y * GRP_BN;
+    const __nv_bfloat16 *W = (const __nv_bfloat16 *)tab[e].data;
+    __shared__ __align__(32) unsigned char smem[GRP_SMEM];
+    __nv_bfloat16 *Ah = (__nv_bfloat16 *)smem;  /* [BM][LD] x hi */
+    __nv_bfloat16 *Al = Ah + GRP_BM * GRP_LD;   /* [BM][LD] x lo */
+    __nv_bfloat16 *Bs = Al + GRP_BM * GRP_LD;   /* [BN][LD] weight rows */
+    float *Cs = (float *)smem;                  /* [BM][CLD] after the last step */
+    int32_t warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            wmma::fill_fragment(acc[i][j], 0.0f);
+    /* staging: x row ar, 8 inputs from ac; weight row br, 16 inputs from bc */
+    int32_t ar = threadIdx.x / 4, ac = (threadIdx.x % 4) * 8;
+    int32_t br = threadIdx.x / 2, bc = (threadIdx.x % 2) * 16;
+    const float *xrow = NULL;
+    if (m0 + ar < m1) {
+        int32_t r = perm ? perm[m0 + ar] / div : m0 + ar;
+        xrow = X + (size_t)r * xs;
+    }
+    const __nv_bfloat16 *wrow = n0 + br < N ? W + (size_t)(n0 + br) * K : NULL;
+    for (int32_t k0 = 0; k0 < K; k0 += GRP_BK) {
+        /* [BM][BK] x = hi + lo */
+        float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+        if (xrow && k0 + ac < K) {
+            v0 = *(const float4 *)(xrow + k0 + ac);
+            v1 = *(const float4 *)(xrow + k0 + ac + 4);
+        }
+        float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        for (int i = 0; i < 8; i++) {
+            __nv_bfloat16 h = __float2bfloat16_rn(v[i]);
+            Ah[ar * GRP_LD + ac + i] = h;
+            Al[ar * GRP_LD + ac + i] = __float2bfloat16_rn(v[i] - __bfloat162float(h));
+        }
+        /* [BN][BK] weights */
+        uint4 b0 = make_uint4(0, 0, 0, 0), b1 = b0;
+        if (wrow && k0 + bc < K)
+            b0 = *(const uint4 *)(wrow + k0 + bc);
+        if (wrow && k0 + bc + 8 < K)
+            b1 = *(const uint4 *)(wrow + k0 + bc + 8);
+        *(uint4 *)(Bs + br * GRP_LD + bc) = b0;
+        *(uint4 *)(Bs + br * GRP_LD + bc + 8) = b1;
+        __syncthreads();
+        /* acc[32 x 32] += x_hi · Wᵀ + x_lo · Wᵀ */
+        for (int kk = 0; kk < GRP_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> ah[2],
+                al[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
+            for (int i = 0; i < 2; i++) {
+                wmma::load_matrix_sync(ah[i], Ah + (wm * 32 + i * 16) * GRP_LD + kk, GRP_LD);
+                wmma::load_matrix_sync(al[i], Al + (wm * 32 + i * 16) * GRP_LD + kk, GRP_LD);
+            }
+            for (int j = 0; j < 2; j++)
+                wmma::load_matrix_sync(b[j], Bs + (wn * 32 + j * 16) * GRP_LD + kk, GRP_LD);
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++) {
+                    wmma::mma_sync(acc[i][j], ah[i], b[j], acc[i][j]);
+                    wmma::mma_sync(acc[i][j], al[i], b[j], acc[i][j]);
+                }
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * GRP_CLD + wn * 32 + j * 16,
+                                    acc[i][j], GRP_CLD, wmma::mem_row_major);
+    __syncthreads();
+    for (int32_t i = threadIdx.x; i < GRP_BM * GRP_BN; i += blockDim.x) {
+        int32_t r = i / GRP_BN, c = i % GRP_BN;
+        if (m0 + r >= m1 || n0 + c >= N)
+            continue;
+        float *y = Y + (size_t)(m0 + r) * N + n0 + c;
+        float p = Cs[r * GRP_CLD + c];
+        *y = act ? act_value(*y, p, oai, alpha, limit) : p;
+    }
+#endif
+}
+
+extern "C" int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_args *a)
+{
+    int32_t n = a->T * a->k, E = a->E;
+    if (rt->cc_major < 8 || E <= 0 || E > KT__CUDA_MAX_EXPERTS || a->H % 8 || a->I % 8 ||
+        a->x_stride % 4)
+        return 1;
+    if (n <= 0)
+        return 0;
+    k_group_route<<<1, 1024, 0, rt->stream>>>(a->ids, n, E, a->gate, a->route, a->perm,
+                                              a->slot);
+    /* tiles: sum of ceil(cnt_e / BM) <= n / BM + E */
+    unsigned tiles = (unsigned)((n + GRP_BM - 1) / GRP_BM + E);
+    dim3 gi(tiles, (unsigned)((a->I + GRP_BN - 1) / GRP_BN));
+    dim3 go(tiles, (unsigned)((a->H + GRP_BN - 1) / GRP_BN));
+    k_group_gemm<<<gi, 256, 0, rt->stream>>>(a->x, a->x_stride, a->perm, a->k, a->gate,
+                                              a->route, E, a->I, a->H, a->h, 0, 0, 0.f, 0.f);
+    k_group_gemm<<<gi, 256, 0, rt->stream>>>(a->x, a->x_stride, a->perm, a->k, a->up, a->route,
+                                              E, a->I, a->H, a->h, 1, a->oai, a->alpha,
+                                              a->limit);
+    k_group_gemm<<<go, 256, 0, rt->stream>>>(a->h, a->I, NULL, 1, a->down, a->route, E, a->H,
+                                              a->I, a->y, 0, 0, 0.f, 0.f);
+    k_combine<<<a->T, 256, 0, rt->stream>>>(a->out, a->H, a->k, a->y, a->slot, a->w);
     return 0;
 }
 

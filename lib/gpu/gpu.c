@@ -108,6 +108,7 @@ typedef struct glayer {
     gmat *egate, *eup, *edown; /* device tables [E]; data NULL: on the CPU */
     gmat *htab;                /* host copy of the three tables [3][E] (grouped products) */
     bool vec8;                 /* every GPU expert matrix readable 8 columns at a time */
+    bool grp_dev;              /* every GPU expert BF16 in 16-byte rows: device-grouped chunks */
     kt__moves_layer mv;        /* which experts sit in which device slot (moves.h) */
     const uint8_t *mask;       /* mv's live mask [E + 1]: 1 = on the GPU (the backend skips it) */
     float *k_cache, *v_cache;
@@ -148,6 +149,8 @@ struct kt__gpu {
     float *xg, *gu, *gy;      /* [Tm·k][H], [Tm·k][I], [Tm·k][H] */
     int32_t *gperm, *gslot;   /* device [Tm·k]: pair of each sorted row; row of each pair */
     int32_t *gids_h, *gperm_h, *gslot_h, *gcount;
+    int32_t *groute;          /* device [2E + 2]: the device-grouped experts' rows and tiles */
+    bool group_dev;           /* chunks' experts grouped on the device (KT_GPU_GROUPED=0: off) */
     int32_t *tok, *pos;
     /* pinned host buffers */
     int32_t *tok_h, *pos_h, *T_h;
@@ -456,6 +459,12 @@ static kt_status upload_layer(kt__gpu *g, int32_t l, glayer *G)
                                                                     !t->block_rows))))
             G->vec8 = false;
     }
+    G->grp_dev = true;
+    for (int32_t i = 0; i < 3 * E; i++) {
+        const gmat *t = &tab[i];
+        if (t->data && (t->type != KT__CUDA_W_BF16 || t->cols % 8 || (uintptr_t)t->data % 16))
+            G->grp_dev = false;
+    }
     if (st < 0 || g->counting) {
         kt__free(tab);
         return st;
@@ -536,7 +545,8 @@ static kt_status build(kt__gpu *g)
         size_t pairs = T * k + 1;
         if (!(g->xg = dalloc(g, pairs * H * f)) || !(g->gu = dalloc(g, pairs * hp->n_ff_exp * f)) ||
             !(g->gy = dalloc(g, pairs * H * f)) || !(g->gperm = dalloc(g, pairs * 4)) ||
-            !(g->gslot = dalloc(g, pairs * 4)))
+            !(g->gslot = dalloc(g, pairs * 4)) ||
+            !(g->groute = dalloc(g, ((size_t)hp->n_expert * 2 + 2) * 4)))
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     }
     if (!(g->tok = dalloc(g, T * 4)) || !(g->pos = dalloc(g, 4)))
@@ -719,6 +729,9 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     /* test hook: products of fewer tokens through cuBLAS and grouped experts */
     const char *mt = getenv("KT_GPU_GEMM_MIN_TOKENS");
     g->gemm_min_t = mt && atoi(mt) > 0 ? atoi(mt) : 16;
+    /* comparison hook: KT_GPU_GROUPED=0 keeps the host-sorted, per-expert cuBLAS path */
+    const char *gd = getenv("KT_GPU_GROUPED");
+    g->group_dev = g->cublas && !(gd && !strcmp(gd, "0"));
     const char *sp = getenv("KT_GPU_ATTN_SPLITS");
     g->attn_splits = sp && atoi(sp) > 0 ? atoi(sp) : 0;
     const char *tr = getenv("KT_GPU_TRACE");
@@ -1297,6 +1310,27 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *t
     return KT_OK;
 }
 
+/* The GPU experts of a chunk grouped on the device (kt__cuda_experts_grouped:
+ * the pairs sorted there, three launches for all experts, no host sync); false
+ * when that path does not apply and experts_grouped has to run them. */
+static bool experts_grouped_dev(kt__gpu *g, int32_t l, int32_t T)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    const glayer *G = &g->L[l];
+    if (!g->group_dev || !G->grp_dev || !G->egate)
+        return false;
+    kt__cuda_group_args a;
+    memset(&a, 0, sizeof a);
+    a.gate = G->egate, a.up = G->eup, a.down = G->edown;
+    a.x = g->xn, a.x_stride = hp->n_embd;
+    a.ids = route_ids(g, T), a.w = route_w(g, T);
+    a.T = T, a.H = hp->n_embd, a.I = hp->n_ff_exp, a.k = hp->n_expert_used, a.E = hp->n_expert;
+    a.oai = hp->gptoss_act, a.alpha = hp->act_alpha, a.limit = hp->act_limit;
+    a.route = g->groute, a.perm = g->gperm, a.slot = g->gslot;
+    a.h = g->eh, a.y = g->gy, a.out = g->out;
+    return kt__cuda_experts_grouped(g->rt, &a) == 0;
+}
+
 /* Layerwise prefill: queue the copies of MoE layer l's CPU-resident experts into
  * `slot` on the side stream (after the main stream freed it) and describe them
  * in lw_tab[slot], next to the layer's GPU-resident ones. */
@@ -1446,7 +1480,8 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
         if (next >= 0 && (st = lw_copy(g, next, g->lw_i % 2)) < 0)
             return st;
     } else if (g->n_gpu_experts > 0 && T >= g->gemm_min_t) {
-        kt_status st = experts_grouped(g, l, T, G->htab, -1);
+        kt_status st = experts_grouped_dev(g, l, T) ? KT_OK
+                                                     : experts_grouped(g, l, T, G->htab, -1);
         if (st < 0)
             return st;
     } else if (pairs) {

@@ -419,6 +419,61 @@ static void test_long_decode(void **state)
     long_decode("mixtral_tiny", NULL, "2");
 }
 
+/* Prefill logits of `T` tokens (the fixture's prompt repeated) with the chunk's
+ * experts grouped on the device, and with the host-sorted per-expert path
+ * (KT_GPU_GROUPED=0): the same products, so the same logits to F32 rounding.
+ * 480 tokens put about 120 rows on each of 8 experts (two 64-row tiles each). */
+static void grouped_pair(const char *name, const char *variant, float frac)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_data r;
+    if (ref_load(&r, dir) < 0) {
+        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        return;
+    }
+    const int32_t T = 480;
+    int32_t *ids = calloc((size_t)T, sizeof(int32_t));
+    for (int32_t t = 0; t < T; t++)
+        ids[t] = r.prompt[t % r.T];
+    size_t TV = (size_t)T * r.V;
+    float *dev = calloc(TV, sizeof(float)), *host = calloc(TV, sizeof(float));
+    g_n_ctx = 512;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            setenv("KT_GPU_GROUPED", "0", 1);
+        kt_model *model;
+        kt_context *ctx = open_gpu(dir, KT_PRECISION_FAST, frac, &model);
+        assert_int_equal(kt_context_eval(ctx, ids, (size_t)T, pass ? host : dev,
+                                         KT_EVAL_ALL_LOGITS), KT_OK);
+        kt_context_free(ctx);
+        kt_model_free(model);
+    }
+    unsetenv("KT_GPU_GROUPED");
+    g_n_ctx = 256;
+    float d = max_abs_diff(dev, host, TV), mag = 0.0f;
+    for (size_t i = 0; i < TV; i++)
+        mag = fmaxf(mag, fabsf(host[i]));
+    float tol = 1e-4f * fmaxf(1.0f, mag);
+    int32_t within = rows_within(dev, host, T, r.V, tol);
+    print_message("  %s/%s fast, %.0f%% of the experts on the GPU, %d tokens: device-grouped "
+                  "vs host-sorted experts max|diff| %.3g (logits up to %.3g), %d/%d positions "
+                  "within %.2g\n", name, variant ? variant : "bf16", 100.0 * frac, T, d, mag,
+                  within, T, tol);
+    /* a router near-tie may flip on rounding: a position or two, not more */
+    assert_true(within >= T - 2);
+    free(dev), free(host), free(ids);
+    ref_free(&r);
+}
+
+static void test_grouped_device(void **state)
+{
+    (void)state;
+    grouped_pair("qwen3_moe_tiny", NULL, 1.0f);
+    grouped_pair("qwen3_moe_tiny", NULL, 0.5f);
+    grouped_pair("mixtral_tiny", NULL, 1.0f);
+    grouped_pair("deepseek_v3_tiny", "bf16", 1.0f);
+}
+
 /* A budget too small fails before loading, naming the flag to change. */
 static void test_budget(void **state)
 {
@@ -462,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_demo_model),
         cmocka_unit_test(test_expert_moves),
         cmocka_unit_test(test_long_decode),
+        cmocka_unit_test(test_grouped_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
