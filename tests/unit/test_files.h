@@ -49,4 +49,22 @@ static inline void write_text(const char *path, const char *text)
     fclose(f);
 }
 
+/* A fresh directory /tmp/<prefix>_XXXXXX for a test group's files (cmocka group setup:
+ * 0 on success); remove_tmp_root() deletes it with everything in it (group teardown). */
+static char tmp_root[256];
+
+static inline int tmp_root_create(const char *prefix)
+{
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/%s_XXXXXX", prefix);
+    return mkdtemp(tmp_root) ? 0 : -1;
+}
+
+static inline int remove_tmp_root(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 #endif

@@ -18,18 +18,17 @@
 #include "io/gguf.h"
 #include "test_files.h"
 
+/* The file in a heap block of exactly its size, so that ASan sees any overread. */
 static unsigned char *read_file(const char *path, size_t *size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char *text = read_whole_file(path, size);
+    if (!text)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc(n > 0 ? (size_t)n : 1);
-    *size = fread(buf, 1, (size_t)n, f);
-    fclose(f);
-    return buf;
+    unsigned char *exact = malloc(*size ? *size : 1);
+    assert_non_null(exact);
+    memcpy(exact, text, *size);
+    free(text);
+    return exact;
 }
 
 static uint8_t pattern(size_t i)

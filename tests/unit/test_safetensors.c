@@ -22,21 +22,10 @@
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-static char tmp_root[256];
-
 static int make_tmp_root(void **state)
 {
     (void)state;
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/kt_test_st_XXXXXX");
-    return mkdtemp(tmp_root) ? 0 : -1;
-}
-
-static int remove_tmp_root(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
-    return system(cmd) == 0 ? 0 : -1;
+    return tmp_root_create("kt_test_st");
 }
 
 static void write_bytes(const char *path, const void *data, size_t n)
