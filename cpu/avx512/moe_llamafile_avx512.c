@@ -875,17 +875,22 @@ ALWAYS_INLINE void q5_act(const uint8_t *y, size_t abytes, int nv, bool q81, boo
     const size_t oq = q81 ? 4 : 2;
     __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
     __m128i ds = _mm_setzero_si128(); /* dword b: d | s << 16 of block b */
-    #pragma GCC unroll 4
-    for (int b = 0; b < 4; b++) {
-        if (b < nv) {
-            const uint8_t *blk = y + (size_t)b * abytes;
-            lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)(blk + oq)), b);
-            hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(blk + oq + 16)), b);
-            uint32_t v;
-            memcpy(&v, blk, 4);
-            ds = _mm_insert_epi32(ds, (int)v, b);
-        }
+    /* the lane index of an insert must be a literal (also at -O0, where a loop
+     * counter is not folded), hence one expansion per block */
+#define Q5_ACT_BLOCK(b)                                                                   \
+    if ((b) < nv) {                                                                       \
+        const uint8_t *blk = y + (size_t)(b) * abytes;                                    \
+        uint32_t v;                                                                       \
+        lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)(blk + oq)), b);      \
+        hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(blk + oq + 16)), b); \
+        memcpy(&v, blk, 4);                                                               \
+        ds = _mm_insert_epi32(ds, (int)v, b);                                             \
     }
+    Q5_ACT_BLOCK(0)
+    Q5_ACT_BLOCK(1)
+    Q5_ACT_BLOCK(2)
+    Q5_ACT_BLOCK(3)
+#undef Q5_ACT_BLOCK
     *alo = lo;
     *ahi = hi;
     /* floats d0 s0 d1 s1 ...: lane l takes d of block l / 4; s only in lane 4 b */
