@@ -470,7 +470,7 @@ class Pty:
             try:
                 r, _, _ = select.select([self.fd], [], [], 0.05)
                 if r:
-                    os.read(self.fd, 4096)
+                    self.buf += os.read(self.fd, 4096).decode(errors="replace")
             except OSError:
                 time.sleep(0.05)
         if not kill:
@@ -490,6 +490,7 @@ class Pty:
             rc = self.wait(each, kill=False)
             if rc != "running":
                 return rc
+        print(f"  (still running after {tries} Ctrl-D; output ends {self.buf[-300:]!r})")
         return self.wait(1)
 
 
@@ -570,16 +571,26 @@ def group_chat():
             chat_session("remote", [KT_CHAT, "--host", "127.0.0.1", "-p", str(srv.port),
                                     "--no-save-history", *common],
                          d, False)
-        # a non-streaming remote answer
-        with tempfile.TemporaryDirectory() as d:
-            env = dict(os.environ, XDG_DATA_HOME=d, TERM="xterm", NO_COLOR="1")
-            p = Pty([KT_CHAT, "--host", "127.0.0.1", "-p", str(srv.port), "--no-stream",
-                     *common, "--max-tokens", "20"], env)
-            p.expect(r"Type a message")
-            p.send("Hello\r")
-            check(p.expect(r"\[TTFT .* 20 tokens, length\]"), "remote --no-stream: an answer")
-            p.expect(r"> ", timeout=30)
-            check(p.eof() == 0, "remote: Ctrl-D leaves")
+        # a non-streaming remote answer; a second session if Ctrl-D did not end the
+        # first (the race below, seen in CI under load: the output is printed)
+        for attempt in (1, 2):
+            with tempfile.TemporaryDirectory() as d:
+                env = dict(os.environ, XDG_DATA_HOME=d, TERM="xterm", NO_COLOR="1")
+                p = Pty([KT_CHAT, "--host", "127.0.0.1", "-p", str(srv.port), "--no-stream",
+                         *common, "--max-tokens", "20"], env)
+                p.expect(r"Type a message")
+                p.send("Hello\r")
+                answered = p.expect(r"\[TTFT .* 20 tokens, length\]")
+                p.expect(r"> ", timeout=30)
+                # libedit prints the prompt before it puts the terminal in raw mode: a ^D
+                # in between is echoed as "^D" and every later ^D only beeps
+                time.sleep(1.0)
+                left = p.eof() == 0
+            if left or attempt == 2:
+                break
+            print("  (remote --no-stream: Ctrl-D did not end kt-chat; one more session)")
+        check(answered, "remote --no-stream: an answer")
+        check(left, "remote: Ctrl-D leaves")
     finally:
         srv.stop()
     return 0
