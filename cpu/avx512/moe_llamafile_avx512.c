@@ -71,6 +71,21 @@ ALWAYS_INLINE __m128 sum4(__m512 a, __m512 b, __m512 c, __m512 d)
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* out[r * 4 + m] = the lane sum of acc[r][m]: NR rows x MT tokens of a tile. */
+ALWAYS_INLINE void tile_store(const int NR, const int MT, __m512 acc[4][4], float *out)
+{
+    if (NR == 4 && MT == 1) { /* the four sums at once */
+        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
+        out[4] = out[1], out[8] = out[2], out[12] = out[3];
+        return;
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
 /* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens. */
 ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
                             const uint8_t *const *w, int R, int phase, const uint8_t *const *act,
@@ -141,16 +156,7 @@ ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const in
             }
         }
     }
-    if (NR == 4 && MT == 1) { /* the four sums at once */
-        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
-        out[4] = out[1], out[8] = out[2], out[12] = out[3];
-        return;
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+    tile_store(NR, MT, acc, out);
 }
 
 /* One token: 4 rows share each activation load; more: 2 rows x up to 4 tokens. */
@@ -478,16 +484,7 @@ ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
             }
         }
     }
-    if (NR == 4 && MT == 1) { /* the four sums at once */
-        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
-        out[4] = out[1], out[8] = out[2], out[12] = out[3];
-        return;
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+    tile_store(NR, MT, acc, out);
 }
 
 /* ---------------------------------------------------------------------------
@@ -583,16 +580,7 @@ ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
             }
         }
     }
-    if (NR == 4 && MT == 1) {
-        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
-        out[4] = out[1], out[8] = out[2], out[12] = out[3];
-        return;
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+    tile_store(NR, MT, acc, out);
 }
 
 /* ---------------------------------------------------------------------------
@@ -764,16 +752,7 @@ ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
             }
         }
     }
-    if (NR == 4 && MT == 1) {
-        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
-        out[4] = out[1], out[8] = out[2], out[12] = out[3];
-        return;
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+    tile_store(NR, MT, acc, out);
 }
 
 /* Rows of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K
@@ -974,16 +953,7 @@ ALWAYS_INLINE void q5_tile(const int type, const int NR, const int MT, const uin
             }
         }
     }
-    if (NR == 4 && MT == 1) {
-        _mm_storeu_ps(out, sum4(acc[0][0], acc[1][0], acc[2][0], acc[3][0]));
-        out[4] = out[1], out[8] = out[2], out[12] = out[3];
-        return;
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
+    tile_store(NR, MT, acc, out);
 }
 
 /* Rows of Q4_1 / Q5_0 / Q5_1 blocks [b0, b1) of 32 against tokens' Q8_1 / Q8_0
