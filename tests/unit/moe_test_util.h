@@ -168,4 +168,60 @@ TST_UNUSED static float tst_uniform(void)
     return (float)(tst_rand() & 0xffffff) / 8388608.0f - 1.0f;
 }
 
+/* n random BF16 weights amp * uniform; f[n] gets them as floats. */
+TST_UNUSED static uint16_t *tst_bf16_values(size_t n, float amp, float *f)
+{
+    uint16_t *b = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        b[i] = tst_to_bf16(tst_uniform() * amp);
+        f[i] = tst_bf16(b[i]);
+    }
+    return b;
+}
+
+/* Random FP8 E4M3 weights [rows][cols] with an F32 scale per 128 x 128 block
+ * ([ceil(rows/128)][ceil(cols/128)]): the scales drawn first by scale(), then the
+ * codes row by row by code(); f[rows][cols] gets the dequantized matrix. */
+TST_UNUSED static void tst_fp8_matrix(int rows, int cols, float (*scale)(void),
+                                      uint8_t (*code)(void), void **w, void **s, float *f)
+{
+    int rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+    float *sc = malloc((size_t)rb * cb * sizeof(float));
+    for (int i = 0; i < rb * cb; i++)
+        sc[i] = scale();
+    uint8_t *q = malloc((size_t)rows * cols);
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            uint8_t b = code();
+            q[(size_t)r * cols + c] = b;
+            f[(size_t)r * cols + c] = tst_e4m3(b) * sc[(r / 128) * cb + c / 128];
+        }
+    *w = q;
+    *s = sc;
+}
+
+/* Random RAWINT4 weights [rows][cols]: eight 4-bit codes a word (value code - 8), a BF16
+ * scale per `group` inputs drawn as base + base * (uniform + 1); f[rows][cols] (when not
+ * NULL) gets the dequantized matrix. */
+TST_UNUSED static void tst_rawint4_matrix(int rows, int cols, int group, float base, void **w,
+                                          void **s, float *f)
+{
+    size_t n = (size_t)rows * cols;
+    uint32_t *p = malloc(n / 2);
+    uint16_t *sc = malloc(n / (size_t)group * 2);
+    for (size_t i = 0; i < n / 8; i++)
+        p[i] = tst_rand() ^ (tst_rand() << 16);
+    for (size_t i = 0; i < n / (size_t)group; i++)
+        sc[i] = tst_to_bf16(base + base * (tst_uniform() + 1.0f));
+    for (int r = 0; f && r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
+            int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
+            f[(size_t)r * cols + c] =
+                (float)v * tst_bf16(sc[(size_t)r * (cols / group) + c / group]);
+        }
+    *w = p;
+    *s = sc;
+}
+
 #endif /* KT_TEST_MOE_UTIL_H */

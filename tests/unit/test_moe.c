@@ -32,6 +32,7 @@
 #include "core/threadpool.h"
 #include "moe/moe_internal.h"
 #include "moe_test_util.h"
+#include "test_moe_common.h"
 #include "../../cpu/ref/ggml_quants.h"
 
 /* ---------------------------------------------------------------------------
@@ -44,51 +45,28 @@ typedef struct syn_layer {
     float **fg, **fu, **fd;                        /* dequantized [E] */
 } syn_layer;
 
+static float syn_fp8_scale(void)
+{
+    return 0.01f + 0.02f * (tst_uniform() + 1.0f);
+}
+
+/* Normal E4M3 numbers, exponents 1..9: no NaN, no subnormals. */
+static uint8_t syn_fp8_code(void)
+{
+    return (uint8_t)((tst_rand() & 0x80) | ((1 + tst_rand() % 9) << 3) | (tst_rand() & 7));
+}
+
 /* out x in matrix of the method with its scales; also its dequantized copy. */
 static void make_matrix(int method, int rows, int cols, void **w, void **s, float **f)
 {
-    size_t n = (size_t)rows * cols;
-    *f = malloc(n * sizeof(float));
+    *f = malloc((size_t)rows * cols * sizeof(float));
     *s = NULL;
-    if (method == KT_METHOD_BF16) {
-        uint16_t *b = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) {
-            b[i] = tst_to_bf16(tst_uniform() * 0.15f);
-            (*f)[i] = tst_bf16(b[i]);
-        }
-        *w = b;
-    } else if (method == KT_METHOD_FP8) {
-        int rb = (rows + 127) / 128, cb = (cols + 127) / 128;
-        float *sc = malloc((size_t)rb * cb * sizeof(float));
-        for (int i = 0; i < rb * cb; i++)
-            sc[i] = 0.01f + 0.02f * (tst_uniform() + 1.0f);
-        uint8_t *q = malloc(n);
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) {
-                uint8_t b = (uint8_t)((tst_rand() & 0x80) | ((1 + tst_rand() % 9) << 3) |
-                                      (tst_rand() & 7));
-                q[(size_t)r * cols + c] = b;
-                (*f)[(size_t)r * cols + c] = tst_e4m3(b) * sc[(r / 128) * cb + c / 128];
-            }
-        *w = q;
-        *s = sc;
-    } else {
-        uint32_t *p = malloc(n / 2);
-        uint16_t *sc = malloc(n / 32 * 2);
-        for (size_t i = 0; i < n / 8; i++)
-            p[i] = tst_rand() ^ (tst_rand() << 16);
-        for (size_t i = 0; i < n / 32; i++)
-            sc[i] = tst_to_bf16(0.01f + 0.01f * (tst_uniform() + 1.0f));
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) {
-                uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
-                int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
-                float scale = tst_bf16(sc[(size_t)r * (cols / 32) + c / 32]);
-                (*f)[(size_t)r * cols + c] = (float)v * scale;
-            }
-        *w = p;
-        *s = sc;
-    }
+    if (method == KT_METHOD_BF16)
+        *w = tst_bf16_values((size_t)rows * cols, 0.15f, *f);
+    else if (method == KT_METHOD_FP8)
+        tst_fp8_matrix(rows, cols, syn_fp8_scale, syn_fp8_code, w, s, *f);
+    else
+        tst_rawint4_matrix(rows, cols, 32, 0.01f, w, s, *f);
 }
 
 static void syn_make(syn_layer *L, int method, int H, int I, int E, int absent)
@@ -306,6 +284,17 @@ static const uint64_t isa_levels[] = {
     0,
 };
 
+/* 1 when isa is among seen[0 .. lv) (an ISA cap that chose the same kernels); records it as
+ * seen[lv]. */
+static int isa_seen_before(const char **seen, int lv, const char *isa)
+{
+    int dup = 0;
+    for (int j = 0; j < lv; j++)
+        dup |= seen[j] && !strcmp(seen[j], isa);
+    seen[lv] = isa;
+    return dup;
+}
+
 static void syn_method_prec(int method, int H, int I, int n_pools, int prec)
 {
     const int E = 20;
@@ -316,17 +305,9 @@ static void syn_method_prec(int method, int H, int I, int n_pools, int prec)
     const char *seen[3] = {NULL, NULL, NULL};
     for (int lv = 0; lv < 3; lv++) {
         kt__moe_set_isa_cap(isa_levels[lv]);
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = method;
-        d.hidden = (uint32_t)H;
-        d.intermediate = (uint32_t)I;
-        d.n_experts = E;
-        d.top_k = 16;
-        kt_moe_options o = KT_MOE_OPTIONS_INIT;
-        o.n_threads = 2;
+        kt_moe_desc d = tst_moe_desc(method, H, I, E, 16);
+        kt_moe_options o = tst_moe_options(2, 100); /* T = 128 and 257 run in chunks */
         o.n_pools = n_pools;
-        o.max_tokens = 100; /* T = 128 and 257 run in chunks */
-        o.pin_threads = 0;
         o.act_precision = prec;
         kt_moe_backend *moe = NULL;
         if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
@@ -334,11 +315,7 @@ static void syn_method_prec(int method, int H, int I, int n_pools, int prec)
         kt_moe_info info = KT_MOE_INFO_INIT;
         assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
         assert_int_equal(info.n_pools, n_pools ? n_pools : info.n_pools);
-        int dup = 0;
-        for (int j = 0; j < lv; j++)
-            dup |= seen[j] && !strcmp(seen[j], info.isa);
-        seen[lv] = info.isa;
-        if (!dup) {
+        if (!isa_seen_before(seen, lv, info.isa)) {
             assert_int_equal(kt_moe_set_expert_mask(moe, 0, mask), KT_OK);
             double worst = 0;
             for (size_t c = 0; c < sizeof syn_cases / sizeof syn_cases[0]; c++)
@@ -463,12 +440,7 @@ static void test_pools_every_method(void **state)
         }
         if (method == KT_METHOD_LLAMAFILE)
             lw.gate_type = lw.up_type = lw.down_type = type;
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = method;
-        d.hidden = H;
-        d.intermediate = I;
-        d.n_experts = E;
-        d.top_k = k;
+        kt_moe_desc d = tst_moe_desc(method, H, I, E, k);
         d.group_size = (uint32_t)cases[c].group; /* scales [rows][cols / group] */
         float *x = malloc((size_t)42 * H * sizeof(float)), w[40 * 3];
         int32_t ids[40 * 3];
@@ -482,11 +454,8 @@ static void test_pools_every_method(void **state)
         double worst[4] = {0, 0, 0, 0};
         bool int8_act = false;
         for (int pools = 1; pools <= 3; pools++) {
-            kt_moe_options o = KT_MOE_OPTIONS_INIT;
-            o.n_threads = 3;
+            kt_moe_options o = tst_moe_options(3, 40);
             o.n_pools = pools;
-            o.max_tokens = 40;
-            o.pin_threads = 0;
             kt_moe_backend *moe = NULL;
             if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
                 fail_msg("%s pools %d: create: %s", cases[c].what, pools, kt_last_error());
@@ -508,14 +477,8 @@ static void test_pools_every_method(void **state)
             out[pools] = calloc((size_t)3 * 40 * H, sizeof(float)); /* [T_list][40][H] */
             for (int ti = 0; ti < 3; ti++) {
                 int32_t n_tokens = T_list[ti];
-                kt_moe_io io = KT_MOE_IO_INIT;
-                io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-                io.n_tokens = &n_tokens;
-                io.top_k = k;
-                io.x = x + (size_t)ti * H;
-                io.ids = ids;
-                io.w = w;
-                io.out = out[pools] + (size_t)ti * 40 * H;
+                kt_moe_io io = tst_moe_io_f32(&n_tokens, k, x + (size_t)ti * H, ids, w,
+                                              out[pools] + (size_t)ti * 40 * H);
                 if (kt_moe_forward(moe, 0, &io) < 0)
                     fail_msg("%s pools %d: forward: %s", cases[c].what, pools, kt_last_error());
                 if (pools == 1)
@@ -561,16 +524,8 @@ static void test_async_and_errors(void **state)
     kt_moe_layer_weights lw[3];
     for (int l = 0; l < 3; l++)
         lw[l] = syn_weights(&L);
-    kt_moe_desc d = KT_MOE_DESC_INIT;
-    d.method = KT_METHOD_BF16;
-    d.hidden = H;
-    d.intermediate = I;
-    d.n_experts = E;
-    d.top_k = k;
-    kt_moe_options o = KT_MOE_OPTIONS_INIT;
-    o.n_threads = 2;
-    o.max_tokens = T;
-    o.pin_threads = 0;
+    kt_moe_desc d = tst_moe_desc(KT_METHOD_BF16, H, I, E, k);
+    kt_moe_options o = tst_moe_options(2, T);
     kt_moe_backend *moe = NULL;
     assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, lw, 3, &o), KT_OK);
     float x[T * H], w[T * k], out[3][T * H], one[T * H];
@@ -582,14 +537,7 @@ static void test_async_and_errors(void **state)
         w[i] = 0.5f;
     }
     int32_t n_tokens = T;
-    kt_moe_io io = KT_MOE_IO_INIT;
-    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-    io.n_tokens = &n_tokens;
-    io.top_k = k;
-    io.x = x;
-    io.ids = ids;
-    io.w = w;
-    io.out = one;
+    kt_moe_io io = tst_moe_io_f32(&n_tokens, k, x, ids, w, one);
     assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
     for (int l = 0; l < 3; l++) {
         io.out = out[l];
@@ -689,16 +637,8 @@ static void test_read_at_execution(void **state)
     syn_layer L;
     syn_make(&L, KT_METHOD_BF16, H, I, E, -1);
     kt_moe_layer_weights lw = syn_weights(&L);
-    kt_moe_desc d = KT_MOE_DESC_INIT;
-    d.method = KT_METHOD_BF16;
-    d.hidden = H;
-    d.intermediate = I;
-    d.n_experts = E;
-    d.top_k = k;
-    kt_moe_options o = KT_MOE_OPTIONS_INIT;
-    o.n_threads = 2;
-    o.max_tokens = 4;
-    o.pin_threads = 0;
+    kt_moe_desc d = tst_moe_desc(KT_METHOD_BF16, H, I, E, k);
+    kt_moe_options o = tst_moe_options(2, 4);
     kt_moe_backend *moe = NULL;
     assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o), KT_OK);
     float x[T * H], w[T * k], want[T * H], got[T * H];
@@ -714,14 +654,7 @@ static void test_read_at_execution(void **state)
     mask[2] = 1;
     assert_int_equal(kt_moe_set_expert_mask(moe, 0, mask), KT_OK);
     int32_t n_tokens = T;
-    kt_moe_io io = KT_MOE_IO_INIT;
-    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-    io.n_tokens = &n_tokens;
-    io.top_k = k;
-    io.x = x;
-    io.ids = ids;
-    io.w = w;
-    io.out = want;
+    kt_moe_io io = tst_moe_io_f32(&n_tokens, k, x, ids, w, want);
     assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
 
     /* submit with stale values while the workers are held, then change them */
@@ -812,6 +745,23 @@ static float *dequant_named(const tst_model *m, const char *base, int *rows, int
     }
     fail_msg("%s: no weight", base);
     return NULL;
+}
+
+/* max |out + shared - want| / max |want| over n values; the two maxima in *maxerr and
+ * *maxref when those are not NULL. */
+static double fixture_err(const float *out, const double *shared, const float *want, int n,
+                          double *maxerr, double *maxref)
+{
+    double ref = 0, err = 0;
+    for (int i = 0; i < n; i++) {
+        ref = fmax(ref, fabs(want[i]));
+        err = fmax(err, fabs(out[i] + shared[i] - want[i]));
+    }
+    if (maxerr)
+        *maxerr = err;
+    if (maxref)
+        *maxref = ref;
+    return err / ref;
 }
 
 static void fixture_run(const fixture *fx)
@@ -910,52 +860,29 @@ static void fixture_run(const fixture *fx)
     }
 
     float *out = malloc((size_t)T * H * sizeof(float));
+    int32_t n_tokens = T;
+    kt_moe_io io = tst_moe_io_f32(&n_tokens, k, x, tid.data, tw.data, out);
+    kt_moe_desc d = tst_moe_desc(fx->method, H, I, E, k);
+    d.act = fx->oai ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
     const char *seen[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
     /* every ISA level, default precision then KT_MOE_PREC_BF16X2 */
     for (int lv = 0; lv < 6; lv++) {
         kt__moe_set_isa_cap(isa_levels[lv % 3]);
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = fx->method;
-        d.act = fx->oai ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
-        d.hidden = (uint32_t)H;
-        d.intermediate = (uint32_t)I;
-        d.n_experts = (uint32_t)E;
-        d.top_k = (uint32_t)k;
-        kt_moe_options o = KT_MOE_OPTIONS_INIT;
-        o.n_threads = 2;
-        o.max_tokens = T;
-        o.pin_threads = 0;
+        kt_moe_options o = tst_moe_options(2, T);
         o.act_precision = lv < 3 ? KT_MOE_PREC_DEFAULT : KT_MOE_PREC_BF16X2;
         kt_moe_backend *moe = NULL;
         if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
             fail_msg("%s: create: %s", fx->dir, kt_last_error());
         kt_moe_info info = KT_MOE_INFO_INIT;
         kt_moe_backend_info(moe, &info);
-        int dup = 0;
-        for (int j = 0; j < lv; j++)
-            dup |= seen[j] && !strcmp(seen[j], info.isa);
-        seen[lv] = info.isa;
-        if (dup) {
+        if (isa_seen_before(seen, lv, info.isa)) {
             kt_moe_backend_free(moe);
             continue;
         }
-        int32_t n_tokens = T;
-        kt_moe_io io = KT_MOE_IO_INIT;
-        io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-        io.n_tokens = &n_tokens;
-        io.top_k = (uint32_t)k;
-        io.x = x;
-        io.ids = tid.data;
-        io.w = tw.data;
-        io.out = out;
         if (kt_moe_forward(moe, 0, &io) < 0)
             fail_msg("%s: forward: %s", fx->dir, kt_last_error());
-        double maxref = 0, maxerr = 0;
-        for (int i = 0; i < T * H; i++) {
-            maxref = fmax(maxref, fabs(want[i]));
-            maxerr = fmax(maxerr, fabs(out[i] + shared[i] - want[i]));
-        }
-        double rel = maxerr / maxref;
+        double maxref, maxerr;
+        double rel = fixture_err(out, shared, want, T * H, &maxerr, &maxref);
         double tol = act_tol(moe);
         printf("  %-22s %-14s max|diff| %.3g (max|ref| %.3g, rel %.3g, tol %.3g)\n", fx->dir,
                info.isa, maxerr, maxref, rel, tol);
@@ -967,43 +894,20 @@ static void fixture_run(const fixture *fx)
 
     /* 2 and 3 NUMA pools (slices copied per pool, partials summed) */
     for (int pools = 2; pools <= 3; pools++) {
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = fx->method;
-        d.act = fx->oai ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
-        d.hidden = (uint32_t)H;
-        d.intermediate = (uint32_t)I;
-        d.n_experts = (uint32_t)E;
-        d.top_k = (uint32_t)k;
-        kt_moe_options o = KT_MOE_OPTIONS_INIT;
-        o.n_threads = 3;
+        kt_moe_options o = tst_moe_options(3, T);
         o.n_pools = pools;
-        o.max_tokens = T;
-        o.pin_threads = 0;
         kt_moe_backend *moe = NULL;
         if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
             fail_msg("%s: create (%d pools): %s", fx->dir, pools, kt_last_error());
-        int32_t n_tokens = T;
-        kt_moe_io io = KT_MOE_IO_INIT;
-        io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-        io.n_tokens = &n_tokens;
-        io.top_k = (uint32_t)k;
-        io.x = x;
-        io.ids = tid.data;
-        io.w = tw.data;
-        io.out = out;
         if (kt_moe_forward(moe, 0, &io) < 0)
             fail_msg("%s: forward (%d pools): %s", fx->dir, pools, kt_last_error());
-        double maxref = 0, maxerr = 0;
-        for (int i = 0; i < T * H; i++) {
-            maxref = fmax(maxref, fabs(want[i]));
-            maxerr = fmax(maxerr, fabs(out[i] + shared[i] - want[i]));
-        }
+        double rel = fixture_err(out, shared, want, T * H, NULL, NULL);
         kt_moe_info info = KT_MOE_INFO_INIT;
         kt_moe_backend_info(moe, &info);
         printf("  %-22s %-14s %d pools (%s): rel %.3g\n", fx->dir, info.isa, pools,
-               info.pool_memory, maxerr / maxref);
-        if (!(maxerr / maxref <= act_tol(moe)))
-            fail_msg("%s %d pools: rel err %.3g", fx->dir, pools, maxerr / maxref);
+               info.pool_memory, rel);
+        if (!(rel <= act_tol(moe)))
+            fail_msg("%s %d pools: rel err %.3g", fx->dir, pools, rel);
         kt_moe_backend_free(moe);
     }
 
@@ -1011,10 +915,7 @@ static void fixture_run(const fixture *fx)
     kt_model *model = NULL;
     if (kt_model_open(&model, NULL, dir, NULL) < 0)
         fail_msg("%s: kt_model_open: %s", fx->dir, kt_last_error());
-    kt_moe_options o = KT_MOE_OPTIONS_INIT;
-    o.n_threads = 2;
-    o.max_tokens = T;
-    o.pin_threads = 0;
+    kt_moe_options o = tst_moe_options(2, T);
     kt_moe_backend *moe = NULL;
     if (kt_moe_backend_create_from_model(&moe, NULL, model, &o) < 0)
         fail_msg("%s: create_from_model: %s", fx->dir, kt_last_error());
@@ -1023,24 +924,11 @@ static void fixture_run(const fixture *fx)
     assert_int_equal(info.method, fx->method);
     assert_int_equal(info.hidden, (uint32_t)H);
     assert_int_equal(info.intermediate, (uint32_t)I);
-    int32_t n_tokens = T;
-    kt_moe_io io = KT_MOE_IO_INIT;
-    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-    io.n_tokens = &n_tokens;
-    io.top_k = (uint32_t)k;
-    io.x = x;
-    io.ids = tid.data;
-    io.w = tw.data;
-    io.out = out;
     if (kt_moe_forward(moe, 1, &io) < 0) /* model layer 1 */
         fail_msg("%s: forward: %s", fx->dir, kt_last_error());
-    double maxref = 0, maxerr = 0;
-    for (int i = 0; i < T * H; i++) {
-        maxref = fmax(maxref, fabs(want[i]));
-        maxerr = fmax(maxerr, fabs(out[i] + shared[i] - want[i]));
-    }
-    printf("  %-22s %-14s from kt_model: rel %.3g\n", fx->dir, info.isa, maxerr / maxref);
-    assert_true(maxerr / maxref <= act_tol(moe));
+    double rel = fixture_err(out, shared, want, T * H, NULL, NULL);
+    printf("  %-22s %-14s from kt_model: rel %.3g\n", fx->dir, info.isa, rel);
+    assert_true(rel <= act_tol(moe));
     /* layer 0 of DeepSeek is dense: not a MoE layer of the backend */
     if (fx->shared_fmt)
         assert_int_equal(kt_moe_forward(moe, 0, &io), KT_ERR_INVALID_ARG);

@@ -31,6 +31,18 @@
      KT_ISA_AVX512VNNI | KT_ISA_AVX512BF16 | KT_ISA_AVX512VBMI)
 #define AVX2_BITS (KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C)
 
+static float fp8_scale(void)
+{
+    return 0.5f + tst_uniform() * 0.25f;
+}
+
+/* Any E4M3 code but NaN. */
+static uint8_t fp8_code(void)
+{
+    uint8_t b = (uint8_t)(tst_rand() & 0xff);
+    return (b & 0x7f) == 0x7f ? b ^ 1 : b;
+}
+
 /* Random weights of a method, [rows][cols], with scales; dequantized copy. */
 static void rand_weights(int method, int rows, int cols, void **w, void **s, float **f)
 {
@@ -38,28 +50,9 @@ static void rand_weights(int method, int rows, int cols, void **w, void **s, flo
     *f = malloc(n * sizeof(float));
     *s = NULL;
     if (method == KT_METHOD_BF16) {
-        uint16_t *b = malloc(n * 2);
-        for (size_t i = 0; i < n; i++) {
-            b[i] = tst_to_bf16(tst_uniform());
-            (*f)[i] = tst_bf16(b[i]);
-        }
-        *w = b;
+        *w = tst_bf16_values(n, 1.0f, *f);
     } else if (method == KT_METHOD_FP8) {
-        int rb = (rows + 127) / 128, cb = (cols + 127) / 128;
-        float *sc = malloc((size_t)rb * cb * sizeof(float));
-        for (int i = 0; i < rb * cb; i++)
-            sc[i] = 0.5f + tst_uniform() * 0.25f;
-        uint8_t *q = malloc(n);
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) {
-                uint8_t b = (uint8_t)(tst_rand() & 0xff);
-                if ((b & 0x7f) == 0x7f)
-                    b ^= 1; /* no NaN */
-                q[(size_t)r * cols + c] = b;
-                (*f)[(size_t)r * cols + c] = tst_e4m3(b) * sc[(r / 128) * cb + c / 128];
-            }
-        *w = q;
-        *s = sc;
+        tst_fp8_matrix(rows, cols, fp8_scale, fp8_code, w, s, *f);
     } else if (method == KT_METHOD_AMXINT8) {
         int8_t *q = malloc(n);
         float *sc = malloc((size_t)rows * sizeof(float));
@@ -72,22 +65,21 @@ static void rand_weights(int method, int rows, int cols, void **w, void **s, flo
         *w = q;
         *s = sc;
     } else {
-        uint32_t *p = malloc(n / 2);
-        uint16_t *sc = malloc(n / 32 * 2);
-        for (size_t i = 0; i < n / 8; i++)
-            p[i] = tst_rand() ^ (tst_rand() << 16);
-        for (size_t i = 0; i < n / 32; i++)
-            sc[i] = tst_to_bf16(0.05f + 0.05f * (tst_uniform() + 1.0f));
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) {
-                uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
-                int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
-                (*f)[(size_t)r * cols + c] =
-                    (float)v * tst_bf16(sc[(size_t)r * (cols / 32) + c / 32]);
-            }
-        *w = p;
-        *s = sc;
+        tst_rawint4_matrix(rows, cols, 32, 0.05f, w, s, *f);
     }
+}
+
+/* The activation rows x [n][K] quantized by a kernel set (row bytes in *row_bytes);
+ * the caller frees them. */
+static uint8_t *quant_rows(const kt__moe_kernels *ks, const float *x, int n, int K,
+                           size_t *row_bytes)
+{
+    size_t rb = kt__moe_act_row_bytes(ks->act, K);
+    uint8_t *a = calloc((size_t)n, rb);
+    for (int t = 0; t < n; t++)
+        ks->quant(x + (size_t)t * K, 0, K, K, a + (size_t)t * rb);
+    *row_bytes = rb;
+    return a;
 }
 
 /* precise: a KT_MOE_PREC_BF16X2 set, checked against the scalar F32-activation
@@ -121,13 +113,9 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                 float *x = malloc((size_t)n_act * K * sizeof(float));
                 for (int i = 0; i < n_act * K; i++)
                     x[i] = precise ? tst_uniform() : tst_bf16(tst_to_bf16(tst_uniform()));
-                size_t sr = kt__moe_act_row_bytes(ref->act, K);
-                size_t st = kt__moe_act_row_bytes(ks->act, K);
-                uint8_t *ar = calloc((size_t)n_act, sr), *at = calloc((size_t)n_act, st);
-                for (int t = 0; t < n_act; t++) {
-                    ref->quant(x + (size_t)t * K, 0, K, K, ar + (size_t)t * sr);
-                    ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
-                }
+                size_t sr, st;
+                uint8_t *ar = quant_rows(ref, x, n_act, K, &sr);
+                uint8_t *at = quant_rows(ks, x, n_act, K, &st);
                 int32_t rows_idx[170];
                 for (int m = 0; m < M; m++)
                     rows_idx[m] = (m * 5 + 2) % n_act;
@@ -325,10 +313,8 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
                 float *x = malloc((size_t)n_act * K * sizeof(float));
                 for (int i = 0; i < n_act * K; i++)
                     x[i] = tst_bf16(tst_to_bf16(tst_uniform() * (1 + i % 7)));
-                size_t st = kt__moe_act_row_bytes(ks->act, K);
-                uint8_t *at = calloc((size_t)n_act, st);
-                for (int t = 0; t < n_act; t++)
-                    ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
+                size_t st;
+                uint8_t *at = quant_rows(ks, x, n_act, K, &st);
                 int32_t *rows_idx = malloc((size_t)M * sizeof(int32_t));
                 for (int m = 0; m < M; m++)
                     rows_idx[m] = (m * 5 + 2) % n_act;
@@ -465,25 +451,19 @@ static void check_x2_groups(const kt__moe_kernels *ks, int G)
     for (int ri = 0; ri < 3; ri++)
         for (int ci = 0; ci < 3; ci++) {
             int N = rows_list[ri], K = cols_list[ci];
-            uint32_t *w = malloc((size_t)N * K / 2);
-            uint16_t *s = malloc((size_t)N * (K / G) * 2);
-            for (int i = 0; i < N * K / 8; i++)
-                w[i] = tst_rand() ^ (tst_rand() << 16);
-            for (int i = 0; i < N * (K / G); i++)
-                s[i] = tst_to_bf16(0.05f + 0.05f * (tst_uniform() + 1.0f));
+            void *wv, *sv;
+            tst_rawint4_matrix(N, K, G, 0.05f, &wv, &sv, NULL);
+            uint32_t *w = wv;
+            uint16_t *s = sv;
             kt__wmat W = {w, s, N, K, 0, G == 32 && ci == 0 ? 0 : G};
             for (int mi = 0; mi < 6; mi++) {
                 int M = m_list[mi], n_act = M + 3;
                 float *x = malloc((size_t)n_act * K * sizeof(float));
                 for (int i = 0; i < n_act * K; i++)
                     x[i] = tst_uniform() * (1 + i % 5);
-                size_t sr = kt__moe_act_row_bytes(ref->act, K);
-                size_t st = kt__moe_act_row_bytes(ks->act, K);
-                uint8_t *ar = calloc((size_t)n_act, sr), *at = calloc((size_t)n_act, st);
-                for (int t = 0; t < n_act; t++) {
-                    ref->quant(x + (size_t)t * K, 0, K, K, ar + (size_t)t * sr);
-                    ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
-                }
+                size_t sr, st;
+                uint8_t *ar = quant_rows(ref, x, n_act, K, &sr);
+                uint8_t *at = quant_rows(ks, x, n_act, K, &st);
                 int32_t rows_idx[17];
                 for (int m = 0; m < M; m++)
                     rows_idx[m] = (m * 5 + 2) % n_act;
@@ -575,12 +555,9 @@ static void check_x2_tiles(const kt__moe_kernels *ks, int method)
             float *x = malloc((size_t)n_act * K * sizeof(float));
             for (int i = 0; i < n_act * K; i++)
                 x[i] = tst_uniform();
-            size_t sr = kt__moe_act_row_bytes(ref->act, K), st = kt__moe_act_row_bytes(ks->act, K);
-            uint8_t *ar = calloc((size_t)n_act, sr), *at = calloc((size_t)n_act, st);
-            for (int t = 0; t < n_act; t++) {
-                ref->quant(x + (size_t)t * K, 0, K, K, ar + (size_t)t * sr);
-                ks->quant(x + (size_t)t * K, 0, K, K, at + (size_t)t * st);
-            }
+            size_t sr, st;
+            uint8_t *ar = quant_rows(ref, x, n_act, K, &sr);
+            uint8_t *at = quant_rows(ks, x, n_act, K, &st);
             int32_t rows_idx[160];
             for (int m = 0; m < M; m++)
                 rows_idx[m] = (m * 7 + 1) % n_act;
