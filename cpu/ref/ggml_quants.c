@@ -1417,7 +1417,7 @@ kt_ggml_isa kt__ggml_isa_best(void)
     uint64_t isa = kt_hw_isa();
     uint64_t avx512 = KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ |
                       KT_ISA_AVX512VNNI;
-    uint64_t avx2 = KT_ISA_AVX2 | KT_ISA_FMA;
+    uint64_t avx2 = KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C; /* the f16 scales: vcvtph2ps */
     if ((isa & avx512) == avx512 && (isa & avx2) == avx2)
         return KT_GGML_AVX512;
     if ((isa & avx2) == avx2)

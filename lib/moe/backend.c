@@ -100,6 +100,7 @@ struct kt_moe_backend {
     /* per-task state, written by worker 0 in phase 0 */
     int cur_t, n_active, max_cnt;
     int rb1[64], rb2[64];          /* rows per phase-1 / phase-2 item, per pool */
+    int dec_items, dec_grain;      /* decode: items per worker, rows a multiple of (item_rows) */
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     _Alignas(64) _Atomic int item1[64];
     _Alignas(64) _Atomic int item2[64];
@@ -337,6 +338,26 @@ static kt_status load_relayout(moe_layer *L, const kt_moe_layer_weights *lw, int
         L->down[e].w = dn;
     }
     return KT_OK;
+}
+
+/* Decode item sizes (item_rows): about dec_items items per worker, rows a
+ * multiple of dec_grain. 64 rows at most 4 per worker, except LLAMAFILE on
+ * more than 4 workers: 16 threads left each worker 2-3 items of 64-128 rows,
+ * so the last items ran alone (Xeon T=1 0.75 of stream, T=4 0.88); there
+ * items of 32 rows, 8 per worker (32: whole Q8_0 blocks of h in phase 1).
+ * KT_MOE_DECODE_ITEMS / KT_MOE_DECODE_GRAIN (a multiple of 32; below 64 for
+ * LLAMAFILE only) override both, for measuring. */
+static void decode_items(kt_moe_backend *moe)
+{
+    bool lf = moe->d.method == KT_METHOD_LLAMAFILE, many = moe->nth > 4;
+    moe->dec_items = lf && many ? 8 : 4;
+    moe->dec_grain = lf && many ? 32 : 64;
+    const char *e = getenv("KT_MOE_DECODE_ITEMS");
+    if (e && atoi(e) >= 1 && atoi(e) <= 64)
+        moe->dec_items = atoi(e);
+    e = getenv("KT_MOE_DECODE_GRAIN");
+    if (e && atoi(e) >= 32 && atoi(e) <= RB_MAX && atoi(e) % 32 == 0 && (lf || atoi(e) >= 64))
+        moe->dec_grain = atoi(e);
 }
 
 /* LLAMAFILE: each projection's block type is a ggml type whose block size
@@ -792,6 +813,7 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     }
     moe->nth = kt__pool_n_threads(moe->pool);
     moe->n_pools = kt__pool_n_pools(moe->pool);
+    decode_items(moe);
     if (moe->n_pools > 64)
         moe->n_pools = 64;
     /* I slices per pool, aligned to the format's block (FP8 128, else 32) */
@@ -1027,12 +1049,12 @@ static void group_pairs(kt_moe_backend *moe, const moe_layer *L, const kt_moe_io
     moe->max_cnt = max_cnt;
 }
 
-/* Rows of `len` in about `blocks` equal items, a multiple of 64, at least 64. */
-static int rows_per_item(int len, int blocks)
+/* Rows of `len` in about `blocks` equal items, a multiple of grain, at least grain. */
+static int rows_per_item(int len, int blocks, int grain)
 {
     int r = (len + blocks - 1) / blocks;
-    r = (r + 63) & ~63;
-    return r < 64 ? 64 : r;
+    r = (r + grain - 1) / grain * grain;
+    return r < grain ? grain : r;
 }
 
 /* Item sizes of pool p for this call. Decode (every expert has at most 4
@@ -1048,17 +1070,17 @@ static void item_rows(kt_moe_backend *moe, int p)
     moe->rb2[p] = RB2;
     if (moe->max_cnt > 4 || moe->n_active == 0 || slice <= 0)
         return;
-    int want = 4 * nth;
+    int want = moe->dec_items * nth, grain = moe->dec_grain;
     /* phase 1: n_active x blocks items over the slice */
     int blocks = (slice + RB_MAX - 1) / RB_MAX;
-    while (blocks * moe->n_active < want && blocks * 64 < slice)
+    while (blocks * moe->n_active < want && blocks * grain < slice)
         blocks *= 2;
-    moe->rb1[p] = rows_per_item(slice, blocks);
+    moe->rb1[p] = rows_per_item(slice, blocks, grain);
     /* phase 2: blocks of H rows, each over every active expert */
     blocks = (moe->H + RB_MAX - 1) / RB_MAX;
     if (blocks < want)
         blocks = want;
-    moe->rb2[p] = rows_per_item(moe->H, blocks);
+    moe->rb2[p] = rows_per_item(moe->H, blocks, grain);
 }
 
 /* Phase 0 of a chunk of T (<= max_tokens) tokens. */
