@@ -130,6 +130,23 @@ TST_UNUSED static int tst_model_find(const tst_model *m, const char *name, tst_t
     return 0;
 }
 
+/* The fixture $KT_TEST_DATA/fixtures/<name> (dir gets its path): its model's shards in *m
+ * and its reference.safetensors, returned. NULL (and nothing left open) when either cannot
+ * be read. */
+TST_UNUSED static tst_file *tst_fixture_open(const char *name, tst_model *m, char *dir,
+                                             size_t dir_size)
+{
+    char path[1200];
+    snprintf(dir, dir_size, "%s/fixtures/%s", getenv("KT_TEST_DATA"), name);
+    if (!tst_model_open(m, dir))
+        return NULL;
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    tst_file *ref = tst_open(path);
+    if (!ref)
+        tst_model_close(m);
+    return ref;
+}
+
 TST_UNUSED static float tst_bf16(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;

@@ -22,6 +22,7 @@
 #include "kt/kt.h"
 #include "gpu/moves.h"
 #include "moe/moe_internal.h"
+#include "test_moe_common.h"
 
 /* ---- kt__pool_bind_spare --------------------------------------------------- */
 
@@ -144,12 +145,7 @@ static kt_moe_backend *bf16_backend(const uint16_t *w, int n_experts, int top_k)
         u[e] = w + ((size_t)e * 3 + 1) * H * I;
         d[e] = w + ((size_t)e * 3 + 2) * H * I;
     }
-    kt_moe_desc desc = KT_MOE_DESC_INIT;
-    desc.method = KT_METHOD_BF16;
-    desc.hidden = H;
-    desc.intermediate = I;
-    desc.n_experts = (uint32_t)n_experts;
-    desc.top_k = (uint32_t)top_k;
+    kt_moe_desc desc = tst_moe_desc(KT_METHOD_BF16, H, I, n_experts, top_k);
     kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
     lw.gate = g;
     lw.up = u;
@@ -178,14 +174,7 @@ static void test_task_stamps(void **state)
     for (int i = 0; i < T * K; i++)
         rw[i] = 0.5f;
     int32_t n_tok = T;
-    kt_moe_io io = KT_MOE_IO_INIT;
-    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-    io.n_tokens = &n_tok;
-    io.top_k = K;
-    io.x = x;
-    io.ids = ids;
-    io.w = rw;
-    io.out = out;
+    kt_moe_io io = tst_moe_io_f32(&n_tok, K, x, ids, rw, out);
 
     float ref[T * H];
     assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
@@ -327,14 +316,7 @@ static void test_moves_mask_backend(void **state)
             rw[t * MK + j] = 0.1f * (float)(j + 1);
         }
     int32_t n_tok = MT;
-    kt_moe_io io = KT_MOE_IO_INIT;
-    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-    io.n_tokens = &n_tok;
-    io.top_k = MK;
-    io.x = x;
-    io.ids = ids;
-    io.w = rw;
-    io.out = full;
+    kt_moe_io io = tst_moe_io_f32(&n_tok, MK, x, ids, rw, full);
     assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
 
     kt__moves_layer m;

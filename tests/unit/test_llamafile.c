@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 #include "kt_internal.h"
 #include "moe/moe_internal.h"
+#include "test_moe_common.h"
 
 static const kt_type all_types[] = {
     KT_TYPE_Q4_0, KT_TYPE_Q4_1, KT_TYPE_Q5_0, KT_TYPE_Q5_1, KT_TYPE_Q8_0,
@@ -210,22 +211,14 @@ static double run_layer(kt_type tg, kt_type td, int T, uint64_t cap, int n_threa
         up[e] = L.u[e];
         dp[e] = L.d[e];
     }
-    kt_moe_desc d = KT_MOE_DESC_INIT;
-    d.method = KT_METHOD_LLAMAFILE;
-    d.hidden = H;
-    d.intermediate = I;
-    d.n_experts = E;
-    d.top_k = K;
+    kt_moe_desc d = tst_moe_desc(KT_METHOD_LLAMAFILE, H, I, E, K);
     kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
     lw.gate = gp;
     lw.up = up;
     lw.down = dp;
     lw.gate_type = lw.up_type = tg;
     lw.down_type = td;
-    kt_moe_options o = KT_MOE_OPTIONS_INIT;
-    o.n_threads = n_threads;
-    o.max_tokens = layer_max_tokens;
-    o.pin_threads = 0;
+    kt_moe_options o = tst_moe_options(n_threads, layer_max_tokens);
     kt__moe_set_isa_cap(cap);
     kt_moe_backend *moe = NULL;
     kt_status st = kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o);
@@ -247,14 +240,7 @@ static double run_layer(kt_type tg, kt_type td, int T, uint64_t cap, int n_threa
         w[t * K + 1] = 0.3f;
     }
     int32_t n_tok = T;
-    kt_moe_io io = KT_MOE_IO_INIT;
-    io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-    io.n_tokens = &n_tok;
-    io.top_k = K;
-    io.x = x;
-    io.ids = ids;
-    io.w = w;
-    io.out = out;
+    kt_moe_io io = tst_moe_io_f32(&n_tok, K, x, ids, w, out);
     assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
     moe_ref(&L, H, I, T, K, x, ids, w, ref);
     double num = 0, den = 0;
@@ -584,12 +570,7 @@ static void test_fixture_ggufs(void **state)
             for (int p = 0; p < 3; p++)
                 for (int e = 0; e < 8; e++)
                     pp[p][e] = (const uint8_t *)t[p]->data + e * (t[p]->nbytes / 8);
-            kt_moe_desc dd = KT_MOE_DESC_INIT;
-            dd.method = KT_METHOD_LLAMAFILE;
-            dd.hidden = 64;
-            dd.intermediate = 96;
-            dd.n_experts = 8;
-            dd.top_k = 2;
+            kt_moe_desc dd = tst_moe_desc(KT_METHOD_LLAMAFILE, 64, 96, 8, 2);
             kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
             lw.gate = pp[0], lw.up = pp[1], lw.down = pp[2];
             lw.gate_type = lw.up_type = lw.down_type = KT_TYPE_Q8_0;
@@ -599,11 +580,7 @@ static void test_fixture_ggufs(void **state)
             int32_t ids[6] = {0, 3, 7, 1, 2, 5}, n3 = 3;
             for (int i = 0; i < 3 * 64; i++)
                 x[i] = frand();
-            kt_moe_io io = KT_MOE_IO_INIT;
-            io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-            io.n_tokens = &n3;
-            io.top_k = 2;
-            io.x = x, io.ids = ids, io.w = wts, io.out = o1;
+            kt_moe_io io = tst_moe_io_f32(&n3, 2, x, ids, wts, o1);
             assert_int_equal(kt_moe_forward(moe, 1, &io), KT_OK);
             io.out = o2;
             assert_int_equal(kt_moe_forward(hand, 0, &io), KT_OK);

@@ -766,14 +766,11 @@ static double fixture_err(const float *out, const double *shared, const float *w
 
 static void fixture_run(const fixture *fx)
 {
-    char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s/fixtures/%s", getenv("KT_TEST_DATA"), fx->dir);
+    char dir[1024];
     tst_model m;
-    if (!tst_model_open(&m, dir))
+    tst_file *ref = tst_fixture_open(fx->dir, &m, dir, sizeof dir);
+    if (!ref)
         fail_msg("cannot open fixture %s", dir);
-    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
-    tst_file *ref = tst_open(path);
-    assert_non_null(ref);
     tst_tensor tin, tout, tw, tid;
     assert_true(tst_find(ref, "moe_in", &tin));
     assert_true(tst_find(ref, "moe_out", &tout));

@@ -52,14 +52,11 @@ static float to_f32(const tst_tensor *t, size_t i)
 
 static void run_case(const router_case *rc)
 {
-    char dir[1024], path[1100];
-    snprintf(dir, sizeof dir, "%s/fixtures/%s", getenv("KT_TEST_DATA"), rc->dir);
+    char dir[1024];
     tst_model m;
-    if (!tst_model_open(&m, dir))
+    tst_file *ref = tst_fixture_open(rc->dir, &m, dir, sizeof dir);
+    if (!ref)
         fail_msg("cannot open %s", dir);
-    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
-    tst_file *ref = tst_open(path);
-    assert_non_null(ref);
     tst_tensor tin, t0, t1, t2, gw = {0}, gb = {0};
     assert_true(tst_find(ref, "moe_in", &tin));
     assert_true(tst_find(ref, "router_out0", &t0));
