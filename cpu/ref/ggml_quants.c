@@ -113,79 +113,65 @@ static float f32_vec_dot(int64_t n, const void *vx, const void *vy)
     return (float)s;
 }
 
-static void f16_to_float(const void *vx, float *y, int64_t n)
+/* F16 / BF16: one element conversion each way. */
+typedef float (*half_to_f32_fn)(uint16_t h);
+typedef uint16_t (*f32_to_half_fn)(float f);
+
+static void half_to_float(const void *vx, float *y, int64_t n, half_to_f32_fn cv)
 {
     const uint16_t *x = vx;
     for (int64_t i = 0; i < n; i++)
-        y[i] = F16(x[i]);
+        y[i] = cv(x[i]);
+}
+
+static void half_from_float(const float *x, void *vy, int64_t n, f32_to_half_fn cv)
+{
+    uint16_t *y = vy;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = cv(x[i]);
+}
+
+/* sum x y, each product in f32, summed in f64 */
+static float half_vec_dot(int64_t n, const void *vx, const void *vy, half_to_f32_fn cv)
+{
+    const uint16_t *x = vx, *y = vy;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)(cv(x[i]) * cv(y[i]));
+    return (float)s;
+}
+
+static void f16_to_float(const void *vx, float *y, int64_t n)
+{
+    half_to_float(vx, y, n, kt__ggml_f16_to_f32);
 }
 
 static void f16_from_float(const float *x, void *vy, int64_t n)
 {
-    uint16_t *y = vy;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = TO_F16(x[i]);
+    half_from_float(x, vy, n, kt__ggml_f32_to_f16);
 }
 
 static float f16_vec_dot(int64_t n, const void *vx, const void *vy)
 {
-    const uint16_t *x = vx, *y = vy;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)(F16(x[i]) * F16(y[i]));
-    return (float)s;
+    return half_vec_dot(n, vx, vy, kt__ggml_f16_to_f32);
 }
 
 static void bf16_to_float(const void *vx, float *y, int64_t n)
 {
-    const uint16_t *x = vx;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = kt__ggml_bf16_to_f32(x[i]);
+    half_to_float(vx, y, n, kt__ggml_bf16_to_f32);
 }
 
 static void bf16_from_float(const float *x, void *vy, int64_t n)
 {
-    uint16_t *y = vy;
-    for (int64_t i = 0; i < n; i++)
-        y[i] = kt__ggml_f32_to_bf16(x[i]);
+    half_from_float(x, vy, n, kt__ggml_f32_to_bf16);
 }
 
 static float bf16_vec_dot(int64_t n, const void *vx, const void *vy)
 {
-    const uint16_t *x = vx, *y = vy;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)(kt__ggml_bf16_to_f32(x[i]) * kt__ggml_bf16_to_f32(y[i]));
-    return (float)s;
+    return half_vec_dot(n, vx, vy, kt__ggml_bf16_to_f32);
 }
 
 /* ---- 32-element blocks: dequantize -------------------------------------------- */
-
-/* x[j] = d * (code - 8); low nibbles hold elements 0..15, high nibbles 16..31 */
-static void q4_0_to_float(const void *vx, float *y, int64_t n)
-{
-    const kt_block_q4_0 *b = vx;
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        float d = F16(b[i].d);
-        for (int j = 0; j < 16; j++) {
-            y[j] = (float)((b[i].qs[j] & 15) - 8) * d;
-            y[j + 16] = (float)((b[i].qs[j] >> 4) - 8) * d;
-        }
-    }
-}
-
-/* x = d * code + m */
-static void q4_1_to_float(const void *vx, float *y, int64_t n)
-{
-    const kt_block_q4_1 *b = vx;
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        float d = F16(b[i].d), m = F16(b[i].m);
-        for (int j = 0; j < 16; j++) {
-            y[j] = (float)(b[i].qs[j] & 15) * d + m;
-            y[j + 16] = (float)(b[i].qs[j] >> 4) * d + m;
-        }
-    }
-}
 
 static uint32_t load_u32(const uint8_t *p)
 {
@@ -194,66 +180,108 @@ static uint32_t load_u32(const uint8_t *p)
     return v;
 }
 
-/* 5-bit code = nibble | (bit j of qh) << 4; x = d * (code - 16) */
+/* The 32 codes of a block's 16 nibble bytes: low nibbles are elements 0..15,
+ * high nibbles 16..31; with qh (Q5_0 / Q5_1), bit j of qh is element j's bit 4. */
+static void block_codes(const uint8_t *qs, const uint8_t *qh, int c[32])
+{
+    uint32_t h = qh ? load_u32(qh) : 0;
+    for (int j = 0; j < 16; j++) {
+        c[j] = (qs[j] & 15) | (int)(((h >> j) & 1u) << 4);
+        c[j + 16] = (qs[j] >> 4) | (int)(((h >> (j + 16)) & 1u) << 4);
+    }
+}
+
+/* y[j] = (code_j - off) * d */
+static void codes_to_float(const int c[32], int off, float d, float *y)
+{
+    for (int j = 0; j < 32; j++)
+        y[j] = (float)(c[j] - off) * d;
+}
+
+/* y[j] = code_j * d + m */
+static void codes_to_float_m(const int c[32], float d, float m, float *y)
+{
+    for (int j = 0; j < 32; j++)
+        y[j] = (float)c[j] * d + m;
+}
+
+/* x = d * (code - 8) */
+static void q4_0_to_float(const void *vx, float *y, int64_t n)
+{
+    const kt_block_q4_0 *b = vx;
+    int c[32];
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        block_codes(b[i].qs, NULL, c);
+        codes_to_float(c, 8, F16(b[i].d), y);
+    }
+}
+
+/* x = d * code + m */
+static void q4_1_to_float(const void *vx, float *y, int64_t n)
+{
+    const kt_block_q4_1 *b = vx;
+    int c[32];
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        block_codes(b[i].qs, NULL, c);
+        codes_to_float_m(c, F16(b[i].d), F16(b[i].m), y);
+    }
+}
+
+/* x = d * (code - 16) */
 static void q5_0_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q5_0 *b = vx;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        float d = F16(b[i].d);
-        uint32_t qh = load_u32(b[i].qh);
-        for (int j = 0; j < 16; j++) {
-            int lo = (b[i].qs[j] & 15) | (int)(((qh >> j) & 1u) << 4);
-            int hi = (b[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
-            y[j] = (float)(lo - 16) * d;
-            y[j + 16] = (float)(hi - 16) * d;
-        }
+        block_codes(b[i].qs, b[i].qh, c);
+        codes_to_float(c, 16, F16(b[i].d), y);
     }
 }
 
 static void q5_1_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q5_1 *b = vx;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        float d = F16(b[i].d), m = F16(b[i].m);
-        uint32_t qh = load_u32(b[i].qh);
-        for (int j = 0; j < 16; j++) {
-            int lo = (b[i].qs[j] & 15) | (int)(((qh >> j) & 1u) << 4);
-            int hi = (b[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
-            y[j] = (float)lo * d + m;
-            y[j + 16] = (float)hi * d + m;
-        }
+        block_codes(b[i].qs, b[i].qh, c);
+        codes_to_float_m(c, F16(b[i].d), F16(b[i].m), y);
+    }
+}
+
+/* Q8_0 and Q8_1 blocks start with d, their codes `skip` bytes later. */
+static void q8_to_float(const void *vx, size_t bytes, size_t skip, float *y, int64_t n)
+{
+    const uint8_t *b = vx;
+    for (int64_t i = 0; i < n / 32; i++, y += 32, b += bytes) {
+        uint16_t h;
+        int8_t qs[32];
+        memcpy(&h, b, 2);
+        memcpy(qs, b + skip, 32);
+        float d = F16(h);
+        for (int j = 0; j < 32; j++)
+            y[j] = (float)qs[j] * d;
     }
 }
 
 static void q8_0_to_float(const void *vx, float *y, int64_t n)
 {
-    const kt_block_q8_0 *b = vx;
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        float d = F16(b[i].d);
-        for (int j = 0; j < 32; j++)
-            y[j] = (float)b[i].qs[j] * d;
-    }
+    q8_to_float(vx, sizeof(kt_block_q8_0), offsetof(kt_block_q8_0, qs), y, n);
 }
 
 static void q8_1_to_float(const void *vx, float *y, int64_t n)
 {
-    const kt_block_q8_1 *b = vx;
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        float d = F16(b[i].d);
-        for (int j = 0; j < 32; j++)
-            y[j] = (float)b[i].qs[j] * d;
-    }
+    q8_to_float(vx, sizeof(kt_block_q8_1), offsetof(kt_block_q8_1, qs), y, n);
 }
 
 static void iq4_nl_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_iq4_nl *b = vx;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        block_codes(b[i].qs, NULL, c);
         float d = F16(b[i].d);
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * (float)kt__iq4nl_values[b[i].qs[j] & 15];
-            y[j + 16] = d * (float)kt__iq4nl_values[b[i].qs[j] >> 4];
-        }
+        for (int j = 0; j < 32; j++)
+            y[j] = d * (float)kt__iq4nl_values[c[j]];
     }
 }
 
@@ -285,148 +313,143 @@ static void min_max(const float *x, int n, float *mn, float *mx)
     *mx = hi;
 }
 
-/* d = max / -8 (the extreme maps to code 0), codes = trunc(x/d + 8.5) <= 15 */
+/* Codes of 32 inputs: trunc((x - base) * id + bias), at most cap. */
+static void trunc_codes(const float *x, float base, float id, float bias, int cap, int c[32])
+{
+    for (int j = 0; j < 32; j++) {
+        int v = (int8_t)((x[j] - base) * id + bias);
+        c[j] = v < cap ? v : cap;
+    }
+}
+
+/* 4-bit codes into qs (elements j and 16 + j in byte j); with qh, bit 4 of
+ * element j into bit j of qh. */
+static void pack_codes(const int c[32], uint8_t *qs, uint8_t *qh)
+{
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((c[j] & 15) | ((c[j + 16] & 15) << 4));
+        h |= (uint32_t)((c[j] >> 4) & 1) << j;
+        h |= (uint32_t)((c[j + 16] >> 4) & 1) << (j + 16);
+    }
+    if (qh)
+        memcpy(qh, &h, 4);
+}
+
+/* Symmetric blocks: d = max / -half (the extreme maps to code 0), codes =
+ * trunc(x/d + half + 0.5) <= 2 half - 1; returns d. */
+static float sym_block(const float *x, int half, int c[32])
+{
+    float amax, max = signed_absmax(x, 32, &amax);
+    float d = max / -(float)half, id = d != 0.0f ? 1.0f / d : 0.0f;
+    trunc_codes(x, 0.0f, id, (float)half + 0.5f, 2 * half - 1, c);
+    return d;
+}
+
+/* Blocks with a minimum: d = (max - min) / nmax, m = min, codes =
+ * trunc((x - min)/d + 0.5) <= cap; returns d. */
+static float min_block(const float *x, int nmax, int cap, float *m, int c[32])
+{
+    float mn, mx;
+    min_max(x, 32, &mn, &mx);
+    float d = (mx - mn) / (float)nmax, id = d != 0.0f ? 1.0f / d : 0.0f;
+    trunc_codes(x, mn, id, 0.5f, cap, c);
+    *m = mn;
+    return d;
+}
+
 static void q4_0_quantize(const float *x, void *vy, int64_t n)
 {
     kt_block_q4_0 *b = vy;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax, max = signed_absmax(x, 32, &amax);
-        float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = TO_F16(d);
-        for (int j = 0; j < 16; j++) {
-            int lo = (int8_t)(x[j] * id + 8.5f), hi = (int8_t)(x[j + 16] * id + 8.5f);
-            lo = lo < 15 ? lo : 15;
-            hi = hi < 15 ? hi : 15;
-            b[i].qs[j] = (uint8_t)(lo | (hi << 4));
-        }
+        b[i].d = TO_F16(sym_block(x, 8, c));
+        pack_codes(c, b[i].qs, NULL);
     }
 }
 
-/* d = (max - min) / 15, m = min, codes = trunc((x - min)/d + 0.5) <= 15 */
 static void q4_1_quantize(const float *x, void *vy, int64_t n)
 {
     kt_block_q4_1 *b = vy;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float mn, mx;
-        min_max(x, 32, &mn, &mx);
-        float d = (mx - mn) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = TO_F16(d);
-        b[i].m = TO_F16(mn);
-        for (int j = 0; j < 16; j++) {
-            int lo = (int8_t)((x[j] - mn) * id + 0.5f);
-            int hi = (int8_t)((x[j + 16] - mn) * id + 0.5f);
-            lo = lo < 15 ? lo : 15;
-            hi = hi < 15 ? hi : 15;
-            b[i].qs[j] = (uint8_t)(lo | (hi << 4));
-        }
+        float m;
+        b[i].d = TO_F16(min_block(x, 15, 15, &m, c));
+        b[i].m = TO_F16(m);
+        pack_codes(c, b[i].qs, NULL);
     }
 }
 
-/* d = max / -16, codes = trunc(x/d + 16.5) <= 31; bit 4 of each code in qh */
 static void q5_0_quantize(const float *x, void *vy, int64_t n)
 {
     kt_block_q5_0 *b = vy;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax, max = signed_absmax(x, 32, &amax);
-        float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = TO_F16(d);
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = (int8_t)(x[j] * id + 16.5f), hi = (int8_t)(x[j + 16] * id + 16.5f);
-            lo = lo < 31 ? lo : 31;
-            hi = hi < 31 ? hi : 31;
-            b[i].qs[j] = (uint8_t)((lo & 15) | ((hi & 15) << 4));
-            qh |= (uint32_t)((lo >> 4) & 1) << j;
-            qh |= (uint32_t)((hi >> 4) & 1) << (j + 16);
-        }
-        memcpy(b[i].qh, &qh, 4);
+        b[i].d = TO_F16(sym_block(x, 16, c));
+        pack_codes(c, b[i].qs, b[i].qh);
     }
 }
 
-/* d = (max - min) / 31, codes = trunc((x - min)/d + 0.5) */
+/* (ggml caps no Q5_1 code: (x - min)/d + 0.5 stays below 32) */
 static void q5_1_quantize(const float *x, void *vy, int64_t n)
 {
     kt_block_q5_1 *b = vy;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float mn, mx;
-        min_max(x, 32, &mn, &mx);
-        float d = (mx - mn) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = TO_F16(d);
-        b[i].m = TO_F16(mn);
-        uint32_t qh = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = (uint8_t)((x[j] - mn) * id + 0.5f);
-            int hi = (uint8_t)((x[j + 16] - mn) * id + 0.5f);
-            b[i].qs[j] = (uint8_t)((lo & 15) | ((hi & 15) << 4));
-            qh |= (uint32_t)((lo >> 4) & 1) << j;
-            qh |= (uint32_t)((hi >> 4) & 1) << (j + 16);
-        }
-        memcpy(b[i].qh, &qh, 4);
+        float m;
+        b[i].d = TO_F16(min_block(x, 31, 127, &m, c));
+        b[i].m = TO_F16(m);
+        pack_codes(c, b[i].qs, b[i].qh);
     }
 }
 
-/* d = amax / 127, codes = roundf(x / d) (ties away from zero) */
-static void q8_0_quantize(const float *x, void *vy, int64_t n)
+/* Q8_0 / Q8_1 blocks (d at byte 0, Q8_1's s at 2, codes `skip` bytes in): d =
+ * amax / 127. The reference quantizer (ggml_cpu 0): inverse scale 1 / d,
+ * codes roundf (ties away from zero); ggml's x86 CPU backend (from_float,
+ * ggml_cpu 1): 127 / amax, codes nearest even. Q8_1: s = d * sum codes. */
+static void q8_quantize(const float *x, void *vy, int64_t n, size_t bytes, size_t skip,
+                        bool ggml_cpu)
 {
-    kt_block_q8_0 *b = vy;
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+    uint8_t *b = vy;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, b += bytes) {
         float amax;
         signed_absmax(x, 32, &amax);
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = TO_F16(d);
-        for (int j = 0; j < 32; j++)
-            b[i].qs[j] = (int8_t)roundf(x[j] * id);
-    }
-}
-
-/* Q8_1: as Q8_0, plus s = d * sum(codes) */
-static void q8_1_quantize(const float *x, void *vy, int64_t n)
-{
-    kt_block_q8_1 *b = vy;
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax;
-        signed_absmax(x, 32, &amax);
-        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        b[i].d = TO_F16(d);
+        float d = amax / 127.0f;
+        float id = ggml_cpu ? (amax != 0.0f ? 127.0f / amax : 0.0f) : d != 0.0f ? 1.0f / d : 0.0f;
+        int8_t qs[32];
         int sum = 0;
         for (int j = 0; j < 32; j++) {
-            b[i].qs[j] = (int8_t)roundf(x[j] * id);
-            sum += b[i].qs[j];
+            qs[j] = (int8_t)(ggml_cpu ? nearbyintf(x[j] * id) : roundf(x[j] * id));
+            sum += qs[j];
         }
-        b[i].s = TO_F16((float)sum * d);
+        uint16_t hd = TO_F16(d);
+        memcpy(b, &hd, 2);
+        memcpy(b + skip, qs, 32);
+        if (bytes == sizeof(kt_block_q8_1)) {
+            uint16_t hs = TO_F16(d * (float)sum);
+            memcpy(b + offsetof(kt_block_q8_1, s), &hs, 2);
+        }
     }
 }
 
-/* Activation quantizers of ggml's x86 CPU backend (from_float): the inverse
- * scale is 127 / amax and codes round to nearest even. */
+static void q8_0_quantize(const float *x, void *vy, int64_t n)
+{
+    q8_quantize(x, vy, n, sizeof(kt_block_q8_0), offsetof(kt_block_q8_0, qs), false);
+}
+
+static void q8_1_quantize(const float *x, void *vy, int64_t n)
+{
+    q8_quantize(x, vy, n, sizeof(kt_block_q8_1), offsetof(kt_block_q8_1, qs), false);
+}
+
 static void q8_0_from_float(const float *x, void *vy, int64_t n)
 {
-    kt_block_q8_0 *b = vy;
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax;
-        signed_absmax(x, 32, &amax);
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        b[i].d = TO_F16(amax / 127.0f);
-        for (int j = 0; j < 32; j++)
-            b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
-    }
+    q8_quantize(x, vy, n, sizeof(kt_block_q8_0), offsetof(kt_block_q8_0, qs), true);
 }
 
 static void q8_1_from_float(const float *x, void *vy, int64_t n)
 {
-    kt_block_q8_1 *b = vy;
-    for (int64_t i = 0; i < n / 32; i++, x += 32) {
-        float amax;
-        signed_absmax(x, 32, &amax);
-        float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        b[i].d = TO_F16(d);
-        int sum = 0;
-        for (int j = 0; j < 32; j++) {
-            b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
-            sum += b[i].qs[j];
-        }
-        b[i].s = TO_F16(d * (float)sum);
-    }
+    q8_quantize(x, vy, n, sizeof(kt_block_q8_1), offsetof(kt_block_q8_1, qs), true);
 }
 
 /* ---- IQ4_NL / IQ4_XS quantizer (no importance matrix) ----------------------- */
@@ -501,14 +524,10 @@ static void iq4_xs_quantize(const float *x, void *vy, int64_t n)
 {
     kt_block_iq4_xs *b = vy;
     for (int64_t i = 0; i < n / KT_QK_K; i++, x += KT_QK_K) {
-        float scales[8], amax_s = 0, max_s = 0;
-        for (int ib = 0; ib < 8; ib++) {
+        float scales[8], amax_s;
+        for (int ib = 0; ib < 8; ib++)
             scales[ib] = iq4_group_scale(x + 32 * ib);
-            if (fabsf(scales[ib]) > amax_s) {
-                amax_s = fabsf(scales[ib]);
-                max_s = scales[ib];
-            }
-        }
+        float max_s = signed_absmax(scales, 8, &amax_s);
         memset(&b[i], 0, sizeof b[i]);
         float d = -max_s / 32.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         b[i].d = TO_F16(d);
@@ -585,98 +604,104 @@ static int k3_scale(const uint8_t *s, int j)
 
 /* ---- K types: dequantize ------------------------------------------------------- */
 
-/* 16 groups of 16: x = d*(sc&15)*q - dmin*(sc>>4), q = 2 bits. Bytes qs[32*h + l]
- * hold elements 128h + l + 32s in bits 2s (s = 0..3). */
+/* Q2_K / Q3_K: the 2 low bits of element e's code; byte qs[32 h + l] holds
+ * elements 128 h + l + 32 s in bits 2 s (s = 0..3). */
+static int q2_code(const uint8_t *qs, int e)
+{
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+/* Q3_K: element e's code minus 4: its bit 2 (hmask[e % 32] bit e / 32) is
+ * set when the value is not negative. */
+static int q3_value(const kt_block_q3_K *b, int e)
+{
+    return q2_code(b->qs, e) - (((b->hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4);
+}
+
+/* Q6_K: element e's code minus 32. In each half h (128 elements), element
+ * 32s + l has its low nibble in ql[64h + l + 32*(s&1)] (high nibble when
+ * s >= 2) and its top 2 bits in qh[32h + l] bits 2s. */
+static int q6_value(const kt_block_q6_K *b, int e)
+{
+    int h = e / 128, s = (e % 128) / 32, l = e % 32;
+    int lo = (b->ql[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 15;
+    int hi = (b->qh[32 * h + l] >> (2 * s)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* Q4_K / Q5_K: element 32 g + l's code; qs[32 p + l] holds elements 64 p + l
+ * (low nibble) and 64 p + 32 + l (high); Q5_K (qh): bit g of qh[l] is bit 4. */
+static int k45_code(const uint8_t *qs, const uint8_t *qh, int g, int l)
+{
+    int c = (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
+    return qh && ((qh[l] >> g) & 1) ? c + 16 : c;
+}
+
+/* 16 groups of 16: x = d*(sc&15)*q - dmin*(sc>>4), q = 2 bits */
 static void q2_K_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q2_K *b = vx;
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
         float d = F16(b[i].d), dmin = F16(b[i].dmin);
         for (int e = 0; e < KT_QK_K; e++) {
-            int half = e / 128, s = (e % 128) / 32, l = e % 32;
-            int g = e / 16, sc = b[i].scales[g];
-            int q = (b[i].qs[32 * half + l] >> (2 * s)) & 3;
+            int sc = b[i].scales[e / 16];
             float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
-            y[e] = dl * (float)q - ml;
+            y[e] = dl * (float)q2_code(b[i].qs, e) - ml;
         }
         y += KT_QK_K;
     }
 }
 
-/* x = d*sc*(q - 4*(1 - hbit)); q's 2 low bits as in Q2_K, hbit in hmask[e % 32]
- * bit e / 32 */
+/* x = d*sc*(q - 4*(1 - hbit)) */
 static void q3_K_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q3_K *b = vx;
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
         float d = F16(b[i].d);
         for (int e = 0; e < KT_QK_K; e++) {
-            int half = e / 128, s = (e % 128) / 32, l = e % 32;
-            int q = (b[i].qs[32 * half + l] >> (2 * s)) & 3;
-            int hbit = (b[i].hmask[l] >> (e / 32)) & 1;
             float dl = d * (float)k3_scale(b[i].scales, e / 16);
-            y[e] = dl * (float)(q - (hbit ? 0 : 4));
+            y[e] = dl * (float)q3_value(&b[i], e);
         }
         y += KT_QK_K;
     }
 }
 
-/* 8 groups of 32: x = d*sc*q - dmin*m; qs[32*p + l]: element 64p + l (low
- * nibble), 64p + 32 + l (high nibble) */
+/* 8 groups of 32: x = d*sc*q - dmin*m (Q4_K; Q5_K with qh) */
+static void k45_to_float(uint16_t hd, uint16_t hdmin, const uint8_t *scales, const uint8_t *qs,
+                         const uint8_t *qh, float *y)
+{
+    float d = F16(hd), dmin = F16(hdmin);
+    for (int g = 0; g < 8; g++) {
+        int sc, m;
+        k4_scale_min(g, scales, &sc, &m);
+        float d1 = d * (float)sc, m1 = dmin * (float)m;
+        for (int l = 0; l < 32; l++)
+            y[32 * g + l] = d1 * (float)k45_code(qs, qh, g, l) - m1;
+    }
+}
+
 static void q4_K_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q4_K *b = vx;
-    for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        float d = F16(b[i].d), dmin = F16(b[i].dmin);
-        for (int g = 0; g < 8; g++) {
-            int sc, m;
-            k4_scale_min(g, b[i].scales, &sc, &m);
-            float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = b[i].qs + 32 * (g / 2);
-            int shift = 4 * (g % 2);
-            for (int l = 0; l < 32; l++)
-                y[32 * g + l] = d1 * (float)((q[l] >> shift) & 15) - m1;
-        }
-        y += KT_QK_K;
-    }
+    for (int64_t i = 0; i < n / KT_QK_K; i++, y += KT_QK_K)
+        k45_to_float(b[i].d, b[i].dmin, b[i].scales, b[i].qs, NULL, y);
 }
 
-/* As Q4_K with a 5th bit: qh[l] bit g holds element 32g + l's bit 4 */
 static void q5_K_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q5_K *b = vx;
-    for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        float d = F16(b[i].d), dmin = F16(b[i].dmin);
-        for (int g = 0; g < 8; g++) {
-            int sc, m;
-            k4_scale_min(g, b[i].scales, &sc, &m);
-            float d1 = d * (float)sc, m1 = dmin * (float)m;
-            const uint8_t *q = b[i].qs + 32 * (g / 2);
-            int shift = 4 * (g % 2);
-            for (int l = 0; l < 32; l++) {
-                int code = ((q[l] >> shift) & 15) + (((b[i].qh[l] >> g) & 1) ? 16 : 0);
-                y[32 * g + l] = d1 * (float)code - m1;
-            }
-        }
-        y += KT_QK_K;
-    }
+    for (int64_t i = 0; i < n / KT_QK_K; i++, y += KT_QK_K)
+        k45_to_float(b[i].d, b[i].dmin, b[i].scales, b[i].qs, b[i].qh, y);
 }
 
-/* 16 groups of 16: x = d*sc*(q - 32), q = 6 bits. In each half h (128
- * elements), element 32s + l has its low nibble in ql[64h + l + 32*(s&1)]
- * (high nibble when s >= 2) and its top 2 bits in qh[32h + l] bits 2s. */
+/* 16 groups of 16: x = d*sc*(q - 32), q = 6 bits */
 static void q6_K_to_float(const void *vx, float *y, int64_t n)
 {
     const kt_block_q6_K *b = vx;
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
         float d = F16(b[i].d);
-        for (int e = 0; e < KT_QK_K; e++) {
-            int h = e / 128, s = (e % 128) / 32, l = e % 32;
-            int lo = (b[i].ql[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1))) & 15;
-            int hi = (b[i].qh[32 * h + l] >> (2 * s)) & 3;
-            int q = (lo | (hi << 4)) - 32;
-            y[e] = d * (float)b[i].scales[e / 16] * (float)q;
-        }
+        for (int e = 0; e < KT_QK_K; e++)
+            y[e] = d * (float)b[i].scales[e / 16] * (float)q6_value(&b[i], e);
         y += KT_QK_K;
     }
 }
@@ -765,6 +790,22 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, uint
     return scale;
 }
 
+/* Symmetric codes l = round(iscale x) in -nmax..nmax-1 of n <= 16 inputs and
+ * their weighted (w = x^2) sums: sum w x l, sum w l^2. */
+static void sym_codes(int n, int nmax, const float *x, float iscale, int *l, float *sumlx,
+                      float *suml2)
+{
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; i++) {
+        l[i] = clampi(round_even(iscale * x[i]), -nmax, nmax - 1);
+        float w = x[i] * x[i];
+        slx += w * x[i] * (float)l[i];
+        sl2 += w * (float)l[i] * (float)l[i];
+    }
+    *sumlx = slx;
+    *suml2 = sl2;
+}
+
 /* Symmetric codes -nmax..nmax-1 (stored + nmax) with weights x^2 (rmse_type 1):
  * the extreme maps to -nmax, then 18 nearby scales are tried and the weighted
  * least-squares scale of the best score kept. Returns the scale. */
@@ -775,31 +816,20 @@ static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L)
         memset(L, 0, (size_t)n);
         return 0;
     }
-    float iscale = -(float)nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clampi(round_even(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (uint8_t)(l + nmax);
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    int l[16];
+    float sumlx, suml2;
+    sym_codes(n, nmax, x, -(float)nmax / max, l, &sumlx, &suml2);
+    for (int i = 0; i < n; i++)
+        L[i] = (uint8_t)(l[i] + nmax);
     float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
         if (is == 0)
             continue;
-        iscale = -((float)nmax + 0.1f * (float)is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; i++) {
-            int l = clampi(round_even(iscale * x[i]), -nmax, nmax - 1);
-            float w = x[i] * x[i];
-            sumlx += w * x[i] * (float)l;
-            suml2 += w * (float)l * (float)l;
-        }
+        sym_codes(n, nmax, x, -((float)nmax + 0.1f * (float)is) / max, l, &sumlx, &suml2);
         if (suml2 > 0 && sumlx * sumlx > best * suml2) {
             for (int i = 0; i < n; i++)
-                L[i] = (uint8_t)(nmax + clampi(round_even(iscale * x[i]), -nmax, nmax - 1));
+                L[i] = (uint8_t)(l[i] + nmax);
             scale = sumlx / suml2;
             best = scale * sumlx;
         }
@@ -817,15 +847,11 @@ static float fit_scale_q3(int n, int nmax, const float *x, int8_t *L)
         memset(L, 0, (size_t)n);
         return 0;
     }
-    float iscale = -(float)nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clampi(round_even(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (int8_t)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * (float)l;
-        suml2 += w * (float)l * (float)l;
-    }
+    int l[16];
+    float sumlx, suml2;
+    sym_codes(n, nmax, x, -(float)nmax / max, l, &sumlx, &suml2);
+    for (int i = 0; i < n; i++)
+        L[i] = (int8_t)l[i];
     for (int round = 0; round < 5; round++) {
         int changed = 0;
         for (int i = 0; i < n; i++) {
@@ -913,14 +939,9 @@ static void q3_K_quantize(const float *x, void *vy, int64_t n)
     int8_t L[KT_QK_K];
     float scales[16];
     for (int64_t i = 0; i < n / KT_QK_K; i++, x += KT_QK_K) {
-        float max_scale = 0, amax = 0;
-        for (int g = 0; g < 16; g++) {
+        for (int g = 0; g < 16; g++)
             scales[g] = fit_scale_q3(16, 4, x + 16 * g, L + 16 * g);
-            if (fabsf(scales[g]) > amax) {
-                amax = fabsf(scales[g]);
-                max_scale = scales[g];
-            }
-        }
+        float amax, max_scale = signed_absmax(scales, 16, &amax);
         memset(&b[i], 0, sizeof b[i]);
         if (max_scale != 0.0f) {
             float iscale = -32.0f / max_scale;
@@ -1031,14 +1052,9 @@ static void q6_K_quantize(const float *x, void *vy, int64_t n)
     uint8_t L[KT_QK_K];
     float scales[16];
     for (int64_t i = 0; i < n / KT_QK_K; i++, x += KT_QK_K) {
-        float max_scale = 0, max_abs = 0;
-        for (int g = 0; g < 16; g++) {
+        for (int g = 0; g < 16; g++)
             scales[g] = fit_scale_sym(16, 32, x + 16 * g, L + 16 * g);
-            if (fabsf(scales[g]) > max_abs) {
-                max_abs = fabsf(scales[g]);
-                max_scale = scales[g];
-            }
-        }
+        float max_abs, max_scale = signed_absmax(scales, 16, &max_abs);
         memset(&b[i], 0, sizeof b[i]);
         if (max_abs < GROUP_EPS)
             continue;
@@ -1094,35 +1110,46 @@ static void q8_K_quantize(const float *x, void *vy, int64_t n)
 
 /* ---- dot products ------------------------------------------------------------------ */
 
+/* sum_j (code_j - off) q8_j of one block of 32 */
+static int codes_dot(const int c[32], int off, const int8_t *q8)
+{
+    int sumi = 0;
+    for (int j = 0; j < 32; j++)
+        sumi += (c[j] - off) * q8[j];
+    return sumi;
+}
+
 /* sum_b d_x d_y sum_j (code_j - 8) q8_j */
 static float q4_0_vec_dot(int64_t n, const void *vx, const void *vy)
 {
     const kt_block_q4_0 *x = vx;
     const kt_block_q8_0 *y = vy;
     double s = 0;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += ((x[i].qs[j] & 15) - 8) * y[i].qs[j] +
-                    ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d));
+        block_codes(x[i].qs, NULL, c);
+        s += (double)codes_dot(c, 8, y[i].qs) * (double)(F16(x[i].d) * F16(y[i].d));
     }
     return (float)s;
 }
 
-/* sum_b d_x d_y sum_j code_j q8_j + m_x s_y */
+/* sum_b d_x d_y sum_j code_j q8_j + m_x s_y; qh: Q5_1's 5th bits */
+static double codes_m_dot(const uint8_t *qs, const uint8_t *qh, uint16_t d, uint16_t m,
+                          const kt_block_q8_1 *y)
+{
+    int c[32];
+    block_codes(qs, qh, c);
+    return (double)codes_dot(c, 0, y->qs) * (double)(F16(d) * F16(y->d)) +
+           (double)(F16(m) * F16(y->s));
+}
+
 static float q4_1_vec_dot(int64_t n, const void *vx, const void *vy)
 {
     const kt_block_q4_1 *x = vx;
     const kt_block_q8_1 *y = vy;
     double s = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += (x[i].qs[j] & 15) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d)) +
-             (double)(F16(x[i].m) * F16(y[i].s));
-    }
+    for (int64_t i = 0; i < n / 32; i++)
+        s += codes_m_dot(x[i].qs, NULL, x[i].d, x[i].m, &y[i]);
     return (float)s;
 }
 
@@ -1131,15 +1158,10 @@ static float q5_0_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_q5_0 *x = vx;
     const kt_block_q8_0 *y = vy;
     double s = 0;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++) {
-        uint32_t qh = load_u32(x[i].qh);
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = ((x[i].qs[j] & 15) | (int)(((qh >> j) & 1u) << 4)) - 16;
-            int hi = ((x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4)) - 16;
-            sumi += lo * y[i].qs[j] + hi * y[i].qs[j + 16];
-        }
-        s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d));
+        block_codes(x[i].qs, x[i].qh, c);
+        s += (double)codes_dot(c, 16, y[i].qs) * (double)(F16(x[i].d) * F16(y[i].d));
     }
     return (float)s;
 }
@@ -1149,17 +1171,8 @@ static float q5_1_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_q5_1 *x = vx;
     const kt_block_q8_1 *y = vy;
     double s = 0;
-    for (int64_t i = 0; i < n / 32; i++) {
-        uint32_t qh = load_u32(x[i].qh);
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int lo = (x[i].qs[j] & 15) | (int)(((qh >> j) & 1u) << 4);
-            int hi = (x[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
-            sumi += lo * y[i].qs[j] + hi * y[i].qs[j + 16];
-        }
-        s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d)) +
-             (double)(F16(x[i].m) * F16(y[i].s));
-    }
+    for (int64_t i = 0; i < n / 32; i++)
+        s += codes_m_dot(x[i].qs, x[i].qh, x[i].d, x[i].m, &y[i]);
     return (float)s;
 }
 
@@ -1168,11 +1181,11 @@ static float q8_0_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_q8_0 *x = vx;
     const kt_block_q8_0 *y = vy;
     double s = 0;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++) {
-        int sumi = 0;
         for (int j = 0; j < 32; j++)
-            sumi += x[i].qs[j] * y[i].qs[j];
-        s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d));
+            c[j] = x[i].qs[j];
+        s += (double)codes_dot(c, 0, y[i].qs) * (double)(F16(x[i].d) * F16(y[i].d));
     }
     return (float)s;
 }
@@ -1182,14 +1195,27 @@ static float iq4_nl_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_iq4_nl *x = vx;
     const kt_block_q8_0 *y = vy;
     double s = 0;
+    int c[32];
     for (int64_t i = 0; i < n / 32; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += kt__iq4nl_values[x[i].qs[j] & 15] * y[i].qs[j] +
-                    kt__iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-        s += (double)sumi * (double)(F16(x[i].d) * F16(y[i].d));
+        block_codes(x[i].qs, NULL, c);
+        for (int j = 0; j < 32; j++)
+            c[j] = kt__iq4nl_values[c[j]];
+        s += (double)codes_dot(c, 0, y[i].qs) * (double)(F16(x[i].d) * F16(y[i].d));
     }
     return (float)s;
+}
+
+/* sum_g sc_g sum_{e in group g} v_e q8_e over 16 groups of 16 */
+static int64_t groups16_dot(const int v[KT_QK_K], const int sc[16], const int8_t *q8)
+{
+    int64_t isum = 0;
+    for (int g = 0; g < 16; g++) {
+        int dot = 0;
+        for (int e = 16 * g; e < 16 * g + 16; e++)
+            dot += v[e] * q8[e];
+        isum += (int64_t)sc[g] * dot;
+    }
+    return isum;
 }
 
 /* sum_b d_y (d_x sum_g sc_g dot_g - dmin_x sum_g m_g bsum_g) */
@@ -1198,43 +1224,54 @@ static float q2_K_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_q2_K *x = vx;
     const kt_block_q8_K *y = vy;
     double s = 0;
+    int v[KT_QK_K], sc[16];
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        int64_t isum = 0, msum = 0;
+        int64_t msum = 0;
+        for (int e = 0; e < KT_QK_K; e++)
+            v[e] = q2_code(x[i].qs, e);
         for (int g = 0; g < 16; g++) {
-            int dot = 0;
-            for (int l = 0; l < 16; l++) {
-                int e = 16 * g + l, half = e / 128, sh = (e % 128) / 32;
-                dot += ((x[i].qs[32 * half + e % 32] >> (2 * sh)) & 3) * y[i].qs[e];
-            }
-            isum += (int64_t)(x[i].scales[g] & 15) * dot;
+            sc[g] = x[i].scales[g] & 15;
             msum += (int64_t)(x[i].scales[g] >> 4) * y[i].bsums[g];
         }
+        int64_t isum = groups16_dot(v, sc, y[i].qs);
         s += (double)y[i].d * ((double)F16(x[i].d) * (double)isum -
                                (double)F16(x[i].dmin) * (double)msum);
     }
     return (float)s;
 }
 
+/* sum_b d_y d_x sum_g sc_g sum (q - 4 (1 - hbit)) q8 */
 static float q3_K_vec_dot(int64_t n, const void *vx, const void *vy)
 {
     const kt_block_q3_K *x = vx;
     const kt_block_q8_K *y = vy;
     double s = 0;
+    int v[KT_QK_K], sc[16];
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        int64_t isum = 0;
-        for (int g = 0; g < 16; g++) {
-            int dot = 0;
-            for (int l = 0; l < 16; l++) {
-                int e = 16 * g + l, half = e / 128, sh = (e % 128) / 32;
-                int q = (x[i].qs[32 * half + e % 32] >> (2 * sh)) & 3;
-                int hbit = (x[i].hmask[e % 32] >> (e / 32)) & 1;
-                dot += (q - (hbit ? 0 : 4)) * y[i].qs[e];
-            }
-            isum += (int64_t)k3_scale(x[i].scales, g) * dot;
-        }
-        s += (double)y[i].d * (double)F16(x[i].d) * (double)isum;
+        for (int e = 0; e < KT_QK_K; e++)
+            v[e] = q3_value(&x[i], e);
+        for (int g = 0; g < 16; g++)
+            sc[g] = k3_scale(x[i].scales, g);
+        s += (double)y[i].d * (double)F16(x[i].d) * (double)groups16_dot(v, sc, y[i].qs);
     }
     return (float)s;
+}
+
+/* One Q4_K / Q5_K (qh) block against a Q8_K block:
+ * d_y (d_x sum_g sc_g dot_g - dmin_x sum_g m_g bsum_g) */
+static double k45_dot(uint16_t d, uint16_t dmin, const uint8_t *scales, const uint8_t *qs,
+                      const uint8_t *qh, const kt_block_q8_K *y)
+{
+    int64_t isum = 0, msum = 0;
+    for (int g = 0; g < 8; g++) {
+        int sc, m, dot = 0;
+        k4_scale_min(g, scales, &sc, &m);
+        for (int l = 0; l < 32; l++)
+            dot += k45_code(qs, qh, g, l) * y->qs[32 * g + l];
+        isum += (int64_t)sc * dot;
+        msum += (int64_t)m * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
+    }
+    return (double)y->d * ((double)F16(d) * (double)isum - (double)F16(dmin) * (double)msum);
 }
 
 static float q4_K_vec_dot(int64_t n, const void *vx, const void *vy)
@@ -1242,20 +1279,8 @@ static float q4_K_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_q4_K *x = vx;
     const kt_block_q8_K *y = vy;
     double s = 0;
-    for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        int64_t isum = 0, msum = 0;
-        for (int g = 0; g < 8; g++) {
-            int sc, m, dot = 0;
-            k4_scale_min(g, x[i].scales, &sc, &m);
-            const uint8_t *q = x[i].qs + 32 * (g / 2);
-            for (int l = 0; l < 32; l++)
-                dot += ((q[l] >> (4 * (g % 2))) & 15) * y[i].qs[32 * g + l];
-            isum += (int64_t)sc * dot;
-            msum += (int64_t)m * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-        }
-        s += (double)y[i].d * ((double)F16(x[i].d) * (double)isum -
-                               (double)F16(x[i].dmin) * (double)msum);
-    }
+    for (int64_t i = 0; i < n / KT_QK_K; i++)
+        s += k45_dot(x[i].d, x[i].dmin, x[i].scales, x[i].qs, NULL, &y[i]);
     return (float)s;
 }
 
@@ -1264,43 +1289,24 @@ static float q5_K_vec_dot(int64_t n, const void *vx, const void *vy)
     const kt_block_q5_K *x = vx;
     const kt_block_q8_K *y = vy;
     double s = 0;
-    for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        int64_t isum = 0, msum = 0;
-        for (int g = 0; g < 8; g++) {
-            int sc, m, dot = 0;
-            k4_scale_min(g, x[i].scales, &sc, &m);
-            const uint8_t *q = x[i].qs + 32 * (g / 2);
-            for (int l = 0; l < 32; l++) {
-                int c = ((q[l] >> (4 * (g % 2))) & 15) | (((x[i].qh[l] >> g) & 1) << 4);
-                dot += c * y[i].qs[32 * g + l];
-            }
-            isum += (int64_t)sc * dot;
-            msum += (int64_t)m * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-        }
-        s += (double)y[i].d * ((double)F16(x[i].d) * (double)isum -
-                               (double)F16(x[i].dmin) * (double)msum);
-    }
+    for (int64_t i = 0; i < n / KT_QK_K; i++)
+        s += k45_dot(x[i].d, x[i].dmin, x[i].scales, x[i].qs, x[i].qh, &y[i]);
     return (float)s;
 }
 
+/* sum_b d_y d_x sum_g sc_g sum (q - 32) q8 */
 static float q6_K_vec_dot(int64_t n, const void *vx, const void *vy)
 {
     const kt_block_q6_K *x = vx;
     const kt_block_q8_K *y = vy;
     double s = 0;
+    int v[KT_QK_K], sc[16];
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        int64_t isum = 0;
-        for (int g = 0; g < 16; g++) {
-            int dot = 0;
-            for (int l = 0; l < 16; l++) {
-                int e = 16 * g + l, h = e / 128, sq = (e % 128) / 32, c = e % 32;
-                int lo = (x[i].ql[64 * h + c + 32 * (sq & 1)] >> (4 * (sq >> 1))) & 15;
-                int hi = (x[i].qh[32 * h + c] >> (2 * sq)) & 3;
-                dot += ((lo | (hi << 4)) - 32) * y[i].qs[e];
-            }
-            isum += (int64_t)x[i].scales[g] * dot;
-        }
-        s += (double)y[i].d * (double)F16(x[i].d) * (double)isum;
+        for (int e = 0; e < KT_QK_K; e++)
+            v[e] = q6_value(&x[i], e);
+        for (int g = 0; g < 16; g++)
+            sc[g] = x[i].scales[g];
+        s += (double)y[i].d * (double)F16(x[i].d) * (double)groups16_dot(v, sc, y[i].qs);
     }
     return (float)s;
 }
