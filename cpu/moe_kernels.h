@@ -34,7 +34,8 @@ enum {
                           int8 q[128] (the 64 even inputs, then the 64 odd); after
                           all chunks, per chunk float d[16] (lane l holds the scale
                           of group l / 4) and int32 c[16] (-8 * the lane's sum over
-                          both halves); then the inputs as BF16 (prefill)        */
+                          both halves); then the inputs as BF16; then int32
+                          gs[K/32]: -8 * each group's sum (the VNNI prefill)      */
     KT__ACT_BF16X2 = 5, /* KT_MOE_PREC_BF16X2: uint16 hi[Kp], then lo[Kp] (Kp = K padded
                           to 64), x = hi + lo, hi = bf16(x), lo = bf16(x - hi)     */
     KT__ACT_GGML = 16  /* LLAMAFILE: KT__ACT_GGML + mask of KT__GGML_ACT_* sections
@@ -96,7 +97,7 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
     else if (act == KT__ACT_BF16X2)
         b = (size_t)((K + 63) / 64) * 256;
     else
-        b = (size_t)((K + 127) / 128) * 512;
+        b = (size_t)((K + 127) / 128) * (512 + 16);
     return (b + 63) & ~(size_t)63;
 }
 

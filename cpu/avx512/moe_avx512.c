@@ -111,13 +111,15 @@ static void quant_bf16p64(const float *x, int k0, int k1, int K, void *row)
 }
 
 /* Q8P128 row (see moe_kernels.h), one 32-group at a time: d = max|x| / 127,
- * q = round(x / d); lane scales and -8 * lane sums; BF16 copy for prefill. */
+ * q = round(x / d); lane scales and -8 * lane sums; BF16 copy (AMX prefill);
+ * -8 * group sums (VNNI prefill). */
 static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
 {
     int K128 = (K + 127) & ~127;
     int8_t *q = row;
     float *lanes = (float *)((char *)row + K128);
     uint16_t *xb = (uint16_t *)((char *)row + 2 * (size_t)K128);
+    int32_t *gsum = (int32_t *)((char *)row + 4 * (size_t)K128);
     const __m256i evens_first = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11,
                                                  13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7,
                                                  9, 11, 13, 15);
@@ -144,6 +146,7 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
         cl[4 * gi + 1] = -8 * _mm512_mask_reduce_add_epi32(0xff00, q0);
         cl[4 * gi + 2] = -8 * _mm512_mask_reduce_add_epi32(0x00ff, q1);
         cl[4 * gi + 3] = -8 * _mm512_mask_reduce_add_epi32(0xff00, q1);
+        gsum[g] = cl[4 * gi] + cl[4 * gi + 1] + cl[4 * gi + 2] + cl[4 * gi + 3];
         for (int l = 4 * gi; l < 4 * gi + 4; l++)
             dl[l] = amax / 127.0f;
     }
@@ -797,6 +800,160 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
                                          acc[m][NR > 2 ? 2 : 0], acc[m][NR > 3 ? 3 : 0]));
 }
 
+/* ---- RAWINT4 prefill: VNNI outer-product tiles ------------------------------
+ * A tile of 32 weight rows x VT_K inputs is unpacked once into nibble bytes
+ * laid out row-along-the-vector: for group g (32 inputs) and step s (0..7),
+ * one vector per 16 rows whose dword r holds 4 nibbles of row r: the low
+ * nibbles of the group's word s (s < 4) or the high nibbles of word s - 4,
+ * i.e. inputs 8w + {0,2,4,6} or 8w + {1,3,5,7}. Every token then runs
+ * against it: the matching 4 INT8 activations of the Q8P128 row broadcast,
+ * 8 vpdpbusd per group into an int32 accumulator started at -8 x the group's
+ * activation sum, then one conversion, scale product and FMA per group:
+ *     C[m][n] = sum_g s_w[n][g] d_x[m][g] sum_{k in g} (nib[n][k] - 8) q[m][k]
+ * (exact integer group sums; 2 x the MACs per instruction of the BF16 dot
+ * products, and the 8-to-1 ratio of products to scale steps keeps it there). */
+#define VT_ROWS 32
+#define VT_K 512
+
+typedef struct vtile {
+    uint8_t w[VT_K / 32][8][VT_ROWS / 16][64]; /* [group][step][16 rows][row dwords] */
+    float s[VT_K / 32][VT_ROWS / 16][16];      /* [group][16 rows] weight scales     */
+} vtile;
+
+/* Rows nb..nb+nr-1 (at most 32), inputs [kc, kc + kn) (kn a multiple of 32,
+ * at most VT_K) into vt; rows past nr are zero. */
+static void pack_vtile(const kt__wmat *W, int nb, int nr, int kc, int kn, vtile *vt)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
+    const uint8_t *w = (const uint8_t *)W->w + kc / 2;
+    const uint16_t *sc = (const uint16_t *)W->scale + kc / 32;
+    int ng = kn / 32;
+    for (int h = 0; h < VT_ROWS / 16; h++) {
+        int r0 = nb + 16 * h;
+        /* [16 rows][64 bytes] -> per (group, step) 16 row dwords, lo and hi nibbles */
+        for (int c = 0; 128 * c < kn; c++) {
+            __mmask64 msk = tail64((kn - 128 * c) / 2);
+            __m512i lo[16], hi[16];
+            for (int i = 0; i < 16; i++) {
+                __m512i b = r0 + i < nb + nr
+                                ? _mm512_maskz_loadu_epi8(msk, w + (size_t)(r0 + i) * rb + 64 * c)
+                                : _mm512_setzero_si512();
+                lo[i] = _mm512_and_si512(b, m4);
+                hi[i] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+            }
+            transpose16(lo);
+            transpose16(hi);
+            /* dword l of the 64 bytes: word 4 gi + s of the chunk, group 4c + gi */
+            for (int l = 0; l < 16 && 4 * c + l / 4 < ng; l++) {
+                _mm512_storeu_si512(vt->w[4 * c + l / 4][l % 4][h], lo[l]);
+                _mm512_storeu_si512(vt->w[4 * c + l / 4][4 + l % 4][h], hi[l]);
+            }
+        }
+        /* [16 rows][16 groups] BF16 scales -> per group 16 row scales, F32 */
+        __m512i t[16];
+        for (int i = 0; i < 16; i++) {
+            __m256i v = r0 + i < nb + nr
+                            ? _mm256_maskz_loadu_epi16((__mmask16)tail32(ng),
+                                                       sc + (size_t)(r0 + i) * sb)
+                            : _mm256_setzero_si256();
+            t[i] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16);
+        }
+        transpose16(t);
+        for (int g = 0; g < ng; g++)
+            _mm512_storeu_si512(vt->s[g][h], t[g]);
+    }
+}
+
+/* C[m][0..32) (+)= the tile's ng groups from group g0 on, for MR (<= 6)
+ * tokens (Q8P128 rows a[m]); rows at or past nvalid are not stored. */
+ALWAYS_INLINE void vtile_run(const vtile *vt, int ng, int g0, int K128, const int8_t *const *a,
+                             const int MR, float *C, int ldc, int nvalid, int load_c)
+{
+    __mmask16 mk[2];
+    #pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) {
+        int v = nvalid - 16 * j;
+        mk[j] = v >= 16 ? (__mmask16)0xffff : (v <= 0 ? 0 : (__mmask16)((1u << v) - 1u));
+    }
+    __m512 f[6][2];
+    #pragma GCC unroll 6
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 2
+        for (int j = 0; j < 2; j++)
+            f[m][j] = load_c ? _mm512_maskz_loadu_ps(mk[j], C + (size_t)m * ldc + 16 * j)
+                             : _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        int G = g0 + g;
+        size_t qoff = (size_t)128 * (G / 4) + 16 * (G % 4); /* the group's words, low nibbles */
+        __m512i acc[6][2];
+        #pragma GCC unroll 6
+        for (int m = 0; m < MR; m++) {
+            int32_t c0;
+            memcpy(&c0, a[m] + 4 * (size_t)K128 + 4 * (size_t)G, 4);
+            acc[m][0] = acc[m][1] = _mm512_set1_epi32(c0);
+        }
+        /* hot loop: 8 steps of 4 inputs, 2 weight vectors x MR broadcast tokens */
+        #pragma GCC unroll 8
+        for (int st = 0; st < 8; st++) {
+            __m512i w0 = _mm512_loadu_si512(vt->w[g][st][0]);
+            __m512i w1 = _mm512_loadu_si512(vt->w[g][st][1]);
+            #pragma GCC unroll 6
+            for (int m = 0; m < MR; m++) {
+                int32_t q4;
+                memcpy(&q4, a[m] + qoff + 4 * (st % 4) + 64 * (st / 4), 4);
+                __m512i x = _mm512_set1_epi32(q4);
+                acc[m][0] = _mm512_dpbusd_epi32(acc[m][0], w0, x);
+                acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], w1, x);
+            }
+        }
+        /* f += int sum * s_w * d_x */
+        __m512 s0 = _mm512_loadu_ps(vt->s[g][0]), s1 = _mm512_loadu_ps(vt->s[g][1]);
+        #pragma GCC unroll 6
+        for (int m = 0; m < MR; m++) {
+            const float *dl = (const float *)(a[m] + K128);
+            __m512 d = _mm512_set1_ps(dl[32 * (G / 4) + 4 * (G % 4)]);
+            f[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][0]), _mm512_mul_ps(s0, d), f[m][0]);
+            f[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][1]), _mm512_mul_ps(s1, d), f[m][1]);
+        }
+    }
+    #pragma GCC unroll 6
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 2
+        for (int j = 0; j < 2; j++)
+            _mm512_mask_storeu_ps(C + (size_t)m * ldc + 16 * j, mk[j], f[m][j]);
+}
+
+static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                         vtile *vt)
+{
+    int K128 = (W->cols + 127) & ~127;
+    for (int nb = n0; nb < n1; nb += VT_ROWS) {
+        int nr = imin(VT_ROWS, n1 - nb);
+        for (int kc = k0; kc < k1; kc += VT_K) {
+            int kn = imin(VT_K, k1 - kc);
+            pack_vtile(W, nb, nr, kc, kn, vt);
+            for (int m = 0; m < M; m += 6) {
+                int mr = imin(6, M - m);
+                const int8_t *a[6];
+                for (int i = 0; i < 6; i++)
+                    a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1));
+                float *c = C + (size_t)m * ldc + (nb - n0);
+                int ng = kn / 32, g0 = kc / 32, lc = kc > k0;
+                switch (mr) {
+                case 1: vtile_run(vt, ng, g0, K128, a, 1, c, ldc, nr, lc); break;
+                case 2: vtile_run(vt, ng, g0, K128, a, 2, c, ldc, nr, lc); break;
+                case 3: vtile_run(vt, ng, g0, K128, a, 3, c, ldc, nr, lc); break;
+                case 4: vtile_run(vt, ng, g0, K128, a, 4, c, ldc, nr, lc); break;
+                case 5: vtile_run(vt, ng, g0, K128, a, 5, c, ldc, nr, lc); break;
+                default: vtile_run(vt, ng, g0, K128, a, 6, c, ldc, nr, lc); break;
+                }
+            }
+        }
+    }
+}
+
 /* C = A W^T, W = (nibble - 8) * scale[n][k / 32]; A in Q8P128 format. */
 static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
@@ -804,7 +961,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 {
     const uint8_t *w = W->w;
     const uint16_t *sc = W->scale;
-    int K = W->cols, K128 = (K + 127) & ~127;
+    int K = W->cols;
     size_t rb = (size_t)K / 2, sb = (size_t)K / 32;
     if (M < 4) {
         const int8_t *a[3];
@@ -840,44 +997,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
         }
         return;
     }
-    /* prefill: dequantize a 4-row chunk to BF16 once, BF16 tiles against the
-     * BF16 copy of the activations (a VNNI tile on the INT8 activations with
-     * the per-group scale products measured 0.85x of this on Zen 4: the
-     * conversion, scale product and FMA per 128 inputs and (row, token) cost
-     * more than the BF16 dot products they replace) */
-    uint16_t *deq = scratch; /* [4][KC_DEQ] */
-    const void *Abf = (const char *)A + 2 * (size_t)K128;
-    const __m512 iota8 = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8);
-    const __m512i nib_shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
-    for (int kc = k0; kc < k1; kc += KC_DEQ) {
-        int kn = imin(KC_DEQ, k1 - kc);
-        for (int n = n0; n < n1; n += 4) {
-            int nr = imin(4, n1 - n);
-            for (int r = 0; r < nr; r++) {
-                const uint8_t *row = w + (size_t)(n + r) * rb;
-                const uint16_t *srow = sc + (size_t)(n + r) * sb;
-                for (int k = 0; k < kn; k += 32) {
-                    if (k % 128 == 0) /* the next tile's rows */
-                        _mm_prefetch((const char *)(row + (size_t)(kc + k) / 2) + 4 * rb,
-                                     _MM_HINT_T1);
-                    /* table (i - 8) * scale of this group; each nibble picks its
-                     * entry (vpermps reads the low 4 bits of each index) */
-                    __m512 table = _mm512_mul_ps(
-                        iota8, _mm512_set1_ps(kt__moe_bf16_f32(srow[(kc + k) / 32])));
-                    __m128i b = _mm_loadu_si128((const __m128i *)(row + (size_t)(kc + k) / 2));
-                    __m512i i0 = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)),
-                                                   nib_shift);
-                    __m512i i1 = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, b)),
-                                                   nib_shift);
-                    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_permutexvar_ps(i1, table),
-                                                     _mm512_permutexvar_ps(i0, table));
-                    _mm512_storeu_si512(deq + (size_t)r * KC_DEQ + k, (__m512i)v);
-                }
-            }
-            tiles_bf16(deq, KC_DEQ, nr, Abf, a_stride, rows, M, kc, kn, C + (n - n0), ldc,
-                       kc > k0);
-        }
-    }
+    prefill_int4(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
 }
 
 static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, gemm_bf16,
@@ -885,7 +1005,7 @@ static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, 
 static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64, quant_bf16p64, gemm_fp8,
                                       4 * KC_DEQ * 2};
 static const kt__moe_kernels k_int4 = {"avx512-vnni", KT__ACT_Q8P128, quant_q8p128, gemm_int4,
-                                       4 * KC_DEQ * 2};
+                                       sizeof(vtile)};
 
 const kt__moe_kernels *kt__moe_kernels_avx512(int method)
 {
