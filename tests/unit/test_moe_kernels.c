@@ -24,6 +24,7 @@
 #include "kt_config.h"
 #include "moe/moe_internal.h"
 #include "moe_test_util.h"
+#include "test_moe_common.h"
 
 #define AVX512_BITS \
     (KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL | KT_ISA_AVX512DQ | \
@@ -757,13 +758,8 @@ static void test_amx_backend_packed(void **state)
         lw.gate_scale = (const void *const *)sm[0];
         lw.up_scale = (const void *const *)sm[1];
         lw.down_scale = (const void *const *)sm[2];
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = method;
+        kt_moe_desc d = tst_moe_desc(method, H, I, E, TOPK);
         d.group_size = (uint32_t)G;
-        d.hidden = H;
-        d.intermediate = I;
-        d.n_experts = E;
-        d.top_k = TOPK;
         float *x = malloc((size_t)T * H * sizeof(float)), w[T * TOPK];
         int32_t ids[T * TOPK];
         for (int i = 0; i < T * H; i++)
@@ -780,11 +776,8 @@ static void test_amx_backend_packed(void **state)
         char own[32] = "";
         for (int run = 0; run < 5; run++) {
             kt__moe_force_kernels(run == 4 ? NULL : ks, run % 2 ? NULL : pk);
-            kt_moe_options o = KT_MOE_OPTIONS_INIT;
-            o.n_threads = 2;
+            kt_moe_options o = tst_moe_options(2, 32);
             o.n_pools = run == 2 || run == 3 ? 2 : 1;
-            o.max_tokens = 32;
-            o.pin_threads = 0;
             kt_moe_backend *moe = NULL;
             if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
                 fail_msg("%s g%d run %d: create: %s", kt_method_name((kt_method)method), G, run,
@@ -796,14 +789,7 @@ static void test_amx_backend_packed(void **state)
             }
             out[run] = calloc((size_t)T * H, sizeof(float));
             int32_t n_tokens = T;
-            kt_moe_io io = KT_MOE_IO_INIT;
-            io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-            io.n_tokens = &n_tokens;
-            io.top_k = TOPK;
-            io.x = x;
-            io.ids = ids;
-            io.w = w;
-            io.out = out[run];
+            kt_moe_io io = tst_moe_io_f32(&n_tokens, TOPK, x, ids, w, out[run]);
             if (kt_moe_forward(moe, 0, &io) < 0)
                 fail_msg("%s g%d run %d: forward: %s", kt_method_name((kt_method)method), G, run,
                          kt_last_error());
@@ -871,13 +857,8 @@ static void test_x2_group_backend(void **state)
         lw.gate_scale = (const void *const *)gs;
         lw.up_scale = (const void *const *)us;
         lw.down_scale = (const void *const *)ds;
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = KT_METHOD_AMXINT4;
+        kt_moe_desc d = tst_moe_desc(KT_METHOD_AMXINT4, H, I, E, TOPK);
         d.group_size = (uint32_t)G;
-        d.hidden = H;
-        d.intermediate = I;
-        d.n_experts = E;
-        d.top_k = TOPK;
         float *x = malloc((size_t)TMAX * H * sizeof(float)), w[TMAX * TOPK];
         int32_t ids[TMAX * TOPK];
         for (int i = 0; i < TMAX * H; i++)
@@ -889,10 +870,7 @@ static void test_x2_group_backend(void **state)
         float *out[2];
         for (int lv = 0; lv < 2; lv++) {
             kt__moe_set_isa_cap(lv ? 0 : ~UINT64_C(0));
-            kt_moe_options o = KT_MOE_OPTIONS_INIT;
-            o.n_threads = 2;
-            o.max_tokens = TMAX;
-            o.pin_threads = 0;
+            kt_moe_options o = tst_moe_options(2, TMAX);
             o.act_precision = KT_MOE_PREC_BF16X2;
             kt_moe_backend *moe = NULL;
             if (kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o) < 0)
@@ -907,14 +885,8 @@ static void test_x2_group_backend(void **state)
             static const int32_t T_list[2] = {5, TMAX};
             for (int ti = 0; ti < 2; ti++) {
                 int32_t n_tokens = T_list[ti];
-                kt_moe_io io = KT_MOE_IO_INIT;
-                io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
-                io.n_tokens = &n_tokens;
-                io.top_k = TOPK;
-                io.x = x;
-                io.ids = ids;
-                io.w = w;
-                io.out = out[lv] + (size_t)ti * TMAX * H;
+                kt_moe_io io =
+                    tst_moe_io_f32(&n_tokens, TOPK, x, ids, w, out[lv] + (size_t)ti * TMAX * H);
                 if (kt_moe_forward(moe, 0, &io) < 0)
                     fail_msg("group %d: forward: %s", G, kt_last_error());
             }
