@@ -656,12 +656,13 @@ const kt_gguf_tensor *kt__gguf_find_tensor(const kt_gguf *g, const char *name)
     return i == SIZE_MAX ? NULL : &g->tensors[i];
 }
 
-static kt_status get_value(const kt_gguf *g, const char *key, const kt_gguf_value **v)
+/* The value of key, or NULL with the last error set (KT_ERR_NOT_FOUND). */
+static const kt_gguf_value *value_of(const kt_gguf *g, const char *key)
 {
-    *v = kt__gguf_find(g, key);
-    if (!*v)
-        return kt__error(KT_ERR_NOT_FOUND, "%s: no metadata key '%s'", g->name, key);
-    return KT_OK;
+    const kt_gguf_value *v = kt__gguf_find(g, key);
+    if (!v)
+        kt__error(KT_ERR_NOT_FOUND, "%s: no metadata key '%s'", g->name, key);
+    return v;
 }
 
 static kt_status wrong_type(const kt_gguf *g, const char *key, const kt_gguf_value *v,
@@ -683,10 +684,9 @@ static bool is_signed(kt_gguf_type t)
 
 kt_status kt__gguf_get_uint(const kt_gguf *g, const char *key, uint64_t *out)
 {
-    const kt_gguf_value *v;
-    kt_status s = get_value(g, key, &v);
-    if (s)
-        return s;
+    const kt_gguf_value *v = value_of(g, key);
+    if (!v)
+        return KT_ERR_NOT_FOUND;
     if (is_unsigned(v->type))
         *out = v->v.u;
     else if (is_signed(v->type) && v->v.i >= 0)
@@ -698,10 +698,9 @@ kt_status kt__gguf_get_uint(const kt_gguf *g, const char *key, uint64_t *out)
 
 kt_status kt__gguf_get_int(const kt_gguf *g, const char *key, int64_t *out)
 {
-    const kt_gguf_value *v;
-    kt_status s = get_value(g, key, &v);
-    if (s)
-        return s;
+    const kt_gguf_value *v = value_of(g, key);
+    if (!v)
+        return KT_ERR_NOT_FOUND;
     if (is_signed(v->type))
         *out = v->v.i;
     else if (is_unsigned(v->type) && v->v.u <= (uint64_t)INT64_MAX)
@@ -713,10 +712,9 @@ kt_status kt__gguf_get_int(const kt_gguf *g, const char *key, int64_t *out)
 
 kt_status kt__gguf_get_float(const kt_gguf *g, const char *key, double *out)
 {
-    const kt_gguf_value *v;
-    kt_status s = get_value(g, key, &v);
-    if (s)
-        return s;
+    const kt_gguf_value *v = value_of(g, key);
+    if (!v)
+        return KT_ERR_NOT_FOUND;
     if (v->type == KT_GGUF_F32 || v->type == KT_GGUF_F64)
         *out = v->v.f;
     else if (is_unsigned(v->type))
@@ -730,10 +728,9 @@ kt_status kt__gguf_get_float(const kt_gguf *g, const char *key, double *out)
 
 kt_status kt__gguf_get_bool(const kt_gguf *g, const char *key, bool *out)
 {
-    const kt_gguf_value *v;
-    kt_status s = get_value(g, key, &v);
-    if (s)
-        return s;
+    const kt_gguf_value *v = value_of(g, key);
+    if (!v)
+        return KT_ERR_NOT_FOUND;
     if (v->type != KT_GGUF_BOOL)
         return wrong_type(g, key, v, "bool");
     *out = v->v.b;
@@ -742,10 +739,9 @@ kt_status kt__gguf_get_bool(const kt_gguf *g, const char *key, bool *out)
 
 kt_status kt__gguf_get_str(const kt_gguf *g, const char *key, const char **out)
 {
-    const kt_gguf_value *v;
-    kt_status s = get_value(g, key, &v);
-    if (s)
-        return s;
+    const kt_gguf_value *v = value_of(g, key);
+    if (!v)
+        return KT_ERR_NOT_FOUND;
     if (v->type != KT_GGUF_STRING)
         return wrong_type(g, key, v, "string");
     *out = v->v.str.ptr;
@@ -755,10 +751,9 @@ kt_status kt__gguf_get_str(const kt_gguf *g, const char *key, const char **out)
 kt_status kt__gguf_get_array(const kt_gguf *g, const char *key, kt_gguf_type elem,
                              const kt_gguf_value **out)
 {
-    const kt_gguf_value *v;
-    kt_status s = get_value(g, key, &v);
-    if (s)
-        return s;
+    const kt_gguf_value *v = value_of(g, key);
+    if (!v)
+        return KT_ERR_NOT_FOUND;
     if (v->type != KT_GGUF_ARRAY || v->v.arr.elem != elem)
         return kt__error(KT_ERR_FORMAT, "%s: key '%s' is %s%s%s, expected array of %s", g->name,
                          key, kt__gguf_type_name(v->type), v->type == KT_GGUF_ARRAY ? " of " : "",
@@ -928,35 +923,19 @@ kt_status kt__gguf_writer_add(kt_gguf_writer *w, const char *key, const kt_gguf_
     return KT_OK;
 }
 
-kt_status kt__gguf_writer_add_u32(kt_gguf_writer *w, const char *key, uint32_t x)
-{
-    kt_gguf_value v = {.type = KT_GGUF_U32, .v.u = x};
-    return kt__gguf_writer_add(w, key, &v);
-}
+/* kt__gguf_writer_add_<name>(w, key, x): one scalar value of GGUF type `gtype`. */
+#define GGUF_WRITER_ADD_SCALAR(name, ctype, gtype, member)                                     \
+    kt_status kt__gguf_writer_add_##name(kt_gguf_writer *w, const char *key, ctype x)          \
+    {                                                                                          \
+        kt_gguf_value v = {.type = gtype, .v.member = x};                                      \
+        return kt__gguf_writer_add(w, key, &v);                                                \
+    }
 
-kt_status kt__gguf_writer_add_u64(kt_gguf_writer *w, const char *key, uint64_t x)
-{
-    kt_gguf_value v = {.type = KT_GGUF_U64, .v.u = x};
-    return kt__gguf_writer_add(w, key, &v);
-}
-
-kt_status kt__gguf_writer_add_i32(kt_gguf_writer *w, const char *key, int32_t x)
-{
-    kt_gguf_value v = {.type = KT_GGUF_I32, .v.i = x};
-    return kt__gguf_writer_add(w, key, &v);
-}
-
-kt_status kt__gguf_writer_add_f32(kt_gguf_writer *w, const char *key, float x)
-{
-    kt_gguf_value v = {.type = KT_GGUF_F32, .v.f = x};
-    return kt__gguf_writer_add(w, key, &v);
-}
-
-kt_status kt__gguf_writer_add_bool(kt_gguf_writer *w, const char *key, bool x)
-{
-    kt_gguf_value v = {.type = KT_GGUF_BOOL, .v.b = x};
-    return kt__gguf_writer_add(w, key, &v);
-}
+GGUF_WRITER_ADD_SCALAR(u32, uint32_t, KT_GGUF_U32, u)
+GGUF_WRITER_ADD_SCALAR(u64, uint64_t, KT_GGUF_U64, u)
+GGUF_WRITER_ADD_SCALAR(i32, int32_t, KT_GGUF_I32, i)
+GGUF_WRITER_ADD_SCALAR(f32, float, KT_GGUF_F32, f)
+GGUF_WRITER_ADD_SCALAR(bool, bool, KT_GGUF_BOOL, b)
 
 kt_status kt__gguf_writer_add_str(kt_gguf_writer *w, const char *key, const char *x)
 {
