@@ -50,44 +50,17 @@ ALWAYS_INLINE __m256 fp8x8(const uint8_t *p)
 
 /* ---- BF16 and FP8: out[m * 4 + r] = sum_{k0 <= k < k1} w_r[k] a_m[k] ---- */
 
-ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const float *const *a, const int MR,
-                             int k0, int k1, float *out)
+/* 8 weights of row r from k, widened to F32 (FP8: times the block scale). */
+ALWAYS_INLINE __m256 widen8(const uint16_t *wb, const uint8_t *w8, const float *srow,
+                            const int fp8, int k)
 {
-    __m256 acc[2][4];
-    #pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            acc[m][r] = _mm256_setzero_ps();
-    int k = k0;
-    /* hot loop */
-    for (; k + 8 <= k1; k += 8) {
-        __m256 v[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            v[r] = bf16x8(w[r] + k);
-        #pragma GCC unroll 4
-        for (int m = 0; m < MR; m++) {
-            __m256 x = _mm256_loadu_ps(a[m] + k);
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                acc[m][r] = _mm256_fmadd_ps(v[r], x, acc[m][r]);
-        }
-    }
-    #pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            float s = hsum(acc[m][r]);
-            for (int kk = k; kk < k1; kk++)
-                s += kt__moe_bf16_f32(w[r][kk]) * a[m][kk];
-            out[m * 4 + r] = s;
-        }
+    return fp8 ? _mm256_mul_ps(fp8x8(w8 + k), _mm256_set1_ps(srow[k / 128])) : bf16x8(wb + k);
 }
 
-/* Weights scaled per 128-input block as they are widened. */
-ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *const *srow,
-                            const float *const *a, const int MR, int k0, int k1, float *out)
+/* BF16 (fp8 = 0; wb rows) or FP8 (w8 rows, block scale rows srow). */
+ALWAYS_INLINE void tile_plain(const uint16_t *const *wb, const uint8_t *const *w8,
+                              const float *const *srow, const int fp8, const float *const *a,
+                              const int MR, int k0, int k1, float *out)
 {
     __m256 acc[2][4];
     #pragma GCC unroll 4
@@ -101,7 +74,7 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *const *srow,
         __m256 v[4];
         #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
-            v[r] = _mm256_mul_ps(fp8x8(w[r] + k), _mm256_set1_ps(srow[r][k / 128]));
+            v[r] = widen8(wb[r], w8[r], fp8 ? srow[r] : NULL, fp8, k);
         #pragma GCC unroll 4
         for (int m = 0; m < MR; m++) {
             __m256 x = _mm256_loadu_ps(a[m] + k);
@@ -116,7 +89,8 @@ ALWAYS_INLINE void tile_fp8(const uint8_t *const *w, const float *const *srow,
         for (int r = 0; r < 4; r++) {
             float s = hsum(acc[m][r]);
             for (int kk = k; kk < k1; kk++)
-                s += kt__moe_e4m3_f32(w[r][kk]) * srow[r][kk / 128] * a[m][kk];
+                s += fp8 ? kt__moe_e4m3_f32(w8[r][kk]) * srow[r][kk / 128] * a[m][kk]
+                         : kt__moe_bf16_f32(wb[r][kk]) * a[m][kk];
             out[m * 4 + r] = s;
         }
 }
@@ -144,16 +118,11 @@ static void gemm_plain(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k
             for (int i = 0; i < 2; i++)
                 a[i] = arow(A, a_stride, rows, m + (i < mr ? i : mr - 1));
             float t[8];
-            if (fp8) {
-                if (mr == 2)
-                    tile_fp8(w8, sr, a, 2, k0, k1, t);
-                else
-                    tile_fp8(w8, sr, a, 1, k0, k1, t);
-            } else {
-                if (mr == 2)
-                    tile_bf16(wb, a, 2, k0, k1, t);
-                else
-                    tile_bf16(wb, a, 1, k0, k1, t);
+            switch (2 * fp8 + mr) {
+            case 1: tile_plain(wb, w8, sr, 0, a, 1, k0, k1, t); break;
+            case 2: tile_plain(wb, w8, sr, 0, a, 2, k0, k1, t); break;
+            case 3: tile_plain(wb, w8, sr, 1, a, 1, k0, k1, t); break;
+            default: tile_plain(wb, w8, sr, 1, a, 2, k0, k1, t); break;
             }
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)

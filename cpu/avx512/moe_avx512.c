@@ -15,31 +15,7 @@
  *           started at -8 * (sum of its activation bytes) to remove the +8.
  *           More tokens: a chunk dequantized to BF16 (scales folded) + BF16 tiles.
  */
-#include <immintrin.h>
-
-#include "moe_kernels.h"
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-/* High and low bytes of the BF16 of each E4M3 magnitude 0..127 (127 = NaN). */
-static const uint8_t e4m3_hi[128] = {
-    0x00, 0x3b, 0x3b, 0x3b, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c,
-    0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d,
-    0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e,
-    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
-    0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
-    0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41,
-    0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42,
-    0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x7f};
-static const uint8_t e4m3_lo[128] = {
-    0x00, 0x00, 0x80, 0xc0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xc0};
+#include "moe_avx512_common.h"
 
 #define KC_BF16 4096 /* BF16 K chunk (prefill): 4 rows x 8 KiB, reductions rare */
 #define KC_DEQ 2048  /* FP8 / INT4 dequantized chunk (multiple of 128)       */
@@ -48,21 +24,6 @@ static const uint8_t e4m3_lo[128] = {
  * at every tile; measured best for both long and short rows on Zen 4). */
 #define PF_BF16(stride_elems) ((size_t)(stride_elems) * 8 + 1024)
 
-static inline int imin(int a, int b)
-{
-    return a < b ? a : b;
-}
-
-static const void *arow(const void *A, size_t stride, const int32_t *rows, int m)
-{
-    return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
-}
-
-static inline __mmask32 tail32(int left)
-{
-    return left >= 32 ? (__mmask32)0xffffffffu
-                      : (left <= 0 ? (__mmask32)0 : (__mmask32)((1u << left) - 1u));
-}
 
 /* ---- activations ---------------------------------------------------------- */
 
@@ -152,19 +113,34 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
     }
 }
 
-/* The sums of 4 vectors, as one 4-float vector (4 rows of one token). */
-ALWAYS_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
+/* ---- BF16 tiles ----------------------------------------------------------- */
+
+/* 32 words at p under msk; a plain load when msk is all ones (constant). */
+ALWAYS_INLINE __m512i load_words(__mmask32 msk, const uint16_t *p)
 {
-    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
-    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
-    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
-    __m256 ab = _mm256_hadd_ps(a8, b8), cd = _mm256_hadd_ps(c8, d8);
-    __m256 abcd = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+    return msk == (__mmask32)~0u ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi16(msk, p);
 }
 
-/* ---- BF16 tiles ----------------------------------------------------------- */
+/* acc[m][r] += w_r[k..k+32) . a_m[k..k+32) under msk (all ones: plain loads),
+ * prefetching pf bytes ahead in the rows (0: none). */
+ALWAYS_INLINE void step_bf16(const uint16_t *const *w, const uint16_t *const *a, const int MR,
+                             int k, __mmask32 msk, size_t pf, __m512 (*acc)[4])
+{
+    __m512bh v[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (pf) /* the next tile, from memory */
+            _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
+        v[r] = (__m512bh)load_words(msk, w[r] + k);
+    }
+    #pragma GCC unroll 6
+    for (int m = 0; m < MR; m++) {
+        __m512bh x = (__m512bh)load_words(msk, a[m] + k);
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], x);
+    }
+}
 
 /* out[m * 4 + r] = sum_{k < kn} w_r[k] a_m[k] for 4 rows and MR (<= 6) tokens. */
 ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a, const int MR,
@@ -178,36 +154,10 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
             acc[m][r] = _mm512_setzero_ps();
     int k = 0;
     /* hot loop: 4 weight vectors x MR activation vectors per 32 inputs */
-    for (; k + 32 <= kn; k += 32) {
-        __m512bh v[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            if (pf) /* the next tile, from memory */
-                _mm_prefetch((const char *)(w[r] + k) + pf, _MM_HINT_T1);
-            v[r] = (__m512bh)_mm512_loadu_si512(w[r] + k);
-        }
-        #pragma GCC unroll 6
-        for (int m = 0; m < MR; m++) {
-            __m512bh x = (__m512bh)_mm512_loadu_si512(a[m] + k);
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], x);
-        }
-    }
-    if (k < kn) {
-        __mmask32 msk = tail32(kn - k);
-        __m512bh v[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
-            v[r] = (__m512bh)_mm512_maskz_loadu_epi16(msk, w[r] + k);
-        #pragma GCC unroll 6
-        for (int m = 0; m < MR; m++) {
-            __m512bh x = (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k);
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                acc[m][r] = _mm512_dpbf16_ps(acc[m][r], v[r], x);
-        }
-    }
+    for (; k + 32 <= kn; k += 32)
+        step_bf16(w, a, MR, k, ~(__mmask32)0, pf, acc);
+    if (k < kn)
+        step_bf16(w, a, MR, k, tail32(kn - k), 0, acc);
     #pragma GCC unroll 6
     for (int m = 0; m < MR; m++)
         _mm_storeu_ps(out + m * 4, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
@@ -400,15 +350,15 @@ static void prefill_blocks(const kt__wmat *W, int n0, int n1, int k0, int k1, co
  * the rows of a block form one sequential stream (the hardware prefetchers
  * follow it; 4 interleaved row streams reached only 0.6-0.75 of a read loop
  * on Zen 4, this order 0.9-1.0), with a software prefetch DEC_PF bytes ahead. */
-#define DEC_PF 1024
 #define DEC_WARM 4096
 
-/* The first DEC_WARM bytes of an item's stream, requested at once: the
- * steady prefetch runs DEC_PF ahead, so without this the item's first
- * lines arrive one demand miss at a time. */
-static inline void decode_warmup(const void *p, size_t bytes)
+/* The first DEC_WARM (or pf, if more) bytes of an item's stream, requested
+ * at once: the steady prefetch runs pf ahead, so without this the item's
+ * first lines arrive one demand miss at a time. */
+static inline void decode_warmup(const void *p, size_t bytes, size_t pf)
 {
-    size_t n = bytes < DEC_WARM ? bytes : DEC_WARM;
+    size_t n = pf > DEC_WARM ? pf : DEC_WARM;
+    n = bytes < n ? bytes : n;
     for (size_t off = 0; off < n; off += 64)
         _mm_prefetch((const char *)p + off, _MM_HINT_T0);
 }
@@ -416,7 +366,7 @@ static inline void decode_warmup(const void *p, size_t bytes)
 /* out[m * 4 + r] = sum_{k0 <= k < k1} w_r[k] a_m[k] for nr (<= 4) rows and MR
  * tokens; rows at w + r * stride. */
 ALWAYS_INLINE void rows_bf16(const uint16_t *w, size_t stride, int nr, const uint16_t *const *a,
-                             const int MR, int k0, int k1, float *out)
+                             const int MR, int k0, int k1, size_t pf, float *out)
 {
     __m512 row_sum[4][4];
     #pragma GCC unroll 4
@@ -429,7 +379,7 @@ ALWAYS_INLINE void rows_bf16(const uint16_t *w, size_t stride, int nr, const uin
         int k = k0;
         /* hot loop: 64 inputs of one row, two accumulators per token */
         for (; k + 64 <= k1; k += 64) {
-            _mm_prefetch((const char *)(wr + k) + DEC_PF, _MM_HINT_T1);
+            _mm_prefetch((const char *)(wr + k) + pf, _MM_HINT_T1);
             __m512bh v0 = (__m512bh)_mm512_loadu_si512(wr + k);
             __m512bh v1 = (__m512bh)_mm512_loadu_si512(wr + k + 32);
             #pragma GCC unroll 4
@@ -462,19 +412,18 @@ static void decode_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     const uint16_t *a[4];
     for (int i = 0; i < 4; i++)
         a[i] = (const uint16_t *)arow(A, a_stride, rows, i < M ? i : M - 1);
+    size_t pf = dec_pf();
     for (int n = n0; n < n1; n += 4) {
         int nr = imin(4, n1 - n);
         const uint16_t *w = (const uint16_t *)W->w + (size_t)n * W->cols;
         float t[16];
         switch (M) {
-        case 1: rows_bf16(w, (size_t)W->cols, nr, a, 1, k0, k1, t); break;
-        case 2: rows_bf16(w, (size_t)W->cols, nr, a, 2, k0, k1, t); break;
-        case 3: rows_bf16(w, (size_t)W->cols, nr, a, 3, k0, k1, t); break;
-        default: rows_bf16(w, (size_t)W->cols, nr, a, 4, k0, k1, t); break;
+        case 1: rows_bf16(w, (size_t)W->cols, nr, a, 1, k0, k1, pf, t); break;
+        case 2: rows_bf16(w, (size_t)W->cols, nr, a, 2, k0, k1, pf, t); break;
+        case 3: rows_bf16(w, (size_t)W->cols, nr, a, 3, k0, k1, pf, t); break;
+        default: rows_bf16(w, (size_t)W->cols, nr, a, 4, k0, k1, pf, t); break;
         }
-        for (int i = 0; i < M; i++)
-            for (int r = 0; r < nr; r++)
-                C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+        store_tile(C, ldc, n - n0, t, M, nr);
     }
 }
 
@@ -504,20 +453,6 @@ static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 
 /* ---- FP8 E4M3 ------------------------------------------------------------- */
 
-typedef struct lut8 {
-    __m512i h0, h1, l0, l1;
-} lut8;
-
-ALWAYS_INLINE lut8 lut_load(void)
-{
-    lut8 L;
-    L.h0 = _mm512_loadu_si512(e4m3_hi);
-    L.h1 = _mm512_loadu_si512(e4m3_hi + 64);
-    L.l0 = _mm512_loadu_si512(e4m3_lo);
-    L.l1 = _mm512_loadu_si512(e4m3_lo + 64);
-    return L;
-}
-
 /* 64 E4M3 bytes -> 64 BF16 in BF16P64 order (u[0]: first 32, u[1]: last 32). */
 ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
 {
@@ -531,16 +466,12 @@ ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
     u[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
-static inline __mmask64 tail64(int left)
-{
-    return left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
-}
-
 /* Decode (up to 3 tokens), one row at a time: per 128-input block the exact
  * BF16 partial sums (two chains) are scaled by the block's weight_scale_inv:
  *     out[m * 4 + r] = sum_b s_r[b] * sum_{k in b} e4m3(w_r[k]) a_m[k] */
 ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
-                            const uint16_t *const *a, const int MR, int k0, int k1, float *out)
+                            const uint16_t *const *a, const int MR, int k0, int k1, size_t pf,
+                            float *out)
 {
     lut8 L = lut_load();
     __m512 row_sum[3][4];
@@ -554,8 +485,8 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
         int kb = k0;
         /* hot loop: whole 128-input blocks, 2 x 64 weights decoded to BF16 */
         for (; kb + 128 <= k1; kb += 128) {
-            _mm_prefetch((const char *)(wr + kb) + DEC_PF, _MM_HINT_T1);
-            _mm_prefetch((const char *)(wr + kb) + DEC_PF + 64, _MM_HINT_T1);
+            _mm_prefetch((const char *)(wr + kb) + pf, _MM_HINT_T1);
+            _mm_prefetch((const char *)(wr + kb) + pf + 64, _MM_HINT_T1);
             __m512i u[2], v[2];
             fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u);
             fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v);
@@ -625,7 +556,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         const uint16_t *a[3];
         for (int i = 0; i < 3; i++)
             a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
-        decode_warmup(w + (size_t)n0 * cols + k0, (size_t)(n1 - n0) * cols);
+        size_t pf = dec_pf();
+        decode_warmup(w + (size_t)n0 * cols + k0, (size_t)(n1 - n0) * cols, pf);
         for (int n = n0; n < n1; n += 4) {
             int nr = imin(4, n1 - n);
             const uint8_t *wr[4];
@@ -637,13 +569,11 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
             }
             float t[12];
             switch (M) {
-            case 1: rows_fp8(wr, sr, a, 1, k0, k1, t); break;
-            case 2: rows_fp8(wr, sr, a, 2, k0, k1, t); break;
-            default: rows_fp8(wr, sr, a, 3, k0, k1, t); break;
+            case 1: rows_fp8(wr, sr, a, 1, k0, k1, pf, t); break;
+            case 2: rows_fp8(wr, sr, a, 2, k0, k1, pf, t); break;
+            default: rows_fp8(wr, sr, a, 3, k0, k1, pf, t); break;
             }
-            for (int i = 0; i < M; i++)
-                for (int r = 0; r < nr; r++)
-                    C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+            store_tile(C, ldc, n - n0, t, M, nr);
         }
         return;
     }
@@ -991,9 +921,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
             case 2: tile_int4(wr, sr, a, 2, 2, K, k0, k1, t); break;
             default: tile_int4(wr, sr, a, 2, 3, K, k0, k1, t); break;
             }
-            for (int i = 0; i < M; i++)
-                for (int r = 0; r < nr; r++)
-                    C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+            store_tile(C, ldc, n - n0, t, M, nr);
         }
         return;
     }

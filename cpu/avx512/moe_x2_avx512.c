@@ -19,39 +19,21 @@
  * (decode), BF16 / FP8 / INT4 rows are read start to end and decoded in
  * registers.
  */
-#include <immintrin.h>
 #include <unistd.h>
 
-#include "moe_kernels.h"
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#include "moe_avx512_common.h"
 
 #define KC_X2 1024 /* inputs per decoded chunk: 4 rows x 2 KiB, a multiple of 128 */
-
-static inline int imin(int a, int b)
-{
-    return a < b ? a : b;
-}
 
 static inline int pad64(int K)
 {
     return (K + 63) & ~63;
 }
 
-static const uint16_t *arow(const void *A, size_t stride, const int32_t *rows, int m)
+/* The hi half of activation row m (BF16X2). */
+static inline const uint16_t *arow16(const void *A, size_t stride, const int32_t *rows, int m)
 {
-    return (const uint16_t *)((const char *)A + (size_t)(rows ? rows[m] : m) * stride);
-}
-
-static inline __mmask32 tail32(int left)
-{
-    return left >= 32 ? (__mmask32)0xffffffffu
-                      : (left <= 0 ? (__mmask32)0 : (__mmask32)((1u << left) - 1u));
-}
-
-static inline __mmask64 tail64(int left)
-{
-    return left >= 64 ? ~(__mmask64)0 : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
+    return arow(A, stride, rows, m);
 }
 
 /* ---- activations: [K] f32 -> hi [Kp] BF16, lo [Kp] BF16 ------------------ */
@@ -73,18 +55,6 @@ static void quant_x2(const float *x, int k0, int k1, int K, void *row)
         hi[k] = kt__moe_f32_bf16(x[k]);
         lo[k] = kt__moe_f32_bf16(x[k] - kt__moe_bf16_f32(hi[k]));
     }
-}
-
-/* The sums of 4 vectors, as one 4-float vector. */
-ALWAYS_INLINE __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d)
-{
-    __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
-    __m256 b8 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
-    __m256 c8 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
-    __m256 d8 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
-    __m256 ab = _mm256_hadd_ps(a8, b8), cd = _mm256_hadd_ps(c8, d8);
-    __m256 abcd = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
 /* ---- register tiles ------------------------------------------------------- */
@@ -186,26 +156,6 @@ typedef struct x2_chunk {
     float rsc[4];              /* row scales (AMXINT8)                           */
 } x2_chunk;
 
-/* High and low bytes of the BF16 of each E4M3 magnitude 0..127 (127 = NaN). */
-static const uint8_t e4m3_hi[128] = {
-    0x00, 0x3b, 0x3b, 0x3b, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c, 0x3c,
-    0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d, 0x3d,
-    0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e, 0x3e,
-    0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
-    0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
-    0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41, 0x41,
-    0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42, 0x42,
-    0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x43, 0x7f};
-static const uint8_t e4m3_lo[128] = {
-    0x00, 0x00, 0x80, 0xc0, 0x00, 0x20, 0x40, 0x60, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xf0,
-    0x00, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80, 0x90, 0xa0, 0xb0, 0xc0, 0xd0, 0xe0, 0xc0};
-
 /* Returns the scale block length B (0: no block scales). Rows >= nr are
  * copies of row nr - 1. */
 typedef int (*x2_fill_fn)(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch);
@@ -214,8 +164,7 @@ typedef int (*x2_fill_fn)(const kt__wmat *W, int n, int nr, int kc, int kn, x2_c
  * tables, interleaved back into input order; scale per 128 x 128 block. */
 static int fill_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *ch)
 {
-    const __m512i h0 = _mm512_loadu_si512(e4m3_hi), h1 = _mm512_loadu_si512(e4m3_hi + 64);
-    const __m512i l0 = _mm512_loadu_si512(e4m3_lo), l1 = _mm512_loadu_si512(e4m3_lo + 64);
+    const lut8 L = lut_load();
     /* word j of the first half: low byte lo[j], high byte hi[j] (j < 32); second: j + 32 */
     uint8_t ia[64], ib[64];
     for (int j = 0; j < 32; j++) {
@@ -233,8 +182,8 @@ static int fill_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, x2_chunk *
         for (int k = 0; k < kn; k += 64) {
             _mm_prefetch((const char *)(src + k) + 4 * (size_t)cols, _MM_HINT_T1);
             __m512i v = _mm512_maskz_loadu_epi8(tail64(kn - k), src + k);
-            __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
-            __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
+            __m512i hi = _mm512_permutex2var_epi8(L.h0, v, L.h1);
+            __m512i lo = _mm512_permutex2var_epi8(L.l0, v, L.l1);
             hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8);
             _mm512_storeu_si512(ch->deq[r] + k, _mm512_permutex2var_epi8(lo, idx_a, hi));
             _mm512_storeu_si512(ch->deq[r] + k + 32, _mm512_permutex2var_epi8(lo, idx_b, hi));
@@ -323,7 +272,7 @@ static void gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const voi
                 int mr = imin(mstep, M - m);
                 const uint16_t *a[6];
                 for (int i = 0; i < 6; i++)
-                    a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1)) + kc;
+                    a[i] = arow16(A, a_stride, rows, m + imin(i, mr - 1)) + kc;
                 float t[24];
                 if (B) {
                     switch (mr) {
@@ -355,7 +304,7 @@ static void gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const voi
 /* ---- decode (up to 3 tokens): one weight row at a time ------------------------
  * Each row read start to end (one sequential stream, as the default decode
  * kernels), decoded in registers, FP8 block scales on exact 128-input sums. */
-#define X2_PF 1024 /* software prefetch distance, bytes */
+#define X2_PF DEC_PF /* software prefetch distance, bytes */
 
 /* byte 16L + i of lane L: input 8L + i (i < 8), 32 + 8L + i - 8 (i >= 8) */
 static const uint8_t fp8_lanes[64] __attribute__((aligned(64))) = {
@@ -363,6 +312,18 @@ static const uint8_t fp8_lanes[64] __attribute__((aligned(64))) = {
     8,  9,  10, 11, 12, 13, 14, 15, 40, 41, 42, 43, 44, 45, 46, 47,
     16, 17, 18, 19, 20, 21, 22, 23, 48, 49, 50, 51, 52, 53, 54, 55,
     24, 25, 26, 27, 28, 29, 30, 31, 56, 57, 58, 59, 60, 61, 62, 63};
+
+/* The registers of fp8x64_natural: the byte tables (high, low) and the lane
+ * permute. */
+ALWAYS_INLINE void fp8_tables(__m512i *tab)
+{
+    lut8 L = lut_load();
+    tab[0] = L.h0;
+    tab[1] = L.h1;
+    tab[2] = L.l0;
+    tab[3] = L.l1;
+    tab[4] = _mm512_load_si512(fp8_lanes);
+}
 
 /* 64 E4M3 bytes -> 64 BF16 in input order (w[0]: inputs 0..31, w[1]: 32..63):
  * one byte permute puts inputs 8L..8L+7 and 32+8L..32+8L+7 in 128-bit lane
@@ -419,13 +380,8 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
                            float *out)
 {
     __m512i tab[5];
-    if (fp8) {
-        tab[0] = _mm512_loadu_si512(e4m3_hi);
-        tab[1] = _mm512_loadu_si512(e4m3_hi + 64);
-        tab[2] = _mm512_loadu_si512(e4m3_lo);
-        tab[3] = _mm512_loadu_si512(e4m3_lo + 64);
-        tab[4] = _mm512_load_si512(fp8_lanes);
-    }
+    if (fp8)
+        fp8_tables(tab);
     const __mmask64 all64 = ~(__mmask64)0;
     const __mmask32 all32 = ~(__mmask32)0;
     __m512 row_sum[3][4];
@@ -560,25 +516,16 @@ ALWAYS_INLINE void rows2_x2(const void *const *w, const float *const *srow, int 
 }
 
 /* One token, long rows: out[r] for the 4 rows of a tile, two at a time. */
-static void rows_x2_long(const void *const *w, const float *const *srow, int fp8,
-                         const uint16_t *x, size_t lo_off, int k0, int k1, float *out)
+ALWAYS_INLINE void rows_x2_long(const void *const *w, const float *const *srow, const int fp8,
+                                const uint16_t *x, size_t lo_off, int k0, int k1, float *out)
 {
     __m512i tab[5];
-    if (fp8) {
-        tab[0] = _mm512_loadu_si512(e4m3_hi);
-        tab[1] = _mm512_loadu_si512(e4m3_hi + 64);
-        tab[2] = _mm512_loadu_si512(e4m3_lo);
-        tab[3] = _mm512_loadu_si512(e4m3_lo + 64);
-        tab[4] = _mm512_load_si512(fp8_lanes);
-    }
+    if (fp8)
+        fp8_tables(tab);
     __m512 t[4];
-    if (fp8) {
-        rows2_x2(w, srow, 1, tab, x, lo_off, k0, k1, t);
-        rows2_x2(w + 2, srow + 2, 1, tab, x, lo_off, k0, k1, t + 2);
-    } else {
-        rows2_x2(w, srow, 0, tab, x, lo_off, k0, k1, t);
-        rows2_x2(w + 2, srow + 2, 0, tab, x, lo_off, k0, k1, t + 2);
-    }
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++)
+        rows2_x2(w + 2 * h, srow + 2 * h, fp8, tab, x, lo_off, k0, k1, t + 2 * h);
     _mm_storeu_ps(out, hsum4(t[0], t[1], t[2], t[3]));
 }
 
@@ -590,7 +537,7 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
     size_t lo_off = (size_t)pad64(W->cols);
     const uint16_t *a[3];
     for (int i = 0; i < 3; i++)
-        a[i] = arow(A, a_stride, rows, imin(i, M - 1));
+        a[i] = arow16(A, a_stride, rows, imin(i, M - 1));
     int cb = (W->cols + 127) / 128;
     size_t esz = fp8 ? 1 : 2;
     int long_rows = M == 1 && (size_t)(k1 - k0) * (4 + esz) > l1d_bytes();
@@ -605,7 +552,10 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
         }
         float t[12];
         if (long_rows) {
-            rows_x2_long((const void *const *)wr, sr, fp8, a[0], lo_off, k0, k1, t);
+            if (fp8)
+                rows_x2_long((const void *const *)wr, sr, 1, a[0], lo_off, k0, k1, t);
+            else
+                rows_x2_long((const void *const *)wr, sr, 0, a[0], lo_off, k0, k1, t);
             for (int r = 0; r < nr; r++)
                 C[n - n0 + r] = t[r];
             continue;
@@ -618,9 +568,7 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
         case 5: rows_x2(wr, sr, 1, a, lo_off, 2, k0, k1, t); break;
         default: rows_x2(wr, sr, 1, a, lo_off, 3, k0, k1, t); break;
         }
-        for (int i = 0; i < M; i++)
-            for (int r = 0; r < nr; r++)
-                C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+        store_tile(C, ldc, n - n0, t, M, nr);
     }
 }
 
@@ -761,7 +709,7 @@ static void decode_int4_x2(const kt__wmat *W, int G, int n0, int n1, int k0, int
     size_t lo_off = (size_t)pad64(W->cols);
     const uint16_t *a[3];
     for (int i = 0; i < 3; i++)
-        a[i] = arow(A, a_stride, rows, imin(i, M - 1));
+        a[i] = arow16(A, a_stride, rows, imin(i, M - 1));
     size_t rb = (size_t)W->cols / 2, sb = (size_t)(W->cols / G);
     for (int n = n0; n < n1; n += 4) {
         int nr = imin(4, n1 - n);
@@ -785,32 +733,35 @@ static void decode_int4_x2(const kt__wmat *W, int G, int n0, int n1, int k0, int
         case 8: rows_int4_x2(wr, sr, 128, a, lo_off, 2, k0, k1, t); break;
         default: rows_int4_x2(wr, sr, 128, a, lo_off, 3, k0, k1, t); break;
         }
-        for (int i = 0; i < M; i++)
-            for (int r = 0; r < nr; r++)
-                C[(size_t)i * ldc + (n - n0) + r] = t[i * 4 + r];
+        store_tile(C, ldc, n - n0, t, M, nr);
     }
+}
+
+/* BF16 (fp8 = 0) or FP8 weights: rows read in registers up to 3 tokens,
+ * else the chunk path. */
+static void gemm_float_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1,
+                          const void *A, size_t a_stride, const int32_t *rows, int M, float *C,
+                          int ldc, void *scratch)
+{
+    if (M <= 3)
+        decode_x2(W, fp8, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
+    else
+        gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch,
+                fp8 ? fill_fp8 : NULL, 0);
 }
 
 static void gemm_bf16_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                          size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                          void *scratch)
 {
-    if (M <= 3) {
-        decode_x2(W, 0, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
-        return;
-    }
-    gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, NULL, 0);
+    gemm_float_x2(W, 0, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
 }
 
 static void gemm_fp8_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                         void *scratch)
 {
-    if (M <= 3) {
-        decode_x2(W, 1, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
-        return;
-    }
-    gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, fill_fp8, 0);
+    gemm_float_x2(W, 1, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
 }
 
 static void gemm_int4_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,

@@ -93,59 +93,71 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
     }
 }
 
-/* ---- RAWINT4: per group g of 32 inputs,
- *      C += d_x[g] * s_w[n][g] * sum_k q_x[k] * (nibble[n][k] - 8) ---- */
-static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
-                      size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
-                      void *scratch)
+/* ---- RAWINT4: C[m][n] = sum over groups g of 32 inputs of group(g), with
+ *   INT8 activations:  d_x[g] * s_w[n][g] * sum_k q_x[k] * (nibble[n][k] - 8)
+ *   F32 activations (KT_MOE_PREC_BF16X2):  s_w[n][g] * sum_k a[k] * (nibble[n][k] - 8) ---- */
+
+static inline int nibble(const uint32_t *wr, int k)
 {
-    (void)scratch;
+    return (int)((wr[k / 8] >> (4 * (k % 8))) & 0xfu) - 8;
+}
+
+/* Group g of activation row a (format of the set) against weight row wr of
+ * scale s (F32). */
+typedef float (*int4_group_fn)(const void *a, int K, const uint32_t *wr, int g, float s);
+
+static float group_q8(const void *a, int K, const uint32_t *wr, int g, float s)
+{
+    const int8_t *q = a;
+    int32_t isum = 0;
+    for (int k = g * 32; k < g * 32 + 32; k++)
+        isum += nibble(wr, k) * q[k];
+    return (float)isum * (kt__q8_scales(q, K)[g] * s);
+}
+
+static float group_f32(const void *a, int K, const uint32_t *wr, int g, float s)
+{
+    (void)K;
+    const float *x = a;
+    float part = 0.0f;
+    for (int k = g * 32; k < g * 32 + 32; k++)
+        part += x[k] * (float)nibble(wr, k);
+    return part * s;
+}
+
+static void int4_rows(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
+                      int4_group_fn group)
+{
     const uint32_t *w = W->w;
     const uint16_t *sc = W->scale;
     int K = W->cols;
     for (int m = 0; m < M; m++) {
-        const int8_t *q = arow(A, a_stride, a_rows, m);
-        const float *d = kt__q8_scales(q, K);
+        const void *a = arow(A, a_stride, a_rows, m);
         for (int n = n0; n < n1; n++) {
             const uint32_t *wr = w + (size_t)n * (K / 8);
             float acc = 0.0f;
-            for (int g = k0 / 32; g < k1 / 32; g++) {
-                int32_t isum = 0;
-                for (int k = g * 32; k < g * 32 + 32; k++) {
-                    int nib = (int)((wr[k / 8] >> (4 * (k % 8))) & 0xfu) - 8;
-                    isum += nib * q[k];
-                }
-                acc += (float)isum * (d[g] * kt__moe_bf16_f32(sc[(size_t)n * (K / 32) + g]));
-            }
+            for (int g = k0 / 32; g < k1 / 32; g++)
+                acc += group(a, K, wr, g, kt__moe_bf16_f32(sc[(size_t)n * (K / 32) + g]));
             C[(size_t)m * ldc + (n - n0)] = acc;
         }
     }
 }
 
-/* ---- RAWINT4 with F32 activations (KT_MOE_PREC_BF16X2): per group g of 32,
- *      C += s_w[n][g] * sum_k a[k] * (nibble[n][k] - 8) ---- */
+static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                      size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
+                      void *scratch)
+{
+    (void)scratch;
+    int4_rows(W, n0, n1, k0, k1, A, a_stride, a_rows, M, C, ldc, group_q8);
+}
+
 static void gemm_int4_f32(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                           size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
                           void *scratch)
 {
     (void)scratch;
-    const uint32_t *w = W->w;
-    const uint16_t *sc = W->scale;
-    int K = W->cols;
-    for (int m = 0; m < M; m++) {
-        const float *a = arow(A, a_stride, a_rows, m);
-        for (int n = n0; n < n1; n++) {
-            const uint32_t *wr = w + (size_t)n * (K / 8);
-            float acc = 0.0f;
-            for (int g = k0 / 32; g < k1 / 32; g++) {
-                float part = 0.0f;
-                for (int k = g * 32; k < g * 32 + 32; k++)
-                    part += a[k] * (float)((int)((wr[k / 8] >> (4 * (k % 8))) & 0xfu) - 8);
-                acc += part * kt__moe_bf16_f32(sc[(size_t)n * (K / 32) + g]);
-            }
-            C[(size_t)m * ldc + (n - n0)] = acc;
-        }
-    }
+    int4_rows(W, n0, n1, k0, k1, A, a_stride, a_rows, M, C, ldc, group_f32);
 }
 
 static const kt__moe_kernels ref_bf16 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0};
