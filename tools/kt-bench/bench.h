@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <kt/kt.h>
+
 #define BENCH_TOOL "kt-bench"
 
 /* ---- machine ------------------------------------------------------------ */
@@ -114,6 +116,39 @@ bench_json *json_open(const char *path, const bench_hw *hw, int threads);
  * "\"method\":\"%s\",\"T\":%d". */
 void json_row(bench_json *j, const char *fmt, ...);
 bool json_close(bench_json *j);
+
+/* ---- whole models (models.c): engine, e2e ----------------------------------- */
+
+/* xorshift64: the benches' random numbers (fixed seeds: the same every run). */
+static inline uint64_t bench_rng(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* n token ids uniform in [0, V), the same every run. */
+void bench_random_ids(int32_t *ids, size_t n, int32_t V);
+
+/* Shapes of a synthetic Qwen3-MoE checkpoint (the rest as Qwen3-30B-A3B's config). */
+typedef struct bench_qwen3_config {
+    int hidden, heads, kv_heads, head_dim, layers, experts, top_k, expert_ffn, vocab, eos;
+} bench_qwen3_config;
+
+/* Writes its config.json text to f. */
+void bench_write_qwen3_config(FILE *f, const bench_qwen3_config *c);
+
+/* kt_model_arch / kt_model_tensor_at into a zeroed struct of the caller's size; false on
+ * an error (kt_last_error()). */
+bool bench_model_arch(const kt_model *m, kt_arch_info *a);
+bool bench_model_tensor(const kt_model *m, size_t i, kt_tensor_view *v);
+
+/* A fresh prefill of the P tokens ids (context reset first), then `gen` greedy decode
+ * steps; their seconds in *t_pre and *t_dec. logits: [vocab]. False on an engine error
+ * (kt_last_error()). */
+bool bench_prefill_decode(kt_context *ctx, const int32_t *ids, int64_t P, int64_t gen,
+                          float *logits, double *t_pre, double *t_dec);
 
 /* ---- subcommands ---------------------------------------------------------- */
 

@@ -29,14 +29,6 @@ typedef struct syn_tensor {
     int norm;            /* 1: all ones (RMSNorm weights) */
 } syn_tensor;
 
-static uint64_t syn_rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 /* Qwen3-30B-A3B: H 2048, 32 heads / 4 kv x 128, 128 experts top-8 of 768,
  * vocab 151936; `layers` MoE layers. Writes DIR/config.json and
  * DIR/model.safetensors (BF16, values uniform in +-0.02). */
@@ -52,17 +44,8 @@ static bool write_synthetic(const char *dir, int layers)
     FILE *f = fopen(path, "w");
     if (!f)
         return false;
-    fprintf(f,
-            "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\",\n"
-            " \"hidden_size\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,\n"
-            " \"head_dim\": %d, \"num_hidden_layers\": %d, \"num_experts\": %d,\n"
-            " \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d,\n"
-            " \"intermediate_size\": 6144, \"vocab_size\": %d, \"rms_norm_eps\": 1e-06,\n"
-            " \"rope_theta\": 1000000.0, \"max_position_embeddings\": 40960,\n"
-            " \"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [],\n"
-            " \"tie_word_embeddings\": false, \"eos_token_id\": 151645,\n"
-            " \"torch_dtype\": \"bfloat16\"}\n",
-            H, NH, NKV, HD, layers, E, K, I, V);
+    bench_qwen3_config qc = {H, NH, NKV, HD, layers, E, K, I, V, 151645};
+    bench_write_qwen3_config(f, &qc);
     fclose(f);
 
     size_t cap = 16 + (size_t)layers * (9 + 3 * (size_t)E), n = 0;
@@ -145,7 +128,7 @@ static bool write_synthetic(const char *dir, int layers)
                     buf[j] = 0x3f80; /* 1.0 */
                 } else {
                     /* uniform +-0.02: bf16 bits of a float built from random mantissa */
-                    float v = ((float)(syn_rng(&seed) >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
+                    float v = ((float)(bench_rng(&seed) >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
                     uint32_t u;
                     memcpy(&u, &v, 4);
                     buf[j] = (uint16_t)(u >> 16);
@@ -176,17 +159,13 @@ typedef struct model_cost {
 static bool model_cost_of(const kt_model *m, model_cost *c)
 {
     kt_arch_info a;
-    memset(&a, 0, sizeof a);
-    a.struct_size = sizeof a;
-    if (kt_model_arch(m, &a) < 0)
+    if (!bench_model_arch(m, &a))
         return false;
     double dense_b = 0, dense_p = 0, exp_b = 0, exp_p = 0, head_p = 0;
     size_t n = kt_model_n_tensors(m);
     for (size_t i = 0; i < n; i++) {
         kt_tensor_view v;
-        memset(&v, 0, sizeof v);
-        v.struct_size = sizeof v;
-        if (kt_model_tensor_at(m, i, &v) < 0)
+        if (!bench_model_tensor(m, i, &v))
             return false;
         double bytes = (double)v.nbytes + (double)v.scale_nbytes;
         double params = (double)v.rows * (double)v.cols;
@@ -274,26 +253,15 @@ static int bench_model(const char *dir, int prompt, int gen, int seqs, int preci
     int32_t V = kt_context_n_vocab(ctx);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)prompt);
     float *logits = malloc(sizeof(float) * (size_t)V);
-    uint64_t s = 12345;
-    for (int i = 0; i < prompt; i++)
-        ids[i] = (int32_t)(syn_rng(&s) % (uint64_t)V);
+    bench_random_ids(ids, (size_t)prompt, V);
     /* warm-up: the whole prompt once (first touch of the mapping and of the
      * scratch and workspaces a prompt this long needs), then measure */
     int rc = 1;
     if (kt_context_eval(ctx, ids, (size_t)prompt, logits, 0) < 0)
         goto fail;
-    kt_context_reset(ctx);
-    double t0 = bench_now();
-    if (kt_context_eval(ctx, ids, (size_t)prompt, logits, 0) < 0)
+    double t_pre, t_dec;
+    if (!bench_prefill_decode(ctx, ids, prompt, gen, logits, &t_pre, &t_dec))
         goto fail;
-    double t_pre = bench_now() - t0;
-    t0 = bench_now();
-    for (int i = 0; i < gen; i++) {
-        int32_t tok = kt_argmax(logits, (size_t)V);
-        if (kt_context_eval(ctx, &tok, 1, logits, 0) < 0)
-            goto fail;
-    }
-    double t_dec = bench_now() - t0;
     double pre_tps = prompt / t_pre, dec_tps = gen / t_dec;
     double dec_roof = stream_gbs * 1e9 / cost.decode_bytes;
     /* prefill computes lm_head for the last token only */

@@ -86,15 +86,6 @@ static hy_layout layout_of(const hy_cfg *c)
     return L;
 }
 
-static inline uint64_t xs64(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
 /* Small random weights: BF16 of magnitude below 2^-4, FP8 E4M3 codes without
  * NaN (bit 6 clear), scales 2^-6. */
 static void fill_arena(uint8_t *a, size_t bytes, const hy_cfg *c, const hy_layout *L)
@@ -106,7 +97,7 @@ static void fill_arena(uint8_t *a, size_t bytes, const hy_cfg *c, const hy_layou
         size_t wbytes = 2 * L->w_in + L->w_out;
         if (c->method == KT_METHOD_FP8) {
             for (size_t i = 0; i + 8 <= wbytes; i += 8) {
-                uint64_t r = xs64(&s) & 0xBFBFBFBFBFBFBFBFull;
+                uint64_t r = bench_rng(&s) & 0xBFBFBFBFBFBFBFBFull;
                 memcpy(p + i, &r, 8);
             }
             float *sc = (float *)(p + wbytes);
@@ -114,7 +105,7 @@ static void fill_arena(uint8_t *a, size_t bytes, const hy_cfg *c, const hy_layou
                 sc[i] = 1.0f / 64.0f;
         } else {
             for (size_t i = 0; i + 8 <= wbytes; i += 8) {
-                uint64_t r = xs64(&s);
+                uint64_t r = bench_rng(&s);
                 /* four BF16: sign, exponent 0x38..0x3b << 7 (2^-15 .. 2^-4), mantissa */
                 uint64_t v = 0;
                 for (int j = 0; j < 4; j++) {
@@ -272,7 +263,7 @@ static bool inputs_make(hy_inputs *in, const hy_cfg *c, int32_t T, size_t expert
     }
     uint64_t s = 12345 + (uint64_t)T;
     for (size_t i = 0; i < (size_t)T * H; i++)
-        in->x[i] = (float)((double)(xs64(&s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        in->x[i] = (float)((double)(bench_rng(&s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     for (size_t i = 0; i < (size_t)T * k; i++)
         in->w[i] = 1.0f / (float)k;
     for (size_t set = 0; set < L * N_SETS; set++) {
@@ -284,7 +275,7 @@ static bool inputs_make(hy_inputs *in, const hy_cfg *c, int32_t T, size_t expert
                 int32_t e;
                 bool dup;
                 do { /* k distinct experts per token */
-                    e = (int32_t)(xs64(&s) % (uint64_t)c->E);
+                    e = (int32_t)(bench_rng(&s) % (uint64_t)c->E);
                     dup = false;
                     for (size_t q = 0; q < j; q++)
                         dup |= ids[(size_t)t * k + q] == e;

@@ -16,14 +16,6 @@ bool bench_parse_list(const char *flag, const char *text, int64_t lo, int64_t hi
                       int64_t *vals, int *count, int max);
 int bench_moe_gguf(int argc, char **argv);
 
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 /* T tokens, k distinct uniform experts each; counts[e] tokens per expert. */
 static void route(uint64_t *s, int T, int k, int E, int32_t *ids, float *w, int32_t *counts)
 {
@@ -33,7 +25,7 @@ static void route(uint64_t *s, int T, int k, int E, int32_t *ids, float *w, int3
             int e;
             bool dup;
             do {
-                e = (int)(rng_next(s) % (uint64_t)E);
+                e = (int)(bench_rng(s) % (uint64_t)E);
                 dup = false;
                 for (int q = 0; q < j; q++)
                     dup |= ids[t * k + q] == e;
@@ -155,7 +147,7 @@ int bench_moe_gguf(int argc, char **argv)
     double *samples = malloc(100000 * sizeof(double));
     uint64_t seed = 12345;
     for (int64_t i = 0; i < t_max * H; i++)
-        x[i] = (float)((int64_t)(rng_next(&seed) % 2001) - 1000) * 1e-3f;
+        x[i] = (float)((int64_t)(bench_rng(&seed) % 2001) - 1000) * 1e-3f;
     /* oneDNN yardstick for prefill: random BF16 experts of the same shape */
     void *gm = NULL;
     uint16_t **bw = NULL;
@@ -164,7 +156,7 @@ int bench_moe_gguf(int argc, char **argv)
         for (int p = 0; p < 3 * E; p++) {
             bw[p] = malloc((size_t)H * I * 2);
             for (size_t q = 0; q < (size_t)H * I; q++)
-                bw[p][q] = (uint16_t)(0x3c00 + (rng_next(&seed) & 0xff));
+                bw[p][q] = (uint16_t)(0x3c00 + (bench_rng(&seed) & 0xff));
         }
         gemm_set_threads(info.n_threads);
         gm = gemm_moe_create(H, I, E, 1, (const uint16_t *const *)bw,
