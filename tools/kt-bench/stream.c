@@ -27,42 +27,40 @@ static void slice(size_t n, int tid, int nt, size_t *lo, size_t *hi)
     *hi = chunks * (size_t)(tid + 1) / (size_t)nt * 128;
 }
 
-/* sum += a[i]  (loads only; 8 independent accumulators hide add latency) */
+/* s0..s7 += the 8 vectors of w floats at a + i: loads only; 8 independent accumulators
+ * hide the add latency. One body for every vector width (add, load: its intrinsics). */
+#define ADD_8_VECTORS(add, load, w)                                                    \
+    do {                                                                               \
+        s0 = add(s0, load(a + i));                                                     \
+        s1 = add(s1, load(a + i + (w)));                                               \
+        s2 = add(s2, load(a + i + 2 * (w)));                                           \
+        s3 = add(s3, load(a + i + 3 * (w)));                                           \
+        s4 = add(s4, load(a + i + 4 * (w)));                                           \
+        s5 = add(s5, load(a + i + 5 * (w)));                                           \
+        s6 = add(s6, load(a + i + 6 * (w)));                                           \
+        s7 = add(s7, load(a + i + 7 * (w)));                                           \
+    } while (0)
+
+/* ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) */
+#define SUM_8_VECTORS(add) add(add(add(s0, s1), add(s2, s3)), add(add(s4, s5), add(s6, s7)))
+
+/* sum += a[i] */
 __attribute__((target("avx512f"))) static double read_avx512(const float *a, size_t n)
 {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m512 s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-    for (size_t i = 0; i < n; i += 128) {
-        s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
-        s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
-        s2 = _mm512_add_ps(s2, _mm512_load_ps(a + i + 32));
-        s3 = _mm512_add_ps(s3, _mm512_load_ps(a + i + 48));
-        s4 = _mm512_add_ps(s4, _mm512_load_ps(a + i + 64));
-        s5 = _mm512_add_ps(s5, _mm512_load_ps(a + i + 80));
-        s6 = _mm512_add_ps(s6, _mm512_load_ps(a + i + 96));
-        s7 = _mm512_add_ps(s7, _mm512_load_ps(a + i + 112));
-    }
-    s0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)),
-                       _mm512_add_ps(_mm512_add_ps(s4, s5), _mm512_add_ps(s6, s7)));
-    return _mm512_reduce_add_ps(s0);
+    for (size_t i = 0; i < n; i += 128)
+        ADD_8_VECTORS(_mm512_add_ps, _mm512_load_ps, 16);
+    return _mm512_reduce_add_ps(SUM_8_VECTORS(_mm512_add_ps));
 }
 
 __attribute__((target("avx2"))) static double read_avx2(const float *a, size_t n)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     __m256 s4 = s0, s5 = s0, s6 = s0, s7 = s0;
-    for (size_t i = 0; i < n; i += 64) {
-        s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i));
-        s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
-        s2 = _mm256_add_ps(s2, _mm256_load_ps(a + i + 16));
-        s3 = _mm256_add_ps(s3, _mm256_load_ps(a + i + 24));
-        s4 = _mm256_add_ps(s4, _mm256_load_ps(a + i + 32));
-        s5 = _mm256_add_ps(s5, _mm256_load_ps(a + i + 40));
-        s6 = _mm256_add_ps(s6, _mm256_load_ps(a + i + 48));
-        s7 = _mm256_add_ps(s7, _mm256_load_ps(a + i + 56));
-    }
-    s0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)),
-                       _mm256_add_ps(_mm256_add_ps(s4, s5), _mm256_add_ps(s6, s7)));
+    for (size_t i = 0; i < n; i += 64)
+        ADD_8_VECTORS(_mm256_add_ps, _mm256_load_ps, 8);
+    s0 = SUM_8_VECTORS(_mm256_add_ps);
     float t[8];
     _mm256_storeu_ps(t, s0);
     return (double)t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
