@@ -86,10 +86,94 @@ ALWAYS_INLINE void tile_store(const int NR, const int MT, __m512 acc[4][4], floa
             out[r * 4 + m] = _mm512_reduce_add_ps(acc[r][m]);
 }
 
+/* acc[r][m] = 0 for NR rows x MT tokens. */
+ALWAYS_INLINE void acc_zero(const int NR, const int MT, __m512 acc[4][4])
+{
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            acc[r][m] = _mm512_setzero_ps();
+}
+
+/* The cache lines of the `bytes` at x + ahead started into L2 (ahead 0: none):
+ * the next tile's block, `ahead` bytes (LF_DIST rows) further on. */
+ALWAYS_INLINE void prefetch_block(const void *x, size_t ahead, const size_t bytes)
+{
+    if (!ahead)
+        return;
+    const char *p = (const char *)x + ahead;
+    #pragma GCC unroll 4
+    for (size_t o = 0; o + 1 < bytes; o += 64)
+        _mm_prefetch(p + o, LF_HINT);
+    _mm_prefetch(p + bytes - 1, LF_HINT);
+}
+
+/* What a tile family's kernels need besides rows and tokens. */
+typedef struct tile_job {
+    int type;
+    int nb;        /* blocks per row in the call (K types: of 256; Q4_1 / Q5: of 32) */
+    int R, phase;  /* raw: bytes per row in the call, offset of the first in its period */
+    size_t rp;     /* raw: the activation sections' stride */
+} tile_job;
+
+/* out[r * 4 + m] = rows w[r] . tokens a[m]: 4 rows x 1 token (one), else 2 rows
+ * x mr tokens. */
+typedef void (*tile_family)(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+                            const uint8_t *const *a, size_t ahead, float *out);
+
+/* A family's tile at (NR, MT) from the runtime one / mr: CALL(NR, MT, args...)
+ * with literal sizes, so that each tile is compiled for its shape. */
+#define TILE_SWITCH(CALL, ...)                                                          \
+    do {                                                                                \
+        if (one)                                                                        \
+            CALL(4, 1, __VA_ARGS__);                                                    \
+        else if (mr == 1)                                                               \
+            CALL(2, 1, __VA_ARGS__);                                                    \
+        else if (mr == 2)                                                               \
+            CALL(2, 2, __VA_ARGS__);                                                    \
+        else if (mr == 3)                                                               \
+            CALL(2, 3, __VA_ARGS__);                                                    \
+        else                                                                            \
+            CALL(2, 4, __VA_ARGS__);                                                    \
+    } while (0)
+
+/* C[m][n - n0] = rows [n0, n1) of W (bytes [o0, o0 + span) of each) . tokens
+ * act[m] + aoff, in tiles of fam: one token 4 rows at a time, more 2 rows x up
+ * to 4 tokens. Each row is read once; rows are short (a few KB), so the first
+ * LF_DIST are started at once and each tile starts the one LF_DIST rows on. */
+ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *W, size_t wrow,
+                             size_t o0, size_t span, int n0, int n1, const void *const *act,
+                             size_t aoff, int M, float *C, int ldc)
+{
+    const int NR = M == 1 ? 4 : 2, dist = LF_DIST;
+    for (int n = n0; n < n0 + dist && n < n1; n++)
+        for (size_t c = 0; c < span; c += 64)
+            _mm_prefetch((const char *)W + (size_t)n * wrow + o0 + c, LF_HINT);
+    for (int n = n0; n < n1; n += NR) {
+        int nr = n1 - n < NR ? n1 - n : NR;
+        const uint8_t *wr[4];
+        for (int r = 0; r < NR; r++)
+            wr[r] = W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow + o0;
+        for (int m = 0; m < M; m += 4) {
+            int mr = M - m < 4 ? M - m : 4;
+            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
+            const uint8_t *ar[4];
+            for (int i = 0; i < 4; i++)
+                ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)] + aoff;
+            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
+            fam(j, M == 1, mr, wr, ar, ahead, t);
+            for (int i = 0; i < mr; i++)
+                for (int r = 0; r < nr; r++)
+                    C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
+        }
+    }
+}
+
 /* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens. */
 ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
                             const uint8_t *const *w, int R, int phase, const uint8_t *const *act,
-                            size_t o0, size_t rp, size_t ahead, float *out)
+                            size_t rp, size_t ahead, float *out)
 {
     /* IQ4_NL: the nibble indexes a level; level + 128 as u8, bias -128 * sum */
     const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
@@ -99,13 +183,10 @@ ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const in
     const size_t obias = (q4 ? 2 : 1) * rp, oda = obias + rp;
     __m512 acc[4][4];
     __m512i prev[4];
+    acc_zero(NR, MT, acc);
     #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
+    for (int r = 0; r < NR; r++)
         prev[r] = _mm512_setzero_si512();
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            acc[r][m] = _mm512_setzero_ps();
-    }
     const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
     for (int c = 0; c < R; c += 64) {
         bool last = R - c < 64;
@@ -139,7 +220,7 @@ ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const in
         }
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
-            const uint8_t *a = act[m] + o0 + c;
+            const uint8_t *a = act[m] + c;
             __m512i alo = _mm512_loadu_si512((const void *)a);
             __m512i ahi = q4 ? _mm512_loadu_si512((const void *)(a + rp)) : alo;
             __m512i bias = _mm512_loadu_si512((const void *)(a + obias));
@@ -159,20 +240,18 @@ ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const in
     tile_store(NR, MT, acc, out);
 }
 
-/* One token: 4 rows share each activation load; more: 2 rows x up to 4 tokens. */
-#define RAW_CALL(Q4, NL)                                                                \
-    do {                                                                                \
-        if (M == 1) {                                                                   \
-            raw_tile(Q4, NL, 4, 1, wr, R, phase, a, o0, rp, ahead, t);                  \
-        } else {                                                                        \
-            switch (mr) {                                                               \
-            case 1: raw_tile(Q4, NL, 2, 1, wr, R, phase, a + m, o0, rp, ahead, t); break; \
-            case 2: raw_tile(Q4, NL, 2, 2, wr, R, phase, a + m, o0, rp, ahead, t); break; \
-            case 3: raw_tile(Q4, NL, 2, 3, wr, R, phase, a + m, o0, rp, ahead, t); break; \
-            default: raw_tile(Q4, NL, 2, 4, wr, R, phase, a + m, o0, rp, ahead, t); break; \
-            }                                                                           \
-        }                                                                               \
-    } while (0)
+#define RAW_TILE(NR, MT, Q4, NL) raw_tile(Q4, NL, NR, MT, w, j->R, j->phase, a, j->rp, ahead, out)
+
+static void raw_family(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+                       const uint8_t *const *a, size_t ahead, float *out)
+{
+    if (j->type == KT_TYPE_Q4_0)
+        TILE_SWITCH(RAW_TILE, true, false);
+    else if (j->type == KT_TYPE_IQ4_NL)
+        TILE_SWITCH(RAW_TILE, true, true);
+    else
+        TILE_SWITCH(RAW_TILE, false, false);
+}
 
 void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                             const void *const *act, size_t rp, int M, float *C, int ldc)
@@ -181,33 +260,8 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
     const bool q4 = type != KT_TYPE_Q8_0; /* Q4_0, IQ4_NL: 18-byte blocks */
     const int bb = q4 ? 18 : 34, period = q4 ? PERIOD40 : PERIOD80;
     const size_t o0 = (size_t)b0 * bb;
-    const int R = (b1 - b0) * bb, phase = (int)(o0 % (size_t)period);
-    const uint8_t *const *a = (const uint8_t *const *)act;
-    const int NR = M == 1 ? 4 : 2;
-    int dist = LF_DIST; /* rows prefetched ahead */
-    for (int n = n0; n < n0 + dist && n < n1; n++)
-        for (int c = 0; c < R; c += 64)
-            _mm_prefetch((const char *)W + (size_t)n * wrow + o0 + c, LF_HINT);
-    for (int n = n0; n < n1; n += NR) {
-        int nr = n1 - n < NR ? n1 - n : NR;
-        const uint8_t *wr[4];
-        for (int r = 0; r < NR; r++)
-            wr[r] = (const uint8_t *)W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow + o0;
-        for (int m = 0; m < M; m += 4) {
-            int mr = M - m < 4 ? M - m : 4;
-            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
-            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
-            if (type == KT_TYPE_Q4_0)
-                RAW_CALL(true, false);
-            else if (type == KT_TYPE_IQ4_NL)
-                RAW_CALL(true, true);
-            else
-                RAW_CALL(false, false);
-            for (int i = 0; i < mr; i++)
-                for (int r = 0; r < nr; r++)
-                    C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
-        }
-    }
+    const tile_job j = {type, 0, (b1 - b0) * bb, (int)(o0 % (size_t)period), rp};
+    tile_rows(raw_family, &j, W, wrow, o0, (size_t)j.R, n0, n1, act, o0, M, C, ldc);
 }
 
 /* ---------------------------------------------------------------------------
@@ -247,6 +301,25 @@ ALWAYS_INLINE void k_act(const kt_block_q8_K *y, __m512i a[4])
     }
 }
 
+/* (d, dmin, ...): the two f16 at p as floats. */
+ALWAYS_INLINE __m128 d_dmin(const void *p)
+{
+    uint32_t dm;
+    memcpy(&dm, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+}
+
+/* sum_h sc[h] (q[h] . a[h]) per 16-bit pair, summed into 32-bit lanes
+ * (vpmaddubsw, then vpdpwssd with the pairs' scales). */
+ALWAYS_INLINE __m512i k_codes_dot(const __m512i q[4], const __m512i a[4], const __m512i sc[4])
+{
+    __m512i t = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int h = 0; h < 4; h++)
+        t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[h], a[h]), sc[h]);
+    return t;
+}
+
 /* One Q8_K block of token m against NR rows of a K type (Q4_K, Q5_K, Q2_K): the
  * codes' products through the 16-bit sub-block scales sc, times d_r d_m, into
  * acc; the minimum terms (bsums . mins[r]) times dmin_r d_m into accm.
@@ -260,10 +333,7 @@ ALWAYS_INLINE void k_block_accumulate(const int NR, const int m, const kt_block_
     __m128 da = _mm_set1_ps(y->d);
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
-        __m512i t = _mm512_setzero_si512();
-        #pragma GCC unroll 4
-        for (int h = 0; h < 4; h++)
-            t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][h], a[h]), sc[r][h]);
+        __m512i t = k_codes_dot(q[r], a, sc[r]);
         __m256i mn = _mm256_madd_epi16(bs, mins[r]);
         __m128 s = _mm_mul_ps(dd[r], da); /* (d_r d_m, dmin_r d_m) */
         acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_broadcastss_ps(s), acc[r][m]);
@@ -272,6 +342,17 @@ ALWAYS_INLINE void k_block_accumulate(const int NR, const int m, const kt_block_
                                                            _mm256_castps128_ps256(s)),
                                      accm[r][m]);
     }
+}
+
+/* acc[r][m] = 0, accm[r][m] = 0 (the K types with minimum terms). */
+ALWAYS_INLINE void k_acc_zero(const int NR, const int MT, __m512 acc[4][4], __m256 accm[4][4])
+{
+    acc_zero(NR, MT, acc);
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            accm[r][m] = _mm256_setzero_ps();
 }
 
 /* out[r * 4 + m] = sum of acc[r][m] - sum of accm[r][m]. */
@@ -295,19 +376,13 @@ ALWAYS_INLINE void k_tile_store(const int NR, const int MT, __m512 acc[4][4], __
 /* out[r * 4 + m] = rows w[r] (nb Q4_K blocks; q5: Q5_K) . tokens act[m] (Q8_K blocks).
  * Q5_K: the 5th bit of the code of input 32g + l is bit g of qh[l]. */
 ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uint8_t *const *w,
-                            int nb, const kt_block_q8_K *const *act, size_t ahead, float *out)
+                            int nb, const uint8_t *const *act, size_t ahead, float *out)
 {
     const size_t bb = q5 ? sizeof(kt_block_q5_K) : sizeof(kt_block_q4_K);
     const size_t oqs = q5 ? offsetof(kt_block_q5_K, qs) : offsetof(kt_block_q4_K, qs);
     __m512 acc[4][4];
     __m256 accm[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            acc[r][m] = _mm512_setzero_ps();
-            accm[r][m] = _mm256_setzero_ps();
-        }
+    k_acc_zero(NR, MT, acc, accm);
     const __m512i low4 = _mm512_set1_epi8(15);
     /* vpshufb patterns: 128-bit lanes of (sc_a, sc_a, sc_b, sc_b) as words */
     const __m512i pick[4] = {
@@ -332,14 +407,7 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
         for (int r = 0; r < NR; r++) {
             /* d, dmin and scales lie at the same offsets in Q4_K and Q5_K */
             const kt_block_q4_K *x = (const kt_block_q4_K *)(w[r] + i * bb);
-            if (ahead) {
-                const char *p = (const char *)x + ahead;
-                _mm_prefetch(p, LF_HINT);
-                _mm_prefetch(p + 64, LF_HINT);
-                _mm_prefetch(p + 128, LF_HINT);
-                if (q5)
-                    _mm_prefetch(p + 175, LF_HINT);
-            }
+            prefetch_block(x, ahead, bb);
             const uint8_t *qs = (const uint8_t *)x + oqs;
             __m512i v0 = _mm512_loadu_si512((const void *)qs);
             __m512i v1 = _mm512_loadu_si512((const void *)(qs + 64));
@@ -370,13 +438,11 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
                 sc[r][h] = _mm512_shuffle_epi8(sw, pick[h]);
             __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m8));
             mw[r] = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
-            uint32_t dm;
-            memcpy(&dm, &x->d, 4);
-            dd[r] = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); /* d, dmin */
+            dd[r] = d_dmin(&x->d);
         }
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
-            const kt_block_q8_K *y = act[m] + i;
+            const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)act[m] + i;
             __m512i a[4];
             k_act(y, a);
             k_block_accumulate(NR, m, y, a, q, sc, mw, dd, acc, accm);
@@ -385,20 +451,58 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
     k_tile_store(NR, MT, acc, accm, out);
 }
 
-/* One token: 4 rows; more: 2 rows x up to 4 tokens. */
-#define K_CALL(FN, F)                                                                   \
-    do {                                                                                \
-        if (M == 1) {                                                                   \
-            FN(F, 4, 1, wr, nb, ar, ahead, t);                                          \
-        } else {                                                                        \
-            switch (mr) {                                                               \
-            case 1: FN(F, 2, 1, wr, nb, ar, ahead, t); break;                           \
-            case 2: FN(F, 2, 2, wr, nb, ar, ahead, t); break;                           \
-            case 3: FN(F, 2, 3, wr, nb, ar, ahead, t); break;                           \
-            default: FN(F, 2, 4, wr, nb, ar, ahead, t); break;                          \
-            }                                                                           \
-        }                                                                               \
-    } while (0)
+/* The K types with 16 scales per 256 inputs (Q6_K, Q3_K, Q2_K): the 16-bit
+ * scale of each word of the 4 code registers. widx[h] word w: scale 4 h + w / 8
+ * (inputs in order: Q6_K) or 8 (w / 16) + 2 h + (w % 16) / 8 (Q2_K / Q3_K:
+ * register h holds inputs 32 h + l and 128 + 32 h + l). */
+ALWAYS_INLINE void k16_word_index(const bool in_order, __m512i widx[4])
+{
+    #pragma GCC unroll 4
+    for (int h = 0; h < 4; h++) {
+        uint16_t ix[32];
+        for (int k = 0; k < 32; k++)
+            ix[k] = (uint16_t)(in_order ? 4 * h + k / 8 : 8 * (k / 16) + 2 * h + (k % 16) / 8);
+        widx[h] = _mm512_loadu_si512((const void *)ix);
+    }
+}
+
+/* sc[h] = the scales s16 (16 words) spread over register h's words. */
+ALWAYS_INLINE void k16_scales(const __m512i widx[4], __m256i s16, __m512i sc[4])
+{
+    __m512i s512 = _mm512_castsi256_si512(s16);
+    #pragma GCC unroll 4
+    for (int h = 0; h < 4; h++)
+        sc[h] = _mm512_permutexvar_epi16(widx[h], s512);
+}
+
+/* Q2_K / Q3_K: the activation codes of block y in the 2-bit fields' order. */
+ALWAYS_INLINE void k2_act(const kt_block_q8_K *y, __m512i a[4])
+{
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        a[j] = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * j))),
+            _mm256_loadu_si256((const __m256i *)(y->qs + 128 + 32 * j)), 1);
+}
+
+/* One Q8_K block of token m against NR rows of Q6_K / Q3_K codes (value + 2^shift):
+ *   T = sum_g sc_g (q . a)_g - 2^shift sum_g sc_g bsum_g;  acc += float(T) d_r d_m */
+ALWAYS_INLINE void k16_accumulate(const int NR, const int m, const int shift,
+                                  const kt_block_q8_K *y, const __m512i a[4],
+                                  const __m512i q[4][4], const __m512i sc[4][4],
+                                  const __m256i s16[4], const float dw[4], __m512 acc[4][4])
+{
+    __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        __m512i t = k_codes_dot(q[r], a, sc[r]);
+        /* the offsets, in 8 lanes */
+        __m256i mn = _mm256_madd_epi16(bs, s16[r]);
+        t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(mn, shift)));
+        acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw[r] * y->d),
+                                    acc[r][m]);
+    }
+}
 
 /* ---------------------------------------------------------------------------
  * Q6_K x Q8_K. Per 256-input block and row, for each half h of 128 inputs:
@@ -410,26 +514,15 @@ ALWAYS_INLINE void q4k_tile(const bool q5, const int NR, const int MT, const uin
  *   acc += float(T) d da
  */
 ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
-                            const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                            const uint8_t *const *w, int nb, const uint8_t *const *act,
                             size_t ahead, float *out)
 {
     (void)unused;
     __m512 acc[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            acc[r][m] = _mm512_setzero_ps();
+    acc_zero(NR, MT, acc);
     const __m512i low4 = _mm512_set1_epi8(15), bits54 = _mm512_set1_epi8(0x30);
-    /* word w of register h (inputs 64h + 2w, +1) uses scale 4h + w / 8 */
     __m512i widx[4];
-    #pragma GCC unroll 4
-    for (int h = 0; h < 4; h++) {
-        uint16_t ix[32];
-        for (int k = 0; k < 32; k++)
-            ix[k] = (uint16_t)(4 * h + k / 8);
-        widx[h] = _mm512_loadu_si512((const void *)ix);
-    }
+    k16_word_index(true, widx);
     for (int i = 0; i < nb; i++) {
         __m512i q[4][4], sc[4][4];
         __m256i s16[4];
@@ -437,13 +530,7 @@ ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const kt_block_q6_K *x = (const kt_block_q6_K *)(const void *)w[r] + i;
-            if (ahead) {
-                const char *p = (const char *)x + ahead;
-                _mm_prefetch(p, LF_HINT);
-                _mm_prefetch(p + 64, LF_HINT);
-                _mm_prefetch(p + 128, LF_HINT);
-                _mm_prefetch(p + 209, LF_HINT);
-            }
+            prefetch_block(x, ahead, sizeof *x);
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 __m512i l = _mm512_loadu_si512((const void *)(x->ql + 64 * h));
@@ -458,30 +545,17 @@ ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
                                                                    bits54));
             }
             s16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
-            __m512i s512 = _mm512_castsi256_si512(s16[r]);
-            #pragma GCC unroll 4
-            for (int h = 0; h < 4; h++)
-                sc[r][h] = _mm512_permutexvar_epi16(widx[h], s512);
+            k16_scales(widx, s16[r], sc[r]);
             dw[r] = _cvtsh_ss(x->d);
         }
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
-            const kt_block_q8_K *y = act[m] + i;
-            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
+            const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)act[m] + i;
+            __m512i a[4];
             #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i t = _mm512_setzero_si512();
-                #pragma GCC unroll 4
-                for (int h = 0; h < 4; h++)
-                    t = _mm512_dpwssd_epi32(
-                        t, _mm512_maddubs_epi16(q[r][h], _mm512_loadu_si512(y->qs + 64 * h)),
-                        sc[r][h]);
-                /* - 32 sum_j sc_j bsum_j, in 8 lanes */
-                __m256i mn = _mm256_madd_epi16(bs, s16[r]);
-                t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(mn, 5)));
-                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw[r] * y->d),
-                                            acc[r][m]);
-            }
+            for (int h = 0; h < 4; h++)
+                a[h] = _mm512_loadu_si512(y->qs + 64 * h);
+            k16_accumulate(NR, m, 5, y, a, q, sc, s16, dw, acc);
         }
     }
     tile_store(NR, MT, acc, out);
@@ -497,16 +571,12 @@ ALWAYS_INLINE void q6k_tile(const bool unused, const int NR, const int MT,
  *   acc += float(T) d da
  */
 ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
-                              const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                              const uint8_t *const *w, int nb, const uint8_t *const *act,
                               size_t ahead, float *out)
 {
     (void)unused;
     __m512 acc[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            acc[r][m] = _mm512_setzero_ps();
+    acc_zero(NR, MT, acc);
     const __m512i low4 = _mm512_set1_epi8(15), c128 = _mm512_set1_epi8((char)0x80);
     const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
         _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
@@ -521,12 +591,7 @@ ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const kt_block_iq4_xs *x = (const kt_block_iq4_xs *)(const void *)w[r] + i;
-            if (ahead) {
-                const char *p = (const char *)x + ahead;
-                _mm_prefetch(p, LF_HINT);
-                _mm_prefetch(p + 64, LF_HINT);
-                _mm_prefetch(p + 135, LF_HINT);
-            }
+            prefetch_block(x, ahead, sizeof *x);
             #pragma GCC unroll 2
             for (int v = 0; v < 2; v++) {
                 __m512i q = _mm512_loadu_si512((const void *)(x->qs + 64 * v));
@@ -549,7 +614,7 @@ ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
         }
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
-            const kt_block_q8_K *y = act[m] + i;
+            const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)act[m] + i;
             __m512i y0 = _mm512_loadu_si512((const void *)y->qs);
             __m512i y1 = _mm512_loadu_si512((const void *)(y->qs + 64));
             __m512i y2 = _mm512_loadu_si512((const void *)(y->qs + 128));
@@ -594,30 +659,17 @@ ALWAYS_INLINE void iq4xs_tile(const bool unused, const int NR, const int MT,
  *   acc += float(T) d da;  accm += float(Mn) dmin da;  out = sum acc - sum accm
  */
 ALWAYS_INLINE void q2k_tile(const bool unused, const int NR, const int MT,
-                            const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                            const uint8_t *const *w, int nb, const uint8_t *const *act,
                             size_t ahead, float *out)
 {
     (void)unused;
     __m512 acc[4][4];
     __m256 accm[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            acc[r][m] = _mm512_setzero_ps();
-            accm[r][m] = _mm256_setzero_ps();
-        }
+    k_acc_zero(NR, MT, acc, accm);
     const __m512i low2 = _mm512_set1_epi8(3);
     const __m128i low4 = _mm_set1_epi8(15);
-    /* word w of register j: group 2 j + w / 8 (w < 16), 8 + 2 j + (w - 16) / 8 */
     __m512i widx[4];
-    #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        uint16_t ix[32];
-        for (int k = 0; k < 32; k++)
-            ix[k] = (uint16_t)(8 * (k / 16) + 2 * j + (k % 16) / 8);
-        widx[j] = _mm512_loadu_si512((const void *)ix);
-    }
+    k16_word_index(false, widx);
     for (int i = 0; i < nb; i++) {
         __m512i q[4][4], sc[4][4];
         __m256i m16[4];
@@ -625,34 +677,21 @@ ALWAYS_INLINE void q2k_tile(const bool unused, const int NR, const int MT,
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const kt_block_q2_K *x = (const kt_block_q2_K *)(const void *)w[r] + i;
-            if (ahead) {
-                const char *p = (const char *)x + ahead;
-                _mm_prefetch(p, LF_HINT);
-                _mm_prefetch(p + 83, LF_HINT);
-            }
+            prefetch_block(x, ahead, sizeof *x);
             __m512i v = _mm512_loadu_si512((const void *)x->qs);
             #pragma GCC unroll 4
             for (int j = 0; j < 4; j++)
                 q[r][j] = _mm512_and_si512(_mm512_srli_epi16(v, 2 * j), low2);
             __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
-            __m512i s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, low4)));
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                sc[r][j] = _mm512_permutexvar_epi16(widx[j], s16);
+            k16_scales(widx, _mm256_cvtepu8_epi16(_mm_and_si128(sb, low4)), sc[r]);
             m16[r] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), low4));
-            uint32_t dm;
-            memcpy(&dm, &x->d, 4);
-            dd[r] = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm)); /* d, dmin */
+            dd[r] = d_dmin(&x->d);
         }
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
-            const kt_block_q8_K *y = act[m] + i;
+            const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)act[m] + i;
             __m512i a[4];
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                a[j] = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * j))),
-                    _mm256_loadu_si256((const __m256i *)(y->qs + 128 + 32 * j)), 1);
+            k2_act(y, a);
             k_block_accumulate(NR, m, y, a, q, sc, m16, dd, acc, accm);
         }
     }
@@ -668,27 +707,19 @@ ALWAYS_INLINE void q2k_tile(const bool unused, const int NR, const int MT,
  *   acc += float(T) d da
  */
 ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
-                            const uint8_t *const *w, int nb, const kt_block_q8_K *const *act,
+                            const uint8_t *const *w, int nb, const uint8_t *const *act,
                             size_t ahead, float *out)
 {
     (void)unused;
     __m512 acc[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            acc[r][m] = _mm512_setzero_ps();
+    acc_zero(NR, MT, acc);
     const __m512i low2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     __m512i widx[4], hsel[4];
+    k16_word_index(false, widx);
     #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        uint16_t ix[32];
-        for (int k = 0; k < 32; k++)
-            ix[k] = (uint16_t)(8 * (k / 16) + 2 * j + (k % 16) / 8);
-        widx[j] = _mm512_loadu_si512((const void *)ix);
+    for (int j = 0; j < 4; j++)
         hsel[j] = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << j)),
                                      _mm256_set1_epi8((char)(1 << (4 + j))), 1);
-    }
     const __m128i shifts = _mm_set_epi32(6, 4, 2, 0);
     for (int i = 0; i < nb; i++) {
         __m512i q[4][4], sc[4][4];
@@ -697,12 +728,7 @@ ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const kt_block_q3_K *x = (const kt_block_q3_K *)(const void *)w[r] + i;
-            if (ahead) {
-                const char *p = (const char *)x + ahead;
-                _mm_prefetch(p, LF_HINT);
-                _mm_prefetch(p + 64, LF_HINT);
-                _mm_prefetch(p + 109, LF_HINT);
-            }
+            prefetch_block(x, ahead, sizeof *x);
             __m512i v = _mm512_loadu_si512((const void *)x->qs);
             __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
             #pragma GCC unroll 4
@@ -723,36 +749,37 @@ ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
                                        _mm_set1_epi8(3));
             __m128i s8 = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
             s16[r] = _mm256_cvtepi8_epi16(s8);
-            __m512i s512 = _mm512_castsi256_si512(s16[r]);
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                sc[r][j] = _mm512_permutexvar_epi16(widx[j], s512);
+            k16_scales(widx, s16[r], sc[r]);
             dw[r] = _cvtsh_ss(x->d);
         }
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
-            const kt_block_q8_K *y = act[m] + i;
+            const kt_block_q8_K *y = (const kt_block_q8_K *)(const void *)act[m] + i;
             __m512i a[4];
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++)
-                a[j] = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(y->qs + 32 * j))),
-                    _mm256_loadu_si256((const __m256i *)(y->qs + 128 + 32 * j)), 1);
-            __m256i bs = _mm256_loadu_si256((const __m256i *)y->bsums);
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i t = _mm512_setzero_si512();
-                #pragma GCC unroll 4
-                for (int j = 0; j < 4; j++)
-                    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(q[r][j], a[j]), sc[r][j]);
-                __m256i mn = _mm256_madd_epi16(bs, s16[r]); /* the -4 offsets */
-                t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(mn, 2)));
-                acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(dw[r] * y->d),
-                                            acc[r][m]);
-            }
+            k2_act(y, a);
+            k16_accumulate(NR, m, 2, y, a, q, sc, s16, dw, acc); /* the -4 offsets */
         }
     }
     tile_store(NR, MT, acc, out);
+}
+
+#define K_TILE(NR, MT, FN, F) FN(F, NR, MT, w, j->nb, a, ahead, out)
+
+static void k_family(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+                     const uint8_t *const *a, size_t ahead, float *out)
+{
+    if (j->type == KT_TYPE_Q4_K)
+        TILE_SWITCH(K_TILE, q4k_tile, false);
+    else if (j->type == KT_TYPE_Q5_K)
+        TILE_SWITCH(K_TILE, q4k_tile, true);
+    else if (j->type == KT_TYPE_Q6_K)
+        TILE_SWITCH(K_TILE, q6k_tile, false);
+    else if (j->type == KT_TYPE_Q2_K)
+        TILE_SWITCH(K_TILE, q2k_tile, false);
+    else if (j->type == KT_TYPE_Q3_K)
+        TILE_SWITCH(K_TILE, q3k_tile, false);
+    else
+        TILE_SWITCH(K_TILE, iq4xs_tile, false);
 }
 
 /* Rows of Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS blocks [b0, b1) against Q8_K
@@ -760,43 +787,10 @@ ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
 void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                           const void *const *act, int M, float *C, int ldc)
 {
-    const kt_block_q8_K *const *a = (const kt_block_q8_K *const *)act;
-    const int NR = M == 1 ? 4 : 2, nb = b1 - b0;
-    const int dist = LF_DIST;
     const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
-    for (int n = n0; n < n0 + dist && n < n1; n++)
-        for (size_t c = 0; c < (size_t)nb * bb; c += 64)
-            _mm_prefetch((const char *)W + (size_t)n * wrow + (size_t)b0 * bb + c, LF_HINT);
-    for (int n = n0; n < n1; n += NR) {
-        int nr = n1 - n < NR ? n1 - n : NR;
-        const uint8_t *wr[4];
-        for (int r = 0; r < NR; r++)
-            wr[r] = (const uint8_t *)W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow +
-                    (size_t)b0 * bb;
-        for (int m = 0; m < M; m += 4) {
-            int mr = M - m < 4 ? M - m : 4;
-            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
-            const kt_block_q8_K *ar[4];
-            for (int i = 0; i < 4; i++)
-                ar[i] = a[m + (i < mr ? i : mr - 1)] + b0;
-            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
-            if (type == KT_TYPE_Q4_K)
-                K_CALL(q4k_tile, false);
-            else if (type == KT_TYPE_Q5_K)
-                K_CALL(q4k_tile, true);
-            else if (type == KT_TYPE_Q6_K)
-                K_CALL(q6k_tile, false);
-            else if (type == KT_TYPE_Q2_K)
-                K_CALL(q2k_tile, false);
-            else if (type == KT_TYPE_Q3_K)
-                K_CALL(q3k_tile, false);
-            else
-                K_CALL(iq4xs_tile, false);
-            for (int i = 0; i < mr; i++)
-                for (int r = 0; r < nr; r++)
-                    C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
-        }
-    }
+    const tile_job j = {type, b1 - b0, 0, 0, 0};
+    tile_rows(k_family, &j, W, wrow, (size_t)b0 * bb, (size_t)j.nb * bb, n0, n1, act,
+              (size_t)b0 * sizeof(kt_block_q8_K), M, C, ldc);
 }
 
 
@@ -900,11 +894,7 @@ ALWAYS_INLINE void q5_tile(const int type, const int NR, const int MT, const uin
                                  q81 ? 2 : -1);
     const __m512i low4 = _mm512_set1_epi8(15), c16 = _mm512_set1_epi8(16);
     __m512 acc[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            acc[r][m] = _mm512_setzero_ps();
+    acc_zero(NR, MT, acc);
     for (int i = 0; i < nb; i += 4) {
         const int nv = nb - i < 4 ? nb - i : 4, nbytes = nv * bb;
         const __mmask64 m0 = nbytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nbytes) - 1;
@@ -956,41 +946,29 @@ ALWAYS_INLINE void q5_tile(const int type, const int NR, const int MT, const uin
     tile_store(NR, MT, acc, out);
 }
 
+#define Q5_TILE(NR, MT, TYPE) q5_tile(TYPE, NR, MT, w, j->nb, a, ahead, out)
+
+static void q5_family(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+                      const uint8_t *const *a, size_t ahead, float *out)
+{
+    if (j->type == KT_TYPE_Q4_1)
+        TILE_SWITCH(Q5_TILE, KT_TYPE_Q4_1);
+    else if (j->type == KT_TYPE_Q5_0)
+        TILE_SWITCH(Q5_TILE, KT_TYPE_Q5_0);
+    else
+        TILE_SWITCH(Q5_TILE, KT_TYPE_Q5_1);
+}
+
 /* Rows of Q4_1 / Q5_0 / Q5_1 blocks [b0, b1) of 32 against tokens' Q8_1 / Q8_0
  * blocks (act[m]: the token's first block). */
 void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                            const void *const *act, int M, float *C, int ldc)
 {
-    const int NR = M == 1 ? 4 : 2, nb = b1 - b0, dist = LF_DIST;
     const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
     const size_t abytes = type == KT_TYPE_Q5_0 ? sizeof(kt_block_q8_0) : sizeof(kt_block_q8_1);
-    for (int n = n0; n < n0 + dist && n < n1; n++)
-        for (size_t c = 0; c < (size_t)nb * bb; c += 64)
-            _mm_prefetch((const char *)W + (size_t)n * wrow + (size_t)b0 * bb + c, LF_HINT);
-    for (int n = n0; n < n1; n += NR) {
-        int nr = n1 - n < NR ? n1 - n : NR;
-        const uint8_t *wr[4];
-        for (int r = 0; r < NR; r++)
-            wr[r] = (const uint8_t *)W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow +
-                    (size_t)b0 * bb;
-        for (int m = 0; m < M; m += 4) {
-            int mr = M - m < 4 ? M - m : 4;
-            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
-            const uint8_t *ar[4];
-            for (int i = 0; i < 4; i++)
-                ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)] + (size_t)b0 * abytes;
-            float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
-            if (type == KT_TYPE_Q4_1)
-                K_CALL(q5_tile, KT_TYPE_Q4_1);
-            else if (type == KT_TYPE_Q5_0)
-                K_CALL(q5_tile, KT_TYPE_Q5_0);
-            else
-                K_CALL(q5_tile, KT_TYPE_Q5_1);
-            for (int i = 0; i < mr; i++)
-                for (int r = 0; r < nr; r++)
-                    C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
-        }
-    }
+    const tile_job j = {type, b1 - b0, 0, 0, 0};
+    tile_rows(q5_family, &j, W, wrow, (size_t)b0 * bb, (size_t)j.nb * bb, n0, n1, act,
+              (size_t)b0 * abytes, M, C, ldc);
 }
 
 
