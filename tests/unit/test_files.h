@@ -5,6 +5,7 @@
 #ifndef KT_TEST_FILES_H
 #define KT_TEST_FILES_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,59 @@ static inline char *read_whole_file(const char *path, size_t *size)
             *size = (size_t)n;
     }
     return p;
+}
+
+/* One case of tests/data/hostile/MANIFEST (made by make_hostile.py), a line
+ * "kind name status needle". */
+typedef struct hostile_case {
+    char kind[16], name[256];
+    char needle[256]; /* what the error message must hold ('+' read as ' '); "-": nothing */
+    char want[48];    /* "KT_OK" or "KT_ERR_<status>" */
+    char path[700];   /* the case's file */
+} hostile_case;
+
+/* The MANIFEST, open for hostile_next(); the test fails if it cannot be opened. */
+static inline FILE *hostile_manifest(void)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/hostile/MANIFEST", test_data());
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    return f;
+}
+
+/* The manifest's next case into c (comment lines skipped); 0 at its end. */
+static inline int hostile_next(FILE *f, hostile_case *c)
+{
+    char line[700], status[32];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%15s %255s %31s %255s", c->kind, c->name, status,
+                                     c->needle) != 4)
+            continue;
+        for (char *p = c->needle; *p; p++)
+            if (*p == '+')
+                *p = ' ';
+        snprintf(c->want, sizeof c->want, strcmp(status, "OK") ? "KT_ERR_%s" : "KT_OK", status);
+        snprintf(c->path, sizeof c->path, "%s/hostile/%s", test_data(), c->name);
+        return 1;
+    }
+    return 0;
+}
+
+/* A copy of file [size] with 1 + iter % 3 of its bytes overwritten at places and with values
+ * drawn from the LCG *rng; the caller frees it. */
+static inline unsigned char *flipped_copy(const unsigned char *file, size_t size, int iter,
+                                          uint32_t *rng)
+{
+    unsigned char *copy = malloc(size);
+    memcpy(copy, file, size);
+    for (int k = 0; k < 1 + iter % 3; k++) {
+        *rng = *rng * 1664525u + 1013904223u;
+        size_t at = (*rng >> 8) % size;
+        *rng = *rng * 1664525u + 1013904223u;
+        copy[at] = (unsigned char)(*rng >> 24);
+    }
+    return copy;
 }
 
 /* Writes text to path; the test fails if it cannot. */

@@ -500,24 +500,12 @@ static void test_hand_assembled(void **state)
 static void test_hostile_corpus(void **state)
 {
     (void)state;
-    char path[700], line[700];
-    snprintf(path, sizeof path, "%s/hostile/MANIFEST", test_data());
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
+    FILE *f = hostile_manifest();
     int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        char kind[16], name[256], status[32], needle[256];
-        if (line[0] == '#' || sscanf(line, "%15s %255s %31s %255s", kind, name, status,
-                                     needle) != 4)
+    hostile_case c;
+    while (hostile_next(f, &c)) {
+        if (strcmp(c.kind, "gguf") != 0 && strcmp(c.kind, "okgguf") != 0)
             continue;
-        if (strcmp(kind, "gguf") != 0 && strcmp(kind, "okgguf") != 0)
-            continue;
-        for (char *c = needle; *c; c++)
-            if (*c == '+')
-                *c = ' ';
-        char want[48];
-        snprintf(want, sizeof want, strcmp(status, "OK") ? "KT_ERR_%s" : "KT_OK", status);
-        snprintf(path, sizeof path, "%s/hostile/%s", test_data(), name);
         /* From the file (mmap) and from an exact-size heap copy (ASan sees overreads). */
         for (int from_memory = 0; from_memory < 2; from_memory++) {
             kt_gguf *g = (kt_gguf *)(uintptr_t)1;
@@ -525,28 +513,28 @@ static void test_hostile_corpus(void **state)
             unsigned char *buf = NULL;
             if (from_memory) {
                 size_t size;
-                buf = read_file(path, &size);
+                buf = read_file(c.path, &size);
                 assert_non_null(buf);
-                s = kt__gguf_parse_memory(&g, buf, size, path);
+                s = kt__gguf_parse_memory(&g, buf, size, c.path);
             } else {
-                s = kt__gguf_open_file(&g, path);
+                s = kt__gguf_open_file(&g, c.path);
             }
-            if (strcmp(kt_status_str(s), want) != 0)
-                fail_msg("%s: got %s (%s), want %s", name, kt_status_str(s), kt_last_error(),
-                         want);
+            if (strcmp(kt_status_str(s), c.want) != 0)
+                fail_msg("%s: got %s (%s), want %s", c.name, kt_status_str(s),
+                         kt_last_error(), c.want);
             if (s == KT_OK) {
                 kt__gguf_close(g);
             } else {
                 const char *msg = kt_last_error();
                 assert_null(g);
-                if (!strstr(msg, name))
-                    fail_msg("%s: message does not name the file: %s", name, msg);
+                if (!strstr(msg, c.name))
+                    fail_msg("%s: message does not name the file: %s", c.name, msg);
                 /* A short file fails the size check before the magic when mapped. */
-                if (strcmp(needle, "-") != 0 && !strstr(msg, needle) &&
+                if (strcmp(c.needle, "-") != 0 && !strstr(msg, c.needle) &&
                     !(from_memory == 0 && strstr(msg, "too short")))
-                    fail_msg("%s: message lacks '%s': %s", name, needle, msg);
+                    fail_msg("%s: message lacks '%s': %s", c.name, c.needle, msg);
                 if (getenv("KT_TEST_VERBOSE") && from_memory)
-                    print_message("%-36s %s\n", name, msg);
+                    print_message("%-36s %s\n", c.name, msg);
             }
             free(buf);
         }
@@ -569,14 +557,7 @@ static void test_flips(void **state)
     uint32_t rng = 777;
     int accepted = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        unsigned char *copy = malloc(size);
-        memcpy(copy, file, size);
-        for (int k = 0; k < 1 + iter % 3; k++) {
-            rng = rng * 1664525u + 1013904223u;
-            size_t at = (rng >> 8) % size;
-            rng = rng * 1664525u + 1013904223u;
-            copy[at] = (unsigned char)(rng >> 24);
-        }
+        unsigned char *copy = flipped_copy(file, size, iter, &rng);
         kt_gguf *g = NULL;
         if (kt__gguf_parse_memory(&g, copy, size, "flip") == KT_OK) {
             accepted++;

@@ -841,39 +841,28 @@ static void test_fixture_values(void **state)
 static int run_manifest(const char *const *kinds, size_t n_kinds,
                         kt_status (*open_fn)(const char *kind, const char *path))
 {
-    char path[700], line[700];
-    snprintf(path, sizeof path, "%s/hostile/MANIFEST", test_data());
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
+    FILE *f = hostile_manifest();
     int n = 0;
-    while (fgets(line, sizeof line, f)) {
-        char kind[16], name[256], status[32], needle[256];
-        if (line[0] == '#' || sscanf(line, "%15s %255s %31s %255s", kind, name, status,
-                                     needle) != 4)
-            continue;
+    hostile_case c;
+    while (hostile_next(f, &c)) {
         bool mine = false;
         for (size_t k = 0; k < n_kinds; k++)
-            mine |= strcmp(kind, kinds[k]) == 0;
+            mine |= strcmp(c.kind, kinds[k]) == 0;
         if (!mine)
             continue;
-        for (char *c = needle; *c; c++)
-            if (*c == '+')
-                *c = ' ';
-        char want[48];
-        snprintf(want, sizeof want, strcmp(status, "OK") ? "KT_ERR_%s" : "KT_OK", status);
-        snprintf(path, sizeof path, "%s/hostile/%s", test_data(), name);
         kt_clear_error();
-        kt_status s = open_fn(kind, path);
-        if (strcmp(kt_status_str(s), want) != 0)
-            fail_msg("%s: got %s (%s), want %s", name, kt_status_str(s), kt_last_error(), want);
+        kt_status s = open_fn(c.kind, c.path);
+        if (strcmp(kt_status_str(s), c.want) != 0)
+            fail_msg("%s: got %s (%s), want %s", c.name, kt_status_str(s), kt_last_error(),
+                     c.want);
         if (s != KT_OK) {
             const char *msg = kt_last_error();
-            if (!strstr(msg, name))
-                fail_msg("%s: message does not name the file: %s", name, msg);
-            if (strcmp(needle, "-") != 0 && !strstr(msg, needle))
-                fail_msg("%s: message lacks '%s': %s", name, needle, msg);
+            if (!strstr(msg, c.name))
+                fail_msg("%s: message does not name the file: %s", c.name, msg);
+            if (strcmp(c.needle, "-") != 0 && !strstr(msg, c.needle))
+                fail_msg("%s: message lacks '%s': %s", c.name, c.needle, msg);
             if (getenv("KT_TEST_VERBOSE"))
-                print_message("%-40s %s\n", name, msg);
+                print_message("%-40s %s\n", c.name, msg);
         }
         n++;
     }
@@ -931,14 +920,7 @@ static void test_truncations_and_flips(void **state)
     uint32_t rng = 12345;
     int accepted = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        unsigned char *copy = malloc(size);
-        memcpy(copy, file, size);
-        for (int k = 0; k < 1 + iter % 3; k++) {
-            rng = rng * 1664525u + 1013904223u;
-            size_t at = (rng >> 8) % size;
-            rng = rng * 1664525u + 1013904223u;
-            copy[at] = (unsigned char)(rng >> 24);
-        }
+        unsigned char *copy = flipped_copy(file, size, iter, &rng);
         kt_status s = kt__st_parse_memory(&set, copy, size, "flip");
         if (s == KT_OK) {
             accepted++;
