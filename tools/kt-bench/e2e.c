@@ -466,6 +466,24 @@ static bool write_checkpoint(const e2e_shape *s, int layers, const char *dir, in
     return ok;
 }
 
+/* a checkpoint of an earlier --keep run that opens as a model (the weights are
+ * random anyway: pages a killed writer left unwritten read as zeros) */
+static bool checkpoint_present(const char *dir, uint64_t *total)
+{
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "%.1000s/config.json", dir);
+    if (stat(path, &st) != 0)
+        return false;
+    snprintf(path, sizeof path, "%.1000s/model.safetensors", dir);
+    kt_model *m = NULL;
+    if (stat(path, &st) != 0 || kt_model_open(&m, NULL, dir, NULL) < 0)
+        return false;
+    kt_model_free(m);
+    *total = (uint64_t)st.st_size;
+    return true;
+}
+
 static void remove_checkpoint(const char *dir)
 {
     char path[1024];
@@ -545,6 +563,7 @@ typedef struct e2e_opts {
     int32_t lw_tokens; /* kt_gpu_options.layerwise_tokens */
     bool cpu_only, cpu_row;
     bool moe_bf16;     /* CPU experts on BF16 activations (AMX) instead of BF16X2 */
+    bool keep;         /* checkpoints kept (and reused) under a name without the pid */
     double stream_gbs, cpu_tflops, t_start, time_limit;
     kt_gpu_limits gpu;
     bool have_gpu;
@@ -808,6 +827,8 @@ static void usage(FILE *f)
             "                     measured copy beats the measured CPU (rows marked L)\n"
             "  --dir DIR          where checkpoints are written, then removed\n"
             "                     (default /dev/shm; needs the model's size free)\n"
+            "  --keep             keep the checkpoints (DIR/kt-e2e-NAME-LAYERS) and reuse\n"
+            "                     one found there (several runs in one session)\n"
             "  --device cpu       the CPU engine only (budget 0)\n"
             "  --no-cpu-row       skip the CPU-engine-alone reference row (shortest prompt)\n"
             "  --moe-bf16         CPU experts on BF16 activations (AMX tiles where there\n"
@@ -912,6 +933,8 @@ int cmd_e2e(int argc, char **argv)
             o.lw_tokens = (int32_t)n;
         } else if (!strcmp(argv[i], "--no-cpu-row")) {
             o.cpu_row = false;
+        } else if (!strcmp(argv[i], "--keep")) {
+            o.keep = true;
         } else if (!strcmp(argv[i], "--moe-bf16")) {
             o.moe_bf16 = true;
         } else if (opt_match(argc, argv, &i, "--time-limit", true, &v, &bad)) {
@@ -974,18 +997,28 @@ int cmd_e2e(int argc, char **argv)
         if (out_of_time(&o, s->name))
             break;
         char path[1024];
-        snprintf(path, sizeof path, "%.900s/kt-e2e-%s-%d", dir, s->name, (int)getpid());
+        if (o.keep)
+            snprintf(path, sizeof path, "%.900s/kt-e2e-%s-%d", dir, s->name, L);
+        else
+            snprintf(path, sizeof path, "%.900s/kt-e2e-%s-%d", dir, s->name, (int)getpid());
         double t0 = bench_now();
         uint64_t bytes = 0;
-        bool ok = write_checkpoint(s, L, path, nth, &bytes);
-        printf("# %s: %d layers, %.2f GB checkpoint written to %s in %.1f s\n", s->name, L,
-               bytes / 1e9, path, bench_now() - t0);
+        bool ok = o.keep && checkpoint_present(path, &bytes);
+        if (ok) {
+            printf("# %s: %d layers, %.2f GB checkpoint kept in %s\n", s->name, L,
+                   bytes / 1e9, path);
+        } else {
+            ok = write_checkpoint(s, L, path, nth, &bytes);
+            printf("# %s: %d layers, %.2f GB checkpoint written to %s in %.1f s\n", s->name,
+                   L, bytes / 1e9, path, bench_now() - t0);
+        }
         fflush(stdout);
         if (ok)
             rc |= bench_one(s->name, path, &o);
         else
             rc = 1;
-        remove_checkpoint(path);
+        if (!o.keep || !ok)
+            remove_checkpoint(path);
     }
     if (o.json && !json_close(o.json))
         rc = 1;
