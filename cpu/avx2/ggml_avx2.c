@@ -3,36 +3,13 @@
  * summation order differs. Runs only after kt_hw_isa() reported AVX2 + FMA. */
 #include <immintrin.h>
 
-#include "ref/ggml_quants.h"
-
-/* f16 -> f32 in hardware (F16C; exact, like the scalar reference). */
-static inline float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-/* Sum of the 8 floats of v. */
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "avx2/ggml_x86.h"
 
 /* 32 x (s8 * s8) summed into 8 int32 lanes: |x| * (y signed like x). */
 static inline __m256i dot_s8(__m256i x, __m256i y)
 {
     __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-}
-
-/* The 32 4-bit codes of 16 bytes: low nibbles (elements 0..15), then high. */
-static inline __m256i unpack_nibbles32(const uint8_t *qs)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
 }
 
 /* sum_b d_x d_y sum_j (q_j - 8) y_j */
@@ -64,15 +41,21 @@ float kt__ggml_vec_dot_q8_0_avx2(int64_t n, const void *vx, const void *vy)
     return hsum8(acc);
 }
 
-/* Q4_K scale/min pairs (6 bits each, packed in 12 bytes). */
-static inline void k4_scales(const uint8_t *s, uint8_t sc[8], uint8_t m[8])
+/* acc + float(isum) d_y d_x, and *mins += d_y dmin_x msum: a super-block of
+ * a K type with minimums (Q2_K, Q4_K, Q5_K). */
+static inline __m256 acc_dmin(__m256 acc, __m256i isum, float dy, uint16_t dx, uint16_t dmin,
+                              int msum, float *mins)
 {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        m[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 15) | ((s[j] >> 6) << 4));
-        m[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
-    }
+    *mins += dy * f16(dmin) * (float)msum;
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dy * f16(dx)), acc);
+}
+
+/* acc + float(isum + (corr in lane 0)) * d: a super-block's integer sums with
+ * a correction (Q6_K's -32, Q3_K's -4 offsets), scaled. */
+static inline __m256 acc_block(__m256 acc, __m256i isum, int corr, float d)
+{
+    __m256i c = _mm256_setr_epi32(corr, 0, 0, 0, 0, 0, 0, 0);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, c)), _mm256_set1_ps(d), acc);
 }
 
 /* sum_b d_y (d_x sum_g sc_g sum q y - dmin_x sum_g m_g bsum_g), 8 groups of 32 */
@@ -84,11 +67,8 @@ float kt__ggml_vec_dot_q4_K_avx2(int64_t n, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
     float mins = 0;
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        uint8_t sc[8], m[8];
-        k4_scales(x[i].scales, sc, m);
-        int msum = 0;
-        for (int g = 0; g < 8; g++)
-            msum += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+        uint8_t sc[8];
+        int msum = k4_scales(x[i].scales, &y[i], sc);
         __m256i isum = _mm256_setzero_si256();
         /* hot loop: 64 elements (two groups) per step */
         for (int p = 0; p < 4; p++) {
@@ -103,9 +83,7 @@ float kt__ggml_vec_dot_q4_K_avx2(int64_t n, const void *vx, const void *vy)
                                            _mm256_set1_epi16(sc[2 * p + 1]));
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
         }
-        float dall = y[i].d * f16(x[i].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
-        mins += y[i].d * f16(x[i].dmin) * (float)msum;
+        acc = acc_dmin(acc, isum, y[i].d, x[i].d, x[i].dmin, msum, &mins);
     }
     return hsum8(acc) - mins;
 }
@@ -150,10 +128,7 @@ float kt__ggml_vec_dot_q6_K_avx2(int64_t n, const void *vx, const void *vy)
                                         _mm256_madd_epi16(_mm256_maddubs_epi16(q[s], a), scv));
             }
         }
-        float d = y[i].d * f16(x[i].d);
-        __m256i corr = _mm256_setr_epi32(-32 * offset, 0, 0, 0, 0, 0, 0, 0);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, corr)),
-                              _mm256_set1_ps(d), acc);
+        acc = acc_block(acc, isum, -32 * offset, y[i].d * f16(x[i].d));
     }
     return hsum8(acc);
 }
@@ -176,14 +151,6 @@ static inline __m256i bits_to_bytes(const uint8_t *qh)
 static inline __m256i dot_u8s8(__m256i u, __m256i s)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-static inline int hsum_i32(__m256i v)
-{
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-    return _mm_cvtsi128_si32(h);
 }
 
 /* sum_b d_x d_y sum q y + m_x s_y */
@@ -296,11 +263,8 @@ float kt__ggml_vec_dot_q5_K_avx2(int64_t n, const void *vx, const void *vy)
     __m256 acc = _mm256_setzero_ps();
     float mins = 0;
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        uint8_t sc[8], m[8];
-        k4_scales(x[i].scales, sc, m);
-        int msum = 0;
-        for (int g = 0; g < 8; g++)
-            msum += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+        uint8_t sc[8];
+        int msum = k4_scales(x[i].scales, &y[i], sc);
         __m256i hb = _mm256_loadu_si256((const __m256i *)x[i].qh);
         __m256i isum = _mm256_setzero_si256();
         for (int p = 0; p < 4; p++) {
@@ -318,9 +282,7 @@ float kt__ggml_vec_dot_q5_K_avx2(int64_t n, const void *vx, const void *vy)
             isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1),
                                                             _mm256_set1_epi16(sc[2 * p + 1])));
         }
-        float dall = y[i].d * f16(x[i].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
-        mins += y[i].d * f16(x[i].dmin) * (float)msum;
+        acc = acc_dmin(acc, isum, y[i].d, x[i].d, x[i].dmin, msum, &mins);
     }
     return hsum8(acc) - mins;
 }
@@ -357,9 +319,7 @@ float kt__ggml_vec_dot_q2_K_avx2(int64_t n, const void *vx, const void *vy)
                                                                                  sc[g + 1] & 15)));
             }
         }
-        float dall = y[i].d * f16(x[i].d);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dall), acc);
-        mins += y[i].d * f16(x[i].dmin) * (float)msum;
+        acc = acc_dmin(acc, isum, y[i].d, x[i].d, x[i].dmin, msum, &mins);
     }
     return hsum8(acc) - mins;
 }
@@ -395,10 +355,7 @@ float kt__ggml_vec_dot_q3_K_avx2(int64_t n, const void *vx, const void *vy)
                                                                                  sc[g + 1])));
             }
         }
-        float d = y[i].d * f16(x[i].d);
-        __m256i corr = _mm256_setr_epi32(-4 * offset, 0, 0, 0, 0, 0, 0, 0);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum, corr)),
-                              _mm256_set1_ps(d), acc);
+        acc = acc_block(acc, isum, -4 * offset, y[i].d * f16(x[i].d));
     }
     return hsum8(acc);
 }

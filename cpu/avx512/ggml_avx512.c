@@ -4,13 +4,7 @@
  * kt_hw_isa() reported AVX512F/BW/VL/DQ + VNNI. */
 #include <immintrin.h>
 
-#include "ref/ggml_quants.h"
-
-/* f16 -> f32 in hardware (F16C; exact, like the scalar reference). */
-static inline float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
+#include "avx2/ggml_x86.h"
 
 /* Two 256-bit halves -> one 512-bit register. */
 static inline __m512i join256(__m256i lo, __m256i hi)
@@ -24,14 +18,6 @@ static inline __m512 join_scales(float a, float b)
     return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
 }
 
-/* The 32 codes of 16 nibble bytes: low nibbles (elements 0..15), then high. */
-static inline __m256i nibbles32(const uint8_t *qs)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(15);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
 /* sum_b d_x d_y (sum_j q_j y_j - 8 sum_j y_j), two blocks per step (VNNI) */
 float kt__ggml_vec_dot_q4_0_avx512(int64_t n, const void *vx, const void *vy)
 {
@@ -41,7 +27,7 @@ float kt__ggml_vec_dot_q4_0_avx512(int64_t n, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     int64_t nb = n / 32, i = 0;
     for (; i + 1 < nb; i += 2) {
-        __m512i q = join256(nibbles32(x[i].qs), nibbles32(x[i + 1].qs));
+        __m512i q = join256(unpack_nibbles32(x[i].qs), unpack_nibbles32(x[i + 1].qs));
         __m512i a = join256(_mm256_loadu_si256((const __m256i *)y[i].qs),
                             _mm256_loadu_si256((const __m256i *)y[i + 1].qs));
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, a);
@@ -52,16 +38,12 @@ float kt__ggml_vec_dot_q4_0_avx512(int64_t n, const void *vx, const void *vy)
     }
     float tail = 0;
     for (; i < nb; i++) {   /* odd block count */
-        __m256i q = nibbles32(x[i].qs);
+        __m256i q = unpack_nibbles32(x[i].qs);
         __m256i a = _mm256_loadu_si256((const __m256i *)y[i].qs);
         __m256i s = _mm256_sub_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, a),
                                      _mm256_dpbusd_epi32(_mm256_setzero_si256(),
                                                          _mm256_set1_epi8(8), a));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        tail += (float)_mm_cvtsi128_si32(h) *
-                (f16(x[i].d) * f16(y[i].d));
+        tail += (float)hsum_i32(s) * (f16(x[i].d) * f16(y[i].d));
     }
     return _mm512_reduce_add_ps(acc) + tail;
 }
@@ -111,16 +93,8 @@ float kt__ggml_vec_dot_q4_K_avx512(int64_t n, const void *vx, const void *vy)
     __m512 acc = _mm512_setzero_ps();
     float mins = 0;
     for (int64_t i = 0; i < n / KT_QK_K; i++) {
-        const uint8_t *s = x[i].scales;
-        int sc[8], m[8], msum = 0;
-        for (int j = 0; j < 4; j++) {
-            sc[j] = s[j] & 63;
-            m[j] = s[j + 4] & 63;
-            sc[j + 4] = (s[j + 8] & 15) | ((s[j] >> 6) << 4);
-            m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-        }
-        for (int g = 0; g < 8; g++)
-            msum += m[g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+        uint8_t sc[8];
+        int msum = k4_scales(x[i].scales, &y[i], sc);
         __m512i isum = _mm512_setzero_si512();
         /* hot loop: 64 elements (groups 2p, 2p+1) per step */
         for (int p = 0; p < 4; p++) {
