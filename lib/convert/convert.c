@@ -437,6 +437,38 @@ static kt_status measure_file(const kt_model *model, const char *dir, uint32_t l
     return st;
 }
 
+kt_status kt__convert_source_open(kt__convert_source *src, kt_runtime *rt, const char *input_dir)
+{
+    memset(src, 0, sizeof *src);
+    kt_status st = kt_model_open(&src->model, rt, input_dir, NULL);
+    if (st < 0)
+        return st;
+    src->arch.struct_size = sizeof src->arch;
+    if ((st = kt_model_arch(src->model, &src->arch)) < 0) {
+        kt_model_free(src->model);
+        return st;
+    }
+    src->L = kt_model_n_layers(src->model);
+    src->E = kt_model_n_experts(src->model);
+    src->H = src->arch.hidden_size;
+    src->I = src->arch.moe_intermediate_size;
+    if (src->E == 0 || src->I == 0) {
+        kt_model_free(src->model);
+        return kt__error(KT_ERR_UNSUPPORTED, "%s: not a MoE model (no routed experts)",
+                         input_dir);
+    }
+    for (uint32_t l = 0; l < src->L; l++)
+        src->n_moe += kt_model_layer_is_moe(src->model, l) ? 1 : 0;
+    return KT_OK;
+}
+
+int kt__convert_threads(const kt_convert_options *o)
+{
+    if (o->n_threads < 0)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_convert: n_threads %d < 0", o->n_threads);
+    return o->n_threads ? o->n_threads : KT_MAX(1, kt_hw_physical_cores());
+}
+
 kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_dir,
                      const kt_convert_options *opts, kt_convert_report *report)
 {
@@ -459,27 +491,15 @@ kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_d
     if (o.method == KT_METHOD_AMXINT4 && group != 32 && group != 64 && group != 128)
         return kt__error(KT_ERR_UNSUPPORTED,
                          "kt_convert: AMXINT4 group size %u: expected 32, 64 or 128", group);
-    if (o.n_threads < 0)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_convert: n_threads %d < 0", o.n_threads);
-    int nth = o.n_threads ? o.n_threads : KT_MAX(1, kt_hw_physical_cores());
-
-    kt_model *model = NULL;
-    if ((st = kt_model_open(&model, rt, input_dir, NULL)) < 0)
+    int nth = kt__convert_threads(&o);
+    if (nth < 0)
+        return KT_ERR_INVALID_ARG;
+    kt__convert_source src;
+    if ((st = kt__convert_source_open(&src, rt, input_dir)) < 0)
         return st;
-    kt_arch_info arch;
-    memset(&arch, 0, sizeof arch);
-    arch.struct_size = sizeof arch;
-    if ((st = kt_model_arch(model, &arch)) < 0) {
-        kt_model_free(model);
-        return st;
-    }
-    uint32_t L = kt_model_n_layers(model), E = kt_model_n_experts(model);
-    uint64_t H = arch.hidden_size, I = arch.moe_intermediate_size;
-    if (E == 0 || I == 0) {
-        kt_model_free(model);
-        return kt__error(KT_ERR_UNSUPPORTED, "%s: not a MoE model (no routed experts)",
-                         input_dir);
-    }
+    kt_model *model = src.model;
+    uint32_t L = src.L, E = src.E, n_moe = src.n_moe;
+    uint64_t H = src.H, I = src.I;
     if (o.method == KT_METHOD_AMXINT4 && (H % group || I % group)) {
         kt_model_free(model);
         return kt__error(KT_ERR_UNSUPPORTED,
@@ -492,9 +512,6 @@ kt_status kt_convert(kt_runtime *rt, const char *input_dir, const char *output_d
         return st;
     }
     uint64_t source_checksum = kt__cpu_weights_config_checksum(input_dir);
-    uint32_t n_moe = 0;
-    for (uint32_t l = 0; l < L; l++)
-        n_moe += kt_model_layer_is_moe(model, l) ? 1 : 0;
 
     expert_job *jobs = kt__calloc((size_t)nth, sizeof *jobs);
     pthread_t *tids = kt__calloc((size_t)nth, sizeof *tids);

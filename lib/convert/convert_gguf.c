@@ -151,27 +151,17 @@ kt_status kt__convert_gguf(kt_runtime *rt, const char *input_dir, const char *ou
     if (o->flags & KT_CONVERT_F_RESUME)
         return kt__error(KT_ERR_UNSUPPORTED, "kt_convert: --resume is for libkt's layer files; "
                                              "a GGUF is written whole");
-    if (o->n_threads < 0)
-        return kt__error(KT_ERR_INVALID_ARG, "kt_convert: n_threads %d < 0", o->n_threads);
-    int nth = o->n_threads ? o->n_threads : KT_MAX(1, kt_hw_physical_cores());
-    kt_model *model = NULL;
-    kt_status st = kt_model_open(&model, rt, input_dir, NULL);
+    int nth = kt__convert_threads(o);
+    if (nth < 0)
+        return KT_ERR_INVALID_ARG;
+    kt__convert_source src;
+    kt_status st = kt__convert_source_open(&src, rt, input_dir);
     if (st < 0)
         return st;
-    kt_arch_info arch;
-    memset(&arch, 0, sizeof arch);
-    arch.struct_size = sizeof arch;
-    if ((st = kt_model_arch(model, &arch)) < 0) {
-        kt_model_free(model);
-        return st;
-    }
-    uint32_t L = kt_model_n_layers(model), E = kt_model_n_experts(model);
-    uint64_t H = arch.hidden_size, I = arch.moe_intermediate_size;
-    if (E == 0 || I == 0) {
-        kt_model_free(model);
-        return kt__error(KT_ERR_UNSUPPORTED, "%s: not a MoE model (no routed experts)",
-                         input_dir);
-    }
+    kt_model *model = src.model;
+    const kt_arch_info *arch = &src.arch;
+    uint32_t L = src.L, E = src.E, n_moe = src.n_moe;
+    uint64_t H = src.H, I = src.I;
     kt_type ptype[3] = {fit_type(type, H), fit_type(type, H), fit_type(type, I)};
     if (H % 32 || I % 32 || (tr->block_size > 1 && H % kt__ggml_traits(ptype[0])->block_size)) {
         kt_model_free(model);
@@ -186,9 +176,6 @@ kt_status kt__convert_gguf(kt_runtime *rt, const char *input_dir, const char *ou
                     "%s instead (as llama.cpp does)", proj_tensor[p],
                     (unsigned long long)(p == 2 ? I : H), tr->name,
                     kt_type_name(ptype[p]));
-    uint32_t n_moe = 0;
-    for (uint32_t l = 0; l < L; l++)
-        n_moe += kt_model_layer_is_moe(model, l) ? 1 : 0;
     uint8_t **bufs = kt__calloc((size_t)n_moe * 3 + 1, sizeof *bufs);
     gguf_job *jobs = kt__calloc((size_t)nth, sizeof *jobs);
     pthread_t *tids = kt__calloc((size_t)nth, sizeof *tids);
@@ -198,7 +185,7 @@ kt_status kt__convert_gguf(kt_runtime *rt, const char *input_dir, const char *ou
     if (st == KT_OK)
         st = kt__gguf_writer_create(&w, 3);
     if (st == KT_OK)
-        st = add_meta(w, &arch, L, E, input_dir, type);
+        st = add_meta(w, arch, L, E, input_dir, type);
     kt_convert_report rep = KT_CONVERT_REPORT_INIT;
     rep.n_experts = E;
     double sum_rel = 0;
