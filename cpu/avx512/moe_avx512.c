@@ -364,41 +364,61 @@ static inline void decode_warmup(const void *p, size_t bytes, size_t pf)
 }
 
 /* out[m * 4 + r] = sum_{k0 <= k < k1} w_r[k] a_m[k] for nr (<= 4) rows and MR
- * tokens; rows at w + r * stride. */
+ * tokens; rows at w + r * stride, NI (1, 2 or 4; MR * NI <= 4) of them read
+ * side by side (sharing each activation load). */
 ALWAYS_INLINE void rows_bf16(const uint16_t *w, size_t stride, int nr, const uint16_t *const *a,
-                             const int MR, int k0, int k1, size_t pf, float *out)
+                             const int MR, const int NI, int k0, int k1, size_t pf, float *out)
 {
     __m512 row_sum[4][4];
     #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        const uint16_t *wr = w + (size_t)(r < nr ? r : nr - 1) * stride;
-        __m512 s0[4], s1[4];
+    for (int r0 = 0; r0 < 4; r0 += NI) {
+        const uint16_t *wr[4];
+        __m512 s0[4][4], s1[4][4]; /* [row of the group][token] */
         #pragma GCC unroll 4
-        for (int m = 0; m < MR; m++)
-            s0[m] = s1[m] = _mm512_setzero_ps();
+        for (int i = 0; i < NI; i++) {
+            wr[i] = w + (size_t)(r0 + i < nr ? r0 + i : nr - 1) * stride;
+            #pragma GCC unroll 4
+            for (int m = 0; m < MR; m++)
+                s0[i][m] = s1[i][m] = _mm512_setzero_ps();
+        }
         int k = k0;
-        /* hot loop: 64 inputs of one row, two accumulators per token */
+        /* hot loop: 64 inputs of NI rows, two accumulators per row and token */
         for (; k + 64 <= k1; k += 64) {
-            _mm_prefetch((const char *)(wr + k) + pf, _MM_HINT_T1);
-            __m512bh v0 = (__m512bh)_mm512_loadu_si512(wr + k);
-            __m512bh v1 = (__m512bh)_mm512_loadu_si512(wr + k + 32);
+            __m512bh v0[4], v1[4];
+            #pragma GCC unroll 4
+            for (int i = 0; i < NI; i++) {
+                _mm_prefetch((const char *)(wr[i] + k) + pf, _MM_HINT_T1);
+                _mm_prefetch((const char *)(wr[i] + k) + pf + 64, _MM_HINT_T1);
+                v0[i] = (__m512bh)_mm512_loadu_si512(wr[i] + k);
+                v1[i] = (__m512bh)_mm512_loadu_si512(wr[i] + k + 32);
+            }
             #pragma GCC unroll 4
             for (int m = 0; m < MR; m++) {
-                s0[m] = _mm512_dpbf16_ps(s0[m], v0, (__m512bh)_mm512_loadu_si512(a[m] + k));
-                s1[m] = _mm512_dpbf16_ps(s1[m], v1, (__m512bh)_mm512_loadu_si512(a[m] + k + 32));
+                __m512bh x0 = (__m512bh)_mm512_loadu_si512(a[m] + k);
+                __m512bh x1 = (__m512bh)_mm512_loadu_si512(a[m] + k + 32);
+                #pragma GCC unroll 4
+                for (int i = 0; i < NI; i++) {
+                    s0[i][m] = _mm512_dpbf16_ps(s0[i][m], v0[i], x0);
+                    s1[i][m] = _mm512_dpbf16_ps(s1[i][m], v1[i], x1);
+                }
             }
         }
         for (; k < k1; k += 32) {
             __mmask32 msk = tail32(k1 - k);
-            __m512bh v = (__m512bh)_mm512_maskz_loadu_epi16(msk, wr + k);
             #pragma GCC unroll 4
-            for (int m = 0; m < MR; m++)
-                s0[m] = _mm512_dpbf16_ps(s0[m], v,
-                                         (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k));
+            for (int i = 0; i < NI; i++) {
+                __m512bh v = (__m512bh)_mm512_maskz_loadu_epi16(msk, wr[i] + k);
+                #pragma GCC unroll 4
+                for (int m = 0; m < MR; m++)
+                    s0[i][m] = _mm512_dpbf16_ps(
+                        s0[i][m], v, (__m512bh)_mm512_maskz_loadu_epi16(msk, a[m] + k));
+            }
         }
         #pragma GCC unroll 4
-        for (int m = 0; m < MR; m++)
-            row_sum[m][r] = _mm512_add_ps(s0[m], s1[m]);
+        for (int i = 0; i < NI; i++)
+            #pragma GCC unroll 4
+            for (int m = 0; m < MR; m++)
+                row_sum[m][r0 + i] = _mm512_add_ps(s0[i][m], s1[i][m]);
     }
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
@@ -413,15 +433,22 @@ static void decode_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     for (int i = 0; i < 4; i++)
         a[i] = (const uint16_t *)arow(A, a_stride, rows, i < M ? i : M - 1);
     size_t pf = dec_pf();
+    /* rows side by side: 1, 2 or 4 (one token), 1 or 2 (two tokens) */
+    int ni = dec_rows();
+    int sel = M == 1 ? (ni >= 4 ? 6 : ni == 2 ? 5 : 1) : M == 2 && ni >= 2 ? 7 : M;
     for (int n = n0; n < n1; n += 4) {
         int nr = imin(4, n1 - n);
         const uint16_t *w = (const uint16_t *)W->w + (size_t)n * W->cols;
+        size_t st = (size_t)W->cols;
         float t[16];
-        switch (M) {
-        case 1: rows_bf16(w, (size_t)W->cols, nr, a, 1, k0, k1, pf, t); break;
-        case 2: rows_bf16(w, (size_t)W->cols, nr, a, 2, k0, k1, pf, t); break;
-        case 3: rows_bf16(w, (size_t)W->cols, nr, a, 3, k0, k1, pf, t); break;
-        default: rows_bf16(w, (size_t)W->cols, nr, a, 4, k0, k1, pf, t); break;
+        switch (sel) {
+        case 1: rows_bf16(w, st, nr, a, 1, 1, k0, k1, pf, t); break;
+        case 2: rows_bf16(w, st, nr, a, 2, 1, k0, k1, pf, t); break;
+        case 3: rows_bf16(w, st, nr, a, 3, 1, k0, k1, pf, t); break;
+        case 5: rows_bf16(w, st, nr, a, 1, 2, k0, k1, pf, t); break;
+        case 6: rows_bf16(w, st, nr, a, 1, 4, k0, k1, pf, t); break;
+        case 7: rows_bf16(w, st, nr, a, 2, 2, k0, k1, pf, t); break;
+        default: rows_bf16(w, st, nr, a, 4, 1, k0, k1, pf, t); break;
         }
         store_tile(C, ldc, n - n0, t, M, nr);
     }
@@ -466,67 +493,83 @@ ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
     u[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
-/* Decode (up to 3 tokens), one row at a time: per 128-input block the exact
- * BF16 partial sums (two chains) are scaled by the block's weight_scale_inv:
+/* Decode (up to 3 tokens), NI rows (1 or 2) at a time read side by side: per
+ * 128-input block the exact BF16 partial sums (two chains) are scaled by the
+ * block's weight_scale_inv:
  *     out[m * 4 + r] = sum_b s_r[b] * sum_{k in b} e4m3(w_r[k]) a_m[k] */
 ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
-                            const uint16_t *const *a, const int MR, int k0, int k1, size_t pf,
-                            float *out)
+                            const uint16_t *const *a, const int MR, const int NI, int k0, int k1,
+                            size_t pf, float *out)
 {
     lut8 L = lut_load();
     __m512 row_sum[3][4];
     #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        const uint8_t *wr = w[r];
-        __m512 tot[3];
-        #pragma GCC unroll 3
-        for (int m = 0; m < MR; m++)
-            tot[m] = _mm512_setzero_ps();
+    for (int r0 = 0; r0 < 4; r0 += NI) {
+        __m512 tot[2][3];
+        #pragma GCC unroll 2
+        for (int i = 0; i < NI; i++)
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                tot[i][m] = _mm512_setzero_ps();
         int kb = k0;
-        /* hot loop: whole 128-input blocks, 2 x 64 weights decoded to BF16 */
+        /* hot loop: whole 128-input blocks, 2 x 64 weights of each row decoded to BF16 */
         for (; kb + 128 <= k1; kb += 128) {
-            _mm_prefetch((const char *)(wr + kb) + pf, _MM_HINT_T1);
-            _mm_prefetch((const char *)(wr + kb) + pf + 64, _MM_HINT_T1);
-            __m512i u[2], v[2];
-            fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u);
-            fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v);
-            __m512 sv = _mm512_set1_ps(srow[r][kb / 128]);
+            __m512i u[2][2], v[2][2];
+            #pragma GCC unroll 2
+            for (int i = 0; i < NI; i++) {
+                const uint8_t *wr = w[r0 + i];
+                _mm_prefetch((const char *)(wr + kb) + pf, _MM_HINT_T1);
+                _mm_prefetch((const char *)(wr + kb) + pf + 64, _MM_HINT_T1);
+                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u[i]);
+                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v[i]);
+            }
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++) {
                 const uint16_t *x = a[m] + kb;
-                __m512 b0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[0],
-                                             (__m512bh)_mm512_loadu_si512(x));
-                __m512 b1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[1],
-                                             (__m512bh)_mm512_loadu_si512(x + 32));
-                b0 = _mm512_dpbf16_ps(b0, (__m512bh)v[0], (__m512bh)_mm512_loadu_si512(x + 64));
-                b1 = _mm512_dpbf16_ps(b1, (__m512bh)v[1], (__m512bh)_mm512_loadu_si512(x + 96));
-                tot[m] = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), sv, tot[m]);
-            }
-        }
-        if (kb < k1) { /* a partial last block */
-            __m512 b0[3];
-            #pragma GCC unroll 3
-            for (int m = 0; m < MR; m++)
-                b0[m] = _mm512_setzero_ps();
-            for (int k = kb; k < k1; k += 64) {
-                __m512i u[2];
-                fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(k1 - k), wr + k), u);
-                #pragma GCC unroll 3
-                for (int m = 0; m < MR; m++) {
-                    b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[0],
-                                             (__m512bh)_mm512_loadu_si512(a[m] + k));
-                    b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[1],
-                                             (__m512bh)_mm512_loadu_si512(a[m] + k + 32));
+                __m512bh x0 = (__m512bh)_mm512_loadu_si512(x);
+                __m512bh x1 = (__m512bh)_mm512_loadu_si512(x + 32);
+                __m512bh x2 = (__m512bh)_mm512_loadu_si512(x + 64);
+                __m512bh x3 = (__m512bh)_mm512_loadu_si512(x + 96);
+                #pragma GCC unroll 2
+                for (int i = 0; i < NI; i++) {
+                    __m512 b0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[i][0], x0);
+                    __m512 b1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[i][1], x1);
+                    b0 = _mm512_dpbf16_ps(b0, (__m512bh)v[i][0], x2);
+                    b1 = _mm512_dpbf16_ps(b1, (__m512bh)v[i][1], x3);
+                    tot[i][m] = _mm512_fmadd_ps(_mm512_add_ps(b0, b1),
+                                                _mm512_set1_ps(srow[r0 + i][kb / 128]),
+                                                tot[i][m]);
                 }
             }
-            __m512 sv = _mm512_set1_ps(srow[r][kb / 128]);
+        }
+        #pragma GCC unroll 2
+        for (int i = 0; i < NI; i++) {
+            if (kb < k1) { /* a partial last block */
+                const uint8_t *wr = w[r0 + i];
+                __m512 b0[3];
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++)
+                    b0[m] = _mm512_setzero_ps();
+                for (int k = kb; k < k1; k += 64) {
+                    __m512i u[2];
+                    fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(k1 - k), wr + k), u);
+                    #pragma GCC unroll 3
+                    for (int m = 0; m < MR; m++) {
+                        b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[0],
+                                                 (__m512bh)_mm512_loadu_si512(a[m] + k));
+                        b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[1],
+                                                 (__m512bh)_mm512_loadu_si512(a[m] + k + 32));
+                    }
+                }
+                __m512 sv = _mm512_set1_ps(srow[r0 + i][kb / 128]);
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++)
+                    tot[i][m] = _mm512_fmadd_ps(b0[m], sv, tot[i][m]);
+            }
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
-                tot[m] = _mm512_fmadd_ps(b0[m], sv, tot[m]);
+                row_sum[m][r0 + i] = tot[i][m];
         }
-        #pragma GCC unroll 3
-        for (int m = 0; m < MR; m++)
-            row_sum[m][r] = tot[m];
     }
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
@@ -557,6 +600,7 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         for (int i = 0; i < 3; i++)
             a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
         size_t pf = dec_pf();
+        int sel = M == 1 && dec_rows() > 1 ? 4 : M; /* one token: 2 rows side by side */
         decode_warmup(w + (size_t)n0 * cols + k0, (size_t)(n1 - n0) * cols, pf);
         for (int n = n0; n < n1; n += 4) {
             int nr = imin(4, n1 - n);
@@ -568,10 +612,11 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                 sr[r] = sc + (size_t)(row / 128) * cb;
             }
             float t[12];
-            switch (M) {
-            case 1: rows_fp8(wr, sr, a, 1, k0, k1, pf, t); break;
-            case 2: rows_fp8(wr, sr, a, 2, k0, k1, pf, t); break;
-            default: rows_fp8(wr, sr, a, 3, k0, k1, pf, t); break;
+            switch (sel) {
+            case 1: rows_fp8(wr, sr, a, 1, 1, k0, k1, pf, t); break;
+            case 2: rows_fp8(wr, sr, a, 2, 1, k0, k1, pf, t); break;
+            case 3: rows_fp8(wr, sr, a, 3, 1, k0, k1, pf, t); break;
+            default: rows_fp8(wr, sr, a, 1, 2, k0, k1, pf, t); break;
             }
             store_tile(C, ldc, n - n0, t, M, nr);
         }

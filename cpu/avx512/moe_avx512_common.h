@@ -109,4 +109,20 @@ static inline size_t dec_pf(void)
     return v;
 }
 
+/* Decode (one token): weight rows read side by side, 1 (default: one
+ * sequential stream per item, the prefetchers' best case on Zen 4), 2 or 4;
+ * KT_MOE_DEC_ROWS, for measuring. */
+static inline int dec_rows(void)
+{
+    static int cached;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("KT_MOE_DEC_ROWS");
+        int n = e ? atoi(e) : 0;
+        v = n == 2 || n == 4 ? n : 1;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 #endif
