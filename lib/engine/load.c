@@ -275,8 +275,10 @@ typedef struct loader {
     bool skip_experts; /* routed experts are read by the MoE backend */
 } loader;
 
+/* The view of (layer, role, expert) into v; *found false when the model has no such tensor,
+ * which is an error (KT_ERR_NOT_FOUND) when it is required. */
 static kt_status get_view(const loader *ld, int32_t layer, kt_role role, int32_t expert,
-                          kt_tensor_view *v, bool *found)
+                          bool required, kt_tensor_view *v, bool *found)
 {
     memset(v, 0, sizeof *v);
     v->struct_size = sizeof *v;
@@ -284,6 +286,9 @@ static kt_status get_view(const loader *ld, int32_t layer, kt_role role, int32_t
     uint32_t eu = expert < 0 ? 0 : (uint32_t)expert;
     if (!kt_model_has_tensor(ld->model, lu == UINT32_MAX ? 0 : lu, role, eu)) {
         *found = false;
+        if (required)
+            return kt__error(KT_ERR_NOT_FOUND, "engine: layer %d: no %s tensor", layer,
+                             kt_role_name(role));
         return KT_OK;
     }
     *found = true;
@@ -297,15 +302,9 @@ static kt_status load_vec(const loader *ld, int32_t layer, kt_role role, int32_t
     *out = NULL;
     kt_tensor_view v;
     bool found;
-    kt_status st = get_view(ld, layer, role, expert, &v, &found);
-    if (st < 0)
+    kt_status st = get_view(ld, layer, role, expert, required, &v, &found);
+    if (st < 0 || !found)
         return st;
-    if (!found) {
-        if (required)
-            return kt__error(KT_ERR_NOT_FOUND, "engine: layer %d: no %s tensor", layer,
-                             kt_role_name(role));
-        return KT_OK;
-    }
     if ((int64_t)(v.rows * v.cols) != n)
         return kt__error(KT_ERR_FORMAT, "%s: %llu values, expected %lld", v.name,
                          (unsigned long long)(v.rows * v.cols), (long long)n);
@@ -361,15 +360,9 @@ static kt_status load_mat(const loader *ld, int32_t layer, kt_role role, int32_t
     memset(m, 0, sizeof *m);
     kt_tensor_view v;
     bool found;
-    kt_status st = get_view(ld, layer, role, expert, &v, &found);
-    if (st < 0)
+    kt_status st = get_view(ld, layer, role, expert, required, &v, &found);
+    if (st < 0 || !found)
         return st;
-    if (!found) {
-        if (required)
-            return kt__error(KT_ERR_NOT_FOUND, "engine: layer %d: no %s tensor", layer,
-                             kt_role_name(role));
-        return KT_OK;
-    }
     if ((int64_t)v.rows != rows || (int64_t)v.cols != cols)
         return kt__error(KT_ERR_FORMAT, "%s: shape [%llu][%llu], expected [%lld][%lld]", v.name,
                          (unsigned long long)v.rows, (unsigned long long)v.cols,
@@ -432,7 +425,7 @@ static kt_status load_fused_expert(const loader *ld, int32_t layer, int32_t e, k
     int32_t I = hp->n_ff_exp, H = hp->n_embd;
     kt_tensor_view v;
     bool found;
-    kt_status st = get_view(ld, layer, KT_ROLE_EXPERT_GATE_UP, e, &v, &found);
+    kt_status st = get_view(ld, layer, KT_ROLE_EXPERT_GATE_UP, e, false, &v, &found);
     if (st < 0)
         return st;
     if (!found)
