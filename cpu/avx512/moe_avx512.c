@@ -493,7 +493,7 @@ ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
     u[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
-/* Decode (up to 3 tokens), NI rows (1 or 2) at a time read side by side: per
+/* Decode (up to 3 tokens), NI rows (1, 2 or 4) at a time read side by side: per
  * 128-input block the exact BF16 partial sums (two chains) are scaled by the
  * block's weight_scale_inv:
  *     out[m * 4 + r] = sum_b s_r[b] * sum_{k in b} e4m3(w_r[k]) a_m[k] */
@@ -505,8 +505,8 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
     __m512 row_sum[3][4];
     #pragma GCC unroll 4
     for (int r0 = 0; r0 < 4; r0 += NI) {
-        __m512 tot[2][3];
-        #pragma GCC unroll 2
+        __m512 tot[4][3];
+        #pragma GCC unroll 4
         for (int i = 0; i < NI; i++)
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
@@ -514,35 +514,32 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
         int kb = k0;
         /* hot loop: whole 128-input blocks, 2 x 64 weights of each row decoded to BF16 */
         for (; kb + 128 <= k1; kb += 128) {
-            __m512i u[2][2], v[2][2];
-            #pragma GCC unroll 2
+            __m512bh x[3][4];
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                #pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    x[m][j] = (__m512bh)_mm512_loadu_si512(a[m] + kb + 32 * j);
+            #pragma GCC unroll 4
             for (int i = 0; i < NI; i++) {
                 const uint8_t *wr = w[r0 + i];
+                __m512i u[2], v[2];
                 _mm_prefetch((const char *)(wr + kb) + pf, _MM_HINT_T1);
                 _mm_prefetch((const char *)(wr + kb) + pf + 64, _MM_HINT_T1);
-                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u[i]);
-                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v[i]);
-            }
-            #pragma GCC unroll 3
-            for (int m = 0; m < MR; m++) {
-                const uint16_t *x = a[m] + kb;
-                __m512bh x0 = (__m512bh)_mm512_loadu_si512(x);
-                __m512bh x1 = (__m512bh)_mm512_loadu_si512(x + 32);
-                __m512bh x2 = (__m512bh)_mm512_loadu_si512(x + 64);
-                __m512bh x3 = (__m512bh)_mm512_loadu_si512(x + 96);
-                #pragma GCC unroll 2
-                for (int i = 0; i < NI; i++) {
-                    __m512 b0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[i][0], x0);
-                    __m512 b1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[i][1], x1);
-                    b0 = _mm512_dpbf16_ps(b0, (__m512bh)v[i][0], x2);
-                    b1 = _mm512_dpbf16_ps(b1, (__m512bh)v[i][1], x3);
-                    tot[i][m] = _mm512_fmadd_ps(_mm512_add_ps(b0, b1),
-                                                _mm512_set1_ps(srow[r0 + i][kb / 128]),
-                                                tot[i][m]);
+                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u);
+                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v);
+                __m512 sv = _mm512_set1_ps(srow[r0 + i][kb / 128]);
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++) {
+                    __m512 b0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[0], x[m][0]);
+                    __m512 b1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)u[1], x[m][1]);
+                    b0 = _mm512_dpbf16_ps(b0, (__m512bh)v[0], x[m][2]);
+                    b1 = _mm512_dpbf16_ps(b1, (__m512bh)v[1], x[m][3]);
+                    tot[i][m] = _mm512_fmadd_ps(_mm512_add_ps(b0, b1), sv, tot[i][m]);
                 }
             }
         }
-        #pragma GCC unroll 2
+        #pragma GCC unroll 4
         for (int i = 0; i < NI; i++) {
             if (kb < k1) { /* a partial last block */
                 const uint8_t *wr = w[r0 + i];
@@ -600,7 +597,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         for (int i = 0; i < 3; i++)
             a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
         size_t pf = dec_pf();
-        int sel = M == 1 && dec_rows() > 1 ? 4 : M; /* one token: 2 rows side by side */
+        /* one token: rows side by side (dec_rows: 1, 2 or 4) */
+        int sel = M == 1 && dec_rows() > 1 ? 3 + dec_rows() / 2 : M;
         decode_warmup(w + (size_t)n0 * cols + k0, (size_t)(n1 - n0) * cols, pf);
         for (int n = n0; n < n1; n += 4) {
             int nr = imin(4, n1 - n);
@@ -616,7 +614,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
             case 1: rows_fp8(wr, sr, a, 1, 1, k0, k1, pf, t); break;
             case 2: rows_fp8(wr, sr, a, 2, 1, k0, k1, pf, t); break;
             case 3: rows_fp8(wr, sr, a, 3, 1, k0, k1, pf, t); break;
-            default: rows_fp8(wr, sr, a, 1, 2, k0, k1, pf, t); break;
+            case 4: rows_fp8(wr, sr, a, 1, 2, k0, k1, pf, t); break;
+            default: rows_fp8(wr, sr, a, 1, 4, k0, k1, pf, t); break;
             }
             store_tile(C, ldc, n - n0, t, M, nr);
         }
