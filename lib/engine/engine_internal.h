@@ -253,6 +253,13 @@ struct kt_context {
 kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, int32_t n_pools,
                            const char *weight_path);
 void kt__experts_free(kt_context *ctx);
+/* MoE layers of the model (hp->layer_moe set). */
+int32_t kt__experts_n_moe(const kt__hparams *hp);
+/* ctx->moe over the n_moe layers lws: max_tokens and activation precision from the
+ * context. */
+kt_status kt__experts_backend_create(kt_context *ctx, const kt_moe_desc *d,
+                                     const kt_moe_layer_weights *lws, int32_t n_moe,
+                                     int32_t n_threads, int32_t n_pools);
 /* experts_gguf.c: LLAMAFILE experts from a GGUF file (weight_path ending in .gguf). */
 bool kt__experts_path_is_gguf(const char *path);
 kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threads,

@@ -2,24 +2,10 @@
  * the expert weights are handed over in place (mmap'ed views of the model) in
  * the method their storage implies (BF16, FP8, RAWINT4), one backend for all
  * MoE layers. Precision f32 keeps the engine's own F32 expert path. */
-#include <string.h>
 
 #include "convert/cpu_weights.h"
 #include "engine_internal.h"
-
-/* The method a view's storage can be read with directly. */
-static kt_method method_of_view(const kt_tensor_view *v)
-{
-    if (v->storage == KT_STORAGE_PLAIN && v->type == KT_TYPE_BF16)
-        return KT_METHOD_BF16;
-    if (v->storage == KT_STORAGE_FP8_BLOCK && v->type == KT_TYPE_F8_E4M3 &&
-        v->scale_type == KT_TYPE_F32 && v->block_rows == 128 && v->block_cols == 128)
-        return KT_METHOD_FP8;
-    if (v->storage == KT_STORAGE_INT4_PACKED && v->scale_type == KT_TYPE_BF16 &&
-        v->block_cols == 32)
-        return KT_METHOD_RAWINT4;
-    return KT_METHOD_NONE;
-}
+#include "moe/moe_internal.h"
 
 typedef struct layer_arrays {
     const void **p[9]; /* gate up down gate_s up_s down_s gate_b up_b down_b */
@@ -31,11 +17,24 @@ static void arrays_free(layer_arrays *a)
         kt__free((void *)a->p[i]);
 }
 
-static kt_status view(const kt_model *m, uint32_t l, kt_role role, uint32_t e, kt_tensor_view *v)
+int32_t kt__experts_n_moe(const kt__hparams *hp)
 {
-    memset(v, 0, sizeof *v);
-    v->struct_size = sizeof *v;
-    return kt_model_tensor(m, l, role, e, v);
+    int32_t n = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        n += hp->layer_moe[l];
+    return n;
+}
+
+kt_status kt__experts_backend_create(kt_context *ctx, const kt_moe_desc *d,
+                                     const kt_moe_layer_weights *lws, int32_t n_moe,
+                                     int32_t n_threads, int32_t n_pools)
+{
+    kt_moe_options mo = KT_MOE_OPTIONS_INIT;
+    mo.n_threads = n_threads;
+    mo.n_pools = n_pools;
+    mo.max_tokens = ctx->n_batch;
+    mo.act_precision = ctx->moe_precision; /* LLAMAFILE: ignored */
+    return kt_moe_backend_create(&ctx->moe, ctx->rt, d, lws, (uint32_t)n_moe, &mo);
 }
 
 /* kt-convert output: every MoE layer's experts from the files in `dir`. */
@@ -43,9 +42,7 @@ static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threa
                                 int32_t n_pools, const char *dir)
 {
     const kt__hparams *hp = &ctx->hp;
-    int32_t E = hp->n_expert, n_moe = 0;
-    for (int32_t l = 0; l < hp->n_layer; l++)
-        n_moe += hp->layer_moe[l];
+    int32_t E = hp->n_expert, n_moe = kt__experts_n_moe(hp);
     kt__cpu_weights *cw = NULL;
     kt_status st = kt__cpu_weights_open(&cw, dir);
     if (st < 0)
@@ -108,12 +105,7 @@ static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threa
         d.intermediate = (uint32_t)hp->n_ff_exp;
         d.n_experts = (uint32_t)E;
         d.top_k = (uint32_t)hp->n_expert_used;
-        kt_moe_options mo = KT_MOE_OPTIONS_INIT;
-        mo.n_threads = n_threads;
-        mo.n_pools = n_pools;
-        mo.max_tokens = ctx->n_batch;
-    mo.act_precision = ctx->moe_precision;
-        st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
+        st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools);
         if (st < 0)
             kt__error_prefix(st, "engine: CPU MoE backend (%s from %s)",
                              kt_method_name((kt_method)have), dir);
@@ -141,9 +133,7 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
         return converted_init(ctx, method, n_threads, n_pools, weight_path);
     const kt__hparams *hp = &ctx->hp;
     const kt_model *m = ctx->model;
-    int32_t E = hp->n_expert, n_moe = 0;
-    for (int32_t l = 0; l < hp->n_layer; l++)
-        n_moe += hp->layer_moe[l];
+    int32_t E = hp->n_expert, n_moe = kt__experts_n_moe(hp);
     if (!n_moe || E <= 0)
         return KT_OK;
     ctx->moe_index = kt__malloc_array((size_t)hp->n_layer, sizeof(int32_t));
@@ -165,15 +155,15 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
         if (!hp->layer_moe[l])
             continue;
         kt_tensor_view e0, sv;
-        if (view(m, (uint32_t)l, KT_ROLE_EXPERT_GATE, 0, &e0) < 0) {
+        if (kt__moe_view(m, (uint32_t)l, KT_ROLE_EXPERT_GATE, 0, &e0) < 0) {
             fold = false;
             break;
         }
         kt_role roles[3] = {KT_ROLE_SHARED_GATE, KT_ROLE_SHARED_UP, KT_ROLE_SHARED_DOWN};
         for (int i = 0; i < 3 && fold; i++)
-            fold = view(m, (uint32_t)l, roles[i], 0, &sv) == KT_OK &&
-                   method_of_view(&sv) == method_of_view(&e0) &&
-                   method_of_view(&e0) != KT_METHOD_NONE;
+            fold = kt__moe_view(m, (uint32_t)l, roles[i], 0, &sv) == KT_OK &&
+                   kt__moe_method_of_view(&sv) == kt__moe_method_of_view(&e0) &&
+                   kt__moe_method_of_view(&e0) != KT_METHOD_NONE;
     }
     kt_clear_error();
     int32_t Eb = E + (fold ? 1 : 0); /* experts the backend sees */
@@ -188,82 +178,18 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
                 st = KT_ERR_NOMEM;
                 goto done;
             }
-        kt_moe_layer_weights *lw = &lws[k];
-        *lw = (kt_moe_layer_weights)KT_MOE_LAYER_WEIGHTS_INIT;
-        for (int32_t e = 0; e < E; e++) {
-            kt_tensor_view g, u, d;
-            kt_role groles = fused ? KT_ROLE_EXPERT_GATE_UP : KT_ROLE_EXPERT_GATE;
-            if ((st = view(m, (uint32_t)l, groles, (uint32_t)e, &g)) < 0 ||
-                (!fused && (st = view(m, (uint32_t)l, KT_ROLE_EXPERT_UP, (uint32_t)e, &u)) < 0) ||
-                (st = view(m, (uint32_t)l, KT_ROLE_EXPERT_DOWN, (uint32_t)e, &d)) < 0)
-                goto done;
-            if (fused)
-                u = g;
-            kt_method mg = method_of_view(&g), mu = method_of_view(&u), md = method_of_view(&d);
-            if (mg == KT_METHOD_NONE || mg != mu || mg != md) {
-                st = kt__error(KT_ERR_UNSUPPORTED, "engine: %s: expert storage (%s, %s, %s) has "
-                               "no CPU MoE method", g.name,
-                               kt_storage_name((kt_storage)g.storage),
-                               kt_storage_name((kt_storage)u.storage),
-                               kt_storage_name((kt_storage)d.storage));
-                goto done;
-            }
-            if (have == KT_METHOD_NONE)
-                have = mg;
-            if (mg != have) {
-                st = kt__error(KT_ERR_UNSUPPORTED, "engine: %s is %s but other experts are %s",
-                               g.name, kt_method_name(mg), kt_method_name(have));
-                goto done;
-            }
-            if (fused && (g.layout != KT_LAYOUT_IN_OUT || d.layout != KT_LAYOUT_IN_OUT)) {
-                st = kt__error(KT_ERR_UNSUPPORTED, "engine: %s: fused experts expected in "
-                               "[in][out] layout", g.name);
-                goto done;
-            }
-            a->p[0][e] = g.data;
-            a->p[1][e] = fused ? NULL : u.data;
-            a->p[2][e] = d.data;
-            a->p[3][e] = g.scale_data;
-            a->p[4][e] = fused ? NULL : u.scale_data;
-            a->p[5][e] = d.scale_data;
-            if (hp->gptoss_act) {
-                kt_tensor_view b;
-                if (kt_model_has_tensor(m, (uint32_t)l, KT_ROLE_EXPERT_GATE_UP_BIAS, (uint32_t)e)) {
-                    if ((st = view(m, (uint32_t)l, KT_ROLE_EXPERT_GATE_UP_BIAS, (uint32_t)e,
-                                   &b)) < 0)
-                        goto done;
-                    a->p[6][e] = b.data;
-                    lw->bias_type = b.type;
-                }
-                if (kt_model_has_tensor(m, (uint32_t)l, KT_ROLE_EXPERT_DOWN_BIAS, (uint32_t)e)) {
-                    if ((st = view(m, (uint32_t)l, KT_ROLE_EXPERT_DOWN_BIAS, (uint32_t)e, &b)) < 0)
-                        goto done;
-                    a->p[8][e] = b.data;
-                    lw->bias_type = b.type;
-                }
-            }
-        }
+        uint32_t inter = (uint32_t)hp->n_ff_exp;
+        if ((st = kt__moe_layer_from_model(m, (uint32_t)l, (uint32_t)E, (uint32_t)hp->n_embd,
+                                           fused, a->p, &lws[k], &have, &inter)) < 0)
+            goto done;
         if (fold) {
             kt_tensor_view g, u, d;
-            if ((st = view(m, (uint32_t)l, KT_ROLE_SHARED_GATE, 0, &g)) < 0 ||
-                (st = view(m, (uint32_t)l, KT_ROLE_SHARED_UP, 0, &u)) < 0 ||
-                (st = view(m, (uint32_t)l, KT_ROLE_SHARED_DOWN, 0, &d)) < 0)
+            if ((st = kt__moe_view(m, (uint32_t)l, KT_ROLE_SHARED_GATE, 0, &g)) < 0 ||
+                (st = kt__moe_view(m, (uint32_t)l, KT_ROLE_SHARED_UP, 0, &u)) < 0 ||
+                (st = kt__moe_view(m, (uint32_t)l, KT_ROLE_SHARED_DOWN, 0, &d)) < 0)
                 goto done;
             a->p[0][E] = g.data, a->p[1][E] = u.data, a->p[2][E] = d.data;
             a->p[3][E] = g.scale_data, a->p[4][E] = u.scale_data, a->p[5][E] = d.scale_data;
-        }
-        lw->flags = fused ? KT_MOE_W_GATE_UP_FUSED | KT_MOE_W_IN_MAJOR : 0;
-        lw->gate = a->p[0];
-        lw->up = a->p[1];
-        lw->down = a->p[2];
-        if (have != KT_METHOD_BF16) {
-            lw->gate_scale = a->p[3];
-            lw->up_scale = a->p[4];
-            lw->down_scale = a->p[5];
-        }
-        if (hp->gptoss_act) {
-            lw->gate_bias = a->p[6];
-            lw->down_bias = a->p[8];
         }
         k++;
     }
@@ -283,12 +209,7 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
     d.top_k = (uint32_t)(hp->n_expert_used + (fold ? 1 : 0));
     d.swiglu_alpha = hp->act_alpha;
     d.swiglu_limit = hp->act_limit;
-    kt_moe_options mo = KT_MOE_OPTIONS_INIT;
-    mo.n_threads = n_threads;
-    mo.n_pools = n_pools;
-    mo.max_tokens = ctx->n_batch;
-    mo.act_precision = ctx->moe_precision;
-    st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
+    st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools);
     if (st < 0)
         kt__error_prefix(st, "engine: CPU MoE backend (%s)", kt_method_name(have));
     ctx->moe_method = have;

@@ -100,9 +100,7 @@ kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threa
     if (hp->family == KT__FAM_GPT_OSS)
         return kt__error(KT_ERR_UNSUPPORTED, "engine: GGUF experts for gpt-oss (biases, "
                          "clamped SwiGLU) are not wired up yet");
-    int32_t E = hp->n_expert, n_moe = 0;
-    for (int32_t l = 0; l < hp->n_layer; l++)
-        n_moe += hp->layer_moe[l];
+    int32_t E = hp->n_expert, n_moe = kt__experts_n_moe(hp);
     if (!n_moe || E <= 0)
         return kt__error(KT_ERR_UNSUPPORTED, "engine: --kt-weight-path %s: the model has no "
                          "routed experts", path);
@@ -141,12 +139,7 @@ kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threa
         d.intermediate = (uint32_t)I;
         d.n_experts = (uint32_t)E;
         d.top_k = (uint32_t)hp->n_expert_used;
-        kt_moe_options mo = KT_MOE_OPTIONS_INIT;
-        mo.n_threads = n_threads;
-        mo.n_pools = n_pools;
-        mo.max_tokens = ctx->n_batch;
-        mo.act_precision = ctx->moe_precision; /* LLAMAFILE: ignored */
-        st = kt_moe_backend_create(&ctx->moe, ctx->rt, &d, lws, (uint32_t)n_moe, &mo);
+        st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools);
         if (st < 0)
             kt__error_prefix(st, "engine: CPU MoE backend (LLAMAFILE from %s)", path);
         ctx->moe_method = KT_METHOD_LLAMAFILE;

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 #include "../../cpu/moe_kernels.h"
+#include "kt/model.h"
+#include "kt/moe.h"
 
 /* Kernel set for a method on this CPU: the best of avx512 / avx2 / scalar
  * that kt_hw_isa() (capped by kt__moe_set_isa_cap) allows. */
@@ -25,6 +27,21 @@ const kt__moe_kernels *kt__moe_pick_int4g(bool precise);
 size_t kt__moe_slice_bytes(int method, const kt__wmat *W, int r0, int r1, int c0, int c1);
 kt__wmat kt__moe_slice_copy(int method, const kt__wmat *W, int r0, int r1, int c0, int c1,
                             void *dst);
+
+/* Expert weights of a model handed over in place (lib/moe/from_model.c). */
+/* The method a view's storage is read with directly; KT_METHOD_NONE if there is none. */
+kt_method kt__moe_method_of_view(const kt_tensor_view *v);
+/* kt_model_tensor() into a zeroed view. */
+kt_status kt__moe_view(const kt_model *m, uint32_t l, kt_role role, uint32_t e,
+                       kt_tensor_view *v);
+/* MoE layer l's E routed experts: their views' data, scales and (fused: gpt-oss's gate_up
+ * and down) biases into p[0..8][0..E) (gate, up, down, their scales, their biases) and lw
+ * pointing at them, scales only for methods that have them. *method: KT_METHOD_NONE takes
+ * the first expert's, every expert must match it; *inter: 0 takes the first expert's
+ * intermediate size; every expert must have it and the given hidden size. */
+kt_status kt__moe_layer_from_model(const kt_model *m, uint32_t l, uint32_t E, uint32_t hidden,
+                                   bool fused, const void **p[9], kt_moe_layer_weights *lw,
+                                   kt_method *method, uint32_t *inter);
 
 /* Test hook: caps the ISA bits backends created afterwards may use
  * (process-wide; ~0 = no cap). */
