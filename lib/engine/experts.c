@@ -11,6 +11,15 @@ typedef struct layer_arrays {
     const void **p[9]; /* gate up down gate_s up_s down_s gate_b up_b down_b */
 } layer_arrays;
 
+/* The first n_arrays arrays of a, of n NULL pointers each. */
+static kt_status arrays_alloc(layer_arrays *a, int n_arrays, int32_t n)
+{
+    for (int i = 0; i < n_arrays; i++)
+        if (!(a->p[i] = kt__calloc((size_t)n, sizeof(void *))))
+            return KT_ERR_NOMEM;
+    return KT_OK;
+}
+
 static void arrays_free(layer_arrays *a)
 {
     for (int i = 0; i < 9; i++)
@@ -82,11 +91,8 @@ static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threa
             break;
         }
         layer_arrays *a = &arr[k];
-        for (int i = 0; i < 6; i++)
-            if (!(a->p[i] = kt__calloc((size_t)E, sizeof(void *)))) {
-                st = KT_ERR_NOMEM;
-                goto done;
-            }
+        if ((st = arrays_alloc(a, 6, E)) < 0)
+            goto done;
         for (int32_t e = 0; e < E && st == KT_OK; e++)
             for (int p = 0; p < 3 && st == KT_OK; p++)
                 st = kt__cpu_weights_get(cw, (uint32_t)l, (uint32_t)e, p, &a->p[p][e],
@@ -173,11 +179,8 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
         if (!hp->layer_moe[l])
             continue;
         layer_arrays *a = &arr[k];
-        for (int i = 0; i < 9; i++)
-            if (!(a->p[i] = kt__calloc((size_t)Eb, sizeof(void *)))) {
-                st = KT_ERR_NOMEM;
-                goto done;
-            }
+        if ((st = arrays_alloc(a, 9, Eb)) < 0)
+            goto done;
         uint32_t inter = (uint32_t)hp->n_ff_exp;
         if ((st = kt__moe_layer_from_model(m, (uint32_t)l, (uint32_t)E, (uint32_t)hp->n_embd,
                                            fused, a->p, &lws[k], &have, &inter)) < 0)

@@ -23,46 +23,6 @@ double bench_now(void)
 
 /* ---- machine ------------------------------------------------------------ */
 
-static void read_cpu_model(char *buf, size_t size)
-{
-    snprintf(buf, size, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        const char *colon = strchr(line, ':');
-        if (!colon)
-            break;
-        colon++;
-        while (*colon == ' ' || *colon == '\t')
-            colon++;
-        snprintf(buf, size, "%s", colon);
-        buf[strcspn(buf, "\n")] = '\0';
-        break;
-    }
-    fclose(f);
-}
-
-static uint64_t meminfo_kib(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[256];
-    size_t n = strlen(key);
-    unsigned long long v = 0;
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, n) && line[n] == ':') {
-            v = strtoull(line + n + 1, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
 /* Last-level cache from sysfs (glibc's sysconf misreports it on some AMD VMs). */
 static uint64_t read_l3_bytes(void)
 {
@@ -126,7 +86,10 @@ int bench_allowed_cpus(int *cpus, int max)
 void bench_hw_detect(bench_hw *hw)
 {
     memset(hw, 0, sizeof *hw);
-    read_cpu_model(hw->cpu_model, sizeof hw->cpu_model);
+    kt_hw_info info = KT_HW_INFO_INIT;
+    kt_hw_query(&info);
+    snprintf(hw->cpu_model, sizeof hw->cpu_model, "%s",
+             info.cpu_model[0] ? info.cpu_model : "unknown CPU");
     hw->physical_cores = kt_hw_physical_cores();
     hw->online_cpus = CPU_COUNT(allowed_cpus());
     hw->isa = kt_hw_isa();
@@ -154,8 +117,8 @@ void bench_hw_detect(bench_hw *hw)
     else
         hw->isa_path = "scalar";
     hw->l3_bytes = read_l3_bytes();
-    hw->ram_available = meminfo_kib("MemAvailable") * 1024ull;
-    hw->ram_total = meminfo_kib("MemTotal") * 1024ull;
+    hw->ram_available = info.ram_available;
+    hw->ram_total = info.ram_total;
     double load[1] = {0};
     if (getloadavg(load, 1) == 1)
         hw->load1 = load[0];
