@@ -90,11 +90,16 @@ ALWAYS_INLINE lut8 lut_load(void)
     return L;
 }
 
-/* Decode (rows read start to end): the software prefetch distance in bytes,
- * 1 KiB (measured on Zen 4: 2 KiB and more slow FP8 rows down, 0.84 -> 0.57
- * of a read loop at K 7168), or KT_MOE_DEC_PF (64 B to 1 MiB, for measuring
- * on other memory systems). */
+/* Decode (rows read start to end): the software prefetch distance in bytes.
+ * The best one depends on the memory system, measured:
+ *  - Zen 4 (2-core EPYC VM, one core, K 7168 FP8 rows): 1 KiB 0.84 of a read
+ *    loop, 2 KiB 0.57, 4 KiB 0.74 (K 2048): DEC_PF;
+ *  - Sapphire Rapids (16-core Xeon VM, kt-bench moe DeepSeek-V3, T=1): 1 KiB
+ *    BF16 0.91-0.92 / FP8 0.78-0.82 of stream, 8 KiB 1.18 / 1.05: DEC_PF_INTEL
+ *    (its mesh's longer latency needs more bytes in flight per core).
+ * KT_MOE_DEC_PF (64 B to 1 MiB) overrides both, for measuring. */
 #define DEC_PF 1024
+#define DEC_PF_INTEL 8192
 
 static inline size_t dec_pf(void)
 {
@@ -103,7 +108,9 @@ static inline size_t dec_pf(void)
     if (!v) {
         const char *e = getenv("KT_MOE_DEC_PF");
         long n = e ? atol(e) : 0;
-        v = n >= 64 && n <= (1L << 20) ? (size_t)n : DEC_PF;
+        __builtin_cpu_init();
+        v = n >= 64 && n <= (1L << 20) ? (size_t)n
+                                       : (__builtin_cpu_is("intel") ? DEC_PF_INTEL : DEC_PF);
         __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
     }
     return v;

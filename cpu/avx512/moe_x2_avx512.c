@@ -304,7 +304,6 @@ static void gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const voi
 /* ---- decode (up to 3 tokens): one weight row at a time ------------------------
  * Each row read start to end (one sequential stream, as the default decode
  * kernels), decoded in registers, FP8 block scales on exact 128-input sums. */
-#define X2_PF DEC_PF /* software prefetch distance, bytes */
 
 /* byte 16L + i of lane L: input 8L + i (i < 8), 32 + 8L + i - 8 (i >= 8) */
 static const uint8_t fp8_lanes[64] __attribute__((aligned(64))) = {
@@ -343,19 +342,20 @@ ALWAYS_INLINE void fp8x64_natural(const __m512i *tab, __m512i v, __m512i *w)
  * whole steps pass all-ones masks, which gcc folds into plain loads), exact
  * BF16, times (hi, lo) of MR tokens into four chains per token. */
 ALWAYS_INLINE void step_x2(const void *w, int fp8, const __m512i *tab, const uint16_t *const *a,
-                           size_t lo_off, const int MR, int k, __mmask64 m64, __mmask32 t0,
-                           __mmask32 t1, __m512 *b0, __m512 *b1, __m512 *c0, __m512 *c1)
+                           size_t lo_off, size_t pf, const int MR, int k, __mmask64 m64,
+                           __mmask32 t0, __mmask32 t1, __m512 *b0, __m512 *b1, __m512 *c0,
+                           __m512 *c1)
 {
     __m512i v[2];
     if (fp8) {
         const uint8_t *p = (const uint8_t *)w + k;
-        _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+        _mm_prefetch((const char *)p + pf, _MM_HINT_T1);
         __m512i raw = _mm512_maskz_loadu_epi8(m64, p);
         __asm__("" : "+v"(raw)); /* loaded once (the permutes overwrite operands) */
         fp8x64_natural(tab, raw, v);
     } else {
         const uint16_t *p = (const uint16_t *)w + k;
-        _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+        _mm_prefetch((const char *)p + pf, _MM_HINT_T1);
         v[0] = _mm512_maskz_loadu_epi16(t0, p);
         v[1] = _mm512_maskz_loadu_epi16(t1, p + 32);
     }
@@ -376,8 +376,8 @@ ALWAYS_INLINE void step_x2(const void *w, int fp8, const __m512i *tab, const uin
  * and MR tokens (a[m]: hi, a[m] + lo_off: lo), inputs [k0, k1):
  *     out = sum_b s_r[b] * sum_{k in b} w_r[k] (hi_m[k] + lo_m[k])   (BF16: s = 1) */
 ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int fp8,
-                           const uint16_t *const *a, size_t lo_off, const int MR, int k0, int k1,
-                           float *out)
+                           const uint16_t *const *a, size_t lo_off, size_t pf, const int MR,
+                           int k0, int k1, float *out)
 {
     __m512i tab[5];
     if (fp8)
@@ -399,8 +399,9 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
                 b0[m] = b1[m] = c0[m] = c1[m] = _mm512_setzero_ps();
-            step_x2(w[r], fp8, tab, a, lo_off, MR, kb, all64, all32, all32, b0, b1, c0, c1);
-            step_x2(w[r], fp8, tab, a, lo_off, MR, kb + 64, all64, all32, all32, b0, b1, c0, c1);
+            step_x2(w[r], fp8, tab, a, lo_off, pf, MR, kb, all64, all32, all32, b0, b1, c0, c1);
+            step_x2(w[r], fp8, tab, a, lo_off, pf, MR, kb + 64, all64, all32, all32, b0, b1, c0,
+                    c1);
             __m512 sv = _mm512_set1_ps(fp8 ? srow[r][kb / 128] : 1.0f);
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
@@ -414,7 +415,7 @@ ALWAYS_INLINE void rows_x2(const void *const *w, const float *const *srow, int f
             for (int m = 0; m < MR; m++)
                 b0[m] = b1[m] = c0[m] = c1[m] = _mm512_setzero_ps();
             for (int k = kb; k < k1; k += 64)
-                step_x2(w[r], fp8, tab, a, lo_off, MR, k, tail64(k1 - k), tail32(k1 - k),
+                step_x2(w[r], fp8, tab, a, lo_off, pf, MR, k, tail64(k1 - k), tail32(k1 - k),
                         tail32(k1 - k - 32), b0, b1, c0, c1);
             __m512 sv = _mm512_set1_ps(fp8 ? srow[r][kb / 128] : 1.0f);
             #pragma GCC unroll 3
@@ -455,8 +456,8 @@ static size_t l1d_bytes(void)
 }
 
 ALWAYS_INLINE void step2_x2(const void *const *w, int fp8, const __m512i *tab, const uint16_t *x,
-                            size_t lo_off, int k, __mmask64 m64, __mmask32 t0, __mmask32 t1,
-                            __m512 (*acc)[4])
+                            size_t lo_off, size_t pf, int k, __mmask64 m64, __mmask32 t0,
+                            __mmask32 t1, __m512 (*acc)[4])
 {
     __m512i xh0 = _mm512_maskz_loadu_epi16(t0, x + k);
     __m512i xh1 = _mm512_maskz_loadu_epi16(t1, x + k + 32);
@@ -468,13 +469,13 @@ ALWAYS_INLINE void step2_x2(const void *const *w, int fp8, const __m512i *tab, c
         __m512i v[2];
         if (fp8) {
             const uint8_t *p = (const uint8_t *)w[r] + k;
-            _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+            _mm_prefetch((const char *)p + pf, _MM_HINT_T1);
             __m512i raw = _mm512_maskz_loadu_epi8(m64, p);
             __asm__("" : "+v"(raw));
             fp8x64_natural(tab, raw, v);
         } else {
             const uint16_t *p = (const uint16_t *)w[r] + k;
-            _mm_prefetch((const char *)p + X2_PF, _MM_HINT_T1);
+            _mm_prefetch((const char *)p + pf, _MM_HINT_T1);
             v[0] = _mm512_maskz_loadu_epi16(t0, p);
             v[1] = _mm512_maskz_loadu_epi16(t1, p + 32);
         }
@@ -488,8 +489,8 @@ ALWAYS_INLINE void step2_x2(const void *const *w, int fp8, const __m512i *tab, c
 /* sum_b s_r[b] * sum_{k in b} w_r[k] (hi[k] + lo[k]) for the rows w[0], w[1]
  * (scale rows srow[0], srow[1]; BF16: s = 1) over [k0, k1), as F32 vectors. */
 ALWAYS_INLINE void rows2_x2(const void *const *w, const float *const *srow, int fp8,
-                            const __m512i *tab, const uint16_t *x, size_t lo_off, int k0, int k1,
-                            __m512 *tot)
+                            const __m512i *tab, const uint16_t *x, size_t lo_off, size_t pf,
+                            int k0, int k1, __m512 *tot)
 {
     const __mmask64 all64 = ~(__mmask64)0;
     const __mmask32 all32 = ~(__mmask32)0;
@@ -500,11 +501,11 @@ ALWAYS_INLINE void rows2_x2(const void *const *w, const float *const *srow, int 
         for (int r = 0; r < 2; r++)
             acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps();
         if (kb + 128 <= k1) { /* hot loop: a whole block of 128 inputs */
-            step2_x2(w, fp8, tab, x, lo_off, kb, all64, all32, all32, acc);
-            step2_x2(w, fp8, tab, x, lo_off, kb + 64, all64, all32, all32, acc);
+            step2_x2(w, fp8, tab, x, lo_off, pf, kb, all64, all32, all32, acc);
+            step2_x2(w, fp8, tab, x, lo_off, pf, kb + 64, all64, all32, all32, acc);
         } else {
             for (int k = kb; k < k1; k += 64)
-                step2_x2(w, fp8, tab, x, lo_off, k, tail64(k1 - k), tail32(k1 - k),
+                step2_x2(w, fp8, tab, x, lo_off, pf, k, tail64(k1 - k), tail32(k1 - k),
                          tail32(k1 - k - 32), acc);
         }
         #pragma GCC unroll 2
@@ -517,7 +518,8 @@ ALWAYS_INLINE void rows2_x2(const void *const *w, const float *const *srow, int 
 
 /* One token, long rows: out[r] for the 4 rows of a tile, two at a time. */
 ALWAYS_INLINE void rows_x2_long(const void *const *w, const float *const *srow, const int fp8,
-                                const uint16_t *x, size_t lo_off, int k0, int k1, float *out)
+                                const uint16_t *x, size_t lo_off, size_t pf, int k0, int k1,
+                                float *out)
 {
     __m512i tab[5];
     if (fp8)
@@ -525,7 +527,7 @@ ALWAYS_INLINE void rows_x2_long(const void *const *w, const float *const *srow, 
     __m512 t[4];
     #pragma GCC unroll 2
     for (int h = 0; h < 2; h++)
-        rows2_x2(w + 2 * h, srow + 2 * h, fp8, tab, x, lo_off, k0, k1, t + 2 * h);
+        rows2_x2(w + 2 * h, srow + 2 * h, fp8, tab, x, lo_off, pf, k0, k1, t + 2 * h);
     _mm_storeu_ps(out, hsum4(t[0], t[1], t[2], t[3]));
 }
 
@@ -535,6 +537,7 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc)
 {
     size_t lo_off = (size_t)pad64(W->cols);
+    size_t pf = dec_pf();
     const uint16_t *a[3];
     for (int i = 0; i < 3; i++)
         a[i] = arow16(A, a_stride, rows, imin(i, M - 1));
@@ -553,20 +556,20 @@ static void decode_x2(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1
         float t[12];
         if (long_rows) {
             if (fp8)
-                rows_x2_long((const void *const *)wr, sr, 1, a[0], lo_off, k0, k1, t);
+                rows_x2_long((const void *const *)wr, sr, 1, a[0], lo_off, pf, k0, k1, t);
             else
-                rows_x2_long((const void *const *)wr, sr, 0, a[0], lo_off, k0, k1, t);
+                rows_x2_long((const void *const *)wr, sr, 0, a[0], lo_off, pf, k0, k1, t);
             for (int r = 0; r < nr; r++)
                 C[n - n0 + r] = t[r];
             continue;
         }
         switch (M + 3 * fp8) {
-        case 1: rows_x2(wr, sr, 0, a, lo_off, 1, k0, k1, t); break;
-        case 2: rows_x2(wr, sr, 0, a, lo_off, 2, k0, k1, t); break;
-        case 3: rows_x2(wr, sr, 0, a, lo_off, 3, k0, k1, t); break;
-        case 4: rows_x2(wr, sr, 1, a, lo_off, 1, k0, k1, t); break;
-        case 5: rows_x2(wr, sr, 1, a, lo_off, 2, k0, k1, t); break;
-        default: rows_x2(wr, sr, 1, a, lo_off, 3, k0, k1, t); break;
+        case 1: rows_x2(wr, sr, 0, a, lo_off, pf, 1, k0, k1, t); break;
+        case 2: rows_x2(wr, sr, 0, a, lo_off, pf, 2, k0, k1, t); break;
+        case 3: rows_x2(wr, sr, 0, a, lo_off, pf, 3, k0, k1, t); break;
+        case 4: rows_x2(wr, sr, 1, a, lo_off, pf, 1, k0, k1, t); break;
+        case 5: rows_x2(wr, sr, 1, a, lo_off, pf, 2, k0, k1, t); break;
+        default: rows_x2(wr, sr, 1, a, lo_off, pf, 3, k0, k1, t); break;
         }
         store_tile(C, ldc, n - n0, t, M, nr);
     }
@@ -643,8 +646,8 @@ ALWAYS_INLINE void int4_group(const int4_consts *c, const uint8_t *w, const uint
 /* out[m * 4 + r] = sum_g s[r][g] sum_{k in g} w_r[k] (hi_m[k] + lo_m[k]) for
  * 4 rows (w[r], BF16 scales srow[r] per G inputs) over [k0, k1), multiples of G. */
 ALWAYS_INLINE void rows_int4_x2(const uint8_t *const *w, const uint16_t *const *srow, const int G,
-                                const uint16_t *const *a, size_t lo_off, const int MR, int k0,
-                                int k1, float *out)
+                                const uint16_t *const *a, size_t lo_off, size_t pf, const int MR,
+                                int k0, int k1, float *out)
 {
     const int4_consts c = int4_setup();
     float sf[INT4_PIECE / 32];
@@ -670,7 +673,7 @@ ALWAYS_INLINE void rows_int4_x2(const uint8_t *const *w, const uint16_t *const *
                 __m512 g0[3], g1[3];
                 /* G bytes: the pair's weights */
                 for (int b = 0; b < G; b += 64)
-                    _mm_prefetch((const char *)(w[r] + (kp + i * G) / 2) + b + X2_PF,
+                    _mm_prefetch((const char *)(w[r] + (kp + i * G) / 2) + b + pf,
                                  _MM_HINT_T1);
                 int4_group(&c, w[r], a, lo_off, MR, kp + i * G, G, g0);
                 int4_group(&c, w[r], a, lo_off, MR, kp + (i + 1) * G, G, g1);
@@ -707,6 +710,7 @@ static void decode_int4_x2(const kt__wmat *W, int G, int n0, int n1, int k0, int
                            int ldc)
 {
     size_t lo_off = (size_t)pad64(W->cols);
+    size_t pf = dec_pf();
     const uint16_t *a[3];
     for (int i = 0; i < 3; i++)
         a[i] = arow16(A, a_stride, rows, imin(i, M - 1));
@@ -723,15 +727,15 @@ static void decode_int4_x2(const kt__wmat *W, int G, int n0, int n1, int k0, int
         float t[12];
         int sel = (G == 32 ? 0 : G == 64 ? 3 : 6) + M;
         switch (sel) {
-        case 1: rows_int4_x2(wr, sr, 32, a, lo_off, 1, k0, k1, t); break;
-        case 2: rows_int4_x2(wr, sr, 32, a, lo_off, 2, k0, k1, t); break;
-        case 3: rows_int4_x2(wr, sr, 32, a, lo_off, 3, k0, k1, t); break;
-        case 4: rows_int4_x2(wr, sr, 64, a, lo_off, 1, k0, k1, t); break;
-        case 5: rows_int4_x2(wr, sr, 64, a, lo_off, 2, k0, k1, t); break;
-        case 6: rows_int4_x2(wr, sr, 64, a, lo_off, 3, k0, k1, t); break;
-        case 7: rows_int4_x2(wr, sr, 128, a, lo_off, 1, k0, k1, t); break;
-        case 8: rows_int4_x2(wr, sr, 128, a, lo_off, 2, k0, k1, t); break;
-        default: rows_int4_x2(wr, sr, 128, a, lo_off, 3, k0, k1, t); break;
+        case 1: rows_int4_x2(wr, sr, 32, a, lo_off, pf, 1, k0, k1, t); break;
+        case 2: rows_int4_x2(wr, sr, 32, a, lo_off, pf, 2, k0, k1, t); break;
+        case 3: rows_int4_x2(wr, sr, 32, a, lo_off, pf, 3, k0, k1, t); break;
+        case 4: rows_int4_x2(wr, sr, 64, a, lo_off, pf, 1, k0, k1, t); break;
+        case 5: rows_int4_x2(wr, sr, 64, a, lo_off, pf, 2, k0, k1, t); break;
+        case 6: rows_int4_x2(wr, sr, 64, a, lo_off, pf, 3, k0, k1, t); break;
+        case 7: rows_int4_x2(wr, sr, 128, a, lo_off, pf, 1, k0, k1, t); break;
+        case 8: rows_int4_x2(wr, sr, 128, a, lo_off, pf, 2, k0, k1, t); break;
+        default: rows_int4_x2(wr, sr, 128, a, lo_off, pf, 3, k0, k1, t); break;
         }
         store_tile(C, ldc, n - n0, t, M, nr);
     }
