@@ -75,6 +75,16 @@ static int ref_load(ref_data *r, const char *dir)
     return 0;
 }
 
+/* The trained demo model models/kimi-k2-demo under $KT_SOURCE_ROOT (dir gets its path) and
+ * its transformers reference; the test is skipped when that cannot be read. */
+static void demo_ref_load(ref_data *r, char *dir, size_t dir_size)
+{
+    const char *src = getenv("KT_SOURCE_ROOT");
+    snprintf(dir, dir_size, "%s/models/kimi-k2-demo", src ? src : ".");
+    if (ref_load(r, dir) < 0)
+        skip();
+}
+
 static void ref_free(ref_data *r)
 {
     free(r->prompt), free(r->logits), free(r->hidden), free(r->greedy);

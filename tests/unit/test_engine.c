@@ -378,13 +378,8 @@ static void test_demo_model(void **state)
 {
     (void)state;
     char dir[1024];
-    const char *src = getenv("KT_SOURCE_ROOT");
-    snprintf(dir, sizeof dir, "%s/models/kimi-k2-demo", src ? src : ".");
     ref_data r;
-    if (ref_load(&r, dir) < 0) {
-        skip();
-        return;
-    }
+    demo_ref_load(&r, dir, sizeof dir);
     const kt_st_tensor *ht = kt__st_find(r.set, "heldout_ids");
     assert_non_null(ht);
     int32_t *held = tensor_i32(ht);

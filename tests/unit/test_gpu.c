@@ -236,13 +236,8 @@ static void test_demo_model(void **state)
 {
     (void)state;
     char dir[1024];
-    const char *src = getenv("KT_SOURCE_ROOT");
-    snprintf(dir, sizeof dir, "%s/models/kimi-k2-demo", src ? src : ".");
     ref_data r;
-    if (ref_load(&r, dir) < 0) {
-        skip();
-        return;
-    }
+    demo_ref_load(&r, dir, sizeof dir);
     int32_t ids[4][64];
     size_t n[4] = {0, 0, 0, 0};
     for (int gpu = 0; gpu < 4; gpu++) {
