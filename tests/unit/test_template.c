@@ -71,6 +71,24 @@ static bool rendered_as(const char *what, kt_status st, const kt_buf *out, const
     return true;
 }
 
+/* Counts a rendering that gave exactly what Jinja2 did in *n_ok, another in *n_fail. */
+static void tally_rendered(const char *what, kt_status st, const kt_buf *out, const char *want,
+                           int *n_ok, int *n_fail)
+{
+    if (rendered_as(what, st, out, want))
+        (*n_ok)++;
+    else
+        (*n_fail)++;
+}
+
+/* t rendered from ctx_json on RENDER_DATE, the day the references were made. */
+static kt_status render_dated(const kt_template *t, const char *ctx_json, kt_buf *out)
+{
+    kt_template_render_options ro = KT_TEMPLATE_RENDER_OPTIONS_INIT;
+    ro.now = RENDER_DATE;
+    return kt_template_render(t, ctx_json, &ro, out);
+}
+
 /* tests/data/templates/<name> compiled (the error printed if it does not); *src is its
  * text, freed by the caller. */
 static kt_template *open_template_file(const char *name, char **src)
@@ -115,18 +133,13 @@ static void test_real_templates(void **state)
             cJSON_AddStringToObject(ctx, "bos_token", "<s>");
             cJSON_AddStringToObject(ctx, "eos_token", "</s>");
             char *ctx_json = cJSON_PrintUnformatted(ctx);
-            kt_template_render_options ro = KT_TEMPLATE_RENDER_OPTIONS_INIT;
-            ro.now = RENDER_DATE;
             kt_buf out = KT_BUF_INIT;
-            kt_status st = kt_template_render(t, ctx_json, &ro, &out);
+            kt_status st = render_dated(t, ctx_json, &out);
             cJSON *want = cJSON_GetObjectItem(c, "rendered");
             char what[512];
             snprintf(what, sizeof what, "%s/%s", tcases->string, c->string);
             if (want) {
-                if (rendered_as(what, st, &out, want->valuestring))
-                    n_ok++;
-                else
-                    n_fail++;
+                tally_rendered(what, st, &out, want->valuestring, &n_ok, &n_fail);
             } else {
                 /* transformers' sandbox refused (list.append); we may render
                  * it or fail cleanly, never crash. */
@@ -171,19 +184,14 @@ static void test_real_templates_more(void **state)
         {
             const char *ctx = cJSON_GetStringValue(cJSON_GetObjectItem(convs, c->string));
             assert_non_null(ctx);
-            kt_template_render_options ro = KT_TEMPLATE_RENDER_OPTIONS_INIT;
-            ro.now = RENDER_DATE;
             kt_buf out = KT_BUF_INIT;
-            kt_status st = kt_template_render(t, ctx, &ro, &out);
+            kt_status st = render_dated(t, ctx, &out);
             cJSON *want = cJSON_GetObjectItem(c, "rendered");
             const char *err = cJSON_GetStringValue(cJSON_GetObjectItem(c, "error"));
             char what[512];
             snprintf(what, sizeof what, "%s/%s", tcases->string, c->string);
             if (want) {
-                if (rendered_as(what, st, &out, want->valuestring))
-                    n_ok++;
-                else
-                    n_fail++;
+                tally_rendered(what, st, &out, want->valuestring, &n_ok, &n_fail);
             } else if (err && !strncmp(err, "SecurityError", 13)) {
                 /* The sandbox refused list.append; libkt allows it and must
                  * then match Jinja2 without the sandbox. */
@@ -284,10 +292,7 @@ static void test_jinja_semantics(void **state)
         if (st == KT_OK)
             st = kt_template_render(t, ctx_json, NULL, &out);
         if (want) {
-            if (rendered_as(src, st, &out, want->valuestring))
-                n_ok++;
-            else
-                n_fail++;
+            tally_rendered(src, st, &out, want->valuestring, &n_ok, &n_fail);
         } else {
             /* Jinja2 raised: we must fail cleanly too. */
             if (st == KT_OK) {
@@ -472,9 +477,7 @@ static void test_api(void **state)
     /* strftime_now follows the render option. */
     const char *d = "{{ strftime_now('%Y-%m-%d') }}";
     assert_int_equal(kt_template_create(&t, d, strlen(d), "date", NULL), KT_OK);
-    kt_template_render_options ro = KT_TEMPLATE_RENDER_OPTIONS_INIT;
-    ro.now = RENDER_DATE;
-    assert_int_equal(kt_template_render(t, NULL, &ro, &out), KT_OK);
+    assert_int_equal(render_dated(t, NULL, &out), KT_OK);
     assert_string_equal(out.ptr, "2026-11-29");
     kt_template_free(t);
     kt_buf_dispose(&out);
