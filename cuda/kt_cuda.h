@@ -90,6 +90,10 @@ int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what);
 /* fn(arg) on CUDA's host thread once the stream reaches it (cudaLaunchHostFunc) */
 int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg);
 int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size);
+/* kt__cuda_sync, or with spin set a thread that polls the stream's end instead
+ * of sleeping on the blocking-sync event (its wake-up costs tens of us a decode
+ * step; for runs whose CPUs have no expert work to lose to a spinning thread) */
+int kt__cuda_wait(kt__cuda_rt *rt, int spin, char *err, size_t err_size);
 int kt__cuda_check(kt__cuda_rt *rt, char *err, size_t err_size);
 /* decode graph: capture the launches between begin and end, replay them */
 int kt__cuda_capture_begin(kt__cuda_rt *rt, char *err, size_t err_size);
@@ -211,6 +215,13 @@ typedef struct kt__cuda_router {
 } kt__cuda_router_desc;
 int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
                     int32_t T, int32_t *ids, float *w);
+/* One token: logits = W x + bias and the selection in one launch (the last block
+ * to finish selects). Returns 0, or 1 when it does not apply (T != 1, a matrix
+ * the one-token GEMV cannot read, a router the warp selection cannot take): then
+ * kt__cuda_linear and kt__cuda_router. */
+int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *x,
+                         const kt__cuda_mat *W, const float *bias, float *logits, int32_t T,
+                         int32_t *ids, float *w);
 
 /* out[t] += Σ_j w[t][j] FFN_{ids[t][j]}(x[t]) over the experts whose gate
  * table entry (device array of kt__cuda_mat) has data */

@@ -27,10 +27,13 @@ struct kt__cuda_rt {
      * core from the CPU experts' pinned workers, whose barriers then wait out
      * scheduler time slices) */
     cudaEvent_t done;
+    cudaEvent_t spin_done; /* the same without blocking sync, polled (kt__cuda_wait) */
     /* layerwise prefill: weights copied on a side stream into two slots */
     cudaStream_t side;
     cudaEvent_t copied[2], freed[2];
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
+    int split_smem_set; /* the split attention kernel's larger tiles allowed */
+    unsigned *ticket;   /* device counter of k_router_gemv1's finished blocks (0 between) */
     cublasHandle_t blas;  /* NULL: every product runs on libkt's own kernels */
     uint16_t *xb;         /* activations split into BF16 hi and lo halves: [2][xb_elems] */
     size_t xb_elems;
@@ -39,6 +42,8 @@ struct kt__cuda_rt {
     int32_t gemm_min_t;   /* products of this many tokens or more go to cuBLAS */
     int32_t sms;          /* multiprocessors: how many blocks fill the device */
     int32_t cc_major;     /* compute capability: BF16 tensor cores (WMMA) from 8 */
+    int pdl;              /* programmatic dependent launch of the decode kernels (sm_90+) */
+    int attn_tile;        /* prefill attention in tiles (KT_GPU_ATTN_TILE=0: k_attention) */
     /* KT_GPU_TRACE=2: timing events between phases, and the stream held while a
      * step is queued */
     cudaEvent_t *prof_ev;
@@ -90,6 +95,10 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     if (cudaDeviceGetAttribute(&rt->cc_major, cudaDevAttrComputeCapabilityMajor, device) !=
         cudaSuccess)
         rt->cc_major = 0;
+    const char *pdl = getenv("KT_GPU_PDL");
+    rt->pdl = rt->cc_major >= 9 && !(pdl && !strcmp(pdl, "0"));
+    const char *tile = getenv("KT_GPU_ATTN_TILE");
+    rt->attn_tile = !(tile && !strcmp(tile, "0"));
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -100,6 +109,15 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
         cudaStreamDestroy(rt->stream);
         free(rt);
         return fail(err, err_size, "cudaEventCreate", e);
+    }
+    if (cudaEventCreateWithFlags(&rt->spin_done, cudaEventDisableTiming) != cudaSuccess)
+        rt->spin_done = NULL;
+    /* without it the router runs as two launches */
+    if (cudaMalloc((void **)&rt->ticket, 256) != cudaSuccess ||
+        cudaMemset(rt->ticket, 0, 256) != cudaSuccess) {
+        cudaFree(rt->ticket);
+        rt->ticket = NULL;
+        cudaGetLastError();
     }
     *out = rt;
     return 0;
@@ -128,6 +146,9 @@ extern "C" void kt__cuda_rt_free(kt__cuda_rt *rt)
         free(rt->prof_ev);
         free(rt->prof_phase);
     }
+    cudaFree(rt->ticket);
+    if (rt->spin_done)
+        cudaEventDestroy(rt->spin_done);
     cudaEventDestroy(rt->done);
     cudaStreamDestroy(rt->stream);
     free(rt);
@@ -321,6 +342,21 @@ extern "C" int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size)
     return 0;
 }
 
+extern "C" int kt__cuda_wait(kt__cuda_rt *rt, int spin, char *err, size_t err_size)
+{
+    if (!spin || !rt->spin_done)
+        return kt__cuda_sync(rt, err, err_size);
+    CK(cudaGetLastError(), "kernel launch");
+    CK(cudaEventRecord(rt->spin_done, rt->stream), "cudaEventRecord");
+    cudaError_t e;
+    while ((e = cudaEventQuery(rt->spin_done)) == cudaErrorNotReady)
+        ;
+    if (cudaPeekAtLastError() == cudaErrorNotReady)
+        cudaGetLastError(); /* the polls' answer is no error to report later */
+    CK(e, "cudaEventQuery");
+    return 0;
+}
+
 extern "C" int kt__cuda_check(kt__cuda_rt *rt, char *err, size_t err_size)
 {
     (void)rt;
@@ -510,6 +546,28 @@ static bool x_ok(const float *x, int32_t stride)
 
 /* ------------------------------------------------------------- kernels --- */
 
+/* k<<<grid, block, smem, stream>>>(args) with programmatic dependent launch
+ * where the runtime uses it: only for kernels that call pdl_wait() before they
+ * touch anything the kernel before them reads or writes */
+template <typename... P, typename... A>
+static void launch_pdl(kt__cuda_rt *rt, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                       A... args)
+{
+    cudaLaunchAttribute at;
+    memset(&at, 0, sizeof at);
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = rt->stream;
+    cfg.attrs = &at;
+    cfg.numAttrs = rt->pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 #define TOK_TILE 8 /* tokens one warp serves per weight row read */
 
 /* y[t][r] (+)= Σ_c x[t][c] W[r][c] + b[r]: a warp per row, TOK_TILE tokens per block */
@@ -543,11 +601,53 @@ __global__ void k_linear(const float *x, int32_t T, int32_t xs, kt__cuda_mat W, 
 #define GEMV1_THREADS 512
 #define GEMV1_MAX_COLS 12288 /* x in at most 48 KB of shared memory */
 
+/* n floats (a multiple of 4) of x into shared memory, then a barrier: 4 loads
+ * a thread in flight (their indices clamped, not guarded: a load behind a
+ * branch is waited for before the next one is issued) */
 __device__ __forceinline__ void x_to_smem(float *xs, const float *x, int32_t n)
 {
-    for (int32_t i = threadIdx.x; i < n / 4; i += blockDim.x)
-        ((float4 *)xs)[i] = __ldg((const float4 *)x + i);
+    const int32_t n4 = n / 4, step = blockDim.x;
+    for (int32_t base = threadIdx.x; base < n4; base += 4 * step) {
+        float4 r[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            r[j] = __ldg((const float4 *)x + min(base + j * step, n4 - 1));
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (base + j * step < n4)
+                ((float4 *)xs)[base + j * step] = r[j];
+    }
     __syncthreads();
+}
+
+/* Programmatic dependent launch (sm_90+; KT_GPU_PDL=0 turns it off): a kernel
+ * that launch_pdl starts may begin while the kernel before it in the stream
+ * still runs, and waits here before it reads or writes anything that kernel
+ * touches; then it lets the next one begin (only once all of its blocks have
+ * got here: the one before has finished by then). A no-op in a kernel launched
+ * the usual way. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+/* weight row r of W into L2 ahead of its loads (one bulk prefetch by lane 0,
+ * before pdl_wait: the weights do not depend on the kernel before) */
+__device__ __forceinline__ void prefetch_row(const kt__cuda_mat &W, int32_t r)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t bytes = W.type == KT__CUDA_W_BF16 ? 2u * W.cols
+                     : W.type == KT__CUDA_W_F32 ? 4u * W.cols
+                     : W.type == KT__CUDA_W_F8  ? (uint32_t)W.cols
+                                                : (uint32_t)W.cols / 2u;
+    const char *p = (const char *)W.data + (size_t)r * bytes;
+    if (threadIdx.x % 32 == 0 && bytes % 16 == 0 && ((uintptr_t)p & 15) == 0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes)
+                     : "memory");
+#endif
 }
 
 /* this lane's share of W[r]·x, up to 8 steps' loads in flight */
@@ -585,8 +685,11 @@ __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict
 {
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
-    x_to_smem(xs, x, W.cols);
     int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
+    if (r < W.rows)
+        prefetch_row(W, r);
+    pdl_wait();
+    x_to_smem(xs, x, W.cols);
     if (r < W.rows)
         gemv1_row(xs, W, b, y, acc, r);
 }
@@ -650,20 +753,20 @@ __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1_n(const float *__restri
 {
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
+    /* this warp's matrix m and row r */
+    int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32, m = 0;
+    while (m < 3 && r >= g.W[m].rows)
+        r -= g.W[m++].rows;
+    /* the matrix by value (selects): indexed in the parameters it kept the
+     * compiler from batching the row's loads */
+    const kt__cuda_mat W = m == 0 ? g.W[0] : m == 1 ? g.W[1] : g.W[2];
+    if (m < 3)
+        prefetch_row(W, r);
+    pdl_wait();
     x_to_smem(xs, x, g.W[0].cols);
-    int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
-    if (r < g.W[0].rows) {
-        gemv1_row(xs, g.W[0], g.b[0], g.y[0], 0, r);
-        return;
-    }
-    r -= g.W[0].rows;
-    if (r < g.W[1].rows) {
-        gemv1_row(xs, g.W[1], g.b[1], g.y[1], 0, r);
-        return;
-    }
-    r -= g.W[1].rows;
-    if (r < g.W[2].rows)
-        gemv1_row(xs, g.W[2], g.b[2], g.y[2], 0, r);
+    if (m < 3)
+        gemv1_row(xs, W, m == 0 ? g.b[0] : m == 1 ? g.b[1] : g.b[2],
+                  m == 0 ? g.y[0] : m == 1 ? g.y[1] : g.y[2], 0, r);
 }
 
 __global__ void k_gemv_n(const float *__restrict__ x, int32_t T, int32_t xs, gemv_set g)
@@ -810,8 +913,8 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
         return 0;
     dim3 grid((W->rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
     if (T == 1 && vec8_ok(W) && x_ok(x, x_stride) && W->cols <= GEMV1_MAX_COLS)
-        k_gemv1<<<(W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
-                  sizeof(float) * (size_t)W->cols, rt->stream>>>(x, *W, bias, y, accumulate);
+        launch_pdl(rt, k_gemv1, (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
+                   GEMV1_THREADS, sizeof(float) * (size_t)W->cols, x, *W, bias, y, accumulate);
     else if (vec8_ok(W) && x_ok(x, x_stride))
         k_gemv<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);
     else
@@ -846,8 +949,8 @@ extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int
         rows += W[i]->rows;
     }
     if (T == 1 && W[0]->cols <= GEMV1_MAX_COLS) {
-        k_gemv1_n<<<(rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
-                    sizeof(float) * (size_t)W[0]->cols, rt->stream>>>(x, g);
+        launch_pdl(rt, k_gemv1_n, (rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
+                   GEMV1_THREADS, sizeof(float) * (size_t)W[0]->cols, x, g);
         return 0;
     }
     dim3 grid((rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
@@ -871,15 +974,9 @@ extern "C" int kt__cuda_embed(kt__cuda_rt *rt, const kt__cuda_mat *E, const int3
 }
 
 /* y = x / sqrt(mean(x²) + eps) · w, one block per row */
-__global__ void k_rmsnorm(const float *x, float *y, int32_t n, int32_t xs, int32_t ys,
-                          const float *w, float eps)
+/* Σ of every thread's s over the block (part: a warp's sum each, 32 floats) */
+__device__ __forceinline__ float block_sum(float s, float *part)
 {
-    __shared__ float part[32];
-    const float *xr = x + (size_t)blockIdx.x * xs;
-    float *yr = y + (size_t)blockIdx.x * ys;
-    float s = 0.0f;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-        s += xr[i] * xr[i];
     s = warp_sum(s);
     if (threadIdx.x % 32 == 0)
         part[threadIdx.x / 32] = s;
@@ -891,18 +988,21 @@ __global__ void k_rmsnorm(const float *x, float *y, int32_t n, int32_t xs, int32
             part[0] = s;
     }
     __syncthreads();
-    float inv = 1.0f / sqrtf(part[0] / n + eps);
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-        yr[i] = xr[i] * inv * w[i];
+    return part[0];
 }
 
-extern "C" int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32_t rows,
-                                int32_t n, int32_t x_stride, int32_t y_stride, const float *w,
-                                float eps)
+__global__ void k_rmsnorm(const float *x, float *y, int32_t n, int32_t xs, int32_t ys,
+                          const float *w, float eps)
 {
-    if (rows > 0)
-        k_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, y, n, x_stride, y_stride, w, eps);
-    return 0;
+    __shared__ float part[32];
+    const float *xr = x + (size_t)blockIdx.x * xs;
+    float *yr = y + (size_t)blockIdx.x * ys;
+    float s = 0.0f;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += xr[i] * xr[i];
+    float inv = 1.0f / sqrtf(block_sum(s, part) / n + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        yr[i] = xr[i] * inv * w[i];
 }
 
 /* x += a; y = x / sqrt(mean(x²) + eps) · w, one block of 128 per row (the sums
@@ -920,25 +1020,15 @@ __global__ void k_add_rmsnorm(float *x, const float *a, float *y, int32_t n, con
         xr[i] = v;
         s += v * v;
     }
-    s = warp_sum(s);
-    if (threadIdx.x % 32 == 0)
-        part[threadIdx.x / 32] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-        s = warp_sum(s);
-        if (threadIdx.x == 0)
-            part[0] = s;
-    }
-    __syncthreads();
-    float inv = 1.0f / sqrtf(part[0] / n + eps);
+    float inv = 1.0f / sqrtf(block_sum(s, part) / n + eps);
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
         yr[i] = xr[i] * inv * w[i];
 }
 
 /* The same with 4-float loads, a row's values held in registers between the sum
  * and the scaling (n a multiple of 4, at most 4·ARN_V·ARN_THREADS): every load
- * of a row in flight at once instead of a 128-thread loop's chain */
+ * of a row in flight at once instead of a 128-thread loop's chain; a NULL: the
+ * norm alone (x only read) */
 #define ARN_THREADS 512
 #define ARN_V 4
 __global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const float *a, float *y,
@@ -947,8 +1037,9 @@ __global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const fl
 {
     __shared__ float part[ARN_THREADS / 32];
     const int32_t n4 = n / 4, tid = threadIdx.x;
+    pdl_wait();
     float4 *xr = (float4 *)(x + (size_t)blockIdx.x * n);
-    const float4 *ar = (const float4 *)(a + (size_t)blockIdx.x * n);
+    const float4 *ar = a ? (const float4 *)(a + (size_t)blockIdx.x * n) : NULL;
     float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n);
     float4 v[ARN_V];
     float s = 0.0f;
@@ -956,24 +1047,16 @@ __global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const fl
     for (int j = 0; j < ARN_V; j++) {
         int32_t i = tid + j * ARN_THREADS;
         if (i < n4) {
-            float4 p = xr[i], q = ar[i];
-            v[j] = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
-            xr[i] = v[j];
+            v[j] = xr[i];
+            if (ar) {
+                float4 q = ar[i];
+                v[j] = make_float4(v[j].x + q.x, v[j].y + q.y, v[j].z + q.z, v[j].w + q.w);
+                xr[i] = v[j];
+            }
             s += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
         }
     }
-    s = warp_sum(s);
-    if (tid % 32 == 0)
-        part[tid / 32] = s;
-    __syncthreads();
-    if (tid < 32) {
-        s = tid < ARN_THREADS / 32 ? part[tid] : 0.0f;
-        s = warp_sum(s);
-        if (tid == 0)
-            part[0] = s;
-    }
-    __syncthreads();
-    float inv = 1.0f / sqrtf(part[0] / n + eps);
+    float inv = 1.0f / sqrtf(block_sum(s, part) / n + eps);
 #pragma unroll
     for (int j = 0; j < ARN_V; j++) {
         int32_t i = tid + j * ARN_THREADS;
@@ -985,16 +1068,34 @@ __global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const fl
     }
 }
 
+static bool add_rmsnorm4_ok(const float *x, const float *add, const float *y, int32_t n,
+                            const float *w)
+{
+    return n % 4 == 0 && n <= 4 * ARN_V * ARN_THREADS && ((uintptr_t)x & 15) == 0 &&
+           ((uintptr_t)add & 15) == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)w & 15) == 0;
+}
+
+extern "C" int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32_t rows,
+                                int32_t n, int32_t x_stride, int32_t y_stride, const float *w,
+                                float eps)
+{
+    if (rows <= 0)
+        return 0;
+    if (x_stride == n && y_stride == n && add_rmsnorm4_ok(x, NULL, y, n, w))
+        launch_pdl(rt, k_add_rmsnorm4, rows, ARN_THREADS, 0, (float *)x, (const float *)NULL, y,
+                   n, w, eps);
+    else
+        k_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, y, n, x_stride, y_stride, w, eps);
+    return 0;
+}
+
 extern "C" int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y,
                                     int32_t rows, int32_t n, const float *w, float eps)
 {
     if (rows <= 0)
         return 0;
-    bool vec = n % 4 == 0 && n <= 4 * ARN_V * ARN_THREADS && ((uintptr_t)x & 15) == 0 &&
-               ((uintptr_t)add & 15) == 0 && ((uintptr_t)y & 15) == 0 &&
-               ((uintptr_t)w & 15) == 0;
-    if (vec)
-        k_add_rmsnorm4<<<rows, ARN_THREADS, 0, rt->stream>>>(x, add, y, n, w, eps);
+    if (add_rmsnorm4_ok(x, add, y, n, w))
+        launch_pdl(rt, k_add_rmsnorm4, rows, ARN_THREADS, 0, x, add, y, n, w, eps);
     else
         k_add_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, add, y, n, w, eps);
     return 0;
@@ -1053,6 +1154,7 @@ __global__ void k_qk_post(kt__cuda_qk_post a)
 {
     extern __shared__ float buf[];
     __shared__ float part[32];
+    pdl_wait();
     const int32_t hd = a.head_dim, kvdim = a.n_head_kv * hd;
     int32_t b = blockIdx.x, t = blockIdx.y, pos = *a.pos0 + t;
     if (b >= a.n_head + a.n_head_kv) {
@@ -1118,8 +1220,8 @@ __global__ void k_qk_post(kt__cuda_qk_post a)
 extern "C" int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a)
 {
     if (a->T > 0)
-        k_qk_post<<<dim3(a->n_head + 2 * a->n_head_kv, a->T), 128,
-                    sizeof(float) * (size_t)a->head_dim, rt->stream>>>(*a);
+        launch_pdl(rt, k_qk_post, dim3(a->n_head + 2 * a->n_head_kv, a->T), 128,
+                   sizeof(float) * (size_t)a->head_dim, *a);
     return 0;
 }
 
@@ -1204,17 +1306,22 @@ __global__ void k_attention(kt__cuda_attn a)
 
 /* Decode attention split over the positions (flash-decoding). A block of
  * AS_THREADS serves nhb query heads that share one kv head (gsz query heads a kv
- * head) for token t over its share s of the visible positions, in tiles of
- * AS_TILE: the scores of a tile (a warp per position, lanes over 4-float
- * columns, every head of the block from one read of the key row), the tile's
- * softmax folded into running max m and sum l per head (online softmax), and
+ * head) for token t over its share s of the visible positions, in tiles of up
+ * to tp positions: the tile's key rows (and value rows, unless the values are
+ * the keys' first columns, as in absorbed MLA) are loaded into shared memory
+ * with every load of the tile in flight at once, then the scores (a warp per
+ * position, every head of the block from one key row), the tile's softmax
+ * folded into running max m and sum l per head (online softmax), and
  * acc = Σ_j p_j v_j with each thread on one 4-float column of v for up to
  * AS_MAXP heads. Writes m, l and acc per (t, head, split); k_attn_merge joins
  * them. */
-#define AS_THREADS 128
+#define AS_THREADS 256
 #define AS_TILE 64
 #define AS_MAXH 8
-#define AS_MAXP 8
+#define AS_MAXP 4
+#define AS_LOADS 12               /* 16-byte loads a thread issues before storing */
+#define AS_SMEM_MAX (96 * 1024)   /* dynamic shared memory the split kernel may take */
+#define AS_QLOADS 5               /* the queries' float4s a thread: 8 heads of 576 */
 
 __device__ __forceinline__ float warp_max(float v)
 {
@@ -1228,27 +1335,66 @@ __device__ __forceinline__ float dot4(float4 a, float4 b)
     return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-__global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int32_t nhb,
-                                                           int32_t gsz, int32_t S, int32_t T,
+/* where the partial sums start in the split kernel's scratch: after the m, l
+ * pairs, 16-byte aligned */
+__host__ __device__ __forceinline__ size_t as_po_off(int32_t T, int32_t n_head, int32_t S)
+{
+    return ((size_t)T * n_head * S * 2 + 3) & ~(size_t)3;
+}
+
+/* The shapes of one split launch (host-computed) */
+struct as_shape {
+    int32_t nhb, gsz, S, T, tp; /* heads a block, heads a kv head, splits, tokens, tile */
+    int32_t qpad, vshared;      /* query row in floats (x4); values = the keys' columns */
+};
+
+/* float4 c4 of position p's tile row: the key row (ka then kb columns), then the
+ * value row; the address by selects (no branch: the loads stay batched) */
+__device__ __forceinline__ const float4 *as_src(const kt__cuda_attn &a, const float *ka,
+                                                const float *kb, const float *vb, int32_t p,
+                                                int32_t c4, int32_t q4)
+{
+    const int32_t c = 4 * c4;
+    const bool in_a = c < a.ka_dim, in_k = c4 < q4;
+    const float *base = in_k ? (in_a ? ka : kb) : vb;
+    const int32_t sp = in_k ? (in_a ? a.ka_sp : a.kb_sp) : a.v_sp;
+    const int32_t col = in_k ? (in_a ? c : c - a.ka_dim) : c - 4 * q4;
+    return (const float4 *)(base + (size_t)p * sp + col);
+}
+
+__global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_shape sh,
                                                            float *part)
 {
     extern __shared__ float4 sm4[];
+    const int32_t nhb = sh.nhb, S = sh.S, T = sh.T, TP = sh.tp, qpad = sh.qpad;
+    const int32_t q4 = (a.ka_dim + a.kb_dim) / 4, v4 = sh.vshared ? 0 : a.v_dim / 4;
+    const int32_t row4 = q4 + v4; /* float4s of a tile row */
+    pdl_wait();
     float *sm = (float *)sm4;
-    const int32_t qd = a.ka_dim + a.kb_dim, qpad = (qd + 3) & ~3;
-    float *qs = sm;                        /* [nhb][qpad] queries     */
-    float *sc = sm + nhb * qpad;           /* [nhb][AS_TILE] scores   */
-    float *m_s = sc + nhb * AS_TILE;       /* [AS_MAXH] running max   */
-    float *l_s = m_s + AS_MAXH;            /* [AS_MAXH] running sum   */
-    float *c_s = l_s + AS_MAXH;            /* [AS_MAXH] rescale       */
+    float *qs = sm;                          /* [nhb][qpad] queries          */
+    float *kv = qs + nhb * qpad;             /* [TP][row4 * 4] keys, values  */
+    float *sc = kv + (size_t)TP * row4 * 4;  /* [nhb][TP] scores             */
+    float *m_s = sc + nhb * TP;              /* [AS_MAXH] running max        */
+    float *l_s = m_s + AS_MAXH;              /* [AS_MAXH] running sum        */
+    float *c_s = l_s + AS_MAXH;              /* [AS_MAXH] rescale            */
     const int32_t h0 = blockIdx.x * nhb, s = blockIdx.y, t = blockIdx.z;
-    const int32_t kh = h0 / gsz, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int32_t kh = h0 / sh.gsz, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    /* the block's queries (q4 float4s a head; qpad = 4 q4) in flight with the
+     * position's load */
+    const int32_t nq4 = nhb * q4;
+    const float4 *qg = (const float4 *)(a.q + (size_t)t * a.q_st);
+    float4 qr[AS_QLOADS];
+#pragma unroll
+    for (int j = 0; j < AS_QLOADS; j++) {
+        int32_t i = min(tid + j * AS_THREADS, nq4 - 1);
+        qr[j] = __ldg(qg + (size_t)(h0 + i / q4) * (a.q_sh / 4) + i % q4);
+    }
     const int32_t pos = *a.pos0 + t;
     const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
     const int32_t n = pos + 1 - lo, per = (n + S - 1) / S;
     const int32_t p0 = lo + s * per, p1 = min(p0 + per, pos + 1);
     float *ml = part + (((size_t)t * a.n_head + h0) * S + s) * 2;
-    float *po = part + (size_t)T * a.n_head * S * 2 +
-                (((size_t)t * a.n_head + h0) * S + s) * a.v_dim;
+    float *po = part + as_po_off(T, a.n_head, S) + (((size_t)t * a.n_head + h0) * S + s) * a.v_dim;
     const size_t ml_h = (size_t)S * 2, po_h = (size_t)S * a.v_dim; /* to the next head */
     if (p0 >= p1) {
         if (tid < nhb) {
@@ -1257,57 +1403,63 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
         }
         return;
     }
-    for (int32_t i = tid; i < nhb * qd; i += AS_THREADS) {
-        int32_t hh = i / qd, d = i % qd;
-        qs[hh * qpad + d] = a.q[(size_t)t * a.q_st + (size_t)(h0 + hh) * a.q_sh + d];
-    }
+    const int32_t qd = a.ka_dim + a.kb_dim;
+#pragma unroll
+    for (int j = 0; j < AS_QLOADS; j++)
+        if (tid + j * AS_THREADS < nq4)
+            ((float4 *)qs)[tid + j * AS_THREADS] = qr[j];
     if (tid < AS_MAXH) {
         m_s[tid] = -INFINITY;
         l_s[tid] = 0.0f;
     }
     /* this thread's v column and heads: hh = hb + j·hstep */
     const int32_t V4 = a.v_dim / 4, c4 = tid % V4, hb = tid / V4, hstep = AS_THREADS / V4;
+    const int32_t vcol = sh.vshared ? 0 : 4 * q4; /* a value row's offset in a tile row */
     float4 acc[AS_MAXP];
 #pragma unroll
     for (int j = 0; j < AS_MAXP; j++)
         acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float *ka = a.ka + (size_t)kh * a.ka_sh;
     const float *kb = a.kb ? a.kb + (size_t)kh * a.kb_sh : NULL;
-    const float *vb = a.v + (size_t)kh * a.v_sh + 4 * c4;
-    __syncthreads();
-    for (int32_t tp = p0; tp < p1; tp += AS_TILE) {
-        const int32_t nt = min(AS_TILE, p1 - tp);
+    const float *vb = a.v + (size_t)kh * a.v_sh;
+    for (int32_t tp = p0; tp < p1; tp += TP) {
+        const int32_t nt = min(TP, p1 - tp), total = nt * row4;
+        /* the tile: AS_LOADS loads a thread in flight, then their stores */
+        for (int32_t base = 0; base < total; base += AS_THREADS * AS_LOADS) {
+            float4 r[AS_LOADS];
+#pragma unroll
+            for (int j = 0; j < AS_LOADS; j++) {
+                int32_t i = min(base + j * AS_THREADS + tid, total - 1); /* clamped */
+                r[j] = __ldg(as_src(a, ka, kb, vb, tp + i / row4, i % row4, q4));
+            }
+#pragma unroll
+            for (int j = 0; j < AS_LOADS; j++) {
+                int32_t i = base + j * AS_THREADS + tid;
+                if (i < total)
+                    ((float4 *)kv)[i] = r[j];
+            }
+        }
+        __syncthreads();
         /* s_hj = scale · q_h · k_j: a warp per position */
-#pragma unroll 4
         for (int32_t i = warp; i < nt; i += AS_THREADS / 32) {
-            const float *kr = ka + (size_t)(tp + i) * a.ka_sp;
+            const float *kr = kv + (size_t)i * row4 * 4;
             float d[AS_MAXH];
 #pragma unroll
             for (int hh = 0; hh < AS_MAXH; hh++)
                 d[hh] = 0.0f;
-            for (int32_t c = 4 * lane; c < a.ka_dim; c += 128) {
-                float4 k4 = __ldg((const float4 *)(kr + c));
+            for (int32_t c = 4 * lane; c < qd; c += 128) {
+                float4 k4 = *(const float4 *)(kr + c);
 #pragma unroll
                 for (int hh = 0; hh < AS_MAXH; hh++)
                     if (hh < nhb)
                         d[hh] += dot4(*(const float4 *)(qs + hh * qpad + c), k4);
-            }
-            if (kb) {
-                const float *kbr = kb + (size_t)(tp + i) * a.kb_sp;
-                for (int32_t c = 4 * lane; c < a.kb_dim; c += 128) {
-                    float4 k4 = __ldg((const float4 *)(kbr + c));
-#pragma unroll
-                    for (int hh = 0; hh < AS_MAXH; hh++)
-                        if (hh < nhb)
-                            d[hh] += dot4(*(const float4 *)(qs + hh * qpad + a.ka_dim + c), k4);
-                }
             }
 #pragma unroll
             for (int hh = 0; hh < AS_MAXH; hh++) {
                 if (hh < nhb) {
                     float v = warp_sum(d[hh]);
                     if (lane == 0)
-                        sc[hh * AS_TILE + i] = v * a.scale;
+                        sc[hh * TP + i] = v * a.scale;
                 }
             }
         }
@@ -1316,15 +1468,19 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
         for (int32_t hh = warp; hh < nhb; hh += AS_THREADS / 32) {
             float mx = -INFINITY;
             for (int32_t i = lane; i < nt; i += 32)
-                mx = fmaxf(mx, sc[hh * AS_TILE + i]);
+                mx = fmaxf(mx, sc[hh * TP + i]);
             mx = warp_max(mx);
             float m_old = m_s[hh], m_new = fmaxf(m_old, mx), sum = 0.0f;
             for (int32_t i = lane; i < nt; i += 32) {
-                float pj = expf(sc[hh * AS_TILE + i] - m_new);
-                sc[hh * AS_TILE + i] = pj;
+                float pj = expf(sc[hh * TP + i] - m_new);
+                sc[hh * TP + i] = pj;
                 sum += pj;
             }
             sum = warp_sum(sum);
+            /* every lane has read m_s[hh] before lane 0 writes it (the shuffles
+             * order that too, but compute-sanitizer's racecheck counts only
+             * barriers: it reported this pair on the H200) */
+            __syncwarp();
             if (lane == 0) {
                 float corr = expf(m_old - m_new);
                 m_s[hh] = m_new;
@@ -1342,14 +1498,15 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
                 acc[j].x *= c, acc[j].y *= c, acc[j].z *= c, acc[j].w *= c;
             }
         }
-#pragma unroll 8
+        const float *vt = kv + vcol + 4 * c4;
+#pragma unroll 4
         for (int32_t i = 0; i < nt; i++) {
-            float4 v4 = __ldg((const float4 *)(vb + (size_t)(tp + i) * a.v_sp));
+            float4 v4 = *(const float4 *)(vt + (size_t)i * row4 * 4);
 #pragma unroll
             for (int j = 0; j < AS_MAXP; j++) {
                 int32_t hh = hb + j * hstep;
                 if (hh < nhb) {
-                    float pj = sc[hh * AS_TILE + i];
+                    float pj = sc[hh * TP + i];
                     acc[j].x += pj * v4.x, acc[j].y += pj * v4.y;
                     acc[j].z += pj * v4.z, acc[j].w += pj * v4.w;
                 }
@@ -1370,14 +1527,18 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, int3
 }
 
 /* o[t][h] = Σ_s e^(m_s - M) acc_s / (Σ_s e^(m_s - M) l_s (+ e^(sink - M))), M the
- * largest m_s (and the sink): one block per (head, token) */
-__global__ void k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T, const float *part)
+ * largest m_s (and the sink): one block per (head, token); thread (part, c4) sums
+ * the 4-float column c4 over the splits part, part + parts, ... (every load in
+ * flight at once), then the parts' sums are added in shared memory */
+__global__ void __launch_bounds__(AS_THREADS) k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T,
+                                                           const float *part)
 {
     __shared__ float wsh[KT__CUDA_ATTN_SPLITS];
+    __shared__ float4 red[AS_THREADS];
     int32_t h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+    pdl_wait();
     const float *ml = part + ((size_t)t * a.n_head + h) * S * 2;
-    const float *po = part + (size_t)T * a.n_head * S * 2 + ((size_t)t * a.n_head + h) * S *
-                                                                a.v_dim;
+    const float *po = part + as_po_off(T, a.n_head, S) + ((size_t)t * a.n_head + h) * S * a.v_dim;
     if (tid < 32) {
         /* lane l holds splits l and l + 32; empty splits (l = 0) weigh nothing */
         float m0 = -INFINITY, l0 = 0.0f, m1 = -INFINITY, l1 = 0.0f;
@@ -1396,16 +1557,31 @@ __global__ void k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T, const float 
             wsh[tid + 32] = e1 * inv;
     }
     __syncthreads();
-    float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh;
-    for (int32_t e = tid; e < a.v_dim; e += blockDim.x) {
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int32_t i = 0; i < S; i++) {
-            /* an empty split's sums were never written: weight 0, skipped */
-            float p = po[(size_t)i * a.v_dim + e];
-            acc += wsh[i] != 0.0f ? wsh[i] * p : 0.0f;
+    const int32_t V4 = a.v_dim / 4, c4 = tid % V4, pt = tid / V4, parts = AS_THREADS / V4;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int32_t i0 = pt; i0 < S; i0 += 8 * parts) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            /* an empty split's sums were never written, and a split past the end
+             * reads the last one: weight 0, not added (selects after the load:
+             * no branch around it) */
+            int32_t i = i0 + u * parts, ii = min(i, S - 1);
+            float w = wsh[ii] * (float)(i < S); /* arithmetic: no branch */
+            float4 p = __ldg((const float4 *)(po + (size_t)ii * a.v_dim) + c4);
+            bool on = w != 0.0f;
+            acc.x += on ? w * p.x : 0.0f, acc.y += on ? w * p.y : 0.0f;
+            acc.z += on ? w * p.z : 0.0f, acc.w += on ? w * p.w : 0.0f;
         }
-        o[e] = acc;
+    }
+    red[tid] = acc;
+    __syncthreads();
+    if (pt == 0) {
+        for (int32_t q = 1; q < parts; q++) {
+            float4 b = red[q * V4 + c4];
+            acc.x += b.x, acc.y += b.y, acc.z += b.z, acc.w += b.w;
+        }
+        float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh;
+        *(float4 *)(o + 4 * c4) = acc;
     }
 }
 
@@ -1415,25 +1591,31 @@ static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
 {
     if (a->T > KT__CUDA_ATTN_SPLIT_T || !a->work || a->v_dim <= 0 || a->v_dim % 4 ||
-        a->ka_dim % 4 || a->kb_dim % 4 || a->v_dim > 512 || 128 % (a->v_dim / 4) != 0 ||
+        a->ka_dim % 4 || a->kb_dim % 4 || a->v_dim > 512 || AS_THREADS % (a->v_dim / 4) != 0 ||
         a->group <= 0 || a->ka_dim + a->kb_dim > ATTN_MAX_QDIM)
         return false;
     if (a->ka_sp % 4 || a->ka_sh % 4 || a->v_sp % 4 || a->v_sh % 4 || !al16(a->ka) ||
-        !al16(a->v) || !al16(a->work) || (a->kb && (a->kb_sp % 4 || a->kb_sh % 4 || !al16(a->kb))))
+        !al16(a->q) || a->q_st % 4 || a->q_sh % 4 ||
+        !al16(a->v) || !al16(a->work) || !al16(a->o) || a->o_st % 4 || a->o_sh % 4 ||
+        (a->kb && (a->kb_sp % 4 || a->kb_sh % 4 || !al16(a->kb))))
         return false;
     /* query heads that read the same keys: a group, or all of them when the kv
      * strides are 0 (absorbed MLA's one latent cache) */
-    int32_t gsz = a->ka_sh == 0 && a->v_sh == 0 && (!a->kb || a->kb_sh == 0) ? a->n_head
-                                                                            : a->group;
-    if (gsz <= 0 || a->n_head % gsz)
+    as_shape sh;
+    sh.gsz = a->ka_sh == 0 && a->v_sh == 0 && (!a->kb || a->kb_sh == 0) ? a->n_head : a->group;
+    if (sh.gsz <= 0 || a->n_head % sh.gsz)
         return false;
-    int32_t nhb = 1;
+    sh.nhb = 1;
     for (int32_t d = AS_MAXH; d >= 1; d--)
-        if (gsz % d == 0) {
-            nhb = d;
+        if (sh.gsz % d == 0) {
+            sh.nhb = d;
             break;
         }
-    int32_t blocks = a->n_head / nhb * a->T;
+    int32_t hstep = AS_THREADS / (a->v_dim / 4);
+    if ((sh.nhb + hstep - 1) / hstep > AS_MAXP ||
+        sh.nhb * (a->ka_dim + a->kb_dim) / 4 > AS_QLOADS * AS_THREADS)
+        return false;
+    int32_t blocks = a->n_head / sh.nhb * a->T;
     int32_t S = (2 * rt->sms + blocks - 1) / blocks;
     S = S < 1 ? 1 : S > KT__CUDA_ATTN_SPLITS ? KT__CUDA_ATTN_SPLITS : S;
     int32_t most = (max_pos + 15) / 16; /* at least 16 positions a split at full context */
@@ -1441,15 +1623,260 @@ static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
         S = most;
     if (a->splits > 0)
         S = a->splits < KT__CUDA_ATTN_SPLITS ? a->splits : KT__CUDA_ATTN_SPLITS;
-    while (S > 1 && (size_t)a->T * a->n_head * S * (a->v_dim + 2) > a->work_elems)
+    while (S > 1 && as_po_off(a->T, a->n_head, S) + (size_t)a->T * a->n_head * S * a->v_dim >
+                        a->work_elems)
         S /= 2;
-    if ((size_t)a->T * a->n_head * S * (a->v_dim + 2) > a->work_elems)
+    if (as_po_off(a->T, a->n_head, S) + (size_t)a->T * a->n_head * S * a->v_dim > a->work_elems)
         return false;
-    int32_t qpad = (a->ka_dim + a->kb_dim + 3) & ~3;
-    size_t smem = sizeof(float) * ((size_t)nhb * (qpad + AS_TILE) + 3 * AS_MAXH);
-    k_attn_split<<<dim3(a->n_head / nhb, S, a->T), AS_THREADS, smem, rt->stream>>>(
-        *a, nhb, gsz, S, a->T, a->work);
-    k_attn_merge<<<dim3(a->n_head, a->T), 128, 0, rt->stream>>>(*a, S, a->T, a->work);
+    /* the values are the keys' first columns (absorbed MLA's latent rows) */
+    sh.vshared = a->v == a->ka && a->v_sp == a->ka_sp && a->v_sh == a->ka_sh &&
+                 a->v_dim <= a->ka_dim;
+    sh.qpad = (a->ka_dim + a->kb_dim + 3) & ~3;
+    sh.S = S, sh.T = a->T;
+    /* the tile: as many positions as the split holds at max_pos, up to AS_TILE and
+     * what fits in AS_SMEM_MAX */
+    size_t row = (size_t)(a->ka_dim + a->kb_dim + (sh.vshared ? 0 : a->v_dim));
+    size_t fixed = (size_t)sh.nhb * sh.qpad + 3 * AS_MAXH;
+    int32_t fit = (int32_t)((AS_SMEM_MAX / sizeof(float) - fixed) / (row + sh.nhb));
+    int32_t want = (max_pos + S - 1) / S;
+    sh.tp = want < AS_TILE ? want : AS_TILE;
+    sh.tp = sh.tp < fit ? sh.tp : fit;
+    if (sh.tp < 1)
+        return false;
+    size_t smem = sizeof(float) * (fixed + (size_t)sh.tp * (row + sh.nhb));
+    launch_pdl(rt, k_attn_split, dim3(a->n_head / sh.nhb, S, a->T), AS_THREADS, smem, *a, sh,
+               a->work);
+    launch_pdl(rt, k_attn_merge, dim3(a->n_head, a->T), AS_THREADS, 0, *a, S, a->T,
+               (const float *)a->work);
+    return true;
+}
+
+/* Prefill attention in tiles (T > KT__CUDA_ATTN_SPLIT_T, F32 on the CUDA
+ * cores): a block of AT_THREADS serves AT_R query rows, BT tokens x the G query
+ * heads of one kv head, so one read of a tile's key and value rows (AT_BK
+ * positions, in shared memory) serves all of them (k_attention, a block per
+ * head and token, read every key and value row once per query). Per tile:
+ * S = scale · Q Kᵀ (4 rows x 4 keys a thread: thread (ty, tx) rows 4 ty..,
+ * keys 4 tx..), the causal and window mask, the online softmax per row
+ * (m, l; the row's 16 threads reduce by shuffles), O = O e^(m - m') + P V
+ * (the same 4 rows x CP value columns a thread). Rows past the last token
+ * compute a copy of its row and are not written. */
+#define AT_R 64
+#define AT_BK 64
+#define AT_THREADS 256
+#define AT_MAXQD 256
+#define AT_LD (AT_R + 4) /* transposed rows padded: stores of a warp across banks */
+
+static size_t attn_tile_smem(int32_t qd, int32_t vd)
+{
+    return sizeof(float) * (2 * (size_t)qd * AT_LD + (size_t)AT_BK * vd + (size_t)AT_BK * AT_LD);
+}
+
+template <int CP>
+__global__ void __launch_bounds__(AT_THREADS) k_attn_tile(kt__cuda_attn a, int32_t G, int32_t BT)
+{
+    extern __shared__ float4 sm4[];
+    const int32_t qd = a.ka_dim + a.kb_dim, q4 = qd / 4, vd = 16 * CP, v4 = vd / 4;
+    float *qT = (float *)sm4;               /* [qd][AT_LD] queries, by dimension */
+    float *kT = qT + (size_t)qd * AT_LD;    /* [qd][AT_LD] a tile's keys, by dimension */
+    float *vs = kT + (size_t)qd * AT_LD;    /* [AT_BK][vd] its values */
+    float *ps = vs + (size_t)AT_BK * vd;    /* [AT_BK][AT_LD] probabilities, by key */
+    const int32_t tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int32_t kh = blockIdx.y, t0 = blockIdx.x * BT, pos0 = *a.pos0;
+    const int32_t t_last = min(t0 + BT, a.T) - 1;
+    const float *ka = a.ka + (size_t)kh * a.ka_sh;
+    const float *kb = a.kb ? a.kb + (size_t)kh * a.kb_sh : ka;
+    const float *vb = a.v + (size_t)kh * a.v_sh;
+    /* Qᵀ: row r = token t0 + r / G (clamped), head kh G + r % G; 8 loads in flight */
+    for (int32_t b0 = tid; b0 < AT_R * q4; b0 += 8 * AT_THREADS) {
+        float4 r8[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int32_t i = min(b0 + u * AT_THREADS, AT_R * q4 - 1), r = i % AT_R, d4 = i / AT_R;
+            int32_t t = min(t0 + r / G, t_last), h = kh * G + r % G;
+            r8[u] = __ldg((const float4 *)(a.q + (size_t)t * a.q_st + (size_t)h * a.q_sh) + d4);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            int32_t i = b0 + u * AT_THREADS, r = i % AT_R, d = 4 * (i / AT_R);
+            if (i < AT_R * q4) {
+                qT[(d + 0) * AT_LD + r] = r8[u].x, qT[(d + 1) * AT_LD + r] = r8[u].y;
+                qT[(d + 2) * AT_LD + r] = r8[u].z, qT[(d + 3) * AT_LD + r] = r8[u].w;
+            }
+        }
+    }
+    /* this thread's rows: visible positions lo_r ..= hi_r */
+    int32_t lo_r[4], hi_r[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int32_t t = min(t0 + (4 * ty + i) / G, t_last), p = pos0 + t;
+        hi_r[i] = p;
+        lo_r[i] = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+    }
+    const int32_t pf = pos0 + t0, p_begin = a.window > 0 && pf - a.window + 1 > 0
+                                                 ? pf - a.window + 1 : 0;
+    const int32_t p_end = pos0 + t_last;
+    float m[4], l[4], acc[4][CP];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY, l[i] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CP; c++)
+            acc[i][c] = 0.0f;
+    }
+    for (int32_t tp = p_begin; tp <= p_end; tp += AT_BK) {
+        const int32_t nt = min(AT_BK, p_end - tp + 1);
+        /* Kᵀ (position j fastest: a warp's stores across banks) and V, rows past
+         * the end read again as the last one (masked below) */
+        for (int32_t b0 = tid; b0 < AT_BK * (q4 + v4); b0 += 8 * AT_THREADS) {
+            float4 r8[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int32_t i = min(b0 + u * AT_THREADS, AT_BK * (q4 + v4) - 1);
+                const float *src;
+                if (i < AT_BK * q4) {
+                    int32_t p = tp + min(i % AT_BK, nt - 1), d = 4 * (i / AT_BK);
+                    src = d < a.ka_dim ? ka + (size_t)p * a.ka_sp + d
+                                       : kb + (size_t)p * a.kb_sp + (d - a.ka_dim);
+                } else {
+                    int32_t iv = i - AT_BK * q4, p = tp + min(iv / v4, nt - 1);
+                    src = vb + (size_t)p * a.v_sp + 4 * (iv % v4);
+                }
+                r8[u] = __ldg((const float4 *)src);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int32_t i = b0 + u * AT_THREADS;
+                if (i < AT_BK * q4) {
+                    int32_t j = i % AT_BK, d = 4 * (i / AT_BK);
+                    kT[(d + 0) * AT_LD + j] = r8[u].x, kT[(d + 1) * AT_LD + j] = r8[u].y;
+                    kT[(d + 2) * AT_LD + j] = r8[u].z, kT[(d + 3) * AT_LD + j] = r8[u].w;
+                } else if (i < AT_BK * (q4 + v4)) {
+                    ((float4 *)vs)[i - AT_BK * q4] = r8[u];
+                }
+            }
+        }
+        __syncthreads();
+        /* s_ij = scale · q_i · k_j */
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                s[i][j] = 0.0f;
+#pragma unroll 4
+        for (int32_t d = 0; d < qd; d++) {
+            float4 qv = *(const float4 *)(qT + d * AT_LD + 4 * ty);
+            float4 kv = *(const float4 *)(kT + d * AT_LD + 4 * tx);
+            float qa[4] = {qv.x, qv.y, qv.z, qv.w}, kk[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    s[i][j] += qa[i] * kk[j];
+        }
+        /* mask; m' = max(m, max_j s_ij), p_ij = e^(s_ij - m'), l' = l e^(m - m') + Σ p */
+        float corr[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int32_t jj = 4 * tx + j, p = tp + jj;
+                bool on = jj < nt && p <= hi_r[i] && p >= lo_r[i];
+                s[i][j] = on ? s[i][j] * a.scale : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            for (int o = 8; o > 0; o >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float m_new = fmaxf(m[i], mx), mref = m_new == -INFINITY ? 0.0f : m_new;
+            float rs = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                rs += (s[i][j] = expf(s[i][j] - mref));
+            for (int o = 8; o > 0; o >>= 1)
+                rs += __shfl_xor_sync(0xffffffffu, rs, o);
+            corr[i] = expf(m[i] - mref);
+            l[i] = l[i] * corr[i] + rs;
+            m[i] = m_new;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            *(float4 *)(ps + (4 * tx + j) * AT_LD + 4 * ty) =
+                make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
+        __syncthreads();
+        /* acc_i = acc_i e^(m - m') + Σ_j p_ij v_j */
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int c = 0; c < CP; c++)
+                acc[i][c] *= corr[i];
+#pragma unroll 4
+        for (int32_t j = 0; j < nt; j++) {
+            float4 pv = *(const float4 *)(ps + j * AT_LD + 4 * ty);
+            float pa[4] = {pv.x, pv.y, pv.z, pv.w}, vv[CP];
+            const float *vr = vs + j * vd + CP * tx;
+            if constexpr (CP % 4 == 0) {
+#pragma unroll
+                for (int c = 0; c < CP; c += 4) {
+                    float4 w4 = *(const float4 *)(vr + c);
+                    vv[c] = w4.x, vv[c + 1] = w4.y, vv[c + 2] = w4.z, vv[c + 3] = w4.w;
+                }
+            } else {
+#pragma unroll
+                for (int c = 0; c < CP; c++)
+                    vv[c] = vr[c];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < CP; c++)
+                    acc[i][c] += pa[i] * vv[c];
+        }
+        __syncthreads();
+    }
+    /* o = acc / l (with a sink: both scaled to M = max(m, sink), l + e^(sink - M)) */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int32_t r = 4 * ty + i, t = t0 + r / G, h = kh * G + r % G;
+        if (r / G >= BT || t > t_last)
+            continue;
+        float sc = 1.0f, den = l[i];
+        if (a.sinks) {
+            float M = fmaxf(m[i], a.sinks[h]);
+            sc = expf(m[i] - M);
+            den = l[i] * sc + expf(a.sinks[h] - M);
+        }
+        float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh + CP * tx;
+#pragma unroll
+        for (int c = 0; c < CP; c++)
+            o[c] = acc[i][c] * sc / den;
+    }
+}
+
+/* The tiled kernel's launch for a (false: not applicable, run k_attention) */
+static bool attn_tile(kt__cuda_rt *rt, const kt__cuda_attn *a)
+{
+    int32_t qd = a->ka_dim + a->kb_dim, vd = a->v_dim, G = a->group;
+    if (!rt->attn_tile || a->T <= KT__CUDA_ATTN_SPLIT_T || qd % 4 || qd > AT_MAXQD ||
+        a->ka_dim % 4 || (vd != 16 && vd != 32 && vd != 64 && vd != 128) || G < 1 ||
+        G > AT_R || a->n_head % G)
+        return false;
+    if (!al16(a->q) || a->q_st % 4 || a->q_sh % 4 || !al16(a->ka) || a->ka_sp % 4 ||
+        a->ka_sh % 4 || !al16(a->v) || a->v_sp % 4 || a->v_sh % 4 ||
+        (a->kb_dim && (!a->kb || !al16(a->kb) || a->kb_sp % 4 || a->kb_sh % 4)))
+        return false;
+    int32_t BT = AT_R / G;
+    dim3 grid((a->T + BT - 1) / BT, a->n_head / G);
+    size_t smem = attn_tile_smem(qd, vd);
+    if (vd == 16)
+        k_attn_tile<1><<<grid, AT_THREADS, smem, rt->stream>>>(*a, G, BT);
+    else if (vd == 32)
+        k_attn_tile<2><<<grid, AT_THREADS, smem, rt->stream>>>(*a, G, BT);
+    else if (vd == 64)
+        k_attn_tile<4><<<grid, AT_THREADS, smem, rt->stream>>>(*a, G, BT);
+    else
+        k_attn_tile<8><<<grid, AT_THREADS, smem, rt->stream>>>(*a, G, BT);
     return true;
 }
 
@@ -1470,7 +1897,25 @@ extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32
            "cudaFuncSetAttribute (attention scores of n_ctx positions)");
         rt->attn_smem = limit;
     }
-    if (a->T > 0 && attn_split(rt, a, max_pos))
+    if (!rt->split_smem_set) {
+        CK(cudaFuncSetAttribute(k_attn_split, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                AS_SMEM_MAX),
+           "cudaFuncSetAttribute (split attention tiles)");
+        int most = (int)attn_tile_smem(AT_MAXQD, 128);
+        if (cudaFuncSetAttribute(k_attn_tile<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 most) != cudaSuccess ||
+            cudaFuncSetAttribute(k_attn_tile<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 most) != cudaSuccess ||
+            cudaFuncSetAttribute(k_attn_tile<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 most) != cudaSuccess ||
+            cudaFuncSetAttribute(k_attn_tile<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 most) != cudaSuccess) {
+            cudaGetLastError(); /* a device with less shared memory: k_attention */
+            rt->attn_tile = 0;
+        }
+        rt->split_smem_set = 1;
+    }
+    if (a->T > 0 && (attn_split(rt, a, max_pos) || attn_tile(rt, a)))
         return 0;
     size_t smem = sizeof(float) * ((size_t)max_pos + ((qd + 3) & ~3));
     if (a->T > 0)
@@ -1523,6 +1968,34 @@ extern "C" int kt__cuda_add(kt__cuda_rt *rt, float *y, const float *x, int32_t r
     if (total)
         k_add<<<(unsigned)((total + 255) / 256), 256, 0, rt->stream>>>(y, x, total, n, row_gate);
     return 0;
+}
+
+/* the selected experts' weights w[0..k) from their scores: a softmax over them
+ * (top-k softmax routers), or renormalised to sum 1 if the router says so, then
+ * scaled */
+__device__ void router_weights(const kt__cuda_router_desc &r, float *w)
+{
+    const int32_t k = r.k;
+    if (r.kind == KT__CUDA_ROUTER_TOPK_SOFTMAX) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int32_t j = 0; j < k; j++)
+            mx = fmaxf(mx, w[j]);
+        for (int32_t j = 0; j < k; j++)
+            sum += (w[j] = expf(w[j] - mx));
+        for (int32_t j = 0; j < k; j++)
+            w[j] /= sum;
+        return;
+    }
+    if (r.renorm) {
+        float sum = 0.0f;
+        for (int32_t j = 0; j < k; j++)
+            sum += w[j];
+        float den = r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS ? sum + 1e-20f : sum;
+        for (int32_t j = 0; j < k; j++)
+            w[j] /= den;
+    }
+    for (int32_t j = 0; j < k; j++)
+        w[j] *= r.scale;
 }
 
 /* logits [T][E] -> ids, weights [T][k]: one thread per token, as the CPU router */
@@ -1598,49 +2071,28 @@ __global__ void k_router(kt__cuda_router_desc r, const float *logit, int32_t T, 
         id[j] = best;
         w[j] = score[best];
     }
-    if (r.kind == KT__CUDA_ROUTER_TOPK_SOFTMAX) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int32_t j = 0; j < k; j++)
-            mx = fmaxf(mx, w[j]);
-        for (int32_t j = 0; j < k; j++)
-            sum += (w[j] = expf(w[j] - mx));
-        for (int32_t j = 0; j < k; j++)
-            w[j] /= sum;
-        return;
-    }
-    if (r.renorm) {
-        float sum = 0.0f;
-        for (int32_t j = 0; j < k; j++)
-            sum += w[j];
-        float den = r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS ? sum + 1e-20f : sum;
-        for (int32_t j = 0; j < k; j++)
-            w[j] /= den;
-    }
-    for (int32_t j = 0; j < k; j++)
-        w[j] *= r.scale;
+    router_weights(r, w);
 }
 
-#define RW (KT__CUDA_MAX_EXPERTS / 32) /* experts per lane in k_router_warp */
 
 /* The same selection as k_router, a warp per token: lane l holds experts l,
  * l + 32, ...; group limits as k_router (group score = its top two, the best
  * topk_group groups kept, the others' experts at 0); then each of the k rounds
  * takes the warp's best not-taken expert (the larger value, the lower index on
  * ties). */
-__global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_t T, int32_t *ids,
-                              float *wts)
+template <int RW>
+__device__ void router_select(const kt__cuda_router_desc &r, const float *logit, int32_t t,
+                              int32_t *ids, float *wts)
 {
-    int32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (t >= T)
-        return;
-    const int32_t E = r.n_expert, k = r.k;
+    const int32_t lane = threadIdx.x % 32, E = r.n_expert, k = r.k;
     const float *lg = logit + (size_t)t * E;
     float sel[RW], score[RW];
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < RW; i++) {
         int32_t e = lane + 32 * i;
-        score[i] = e < E ? lg[e] : -INFINITY;
+        float v = __ldcg(lg + min(e, E - 1)); /* L2: other blocks' rows; clamped */
+        score[i] = e < E ? v : -INFINITY;
         mx = fmaxf(mx, score[i]);
     }
     if (r.kind == KT__CUDA_ROUTER_SOFTMAX_TOPK) {
@@ -1747,28 +2199,60 @@ __global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_
             w[j] = sc;
         }
     }
-    if (lane != 0)
+    if (lane == 0)
+        router_weights(r, w);
+}
+
+/* RW experts a lane (E <= 32 RW): the selection of k_router, a warp per token */
+template <int RW>
+__global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_t T,
+                              int32_t *ids, float *wts)
+{
+    int32_t t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (t < T)
+        router_select<RW>(r, logit, t, ids, wts);
+}
+
+/* One token: the router's logits (k_gemv1's rows, 16 a block) and the selection
+ * in one launch: the last block to finish (a ticket in device memory, put back
+ * to 0 by that block for the next step) selects */
+template <int RW>
+__global__ void __launch_bounds__(GEMV1_THREADS) k_router_gemv1(const float *__restrict__ x,
+                                                                kt__cuda_mat W, const float *b,
+                                                                float *logit,
+                                                                kt__cuda_router_desc r,
+                                                                int32_t *ids, float *wts,
+                                                                unsigned *ticket)
+{
+    extern __shared__ float4 xs4[];
+    __shared__ bool last;
+    float *xs = (float *)xs4;
+    int32_t row = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
+    if (row < W.rows)
+        prefetch_row(W, row);
+    pdl_wait();
+    x_to_smem(xs, x, W.cols);
+    if (row < W.rows)
+        gemv1_row(xs, W, b, logit, 0, row);
+    __threadfence(); /* this block's logits visible device-wide before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
         return;
-    if (r.kind == KT__CUDA_ROUTER_TOPK_SOFTMAX) {
-        float m = -INFINITY, sum = 0.0f;
-        for (int32_t j = 0; j < k; j++)
-            m = fmaxf(m, w[j]);
-        for (int32_t j = 0; j < k; j++)
-            sum += (w[j] = expf(w[j] - m));
-        for (int32_t j = 0; j < k; j++)
-            w[j] /= sum;
-        return;
-    }
-    if (r.renorm) {
-        float sum = 0.0f;
-        for (int32_t j = 0; j < k; j++)
-            sum += w[j];
-        float den = r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS ? sum + 1e-20f : sum;
-        for (int32_t j = 0; j < k; j++)
-            w[j] /= den;
-    }
-    for (int32_t j = 0; j < k; j++)
-        w[j] *= r.scale;
+    __threadfence();
+    if (threadIdx.x < 32)
+        router_select<RW>(r, logit, 0, ids, wts);
+    if (threadIdx.x == 0)
+        *ticket = 0;
+}
+
+/* the warp router's limits: experts in registers, group masks in 64 bits */
+static bool router_warp_ok(const kt__cuda_router_desc *r)
+{
+    return r->n_expert <= KT__CUDA_MAX_EXPERTS && r->n_group <= 64 && r->k > 0 &&
+           r->k <= r->n_expert;
 }
 
 extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
@@ -1776,11 +2260,36 @@ extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, c
 {
     if (T <= 0)
         return 0;
-    if (r->n_expert <= KT__CUDA_MAX_EXPERTS && r->n_group <= 64 && r->k > 0 &&
-        r->k <= r->n_expert)
-        k_router_warp<<<(T + 3) / 4, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
-    else
+    unsigned g = (T + 3) / 4;
+    if (!router_warp_ok(r))
         k_router<<<(T + 63) / 64, 64, 0, rt->stream>>>(*r, logits, T, ids, w);
+    else if (r->n_expert <= 128)
+        k_router_warp<4><<<g, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
+    else if (r->n_expert <= 256)
+        k_router_warp<8><<<g, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
+    else
+        k_router_warp<16><<<g, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
+    return 0;
+}
+
+extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc *r,
+                                    const float *x, const kt__cuda_mat *W, const float *bias,
+                                    float *logits, int32_t T, int32_t *ids, float *w)
+{
+    if (T != 1 || !rt->ticket || !router_warp_ok(r) || !vec8_ok(W) || !x_ok(x, W->cols) ||
+        W->cols > GEMV1_MAX_COLS || W->rows != r->n_expert)
+        return 1;
+    unsigned blocks = (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32);
+    size_t xs = sizeof(float) * (size_t)W->cols;
+    if (r->n_expert <= 128)
+        launch_pdl(rt, k_router_gemv1<4>, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r,
+                   ids, w, rt->ticket);
+    else if (r->n_expert <= 256)
+        launch_pdl(rt, k_router_gemv1<8>, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r,
+                   ids, w, rt->ticket);
+    else
+        launch_pdl(rt, k_router_gemv1<16>, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r,
+                   ids, w, rt->ticket);
     return 0;
 }
 
@@ -1802,16 +2311,8 @@ __global__ void k_expert_up(const kt__cuda_mat *gate, const kt__cuda_mat *up, co
     }
     g = warp_sum(g);
     u = warp_sum(u);
-    if (lane == 0) {
-        float a;
-        if (oai) {
-            float gv = fminf(g, limit), uv = fminf(fmaxf(u, -limit), limit);
-            a = (uv + 1.0f) * gv / (1.0f + expf(-alpha * gv));
-        } else {
-            a = g / (1.0f + expf(-g)) * u;
-        }
-        h[(size_t)tj * I + i] = a;
-    }
+    if (lane == 0)
+        h[(size_t)tj * I + i] = act_value(g, u, oai, alpha, limit);
 }
 
 /* out[t][c] += Σ_j w[t][j] · down_e[c]·h[t][j] over the GPU-resident e = ids[t][j] */
@@ -1841,18 +2342,23 @@ __global__ void k_expert_down(const kt__cuda_mat *down, const int32_t *ids, cons
 /* k_expert_up with 8-column loads (H a multiple of 8); XS: the token's x in
  * shared memory (H <= GEMV1_MAX_COLS), which leaves registers for 4 steps of
  * gate and up loads in flight */
-/* gate and up rows i against x: 4 steps' loads of each in flight */
+/* gate and up rows i against x: batches of 8 steps, their 16 loads in flight (a
+ * step past the end reads the batch's first columns again, weighted 0: no exit
+ * test between the loads) */
 template <int TY>
 __device__ __forceinline__ void up_dot_t(const kt__cuda_mat &G, const kt__cuda_mat &U, int32_t i,
                                          const float *xt, int32_t H, float &g, float &u)
 {
-#pragma unroll 4
-    for (int32_t c = (threadIdx.x % 32) * 8; c < H; c += 256) {
-        float wg[8], wu[8];
-        load8t<TY>(G, i, c, wg);
-        load8t<TY>(U, i, c, wu);
-        g += dot8(wg, xt + c);
-        u += dot8(wu, xt + c);
+    for (int32_t c0 = (threadIdx.x % 32) * 8; c0 < H; c0 += 8 * 256) {
+#pragma unroll
+        for (int32_t s = 0; s < 8; s++) {
+            int32_t c = c0 + 256 * s, cc = c < H ? c : c0;
+            float wg[8], wu[8], on = (float)(c < H);
+            load8t<TY>(G, i, cc, wg);
+            load8t<TY>(U, i, cc, wu);
+            g += on * dot8(wg, xt + cc);
+            u += on * dot8(wu, xt + cc);
+        }
     }
 }
 
@@ -1864,17 +2370,19 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
     extern __shared__ float4 xs4[];
     int32_t i = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t tj = blockIdx.y, t = tj / k;
+    pdl_wait();
     int32_t e = ids[tj];
-    if (e < 0 || !gate[e].data)
+    if (e < 0)
         return; /* the whole block: e depends on blockIdx only */
+    /* the descriptors' loads in flight with x's */
+    const kt__cuda_mat G = gate[e], U = up[e];
     const float *xt = x + (size_t)t * H;
     if (XS) {
         x_to_smem((float *)xs4, xt, H);
         xt = (const float *)xs4;
     }
-    if (i >= I)
+    if (i >= I || !G.data)
         return;
-    const kt__cuda_mat G = gate[e], U = up[e];
     float g = 0.0f, u = 0.0f;
     if (G.type == U.type && G.type == KT__CUDA_W_BF16)
         up_dot_t<KT__CUDA_W_BF16>(G, U, i, xt, H, g, u);
@@ -1892,44 +2400,43 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
         }
     g = warp_sum(g);
     u = warp_sum(u);
-    if (lane == 0) {
-        float a;
-        if (oai) {
-            float gv = fminf(g, limit), uv = fminf(fmaxf(u, -limit), limit);
-            a = (uv + 1.0f) * gv / (1.0f + expf(-alpha * gv));
-        } else {
-            a = g / (1.0f + expf(-g)) * u;
-        }
-        h[(size_t)tj * I + i] = a;
-    }
+    if (lane == 0)
+        h[(size_t)tj * I + i] = act_value(g, u, oai, alpha, limit);
 }
 
 /* k_expert_down with 8-column loads (I a multiple of 8, k <= DOWN8_MAXK): the
- * token's expert descriptors read once per block into shared memory, then each
- * lane walks the (expert, 8-column chunk) pairs of all k experts, so every
- * weight load of a row is independent of the others (no per-expert chain of
- * id -> descriptor -> weights -> reduction); HS: the token's k rows of h in
- * shared memory too */
+ * descriptors of the token's GPU-resident experts read once per block into
+ * shared memory, packed (slot s: descriptor, weight, row hj[s] of h), then each
+ * lane walks the (slot, 8-column chunk) pairs of all of them, so every weight
+ * load of a row is independent of the others and none sits behind a branch
+ * (no per-expert chain of id -> descriptor -> weights -> reduction; a skipped
+ * pair inside the loop kept its loads from being batched: 21 us a layer on the
+ * H200); HS: the token's k rows of h in shared memory too */
 #define DOWN8_MAXK 32
 /* this lane's share of Σ_j w_j down_j[c]·h_j over the (expert, 8-column chunk)
  * pairs, up to 8 loads in flight (TY -1: the type read per matrix) */
 template <int TY>
-__device__ __forceinline__ float down_dot_t(const kt__cuda_mat *D, const float *wj, int32_t k,
-                                            int32_t I, int32_t c, const float *ht)
+__device__ __forceinline__ float down_dot_t(const kt__cuda_mat *D, const float *wj,
+                                            const int32_t *hj, int32_t kg, int32_t I, int32_t c,
+                                            const float *ht)
 {
-    const int32_t chunks = I / 8, total = k * chunks;
+    const uint32_t chunks = I / 8, total = kg * chunks;
     float acc = 0.0f;
-#pragma unroll 8
-    for (int32_t q = threadIdx.x % 32; q < total; q += 32) {
-        int32_t j = q / chunks, i = 8 * (q - j * chunks);
-        if (!D[j].data)
-            continue;
-        float w[8];
-        if constexpr (TY < 0)
-            load8(D[j], c, i, w);
-        else
-            load8t<TY>(D[j], c, i, w);
-        acc += wj[j] * dot8(w, ht + (size_t)j * I + i);
+    /* batches of 8 pairs a lane; a pair past the end reads the batch's first
+     * pair again with weight 0 (no exit test between the loads) */
+    for (uint32_t q0 = threadIdx.x % 32; q0 < total; q0 += 256) {
+#pragma unroll
+        for (uint32_t u = 0; u < 8; u++) {
+            uint32_t q = q0 + 32 * u, qq = q < total ? q : q0;
+            uint32_t j = qq / chunks, i = 8 * (qq - j * chunks);
+            float w[8];
+            if constexpr (TY < 0)
+                load8(D[j], c, i, w);
+            else
+                load8t<TY>(D[j], c, i, w);
+            float sw = wj[j] * (float)(q < total); /* arithmetic: no branch */
+            acc += sw * dot8(w, ht + (size_t)hj[j] * I + i);
+        }
     }
     return acc;
 }
@@ -1941,31 +2448,26 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
 {
     __shared__ kt__cuda_mat D[DOWN8_MAXK];
     __shared__ float wj[DOWN8_MAXK];
+    __shared__ int32_t hj[DOWN8_MAXK], kg_s;
     extern __shared__ float4 hs4[];
     int32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t t = blockIdx.y;
-    __shared__ int32_t ty;
-    if (threadIdx.x < k) {
-        int32_t e = ids[(size_t)t * k + threadIdx.x];
-        if (e >= 0 && down[e].data) {
-            D[threadIdx.x] = down[e];
-            wj[threadIdx.x] = wts[(size_t)t * k + threadIdx.x];
-        } else {
-            D[threadIdx.x].data = NULL;
-            wj[threadIdx.x] = 0.0f;
+    pdl_wait();
+    if (threadIdx.x < 32) {
+        /* lane j: pair j's expert, packed at slot s = GPU-resident pairs before it */
+        int32_t j = threadIdx.x, e = j < k ? ids[(size_t)t * k + j] : -1;
+        bool on = e >= 0 && down[e].data;
+        uint32_t m = __ballot_sync(0xffffffffu, on);
+        if (on) {
+            int32_t slot = __popc(m & ((1u << j) - 1u));
+            D[slot] = down[e];
+            wj[slot] = wts[(size_t)t * k + j];
+            hj[slot] = j;
         }
+        if (j == 0)
+            kg_s = __popc(m);
     }
     const float *ht = h + (size_t)t * k * I;
-    if (threadIdx.x == 0) {
-        /* the experts' common weight type (-1: mixed, the generic loads) */
-        int32_t tyk = -2;
-        for (int32_t j = 0; j < k; j++) {
-            int32_t e = ids[(size_t)t * k + j];
-            if (e >= 0 && down[e].data)
-                tyk = tyk == -2 || tyk == down[e].type ? down[e].type : -1;
-        }
-        ty = tyk;
-    }
     if (HS) {
         x_to_smem((float *)hs4, ht, k * I); /* its barrier covers D and wj too */
         ht = (const float *)hs4;
@@ -1974,11 +2476,18 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
     }
     if (c >= H)
         return;
-    float acc = ty == KT__CUDA_W_BF16 ? down_dot_t<KT__CUDA_W_BF16>(D, wj, k, I, c, ht)
-                : ty == KT__CUDA_W_F8 ? down_dot_t<KT__CUDA_W_F8>(D, wj, k, I, c, ht)
-                : ty == KT__CUDA_W_I4 ? down_dot_t<KT__CUDA_W_I4>(D, wj, k, I, c, ht)
-                : ty == KT__CUDA_W_F32 ? down_dot_t<KT__CUDA_W_F32>(D, wj, k, I, c, ht)
-                : ty == -1 ? down_dot_t<-1>(D, wj, k, I, c, ht) : 0.0f;
+    /* the experts' common weight type (-1: mixed, the generic loads), from shared
+     * memory (a serial walk over ids and descriptors in global memory by one
+     * thread cost several memory latencies before the first weight load) */
+    const int32_t kg = kg_s;
+    int32_t ty = -2;
+    for (int32_t j = 0; j < kg; j++)
+        ty = ty == -2 || ty == D[j].type ? D[j].type : -1;
+    float acc = ty == KT__CUDA_W_BF16 ? down_dot_t<KT__CUDA_W_BF16>(D, wj, hj, kg, I, c, ht)
+                : ty == KT__CUDA_W_F8 ? down_dot_t<KT__CUDA_W_F8>(D, wj, hj, kg, I, c, ht)
+                : ty == KT__CUDA_W_I4 ? down_dot_t<KT__CUDA_W_I4>(D, wj, hj, kg, I, c, ht)
+                : ty == KT__CUDA_W_F32 ? down_dot_t<KT__CUDA_W_F32>(D, wj, hj, kg, I, c, ht)
+                : ty == -1 ? down_dot_t<-1>(D, wj, hj, kg, I, c, ht) : 0.0f;
     acc = warp_sum(acc);
     if (lane == 0)
         out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
@@ -1995,22 +2504,13 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
     dim3 g2((a->H + 7) / 8, a->T);
     if (vec) {
         size_t xs = sizeof(float) * (size_t)a->H, hs = sizeof(float) * (size_t)a->k * a->I;
-        if (a->H <= GEMV1_MAX_COLS)
-            k_expert_up8<true><<<g1, 256, xs, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids,
-                                                            a->k, a->I, a->h, a->oai,
-                                                            a->alpha, a->limit);
-        else
-            k_expert_up8<false><<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H,
-                                                            a->ids, a->k, a->I, a->h, a->oai,
-                                                            a->alpha, a->limit);
-        if (hs <= 40 * 1024) /* with D and wj: within the 48 KB default */
-            k_expert_down8<true><<<g2, 256, hs, rt->stream>>>(a->down, a->ids, a->w, a->k,
-                                                              a->I, a->h, a->H, a->out,
-                                                              a->assign);
-        else
-            k_expert_down8<false><<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k,
-                                                              a->I, a->h, a->H, a->out,
-                                                              a->assign);
+        /* x (and h) in shared memory when they fit (48 KB default, D and wj too) */
+        launch_pdl(rt, a->H <= GEMV1_MAX_COLS ? k_expert_up8<true> : k_expert_up8<false>, g1,
+                   256, a->H <= GEMV1_MAX_COLS ? xs : 0, a->gate, a->up, a->x, a->H, a->ids,
+                   a->k, a->I, a->h, a->oai, a->alpha, a->limit);
+        launch_pdl(rt, hs <= 40 * 1024 ? k_expert_down8<true> : k_expert_down8<false>, g2, 256,
+                   hs <= 40 * 1024 ? hs : 0, a->down, a->ids, a->w, a->k, a->I,
+                   (const float *)a->h, a->H, a->out, a->assign);
         return 0;
     }
     k_expert_up<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k, a->I,

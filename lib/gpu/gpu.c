@@ -1434,7 +1434,6 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
     int32_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
     kt__cuda_rt *rt = g->rt;
     bool cpu = ctx->moe && g->n_gpu_experts < E && !g->lw_on;
-    kt__cuda_linear(rt, g->xn, T, H, &G->router, G->router_b, g->rlogit, E, 0);
     int32_t kind = hp->router == KT__ROUTER_SOFTMAX_TOPK    ? KT__CUDA_ROUTER_SOFTMAX_TOPK
                    : hp->router == KT__ROUTER_SIGMOID_BIAS ? KT__CUDA_ROUTER_SIGMOID_BIAS
                                                             : KT__CUDA_ROUTER_TOPK_SOFTMAX;
@@ -1444,7 +1443,10 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
                               G->e_bias};
     int32_t *ids = route_ids(g, T);
     float *w = route_w(g, T);
-    kt__cuda_router(rt, &r, g->rlogit, T, ids, w);
+    if (kt__cuda_router_gemv(rt, &r, g->xn, &G->router, G->router_b, g->rlogit, T, ids, w)) {
+        kt__cuda_linear(rt, g->xn, T, H, &G->router, G->router_b, g->rlogit, E, 0);
+        kt__cuda_router(rt, &r, g->rlogit, T, ids, w);
+    }
     mark(g, PH_ROUTER);
     if (cpu) {
         /* CPU experts: rows, ids and weights (contiguous) to pinned memory in one
@@ -1635,8 +1637,10 @@ finish:
      * contexts than CPUs), so queued before the wait it kept this thread
      * spinning through the whole step, on a core the MoE workers need (in
      * kt-bench e2e pinned on worker 0's: every barrier then waited out its
-     * time slices). */
-    if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
+     * time slices). With no CPU experts the thread polls instead: nothing of
+     * ours needs that core, and a sleeping thread's wake-up costs tens of us. */
+    bool cpu_experts = ctx->moe && g->n_gpu_experts < ctx->hp.n_expert;
+    if (kt__cuda_wait(g->rt, !cpu_experts, g->err, sizeof g->err) < 0)
         return cuda_error(g, "forward");
     if (logits && !all_logits && g->logits_h) {
         /* one row: already copied to pinned memory on the stream */
