@@ -107,6 +107,13 @@ static void add(tally *t, size_t *n, size_t cap, const char *name, uint64_t byte
     t[i].bytes += bytes;
 }
 
+/* Tensor i of the index into v; false when it cannot be read. */
+static bool tensor_at(const kt_model *m, size_t i, kt_tensor_view *v)
+{
+    v->struct_size = sizeof *v;
+    return kt_model_tensor_at(m, i, v) >= 0;
+}
+
 static void summarize(const kt_model *m, const kt_arch_info *a, summary *s)
 {
     memset(s, 0, sizeof *s);
@@ -115,8 +122,7 @@ static void summarize(const kt_model *m, const kt_arch_info *a, summary *s)
     size_t n = kt_model_n_tensors(m);
     for (size_t i = 0; i < n; i++) {
         kt_tensor_view v;
-        v.struct_size = sizeof v;
-        if (kt_model_tensor_at(m, i, &v) < 0)
+        if (!tensor_at(m, i, &v))
             continue;
         if (v.role == KT_ROLE_LM_HEAD && a->tie_word_embeddings)
             continue; /* the embedding, counted once */
@@ -304,8 +310,7 @@ static void print_tensors(const kt_model *m)
     size_t n = kt_model_n_tensors(m);
     for (size_t i = 0; i < n; i++) {
         kt_tensor_view v;
-        v.struct_size = sizeof v;
-        if (kt_model_tensor_at(m, i, &v) < 0)
+        if (!tensor_at(m, i, &v))
             continue;
         char layer[16] = "-", expert[16] = "-", shape[64] = "";
         if (v.layer != UINT32_MAX)
@@ -329,8 +334,7 @@ static cJSON *tensors_json(const kt_model *m)
     size_t n = kt_model_n_tensors(m);
     for (size_t i = 0; i < n; i++) {
         kt_tensor_view v;
-        v.struct_size = sizeof v;
-        if (kt_model_tensor_at(m, i, &v) < 0)
+        if (!tensor_at(m, i, &v))
             continue;
         cJSON *t = cJSON_CreateObject();
         cJSON_AddStringToObject(t, "name", v.name);
