@@ -52,6 +52,18 @@ char *kt__strdup(const char *s)
     return d;
 }
 
+char *kt__path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = kt__malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
 void *kt__malloc_aligned(size_t size, size_t alignment)
 {
     void *p = NULL;

@@ -56,6 +56,8 @@ void *kt__malloc_array(size_t n, size_t size);
 void *kt__realloc(void *p, size_t size);
 void kt__free(void *p);
 char *kt__strdup(const char *s);
+/* "dir/name", allocated (kt__free); NULL when out of memory. */
+char *kt__path_join(const char *dir, const char *name);
 /* 64-byte aligned allocation for kernels; free with kt__free_aligned. */
 void *kt__malloc_aligned(size_t size, size_t alignment);
 void kt__free_aligned(void *p);

@@ -470,18 +470,6 @@ kt_status kt__st_open_file(kt_st_set **out, const char *path)
 
 /* ---- directories ------------------------------------------------------------------- */
 
-static char *join_path(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = kt__malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
 static bool file_exists(const char *path)
 {
     struct stat st;
@@ -630,7 +618,7 @@ static kt_status open_indexed(kt_st_set *set, const char *dir, const char *index
         s = check_shard_name(index_path, e->valuestring);
         if (s)
             break;
-        char *path = join_path(dir, e->valuestring);
+        char *path = kt__path_join(dir, e->valuestring);
         if (!path) {
             s = KT_ERR_NOMEM;
             break;
@@ -729,7 +717,7 @@ static kt_status open_all_in_dir(kt_st_set *set, const char *dir)
     if (!s)
         qsort(names, n, sizeof *names, compare_strings);
     for (size_t i = 0; i < n && !s; i++) {
-        char *path = join_path(dir, names[i]);
+        char *path = kt__path_join(dir, names[i]);
         uint32_t fi;
         s = path ? add_file(set, path, &fi) : KT_ERR_NOMEM;
         kt__free(path);
@@ -753,8 +741,8 @@ kt_status kt__st_open_dir(kt_st_set **out, const char *dir)
     kt_status s = set_new(&set);
     if (s)
         return s;
-    char *index_path = join_path(dir, ST_INDEX_NAME);
-    char *single_path = join_path(dir, "model.safetensors");
+    char *index_path = kt__path_join(dir, ST_INDEX_NAME);
+    char *single_path = kt__path_join(dir, "model.safetensors");
     if (!index_path || !single_path) {
         s = KT_ERR_NOMEM;
     } else if (file_exists(index_path)) {

@@ -160,18 +160,6 @@ static bool is_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static char *join_path(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = kt__malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    p[a] = '/';
-    memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
 /* Reads a whole file, NUL-terminated. */
 static kt_status read_file(const char *path, char **data, size_t *size)
 {
@@ -1216,8 +1204,8 @@ static kt_status open_impl(kt_tokenizer *tok, const char *path)
 
     if (is_dir(path)) {
         dir = kt__strdup(path);
-        tok_json = join_path(path, "tokenizer.json");
-        tiktoken = join_path(path, "tiktoken.model");
+        tok_json = kt__path_join(path, "tokenizer.json");
+        tiktoken = kt__path_join(path, "tiktoken.model");
         if (!dir || !tok_json || !tiktoken) {
             st = KT_ERR_NOMEM;
             goto done;
@@ -1256,9 +1244,9 @@ static kt_status open_impl(kt_tokenizer *tok, const char *path)
             goto done;
         }
     }
-    cfg_path = join_path(dir, "tokenizer_config.json");
-    jinja = join_path(dir, "chat_template.jinja");
-    ct_json = join_path(dir, "chat_template.json");
+    cfg_path = kt__path_join(dir, "tokenizer_config.json");
+    jinja = kt__path_join(dir, "chat_template.jinja");
+    ct_json = kt__path_join(dir, "chat_template.json");
     if (!cfg_path || !jinja || !ct_json) {
         st = KT_ERR_NOMEM;
         goto done;
