@@ -11,24 +11,9 @@ allowed by libkt), so no case uses them."""
 import json
 import sys
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from hf_jinja import make_env
 
-
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
-
-
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                    extensions=[jinja2.ext.loopcontrols])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
+env = make_env()
 
 MSGS = [{"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi <b>&</b> 'q' \"dq\""},

@@ -14,32 +14,16 @@ import json
 import os
 import sys
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from hf_jinja import make_env
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, 0)
 
-
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
-
-
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                    extensions=[jinja2.ext.loopcontrols])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
+env = make_env()
 env.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
 # Where the sandbox refuses list.append/pop (Kimi's templates), libkt renders
 # anyway; the same environment without the sandbox gives the expected text.
-plain = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-plain.filters.update(tojson=tojson)
-plain.globals.update(raise_exception=raise_exception, strftime_now=env.globals["strftime_now"])
+plain = make_env(sandboxed=False)
+plain.globals["strftime_now"] = env.globals["strftime_now"]
 
 tools = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
