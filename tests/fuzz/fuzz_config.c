@@ -8,20 +8,8 @@
 #include <string.h>
 
 #include "kt/kt.h"
+#include "fuzz_runtime.h"
 #include "model/model_internal.h"
-
-static const kt_runtime *quiet_runtime(void)
-{
-    static kt_runtime *rt;
-    if (!rt) {
-        kt_runtime_options o = KT_RUNTIME_OPTIONS_INIT;
-        o.log_level = KT_LOG_NONE;
-        o.n_threads = 1;
-        if (kt_runtime_create(&rt, &o) < 0)
-            rt = NULL;
-    }
-    return rt;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
