@@ -228,6 +228,18 @@ def raw_request(port, method, path, body, extra=""):
     return s
 
 
+def wait_idle(srv, timeout=20):
+    """Polls /health until no request runs (at most `timeout` s); returns the last
+    running count and then /health as it stands."""
+    deadline, running = time.time() + timeout, None
+    while time.time() < deadline:
+        running = http(srv, "GET", "/health")[1]["running"]
+        if running == 0:
+            break
+        time.sleep(0.05)
+    return running, http(srv, "GET", "/health")[1]
+
+
 def group_http():
     srv = Server("--max-running-requests", "4", "--max-body-bytes", "65536",
                  "--max-total-tokens", "512")
@@ -333,13 +345,7 @@ def group_http():
         while got.count(b"data: ") < 3:
             got += s.recv(4096)
         s.close()
-        deadline, running = time.time() + 20, None
-        while time.time() < deadline:
-            running = http(srv, "GET", "/health")[1]["running"]
-            if running == 0:
-                break
-            time.sleep(0.05)
-        health = http(srv, "GET", "/health")[1]
+        running, health = wait_idle(srv)
         check(running == 0 and health["cancelled"] == 1,
               f"disconnect mid-stream cancels the generation ({health})")
         # same for a non-streaming request
@@ -351,13 +357,7 @@ def group_http():
         while time.time() < deadline and http(srv, "GET", "/health")[1]["running"] == 0:
             time.sleep(0.002)
         s.close()
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            running = http(srv, "GET", "/health")[1]["running"]
-            if running == 0:
-                break
-            time.sleep(0.05)
-        health = http(srv, "GET", "/health")[1]
+        running, health = wait_idle(srv)
         check(running == 0 and health["cancelled"] == 2,
               f"disconnect while waiting for a whole answer cancels it ({health})")
         st, obj, _ = http(srv, "POST", "/v1/chat/completions", chat_body("again", max_tokens=3))
