@@ -240,5 +240,8 @@ void kt__lf_quant_q8k_avx512(const float *x, void *y, int nblocks);
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);
 void kt__moe_quant_bf16(const float *x, int k0, int k1, int K, void *row);
 void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row);
+/* h[n] = silu(g[n]) u[n] for n < len, 16 lanes at a time (AVX-512F; the
+ * backend's prefill activation). */
+void kt__moe_silu_mul_avx512(const float *g, const float *u, float *h, int len);
 
 #endif /* KT_CPU_MOE_KERNELS_H */

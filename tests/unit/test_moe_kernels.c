@@ -9,6 +9,8 @@
  * on the AVX-512 VNNI set, INT8 activations per 32-group), c = 8e-3 where it
  * rounds dequantized weights to BF16 (FP8 prefill from 4 tokens, the AMX sets).
  */
+#include <float.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -923,6 +925,52 @@ static void test_x2_group_backend(void **state)
     }
 }
 
+/* The backend's AVX-512 activation, silu(g) u, against silu in double: within
+ * 8 float ulps for g in [-88, 88] (Cephes' expf polynomial, Cody-Waite
+ * reduction), every tail length 0..16; NaN stays NaN, +-inf as the formula. */
+static void test_silu_avx512(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if (!(kt_hw_isa() & KT_ISA_AVX512F))
+        skip();
+    enum { N = 40000 };
+    float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
+    float *h = malloc((N + 16) * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        g[i] = -88.0f + 176.0f * (float)i / (float)(N - 1);
+        if (i % 3 == 0)
+            g[i] *= 0.01f;
+        u[i] = 0.5f + tst_uniform();
+    }
+    double worst = 0;
+    for (int len = 0; len <= 16; len++) { /* masked tails: h[len] must stay untouched */
+        h[len] = 42.0f;
+        kt__moe_silu_mul_avx512(g + 100, u + 100, h, len);
+        assert_true(h[len] == 42.0f);
+    }
+    kt__moe_silu_mul_avx512(g, u, h, N);
+    for (int i = 0; i < N; i++) {
+        double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        double err = fabs(h[i] - want) / fmax(fabs(want), 1e-30);
+        worst = fmax(worst, err);
+        if (!(err <= 8 * FLT_EPSILON))
+            fail_msg("silu(%.9g) * %.9g = %.9g, want %.9g", g[i], u[i], h[i], want);
+    }
+    float sg[4] = {NAN, INFINITY, -INFINITY, -200.0f}, su[4] = {1, 1, 1, 1}, sh[4];
+    kt__moe_silu_mul_avx512(sg, su, sh, 4);
+    assert_true(isnan(sh[0]));
+    assert_true(sh[1] == INFINITY && sh[2] == -INFINITY);
+    assert_true(sh[3] <= 0.0f && sh[3] > -1e-30f);
+    printf("  silu avx512: worst relative error %.2g (%.1f ulp)\n", worst, worst / FLT_EPSILON);
+    free(g);
+    free(u);
+    free(h);
+#else
+    skip();
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -938,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_amx_x2_emulated),
         cmocka_unit_test(test_amx_x2),
         cmocka_unit_test(test_amx_backend_packed),
+        cmocka_unit_test(test_silu_avx512),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,45 @@
+/*
+ * The MoE backend's activation of prefill, 16 lanes at a time: with expf a
+ * libm call per element, h = silu(g) u took 33 of 378 ms per DeepSeek-V3 call
+ * of 4096 tokens on the 16-core Xeon (kt-bench moe, KT_MOE_PROFILE).
+ */
+#include <immintrin.h>
+
+#include "moe_kernels.h"
+
+/* e^x for x in [-87.3, 88.3]: x = i ln2 + r, i = round(x / ln2), ln2 in two
+ * parts (Cody-Waite); e^r by Cephes' expf polynomial (relative error about
+ * 1e-7 for |r| <= ln2 / 2); times 2^i by scalef. */
+static inline __m512 exp16(__m512 x)
+{
+    __m512 fi = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(fi, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(fi, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    /* 1 + r + r^2 p */
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, fi);
+}
+
+/* h[n] = g[n] / (1 + e^-g[n]) * u[n], n < len. -g is clamped to [-87.3,
+ * 88.3], where e^-g is a normal number (silu(g) for g < -88.3 is then a tiny
+ * negative number instead of -0); a NaN g gives NaN. */
+void kt__moe_silu_mul_avx512(const float *g, const float *u, float *h, int len)
+{
+    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int n = 0; n < len; n += 16) {
+        __mmask16 m = len - n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - n)) - 1u);
+        __m512 gv = _mm512_maskz_loadu_ps(m, g + n), uv = _mm512_maskz_loadu_ps(m, u + n);
+        /* max / min return their second operand for a NaN first: e finite */
+        __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv), lo), hi);
+        __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, exp16(x)));
+        _mm512_mask_storeu_ps(h + n, m, _mm512_mul_ps(s, uv));
+    }
+}
