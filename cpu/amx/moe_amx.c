@@ -76,8 +76,10 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-/* Every tile is 16 rows x 64 bytes; configured once per call (cheap). */
-static void configure_tiles(void)
+/* Configured once per call (cheap): every tile 16 rows x 64 bytes, but the
+ * W operands 16 rows x ks bytes and X ks / 4 rows (ks 64, or 32 for INT8
+ * products of the INT4 groups of 32). */
+static void configure_tiles(int ks)
 {
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -86,6 +88,8 @@ static void configure_tiles(void)
         cfg.rows[t] = 16;
         cfg.colsb[t] = 64;
     }
+    cfg.colsb[TW0] = cfg.colsb[TW1] = (uint16_t)ks;
+    cfg.rows[TX0] = cfg.rows[TX1] = (uint8_t)(ks / 4);
     _tile_loadconfig(&cfg);
 }
 
@@ -129,6 +133,29 @@ static inline int imin(int a, int b)
 static const void *arow(const void *A, size_t stride, const int32_t *rows, int m)
 {
     return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
+}
+
+/* Fills *key for the copy of tokens [m0, m0 + mn) x inputs [k0, k0 + kx) of
+ * this call's activations (`valid`: which copy) and says whether s holds it;
+ * if not, s holds none from now on (the caller packs, then stores the key). */
+static int key_cached(amx_scratch *s, pack_key *key, const void *A, const int32_t *rows,
+                      size_t a_stride, size_t view, int m0, int mn, int k0, int kx, int valid)
+{
+    memset(key, 0, sizeof *key); /* padding too: the key is compared bytewise */
+    key->A = A;
+    key->rows = rows;
+    key->a_stride = a_stride;
+    key->view = view;
+    key->epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
+    key->m0 = m0;
+    key->mn = mn;
+    key->k0 = k0;
+    key->kx = kx;
+    key->valid = valid;
+    if (!memcmp(key, &s->key, sizeof *key))
+        return 1;
+    s->key.valid = 0;
+    return 0;
 }
 
 /* 16 x 16 transpose of 32-bit elements: out[i][j] = in[j][i]. */
@@ -384,14 +411,13 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                      amx_scratch *s, size_t view, decode_fn decode, int kalign)
 {
-    configure_tiles();
+    configure_tiles(64);
     /* kalign 64: the FP8 activations are permuted within each 64 inputs, so a
      * partial 64 is covered whole (the decoded weights past the end are zero) */
     int kx_all = kalign == 64 ? (k1 - k0 + 63) & ~63 : k1 - k0;
     int kt_all = (kx_all + 31) / 32;
     int whole_k = kt_all <= KTMAX; /* the packed copy holds all of [k0, k1) */
     int in_place = !decode && (k1 - k0) % 32 == 0;
-    uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     for (int m0 = 0; m0 < M; m0 += MMAX) {
         int mn = imin(MMAX, M - m0);
         const int32_t *r = rows ? rows + m0 : NULL;
@@ -400,19 +426,7 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         size_t x_mb_stride = (size_t)(whole_k ? kt_all : KCH / 32) * 512;
         if (whole_k) {
             pack_key key;
-            memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
-            key.A = A;
-            key.rows = r;
-            key.a_stride = a_stride;
-            key.view = view;
-            key.epoch = epoch;
-            key.m0 = mfirst;
-            key.mn = mn;
-            key.k0 = k0;
-            key.kx = kx_all;
-            key.valid = 1;
-            if (memcmp(&key, &s->key, sizeof key) != 0) {
-                s->key.valid = 0;
+            if (!key_cached(s, &key, A, r, a_stride, view, mfirst, mn, k0, kx_all, 1)) {
                 pack_x(A, a_stride, r, view, mfirst, mn, k0, kx_all, s->xpack, kt_all);
                 s->key = key;
             }
@@ -470,22 +484,6 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
  */
 
 #define XSTEP 1024 /* bytes of one packed 64-input x 16-token step */
-
-/* Tiles for INT8 products of ks inputs (64, or 32 for INT4 groups of 32):
- * W 16 rows x ks bytes, X ks/4 rows x 16 tokens, C 16 x 16 int32. */
-static void configure_tiles_i8(int ks)
-{
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    cfg.colsb[TW0] = cfg.colsb[TW1] = (uint16_t)ks;
-    cfg.rows[TX0] = cfg.rows[TX1] = (uint8_t)(ks / 4);
-    _tile_loadconfig(&cfg);
-}
 
 ALWAYS_INLINE __mmask32 mask32(int left)
 {
@@ -622,25 +620,31 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
  * run each, docs/bench/h200-xeon16-amx4-2257-ds-knobs.txt); KT_AMX_KC (1..16)
  * overrides */
 static int kc8 = 4;
+static int prefetch_x = 1; /* KT_AMX_PREFETCH_X=0: no token prefetch (comparison) */
 
 static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
                           const uint8_t *xpack, size_t x_mb_stride, int mn, int kt_n,
                           const float *rs, const float *ts, float *C, int ldc, int n_off,
-                          amx_scratch *s)
+                          int pf_x, amx_scratch *s)
 {
     int32_t *cacc = (int32_t *)s->facc;
     const size_t cld = MMAX * sizeof(int32_t);
-    int n_mb = (mn + 31) / 32;
+    int n_mb = (mn + 31) / 32, n_tb = (mn + 15) / 16;
     for (int kc = 0; kc < kt_n; kc += kc8) {
         int kn = imin(kc8, kt_n - kc);
-        /* what to prefetch: NB rows x pn steps from pw */
+        /* what to prefetch: NB rows x pn steps from pw; with pf_x (the call's
+         * first pass over the tokens, read from L3) also the next chunk's
+         * tokens, xn steps of every token block (pn_x lines each) */
         const int8_t *pw = w + (size_t)(kc + kc8) * 64;
-        int pn = imin(kc8, kt_n - kc - kc8);
+        int pn = imin(kc8, kt_n - kc - kc8), xn = pf_x && pn > 0 ? pn : 0;
         if (pn <= 0) {
             pw = w_next;
             pn = w_next ? imin(kc8, kt_n) : 0;
         }
         int lines = NB * pn, per = (lines + n_mb * kn - 1) / (n_mb * kn), pf = 0;
+        int xlines = n_tb * xn * (XSTEP / 64), perx = (xlines + n_mb * kn - 1) / (n_mb * kn);
+        int px = 0;
+        const uint8_t *xnext = xpack + (size_t)(kc + kc8) * XSTEP;
         for (int mb = 0; mb < mn; mb += 32) {
             int two_x = mn - mb > 16;
             int32_t *c0 = cacc + mb, *c1 = cacc + (size_t)16 * MMAX + mb;
@@ -663,6 +667,10 @@ static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
             for (int kt = 0; kt < kn; kt++) {
                 for (int i = 0; i < per && pf < lines; i++, pf++)
                     _mm_prefetch((const char *)pw + (size_t)(pf / pn) * ldw + (pf % pn) * 64,
+                                 _MM_HINT_T1);
+                for (int i = 0; i < perx && px < xlines; i++, px++)
+                    _mm_prefetch((const char *)xnext + (size_t)(px / (xn * 16)) * x_mb_stride +
+                                     (size_t)(px % (xn * 16)) * 64,
                                  _MM_HINT_T1);
                 const int8_t *wk = w + (size_t)(kc + kt) * 64;
                 _tile_loadd(TW0, wk, ldw);
@@ -881,7 +889,7 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
             tiles_i8_rows(wq + (size_t)nb * ldw, nb + NB < nfull ? wq + (size_t)(nb + NB) * ldw
                                                                  : NULL,
                           ldw, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb, ts, Cm,
-                          ldc, nb - n0, s);
+                          ldc, nb - n0, prefetch_x && nb == n0, s);
         na = nfull;
     }
     if (na < n1)
@@ -903,30 +911,19 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                         amx_scratch *s, size_t view, decode_i8_fn decode, int g)
 {
-    configure_tiles_i8(g == 32 ? 32 : 64);
+    configure_tiles(g == 32 ? 32 : 64);
     int kt_all = (k1 - k0 + 63) / 64;
     int whole_k = kt_all <= KTMAX8;
     int perm = perm_of(decode, g);
-    uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     uint8_t *xpack = (uint8_t *)s->xpack;
     for (int m0 = 0; m0 < M; m0 += MMAX) {
         int mn = imin(MMAX, M - m0);
         const int32_t *r = rows ? rows + m0 : NULL;
         int mfirst = rows ? 0 : m0;
         float *Cm = C + (size_t)m0 * ldc;
-        pack_key key;
-        memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
-        key.A = A;
-        key.rows = r;
-        key.a_stride = a_stride;
-        key.view = view;
-        key.epoch = epoch;
-        key.m0 = mfirst;
-        key.mn = mn;
-        key.k0 = k0;
-        key.kx = k1 - k0;
-        key.valid = 2 + perm; /* the int8 copy, in this input order */
-        if (!whole_k || memcmp(&key, &s->key, sizeof key) != 0) {
+        pack_key key; /* valid 2 + perm: the int8 copy, in this input order */
+        if (!whole_k ||
+            !key_cached(s, &key, A, r, a_stride, view, mfirst, mn, k0, k1 - k0, 2 + perm)) {
             s->key.valid = 0;
             token_scales(A, a_stride, r, view, mfirst, mn, k0, k1 - k0, s->tscale, s->tinv);
             if (whole_k) {
@@ -984,7 +981,7 @@ static void gemm_packed_i8(const kt__wmat *W, int n0, int n1, int K, const void 
                            int m0, int M, float *C, int ldc, amx_scratch *s, decode_i8_fn decode,
                            int g)
 {
-    configure_tiles_i8(g == 32 ? 32 : 64);
+    configure_tiles(g == 32 ? 32 : 64);
     size_t stride = (size_t)((K + 63) / 64) * XSTEP;
     const float *ts = (const float *)P + m0;
     const uint8_t *x = (const uint8_t *)P + (size_t)((Mtot + 15) / 16) * 64 +
@@ -1209,13 +1206,12 @@ static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                         amx_scratch *s, decode_x2_fn decode)
 {
     static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    configure_tiles();
+    configure_tiles(64);
     size_t lo_view = (size_t)((W->cols + 63) & ~63) * 2;
     int kt_all = (k1 - k0 + 31) / 32;
     int whole_k = kt_all <= KTMAX; /* both copies hold all of [k0, k1) */
     int in_place = decode == decode_x2_bf16 && (k1 - k0) % 32 == 0;
     uint16_t *xh = s->xpack, *xl = s->xpack + XHALF;
-    uint64_t epoch = __atomic_load_n(&kt__moe_epoch, __ATOMIC_ACQUIRE);
     for (int m0 = 0; m0 < M; m0 += MX2) {
         int mn = imin(MX2, M - m0), mpad = (mn + 15) & ~15;
         const int32_t *r = rows ? rows + m0 : NULL;
@@ -1223,20 +1219,8 @@ static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
         float *Cm = C + (size_t)m0 * ldc;
         size_t x_mb_stride = (size_t)(whole_k ? kt_all : KCH / 32) * 512;
         if (whole_k) {
-            pack_key key;
-            memset(&key, 0, sizeof key); /* padding too: the key is compared bytewise */
-            key.A = A;
-            key.rows = r;
-            key.a_stride = a_stride;
-            key.view = lo_view;
-            key.epoch = epoch;
-            key.m0 = mfirst;
-            key.mn = mn;
-            key.k0 = k0;
-            key.kx = k1 - k0;
-            key.valid = 9; /* the hi + lo copies */
-            if (memcmp(&key, &s->key, sizeof key) != 0) {
-                s->key.valid = 0;
+            pack_key key; /* valid 9: the hi + lo copies */
+            if (!key_cached(s, &key, A, r, a_stride, lo_view, mfirst, mn, k0, k1 - k0, 9)) {
                 pack_x(A, a_stride, r, 0, mfirst, mn, k0, k1 - k0, xh, kt_all);
                 pack_x(A, a_stride, r, lo_view, mfirst, mn, k0, k1 - k0, xl, kt_all);
                 s->key = key;
@@ -1278,44 +1262,18 @@ static void amx_gemm_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, const
 /* ---- the kernel sets ------------------------------------------------------ */
 
 static const kt__moe_kernels *avx512_bf16, *avx512_fp8, *avx512_int4, *avx512_int8;
+static const kt__moe_kernels *avx512_int4g; /* grouped AMXINT4 (64, 128): BF16 activations */
+static const kt__moe_kernels *x2_bf16, *x2_fp8, *x2_int4, *x2_int8; /* KT_MOE_PREC_BF16X2 */
 static int min_m = AMX_MIN_M, min_int8 = AMX_MIN_INT8, min_int4g = AMX_MIN_INT4G,
            min_int4 = AMX_MIN_INT4;
 static int int4_bf16_tiles; /* KT_AMX_INT4_TILES=bf16: INT4 on BF16 tiles (comparison) */
 
-static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
-                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
-                      void *scratch)
-{
-    if (M < min_m) {
-        avx512_bf16->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
-                         (char *)scratch + sizeof(amx_scratch));
-        return;
-    }
-    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, NULL, 32);
-}
-
-static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+/* INT4 in groups of 32 (RAWINT4's layout): Q8P128 rows, int8 part (K128 bytes),
+ * lane scales and sums (K128 bytes), then the BF16 copy the tiles read. */
+static void amx_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                      void *scratch)
 {
-    if (M < min_m) {
-        avx512_fp8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
-                         (char *)scratch + sizeof(amx_scratch));
-        return;
-    }
-    amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_fp8, 64);
-}
-
-static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
-                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
-                      void *scratch)
-{
-    if (M < (int4_bf16_tiles ? min_m : min_int4)) {
-        avx512_int4->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
-                         (char *)scratch + sizeof(amx_scratch));
-        return;
-    }
-    /* Q8P128 rows: int8 part (K128 bytes), lane scales and sums (K128 bytes), BF16 copy. */
     size_t view = 2 * (size_t)((W->cols + 127) & ~127);
     if (int4_bf16_tiles)
         amx_gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, view, decode_int4, 32);
@@ -1324,54 +1282,33 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                     decode_i8_int4, 32);
 }
 
-static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
-                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
-                      void *scratch)
-{
-    if (M < min_int8) {
-        avx512_int8->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
-                         (char *)scratch + sizeof(amx_scratch));
-        return;
-    }
-    amx_gemm_i8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, NULL, 0);
-}
-
-/* Grouped AMXINT4 (groups of 64 or 128): BF16 activations; int8 tiles
- * from min_int4g tokens, the AVX-512 VNNI set below. */
-static const kt__moe_kernels *avx512_int4g;
-
-static void gemm_int4g(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
-                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
-                       void *scratch)
-{
-    if (M < min_int4g) {
-        avx512_int4g->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,
-                           (char *)scratch + sizeof(amx_scratch));
-        return;
-    }
-    amx_gemm_i8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, 0, decode_i8_int4,
-                W->group);
-}
-
-/* KT_MOE_PREC_BF16X2: BF16 tiles from min_m tokens, the AVX-512 x2 set below. */
-static const kt__moe_kernels *x2_bf16, *x2_fp8, *x2_int4, *x2_int8;
-
-#define GEMM_X2(name, below, decode)                                                            \
+/* A set's gemm: below `min` tokens per call the AVX-512 set `below` (its
+ * scratch after ours), else `tiles`, a call on the same arguments. */
+#define AMX_GEMM(name, below, min, tiles)                                                       \
     static void name(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,          \
                      size_t a_stride, const int32_t *rows, int M, float *C, int ldc,            \
                      void *scratch)                                                             \
     {                                                                                           \
-        if (M < min_m) {                                                                        \
+        if (M < (min)) {                                                                        \
             below->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc,                        \
                         (char *)scratch + sizeof(amx_scratch));                                 \
             return;                                                                             \
         }                                                                                       \
-        amx_gemm_x2(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch, decode);          \
+        tiles;                                                                                  \
     }
-GEMM_X2(gemm_bf16_x2, x2_bf16, decode_x2_bf16)
-GEMM_X2(gemm_fp8_x2, x2_fp8, decode_x2_fp8)
-GEMM_X2(gemm_int4_x2, x2_int4, decode_x2_int4)
-GEMM_X2(gemm_int8_x2, x2_int8, decode_x2_int8)
+#define GEMM_ARGS W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch
+AMX_GEMM(gemm_bf16, avx512_bf16, min_m, amx_gemm(GEMM_ARGS, 0, NULL, 32))
+AMX_GEMM(gemm_fp8, avx512_fp8, min_m, amx_gemm(GEMM_ARGS, 0, decode_fp8, 64))
+AMX_GEMM(gemm_int4, avx512_int4, int4_bf16_tiles ? min_m : min_int4, amx_int4(GEMM_ARGS))
+AMX_GEMM(gemm_int8, avx512_int8, min_int8, amx_gemm_i8(GEMM_ARGS, 0, NULL, 0))
+AMX_GEMM(gemm_int4g, avx512_int4g, min_int4g,
+         amx_gemm_i8(GEMM_ARGS, 0, decode_i8_int4, W->group))
+/* KT_MOE_PREC_BF16X2: BF16 tiles from min_m tokens, the AVX-512 x2 set below. */
+AMX_GEMM(gemm_bf16_x2, x2_bf16, min_m, amx_gemm_x2(GEMM_ARGS, decode_x2_bf16))
+AMX_GEMM(gemm_fp8_x2, x2_fp8, min_m, amx_gemm_x2(GEMM_ARGS, decode_x2_fp8))
+AMX_GEMM(gemm_int4_x2, x2_int4, min_m, amx_gemm_x2(GEMM_ARGS, decode_x2_int4))
+AMX_GEMM(gemm_int8_x2, x2_int8, min_m, amx_gemm_x2(GEMM_ARGS, decode_x2_int8))
+#undef GEMM_ARGS
 
 /* Shared packing (kt__moe_packer): int8 copies in each set's input order and
  * view (AMXINT8 and grouped INT4: BF16 at byte 0; INT4 in groups of 32: the
@@ -1474,6 +1411,8 @@ static void init_sets(void)
     shared_pack = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PREFETCH");
     prefetch_on = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_PREFETCH_X");
+    prefetch_x = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_KC");
     if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
         kc8 = atoi(env);
@@ -1499,23 +1438,31 @@ static void init_sets(void)
                                   gemm_int8_x2, scratch_of(x2_int8)};
 }
 
-const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
+/* The set of `method` among four (NULL: none, or the sets are not there). */
+static const kt__moe_kernels *pick(int method, const kt__moe_kernels *bf16,
+                                   const kt__moe_kernels *fp8, const kt__moe_kernels *int4,
+                                   const kt__moe_kernels *int8)
 {
     pthread_once(&init_once, init_sets);
-    if (!k_bf16.gemm)
+    if (!bf16->gemm)
         return NULL;
     switch (method) {
     case KT_METHOD_BF16:
-        return &k_bf16;
+        return bf16;
     case KT_METHOD_FP8:
-        return &k_fp8;
+        return fp8;
     case KT_METHOD_RAWINT4:
-        return &k_int4;
+        return int4;
     case KT_METHOD_AMXINT8:
-        return &k_int8;
+        return int8;
     default:
         return NULL;
     }
+}
+
+const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
+{
+    return pick(method, &k_bf16, &k_fp8, &k_int4, &k_int8);
 }
 
 const kt__moe_kernels *AMX_FN(kt__moe_int4g_amx)(void)
@@ -1527,22 +1474,8 @@ const kt__moe_kernels *AMX_FN(kt__moe_int4g_amx)(void)
 /* KT_MOE_PREC_BF16X2 on AMX-BF16 tiles (AMXINT4 of any group: the INT4 set). */
 const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx_x2)(int method)
 {
-    pthread_once(&init_once, init_sets);
-    if (!k_bf16_x2.gemm)
-        return NULL;
-    switch (method) {
-    case KT_METHOD_BF16:
-        return &k_bf16_x2;
-    case KT_METHOD_FP8:
-        return &k_fp8_x2;
-    case KT_METHOD_RAWINT4:
-    case KT_METHOD_AMXINT4:
-        return &k_int4_x2;
-    case KT_METHOD_AMXINT8:
-        return &k_int8_x2;
-    default:
-        return NULL;
-    }
+    return pick(method == KT_METHOD_AMXINT4 ? KT_METHOD_RAWINT4 : method, &k_bf16_x2, &k_fp8_x2,
+                &k_int4_x2, &k_int8_x2);
 }
 
 const kt__moe_packer *AMX_FN(kt__moe_packer_amx)(const kt__moe_kernels *k)

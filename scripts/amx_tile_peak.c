@@ -1,0 +1,169 @@
+/*
+ * amx_tile_peak: what the AMX-INT8 tiles of this machine deliver, per core and
+ * over all cores, for the tile loops of cpu/amx/moe_amx.c to be judged
+ * against. A developer's tool (needs AMX; no libkt).
+ *
+ *   regs   4 _tile_dpbssd per step on operands already in the tile
+ *          registers: the unit's own rate
+ *   l1     the 2 x 2 block of the in-place AMXINT8 loop (W0 W1 X0 X1 loaded,
+ *          4 products), all operands in one 4 KiB that stays in L1
+ *   l2     the same with the weight tiles walking 256 KiB rows (L2) and the
+ *          token tiles 32 KiB (L1)
+ *   park   l1, plus the 4 int32 C tiles stored and loaded again every 4
+ *          steps (the loop's K chunks)
+ * Each on 1 thread, then on every CPU at once (pinned), in GMAC/s (a
+ * product: 16 x 16 x 64 multiply-adds).
+ *
+ * Build and run on the AMX machine:
+ *   gcc -O2 -mamx-tile -mamx-int8 -pthread scripts/amx_tile_peak.c -o amx_tile_peak
+ *   ./amx_tile_peak [threads]
+ */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+#define STEPS 200000
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void config(void)
+{
+    tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        c.rows[t] = 16;
+        c.colsb[t] = 64;
+    }
+    _tile_loadconfig(&c);
+}
+
+typedef struct {
+    int cpu, test;
+    double gmacs;
+} job;
+
+/* products per pass of test `test`, run STEPS times */
+static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
+{
+    long products = 0;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, w, 64);
+    _tile_loadd(5, w + 1024, 64);
+    _tile_loadd(6, x, 64);
+    _tile_loadd(7, x + 1024, 64);
+    for (long s = 0; s < STEPS; s++) {
+        if (test == 1 || test == 3) { /* l1, park */
+            _tile_loadd(4, w, 64);
+            _tile_loadd(6, x, 64);
+            _tile_loadd(5, w + 1024, 64);
+            _tile_loadd(7, x + 1024, 64);
+        } else if (test == 2) { /* l2: rows 4 KiB apart, 64 steps of 64 bytes */
+            size_t k = (size_t)(s % 64) * 64;
+            _tile_loadd(4, w + k, 4096);
+            _tile_loadd(6, x + (size_t)(s % 32) * 1024, 64);
+            _tile_loadd(5, w + 65536 + k, 4096);
+            _tile_loadd(7, x + (size_t)((s + 7) % 32) * 1024, 64);
+        }
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+        products += 4;
+        if (test == 3 && s % 4 == 3) {
+            _tile_stored(0, c, 64);
+            _tile_stored(1, c + 256, 64);
+            _tile_stored(2, c + 512, 64);
+            _tile_stored(3, c + 768, 64);
+            _tile_loadd(0, c, 64);
+            _tile_loadd(1, c + 256, 64);
+            _tile_loadd(2, c + 512, 64);
+            _tile_loadd(3, c + 768, 64);
+        }
+    }
+    _tile_stored(0, c, 64);
+    return products;
+}
+
+static void *worker(void *arg)
+{
+    job *j = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(j->cpu, &set);
+    sched_setaffinity(0, sizeof set, &set);
+    uint8_t *w = aligned_alloc(64, 256 << 10), *x = aligned_alloc(64, 32 << 10);
+    int32_t *c = aligned_alloc(64, 4096);
+    for (int i = 0; i < 256 << 10; i++)
+        w[i] = (uint8_t)(i * 7 + 3);
+    for (int i = 0; i < 32 << 10; i++)
+        x[i] = (uint8_t)(i * 5 + 1);
+    config();
+    run_test(j->test, w, x, c); /* warm up */
+    double t0 = now();
+    long p = run_test(j->test, w, x, c);
+    j->gmacs = (double)p * 16 * 16 * 64 / (now() - t0) * 1e-9;
+    _tile_release();
+    free(w);
+    free(x);
+    free(c);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) {
+        perror("arch_prctl(ARCH_REQ_XCOMP_PERM)");
+        return 1;
+    }
+    int n = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1 || n > 256)
+        n = 1;
+    static const char *names[] = {"regs", "l1", "l2", "park"};
+    for (int test = 0; test < 4; test++) {
+        job one = {0, test, 0};
+        worker(&one);
+        job *all = calloc((size_t)n, sizeof(job));
+        pthread_t *th = calloc((size_t)n, sizeof(pthread_t));
+        for (int i = 0; i < n; i++) {
+            all[i] = (job){i, test, 0};
+            pthread_create(&th[i], NULL, worker, &all[i]);
+        }
+        double sum = 0, lo = 1e30;
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+            sum += all[i].gmacs;
+            lo = all[i].gmacs < lo ? all[i].gmacs : lo;
+        }
+        printf("%-5s 1 thread %7.1f GMAC/s (%5.2f TOP/s); %d threads %8.1f GMAC/s "
+               "(%6.2f TOP/s, slowest thread %.1f)\n",
+               names[test], one.gmacs, 2e-3 * one.gmacs, n, sum, 2e-3 * sum, lo);
+        free(all);
+        free(th);
+    }
+    return 0;
+}
