@@ -197,21 +197,26 @@ typedef struct score {
     double moves;       /* expert copies per 1000 tokens (dynamic) */
 } score;
 
+/* Token t's routed pairs in layer l: all of them counted in *all, those on the GPU in *gpu. */
+static void count_pairs(const token_routes *r, const kt_placement *p, size_t t, uint32_t l,
+                        double *gpu, double *all)
+{
+    const int32_t *ids = tok_layer(r, t, l);
+    for (uint32_t j = 0; j < r->k; j++)
+        if (ids[j] >= 0) {
+            (*all)++;
+            *gpu += kt_placement_on_gpu(p, l, (uint32_t)ids[j]);
+        }
+}
+
 /* Static placement over tokens [t0, t1). */
 static score score_static(const token_routes *r, const kt_placement *p, size_t t0, size_t t1)
 {
     double gpu = 0, all = 0;
     for (size_t t = t0; t < t1; t++)
-        for (uint32_t l = 0; l < r->L; l++) {
-            if (!r->moe[l])
-                continue;
-            const int32_t *ids = tok_layer(r, t, l);
-            for (uint32_t j = 0; j < r->k; j++)
-                if (ids[j] >= 0) {
-                    all++;
-                    gpu += kt_placement_on_gpu(p, l, (uint32_t)ids[j]);
-                }
-        }
+        for (uint32_t l = 0; l < r->L; l++)
+            if (r->moe[l])
+                count_pairs(r, p, t, l, &gpu, &all);
     score s = {all > 0 ? gpu / all : 0, (all - gpu) / (double)(t1 - t0), 0};
     return s;
 }
@@ -233,13 +238,8 @@ static score score_dynamic(const token_routes *r, kt_placement *p, const kt_expe
         for (uint32_t l = 0; l < r->L; l++) {
             if (!r->moe[l])
                 continue;
-            const int32_t *ids = tok_layer(r, t, l);
-            for (uint32_t j = 0; j < r->k; j++)
-                if (ids[j] >= 0) {
-                    all++;
-                    gpu += kt_placement_on_gpu(p, l, (uint32_t)ids[j]);
-                }
-            kt_rebalancer_observe(rb, l, ids, r->k);
+            count_pairs(r, p, t, l, &gpu, &all);
+            kt_rebalancer_observe(rb, l, tok_layer(r, t, l), r->k);
         }
         kt_rebalancer_advance(rb, 1);
         if ((t - t0 + 1) % (size_t)every == 0) {
