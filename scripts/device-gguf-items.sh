@@ -1,0 +1,43 @@
+#!/bin/sh
+# LLAMAFILE decode work split on the GPU machine's Xeon, one device call (~3 min):
+#   sh scripts/device-gguf-items.sh     (repository root, .devdeps carried)
+# Builds kt-bench and kt-convert (release, no CUDA), writes a GGUF_LAYERS-layer
+# Qwen3-30B-A3B-shaped model in /dev/shm, converts it to Q4_0 / Q4_K / Q8_0 and runs
+# kt-bench moe --gguf at T = 1 and 4 for each KT_MOE_DECODE_GRAIN:KT_MOE_DECODE_ITEMS
+# pair of ITEMS for Q4_0, ITEMS2 for the other types ("default" = the backend's own
+# choice; 64:4 = before 2026-11-30),
+# with KT_MOE_PROFILE's per-phase times. Steps past DEADLINE seconds are skipped.
+# Logs in $OUT.
+set -u
+[ -n "${NO_ENV:-}" ] || . scripts/device-env.sh
+OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
+B=${B:-build-device}
+T0=$(date +%s)
+late() { [ $(($(date +%s) - T0)) -gt "${DEADLINE:-170}" ]; }
+{ [ -d "$B" ] || meson setup "$B" --buildtype=release -Dcuda=disabled > /dev/null; } &&
+    ninja -C "$B" -j "$(nproc)" tools/kt-bench/kt-bench tools/kt-convert/kt-convert \
+        > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "built at $(($(date +%s) - T0)) s"
+python3 tools/kt-bench/random_qwen3_moe.py /dev/shm/q3 --layers "${GGUF_LAYERS:-4}" > /dev/null ||
+    exit 1
+export LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for t in ${GGUF_TYPES:-Q4_0 Q4_K Q8_0}; do
+    late && { echo "skipped $t (deadline)"; continue; }
+    "$B/tools/kt-convert/kt-convert" --input /dev/shm/q3 --output /dev/shm/q3_$t.gguf \
+        --method gguf:$t --quiet > /dev/null || continue
+    echo "$t converted at $(($(date +%s) - T0)) s; $(uptime)"
+    items=${ITEMS:-default 64:4 32:16 64:8 32:4}
+    [ "$t" = "${GGUF_TYPES:-Q4_0}" ] || [ "$t" = Q4_0 ] || items=${ITEMS2:-default 64:4}
+    for it in $items; do
+        late && { echo "skipped $t $it (deadline)"; continue; }
+        if [ "$it" = default ]; then g=; n=; else g=${it%%:*}; n=${it##*:}; fi
+        log=$OUT/items-$t-$(echo "$it" | tr : x).log
+        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_MOE_PROFILE=1 timeout 40 \
+            "$B/tools/kt-bench/kt-bench" moe --gguf /dev/shm/q3_$t.gguf --tokens 1,4 \
+            --no-onednn --min-time 0.5 > "$log" 2>&1
+        echo "== $t items $it rc=$?"
+        grep -E "T=|profile" "$log" | sed 's/libkt: warning: moe profile: //'
+    done
+    rm -f /dev/shm/q3_$t.gguf
+done
+echo "done at $(($(date +%s) - T0)) s"
