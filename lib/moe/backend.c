@@ -88,7 +88,7 @@ struct kt_moe_backend {
     uint8_t *pool_mem[64];         /* per pool: its slices of every expert (several pools) */
     size_t pool_bytes[64];
     bool pool_numa;                /* pool_mem from numa_alloc_onnode (else aligned)    */
-    float *acc;                    /* [n_pools][max_t][H]               */
+    float *acc;                    /* [n_pools][max_t * H]: see acc_item */
     int32_t *cnt, *off, *cur;      /* [E], [E + 1], [E]                 */
     int32_t *active;               /* [E]                               */
     int32_t *pair_tok;             /* [max_t * max_k]                   */
@@ -100,8 +100,11 @@ struct kt_moe_backend {
     /* per-task state, written by worker 0 in phase 0 */
     int cur_t, n_active, max_cnt;
     int rb1[64], rb2[64];          /* rows per phase-1 / phase-2 item, per pool */
+    int pf_rb1, pf_rb2;            /* prefill rows per phase-1 / phase-2 item */
+    int tile_rb;                   /* the wider: C tiles [MCH][tile_rb] */
     int dec_items, dec_grain;      /* decode: items per worker, rows a multiple of (item_rows) */
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
+    bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
     _Alignas(64) _Atomic int item1[64];
     _Alignas(64) _Atomic int item2[64];
     _Alignas(64) _Atomic int itemx[64]; /* packing items (active experts) */
@@ -113,6 +116,9 @@ struct kt_moe_backend {
     /* [nth][2]: when each worker started and finished its last task (seconds,
      * CLOCK_MONOTONIC); NULL unless kt__moe_stamp_enable() (KT_GPU_TRACE) */
     double *stamp;
+    /* [nth][PROF_N] seconds per part of a call, + 1 call count; NULL unless
+     * KT_MOE_PROFILE is set (printed when the backend is freed) */
+    double *prof;
 
     void (*release)(void *);       /* frees `owned` after everything else (GGUF mapping) */
     void *owned;
@@ -638,6 +644,42 @@ static kt_status make_pool_views(kt_moe_backend *moe)
     return KT_OK;
 }
 
+/* KT_MOE_PROFILE (for measuring): where each worker's time of a call goes.
+ * Phase 1 and phase 2 are timed whole and their epilogues (activation and
+ * quantization of h; the weighted sums into acc) apart; barrier: waiting for
+ * the other workers (the imbalance), phase 3 included. */
+enum { PROF_PHASE0, PROF_PACKX, PROF_PHASE1, PROF_EPI1, PROF_PACKH, PROF_PHASE2, PROF_EPI2,
+       PROF_WAIT, PROF_N };
+
+static double stamp_now(void);
+
+/* Adds the time since *t to part `part` of worker tid, and restarts *t. */
+static inline void prof_lap(kt_moe_backend *moe, int tid, int part, double *t)
+{
+    if (!moe->prof)
+        return;
+    double now = stamp_now();
+    moe->prof[(size_t)tid * PROF_N + part] += now - *t;
+    *t = now;
+}
+
+static void prof_print(const kt_moe_backend *moe)
+{
+    double calls = moe->prof ? moe->prof[(size_t)moe->nth * PROF_N] : 0;
+    if (calls <= 0)
+        return;
+    double ms[PROF_N] = {0};
+    for (int t = 0; t < moe->nth; t++)
+        for (int j = 0; j < PROF_N; j++)
+            ms[j] += moe->prof[(size_t)t * PROF_N + j] * 1e3 / moe->nth / calls;
+    kt__log(moe->rt, KT_LOG_WARN,
+            "moe profile: %.0f calls, ms per call and worker: phase0 %.2f, pack x %.2f, "
+            "gate/up gemm %.2f, activation %.2f, pack h %.2f, down gemm %.2f, sums %.2f, "
+            "barriers %.2f", calls, ms[PROF_PHASE0], ms[PROF_PACKX],
+            ms[PROF_PHASE1] - ms[PROF_EPI1], ms[PROF_EPI1], ms[PROF_PACKH],
+            ms[PROF_PHASE2] - ms[PROF_EPI2], ms[PROF_EPI2], ms[PROF_WAIT]);
+}
+
 void kt_moe_backend_free(kt_moe_backend *moe)
 {
     if (!moe)
@@ -661,6 +703,8 @@ void kt_moe_backend_free(kt_moe_backend *moe)
     kt__free(moe->pair_tok);
     kt__free(moe->pair_w);
     kt__free(moe->stamp);
+    prof_print(moe);
+    kt__free(moe->prof);
     if (moe->release)
         moe->release(moe->owned);
     kt__free(moe);
@@ -841,7 +885,15 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
             widest = moe->pool_i0[p + 1] - moe->pool_i0[p];
     moe->xrow = kt__moe_act_row_bytes(moe->kern->act, H);
     moe->hrow = kt__moe_act_row_bytes(moe->kern->act, widest);
-    size_t rb = 64; /* tiles [MCH][64], or fewer tokens of wider items */
+    /* prefill items of RB1 / RB2 rows (KT_MOE_PREFILL_ROWS / _ROWS2, multiples of
+     * 64 up to 512: for measuring); tiles [MCH][tile_rb], or fewer tokens of wider
+     * items */
+    const char *pr = getenv("KT_MOE_PREFILL_ROWS"), *pr2 = getenv("KT_MOE_PREFILL_ROWS2");
+    moe->pf_rb1 = pr && atoi(pr) % 64 == 0 && atoi(pr) > 0 && atoi(pr) <= RB_MAX ? atoi(pr) : RB1;
+    moe->pf_rb2 = pr2 && atoi(pr2) % 64 == 0 && atoi(pr2) > 0 && atoi(pr2) <= RB_MAX ? atoi(pr2)
+                                                                                        : RB2;
+    moe->tile_rb = moe->pf_rb1 > moe->pf_rb2 ? moe->pf_rb1 : moe->pf_rb2;
+    size_t rb = (size_t)moe->tile_rb;
     moe->scratch_stride = ((size_t)(((H > I ? H : I) + 15) & ~15) * 4 /* f32 row      */
                            + (size_t)3 * MCH * rb * 4         /* gate, up, down tiles */
                            + moe->kern->scratch_bytes + 255) & ~(size_t)63;
@@ -879,6 +931,11 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
                              "(max_tokens %d)", T);
         }
     }
+    if (getenv("KT_MOE_PROFILE"))
+        moe->prof = kt__calloc((size_t)moe->nth * PROF_N + 1, sizeof(double));
+#if KT_HAVE_ISA_AVX512
+    moe->silu16 = (kt_hw_isa() & isa_cap & KT_ISA_AVX512F) != 0;
+#endif
     kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
             kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
             moe->n_pools, n_layers);
@@ -1068,8 +1125,8 @@ static void item_rows(kt_moe_backend *moe, int p)
 {
     int nth = kt__pool_count(moe->pool, p);
     int slice = moe->pool_i0[p + 1] - moe->pool_i0[p];
-    moe->rb1[p] = RB1;
-    moe->rb2[p] = RB2;
+    moe->rb1[p] = moe->pf_rb1;
+    moe->rb2[p] = moe->pf_rb2;
     if (moe->max_cnt > 4 || moe->n_active == 0 || slice <= 0)
         return;
     int want = moe->dec_items * nth, grain = moe->dec_grain;
@@ -1166,13 +1223,13 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     const moe_layer *L = &moe->layers[task->layer];
     int p = kt__pool_pool_of(moe->pool, tid);
     int i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
-    int rb = moe->rb1[p], mch = MCH * 64 / rb;                 /* C tiles [mch][rb] */
+    int rb = moe->rb1[p], mch = MCH * moe->tile_rb / rb;       /* C tiles [mch][rb] */
     int blocks = (i1 - i0 + rb - 1) / rb;
     int n_items = blocks * moe->n_active;
     float *hf = (float *)scr;                                  /* [I]        */
     float *cg = tile_base(moe, scr);                           /* [mch][rb]  */
-    float *cu = cg + MCH * 64;                                 /* [mch][rb]  */
-    void *kscr = cg + 3 * MCH * 64;
+    float *cu = cg + (size_t)MCH * moe->tile_rb;               /* [mch][rb]  */
+    void *kscr = cg + (size_t)3 * MCH * moe->tile_rb;
     int I = moe->I;
     bool oai = moe->d.act == KT_MOE_ACT_SWIGLU_OAI;
     size_t pairs = (size_t)moe->max_t * moe->max_k;
@@ -1216,12 +1273,18 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                 moe->kern->gemm(&v[1], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows,
                                 M, cu, rb, kscr);
             }
+            double te = moe->prof ? stamp_now() : 0.0;
             for (int m = 0; m < M; m++) {
                 const float *g = cg + (size_t)m * rb, *u = cu + (size_t)m * rb;
                 if (!oai) {
                     /* h = silu(g) * u */
-                    for (int n = 0; n < nb; n++)
-                        hf[n0 + n] = silu(g[n]) * u[n];
+#if KT_HAVE_ISA_AVX512
+                    if (moe->silu16)
+                        kt__moe_silu_mul_avx512(g, u, hf + n0, nb);
+                    else
+#endif
+                        for (int n = 0; n < nb; n++)
+                            hf[n0 + n] = silu(g[n]) * u[n];
                 } else {
                     /* g' = min(g + bg, L), u' = clamp(u + bu, -L, L),
                      * h = (u' + 1) * g' * sigmoid(alpha g') */
@@ -1237,6 +1300,7 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                 moe->kern->quant(hf + i0, n0 - i0, n1 - i0, i1 - i0,
                                  hq + (size_t)(base + mc + m) * moe->hrow);
             }
+            prof_lap(moe, tid, PROF_EPI1, &te);
         }
     }
 }
@@ -1255,6 +1319,15 @@ static void write_out(const kt_moe_io *io, int H, int t, int n0, int n1, const f
     }
 }
 
+/* Pool p's sums of phase-2 item [n0, n1): [T][n1 - n0], the items one after
+ * the other, so that the weighted sums of an item stay in a few pages (in
+ * [T][H] rows, each token's 64 sums were a page and a cache set of their
+ * own: 38 of 378 ms per call, DeepSeek-V3 T=4096 on the Xeon). */
+static float *acc_item(const kt_moe_backend *moe, int p, int n0)
+{
+    return moe->acc + (size_t)p * moe->max_t * moe->H + (size_t)n0 * moe->cur_t;
+}
+
 /* Phase 2: out rows [n0, n1) = sum over active experts and their tokens of
  * w * down_e h over the pool's I slice. */
 static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *scr)
@@ -1263,11 +1336,10 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     int p = kt__pool_pool_of(moe->pool, tid);
     int k0 = moe->pool_i0[p], k1 = moe->pool_i0[p + 1];
     int H = moe->H, T = moe->cur_t;
-    int rb = moe->rb2[p], mch = MCH * 64 / rb;
+    int rb = moe->rb2[p], mch = MCH * moe->tile_rb / rb;
     int n_items = (H + rb - 1) / rb;
-    float *cd = tile_base(moe, scr) + 2 * MCH * 64;             /* [mch][rb] */
-    void *kscr = tile_base(moe, scr) + 3 * MCH * 64;
-    float *acc = moe->acc + (size_t)p * moe->max_t * H;
+    float *cd = tile_base(moe, scr) + (size_t)2 * MCH * moe->tile_rb; /* [mch][rb] */
+    void *kscr = tile_base(moe, scr) + (size_t)3 * MCH * moe->tile_rb;
     bool single = moe->n_pools == 1;
     size_t pairs = (size_t)moe->max_t * moe->max_k;
     const uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;
@@ -1275,9 +1347,9 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         int it = atomic_fetch_add(&moe->item2[p], 1);
         if (it >= n_items)
             break;
-        int n0 = it * rb, n1 = n0 + rb < H ? n0 + rb : H;
-        for (int t = 0; t < T; t++)
-            memset(acc + (size_t)t * H + n0, 0, (size_t)(n1 - n0) * sizeof(float));
+        int n0 = it * rb, n1 = n0 + rb < H ? n0 + rb : H, nb = n1 - n0;
+        float *acc = acc_item(moe, p, n0);
+        memset(acc, 0, (size_t)T * nb * sizeof(float));
         if (k1 > k0) {
             for (int a = 0; a < moe->n_active; a++) {
                 int e = moe->active[a];
@@ -1300,23 +1372,27 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                                         hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
                                         cd, rb, kscr);
                     /* acc[t] += w * (down h + bias) */
+                    double te = moe->prof ? stamp_now() : 0.0;
                     for (int m = 0; m < M; m++) {
                         float w = moe->pair_w[base + mc + m];
-                        float *ar = acc + (size_t)moe->pair_tok[base + mc + m] * H + n0;
+                        float *ar = acc + (size_t)moe->pair_tok[base + mc + m] * nb;
                         const float *c = cd + (size_t)m * rb;
                         if (db)
-                            for (int n = 0; n < n1 - n0; n++)
+                            for (int n = 0; n < nb; n++)
                                 ar[n] += w * (c[n] + db[n0 + n]);
                         else
-                            for (int n = 0; n < n1 - n0; n++)
+                            for (int n = 0; n < nb; n++)
                                 ar[n] += w * c[n];
                     }
+                    prof_lap(moe, tid, PROF_EPI2, &te);
                 }
             }
         }
+        double te = moe->prof ? stamp_now() : 0.0;
         if (single)
             for (int t = 0; t < T; t++)
-                write_out(&task->io, H, t, n0, n1, acc + (size_t)t * H);
+                write_out(&task->io, H, t, n0, n1, acc + (size_t)t * nb - n0);
+        prof_lap(moe, tid, PROF_EPI2, &te);
     }
 }
 
@@ -1326,12 +1402,16 @@ static void phase3(kt_moe_backend *moe, const moe_task *task, int tid, float *ro
     int H = moe->H, T = moe->cur_t;
     int t0 = (int)((int64_t)T * tid / moe->nth), t1 = (int)((int64_t)T * (tid + 1) / moe->nth);
     for (int t = t0; t < t1; t++) {
-        memcpy(row, moe->acc + (size_t)t * H, (size_t)H * sizeof(float));
-        for (int p = 1; p < moe->n_pools; p++) {
-            const float *src = moe->acc + ((size_t)p * moe->max_t + t) * H;
-            for (int h = 0; h < H; h++)
-                row[h] += src[h];
-        }
+        for (int p = 0; p < moe->n_pools; p++)
+            for (int n0 = 0; n0 < H; n0 += moe->rb2[p]) {
+                int nb = H - n0 < moe->rb2[p] ? H - n0 : moe->rb2[p];
+                const float *src = acc_item(moe, p, n0) + (size_t)t * nb;
+                if (p == 0)
+                    memcpy(row + n0, src, (size_t)nb * sizeof(float));
+                else
+                    for (int n = 0; n < nb; n++)
+                        row[n0 + n] += src[n];
+            }
         write_out(&task->io, H, t, 0, H, row);
     }
 }
@@ -1394,24 +1474,37 @@ static void run_chunks(moe_task *task, int tid)
             kt__pool_barrier(moe->pool, tid);
             offset_io(moe, &chunk.io, t0);
         }
+        double t = moe->prof ? stamp_now() : 0.0;
         phase0(moe, &chunk, n, tid, (float *)scr);
+        prof_lap(moe, tid, PROF_PHASE0, &t);
         kt__pool_barrier(moe->pool, tid);
+        prof_lap(moe, tid, PROF_WAIT, &t);
         if (moe->pk_on) {
             pack_phase(moe, tid, false);
+            prof_lap(moe, tid, PROF_PACKX, &t);
             kt__pool_barrier(moe->pool, tid);
+            prof_lap(moe, tid, PROF_WAIT, &t);
         }
         phase1(moe, &chunk, tid, scr);
+        prof_lap(moe, tid, PROF_PHASE1, &t);
         kt__pool_barrier(moe->pool, tid);
+        prof_lap(moe, tid, PROF_WAIT, &t);
         if (moe->pk_on) {
             pack_phase(moe, tid, true);
+            prof_lap(moe, tid, PROF_PACKH, &t);
             kt__pool_barrier(moe->pool, tid);
+            prof_lap(moe, tid, PROF_WAIT, &t);
         }
         phase2(moe, &chunk, tid, scr);
+        prof_lap(moe, tid, PROF_PHASE2, &t);
         if (moe->n_pools > 1) {
             kt__pool_barrier(moe->pool, tid);
             phase3(moe, &chunk, tid, (float *)scr);
+            prof_lap(moe, tid, PROF_WAIT, &t);
         }
     }
+    if (moe->prof && tid == 0)
+        moe->prof[(size_t)moe->nth * PROF_N] += 1;
 }
 
 static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io,
