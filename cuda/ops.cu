@@ -679,12 +679,11 @@ __device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W
     }
 }
 
-__global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict__ x,
-                                                         kt__cuda_mat W, const float *b,
-                                                         float *y, int acc)
+/* a block's rows of y (+)= W x + b, x through shared memory xs */
+__device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__ x,
+                                            const kt__cuda_mat &W, const float *b, float *y,
+                                            int acc)
 {
-    extern __shared__ float4 xs4[];
-    float *xs = (float *)xs4;
     int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
     if (r < W.rows)
         prefetch_row(W, r);
@@ -692,6 +691,14 @@ __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict
     x_to_smem(xs, x, W.cols);
     if (r < W.rows)
         gemv1_row(xs, W, b, y, acc, r);
+}
+
+__global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict__ x,
+                                                         kt__cuda_mat W, const float *b,
+                                                         float *y, int acc)
+{
+    extern __shared__ float4 xs4[];
+    gemv1_block((float *)xs4, x, W, b, y, acc);
 }
 
 /* One row r of y for up to TOK_TILE tokens with 16-byte weight loads: a warp
@@ -1973,17 +1980,23 @@ extern "C" int kt__cuda_add(kt__cuda_rt *rt, float *y, const float *x, int32_t r
 /* the selected experts' weights w[0..k) from their scores: a softmax over them
  * (top-k softmax routers), or renormalised to sum 1 if the router says so, then
  * scaled */
+/* out[i] = e^(in[i] - max) / Σ e^(in[j] - max), i < n (out may be in) */
+__device__ void softmax_to(const float *in, float *out, int32_t n)
+{
+    float mx = -INFINITY, sum = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        mx = fmaxf(mx, in[i]);
+    for (int32_t i = 0; i < n; i++)
+        sum += (out[i] = expf(in[i] - mx));
+    for (int32_t i = 0; i < n; i++)
+        out[i] /= sum;
+}
+
 __device__ void router_weights(const kt__cuda_router_desc &r, float *w)
 {
     const int32_t k = r.k;
     if (r.kind == KT__CUDA_ROUTER_TOPK_SOFTMAX) {
-        float mx = -INFINITY, sum = 0.0f;
-        for (int32_t j = 0; j < k; j++)
-            mx = fmaxf(mx, w[j]);
-        for (int32_t j = 0; j < k; j++)
-            sum += (w[j] = expf(w[j] - mx));
-        for (int32_t j = 0; j < k; j++)
-            w[j] /= sum;
+        softmax_to(w, w, k);
         return;
     }
     if (r.renorm) {
@@ -2011,13 +2024,9 @@ __global__ void k_router(kt__cuda_router_desc r, const float *logit, int32_t T, 
     int32_t *id = ids + (size_t)t * k;
     float *w = wts + (size_t)t * k;
     if (r.kind == KT__CUDA_ROUTER_SOFTMAX_TOPK) {
-        float mx = -INFINITY, sum = 0.0f;
+        softmax_to(lg, score, E);
         for (int32_t e = 0; e < E; e++)
-            mx = fmaxf(mx, lg[e]);
-        for (int32_t e = 0; e < E; e++)
-            sum += (score[e] = expf(lg[e] - mx));
-        for (int32_t e = 0; e < E; e++)
-            sel[e] = score[e] = score[e] / sum;
+            sel[e] = score[e];
     } else if (r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS) {
         for (int32_t e = 0; e < E; e++) {
             score[e] = 1.0f / (1.0f + expf(-lg[e]));
@@ -2226,14 +2235,7 @@ __global__ void __launch_bounds__(GEMV1_THREADS) k_router_gemv1(const float *__r
 {
     extern __shared__ float4 xs4[];
     __shared__ bool last;
-    float *xs = (float *)xs4;
-    int32_t row = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
-    if (row < W.rows)
-        prefetch_row(W, row);
-    pdl_wait();
-    x_to_smem(xs, x, W.cols);
-    if (row < W.rows)
-        gemv1_row(xs, W, b, logit, 0, row);
+    gemv1_block((float *)xs4, x, W, b, logit, 0);
     __threadfence(); /* this block's logits visible device-wide before its ticket */
     __syncthreads();
     if (threadIdx.x == 0)
