@@ -255,11 +255,17 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
 void kt__experts_free(kt_context *ctx);
 /* MoE layers of the model (hp->layer_moe set). */
 int32_t kt__experts_n_moe(const kt__hparams *hp);
-/* ctx->moe over the n_moe layers lws: max_tokens and activation precision from the
- * context. */
+/* A description of n_experts experts of `method` with the model's hidden and expert
+ * intermediate sizes, top_k of them a token; the rest as KT_MOE_DESC_INIT. */
+kt_moe_desc kt__experts_desc(const kt__hparams *hp, int32_t method, int32_t n_experts,
+                             int32_t top_k);
+/* ctx->moe over the n_moe layers lws (max_tokens and activation precision from the context);
+ * sets ctx->moe_method, and ctx->moe_shared_folded to `folded` when it succeeds. An error
+ * names the method and `from`, the experts' file (NULL: the model's own). */
 kt_status kt__experts_backend_create(kt_context *ctx, const kt_moe_desc *d,
                                      const kt_moe_layer_weights *lws, int32_t n_moe,
-                                     int32_t n_threads, int32_t n_pools);
+                                     int32_t n_threads, int32_t n_pools, bool folded,
+                                     const char *from);
 /* experts_gguf.c: LLAMAFILE experts from a GGUF file (weight_path ending in .gguf). */
 bool kt__experts_path_is_gguf(const char *path);
 kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threads,

@@ -20,10 +20,13 @@ static kt_status arrays_alloc(layer_arrays *a, int n_arrays, int32_t n)
     return KT_OK;
 }
 
-static void arrays_free(layer_arrays *a)
+/* arr [n_moe] (NULL: nothing) with every array it holds. */
+static void layers_free(layer_arrays *arr, int32_t n_moe)
 {
-    for (int i = 0; i < 9; i++)
-        kt__free((void *)a->p[i]);
+    for (int32_t i = 0; arr && i < n_moe; i++)
+        for (int p = 0; p < 9; p++)
+            kt__free((void *)arr[i].p[p]);
+    kt__free(arr);
 }
 
 int32_t kt__experts_n_moe(const kt__hparams *hp)
@@ -34,16 +37,36 @@ int32_t kt__experts_n_moe(const kt__hparams *hp)
     return n;
 }
 
+kt_moe_desc kt__experts_desc(const kt__hparams *hp, int32_t method, int32_t n_experts,
+                             int32_t top_k)
+{
+    kt_moe_desc d = KT_MOE_DESC_INIT;
+    d.method = method;
+    d.hidden = (uint32_t)hp->n_embd;
+    d.intermediate = (uint32_t)hp->n_ff_exp;
+    d.n_experts = (uint32_t)n_experts;
+    d.top_k = (uint32_t)top_k;
+    return d;
+}
+
 kt_status kt__experts_backend_create(kt_context *ctx, const kt_moe_desc *d,
                                      const kt_moe_layer_weights *lws, int32_t n_moe,
-                                     int32_t n_threads, int32_t n_pools)
+                                     int32_t n_threads, int32_t n_pools, bool folded,
+                                     const char *from)
 {
     kt_moe_options mo = KT_MOE_OPTIONS_INIT;
     mo.n_threads = n_threads;
     mo.n_pools = n_pools;
     mo.max_tokens = ctx->n_batch;
     mo.act_precision = ctx->moe_precision; /* LLAMAFILE: ignored */
-    return kt_moe_backend_create(&ctx->moe, ctx->rt, d, lws, (uint32_t)n_moe, &mo);
+    kt_status st = kt_moe_backend_create(&ctx->moe, ctx->rt, d, lws, (uint32_t)n_moe, &mo);
+    if (st < 0)
+        kt__error_prefix(st, "engine: CPU MoE backend (%s%s%s)",
+                         kt_method_name((kt_method)d->method), from ? " from " : "",
+                         from ? from : "");
+    ctx->moe_method = (kt_method)d->method;
+    ctx->moe_shared_folded = folded && st == KT_OK;
+    return st;
 }
 
 /* kt-convert output: every MoE layer's experts from the files in `dir`. */
@@ -104,25 +127,12 @@ static kt_status converted_init(kt_context *ctx, int32_t method, int32_t n_threa
         k++;
     }
     if (st == KT_OK) {
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = have;
+        kt_moe_desc d = kt__experts_desc(hp, have, E, hp->n_expert_used);
         d.group_size = have == KT_METHOD_AMXINT4 ? kt__cpu_weights_group(cw) : 0;
-        d.hidden = (uint32_t)hp->n_embd;
-        d.intermediate = (uint32_t)hp->n_ff_exp;
-        d.n_experts = (uint32_t)E;
-        d.top_k = (uint32_t)hp->n_expert_used;
-        st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools);
-        if (st < 0)
-            kt__error_prefix(st, "engine: CPU MoE backend (%s from %s)",
-                             kt_method_name((kt_method)have), dir);
-        ctx->moe_method = (kt_method)have;
-        ctx->moe_shared_folded = false;
+        st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools, false, dir);
     }
 done:
-    if (arr)
-        for (int32_t i = 0; i < n_moe; i++)
-            arrays_free(&arr[i]);
-    kt__free(arr);
+    layers_free(arr, n_moe);
     kt__free(lws);
     return st;
 }
@@ -203,25 +213,13 @@ kt_status kt__experts_init(kt_context *ctx, int32_t method, int32_t n_threads, i
                        kt_method_name(have));
         goto done;
     }
-    kt_moe_desc d = KT_MOE_DESC_INIT;
-    d.method = have;
+    kt_moe_desc d = kt__experts_desc(hp, have, Eb, hp->n_expert_used + (fold ? 1 : 0));
     d.act = hp->gptoss_act ? KT_MOE_ACT_SWIGLU_OAI : KT_MOE_ACT_SILU;
-    d.hidden = (uint32_t)hp->n_embd;
-    d.intermediate = (uint32_t)hp->n_ff_exp;
-    d.n_experts = (uint32_t)Eb;
-    d.top_k = (uint32_t)(hp->n_expert_used + (fold ? 1 : 0));
     d.swiglu_alpha = hp->act_alpha;
     d.swiglu_limit = hp->act_limit;
-    st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools);
-    if (st < 0)
-        kt__error_prefix(st, "engine: CPU MoE backend (%s)", kt_method_name(have));
-    ctx->moe_method = have;
-    ctx->moe_shared_folded = fold && st == KT_OK;
+    st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools, fold, NULL);
 done:
-    if (arr)
-        for (int32_t i = 0; i < n_moe; i++)
-            arrays_free(&arr[i]);
-    kt__free(arr);
+    layers_free(arr, n_moe);
     kt__free(lws);
     return st;
 }

@@ -133,17 +133,8 @@ kt_status kt__experts_gguf_init(kt_context *ctx, int32_t method, int32_t n_threa
         k++;
     }
     if (st == KT_OK) {
-        kt_moe_desc d = KT_MOE_DESC_INIT;
-        d.method = KT_METHOD_LLAMAFILE;
-        d.hidden = (uint32_t)H;
-        d.intermediate = (uint32_t)I;
-        d.n_experts = (uint32_t)E;
-        d.top_k = (uint32_t)hp->n_expert_used;
-        st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools);
-        if (st < 0)
-            kt__error_prefix(st, "engine: CPU MoE backend (LLAMAFILE from %s)", path);
-        ctx->moe_method = KT_METHOD_LLAMAFILE;
-        ctx->moe_shared_folded = false;
+        kt_moe_desc d = kt__experts_desc(hp, KT_METHOD_LLAMAFILE, E, hp->n_expert_used);
+        st = kt__experts_backend_create(ctx, &d, lws, n_moe, n_threads, n_pools, false, path);
     }
 done:
     kt__free(ptrs);
