@@ -338,43 +338,47 @@ static void check_views_against_files(const kt_model *m, const char *dir)
     kt__st_close(set);
 }
 
+/* The model in dir against its config.json: the description, family and quantization it
+ * implies, and every view against the files. Returns the model (the caller frees it) and
+ * its description in *a. */
+static kt_model *open_checked(const char *dir, kt_arch_info *a)
+{
+    char cfg_path[1200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    cJSON *c = load_json(cfg_path);
+    kt_model *m = open_ok(dir);
+    *a = arch_of(m);
+    check_common(a, c);
+    check_family(m, a, c);
+    check_quant(a, c);
+    check_views_against_files(m, dir);
+    cJSON_Delete(c);
+    return m;
+}
+
 static void test_fixtures_match_configs(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
-        char dir[512], cfg_path[600];
+        char dir[512];
         fixture_path(dir, sizeof dir, variants[i]);
-        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
-        cJSON *c = load_json(cfg_path);
-        kt_model *m = open_ok(dir);
-        kt_arch_info a = arch_of(m);
+        kt_arch_info a;
+        kt_model *m = open_checked(dir, &a);
         assert_int_equal(kt_model_format(m), KT_FORMAT_SAFETENSORS);
-        check_common(&a, c);
-        check_family(m, &a, c);
-        check_quant(&a, c);
         assert_int_equal(kt_model_n_ignored_tensors(m), 0);
-        check_views_against_files(m, dir);
         kt_model_free(m);
-        cJSON_Delete(c);
     }
 }
 
 static void test_demo_models_open(void **state)
 {
     (void)state;
-    char dir[512], cfg_path[600];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/models/kimi-k2-demo", source_root());
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
-    cJSON *c = load_json(cfg_path);
-    kt_model *m = open_ok(dir);
-    kt_arch_info a = arch_of(m);
-    check_common(&a, c);
-    check_family(m, &a, c);
-    check_quant(&a, c);
-    check_views_against_files(m, dir);
+    kt_arch_info a;
+    kt_model *m = open_checked(dir, &a);
     assert_int_equal(a.n_moe_layers, 3);
     kt_model_free(m);
-    cJSON_Delete(c);
 }
 
 /* ---- tensor views: shapes, storage, scales ------------------------------------------ */
@@ -2177,19 +2181,12 @@ static void test_shared_models(void **state)
     (void)state;
     static const char *const names[] = {"qwen3_moe_demo", "kimi_k2_demo"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char dir[600], cfg_path[700];
+        char dir[600];
         snprintf(dir, sizeof dir, "%s/%s", shared_models(), names[i]);
-        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
-        cJSON *c = load_json(cfg_path);
-        kt_model *m = open_ok(dir);
-        kt_arch_info a = arch_of(m);
-        check_common(&a, c);
-        check_family(m, &a, c);
-        check_quant(&a, c);
-        check_views_against_files(m, dir);
+        kt_arch_info a;
+        kt_model *m = open_checked(dir, &a);
         assert_int_equal(kt_model_n_ignored_tensors(m), 0);
         kt_model_free(m);
-        cJSON_Delete(c);
     }
 }
 
