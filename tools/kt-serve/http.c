@@ -31,29 +31,32 @@ typedef struct api_error {
     char message[512];
 } api_error;
 
-static bool fail(api_error *e, unsigned status, const char *type, const char *param,
-                 const char *code, const char *fmt, ...)
+static void set_error(api_error *e, unsigned status, const char *type, const char *param,
+                      const char *code, const char *fmt, va_list ap)
 {
     e->status = status;
     e->type = type;
     e->param = param;
     e->code = code;
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+}
+
+static bool fail(api_error *e, unsigned status, const char *type, const char *param,
+                 const char *code, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    set_error(e, status, type, param, code, fmt, ap);
     va_end(ap);
     return false;
 }
 
+/* A 400 invalid_request_error about `param`. */
 static bool bad_param(api_error *e, const char *param, const char *fmt, ...)
 {
-    e->status = 400;
-    e->type = "invalid_request_error";
-    e->param = param;
-    e->code = NULL;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    set_error(e, 400, "invalid_request_error", param, NULL, fmt, ap);
     va_end(ap);
     return false;
 }
