@@ -614,92 +614,78 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
  * int32 C tiles of all token blocks wait in s->facc ([NB][MMAX]) between
  * chunks, and the next chunk (or w_next's first, the caller's next block of
  * rows) is prefetched into L2 while this one computes, so the weight stream
- * overlaps the tile work instead of preceding it. */
+ * overlaps the tile work instead of preceding it. A single block of up to 32
+ * tokens keeps its C tiles in the registers instead (parking the four tiles
+ * every 4 steps cost 40% on one thread, scripts/amx_tile_peak.c). Prefetching
+ * the next chunk's tokens too (from L3 on a call's first pass) ran 1.34x
+ * slower (9.6 vs 12.9 TFLOP/s, DeepSeek-V3 T=4096, Xeon 01:45): not done. */
 #define KC8_MAX 16
 /* steps per chunk: on the Xeon 4 ran 2-4% above 8, and 16 2-5% below it (one
  * run each, docs/bench/h200-xeon16-amx4-2257-ds-knobs.txt); KT_AMX_KC (1..16)
  * overrides */
 static int kc8 = 4;
-static int prefetch_x = 1; /* KT_AMX_PREFETCH_X=0: no token prefetch (comparison) */
-static int tok_group = MMAX; /* KT_AMX_TG (32, 64, ...): tokens per group (comparison) */
 
 static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
                           const uint8_t *xpack, size_t x_mb_stride, int mn, int kt_n,
                           const float *rs, const float *ts, float *C, int ldc, int n_off,
-                          int pf_x, amx_scratch *s)
+                          amx_scratch *s)
 {
     int32_t *cacc = (int32_t *)s->facc;
     const size_t cld = MMAX * sizeof(int32_t);
-    /* token groups of tok_group, each over the whole K (the first group's
-     * pass streams the weights, the later ones find them in L2); a group of
-     * one block of 32 tokens keeps its C tiles in the registers */
-    for (int g0 = 0; g0 < mn; g0 += tok_group) {
-        int gn = imin(tok_group, mn - g0), n_mb = (gn + 31) / 32, n_tb = (gn + 15) / 16;
-        int park = n_mb > 1;
-        for (int kc = 0; kc < kt_n; kc += kc8) {
-            int kn = imin(kc8, kt_n - kc), last = kc + kc8 >= kt_n;
-            /* what to prefetch: NB rows x pn steps from pw (the first group);
-             * with pf_x (the call's first pass over the tokens, read from L3)
-             * also the next chunk's tokens, xn steps of every token block */
-            const int8_t *pw = w + (size_t)(kc + kc8) * 64;
-            int pn = imin(kc8, kt_n - kc - kc8), xn = pf_x && pn > 0 ? pn : 0;
-            if (pn <= 0) {
-                pw = w_next;
-                pn = w_next ? imin(kc8, kt_n) : 0;
-            }
-            int lines = g0 == 0 ? NB * pn : 0, per = (lines + n_mb * kn - 1) / (n_mb * kn);
-            int xlines = n_tb * xn * (XSTEP / 64), perx = (xlines + n_mb * kn - 1) / (n_mb * kn);
-            int pf = 0, px = 0;
-            const uint8_t *xnext =
-                xpack + (size_t)(g0 / 16) * x_mb_stride + (size_t)(kc + kc8) * XSTEP;
-            for (int mb = g0; mb < g0 + gn; mb += 32) {
-                int two_x = mn - mb > 16;
-                int32_t *c0 = cacc + mb, *c1 = cacc + (size_t)16 * MMAX + mb;
-                if (kc == 0) {
-                    _tile_zero(TC00);
-                    _tile_zero(TC01);
-                    _tile_zero(TC10);
-                    _tile_zero(TC11);
-                } else if (park) {
-                    _tile_loadd(TC00, c0, cld);
-                    _tile_loadd(TC10, c1, cld);
-                    if (two_x) {
-                        _tile_loadd(TC01, c0 + 16, cld);
-                        _tile_loadd(TC11, c1 + 16, cld);
-                    }
-                }
-                const uint8_t *x0 =
-                    xpack + (size_t)(mb / 16) * x_mb_stride + (size_t)kc * XSTEP;
-                const uint8_t *x1 = x0 + x_mb_stride;
-                /* hot loop: 4 tile products per 64 inputs */
-                for (int kt = 0; kt < kn; kt++) {
-                    for (int i = 0; i < per && pf < lines; i++, pf++)
-                        _mm_prefetch((const char *)pw + (size_t)(pf / pn) * ldw + (pf % pn) * 64,
-                                     _MM_HINT_T1);
-                    for (int i = 0; i < perx && px < xlines; i++, px++)
-                        _mm_prefetch((const char *)xnext + (size_t)(px / (xn * 16)) * x_mb_stride +
-                                         (size_t)(px % (xn * 16)) * 64,
-                                     _MM_HINT_T1);
-                    const int8_t *wk = w + (size_t)(kc + kt) * 64;
-                    _tile_loadd(TW0, wk, ldw);
-                    _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
-                    _tile_dpbssd(TC00, TW0, TX0);
-                    _tile_loadd(TW1, wk + 16 * ldw, ldw);
-                    _tile_dpbssd(TC10, TW1, TX0);
-                    if (two_x) {
-                        _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
-                        _tile_dpbssd(TC01, TW0, TX1);
-                        _tile_dpbssd(TC11, TW1, TX1);
-                    }
-                }
-                if (!park && !last)
-                    continue;
-                _tile_stored(TC00, c0, cld);
-                _tile_stored(TC10, c1, cld);
+    int n_mb = (mn + 31) / 32;
+    int park = n_mb > 1; /* one block of 32 tokens keeps its C tiles in the registers */
+    for (int kc = 0; kc < kt_n; kc += kc8) {
+        int kn = imin(kc8, kt_n - kc), last = kc + kc8 >= kt_n;
+        /* what to prefetch: NB rows x pn steps from pw */
+        const int8_t *pw = w + (size_t)(kc + kc8) * 64;
+        int pn = imin(kc8, kt_n - kc - kc8);
+        if (pn <= 0) {
+            pw = w_next;
+            pn = w_next ? imin(kc8, kt_n) : 0;
+        }
+        int lines = NB * pn, per = (lines + n_mb * kn - 1) / (n_mb * kn), pf = 0;
+        for (int mb = 0; mb < mn; mb += 32) {
+            int two_x = mn - mb > 16;
+            int32_t *c0 = cacc + mb, *c1 = cacc + (size_t)16 * MMAX + mb;
+            if (kc == 0) {
+                _tile_zero(TC00);
+                _tile_zero(TC01);
+                _tile_zero(TC10);
+                _tile_zero(TC11);
+            } else if (park) {
+                _tile_loadd(TC00, c0, cld);
+                _tile_loadd(TC10, c1, cld);
                 if (two_x) {
-                    _tile_stored(TC01, c0 + 16, cld);
-                    _tile_stored(TC11, c1 + 16, cld);
+                    _tile_loadd(TC01, c0 + 16, cld);
+                    _tile_loadd(TC11, c1 + 16, cld);
                 }
+            }
+            const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride + (size_t)kc * XSTEP;
+            const uint8_t *x1 = x0 + x_mb_stride;
+            /* hot loop: 4 tile products per 64 inputs */
+            for (int kt = 0; kt < kn; kt++) {
+                for (int i = 0; i < per && pf < lines; i++, pf++)
+                    _mm_prefetch((const char *)pw + (size_t)(pf / pn) * ldw + (pf % pn) * 64,
+                                 _MM_HINT_T1);
+                const int8_t *wk = w + (size_t)(kc + kt) * 64;
+                _tile_loadd(TW0, wk, ldw);
+                _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
+                _tile_dpbssd(TC00, TW0, TX0);
+                _tile_loadd(TW1, wk + 16 * ldw, ldw);
+                _tile_dpbssd(TC10, TW1, TX0);
+                if (two_x) {
+                    _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
+                    _tile_dpbssd(TC01, TW0, TX1);
+                    _tile_dpbssd(TC11, TW1, TX1);
+                }
+            }
+            if (!park && !last)
+                continue;
+            _tile_stored(TC00, c0, cld);
+            _tile_stored(TC10, c1, cld);
+            if (two_x) {
+                _tile_stored(TC01, c0 + 16, cld);
+                _tile_stored(TC11, c1 + 16, cld);
             }
         }
     }
@@ -900,7 +886,7 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
             tiles_i8_rows(wq + (size_t)nb * ldw, nb + NB < nfull ? wq + (size_t)(nb + NB) * ldw
                                                                  : NULL,
                           ldw, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb, ts, Cm,
-                          ldc, nb - n0, prefetch_x && nb == n0, s);
+                          ldc, nb - n0, s);
         na = nfull;
     }
     if (na < n1)
@@ -1422,11 +1408,6 @@ static void init_sets(void)
     shared_pack = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PREFETCH");
     prefetch_on = !(env && !strcmp(env, "0"));
-    env = getenv("KT_AMX_TG");
-    if (env && atoi(env) >= 32 && atoi(env) % 32 == 0 && atoi(env) <= MMAX)
-        tok_group = atoi(env);
-    env = getenv("KT_AMX_PREFETCH_X");
-    prefetch_x = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_KC");
     if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
         kc8 = atoi(env);
