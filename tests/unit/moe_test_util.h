@@ -1,6 +1,7 @@
 /* Helpers for the MoE tests: a minimal safetensors reader (independent of
  * lib/io, so the tests check the backend against files read another way),
- * random numbers and element conversions. Header-only, static. */
+ * random numbers and element conversions. Header-only, static. Include after
+ * <cmocka.h>. */
 #ifndef KT_TEST_MOE_UTIL_H
 #define KT_TEST_MOE_UTIL_H
 
@@ -11,6 +12,8 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+
+#include "test_files.h"
 
 #define TST_UNUSED __attribute__((unused))
 
@@ -31,22 +34,13 @@ typedef struct tst_tensor {
 
 TST_UNUSED static tst_file *tst_open(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    size_t size;
+    uint8_t *buf = (uint8_t *)read_whole_file(path, &size);
+    if (!buf)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
     tst_file *t = calloc(1, sizeof *t);
-    t->buf = malloc((size_t)sz);
-    t->size = (size_t)sz;
-    if (fread(t->buf, 1, (size_t)sz, f) != (size_t)sz) {
-        fclose(f);
-        free(t->buf);
-        free(t);
-        return NULL;
-    }
-    fclose(f);
+    t->buf = buf;
+    t->size = size;
     uint64_t n;
     memcpy(&n, t->buf, 8);
     t->hdr = cJSON_ParseWithLength((const char *)t->buf + 8, (size_t)n);

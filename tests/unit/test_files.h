@@ -1,6 +1,7 @@
 /*
  * File helpers shared by the unit tests (test_gguf, test_model, test_safetensors,
- * test_template, test_tokenizer). Include after <cmocka.h>.
+ * test_template, test_tokenizer; the MoE tests through moe_test_util.h). Include after
+ * <cmocka.h>.
  */
 #ifndef KT_TEST_FILES_H
 #define KT_TEST_FILES_H
