@@ -618,7 +618,7 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
  * tokens keeps its C tiles in the registers instead (parking the four tiles
  * every 4 steps cost 40% on one thread, scripts/amx_tile_peak.c). Prefetching
  * the next chunk's tokens too (from L3 on a call's first pass) ran 1.34x
- * slower (9.6 vs 12.9 TFLOP/s, DeepSeek-V3 T=4096, Xeon 01:45): not done. */
+ * slower (9.6 vs 12.9 TFLOP/s, DeepSeek-V3 T=4096, Xeon 01:42): not done. */
 #define KC8_MAX 16
 /* steps per chunk: on the Xeon 4 ran 2-4% above 8, and 16 2-5% below it (one
  * run each, docs/bench/h200-xeon16-amx4-2257-ds-knobs.txt); KT_AMX_KC (1..16)
