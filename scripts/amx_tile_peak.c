@@ -47,15 +47,12 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* palette 1, tiles 0-7 of 16 rows x 64 bytes */
 static void config(void)
 {
-    tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.rows[t] = 16;
-        c.colsb[t] = 64;
-    }
+    tilecfg c = {.palette = 1};
+    for (int t = 0; t < 8; t++)
+        c.rows[t] = 16, c.colsb[t] = 64;
     _tile_loadconfig(&c);
 }
 
