@@ -163,4 +163,9 @@ int cmd_hybrid(int argc, char **argv);
 /* Common flags: --threads N (0 = physical cores). */
 int bench_default_threads(const bench_hw *hw);
 
+/* --threads N (0..4096) and --json FILE, which most commands take: true when argv[*i] is
+ * one of them (taken, its value stored); *bad set when the value is missing or wrong. */
+bool bench_common_opt(int argc, char **argv, int *i, int64_t *threads, const char **json_path,
+                      bool *bad);
+
 #endif

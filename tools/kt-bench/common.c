@@ -14,6 +14,8 @@
 
 #include <kt/kt.h>
 
+#include "opt.h"
+
 double bench_now(void)
 {
     struct timespec ts;
@@ -122,6 +124,23 @@ void bench_hw_detect(bench_hw *hw)
     double load[1] = {0};
     if (getloadavg(load, 1) == 1)
         hw->load1 = load[0];
+}
+
+bool bench_common_opt(int argc, char **argv, int *i, int64_t *threads, const char **json_path,
+                      bool *bad)
+{
+    const char *v = NULL;
+    if (opt_match(argc, argv, i, "--threads", true, &v, bad)) {
+        if (!*bad && !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, threads))
+            *bad = true;
+        return true;
+    }
+    if (opt_match(argc, argv, i, "--json", true, &v, bad)) {
+        if (!*bad)
+            *json_path = v;
+        return true;
+    }
+    return false;
 }
 
 int bench_default_threads(const bench_hw *hw)

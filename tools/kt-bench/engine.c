@@ -364,14 +364,12 @@ int cmd_engine(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--seqs", true, &v, &bad)) {
             if (!bad && !opt_parse_i64(BENCH_TOOL, "--seqs", v, 1, 256, &seqs))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
+        } else if (bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
+            if (bad)
                 return 2;
         } else if (opt_match(argc, argv, &i, "--stream-size", true, &v, &bad)) {
             if (!bad && !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 16, 1 << 20, &stream_mib))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
-            json_path = v;
         } else if (!strcmp(argv[i], "--dense-workers")) {
             flags |= KT_CONTEXT_F_DENSE_WORKERS;
         } else if (!strcmp(argv[i], "--moe-bf16")) {

@@ -579,7 +579,7 @@ int cmd_hybrid(int argc, char **argv)
     hy_cfg c = {2048, 768, 128, 8, 2, {1, 128}, {0, 100, 1000}, 2, 3, 0.5, KT_METHOD_BF16,
                 {KT_MOE_PREC_DEFAULT, KT_MOE_PREC_BF16X2}, 2, MEM_ANON | MEM_FILE, "/dev/shm",
                 0, 1.0, -1, -1};
-    int64_t stream_mib = 1024;
+    int64_t stream_mib = 1024, threads = c.threads;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
@@ -633,11 +633,9 @@ int cmd_hybrid(int argc, char **argv)
             if (bad)
                 return 2;
             c.dir = v;
-        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
-            int64_t n = 0;
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &n))
+        } else if (bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
+            if (bad)
                 return 2;
-            c.threads = (int)n;
         } else if (opt_match(argc, argv, &i, "--min-time", true, &v, &bad)) {
             if (bad || !opt_parse_f64(BENCH_TOOL, "--min-time", v, 0.001, 600, &c.min_time))
                 return 2;
@@ -654,16 +652,13 @@ int cmd_hybrid(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--stream-size", true, &v, &bad)) {
             if (bad || !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 0, 1 << 20, &stream_mib))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
-            if (bad)
-                return 2;
-            json_path = v;
         } else {
             if (!bad)
                 fprintf(stderr, "kt-bench hybrid: unknown option '%s' (see --help)\n", argv[i]);
             return 2;
         }
     }
+    c.threads = (int)threads;
     bench_hw hw;
     bench_hw_detect(&hw);
     if (c.threads == 0)

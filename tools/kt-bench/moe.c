@@ -805,8 +805,8 @@ int cmd_moe(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--layers", true, &v, &bad)) {
             if (bad || !opt_parse_i64(BENCH_TOOL, "--layers", v, 1, 4096, &c.layers))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
+        } else if (bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
+            if (bad)
                 return 2;
         } else if (opt_match(argc, argv, &i, "--precision", true, &v, &bad)) {
             if (bad || (strcmp(v, "default") && strcmp(v, "bf16x2"))) {
@@ -854,10 +854,6 @@ int cmd_moe(int argc, char **argv)
                 fprintf(stderr, "kt-bench moe: --group-size: '%s' is not 32, 64 or 128\n", v);
                 return 2;
             }
-        } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
-            if (bad)
-                return 2;
-            json_path = v;
         } else {
             fprintf(stderr, "kt-bench moe: unknown option '%s' (try --help)\n", argv[i]);
             return 2;

@@ -283,13 +283,9 @@ int cmd_stream(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--reps", true, &v, &bad)) {
             if (bad || !opt_parse_i64(BENCH_TOOL, "--reps", v, 1, 1000, &reps))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--threads", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--threads", v, 0, 4096, &threads))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--json", true, &v, &bad)) {
+        } else if (bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
             if (bad)
                 return 2;
-            json_path = v;
         } else {
             fprintf(stderr, "kt-bench stream: unknown option '%s' (try --help)\n", argv[i]);
             return 2;
