@@ -5,7 +5,7 @@
 # Qwen3-30B-A3B-shaped model in /dev/shm, converts it to Q4_0 / Q4_K / Q8_0 and runs
 # kt-bench moe --gguf at T = 1 and 4 for each KT_MOE_DECODE_GRAIN:KT_MOE_DECODE_ITEMS
 # pair of ITEMS for Q4_0, ITEMS2 for the other types ("default" = the backend's own
-# choice; 64:4 = before 2026-11-30),
+# choice, 64:4),
 # with KT_MOE_PROFILE's per-phase times. Steps past DEADLINE seconds are skipped.
 # Logs in $OUT.
 set -u

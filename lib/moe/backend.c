@@ -347,19 +347,19 @@ static kt_status load_relayout(moe_layer *L, const kt_moe_layer_weights *lw, int
 }
 
 /* Decode item sizes (item_rows): about dec_items items per worker, rows a
- * multiple of dec_grain. 64 rows, 4 per worker, except LLAMAFILE on more than
- * 4 workers: 16 threads left each worker 2-3 items of 64-128 rows and the
- * last ones ran alone; there items of 32 rows (whole Q8_0 blocks of h in
- * phase 1), 16 per worker (Xeon, 16 threads, Qwen3-30B-A3B shape, Q4_0:
- * barrier waits 0.09 -> 0.04 ms a call, T=1 65 -> 74 GB/s, T=4 87 -> 92;
- * docs/bench/h200-xeon16-gguf-items-0130.txt). KT_MOE_DECODE_ITEMS /
- * KT_MOE_DECODE_GRAIN (a multiple of 32; below 64 for LLAMAFILE only)
- * override both, for measuring. */
+ * multiple of dec_grain: 4 items of multiples of 64 rows. Finer items were
+ * measured for LLAMAFILE on the 16-core Xeon (Qwen3-30B-A3B shape, 32 rows x
+ * 16 per worker against 64 x 4): the barrier waits fall (0.07-0.10 -> 0.04-0.07
+ * ms a call) but the kernels' time grows by about as much (more calls, each
+ * restarting its row prefetch), and T=1 / T=4 GB/s stayed within the runs'
+ * +-8% (docs/bench/h200-xeon16-gguf-items-*.txt). KT_MOE_DECODE_ITEMS and
+ * KT_MOE_DECODE_GRAIN (a multiple of 32; below 64 for LLAMAFILE only, whose
+ * h pieces need whole Q8_0 blocks) override both, for measuring. */
 static void decode_items(kt_moe_backend *moe)
 {
-    bool lf = moe->d.method == KT_METHOD_LLAMAFILE, many = moe->nth > 4;
-    moe->dec_items = lf && many ? 16 : 4;
-    moe->dec_grain = lf && many ? 32 : 64;
+    bool lf = moe->d.method == KT_METHOD_LLAMAFILE;
+    moe->dec_items = 4;
+    moe->dec_grain = 64;
     const char *e = getenv("KT_MOE_DECODE_ITEMS");
     if (e && atoi(e) >= 1 && atoi(e) <= 64)
         moe->dec_items = atoi(e);
