@@ -52,6 +52,19 @@ char *kt__strdup(const char *s)
     return d;
 }
 
+void *kt__grow(void *items, size_t n, size_t *cap, size_t elem, size_t first_cap)
+{
+    if (n < *cap)
+        return items;
+    size_t new_cap = *cap ? *cap * 2 : first_cap;
+    if (new_cap > SIZE_MAX / elem)
+        return NULL;
+    void *grown = kt__realloc(items, new_cap * elem);
+    if (grown)
+        *cap = new_cap;
+    return grown;
+}
+
 char *kt__path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);

@@ -56,6 +56,10 @@ void *kt__malloc_array(size_t n, size_t size);
 void *kt__realloc(void *p, size_t size);
 void kt__free(void *p);
 char *kt__strdup(const char *s);
+/* Room for one more element in a kt__realloc'ed array of n elements (elem bytes each) and
+ * capacity *cap, which doubles from first_cap when full. Returns the array, moved or not, or
+ * NULL when out of memory (the old array and *cap then unchanged). */
+void *kt__grow(void *items, size_t n, size_t *cap, size_t elem, size_t first_cap);
 /* "dir/name", allocated (kt__free); NULL when out of memory. */
 char *kt__path_join(const char *dir, const char *name);
 /* 64-byte aligned allocation for kernels; free with kt__free_aligned. */

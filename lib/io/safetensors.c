@@ -315,14 +315,11 @@ static kt_status push_tensor(kt_st_set *set, const kt_st_tensor *t, const char *
         return kt__error(KT_ERR_FORMAT, "%s: tensor '%s' also appears in %s", path, t->name,
                          set->files[old->file_index].path);
     }
-    if (set->n_tensors == set->cap_tensors) {
-        size_t cap = set->cap_tensors ? set->cap_tensors * 2 : 64;
-        kt_st_tensor *tensors = kt__realloc(set->tensors, cap * sizeof *tensors);
-        if (!tensors)
-            return KT_ERR_NOMEM;
-        set->tensors = tensors;
-        set->cap_tensors = cap;
-    }
+    kt_st_tensor *tensors =
+        kt__grow(set->tensors, set->n_tensors, &set->cap_tensors, sizeof *tensors, 64);
+    if (!tensors)
+        return KT_ERR_NOMEM;
+    set->tensors = tensors;
     char *name = kt__strdup(t->name);
     if (!name)
         return KT_ERR_NOMEM;
@@ -899,14 +896,10 @@ kt_status kt__st_writer_declare(kt_st_writer *w, const char *name, kt_type type,
             return kt__error(KT_ERR_INVALID_ARG, "st_writer_declare: '%s': size overflows", name);
     if (!kt__type_nbytes(type, n, &nbytes) || nbytes > (UINT64_C(1) << 53))
         return kt__error(KT_ERR_INVALID_ARG, "st_writer_declare: '%s': size overflows", name);
-    if (w->n_decls == w->cap_decls) {
-        size_t cap = w->cap_decls ? w->cap_decls * 2 : 32;
-        st_decl *decls = kt__realloc(w->decls, cap * sizeof *decls);
-        if (!decls)
-            return KT_ERR_NOMEM;
-        w->decls = decls;
-        w->cap_decls = cap;
-    }
+    st_decl *decls = kt__grow(w->decls, w->n_decls, &w->cap_decls, sizeof *decls, 32);
+    if (!decls)
+        return KT_ERR_NOMEM;
+    w->decls = decls;
     st_decl *d = &w->decls[w->n_decls];
     memset(d, 0, sizeof *d);
     d->name = kt__strdup(name);

@@ -150,14 +150,10 @@ typedef struct indexer {
 
 static kt_status mark_used(indexer *ix, const kt_st_tensor *t)
 {
-    if (ix->n_used == ix->cap_used) {
-        size_t cap = ix->cap_used ? ix->cap_used * 2 : 512;
-        const kt_st_tensor **u = kt__realloc(ix->used, cap * sizeof *u);
-        if (!u)
-            return KT_ERR_NOMEM;
-        ix->used = u;
-        ix->cap_used = cap;
-    }
+    const kt_st_tensor **u = kt__grow(ix->used, ix->n_used, &ix->cap_used, sizeof *u, 512);
+    if (!u)
+        return KT_ERR_NOMEM;
+    ix->used = u;
     ix->used[ix->n_used++] = t;
     return KT_OK;
 }

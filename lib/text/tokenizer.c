@@ -35,19 +35,6 @@ static const char gpt2_pattern[] =
 
 /* ---- arena and string map ----------------------------------------------- */
 
-void *kt__tok_grow(void *items, size_t n, size_t *cap, size_t elem, size_t first_cap)
-{
-    if (n < *cap)
-        return items;
-    size_t new_cap = *cap ? *cap * 2 : first_cap;
-    if (new_cap > SIZE_MAX / elem)
-        return NULL;
-    void *grown = kt__realloc(items, new_cap * elem);
-    if (grown)
-        *cap = new_cap;
-    return grown;
-}
-
 kt_status kt__arena_add(kt__arena *a, const void *s, size_t n, uint32_t *off)
 {
     if (a->size + n + 1 > UINT32_MAX)
@@ -116,7 +103,7 @@ kt_status kt__strmap_put(kt__strmap *m, const kt__arena *arena, uint32_t off, ui
             return KT_OK;
         i = (i + 1) & (m->cap - 1);
     }
-    kt__strmap_entry *e = kt__tok_grow(m->entries, m->n, &m->entries_cap, sizeof *e, 1024);
+    kt__strmap_entry *e = kt__grow(m->entries, m->n, &m->entries_cap, sizeof *e, 1024);
     if (!e)
         return KT_ERR_NOMEM;
     m->entries = e;
@@ -299,7 +286,7 @@ static kt_status add_added(loader *L, const char *content, int32_t id, bool spec
         return kt__error(KT_ERR_FORMAT, "%s: added token %d has empty content", L->file, id);
     if (kt__strmap_get(&tok->added_map, &tok->arena, content, n) >= 0)
         return KT_OK;
-    kt__added *a = kt__tok_grow(tok->added, tok->n_added, &tok->added_cap, sizeof *a, 16);
+    kt__added *a = kt__grow(tok->added, tok->n_added, &tok->added_cap, sizeof *a, 16);
     if (!a)
         return KT_ERR_NOMEM;
     tok->added = a;

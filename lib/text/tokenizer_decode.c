@@ -402,7 +402,7 @@ kt_status kt_detokenizer_feed(kt_detokenizer *d, int32_t id, kt_buf *out)
 {
     if (!d || !out)
         return kt__error(KT_ERR_INVALID_ARG, "kt_detokenizer_feed: NULL argument");
-    int32_t *v = kt__tok_grow(d->ids, d->n, &d->cap, sizeof *v, 8);
+    int32_t *v = kt__grow(d->ids, d->n, &d->cap, sizeof *v, 8);
     if (!v)
         return KT_ERR_NOMEM;
     d->ids = v;

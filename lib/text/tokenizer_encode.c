@@ -159,7 +159,7 @@ typedef struct spanvec {
 
 static kt_status span_push(spanvec *sv, size_t s, size_t e, bool match)
 {
-    span *v = kt__tok_grow(sv->v, sv->n, &sv->cap, sizeof *v, 32);
+    span *v = kt__grow(sv->v, sv->n, &sv->cap, sizeof *v, 32);
     if (!v)
         return KT_ERR_NOMEM;
     sv->v = v;
@@ -272,7 +272,7 @@ static kt_status plist_add(plist *p, const char *s, size_t n, int32_t added_id, 
 {
     if (n == 0 && added_id < 0)
         return KT_OK; /* empty pieces are dropped */
-    kt__piece *v = kt__tok_grow(p->v, p->n, &p->cap, sizeof *v, 64);
+    kt__piece *v = kt__grow(p->v, p->n, &p->cap, sizeof *v, 64);
     if (!v)
         return KT_ERR_NOMEM;
     p->v = v;
@@ -650,7 +650,7 @@ typedef struct idvec {
 
 static kt_status id_push(idvec *iv, int32_t id)
 {
-    int32_t *v = kt__tok_grow(iv->v, iv->n, &iv->cap, sizeof *v, 64);
+    int32_t *v = kt__grow(iv->v, iv->n, &iv->cap, sizeof *v, 64);
     if (!v)
         return KT_ERR_NOMEM;
     iv->v = v;
@@ -699,7 +699,7 @@ typedef struct bpe_work {
 
 static kt_status heap_push(bpe_work *w, bpe_merge m)
 {
-    bpe_merge *h = kt__tok_grow(w->heap, w->n_heap, &w->cap_heap, sizeof *h, 64);
+    bpe_merge *h = kt__grow(w->heap, w->n_heap, &w->cap_heap, sizeof *h, 64);
     if (!h)
         return KT_ERR_NOMEM;
     w->heap = h;
@@ -748,7 +748,7 @@ static void sym_absorb_next(bpe_work *w, int32_t pos)
 
 static kt_status sym_push(bpe_work *w, int32_t id, uint32_t len)
 {
-    bpe_sym *s = kt__tok_grow(w->syms, w->n_syms, &w->cap_syms, sizeof *s, 64);
+    bpe_sym *s = kt__grow(w->syms, w->n_syms, &w->cap_syms, sizeof *s, 64);
     if (!s)
         return KT_ERR_NOMEM;
     w->syms = s;

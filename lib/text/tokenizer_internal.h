@@ -17,12 +17,7 @@
 #include "kt/tokenizer.h"
 #include "kt_internal.h"
 
-/* ---- growable arrays, byte arena and string-to-id hash map ------------- */
-
-/* Room for one more element in a kt__realloc'ed array of n elements (elem bytes each) and
- * capacity *cap, which doubles from first_cap when full. Returns the array, moved or not, or
- * NULL when out of memory (the old array and *cap then unchanged). */
-void *kt__tok_grow(void *items, size_t n, size_t *cap, size_t elem, size_t first_cap);
+/* ---- byte arena and string-to-id hash map (growable arrays: kt__grow) ---- */
 
 /* Bytes referenced by (offset, length); offsets stay valid when it grows. */
 typedef struct kt__arena {

@@ -250,7 +250,7 @@ typedef struct cpvec {
 
 static kt_status cp_push(cpvec *c, uint32_t cp)
 {
-    uint32_t *v = kt__tok_grow(c->v, c->n, &c->cap, sizeof *v, 64);
+    uint32_t *v = kt__grow(c->v, c->n, &c->cap, sizeof *v, 64);
     if (!v)
         return KT_ERR_NOMEM;
     c->v = v;
