@@ -13,6 +13,7 @@
 #include <kt/kt.h>
 #include <kt/moe.h>
 
+#include "grow.h"
 #include "opt.h"
 
 /* ---- models ------------------------------------------------------------- */
@@ -409,14 +410,10 @@ typedef struct rates {
 
 static bool rates_add(rates *r, double x)
 {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 256;
-        double *v = realloc(r->v, cap * sizeof *v);
-        if (!v)
-            return false;
-        r->v = v;
-        r->cap = cap;
-    }
+    double *v = tool_grow(r->v, r->n, &r->cap, sizeof *v, 256);
+    if (!v)
+        return false;
+    r->v = v;
     r->v[r->n++] = x;
     return true;
 }

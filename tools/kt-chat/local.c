@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "chat.h"
+#include "grow.h"
 #include "stop_ids.h"
 
 typedef struct local {
@@ -45,14 +46,10 @@ static char *messages_json(const convo *c)
 
 static bool cache_push(local *l, int32_t tok)
 {
-    if (l->n_cached == l->cap_cached) {
-        size_t cap = l->cap_cached ? l->cap_cached * 2 : 1024;
-        int32_t *t = realloc(l->cached, cap * sizeof *t);
-        if (!t)
-            return false;
-        l->cached = t;
-        l->cap_cached = cap;
-    }
+    int32_t *t = tool_grow(l->cached, l->n_cached, &l->cap_cached, sizeof *t, 1024);
+    if (!t)
+        return false;
+    l->cached = t;
     l->cached[l->n_cached++] = tok;
     return true;
 }

@@ -13,6 +13,7 @@
 #include <editline/readline.h>
 
 #include "chat.h"
+#include "grow.h"
 #include "opt.h"
 #include "term.h"
 
@@ -35,14 +36,10 @@ double chat_now(void)
 
 bool convo_add(convo *c, const char *role, const char *content, const char *reasoning)
 {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 16;
-        chat_msg *m = realloc(c->m, cap * sizeof *m);
-        if (!m)
-            return false;
-        c->m = m;
-        c->cap = cap;
-    }
+    chat_msg *grown = tool_grow(c->m, c->n, &c->cap, sizeof *grown, 16);
+    if (!grown)
+        return false;
+    c->m = grown;
     chat_msg *m = &c->m[c->n];
     m->role = strdup(role);
     m->content = strdup(content ? content : "");
