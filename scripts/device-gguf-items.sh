@@ -6,7 +6,8 @@
 # kt-bench moe --gguf at T = 1 and 4 for each KT_MOE_DECODE_GRAIN:KT_MOE_DECODE_ITEMS
 # pair of ITEMS for Q4_0, ITEMS2 for the other types ("default" = the backend's own
 # choice, 64:4),
-# with KT_MOE_PROFILE's per-phase times. Steps past DEADLINE seconds are skipped.
+# and each KT_LF_DIST of DISTS (rows prefetched ahead; "default" = 12), with
+# KT_MOE_PROFILE's per-phase times. Steps past DEADLINE seconds are skipped.
 # Logs in $OUT.
 set -u
 [ -n "${NO_ENV:-}" ] || . scripts/device-env.sh
@@ -28,16 +29,17 @@ for t in ${GGUF_TYPES:-Q4_0 Q4_K Q8_0}; do
     echo "$t converted at $(($(date +%s) - T0)) s; $(uptime)"
     items=${ITEMS:-default 64:4 32:16 64:8 32:4}
     [ "$t" = "${GGUF_TYPES:-Q4_0}" ] || [ "$t" = Q4_0 ] || items=${ITEMS2:-default 64:4}
-    for it in $items; do
-        late && { echo "skipped $t $it (deadline)"; continue; }
+    for it in $items; do for d in ${DISTS:-default}; do
+        late && { echo "skipped $t $it $d (deadline)"; continue; }
         if [ "$it" = default ]; then g=; n=; else g=${it%%:*}; n=${it##*:}; fi
-        log=$OUT/items-$t-$(echo "$it" | tr : x).log
-        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_MOE_PROFILE=1 timeout 40 \
-            "$B/tools/kt-bench/kt-bench" moe --gguf /dev/shm/q3_$t.gguf --tokens 1,4 \
-            --no-onednn --min-time 0.5 > "$log" 2>&1
-        echo "== $t items $it rc=$?"
+        [ "$d" = default ] && pf= || pf=$d
+        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d.log
+        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_DIST=$pf KT_MOE_PROFILE=1 \
+            timeout 40 "$B/tools/kt-bench/kt-bench" moe --gguf /dev/shm/q3_$t.gguf \
+            --tokens 1,4 --no-onednn --min-time 0.5 > "$log" 2>&1
+        echo "== $t items $it dist $d rc=$?"
         grep -E "T=|profile" "$log" | sed 's/libkt: warning: moe profile: //'
-    done
+    done; done
     rm -f /dev/shm/q3_$t.gguf
 done
 echo "done at $(($(date +%s) - T0)) s"

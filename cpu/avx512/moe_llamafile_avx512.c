@@ -27,6 +27,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "moe_kernels.h"
@@ -38,9 +39,12 @@
 #define PERIOD40 576
 #define PERIOD80 1088
 /* Weight rows prefetched ahead, into L2 (Zen 4, 2 threads: T1 / 12 rows read
- * 31-38 GB/s of Q4_0 from memory, T0 17-18, 4 rows 5-10) */
+ * 31-38 GB/s of Q4_0 from memory, T0 17-18, 4 rows 5-10); KT_LF_DIST (1..64
+ * rows) overrides it, for measuring elsewhere (the Xeon's BF16 / FP8 decode
+ * wanted 8 KiB ahead where Zen 4 wanted 1 KiB: cpu/avx512/moe_avx512_common.h) */
 #define LF_DIST 12
 #define LF_HINT _MM_HINT_T1
+static int lf_dist = LF_DIST;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -49,6 +53,9 @@ static pthread_once_t idx_once = PTHREAD_ONCE_INIT;
 
 static void idx_init(void)
 {
+    const char *e = getenv("KT_LF_DIST");
+    if (e && atoi(e) >= 1 && atoi(e) <= 64)
+        lf_dist = atoi(e);
     for (int t = 0; t < 2; t++) {
         int bb = t ? 34 : 18, period = t ? PERIOD80 : PERIOD40;
         uint16_t(*tab)[16] = t ? idx80 : idx40;
@@ -97,7 +104,7 @@ ALWAYS_INLINE void acc_zero(const int NR, const int MT, __m512 acc[4][4])
 }
 
 /* The cache lines of the `bytes` at x + ahead started into L2 (ahead 0: none):
- * the next tile's block, `ahead` bytes (LF_DIST rows) further on. */
+ * the next tile's block, `ahead` bytes (lf_dist rows) further on. */
 ALWAYS_INLINE void prefetch_block(const void *x, size_t ahead, const size_t bytes)
 {
     if (!ahead)
@@ -141,12 +148,13 @@ typedef void (*tile_family)(const tile_job *j, bool one, int mr, const uint8_t *
 /* C[m][n - n0] = rows [n0, n1) of W (bytes [o0, o0 + span) of each) . tokens
  * act[m] + aoff, in tiles of fam: one token 4 rows at a time, more 2 rows x up
  * to 4 tokens. Each row is read once; rows are short (a few KB), so the first
- * LF_DIST are started at once and each tile starts the one LF_DIST rows on. */
+ * lf_dist are started at once and each tile starts the one lf_dist rows on. */
 ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *W, size_t wrow,
                              size_t o0, size_t span, int n0, int n1, const void *const *act,
                              size_t aoff, int M, float *C, int ldc)
 {
-    const int NR = M == 1 ? 4 : 2, dist = LF_DIST;
+    pthread_once(&idx_once, idx_init);
+    const int NR = M == 1 ? 4 : 2, dist = lf_dist;
     for (int n = n0; n < n0 + dist && n < n1; n++)
         for (size_t c = 0; c < span; c += 64)
             _mm_prefetch((const char *)W + (size_t)n * wrow + o0 + c, LF_HINT);
@@ -256,7 +264,7 @@ static void raw_family(const tile_job *j, bool one, int mr, const uint8_t *const
 void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                             const void *const *act, size_t rp, int M, float *C, int ldc)
 {
-    pthread_once(&idx_once, idx_init);
+    pthread_once(&idx_once, idx_init); /* idx40 / idx80 */
     const bool q4 = type != KT_TYPE_Q8_0; /* Q4_0, IQ4_NL: 18-byte blocks */
     const int bb = q4 ? 18 : 34, period = q4 ? PERIOD40 : PERIOD80;
     const size_t o0 = (size_t)b0 * bb;
