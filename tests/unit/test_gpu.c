@@ -81,7 +81,7 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
     const char *dir = fixture_path(name, variant);
     ref_data r;
     if (ref_load(&r, dir) < 0) {
-        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        fail_msg("%s: no fixture at %s (meson setup unpacks the fixtures)", name, dir);
         return;
     }
     kt_model *model;
@@ -173,7 +173,8 @@ FIXTURE(test_deepseek_v3_bf16, "deepseek_v3_tiny", "bf16")
 FIXTURE(test_deepseek_v3_fp8, "deepseek_v3_tiny", "fp8")
 FIXTURE(test_deepseek_v3_int4, "deepseek_v3_tiny", "int4")
 FIXTURE(test_mixtral, "mixtral_tiny", NULL)
-FIXTURE(test_minimax_m2, "minimax_m2_tiny", NULL)
+FIXTURE(test_minimax_m2, "minimax_m2_tiny", "bf16")
+FIXTURE(test_minimax_m2_fp8, "minimax_m2_tiny", "fp8")
 /* gpt-oss: experts on the CPU backend only (fused [in][out] with biases) */
 static void test_gpt_oss(void **s)
 {
@@ -286,7 +287,7 @@ static void test_expert_moves(void **state)
     const char *dir = fixture_path("qwen3_moe_tiny", NULL);
     ref_data r;
     if (ref_load(&r, dir) < 0) {
-        print_message("  no fixture at %s, skipped\n", dir);
+        fail_msg("no fixture at %s", dir);
         return;
     }
     kt_model *model;
@@ -353,7 +354,7 @@ static void long_decode(const char *name, const char *variant, const char *split
     const char *dir = fixture_path(name, variant);
     ref_data r;
     if (ref_load(&r, dir) < 0) {
-        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        fail_msg("%s: no fixture at %s (meson setup unpacks the fixtures)", name, dir);
         return;
     }
     enum { P = 300, STEPS = 6 };
@@ -423,7 +424,7 @@ static void grouped_pair(const char *name, const char *variant, float frac)
     const char *dir = fixture_path(name, variant);
     ref_data r;
     if (ref_load(&r, dir) < 0) {
-        print_message("  %s: no fixture at %s, skipped\n", name, dir);
+        fail_msg("%s: no fixture at %s (meson setup unpacks the fixtures)", name, dir);
         return;
     }
     const int32_t T = 480;
@@ -504,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_v3_int4),
         cmocka_unit_test(test_mixtral),
         cmocka_unit_test(test_minimax_m2),
+        cmocka_unit_test(test_minimax_m2_fp8),
         cmocka_unit_test(test_gpt_oss),
         cmocka_unit_test(test_deepseek_v3_naive),
         cmocka_unit_test(test_own_kernels),
