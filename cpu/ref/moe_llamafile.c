@@ -125,38 +125,41 @@ unsigned kt__ggml_act_section(int type)
 static void raw_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, bool q4, uint8_t *sec,
                      size_t rp)
 {
-    int bb = q4 ? 18 : 34;
+    const int bb = q4 ? 18 : 34, n = q4 ? 16 : 32, mul = q4 ? -8 : -128;
     int8_t *lo = (int8_t *)sec, *hi = (int8_t *)(sec + rp);
     int32_t *bias = (int32_t *)(sec + (q4 ? 2 : 1) * rp);
     float *da = (float *)(sec + (q4 ? 3 : 2) * rp);
     int32_t *boff = (int32_t *)(sec + (q4 ? 4 : 3) * rp);
     float *bd = (float *)((uint8_t *)boff + blk_arr(nb * 32));
     for (int b = b0; b < b1; b++) {
-        int total = 0;
-        for (int e = 0; e < 32; e++)
-            total += q[b].qs[e];
-        boff[b] = (q4 ? -8 : -128) * total;
-        bd[b] = kt__ggml_f16_to_f32(q[b].d);
+        /* D[i]: the sum of the codes at row bytes base + 2 + 2i and + 1 (Q4_0:
+         * the low and the high nibbles' inputs; Q8_0: the inputs); lanes hold
+         * two such pairs (no chain of additions through the block) */
+        int D[16], total = 0;
+        for (int i = 0; i < n / 2; i++) {
+            D[i] = q[b].qs[2 * i] + q[b].qs[2 * i + 1];
+            if (q4)
+                D[i] += q[b].qs[2 * i + 16] + q[b].qs[2 * i + 17];
+            total += D[i];
+        }
+        boff[b] = mul * total;
+        float d = kt__ggml_f16_to_f32(q[b].d);
+        bd[b] = d;
         int base = b * bb;
         lo[base] = lo[base + 1] = 0;
+        memcpy(lo + base + 2, q[b].qs, (size_t)n);
         if (q4) {
             hi[base] = hi[base + 1] = 0;
-            for (int e = 0; e < 16; e++) {
-                lo[base + 2 + e] = q[b].qs[e];
-                hi[base + 2 + e] = q[b].qs[e + 16];
-            }
-        } else {
-            memcpy(lo + base + 2, q[b].qs, 32);
+            memcpy(hi + base + 2, q[b].qs + 16, 16);
         }
-        float d = kt__ggml_f16_to_f32(q[b].d);
-        /* lanes starting inside the block; their bytes past it are the next
-         * block's scale (no input) */
-        for (int p = (base + 3) & ~3; p < base + bb; p += 4) {
-            int sum = 0;
-            for (int j = p; j < p + 4 && j < base + bb; j++)
-                sum += lo[j] + (q4 ? hi[j] : 0);
-            bias[p / 4] = (q4 ? -8 : -128) * sum;
-            da[p / 4] = d;
+        /* lanes starting inside the block (base is even): the first at base when
+         * base % 4 == 0 (bytes 0, 1 the scale), else at base + 2; bytes past the
+         * block are the next block's scale (no input) */
+        for (int e0 = base % 4 ? 0 : -2; e0 < n; e0 += 4) {
+            int i = e0 / 2; /* the lane's pairs i, i + 1 (those inside the block) */
+            int sum = (i >= 0 ? D[i] : 0) + (i + 1 < n / 2 ? D[i + 1] : 0);
+            bias[(base + 2 + e0) / 4] = mul * sum;
+            da[(base + 2 + e0) / 4] = d;
         }
     }
     if (b1 == nb) { /* the tail past the row: no input */
