@@ -338,6 +338,22 @@ static void test_bad_input(void **state)
     kt_context_truncate(ctx, 3);
     assert_int_equal(kt_context_n_past(ctx), 3);
     assert_int_equal(kt_argmax(NULL, 0), -1);
+    /* kt_argmax is the plain first-maximum scan: ties, NaNs, ragged lengths */
+    static float v[2100];
+    uint32_t seed = 12345;
+    for (size_t n = 1; n <= 2100; n += 37) {
+        for (size_t i = 0; i < n; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            v[i] = (float)(seed >> 24) / 16.0f; /* few distinct values: many ties */
+            if ((seed & 0xff) == 7)
+                v[i] = NAN;
+        }
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (v[i] > v[best])
+                best = i;
+        assert_int_equal(kt_argmax(v, n), (int32_t)best);
+    }
     kt_context_free(ctx);
     kt_model_free(model);
 }
