@@ -264,23 +264,41 @@ static void pack_vnni(pblock *pb, const uint16_t *src, size_t stride, int nr, in
         }
 }
 
-/* C rows of MR tokens x 64 weight rows over np pairs. */
-ALWAYS_INLINE void otile(const pblock *pb, int np, const uint16_t *const *a, const int MR,
-                         float *C, int ldc, int nvalid, int load_c)
+/* C tiles of MR tokens x NJ vectors of 16 rows (acc[m * NJ + j]), nvalid rows
+ * valid: the row masks, and the tile loaded (load_c) or zeroed. */
+ALWAYS_INLINE void ctile_load(const float *C, int ldc, int nvalid, int load_c, const int MR,
+                              const int NJ, __m512 *acc, __mmask16 *mk)
 {
-    __m512 acc[6][4];
-    __mmask16 mk[4];
     #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < NJ; j++) {
         int v = nvalid - 16 * j;
         mk[j] = v >= 16 ? (__mmask16)0xffff : (v <= 0 ? 0 : (__mmask16)((1u << v) - 1u));
     }
     #pragma GCC unroll 6
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            acc[m][j] = load_c ? _mm512_maskz_loadu_ps(mk[j], C + (size_t)m * ldc + 16 * j)
-                               : _mm512_setzero_ps();
+        for (int j = 0; j < NJ; j++)
+            acc[m * NJ + j] = load_c ? _mm512_maskz_loadu_ps(mk[j], C + (size_t)m * ldc + 16 * j)
+                                     : _mm512_setzero_ps();
+}
+
+ALWAYS_INLINE void ctile_store(float *C, int ldc, const __mmask16 *mk, const int MR, const int NJ,
+                               const __m512 *acc)
+{
+    #pragma GCC unroll 6
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int j = 0; j < NJ; j++)
+            _mm512_mask_storeu_ps(C + (size_t)m * ldc + 16 * j, mk[j], acc[m * NJ + j]);
+}
+
+/* C rows of MR tokens x 64 weight rows over np pairs. */
+ALWAYS_INLINE void otile(const pblock *pb, int np, const uint16_t *const *a, const int MR,
+                         float *C, int ldc, int nvalid, int load_c)
+{
+    __m512 acc[6][4];
+    __mmask16 mk[4];
+    ctile_load(C, ldc, nvalid, load_c, MR, 4, acc[0], mk);
     /* hot loop: 4 weight vectors x MR broadcast activation pairs */
     for (int p = 0; p < np; p++) {
         __m512bh w[4];
@@ -295,11 +313,7 @@ ALWAYS_INLINE void otile(const pblock *pb, int np, const uint16_t *const *a, con
                 acc[m][j] = _mm512_dpbf16_ps(acc[m][j], w[j], b);
         }
     }
-    #pragma GCC unroll 6
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            _mm512_mask_storeu_ps(C + (size_t)m * ldc + 16 * j, mk[j], acc[m][j]);
+    ctile_store(C, ldc, mk, MR, 4, acc[0]);
 }
 
 /* Fills pb->rows[0..nr) with inputs [kc, kc + kn) of weight rows n..n+nr-1 as
@@ -845,18 +859,8 @@ ALWAYS_INLINE void vtile_run(const vtile *vt, int ng, int g0, int K128, const in
                              const int MR, float *C, int ldc, int nvalid, int load_c)
 {
     __mmask16 mk[2];
-    #pragma GCC unroll 2
-    for (int j = 0; j < 2; j++) {
-        int v = nvalid - 16 * j;
-        mk[j] = v >= 16 ? (__mmask16)0xffff : (v <= 0 ? 0 : (__mmask16)((1u << v) - 1u));
-    }
     __m512 f[6][2];
-    #pragma GCC unroll 6
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 2
-        for (int j = 0; j < 2; j++)
-            f[m][j] = load_c ? _mm512_maskz_loadu_ps(mk[j], C + (size_t)m * ldc + 16 * j)
-                             : _mm512_setzero_ps();
+    ctile_load(C, ldc, nvalid, load_c, MR, 2, f[0], mk);
     for (int g = 0; g < ng; g++) {
         int G = g0 + g;
         size_t qoff = (size_t)128 * (G / 4) + 16 * (G % 4); /* the group's words, low nibbles */
@@ -891,11 +895,7 @@ ALWAYS_INLINE void vtile_run(const vtile *vt, int ng, int g0, int K128, const in
             f[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][1]), _mm512_mul_ps(s1, d), f[m][1]);
         }
     }
-    #pragma GCC unroll 6
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 2
-        for (int j = 0; j < 2; j++)
-            _mm512_mask_storeu_ps(C + (size_t)m * ldc + 16 * j, mk[j], f[m][j]);
+    ctile_store(C, ldc, mk, MR, 2, f[0]);
 }
 
 static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
