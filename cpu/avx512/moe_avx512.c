@@ -13,12 +13,14 @@
  *  RAWINT4  up to 3 tokens: 128 inputs per step, nibbles (value + 8, unsigned)
  *           x INT8 activations (scale per 32-group) with vpdpbusd, each lane
  *           started at -8 * (sum of its activation bytes) to remove the +8.
- *           More tokens: a chunk dequantized to BF16 (scales folded) + BF16 tiles.
+ *           More tokens: 32 rows x 512 inputs unpacked once to nibble bytes
+ *           along the vector, 8 vpdpbusd per 32-group and token on broadcast
+ *           activations, one scale step per group (prefill_int4).
  */
 #include "moe_avx512_common.h"
 
 #define KC_BF16 4096 /* BF16 K chunk (prefill): 4 rows x 8 KiB, reductions rare */
-#define KC_DEQ 2048  /* FP8 / INT4 dequantized chunk (multiple of 128)       */
+#define KC_DEQ 2048  /* FP8 dequantized chunk (multiple of 128)              */
 /* Decode prefetch distance in bytes: the same place in the next 4-row tile,
  * 1 KiB on (the hardware prefetchers see 4 interleaved streams that restart
  * at every tile; measured best for both long and short rows on Zen 4). */
@@ -903,12 +905,26 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
                          vtile *vt)
 {
     int K128 = (W->cols + 127) & ~127;
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
     for (int nb = n0; nb < n1; nb += VT_ROWS) {
         int nr = imin(VT_ROWS, n1 - nb);
         for (int kc = k0; kc < k1; kc += VT_K) {
             int kn = imin(VT_K, k1 - kc);
             pack_vtile(W, nb, nr, kc, kn, vt);
+            /* the next tile's rows (and scales) into L2, a few rows per token
+             * block, while this one computes */
+            int pn = kc + VT_K < k1 ? nb : nb + VT_ROWS, pk = kc + VT_K < k1 ? kc + VT_K : k0;
+            int pnr = pn < n1 ? imin(VT_ROWS, n1 - pn) : 0, pkn = imin(VT_K, k1 - pk);
+            int per_block = (pnr * 6 + M - 1) / M, pr = 0;
             for (int m = 0; m < M; m += 6) {
+                for (int e = pr + per_block; pr < e && pr < pnr; pr++) {
+                    const char *wp = (const char *)W->w + (size_t)(pn + pr) * rb + pk / 2;
+                    for (int b = 0; b < pkn / 2; b += 64)
+                        _mm_prefetch(wp + b, _MM_HINT_T1);
+                    _mm_prefetch((const char *)((const uint16_t *)W->scale +
+                                                (size_t)(pn + pr) * sb + pk / 32),
+                                 _MM_HINT_T1);
+                }
                 int mr = imin(6, M - m);
                 const int8_t *a[6];
                 for (int i = 0; i < 6; i++)
