@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The test data root: $KT_TEST_DATA, else tests/data. */
 static inline const char *test_data(void)
@@ -93,6 +94,15 @@ static inline unsigned char *flipped_copy(const unsigned char *file, size_t size
         copy[at] = (unsigned char)(*rng >> 24);
     }
     return copy;
+}
+
+/* An empty file from the mkstemp() template path ("/tmp/name_XXXXXX", completed in place);
+ * the test fails if it cannot be made. The caller removes it. */
+static inline void tmp_file_create(char *path)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
 }
 
 /* Writes text to path; the test fails if it cannot. */

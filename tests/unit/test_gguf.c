@@ -280,9 +280,7 @@ static void test_round_trip(void **state)
         /* v2, through a file. */
         w = copy_through_writer(g, 2);
         char out[] = "/tmp/kt_test_gguf_XXXXXX";
-        int fd = mkstemp(out);
-        assert_true(fd >= 0);
-        close(fd);
+        tmp_file_create(out);
         assert_int_equal(kt__gguf_writer_write_file(w, out), KT_OK);
         assert_int_equal(kt__gguf_open_file(&back, out), KT_OK);
         assert_int_equal(kt__gguf_version(back), 2);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "kt/placement.h"
+#include "test_files.h"
 
 static kt_placement *make(uint32_t L, uint32_t E, const uint8_t *moe, kt_placement_options o)
 {
@@ -127,9 +128,7 @@ static void test_frequency_and_stats_io(void **state)
     kt_placement_free(p);
 
     char path[] = "/tmp/kt_stats_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    tmp_file_create(path);
     assert_int_equal(kt_expert_stats_save(s, path), KT_OK);
     kt_expert_stats *r = NULL;
     assert_int_equal(kt_expert_stats_load(&r, path), KT_OK);

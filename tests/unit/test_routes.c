@@ -16,6 +16,7 @@
 
 #include "io/safetensors.h"
 #include "kt/kt.h"
+#include "test_files.h"
 
 static const char *source_root(void)
 {
@@ -39,9 +40,7 @@ static void test_trace_api(void **state)
     assert_int_equal(kt_route_trace_n_records(t), 3);
 
     char path[] = "/tmp/kt_trace_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    tmp_file_create(path);
     assert_int_equal(kt_route_trace_save(t, path), KT_OK);
     kt_route_trace *u = NULL;
     assert_int_equal(kt_route_trace_load(&u, path), KT_OK);
