@@ -266,14 +266,6 @@ static bool write_config(const e2e_shape *s, int layers, const char *dir)
     return fclose(f) == 0;
 }
 
-static uint64_t rng(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static uint16_t bf16_of(float v)
 {
     uint32_t u;
@@ -308,7 +300,7 @@ static void fill_piece(const syn_t *t, unsigned char *dst, uint64_t off, uint64_
         for (uint64_t i = 0; i < len / 2; i++) {
             if (t->fill == F_RANDOM) {
                 /* uniform +-0.02 */
-                float v = ((float)(rng(&s) >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
+                float v = ((float)(bench_rng(&s) >> 40) / (float)(1 << 24) - 0.5f) * 0.04f;
                 p[i] = bf16_of(v);
             } else {
                 p[i] = c;
@@ -318,7 +310,7 @@ static void fill_piece(const syn_t *t, unsigned char *dst, uint64_t off, uint64_
     }
     case D_F8:
         for (uint64_t i = 0; i < len; i += 8) {
-            uint64_t r = rng(&s);
+            uint64_t r = bench_rng(&s);
             for (uint64_t j = 0; j < 8 && i + j < len; j++) {
                 unsigned char b = (unsigned char)(r >> (8 * j));
                 dst[i + j] = (b & 0x7f) == 0x7f ? (unsigned char)(b ^ 1) : b; /* no NaN */
@@ -336,7 +328,7 @@ static void fill_piece(const syn_t *t, unsigned char *dst, uint64_t off, uint64_
             memcpy(dst, (const unsigned char *)t->shape + off, len);
         } else {
             for (uint64_t i = 0; i + 8 <= len; i += 8) {
-                uint64_t r = rng(&s);
+                uint64_t r = bench_rng(&s);
                 memcpy(dst + i, &r, 8);
             }
         }
@@ -570,26 +562,6 @@ typedef struct e2e_opts {
     bench_json *json;
 } e2e_opts;
 
-/* prefill of P tokens (fresh context), then `gen` greedy decode steps */
-static bool measure(kt_context *ctx, const int32_t *ids, int64_t P, int64_t gen, float *logits,
-                    double *t_pre, double *t_dec)
-{
-    int32_t V = kt_context_n_vocab(ctx);
-    kt_context_reset(ctx);
-    double t0 = bench_now();
-    if (kt_context_eval(ctx, ids, (size_t)P, logits, 0) < 0)
-        return false;
-    *t_pre = bench_now() - t0;
-    t0 = bench_now();
-    for (int64_t g = 0; g < gen; g++) {
-        int32_t tok = kt_argmax(logits, (size_t)V);
-        if (kt_context_eval(ctx, &tok, 1, logits, 0) < 0)
-            return false;
-    }
-    *t_dec = bench_now() - t0;
-    return true;
-}
-
 /* one row: the measured figures next to the rooflines of a run with share f of
  * the experts on the GPU (gpu false: the CPU engine alone) */
 static void report(const char *name, const e2e_cost *c, const e2e_opts *o, bool gpu, double f,
@@ -706,9 +678,8 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
     }
     V = kt_context_n_vocab(ctx);
     logits = realloc(logits, sizeof(float) * (size_t)V);
-    uint64_t s = 12345;
-    for (int64_t i = 0; ids && i < pmax; i++)
-        ids[i] = (int32_t)(rng(&s) % (uint64_t)V);
+    if (ids)
+        bench_random_ids(ids, (size_t)pmax, V);
     for (int b = 0; b < o->n_budgets && ids && logits; b++) {
         double frac = (double)o->budgets[b] / 100.0;
         if (!gpu && o->budgets[b] > 0)
@@ -760,7 +731,7 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
             if (out_of_time(o, what))
                 break;
             double tp = 0, td = 0;
-            if (!measure(ctx, ids, o->prompts[p], o->gen, logits, &tp, &td)) {
+            if (!bench_prefill_decode(ctx, ids, o->prompts[p], o->gen, logits, &tp, &td)) {
                 fprintf(stderr, "kt-bench e2e: %s: prompt %lld: %s\n", name,
                         (long long)o->prompts[p], kt_last_error());
                 rc = 1;
@@ -779,12 +750,11 @@ static int bench_one(const char *name, const char *dir, const e2e_opts *o)
             fprintf(stderr, "kt-bench e2e: %s: %s\n", dir, kt_last_error());
             rc = 1;
         } else {
-            uint64_t s = 12345;
             V = kt_context_n_vocab(cctx);
-            for (int64_t i = 0; ids && i < pmax; i++)
-                ids[i] = (int32_t)(rng(&s) % (uint64_t)V);
+            if (ids)
+                bench_random_ids(ids, (size_t)pmax, V);
             if (kt_context_eval(cctx, ids, 16, logits, 0) < 0 ||
-                !measure(cctx, ids, pmin, o->gen, logits, &tp, &td)) {
+                !bench_prefill_decode(cctx, ids, pmin, o->gen, logits, &tp, &td)) {
                 fprintf(stderr, "kt-bench e2e: %s: CPU engine: %s\n", name, kt_last_error());
                 rc = 1;
             } else {
