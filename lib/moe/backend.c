@@ -663,6 +663,13 @@ static inline void prof_lap(kt_moe_backend *moe, int tid, int part, double *t)
     *t = now;
 }
 
+/* The pool barrier between phases, its wait counted by the profile. */
+static inline void barrier_lap(kt_moe_backend *moe, int tid, double *t)
+{
+    kt__pool_barrier(moe->pool, tid);
+    prof_lap(moe, tid, PROF_WAIT, t);
+}
+
 static void prof_print(const kt_moe_backend *moe)
 {
     double calls = moe->prof ? moe->prof[(size_t)moe->nth * PROF_N] : 0;
@@ -1477,23 +1484,19 @@ static void run_chunks(moe_task *task, int tid)
         double t = moe->prof ? stamp_now() : 0.0;
         phase0(moe, &chunk, n, tid, (float *)scr);
         prof_lap(moe, tid, PROF_PHASE0, &t);
-        kt__pool_barrier(moe->pool, tid);
-        prof_lap(moe, tid, PROF_WAIT, &t);
+        barrier_lap(moe, tid, &t);
         if (moe->pk_on) {
             pack_phase(moe, tid, false);
             prof_lap(moe, tid, PROF_PACKX, &t);
-            kt__pool_barrier(moe->pool, tid);
-            prof_lap(moe, tid, PROF_WAIT, &t);
+            barrier_lap(moe, tid, &t);
         }
         phase1(moe, &chunk, tid, scr);
         prof_lap(moe, tid, PROF_PHASE1, &t);
-        kt__pool_barrier(moe->pool, tid);
-        prof_lap(moe, tid, PROF_WAIT, &t);
+        barrier_lap(moe, tid, &t);
         if (moe->pk_on) {
             pack_phase(moe, tid, true);
             prof_lap(moe, tid, PROF_PACKH, &t);
-            kt__pool_barrier(moe->pool, tid);
-            prof_lap(moe, tid, PROF_WAIT, &t);
+            barrier_lap(moe, tid, &t);
         }
         phase2(moe, &chunk, tid, scr);
         prof_lap(moe, tid, PROF_PHASE2, &t);
