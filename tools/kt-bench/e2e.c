@@ -212,18 +212,9 @@ static bool write_config(const e2e_shape *s, int layers, const char *dir)
     if (!f)
         return false;
     if (s->family == FAM_QWEN3) {
-        fprintf(f,
-                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\",\n"
-                " \"hidden_size\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,\n"
-                " \"head_dim\": %d, \"num_hidden_layers\": %d, \"num_experts\": %d,\n"
-                " \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d,\n"
-                " \"intermediate_size\": 6144, \"vocab_size\": %d, \"rms_norm_eps\": 1e-06,\n"
-                " \"rope_theta\": 1000000.0, \"max_position_embeddings\": 40960,\n"
-                " \"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [],\n"
-                " \"tie_word_embeddings\": false, \"eos_token_id\": %d,\n"
-                " \"torch_dtype\": \"bfloat16\"}\n",
-                s->H, s->NH, s->NKV, s->HD, layers, s->E, s->K, s->I, s->V,
-                s->V > 151645 ? 151645 : s->V - 1);
+        bench_write_qwen3_config(f, &(bench_qwen3_config){
+                                        s->H, s->NH, s->NKV, s->HD, layers, s->E, s->K, s->I,
+                                        s->V, s->V > 151645 ? 151645 : s->V - 1});
     } else {
         fprintf(f,
                 "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\",\n"
