@@ -61,10 +61,7 @@ static void check_prefill(const char *name, const char *variant, kt_precision pr
 {
     const char *dir = fixture_path(name, variant);
     ref_data r;
-    if (ref_load(&r, dir) < 0) {
-        fail_msg("%s: no fixture at %s (meson setup unpacks the fixtures)", name, dir);
-        return;
-    }
+    ref_load(&r, dir);
     kt_model *model;
     kt_context *ctx = open_ctx(dir, prec, &model);
     assert_int_equal(kt_context_n_vocab(ctx), r.V);
@@ -132,10 +129,7 @@ static void check_decode(const char *name, const char *variant, kt_precision pre
 {
     const char *dir = fixture_path(name, variant);
     ref_data r;
-    if (ref_load(&r, dir) < 0) {
-        fail_msg("no fixture at %s", dir);
-        return;
-    }
+    ref_load(&r, dir);
     kt_model *model;
     kt_context *ctx = open_ctx(dir, prec, &model);
     float *logits = calloc((size_t)r.V, sizeof(float));
@@ -688,10 +682,11 @@ static void test_cli_generate(void **state)
     const char *dir = fixture_path("deepseek_v3_tiny", "bf16");
     const char *exe = kt_run_path();
     ref_data r;
-    if (!exe || ref_load(&r, dir) < 0) {
+    if (!exe) {
         skip();
         return;
     }
+    ref_load(&r, dir);
     char *p = ids_csv(r.prompt, r.T);
     char *cmd = malloc(strlen(p) + 2048);
     sprintf(cmd, "'%s' --model '%s' --prompt-ids %s -n %d --temp 0 --print-ids --precision f32",
@@ -739,10 +734,11 @@ static void test_cli_perplexity(void **state)
     const char *dir = fixture_path("qwen3_moe_tiny", NULL);
     const char *exe = kt_run_path();
     ref_data r;
-    if (!exe || ref_load(&r, dir) < 0) {
+    if (!exe) {
         skip();
         return;
     }
+    ref_load(&r, dir);
     const char *idf = "test_engine_ids.txt";
     FILE *f = fopen(idf, "w");
     char *p = ids_csv(r.prompt, r.T);
@@ -782,7 +778,8 @@ static void check_multi(const char *name, const char *variant, kt_precision prec
 {
     const char *dir = fixture_path(name, variant);
     ref_data r;
-    if (ref_load(&r, dir) < 0 || r.T < 48) {
+    ref_load(&r, dir);
+    if (r.T < 48) {
         skip();
         return;
     }
@@ -858,10 +855,7 @@ static void test_share(void **state)
     (void)state;
     const char *dir = fixture_path("deepseek_v3_tiny", "fp8");
     ref_data r;
-    if (ref_load(&r, dir) < 0) {
-        fail_msg("no fixture at %s", dir);
-        return;
-    }
+    ref_load(&r, dir);
     kt_model *model = NULL, *other = NULL;
     assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
     kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
@@ -911,7 +905,8 @@ static void test_prefill_lengths(void **state)
     (void)state;
     const char *dir = fixture_path("qwen3_moe_tiny", NULL);
     ref_data r;
-    if (ref_load(&r, dir) < 0 || r.T < 66) {
+    ref_load(&r, dir);
+    if (r.T < 66) {
         skip();
         return;
     }
