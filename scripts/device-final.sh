@@ -8,15 +8,10 @@
 # left. Most important first: a cut-off run still brings back the early logs.
 set -u
 . scripts/device-env.sh
-OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT" /mnt/kt
-mount -t tmpfs -o size=100G,huge=always tmpfs /mnt/kt || exit 1
-B=build-device
-meson setup "$B" --buildtype=release -Dcuda=enabled -Dgpu_sm=90 > /dev/null &&
-    ninja -C "$B" -j "$(nproc)" tools/kt-bench/kt-bench tests/unit/test_gpu \
-        tests/unit/test_moe_kernels > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-cd "$B"
-export KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD
-export LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH
+OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
+kt_device_tmpfs 100G || exit 1
+kt_device_build build-device tools/kt-bench/kt-bench tests/unit/test_gpu \
+    tests/unit/test_moe_kernels || exit 1
 timeout 150 ./tests/unit/test_gpu > "$OUT/test_gpu.log" 2>&1
 echo "test_gpu rc=$?"; grep -E "^\[  (PASSED|FAILED)|DIFFERENT|Failure|error" "$OUT/test_gpu.log" | head
 bench=./tools/kt-bench/kt-bench
