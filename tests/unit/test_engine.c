@@ -17,6 +17,7 @@
 #include "kt/kt.h"
 
 #include "fixture_ref.h"
+#include "test_files.h"
 
 /* Top-1 minus top-2 of a row. */
 static float margin(const float *x, int32_t n)
@@ -563,12 +564,19 @@ static void check_consistency(const char *dir)
     kt_model_free(model);
 }
 
-static char *syn_dir(const char *name)
+/* <tmp_root>/<name>: the test group's scratch directory, removed at the end. */
+static char *scratch_path(const char *name)
 {
     static char buf[512];
-    snprintf(buf, sizeof buf, "test_engine_%s", name);
-    mkdir(buf, 0755);
+    snprintf(buf, sizeof buf, "%s/%s", tmp_root, name);
     return buf;
+}
+
+static char *syn_dir(const char *name)
+{
+    char *dir = scratch_path(name);
+    mkdir(dir, 0755);
+    return dir;
 }
 
 static void test_qwen2_moe_consistency(void **state)
@@ -698,8 +706,8 @@ static void test_cli_generate(void **state)
     assert_true(out[strlen(want)] == '\n'); /* stopped at EOS */
     free(want);
 
-    const char *npy = "test_engine_logits.npy";
-    sprintf(cmd, "'%s' --model '%s' --prompt-ids %s --logits-out %s --precision f32", exe, dir, p,
+    const char *npy = scratch_path("logits.npy");
+    sprintf(cmd, "'%s' --model '%s' --prompt-ids %s --logits-out '%s' --precision f32", exe, dir, p,
             npy);
     run_capture(cmd);
     FILE *f = fopen(npy, "rb");
@@ -739,7 +747,7 @@ static void test_cli_perplexity(void **state)
         return;
     }
     ref_load(&r, dir);
-    const char *idf = "test_engine_ids.txt";
+    const char *idf = scratch_path("ids.txt");
     FILE *f = fopen(idf, "w");
     char *p = ids_csv(r.prompt, r.T);
     fprintf(f, "%s\n", p);
@@ -757,7 +765,7 @@ static void test_cli_perplexity(void **state)
     double want = exp(nll / (r.T - 1));
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "'%s' perplexity --model '%s' --ids-file %s --ctx %d --score all --precision f32 "
+             "'%s' perplexity --model '%s' --ids-file '%s' --ctx %d --score all --precision f32 "
              "2>/dev/null",
              exe, dir, idf, r.T - 1);
     char *out = run_capture(cmd);
@@ -946,6 +954,12 @@ static void test_multi_mla(void **state)
     check_multi("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST);
 }
 
+static int make_tmp_root(void **state)
+{
+    (void)state;
+    return tmp_root_create("kt_test_engine");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -968,5 +982,5 @@ int main(void)
         ENTRIES(dsv3_fp8),
         ENTRIES(dsv3_int4),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, make_tmp_root, remove_tmp_root);
 }

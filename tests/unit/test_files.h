@@ -114,13 +114,15 @@ static inline void write_text(const char *path, const char *text)
     fclose(f);
 }
 
-/* A fresh directory /tmp/<prefix>_XXXXXX for a test group's files (cmocka group setup:
- * 0 on success); remove_tmp_root() deletes it with everything in it (group teardown). */
+/* A fresh directory $TMPDIR/<prefix>_XXXXXX (TMPDIR unset: /tmp) for a test group's files
+ * (cmocka group setup: 0 on success); remove_tmp_root() deletes it with everything in it
+ * (group teardown). */
 static char tmp_root[256];
 
 static inline int tmp_root_create(const char *prefix)
 {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/%s_XXXXXX", prefix);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmp_root, sizeof tmp_root, "%s/%s_XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
     return mkdtemp(tmp_root) ? 0 : -1;
 }
 
