@@ -115,6 +115,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < ((rows + 127) / 128) * ((K + 127) / 128); i++)
         fp8_scales[i] = 0.01f;
     size_t arow = kt__moe_act_row_bytes(ks->act, K);
+    arow += arow % 4096 ? 0 : 64; /* as the backend's rows (act_stride in lib/moe/backend.c) */
     uint8_t *act = aligned_alloc(64, arow * (size_t)M);
     memset(act, 0, arow * (size_t)M);
     float *x = malloc((size_t)K * sizeof(float));
