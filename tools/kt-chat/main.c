@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -198,6 +199,36 @@ static bool history_path(char *buf, size_t size)
     return true;
 }
 
+/* libedit leaves the terminal cooked between lines and prints its prompt before it sets raw
+ * mode. A Ctrl-D that reaches the cooked terminal (typed while an answer prints, or as the
+ * prompt appears) becomes the kernel's end-of-file marker, which libedit then reads as a NUL
+ * byte bound to quoted-insert: the next Ctrl-D went into the line and every later one only
+ * beeped. So between lines the terminal is not canonical (keys stay the bytes typed, the
+ * signal keys still work); the settings it came with are put back at the end. */
+static struct termios tty_start;
+static bool tty_start_saved;
+
+static void tty_uncook(void)
+{
+    struct termios t;
+    if (tcgetattr(STDIN_FILENO, &t) != 0)
+        return;
+    if (!tty_start_saved) {
+        tty_start = t;
+        tty_start_saved = true;
+    }
+    t.c_lflag &= ~(tcflag_t)ICANON;
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    tcsetattr(STDIN_FILENO, TCSANOW, &t);
+}
+
+static void tty_restore(void)
+{
+    if (tty_start_saved)
+        tcsetattr(STDIN_FILENO, TCSANOW, &tty_start);
+}
+
 /* One line of input: libedit on a terminal, plain reads otherwise. NULL at EOF;
  * "" with *interrupted set after Ctrl-C at the prompt. */
 static char *read_input(bool tty, bool *interrupted)
@@ -206,6 +237,7 @@ static char *read_input(bool tty, bool *interrupted)
     chat_interrupted = 0;
     if (tty) {
         char *line = readline("> ");
+        tty_uncook();
         if (!line && chat_interrupted) {
             *interrupted = true;
             return strdup("");
@@ -418,6 +450,8 @@ int main(int argc, char **argv)
         free(line);
         answer(b, &c, &gp, color);
     }
+    if (tty)
+        tty_restore();
     printf("\n");
     convo_free(&c);
     b->close(b);
