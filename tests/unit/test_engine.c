@@ -57,12 +57,34 @@ static kt_context *open_ctx(const char *dir, kt_precision prec, kt_model **model
     return ctx;
 }
 
+static void close_ctx(kt_context *ctx, kt_model *model)
+{
+    kt_context_free(ctx);
+    kt_model_free(model);
+}
+
+/* The fixture's directory, its reference loaded into r. */
+static const char *load_fixture(ref_data *r, const char *name, const char *variant)
+{
+    const char *dir = fixture_path(name, variant);
+    ref_load(r, dir);
+    return dir;
+}
+
+/* "name/variant f32" (or fast) for the messages. */
+static const char *run_label(const char *name, const char *variant, kt_precision prec)
+{
+    static char buf[160];
+    snprintf(buf, sizeof buf, "%s/%s %s", name, variant ? variant : "bf16",
+             prec == KT_PRECISION_F32 ? "f32" : "fast");
+    return buf;
+}
+
 /* Full-prompt forward (prefill): hidden states layer by layer, then logits. */
 static void check_prefill(const char *name, const char *variant, kt_precision prec)
 {
-    const char *dir = fixture_path(name, variant);
     ref_data r;
-    ref_load(&r, dir);
+    const char *dir = load_fixture(&r, name, variant);
     kt_model *model;
     kt_context *ctx = open_ctx(dir, prec, &model);
     assert_int_equal(kt_context_n_vocab(ctx), r.V);
@@ -78,14 +100,13 @@ static void check_prefill(const char *name, const char *variant, kt_precision pr
     int bad_layer = -1;
     for (int32_t l = 0; l < r.L1; l++) {
         float d = max_abs_diff(hidden + l * TH, r.hidden + l * TH, TH);
-        print_message("  %s/%s %s: hidden[%d] max|diff| %.3g\n", name, variant ? variant : "bf16",
-                      prec == KT_PRECISION_F32 ? "f32" : "fast", l, d);
+        print_message("  %s: hidden[%d] max|diff| %.3g\n", run_label(name, variant, prec), l,
+                      d);
         if (prec == KT_PRECISION_F32 && !(d <= 1e-3f) && bad_layer < 0)
             bad_layer = l;
     }
     float dl = max_abs_diff(logits, r.logits, (size_t)r.T * r.V);
-    print_message("  %s/%s %s: logits max|diff| %.3g\n", name, variant ? variant : "bf16",
-                  prec == KT_PRECISION_F32 ? "f32" : "fast", dl);
+    print_message("  %s: logits max|diff| %.3g\n", run_label(name, variant, prec), dl);
     if (prec == KT_PRECISION_F32) {
         if (bad_layer >= 0)
             fail_msg("%s: hidden states diverge first at layer output %d", name, bad_layer);
@@ -119,8 +140,7 @@ static void check_prefill(const char *name, const char *variant, kt_precision pr
          * flips near-tied routers of these random models at single positions */
     }
     free(hidden), free(logits);
-    kt_context_free(ctx);
-    kt_model_free(model);
+    close_ctx(ctx, model);
     ref_free(&r);
 }
 
@@ -128,9 +148,8 @@ static void check_prefill(const char *name, const char *variant, kt_precision pr
  * greedy generation with the cache. */
 static void check_decode(const char *name, const char *variant, kt_precision prec)
 {
-    const char *dir = fixture_path(name, variant);
     ref_data r;
-    ref_load(&r, dir);
+    const char *dir = load_fixture(&r, name, variant);
     kt_model *model;
     kt_context *ctx = open_ctx(dir, prec, &model);
     float *logits = calloc((size_t)r.V, sizeof(float));
@@ -145,9 +164,9 @@ static void check_decode(const char *name, const char *variant, kt_precision pre
         argmax_bad += margin(b, r.V) > 0.1f &&
                       kt_argmax(logits, (size_t)r.V) != kt_argmax(b, (size_t)r.V);
     }
-    print_message("  %s/%s %s: decode logits max|diff| %.3g, %d/%d positions within 5e-2, "
-                  "%d argmax misses\n", name, variant ? variant : "bf16",
-                  prec == KT_PRECISION_F32 ? "f32" : "fast", worst, ok, r.T, argmax_bad);
+    print_message("  %s: decode logits max|diff| %.3g, %d/%d positions within 5e-2, "
+                  "%d argmax misses\n", run_label(name, variant, prec), worst, ok, r.T,
+                  argmax_bad);
     /* F32 activations everywhere (f32, or fast with the engine's experts): the
      * weights are exact in their stored types, so the bound is the f32 one */
     if (prec == KT_PRECISION_F32 || (g_ctx_flags & KT_CONTEXT_F_ENGINE_EXPERTS))
@@ -178,8 +197,7 @@ static void check_decode(const char *name, const char *variant, kt_precision pre
     for (int32_t i = 0; i < r.n_greedy; i++)
         assert_int_equal(out[i], r.greedy[i]);
     free(logits);
-    kt_context_free(ctx);
-    kt_model_free(model);
+    close_ctx(ctx, model);
     ref_free(&r);
 }
 
@@ -191,11 +209,13 @@ static void check_kv_bf16(const char *name, const char *variant)
     g_ctx_flags = 0;
 }
 
-/* Fast mode with the backend's BF16 expert activations: greedy ids as the
- * reference, logits reported. */
-static void check_moe_bf16(const char *name, const char *variant)
+/* Fast prefill and decode with extra context flags: KT_CONTEXT_F_MOE_BF16 (the backend's
+ * BF16 expert activations: greedy ids as the reference, logits reported) or
+ * KT_CONTEXT_F_ENGINE_EXPERTS (the engine's F32-activation experts instead of the backend;
+ * decode: absorbed MLA on stored kv_b). */
+static void check_fast_flags(const char *name, const char *variant, uint32_t flags)
 {
-    g_ctx_flags = KT_CONTEXT_F_MOE_BF16;
+    g_ctx_flags = flags;
     check_prefill(name, variant, KT_PRECISION_FAST);
     check_decode(name, variant, KT_PRECISION_FAST);
     g_ctx_flags = 0;
@@ -223,41 +243,24 @@ static void check_threads(const char *name, const char *variant)
     g_ctx_flags = 0;
 }
 
-/* Fast mode with the engine's F32-activation experts instead of the backend. */
-static void check_engine_experts(const char *name, const char *variant)
-{
-    g_ctx_flags = KT_CONTEXT_F_ENGINE_EXPERTS;
-    check_prefill(name, variant, KT_PRECISION_FAST);
-    check_decode(name, variant, KT_PRECISION_FAST); /* absorbed MLA on stored kv_b */
-    g_ctx_flags = 0;
-}
+/* One cmocka test function fn running call. */
+#define ONE_TEST(fn, call)                                                                 \
+    static void fn(void **s)                                                               \
+    {                                                                                      \
+        (void)s;                                                                           \
+        call;                                                                              \
+    }
 
 #define FIXTURE_TESTS(fn, name, variant)                                                   \
-    static void fn##_kv_bf16(void **s) { (void)s; check_kv_bf16(name, variant); }        \
-    static void fn##_own_experts(void **s) { (void)s; check_engine_experts(name, variant); } \
-    static void fn##_moe_bf16(void **s) { (void)s; check_moe_bf16(name, variant); }        \
-    static void fn##_chunked(void **s) { (void)s; check_chunked(name, variant); }          \
-    static void fn##_threads(void **s) { (void)s; check_threads(name, variant); }          \
-    static void fn##_prefill_f32(void **s)                                                 \
-    {                                                                                      \
-        (void)s;                                                                           \
-        check_prefill(name, variant, KT_PRECISION_F32);                                    \
-    }                                                                                      \
-    static void fn##_decode_f32(void **s)                                                  \
-    {                                                                                      \
-        (void)s;                                                                           \
-        check_decode(name, variant, KT_PRECISION_F32);                                     \
-    }                                                                                      \
-    static void fn##_prefill_fast(void **s)                                                \
-    {                                                                                      \
-        (void)s;                                                                           \
-        check_prefill(name, variant, KT_PRECISION_FAST);                                   \
-    }                                                                                      \
-    static void fn##_decode_fast(void **s)                                                 \
-    {                                                                                      \
-        (void)s;                                                                           \
-        check_decode(name, variant, KT_PRECISION_FAST);                                    \
-    }
+    ONE_TEST(fn##_kv_bf16, check_kv_bf16(name, variant))                                   \
+    ONE_TEST(fn##_own_experts, check_fast_flags(name, variant, KT_CONTEXT_F_ENGINE_EXPERTS)) \
+    ONE_TEST(fn##_moe_bf16, check_fast_flags(name, variant, KT_CONTEXT_F_MOE_BF16))          \
+    ONE_TEST(fn##_chunked, check_chunked(name, variant))                                   \
+    ONE_TEST(fn##_threads, check_threads(name, variant))                                   \
+    ONE_TEST(fn##_prefill_f32, check_prefill(name, variant, KT_PRECISION_F32))             \
+    ONE_TEST(fn##_decode_f32, check_decode(name, variant, KT_PRECISION_F32))               \
+    ONE_TEST(fn##_prefill_fast, check_prefill(name, variant, KT_PRECISION_FAST))           \
+    ONE_TEST(fn##_decode_fast, check_decode(name, variant, KT_PRECISION_FAST))
 
 FIXTURE_TESTS(qwen3, "qwen3_moe_tiny", NULL)
 FIXTURE_TESTS(mixtral, "mixtral_tiny", NULL)
@@ -349,8 +352,7 @@ static void test_bad_input(void **state)
                 best = i;
         assert_int_equal(kt_argmax(v, n), (int32_t)best);
     }
-    kt_context_free(ctx);
-    kt_model_free(model);
+    close_ctx(ctx, model);
 }
 
 /* ------------------------------------------------------- demo model --- */
@@ -418,8 +420,7 @@ static void test_demo_model(void **state)
         for (int32_t i = 0; i < r.n_greedy; i++)
             assert_int_equal(out[i], r.greedy[i]);
         free(lg);
-        kt_context_free(ctx);
-        kt_model_free(model);
+        close_ctx(ctx, model);
     }
     assert_true(fabs(ppl[1] - ppl[0]) <= 0.01 * ppl[0]);
     free(held);
@@ -546,8 +547,7 @@ static void check_consistency(const char *dir)
         float d = max_abs_diff(one, full + (size_t)t * V, (size_t)V);
         worst = d > worst ? d : worst;
     }
-    kt_context_free(ctx);
-    kt_model_free(model);
+    close_ctx(ctx, model);
     g_n_batch = 5;
     ctx = open_ctx(dir, KT_PRECISION_FAST, &model);
     g_n_batch = 0;
@@ -560,8 +560,7 @@ static void check_consistency(const char *dir)
     assert_true(worst <= 1e-4f * (1.0f + spread));
     assert_true(dfast <= 5e-2f * (1.0f + spread));
     free(full), free(one), free(fast);
-    kt_context_free(ctx);
-    kt_model_free(model);
+    close_ctx(ctx, model);
 }
 
 /* <tmp_root>/<name>: the test group's scratch directory, removed at the end. */
@@ -687,14 +686,13 @@ static char *run_capture(const char *cmd)
 static void test_cli_generate(void **state)
 {
     (void)state;
-    const char *dir = fixture_path("deepseek_v3_tiny", "bf16");
     const char *exe = kt_run_path();
-    ref_data r;
     if (!exe) {
         skip();
         return;
     }
-    ref_load(&r, dir);
+    ref_data r;
+    const char *dir = load_fixture(&r, "deepseek_v3_tiny", "bf16");
     char *p = ids_csv(r.prompt, r.T);
     char *cmd = malloc(strlen(p) + 2048);
     sprintf(cmd, "'%s' --model '%s' --prompt-ids %s -n %d --temp 0 --print-ids --precision f32",
@@ -739,14 +737,13 @@ static void test_cli_generate(void **state)
 static void test_cli_perplexity(void **state)
 {
     (void)state;
-    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
     const char *exe = kt_run_path();
-    ref_data r;
     if (!exe) {
         skip();
         return;
     }
-    ref_load(&r, dir);
+    ref_data r;
+    const char *dir = load_fixture(&r, "qwen3_moe_tiny", NULL);
     const char *idf = scratch_path("ids.txt");
     FILE *f = fopen(idf, "w");
     char *p = ids_csv(r.prompt, r.T);
@@ -784,9 +781,8 @@ static void test_cli_perplexity(void **state)
  * as separate kt_context_eval() calls do. */
 static void check_multi(const char *name, const char *variant, kt_precision prec)
 {
-    const char *dir = fixture_path(name, variant);
     ref_data r;
-    ref_load(&r, dir);
+    const char *dir = load_fixture(&r, name, variant);
     if (r.T < 48) {
         skip();
         return;
@@ -826,9 +822,9 @@ static void check_multi(const char *name, const char *variant, kt_precision prec
         float d = max_abs_diff(got, ref, (size_t)NC * V);
         worst = d > worst ? d : worst;
     }
-    print_message("  %s/%s %s: eval_multi (3 contexts, a mixed step then %d decode steps) vs "
-                  "separate evals: max|diff| %.3g\n", name, variant ? variant : "bf16",
-                  prec == KT_PRECISION_F32 ? "f32" : "fast", STEPS, worst);
+    print_message("  %s: eval_multi (3 contexts, a mixed step then %d decode steps) vs "
+                  "separate evals: max|diff| %.3g\n", run_label(name, variant, prec), STEPS,
+                  worst);
     /* f32: the same kernels row by row; fast: oneDNN vs x2 kernels by token count */
     assert_true(worst <= (prec == KT_PRECISION_F32 ? 1e-5f : 2e-3f));
 
@@ -861,9 +857,8 @@ static void check_multi(const char *name, const char *variant, kt_precision prec
 static void test_share(void **state)
 {
     (void)state;
-    const char *dir = fixture_path("deepseek_v3_tiny", "fp8");
     ref_data r;
-    ref_load(&r, dir);
+    const char *dir = load_fixture(&r, "deepseek_v3_tiny", "fp8");
     kt_model *model = NULL, *other = NULL;
     assert_int_equal(kt_model_open(&model, NULL, dir, NULL), KT_OK);
     kt_context_options co = KT_CONTEXT_OPTIONS_INIT;
@@ -911,9 +906,8 @@ static void test_share(void **state)
 static void test_prefill_lengths(void **state)
 {
     (void)state;
-    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
     ref_data r;
-    ref_load(&r, dir);
+    const char *dir = load_fixture(&r, "qwen3_moe_tiny", NULL);
     if (r.T < 66) {
         skip();
         return;
@@ -934,8 +928,7 @@ static void test_prefill_lengths(void **state)
                   r.T, worst);
     assert_true(worst <= 1e-3f);
     free(lg);
-    kt_context_free(ctx);
-    kt_model_free(model);
+    close_ctx(ctx, model);
     ref_free(&r);
 }
 
