@@ -15,6 +15,7 @@ import os
 import sys
 
 from hf_jinja import make_env
+from template_convs import WEATHER_TOOL, holdout_convs
 
 NOW = datetime.datetime(2026, 11, 29, 12, 0, 0)
 
@@ -25,31 +26,14 @@ env.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
 plain = make_env(sandboxed=False)
 plain.globals["strftime_now"] = env.globals["strftime_now"]
 
-tools = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
-                                                           "unit": {"type": "string", "enum": ["c", "f"]}},
-                         "required": ["city"]}}},
+tools = [WEATHER_TOOL,
          {"type": "function", "function": {"name": "search", "description": "Search the web",
           "parameters": {"type": "object", "properties": {"q": {"type": "string"},
                                                            "n": {"type": "integer", "default": 5},
                                                            "tags": {"type": "array", "items": {"type": "string"}}},
                          "required": ["q"]}}}]
 convs = {
-    "h_system_multi": dict(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "a"},
-                                     {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
-                                     {"role": "assistant", "content": "d"}, {"role": "user", "content": "e"}]),
-    "h_reasoning_last": dict(messages=[{"role": "user", "content": "Why?"},
-                                       {"role": "assistant", "content": "Because.", "reasoning_content": "Think first.\nThen answer."}],
-                             add_generation_prompt=False),
-    "h_two_tool_calls": dict(messages=[
-        {"role": "user", "content": "Weather in Paris and Rome?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}},
-            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
-        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "21"},
-        {"role": "tool", "tool_call_id": "c2", "name": "get_weather", "content": "25"},
-        {"role": "user", "content": "Thanks"}], tools=tools),
-    "h_empty_and_ws": dict(messages=[{"role": "user", "content": "  leading and trailing  \n\n"}]),
+    **holdout_convs(tools),
     "think_in_content": dict(messages=[{"role": "user", "content": "q"},
                                        {"role": "assistant", "content": "<think>\nhidden\n</think>\n\nvisible"},
                                        {"role": "user", "content": "q2"}]),
