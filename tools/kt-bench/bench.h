@@ -162,6 +162,9 @@ int cmd_hybrid(int argc, char **argv);
 
 /* Common flags: --threads N (0 = physical cores). */
 int bench_default_threads(const bench_hw *hw);
+/* A command's start: hw detected, the thread count (threads, or 0 for
+ * bench_default_threads) printed with it to stdout and returned. */
+int bench_hw_start(bench_hw *hw, int64_t threads);
 
 /* --threads N (0..4096) and --json FILE, which most commands take: true when argv[*i] is
  * one of them (taken, its value stored); *bad set when the value is missing or wrong. */

@@ -149,6 +149,14 @@ int bench_default_threads(const bench_hw *hw)
     return n < hw->online_cpus ? n : hw->online_cpus;
 }
 
+int bench_hw_start(bench_hw *hw, int64_t threads)
+{
+    bench_hw_detect(hw);
+    int n = threads ? (int)threads : bench_default_threads(hw);
+    bench_hw_print(stdout, hw, n);
+    return n;
+}
+
 void bench_hw_print(FILE *f, const bench_hw *hw, int threads)
 {
     fprintf(f, "# CPU: %s, %d physical cores, %d CPUs allowed, %d threads\n", hw->cpu_model,

@@ -399,9 +399,7 @@ int cmd_engine(int argc, char **argv)
         return 2;
     }
     bench_hw hw;
-    bench_hw_detect(&hw);
-    int nth = threads ? (int)threads : bench_default_threads(&hw);
-    bench_hw_print(stdout, &hw, nth);
+    int nth = bench_hw_start(&hw, threads);
     bench_team *team = team_create(nth);
     stream_result sr;
     double stream_gbs = 0;

@@ -599,9 +599,7 @@ int cmd_gemm(int argc, char **argv)
         return 1;
     }
     bench_hw hw;
-    bench_hw_detect(&hw);
-    int nt = threads ? (int)threads : bench_default_threads(&hw);
-    bench_hw_print(stdout, &hw, nt);
+    int nt = bench_hw_start(&hw, threads);
     gemm_set_threads(nt);
     bench_json *j = NULL;
     if (json_path && !(j = json_open(json_path, &hw, nt))) {

@@ -861,9 +861,7 @@ int cmd_moe(int argc, char **argv)
         c.onednn = false;
     }
     bench_hw hw;
-    bench_hw_detect(&hw);
-    c.threads = threads ? (int)threads : bench_default_threads(&hw);
-    bench_hw_print(stdout, &hw, c.threads);
+    c.threads = bench_hw_start(&hw, threads);
     const model_shape *m = c.model;
     printf("# model %s: H %lld, I %lld, E %d, k %d; methods", m->name, (long long)m->h,
            (long long)m->inter, m->n_experts, m->top_k);

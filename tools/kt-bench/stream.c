@@ -292,9 +292,7 @@ int cmd_stream(int argc, char **argv)
         }
     }
     bench_hw hw;
-    bench_hw_detect(&hw);
-    int nt = threads ? (int)threads : bench_default_threads(&hw);
-    bench_hw_print(stdout, &hw, nt);
+    int nt = bench_hw_start(&hw, threads);
     uint64_t bytes = (uint64_t)size_mib << 20;
     if (hw.l3_bytes && bytes < 4 * hw.l3_bytes)
         fprintf(stderr, "kt-bench stream: warning: %lld MiB is less than 4x the L3 cache; "
