@@ -160,6 +160,11 @@ static inline void kt__moe_new_epoch(void)
 const kt__moe_kernels *kt__moe_kernels_ref(int method);
 const kt__moe_kernels *kt__moe_kernels_avx2(int method);
 const kt__moe_kernels *kt__moe_kernels_avx512(int method);
+/* Hint: a gemm of set k on rows [n0, n1) of W for M tokens comes next; starts
+ * its first weights into L2. The AVX-512 sets' hint, or NULL (no hint; k not
+ * one of them); call only where that set may run. */
+typedef void (*kt__moe_prefetch_fn)(const kt__wmat *W, int n0, int n1, int M);
+kt__moe_prefetch_fn kt__moe_prefetch_avx512(const kt__moe_kernels *k);
 /* AMXINT8 (int8 [rows][cols], F32 scale per row) kernels, one per ISA
  * (moe_int8_*.c in cpu/ref, cpu/avx2, cpu/avx512); the getters above return them for KT_METHOD_AMXINT8. */
 const kt__moe_kernels *kt__moe_int8_ref(void);

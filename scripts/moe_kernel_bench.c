@@ -7,7 +7,9 @@
  *
  *   decode:  weights of `rows` x K per matrix, 512 MiB of them (huge pages
  *            advised), visited in a shuffled order, M tokens; prints the
- *            median over 11 passes of (kernel GB/s) / (read loop GB/s)
+ *            median over 11 passes of (kernel GB/s) / (read loop GB/s); the
+ *            set's hint for the next matrix is given as the backend does
+ *            (KT_BENCH_NO_HINT=1: not)
  *   prefill: 16 matrices of `rows` x K (cache-resident), M tokens; prints
  *            GFLOP/s per CPU second
  *   resident: one matrix of `rows` x K (64: L1 / L2), called over and over
@@ -126,6 +128,10 @@ int main(int argc, char **argv)
     }
     float *C = malloc(sizeof(float) * (size_t)M * rows);
     void *scratch = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
+    /* the set's hint for its next call (the backend's use), unless KT_BENCH_NO_HINT */
+    kt__moe_prefetch_fn hint = !strcmp(set, "avx512") && !getenv("KT_BENCH_NO_HINT")
+                                   ? kt__moe_prefetch_avx512(ks)
+                                   : NULL;
     double ratio[11], best = 1e30, best_k = 0, best_r = 0;
     float sink = 0;
     if (resident) { /* one matrix, many calls: the kernel's own speed */
@@ -156,6 +162,12 @@ int main(int argc, char **argv)
             uint8_t *base = w + order[m] * mat;
             kt__wmat W = {base, method == KT_METHOD_RAWINT4 ? (void *)(base + wb) : fp8_scales,
                           rows, K, 0, 0};
+            if (hint && m + 1 < n_mat) { /* the next matrix, as the backend names it */
+                uint8_t *nx = w + order[m + 1] * mat;
+                kt__wmat Wn = {nx, method == KT_METHOD_RAWINT4 ? (void *)(nx + wb) : fp8_scales,
+                               rows, K, 0, 0};
+                hint(&Wn, 0, rows, M);
+            }
             ks->gemm(&W, 0, rows, 0, K, act, arow, NULL, M, C, rows, scratch);
         }
         double t1 = cpu_now();
@@ -169,9 +181,11 @@ int main(int argc, char **argv)
     }
     qsort(ratio, 11, sizeof ratio[0], cmp_double);
     if (decode)
-        printf("%-18s K %5d M %d rows %4d: %.2f x read loop [%.2f..%.2f], best %.1f GB/s "
-               "(read %.1f) per cpu-s\n",
-               ks->name, K, M, rows, ratio[5], ratio[2], ratio[8], best_k, best_r);
+        printf("%-18s K %5d M %d rows %4d: %.2f x read loop [%.2f..%.2f], best %.2f GB/s "
+               "(read %.1f), %.1f GFLOP/s per cpu-s%s\n",
+               ks->name, K, M, rows, ratio[5], ratio[2], ratio[8], best_k, best_r,
+               2.0 * K * M * rows * (double)n_mat / best * 1e-9,
+               hint ? ", next call hinted" : "");
     else
         printf("%-18s K %5d M %3d rows %4d: %.1f GFLOP/s per cpu-s\n", ks->name, K, M, rows,
                2.0 * K * M * rows * (double)n_mat / best * 1e-9);

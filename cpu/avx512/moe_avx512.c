@@ -1019,6 +1019,28 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     prefill_int4(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
 }
 
+/* The first VNNI tile a prefill gemm_int4 call on rows [n0, n1) will pack
+ * (32 rows x VT_K inputs and their scales), into L2: the backend names the
+ * next call's weights while this one computes (a call's later tiles are
+ * prefetched by the call itself; its first one started cold, and phase 2's
+ * down calls over an I slice of 768 have only 4 tiles). */
+static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
+{
+    if (M < 4)
+        return;
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32 * 2;
+    int nr = imin(VT_ROWS, n1 - n0);
+    size_t bytes = (size_t)imin(VT_K, W->cols) / 2;
+    for (int r = 0; r < nr; r++) {
+        const char *wp = (const char *)W->w + (size_t)(n0 + r) * rb;
+        for (size_t b = 0; b < bytes; b += 64)
+            _mm_prefetch(wp + b, _MM_HINT_T1);
+    }
+    const char *sp = (const char *)W->scale + (size_t)n0 * sb;
+    for (size_t b = 0; b < (size_t)nr * sb; b += 64)
+        _mm_prefetch(sp + b, _MM_HINT_T1);
+}
+
 static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, gemm_bf16,
                                        sizeof(pblock)};
 static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64, quant_bf16p64, gemm_fp8,
@@ -1040,4 +1062,9 @@ const kt__moe_kernels *kt__moe_kernels_avx512(int method)
     default:
         return NULL;
     }
+}
+
+kt__moe_prefetch_fn kt__moe_prefetch_avx512(const kt__moe_kernels *k)
+{
+    return k == &k_int4 ? prefetch_int4 : NULL;
 }

@@ -105,6 +105,7 @@ struct kt_moe_backend {
     int dec_items, dec_grain;      /* decode: items per worker, rows a multiple of (item_rows) */
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
+    kt__moe_prefetch_fn kpf;       /* the kernel set's hint for its next call, or NULL */
     _Alignas(64) _Atomic int item1[64];
     _Alignas(64) _Atomic int item2[64];
     _Alignas(64) _Atomic int itemx[64]; /* packing items (active experts) */
@@ -951,6 +952,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->prof = kt__calloc((size_t)moe->nth * PROF_N + 1, sizeof(double));
 #if KT_HAVE_ISA_AVX512
     moe->silu16 = (kt_hw_isa() & isa_cap & KT_ISA_AVX512F) != 0;
+    if (moe->silu16)
+        moe->kpf = kt__moe_prefetch_avx512(moe->kern);
 #endif
     kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
             kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
@@ -1276,6 +1279,14 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         const float *gb = L->gate_bias ? L->gate_bias + (size_t)e * I : NULL;
         const float *ub = L->up_bias ? L->up_bias + (size_t)e * I : NULL;
         const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3; /* rows from i0 */
+        if (moe->kpf && !moe->pk_on) { /* this item's up rows, the next item's gate rows */
+            moe->kpf(&v[1], n0 - i0, n1 - i0, cnt);
+            if (next < n_items) {
+                int en = moe->active[next / blocks], q0 = (next % blocks) * rb;
+                moe->kpf(&L->view[((size_t)p * moe->E + en) * 3], q0,
+                         q0 + rb < i1 - i0 ? q0 + rb : i1 - i0, moe->off[en + 1] - moe->off[en]);
+            }
+        }
         for (int mc = 0; mc < cnt; mc += mch) {
             int M = cnt - mc < mch ? cnt - mc : mch;
             const int32_t *rows = moe->pair_tok + base + mc;
@@ -1383,10 +1394,16 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                                 n1);
                         moe->packer->gemm(&v[2], n0, n1, pk_region(moe, p, a, base, true), cnt,
                                           mc, M, cd, rb, kscr);
-                    } else
+                    } else {
+                        if (moe->kpf && mc == 0 && a + 1 < moe->n_active) {
+                            int en = moe->active[a + 1]; /* the next expert's rows */
+                            moe->kpf(&L->view[((size_t)p * moe->E + en) * 3 + 2], n0, n1,
+                                     moe->off[en + 1] - moe->off[en]);
+                        }
                         moe->kern->gemm(&v[2], n0, n1, 0, k1 - k0,
                                         hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
                                         cd, rb, kscr);
+                    }
                     /* acc[t] += w * (down h + bias) */
                     double te = moe->prof ? stamp_now() : 0.0;
                     for (int m = 0; m < M; m++) {
