@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "test_files.h"
+#include "../../cpu/moe_kernels.h"
 
 #define TST_UNUSED __attribute__((unused))
 
@@ -141,19 +142,15 @@ TST_UNUSED static tst_file *tst_fixture_open(const char *name, tst_model *m, cha
     return ref;
 }
 
+/* BF16 <-> f32 as the kernels convert (cpu/moe_kernels.h): widening; round to nearest even. */
 TST_UNUSED static float tst_bf16(uint16_t h)
 {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return kt__moe_bf16_f32(h);
 }
 
 TST_UNUSED static uint16_t tst_to_bf16(float f)
 {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+    return kt__moe_f32_bf16(f);
 }
 
 TST_UNUSED static float tst_e4m3(uint8_t b)
