@@ -492,20 +492,27 @@ ALWAYS_INLINE __mmask32 mask32(int left)
 
 /* Per-token scales over inputs [kb, kb + kn) of the BF16 view: inv[m] = 127 /
  * max|x| (0 for a zero row), d[m] = 1 / inv[m] as the epilogue applies it. */
+/* max |x[k]| over n BF16 values (as unsigned 15-bit magnitudes: the order of
+ * the finite values), as F32. */
+static float absmax_bf16(const uint16_t *x, int n)
+{
+    __m512i mx = _mm512_setzero_si512();
+    for (int k = 0; k < n; k += 32) {
+        __m512i v = _mm512_maskz_loadu_epi16(mask32(n - k), x + k);
+        mx = _mm512_max_epu16(mx, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)));
+    }
+    __m512i w = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
+                                 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1)));
+    return kt__moe_bf16_f32((uint16_t)_mm512_reduce_max_epu32(w));
+}
+
 static void token_scales(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
                          int mn, int kb, int kn, float *d, float *inv)
 {
     for (int m = 0; m < mn; m++) {
         const uint16_t *x =
             (const uint16_t *)((const char *)arow(A, a_stride, rows, m0 + m) + view) + kb;
-        __m512i mx = _mm512_setzero_si512();
-        for (int k = 0; k < kn; k += 32) {
-            __m512i v = _mm512_maskz_loadu_epi16(mask32(kn - k), x + k);
-            mx = _mm512_max_epu16(mx, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)));
-        }
-        __m512i w = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-                                     _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1)));
-        float amax = kt__moe_bf16_f32((uint16_t)_mm512_reduce_max_epu32(w));
+        float amax = absmax_bf16(x, kn);
         inv[m] = amax > 0.0f ? 127.0f / amax : 0.0f;
         d[m] = amax > 0.0f ? amax / 127.0f : 0.0f;
     }
@@ -605,16 +612,124 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
     }
 }
 
-/* AMXINT8 in place: 32 int8 weight rows (ldw bytes apart) x every packed
- * token block over kt_n 64-input steps; int32 sums over the whole range,
- * then scaled by the row scales rs and token scales ts:
+/* ---- INT4 on one scale per row ----------------------------------------------
+ *
+ * Folding each group's int32 tile into F32 with its scales (tiles_i8_groups)
+ * costs a tile store, 16 loads and 16 FMAs per group of every 16 x 16 tile and
+ * leaves the tiles at one product per two tile loads. Instead the INT4 rows of
+ * a 32-row block are rescaled to int8 on one scale per row and run through the
+ * AMXINT8 kernel (tiles_i8_rows: C in the tiles over the whole K, 2 x 2 tiles):
+ *   S_n = max_g |s[n][g]| / 16,   f[n][g] = s[n][g] * (16 / max_g |s[n][g]|),
+ *   w'[n][k] = rint(v[n][k] f[n][g]),   C[m][n] = d_m S_n sum_k q_m[k] w'[n][k]
+ * v in [-8, 7] times at most 16 fits int8; the groups with the row's largest
+ * scale stay exact, the others move by at most S_n / 2 = max_s / 32 per weight
+ * (their own INT4 step is s_g: docs/moe.md has the measured error). A table of
+ * the 16 values of w' per (row, group) makes the decode one byte permute per 64
+ * inputs. KT_AMX_INT4_EXACT=1 keeps the exact group folds, for comparison.
+ */
+static int int4_exact; /* KT_AMX_INT4_EXACT=1: INT4 folds every group exactly */
+
+/* Where a 32-row block's int8 weights come from: AMXINT8 rows in place (sc
+ * NULL), or INT4 nibbles rescaled chunk by chunk into s->wdec. */
+typedef struct i8_src {
+    const uint8_t *w;      /* the block's first row at input k0                   */
+    const uint8_t *w_next; /* the next block's (prefetched near the end), or NULL */
+    size_t ldw;            /* bytes between rows                                   */
+    int bps;               /* bytes per 64 inputs: 64 (int8) or 32 (int4)          */
+    /* INT4 only */
+    const uint16_t *sc;    /* BF16 scales of the first row's group at k0           */
+    size_t lds;            /* scales between rows                                  */
+    int g, ng, kn, nr;     /* group; groups, inputs (k1 - k0) and rows present     */
+    const float *inv16;    /* [NB] 16 / max |s| of each row (0: a zero row)        */
+} i8_src;
+
+#define KQ_MAX 8 /* steps per rescaled chunk: two [NB][KQ_MAX * 64] buffers fill wdec */
+
+/* Byte permutes: byte 0 of dword i % 16 into byte i (every lane); lanes 0-1
+ * from the first vector, 2-3 from the second. */
+static uint8_t lut_low4[64], lut_low2[64];
+static void init_lut_index(void)
+{
+    for (int i = 0; i < 64; i++) {
+        lut_low4[i] = (uint8_t)(4 * (i % 16));
+        lut_low2[i] = (uint8_t)(4 * (i % 16) + (i < 32 ? 0 : 64));
+    }
+}
+
+/* rint(v f) for v = -8..7 as int32 (at most 127: never above for f <= 16). */
+ALWAYS_INLINE __m512i lut_i4_i32(const float *f)
+{
+    const __m512 v = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(*f)));
+    return _mm512_min_epi32(q, _mm512_set1_epi32(127));
+}
+
+/* Rows [r0, r1) x 64-input steps [st, st + sn) of the block rescaled (above)
+ * into dst (dld bytes between rows, step st at 0), in the input order of the
+ * packed activations (PERM_EO64; PERM_EO32 for g = 32); zero for rows past nr
+ * and inputs past kn. The tables are built with one byte permute each (the low
+ * bytes of the int32 values into every lane) and the factors f read from
+ * memory, to keep shuffle-port work low: it runs between tile products. */
+static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
+                               size_t dld)
+{
+    const int g = src->g, g0 = st * 64 / g;
+    const int ngc = imin(((st + sn) * 64 - 1) / g + 1, src->ng) - g0; /* <= 16 (sn <= 8) */
+    const __m512i low4 = _mm512_loadu_si512(lut_low4), low2 = _mm512_loadu_si512(lut_low2);
+    for (int r = r0; r < r1; r++) {
+        int8_t *d = dst + (size_t)r * dld;
+        if (r >= src->nr) {
+            memset(d, 0, (size_t)sn * 64);
+            continue;
+        }
+        const uint8_t *row = src->w + (size_t)r * src->ldw;
+        /* f[j] = s_(g0 + j) * (16 / max |s|); 0 past the groups */
+        _Alignas(64) float f[17];
+        __m256i sb = _mm256_maskz_loadu_epi16((__mmask16)((1u << ngc) - 1u),
+                                              src->sc + (size_t)r * src->lds + g0);
+        __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
+        _mm512_store_ps(f, _mm512_mul_ps(sf, _mm512_set1_ps(src->inv16[r])));
+        f[16] = 0.0f;
+        __m512i lut = _mm512_setzero_si512();
+        for (int j = 0; j < sn; j++) {
+            int k = (st + j) * 64, gi = k / g - g0;
+            /* 32 bytes = 64 inputs: low nibbles (even inputs), then high */
+            __m256i b = k + 64 <= src->kn
+                            ? _mm256_loadu_si256((const __m256i *)(row + k / 2))
+                            : _mm256_maskz_loadu_epi8(0xffff, row + k / 2); /* 32 left (g 32) */
+            __m512i v = _mm512_broadcast_i64x4(b);
+            v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
+            __m512i out;
+            if (g == 32) {
+                /* lanes [even, odd inputs of group gi | of gi + 1]: in-lane tables */
+                lut = _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2, lut_i4_i32(f + gi + 1));
+                v = _mm512_shuffle_i64x2(v, v, 0xD8);
+                out = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+            } else {
+                if (j == 0 || k % g == 0)
+                    lut = _mm512_permutexvar_epi8(low4, lut_i4_i32(f + gi));
+                /* vpermb reads 6 index bits: the table's 4 lanes are equal, so the
+                 * neighbouring nibble in bits 4-5 does not matter */
+                out = _mm512_permutexvar_epi8(v, lut);
+            }
+            _mm512_storeu_si512(d + (size_t)j * 64, out);
+        }
+    }
+}
+
+/* 32 int8 weight rows (src: AMXINT8 in place, or INT4 rescaled) x every packed
+ * token block over kt_n 64-input steps; int32 sums over the whole range, then
+ * scaled by the row scales rs and token scales ts for nr rows:
  *   C[m][n] = ts[m] rs[n] sum_k q[m][k] w[n][k]
  * K runs outermost in chunks of kc8 steps (4: 32 rows x 256 bytes of weights):
  * a chunk comes from memory once and serves every token block from L1; the
  * int32 C tiles of all token blocks wait in s->facc ([NB][MMAX]) between
  * chunks, and the next chunk (or w_next's first, the caller's next block of
  * rows) is prefetched into L2 while this one computes, so the weight stream
- * overlaps the tile work instead of preceding it. A single block of up to 32
+ * overlaps the tile work instead of preceding it. INT4: the next chunk is
+ * rescaled into the other half of s->wdec during the current chunk's first
+ * token block (a few rows a step), and the prefetch runs one chunk further
+ * ahead. A single block of up to 32
  * tokens keeps its C tiles in the registers instead (parking the four tiles
  * every 4 steps cost 40% on one thread, scripts/amx_tile_peak.c). Prefetching
  * the next chunk's tokens too (from L3 on a call's first pass) ran 1.34x
@@ -622,27 +737,54 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
 #define KC8_MAX 16
 /* steps per chunk: on the Xeon 4 ran 2-4% above 8, and 16 2-5% below it (one
  * run each, docs/bench/h200-xeon16-amx4-2257-ds-knobs.txt); KT_AMX_KC (1..16)
- * overrides */
+ * overrides (INT4 takes at most KQ_MAX) */
 static int kc8 = 4;
+/* chunks between the one computing and the one prefetched (INT4: one more, the
+ * next is being rescaled); KT_AMX_AHEAD (1..4) overrides, for measuring */
+static int ahead8 = 1;
 
-static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
-                          const uint8_t *xpack, size_t x_mb_stride, int mn, int kt_n,
-                          const float *rs, const float *ts, float *C, int ldc, int n_off,
-                          amx_scratch *s)
+/* Chunk c (kq steps each) of the block's chunks followed by the next block's:
+ * its first byte, and *lines the 64-byte lines of each row (0: none). */
+static const uint8_t *chunk_at(const i8_src *src, int kt_n, int kq, int c, int *lines)
+{
+    int n_ch = (kt_n + kq - 1) / kq;
+    const uint8_t *base = src->w;
+    *lines = 0;
+    if (c >= n_ch) {
+        c -= n_ch;
+        base = src->w_next;
+        if (!base || c >= n_ch)
+            return NULL;
+    }
+    *lines = (imin(kq, kt_n - c * kq) * src->bps + 63) / 64;
+    return base + (size_t)c * kq * src->bps;
+}
+
+static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_stride, int mn,
+                          int kt_n, const float *rs, const float *ts, int nr, float *C, int ldc,
+                          int n_off, amx_scratch *s)
 {
     int32_t *cacc = (int32_t *)s->facc;
     const size_t cld = MMAX * sizeof(int32_t);
     int n_mb = (mn + 31) / 32;
     int park = n_mb > 1; /* one block of 32 tokens keeps its C tiles in the registers */
-    for (int kc = 0; kc < kt_n; kc += kc8) {
-        int kn = imin(kc8, kt_n - kc), last = kc + kc8 >= kt_n;
-        /* what to prefetch: NB rows x pn steps from pw */
-        const int8_t *pw = w + (size_t)(kc + kc8) * 64;
-        int pn = imin(kc8, kt_n - kc - kc8);
-        if (pn <= 0) {
-            pw = w_next;
-            pn = w_next ? imin(kc8, kt_n) : 0;
-        }
+    int dec = src->sc != NULL;
+    int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec;
+    size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
+    int8_t *buf = (int8_t *)s->wdec; /* INT4: chunk c at buf + (c & 1) NB dld */
+    if (dec)
+        decode_i4_rescaled(src, 0, imin(kq, kt_n), 0, NB, buf, dld);
+    for (int kc = 0, ci = 0; kc < kt_n; kc += kq, ci++) {
+        int kn = imin(kq, kt_n - kc), last = kc + kq >= kt_n;
+        const int8_t *wc = dec ? buf + (size_t)(ci & 1) * NB * dld
+                               : (const int8_t *)src->w + (size_t)kc * 64;
+        size_t ldt = dec ? dld : src->ldw;
+        /* INT4: the next chunk's steps, rescaled rps rows a step of the first block */
+        int nk = dec && !last ? imin(kq, kt_n - kc - kq) : 0, rps = (NB + kn - 1) / kn;
+        int8_t *wn = buf + (size_t)((ci + 1) & 1) * NB * dld;
+        /* what to prefetch: NB rows x pn lines from pw */
+        int pn;
+        const uint8_t *pw = chunk_at(src, kt_n, kq, ci + ahead, &pn);
         int lines = NB * pn, per = (lines + n_mb * kn - 1) / (n_mb * kn), pf = 0;
         for (int mb = 0; mb < mn; mb += 32) {
             int two_x = mn - mb > 16;
@@ -665,13 +807,16 @@ static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
             /* hot loop: 4 tile products per 64 inputs */
             for (int kt = 0; kt < kn; kt++) {
                 for (int i = 0; i < per && pf < lines; i++, pf++)
-                    _mm_prefetch((const char *)pw + (size_t)(pf / pn) * ldw + (pf % pn) * 64,
+                    _mm_prefetch((const char *)pw + (size_t)(pf / pn) * src->ldw + (pf % pn) * 64,
                                  _MM_HINT_T1);
-                const int8_t *wk = w + (size_t)(kc + kt) * 64;
-                _tile_loadd(TW0, wk, ldw);
+                if (nk && mb == 0)
+                    decode_i4_rescaled(src, kc + kq, nk, kt * rps, imin(NB, kt * rps + rps), wn,
+                                       dld);
+                const int8_t *wk = wc + (size_t)kt * 64;
+                _tile_loadd(TW0, wk, ldt);
                 _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
                 _tile_dpbssd(TC00, TW0, TX0);
-                _tile_loadd(TW1, wk + 16 * ldw, ldw);
+                _tile_loadd(TW1, wk + 16 * ldt, ldt);
                 _tile_dpbssd(TC10, TW1, TX0);
                 if (two_x) {
                     _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
@@ -691,9 +836,10 @@ static void tiles_i8_rows(const int8_t *w, const int8_t *w_next, size_t ldw,
     }
     for (int mb = 0; mb < mn; mb += 16) {
         int mr = imin(16, mn - mb);
-        store_scaled(cacc + mb, MMAX, 1, rs, ts + mb, C, ldc, n_off, 16, mb, mr, 0);
-        store_scaled(cacc + (size_t)16 * MMAX + mb, MMAX, 1, rs + 16, ts + mb, C, ldc,
-                     n_off + 16, 16, mb, mr, 0);
+        store_scaled(cacc + mb, MMAX, 1, rs, ts + mb, C, ldc, n_off, imin(16, nr), mb, mr, 0);
+        if (nr > 16)
+            store_scaled(cacc + (size_t)16 * MMAX + mb, MMAX, 1, rs + 16, ts + mb, C, ldc,
+                         n_off + 16, nr - 16, mb, mr, 0);
     }
 }
 
@@ -845,6 +991,7 @@ static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1,
 {
     int ks = g == 32 ? 32 : 64;
     int mpad = (mn + 15) & ~15;
+    configure_tiles(ks);
     for (int nb = na; nb < n1; nb += NB) {
         int nr = imin(NB, n1 - nb);
         for (int i = 0; i < NB; i++)
@@ -870,23 +1017,59 @@ static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1,
     }
 }
 
+/* INT4 rows [n0, n1) rescaled to one scale per row (see "INT4 on one scale
+ * per row") through tiles_i8_rows, 32 rows at a time; the activations as for
+ * amx_i8_packed. */
+static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
+                            size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
+                            amx_scratch *s, int g)
+{
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / (size_t)g;
+    float *rs = s->gsc, *inv16 = s->gsc + NB;
+    i8_src src = {.ldw = rb, .bps = 32, .lds = sb, .g = g, .ng = (k1 - k0 + g - 1) / g,
+                  .kn = k1 - k0, .inv16 = inv16};
+    configure_tiles(64);
+    for (int nb = n0; nb < n1; nb += NB) {
+        src.nr = imin(NB, n1 - nb);
+        src.w = (const uint8_t *)W->w + (size_t)nb * rb + (size_t)k0 / 2;
+        src.w_next = nb + NB < n1 ? src.w + NB * rb : NULL;
+        src.sc = (const uint16_t *)W->scale + (size_t)nb * sb + (size_t)k0 / (size_t)g;
+        for (int r = 0; r < NB; r++) {
+            float m = r < src.nr ? absmax_bf16(src.sc + (size_t)r * sb, src.ng) : 0.0f;
+            rs[r] = m / 16.0f;
+            inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
+        }
+        tiles_i8_rows(&src, xw, x_mb_stride, mn, (k1 - k0 + 63) / 64, rs, ts, src.nr, Cm, ldc,
+                      nb - n0, s);
+    }
+}
+
 /* Tokens [0, mn) (mn <= MMAX) packed over all of [k0, k1) at xw, token
  * scales ts: C = A W^T over rows [n0, n1). AMXINT8 (decode NULL) in place by
- * whole 32-row blocks when K is whole 64-input steps; the rest decoded. */
+ * whole 32-row blocks when K is whole 64-input steps; INT4 rescaled (unless
+ * int4_exact); the rest decoded. */
 static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
                           size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
                           amx_scratch *s, decode_i8_fn decode, int g, int perm)
 {
     int na = n0;
+    if (decode == decode_i8_int4 && !int4_exact) {
+        amx_i4_rescaled(W, n0, n1, k0, k1, xw, x_mb_stride, ts, mn, Cm, ldc, s, g);
+        return;
+    }
     if (!decode && (k1 - k0) % 64 == 0) {
         int kt_all = (k1 - k0) / 64, nfull = n0 + (n1 - n0) / NB * NB;
         const int8_t *wq = (const int8_t *)W->w + k0;
         size_t ldw = (size_t)W->cols;
-        for (int nb = n0; nb < nfull; nb += NB)
-            tiles_i8_rows(wq + (size_t)nb * ldw, nb + NB < nfull ? wq + (size_t)(nb + NB) * ldw
-                                                                 : NULL,
-                          ldw, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb, ts, Cm,
-                          ldc, nb - n0, s);
+        configure_tiles(64);
+        for (int nb = n0; nb < nfull; nb += NB) {
+            const int8_t *w = wq + (size_t)nb * ldw;
+            i8_src src = {.w = (const uint8_t *)w,
+                          .w_next = nb + NB < nfull ? (const uint8_t *)(w + NB * ldw) : NULL,
+                          .ldw = ldw, .bps = 64};
+            tiles_i8_rows(&src, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb, ts,
+                          NB, Cm, ldc, nb - n0, s);
+        }
         na = nfull;
     }
     if (na < n1)
@@ -908,7 +1091,6 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                         amx_scratch *s, size_t view, decode_i8_fn decode, int g)
 {
-    configure_tiles(g == 32 ? 32 : 64);
     int kt_all = (k1 - k0 + 63) / 64;
     int whole_k = kt_all <= KTMAX8;
     int perm = perm_of(decode, g);
@@ -978,7 +1160,6 @@ static void gemm_packed_i8(const kt__wmat *W, int n0, int n1, int K, const void 
                            int m0, int M, float *C, int ldc, amx_scratch *s, decode_i8_fn decode,
                            int g)
 {
-    configure_tiles(g == 32 ? 32 : 64);
     size_t stride = (size_t)((K + 63) / 64) * XSTEP;
     const float *ts = (const float *)P + m0;
     const uint8_t *x = (const uint8_t *)P + (size_t)((Mtot + 15) / 16) * 64 +
@@ -1389,6 +1570,7 @@ static void init_sets(void)
     if (!avx512_bf16 || !avx512_fp8 || !avx512_int4 || !avx512_int8 || !avx512_int4g)
         return;
     init_e4m3_tables();
+    init_lut_index();
     const char *env = getenv("KT_AMX_MIN_TOKENS");
     if (env && atoi(env) >= 1)
         min_m = min_int8 = min_int4g = min_int4 = atoi(env);
@@ -1404,6 +1586,11 @@ static void init_sets(void)
                                 gemm_int4g, scratch_of(avx512_int4g)};
     k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
                                scratch_of(avx512_int8)};
+    env = getenv("KT_AMX_AHEAD");
+    if (env && atoi(env) >= 1 && atoi(env) <= 4)
+        ahead8 = atoi(env);
+    env = getenv("KT_AMX_INT4_EXACT");
+    int4_exact = env && !strcmp(env, "1");
     env = getenv("KT_AMX_SHARED_PACK");
     shared_pack = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PREFETCH");
@@ -1454,6 +1641,17 @@ static const kt__moe_kernels *pick(int method, const kt__moe_kernels *bf16,
         return NULL;
     }
 }
+
+#ifdef KT_AMX_EMULATE
+/* Tests: INT4 on the tiles by exact group folds (1) or rescaled rows (0, the
+ * default) from now on. */
+void kt__amx_int4_exact_emulated(int on);
+void kt__amx_int4_exact_emulated(int on)
+{
+    pthread_once(&init_once, init_sets);
+    int4_exact = on;
+}
+#endif
 
 const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx)(int method)
 {
