@@ -162,8 +162,9 @@ typedef struct kt__cuda_attn {
 /* Chunks of up to this many tokens attend through the split kernel: each block
  * serves up to 8 query heads of one kv head over 1/S of the positions (S up to
  * KT__CUDA_ATTN_SPLITS, from the device's multiprocessors; the split points
- * read from the device, so a captured graph replays at any position), and a
- * second kernel merges the partial softmaxes. */
+ * read from the device, so a captured graph replays at any position); the last
+ * split block of each head group merges the partial softmaxes (KT_GPU_FUSE
+ * without bit 4: a second kernel does). */
 #define KT__CUDA_ATTN_SPLIT_T 2
 #define KT__CUDA_ATTN_SPLITS 64
 int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos, char *err,
@@ -186,6 +187,23 @@ int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a);
 /* x += add; y = x / sqrt(mean(x²) + eps) · w, rows of n packed (one launch) */
 int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y, int32_t rows,
                          int32_t n, const float *w, float eps);
+/* The same with x += add + add2 (add2 may be mapped pinned memory; where the
+ * one launch does not apply, add2 is first added into add) */
+int kt__cuda_add_rmsnorm2(kt__cuda_rt *rt, float *x, const float *add, const float *add2,
+                          float *y, int32_t rows, int32_t n, const float *w, float eps);
+/* y = in Wᵀ + bias (rows of W->rows), then x += y; xn = RMSNorm(x) · w: for one
+ * token in one launch (the product's last block adds and norms; KT_GPU_FUSE
+ * without bit 1: two launches), else kt__cuda_linear + kt__cuda_add_rmsnorm. */
+int kt__cuda_linear_add_norm(kt__cuda_rt *rt, const float *in, int32_t T, int32_t in_stride,
+                             const kt__cuda_mat *W, const float *bias, float *y, float *x,
+                             float *xn, const float *w, float eps);
+/* kt__cuda_linear_n over q, k, v, and for one token qp's post step folded into
+ * the same launch (its last block runs it, a warp per head). Returns 0, or 1
+ * when qp was not run (more tokens, a head too large, KT_GPU_FUSE without bit
+ * 2): the caller then runs kt__cuda_qk_post_run. */
+int kt__cuda_qkv_post(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
+                      const kt__cuda_mat *const W[3], const float *const bias[3],
+                      float *const y[3], const int32_t y_stride[3], const kt__cuda_qk_post *qp);
 /* Up to three products of the same input in one launch when they run on the
  * own kernels (fewer than the cuBLAS threshold of tokens): y_i = x W_iᵀ + b_i. */
 int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride, int32_t n,
@@ -236,7 +254,14 @@ typedef struct kt__cuda_experts_args {
     float alpha, limit;
     int32_t vec8;                         /* every GPU expert readable 8 columns at a time */
     int32_t assign;                       /* out[t] = Σ ... instead of += (no zeroing launch) */
+    /* optional: then res[t] += out[t]; res_norm[t] = RMSNorm(res[t]) · norm_w, folded
+     * into the products' last blocks (rows of H) */
+    float *res, *res_norm;
+    const float *norm_w;
+    float eps;
 } kt__cuda_experts_args;
+/* Returns 0, or 1 when res was given and the residual add + norm could not be
+ * folded (the caller then runs kt__cuda_add_rmsnorm). */
 int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a);
 
 /* Grouped experts: dst[i][0..n) = src[idx[i] / div][0..n) for i < rows */

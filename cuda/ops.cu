@@ -33,7 +33,10 @@ struct kt__cuda_rt {
     cudaEvent_t copied[2], freed[2];
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
     int split_smem_set; /* the split attention kernel's larger tiles allowed */
-    unsigned *ticket;   /* device counter of k_router_gemv1's finished blocks (0 between) */
+    /* device counters of finished blocks ("the last block to finish does the
+     * rest"), TK_* below; each put back to 0 by that last block */
+    unsigned *ticket;
+    int fuse;           /* KT_GPU_FUSE bits, FUSE_* below */
     cublasHandle_t blas;  /* NULL: every product runs on libkt's own kernels */
     uint16_t *xb;         /* activations split into BF16 hi and lo halves: [2][xb_elems] */
     size_t xb_elems;
@@ -53,6 +56,27 @@ struct kt__cuda_rt {
 };
 
 #define PROF_EVENTS 8192
+
+/* the tickets' places: one per fused launch site (tokens or head groups each
+ * their own) */
+#define TK_ROUTER 0
+#define TK_QKV 1
+#define TK_LINEAR 2
+#define TK_DOWN 64   /* + token, below DOWN_FOLD_T */
+#define TK_ATTN 128  /* + token x head group */
+#define TK_COUNT 4096
+#define DOWN_FOLD_T 64
+
+/* decode folds (KT_GPU_FUSE bits; default the first): the residual add +
+ * RMSNorm into the last block of the product before it; q/k norm, RoPE and
+ * cache rows into the last block of the q/k/v product; the split attention's
+ * merge into each head group's last split block. The last two made a 12-layer
+ * Qwen3-30B-A3B decode step slower on the H200 (2026-11-30 03:53: with all
+ * three 694 tok/s, with none 755): one block then walks serially through work
+ * that a launch of its own spreads over 32-40 blocks. */
+#define FUSE_ADD_NORM 1
+#define FUSE_QK_POST 2
+#define FUSE_ATTN_MERGE 4
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 {
@@ -99,6 +123,8 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     rt->pdl = rt->cc_major >= 9 && !(pdl && !strcmp(pdl, "0"));
     const char *tile = getenv("KT_GPU_ATTN_TILE");
     rt->attn_tile = !(tile && !strcmp(tile, "0"));
+    const char *fuse = getenv("KT_GPU_FUSE");
+    rt->fuse = fuse ? atoi(fuse) : FUSE_ADD_NORM;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -112,11 +138,12 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     }
     if (cudaEventCreateWithFlags(&rt->spin_done, cudaEventDisableTiming) != cudaSuccess)
         rt->spin_done = NULL;
-    /* without it the router runs as two launches */
-    if (cudaMalloc((void **)&rt->ticket, 256) != cudaSuccess ||
-        cudaMemset(rt->ticket, 0, 256) != cudaSuccess) {
+    /* without them the router runs as two launches and nothing is folded */
+    if (cudaMalloc((void **)&rt->ticket, sizeof(unsigned) * TK_COUNT) != cudaSuccess ||
+        cudaMemset(rt->ticket, 0, sizeof(unsigned) * TK_COUNT) != cudaSuccess) {
         cudaFree(rt->ticket);
         rt->ticket = NULL;
+        rt->fuse = 0;
         cudaGetLastError();
     }
     *out = rt;
@@ -539,6 +566,8 @@ static bool vec8_ok(const kt__cuda_mat *W)
            (W->type != KT__CUDA_W_I4 || (W->block_cols % 8 == 0 && W->block_rows == 1));
 }
 
+static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 static bool x_ok(const float *x, int32_t stride)
 {
     return ((uintptr_t)x & 15) == 0 && stride % 4 == 0;
@@ -634,6 +663,96 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* Σ of every thread's s over the block (part: a warp's sum each, 32 floats) */
+__device__ __forceinline__ float block_sum(float s, float *part)
+{
+    s = warp_sum(s);
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+        s = warp_sum(s);
+        if (threadIdx.x == 0)
+            part[0] = s;
+    }
+    __syncthreads();
+    return part[0];
+}
+
+/* Whether this block is the last of `blocks` to get here (a ticket in device
+ * memory, put back to 0 by that block for the next launch); the writes of every
+ * block before the call are visible to it. Every thread of the block calls it. */
+__device__ __forceinline__ bool last_block(unsigned *ticket, unsigned blocks)
+{
+    __shared__ bool last;
+    __threadfence(); /* this block's writes visible device-wide before its ticket */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(ticket, 1u) == blocks - 1;
+        if (last)
+            *ticket = 0;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
+}
+
+/* x += a (+ a2); y = x / sqrt(mean(x²) + eps) · w over one row of n floats (n a
+ * multiple of 4, at most ARN_MAX; a NULL: the norm alone, x only read), by the
+ * whole block of NT threads: the row's values in registers between the sum and
+ * the scaling, every load in flight at once. a and a2 are read through L2
+ * (other blocks of the same grid may have just written them). */
+#define ARN_MAX 8192
+template <int NT>
+__device__ __forceinline__ void add_norm_row(float *x, const float *a, const float *a2, float *y,
+                                             int32_t n, const float *w, float eps)
+{
+    constexpr int ARN_V = ARN_MAX / (4 * NT);
+    __shared__ float part[32];
+    const int32_t n4 = n / 4, tid = threadIdx.x, nt = NT;
+    float4 *xr = (float4 *)x;
+    float4 v[ARN_V];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ARN_V; j++) {
+        int32_t i = tid + j * nt;
+        if (i < n4) {
+            v[j] = xr[i];
+            if (a) {
+                float4 q = __ldcg((const float4 *)a + i);
+                if (a2) {
+                    float4 q2 = __ldcg((const float4 *)a2 + i);
+                    q = make_float4(q.x + q2.x, q.y + q2.y, q.z + q2.z, q.w + q2.w);
+                }
+                v[j] = make_float4(v[j].x + q.x, v[j].y + q.y, v[j].z + q.z, v[j].w + q.w);
+                xr[i] = v[j];
+            }
+            s += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        }
+    }
+    float inv = 1.0f / sqrtf(block_sum(s, part) / n + eps);
+#pragma unroll
+    for (int j = 0; j < ARN_V; j++) {
+        int32_t i = tid + j * nt;
+        if (i < n4) {
+            float4 g = __ldg((const float4 *)w + i);
+            ((float4 *)y)[i] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y,
+                                           v[j].z * inv * g.z, v[j].w * inv * g.w);
+        }
+    }
+}
+
+/* After a decode product: x += y (+ a2); xn = RMSNorm(x) · w, by the grid's last
+ * block (ticket NULL: nothing) */
+struct norm_tail {
+    float *x, *xn;
+    const float *a2, *w;
+    float eps;
+    unsigned *ticket;
+};
+
 /* weight row r of W into L2 ahead of its loads (one bulk prefetch by lane 0,
  * before pdl_wait: the weights do not depend on the kernel before) */
 __device__ __forceinline__ void prefetch_row(const kt__cuda_mat &W, int32_t r)
@@ -695,10 +814,13 @@ __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__
 
 __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict__ x,
                                                          kt__cuda_mat W, const float *b,
-                                                         float *y, int acc)
+                                                         float *y, int acc, norm_tail nt)
 {
     extern __shared__ float4 xs4[];
     gemv1_block((float *)xs4, x, W, b, y, acc);
+    /* the residual add and the next norm over the finished y */
+    if (nt.ticket && last_block(nt.ticket, gridDim.x))
+        add_norm_row<GEMV1_THREADS>(nt.x, y, nt.a2, nt.xn, W.rows, nt.w, nt.eps);
 }
 
 /* One row r of y for up to TOK_TILE tokens with 16-byte weight loads: a warp
@@ -754,9 +876,72 @@ struct gemv_set {
     int32_t ys[3];
 };
 
-/* k_gemv_n for one token (k_gemv1's way) */
+/* GQA after the q, k, v products, head b of token t (q heads, then k heads, then
+ * v heads) by one warp: the head's RMSNorm, RoPE at *pos0 + t (k_rope's angles)
+ * in place, and k, v into the caches at that row; buf: head_dim floats of shared
+ * memory. q, k, v are read through L2 (other blocks of the same grid may have
+ * just written them). */
+__device__ void qk_post_head(const kt__cuda_qk_post &a, int32_t b, int32_t t, float *buf)
+{
+    const int32_t hd = a.head_dim, kvdim = a.n_head_kv * hd, lane = threadIdx.x % 32;
+    const int32_t pos = *a.pos0 + t;
+    if (b >= a.n_head + a.n_head_kv) {
+        /* v: a copy into the cache */
+        int32_t h = b - a.n_head - a.n_head_kv;
+        const float *src = a.v + (size_t)t * a.kv_stride + (size_t)h * hd;
+        float *dst = a.v_cache + (size_t)pos * kvdim + (size_t)h * hd;
+        for (int32_t i = lane; i < hd; i += 32)
+            dst[i] = __ldcg(src + i);
+        return;
+    }
+    bool is_q = b < a.n_head;
+    int32_t h = is_q ? b : b - a.n_head;
+    float *p = is_q ? a.q + (size_t)t * a.q_stride + (size_t)h * hd
+                    : a.k + (size_t)t * a.kv_stride + (size_t)h * hd;
+    float *cache = is_q ? NULL : a.k_cache + (size_t)pos * kvdim + (size_t)h * hd;
+    const float *w = is_q ? a.q_norm : a.k_norm;
+    float s = 0.0f;
+    for (int32_t i = lane; i < hd; i += 32) {
+        float v = __ldcg(p + i);
+        buf[i] = v;
+        s += v * v;
+    }
+    if (w) {
+        /* y = x / sqrt(mean(x²) + eps) · w */
+        float inv = 1.0f / sqrtf(warp_sum(s) / hd + a.eps);
+        for (int32_t i = lane; i < hd; i += 32)
+            buf[i] = buf[i] * inv * w[i];
+    }
+    __syncwarp();
+    /* rotate the pairs of the first rope_dim values: angle pos · inv_freq[i] */
+    int32_t rd = a.inv_freq && a.rope_dim > 0 ? a.rope_dim : 0, half = rd / 2;
+    for (int32_t i = lane; i < half; i += 32) {
+        float ang = (float)pos * a.inv_freq[i];
+        float c = cosf(ang) * a.factor, sn = sinf(ang) * a.factor;
+        int32_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + half;
+        float x0 = buf[ia], x1 = buf[ib];
+        float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
+        p[ia] = y0;
+        p[ib] = y1;
+        if (cache) {
+            cache[ia] = y0;
+            cache[ib] = y1;
+        }
+    }
+    for (int32_t i = 2 * half + lane; i < hd; i += 32) {
+        p[i] = buf[i];
+        if (cache)
+            cache[i] = buf[i];
+    }
+    __syncwarp(); /* buf read whole before the warp's next head */
+}
+
+/* k_gemv_n for one token (k_gemv1's way); with a ticket, the grid's last block
+ * then runs qk_post over the finished q, k, v (a warp per head, each warp's
+ * head_dim floats where x was) */
 __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1_n(const float *__restrict__ x,
-                                                           gemv_set g)
+                                                           gemv_set g, kt__cuda_qk_post qp,
+                                                           unsigned *ticket)
 {
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
@@ -774,6 +959,11 @@ __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1_n(const float *__restri
     if (m < 3)
         gemv1_row(xs, W, m == 0 ? g.b[0] : m == 1 ? g.b[1] : g.b[2],
                   m == 0 ? g.y[0] : m == 1 ? g.y[1] : g.y[2], 0, r);
+    if (ticket && last_block(ticket, gridDim.x)) {
+        const int32_t warps = GEMV1_THREADS / 32, warp = threadIdx.x / 32;
+        for (int32_t b = warp; b < qp.n_head + 2 * qp.n_head_kv; b += warps)
+            qk_post_head(qp, b, 0, xs + (size_t)warp * qp.head_dim);
+    }
 }
 
 __global__ void k_gemv_n(const float *__restrict__ x, int32_t T, int32_t xs, gemv_set g)
@@ -919,10 +1109,13 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
     if (gemm(rt, x, T, x_stride, W, bias, y, y_stride, accumulate))
         return 0;
     dim3 grid((W->rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
-    if (T == 1 && vec8_ok(W) && x_ok(x, x_stride) && W->cols <= GEMV1_MAX_COLS)
+    if (T == 1 && vec8_ok(W) && x_ok(x, x_stride) && W->cols <= GEMV1_MAX_COLS) {
+        norm_tail none;
+        memset(&none, 0, sizeof none);
         launch_pdl(rt, k_gemv1, (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
-                   GEMV1_THREADS, sizeof(float) * (size_t)W->cols, x, *W, bias, y, accumulate);
-    else if (vec8_ok(W) && x_ok(x, x_stride))
+                   GEMV1_THREADS, sizeof(float) * (size_t)W->cols, x, *W, bias, y, accumulate,
+                   none);
+    } else if (vec8_ok(W) && x_ok(x, x_stride))
         k_gemv<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);
     else
         k_linear<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride,
@@ -930,20 +1123,46 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
     return 0;
 }
 
-extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
-                                 int32_t n, const kt__cuda_mat *const W[],
-                                 const float *const bias[], float *const y[],
-                                 const int32_t y_stride[])
+/* Whether a one-token product's last block can add its rows into x and norm
+ * them (add_norm_row's limits) */
+static bool tail_ok(const kt__cuda_rt *rt, int32_t n, const float *x, const float *y,
+                    const float *xn, const float *w)
+{
+    return (rt->fuse & FUSE_ADD_NORM) && n % 4 == 0 && n <= ARN_MAX && al16(x) && al16(y) &&
+           al16(xn) && al16(w);
+}
+
+extern "C" int kt__cuda_linear_add_norm(kt__cuda_rt *rt, const float *in, int32_t T,
+                                        int32_t in_stride, const kt__cuda_mat *W,
+                                        const float *bias, float *y, float *x, float *xn,
+                                        const float *w, float eps)
+{
+    if (T == 1 && vec8_ok(W) && x_ok(in, in_stride) && W->cols <= GEMV1_MAX_COLS &&
+        tail_ok(rt, W->rows, x, y, xn, w)) {
+        norm_tail nt = {x, xn, NULL, w, eps, rt->ticket + TK_LINEAR};
+        launch_pdl(rt, k_gemv1, (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
+                   GEMV1_THREADS, sizeof(float) * (size_t)W->cols, in, *W, bias, y, 0, nt);
+        return 0;
+    }
+    kt__cuda_linear(rt, in, T, in_stride, W, bias, y, W->rows, 0);
+    return kt__cuda_add_rmsnorm(rt, x, y, xn, T, W->rows, w, eps);
+}
+
+/* kt__cuda_linear_n; with qp, qk_post after it, folded into the one-token
+ * launch's last block where that applies (false: qp still to run) */
+static bool linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride, int32_t n,
+                     const kt__cuda_mat *const W[], const float *const bias[],
+                     float *const y[], const int32_t y_stride[], const kt__cuda_qk_post *qp)
 {
     if (T <= 0)
-        return 0;
+        return true;
     bool one = n >= 1 && n <= 3 && x_ok(x, x_stride) && !(rt->blas && T >= rt->gemm_min_t);
     for (int32_t i = 0; i < n && one; i++)
         one = vec8_ok(W[i]) && W[i]->cols == W[0]->cols;
     if (!one) {
         for (int32_t i = 0; i < n; i++)
             kt__cuda_linear(rt, x, T, x_stride, W[i], bias[i], y[i], y_stride[i], 0);
-        return 0;
+        return false;
     }
     gemv_set g;
     memset(&g, 0, sizeof g);
@@ -956,13 +1175,36 @@ extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int
         rows += W[i]->rows;
     }
     if (T == 1 && W[0]->cols <= GEMV1_MAX_COLS) {
+        /* the heads' buffers where x was: a warp each */
+        bool fold = qp && (rt->fuse & FUSE_QK_POST) &&
+                    (int64_t)(GEMV1_THREADS / 32) * qp->head_dim <= W[0]->cols;
+        kt__cuda_qk_post none;
+        memset(&none, 0, sizeof none);
         launch_pdl(rt, k_gemv1_n, (rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
-                   GEMV1_THREADS, sizeof(float) * (size_t)W[0]->cols, x, g);
-        return 0;
+                   GEMV1_THREADS, sizeof(float) * (size_t)W[0]->cols, x, g, fold ? *qp : none,
+                   fold ? rt->ticket + TK_QKV : (unsigned *)NULL);
+        return fold;
     }
     dim3 grid((rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
     k_gemv_n<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, g);
+    return false;
+}
+
+extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
+                                 int32_t n, const kt__cuda_mat *const W[],
+                                 const float *const bias[], float *const y[],
+                                 const int32_t y_stride[])
+{
+    linear_n(rt, x, T, x_stride, n, W, bias, y, y_stride, NULL);
     return 0;
+}
+
+extern "C" int kt__cuda_qkv_post(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
+                                 const kt__cuda_mat *const W[3], const float *const bias[3],
+                                 float *const y[3], const int32_t y_stride[3],
+                                 const kt__cuda_qk_post *qp)
+{
+    return linear_n(rt, x, T, x_stride, 3, W, bias, y, y_stride, qp) ? 0 : 1;
 }
 
 /* x[t] = E[tok[t]] */
@@ -981,22 +1223,6 @@ extern "C" int kt__cuda_embed(kt__cuda_rt *rt, const kt__cuda_mat *E, const int3
 }
 
 /* y = x / sqrt(mean(x²) + eps) · w, one block per row */
-/* Σ of every thread's s over the block (part: a warp's sum each, 32 floats) */
-__device__ __forceinline__ float block_sum(float s, float *part)
-{
-    s = warp_sum(s);
-    if (threadIdx.x % 32 == 0)
-        part[threadIdx.x / 32] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-        s = warp_sum(s);
-        if (threadIdx.x == 0)
-            part[0] = s;
-    }
-    __syncthreads();
-    return part[0];
-}
 
 __global__ void k_rmsnorm(const float *x, float *y, int32_t n, int32_t xs, int32_t ys,
                           const float *w, float eps)
@@ -1032,54 +1258,25 @@ __global__ void k_add_rmsnorm(float *x, const float *a, float *y, int32_t n, con
         yr[i] = xr[i] * inv * w[i];
 }
 
-/* The same with 4-float loads, a row's values held in registers between the sum
- * and the scaling (n a multiple of 4, at most 4·ARN_V·ARN_THREADS): every load
- * of a row in flight at once instead of a 128-thread loop's chain; a NULL: the
- * norm alone (x only read) */
+/* The same with 4-float loads (add_norm_row: n a multiple of 4, at most
+ * ARN_MAX), x += a + a2 (a2 optional; a NULL: the norm alone) */
 #define ARN_THREADS 512
-#define ARN_V 4
-__global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const float *a, float *y,
+__global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const float *a,
+                                                              const float *a2, float *y,
                                                               int32_t n, const float *w,
                                                               float eps)
 {
-    __shared__ float part[ARN_THREADS / 32];
-    const int32_t n4 = n / 4, tid = threadIdx.x;
     pdl_wait();
-    float4 *xr = (float4 *)(x + (size_t)blockIdx.x * n);
-    const float4 *ar = a ? (const float4 *)(a + (size_t)blockIdx.x * n) : NULL;
-    float4 *yr = (float4 *)(y + (size_t)blockIdx.x * n);
-    float4 v[ARN_V];
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < ARN_V; j++) {
-        int32_t i = tid + j * ARN_THREADS;
-        if (i < n4) {
-            v[j] = xr[i];
-            if (ar) {
-                float4 q = ar[i];
-                v[j] = make_float4(v[j].x + q.x, v[j].y + q.y, v[j].z + q.z, v[j].w + q.w);
-                xr[i] = v[j];
-            }
-            s += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
-        }
-    }
-    float inv = 1.0f / sqrtf(block_sum(s, part) / n + eps);
-#pragma unroll
-    for (int j = 0; j < ARN_V; j++) {
-        int32_t i = tid + j * ARN_THREADS;
-        if (i < n4) {
-            float4 g = __ldg((const float4 *)w + i);
-            yr[i] = make_float4(v[j].x * inv * g.x, v[j].y * inv * g.y, v[j].z * inv * g.z,
-                                v[j].w * inv * g.w);
-        }
-    }
+    size_t row = (size_t)blockIdx.x * n;
+    add_norm_row<ARN_THREADS>(x + row, a ? a + row : NULL, a2 ? a2 + row : NULL, y + row, n, w,
+                              eps);
 }
 
 static bool add_rmsnorm4_ok(const float *x, const float *add, const float *y, int32_t n,
                             const float *w)
 {
-    return n % 4 == 0 && n <= 4 * ARN_V * ARN_THREADS && ((uintptr_t)x & 15) == 0 &&
-           ((uintptr_t)add & 15) == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    return n % 4 == 0 && n <= ARN_MAX && al16(x) && al16(add) && al16(y) &&
+           al16(w);
 }
 
 extern "C" int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32_t rows,
@@ -1089,23 +1286,33 @@ extern "C" int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32
     if (rows <= 0)
         return 0;
     if (x_stride == n && y_stride == n && add_rmsnorm4_ok(x, NULL, y, n, w))
-        launch_pdl(rt, k_add_rmsnorm4, rows, ARN_THREADS, 0, (float *)x, (const float *)NULL, y,
-                   n, w, eps);
+        launch_pdl(rt, k_add_rmsnorm4, rows, ARN_THREADS, 0, (float *)x, (const float *)NULL,
+                   (const float *)NULL, y, n, w, eps);
     else
         k_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, y, n, x_stride, y_stride, w, eps);
+    return 0;
+}
+
+extern "C" int kt__cuda_add_rmsnorm2(kt__cuda_rt *rt, float *x, const float *add,
+                                     const float *add2, float *y, int32_t rows, int32_t n,
+                                     const float *w, float eps)
+{
+    if (rows <= 0)
+        return 0;
+    if (add_rmsnorm4_ok(x, add, y, n, w) && al16(add2)) {
+        launch_pdl(rt, k_add_rmsnorm4, rows, ARN_THREADS, 0, x, add, add2, y, n, w, eps);
+        return 0;
+    }
+    if (add2)
+        kt__cuda_add(rt, (float *)add, add2, rows, n, NULL);
+    k_add_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, add, y, n, w, eps);
     return 0;
 }
 
 extern "C" int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y,
                                     int32_t rows, int32_t n, const float *w, float eps)
 {
-    if (rows <= 0)
-        return 0;
-    if (add_rmsnorm4_ok(x, add, y, n, w))
-        launch_pdl(rt, k_add_rmsnorm4, rows, ARN_THREADS, 0, x, add, y, n, w, eps);
-    else
-        k_add_rmsnorm<<<rows, 128, 0, rt->stream>>>(x, add, y, n, w, eps);
-    return 0;
+    return kt__cuda_add_rmsnorm2(rt, x, add, NULL, y, rows, n, w, eps);
 }
 
 /* rotate the first rope_dim values at v[t][h] + off: angle (pos0 + t) · inv_freq[i] */
@@ -1154,81 +1361,23 @@ extern "C" int kt__cuda_store_rows(kt__cuda_rt *rt, const float *src, int32_t T,
     return 0;
 }
 
-/* GQA after the products, a block of 128 per (head, token) over n_head q heads,
- * n_head_kv k heads, n_head_kv v heads: the head's RMSNorm (k_rmsnorm's sums),
- * RoPE at *pos0 + t (k_rope's angles), and k, v into the caches at that row */
-__global__ void k_qk_post(kt__cuda_qk_post a)
+/* GQA after the products: a warp per (head, token), 4 a block */
+#define QKP_WARPS 4
+__global__ void __launch_bounds__(32 * QKP_WARPS) k_qk_post(kt__cuda_qk_post a)
 {
     extern __shared__ float buf[];
-    __shared__ float part[32];
     pdl_wait();
-    const int32_t hd = a.head_dim, kvdim = a.n_head_kv * hd;
-    int32_t b = blockIdx.x, t = blockIdx.y, pos = *a.pos0 + t;
-    if (b >= a.n_head + a.n_head_kv) {
-        /* v: a copy into the cache */
-        int32_t h = b - a.n_head - a.n_head_kv;
-        const float *src = a.v + (size_t)t * a.kv_stride + (size_t)h * hd;
-        float *dst = a.v_cache + (size_t)pos * kvdim + (size_t)h * hd;
-        for (int32_t i = threadIdx.x; i < hd; i += blockDim.x)
-            dst[i] = src[i];
-        return;
-    }
-    bool is_q = b < a.n_head;
-    int32_t h = is_q ? b : b - a.n_head;
-    float *p = is_q ? a.q + (size_t)t * a.q_stride + (size_t)h * hd
-                    : a.k + (size_t)t * a.kv_stride + (size_t)h * hd;
-    float *cache = is_q ? NULL : a.k_cache + (size_t)pos * kvdim + (size_t)h * hd;
-    const float *w = is_q ? a.q_norm : a.k_norm;
-    float s = 0.0f;
-    for (int32_t i = threadIdx.x; i < hd; i += blockDim.x) {
-        buf[i] = p[i];
-        s += buf[i] * buf[i];
-    }
-    if (w) {
-        /* y = x / sqrt(mean(x²) + eps) · w */
-        s = warp_sum(s);
-        if (threadIdx.x % 32 == 0)
-            part[threadIdx.x / 32] = s;
-        __syncthreads();
-        if (threadIdx.x < 32) {
-            s = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-            s = warp_sum(s);
-            if (threadIdx.x == 0)
-                part[0] = s;
-        }
-        __syncthreads();
-        float inv = 1.0f / sqrtf(part[0] / hd + a.eps);
-        for (int32_t i = threadIdx.x; i < hd; i += blockDim.x)
-            buf[i] = buf[i] * inv * w[i];
-    }
-    __syncthreads();
-    /* rotate the pairs of the first rope_dim values: angle pos · inv_freq[i] */
-    int32_t rd = a.inv_freq && a.rope_dim > 0 ? a.rope_dim : 0, half = rd / 2;
-    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-        float ang = (float)pos * a.inv_freq[i];
-        float c = cosf(ang) * a.factor, sn = sinf(ang) * a.factor;
-        int32_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + half;
-        float x0 = buf[ia], x1 = buf[ib];
-        float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
-        p[ia] = y0;
-        p[ib] = y1;
-        if (cache) {
-            cache[ia] = y0;
-            cache[ib] = y1;
-        }
-    }
-    for (int32_t i = 2 * half + threadIdx.x; i < hd; i += blockDim.x) {
-        p[i] = buf[i];
-        if (cache)
-            cache[i] = buf[i];
-    }
+    int32_t warp = threadIdx.x / 32, b = blockIdx.x * QKP_WARPS + warp;
+    if (b < a.n_head + 2 * a.n_head_kv)
+        qk_post_head(a, b, blockIdx.y, buf + (size_t)warp * a.head_dim);
 }
 
 extern "C" int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a)
 {
     if (a->T > 0)
-        launch_pdl(rt, k_qk_post, dim3(a->n_head + 2 * a->n_head_kv, a->T), 128,
-                   sizeof(float) * (size_t)a->head_dim, *a);
+        launch_pdl(rt, k_qk_post,
+                   dim3((a->n_head + 2 * a->n_head_kv + QKP_WARPS - 1) / QKP_WARPS, a->T),
+                   32 * QKP_WARPS, sizeof(float) * QKP_WARPS * (size_t)a->head_dim, *a);
     return 0;
 }
 
@@ -1337,6 +1486,30 @@ __device__ __forceinline__ float warp_max(float v)
     return v;
 }
 
+/* The sums over the warp of 8 values a lane (d[h], h < 8): lane l ends with the
+ * sum of d[h] for h = 4 b4 + 2 b3 + b2 (bits of l), in 9 shuffles instead of 8
+ * warp_sums' 40: each of the first three steps keeps half of the values a lane
+ * holds and adds the partner's other half (checked by a lane-level simulation) */
+__device__ __forceinline__ float warp_sum8(const float d[8], int32_t lane)
+{
+    const bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+    float e[4], f[2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float send = b4 ? d[i] : d[i + 4], keep = b4 ? d[i + 4] : d[i];
+        e[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float send = b3 ? e[i] : e[i + 2], keep = b3 ? e[i + 2] : e[i];
+        f[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+    }
+    float send = b2 ? f[0] : f[1], keep = b2 ? f[1] : f[0];
+    float g = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    g += __shfl_xor_sync(0xffffffffu, g, 2);
+    return g + __shfl_xor_sync(0xffffffffu, g, 1);
+}
+
 __device__ __forceinline__ float dot4(float4 a, float4 b)
 {
     return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
@@ -1369,14 +1542,120 @@ __device__ __forceinline__ const float4 *as_src(const kt__cuda_attn &a, const fl
     return (const float4 *)(base + (size_t)p * sp + col);
 }
 
+/* o[t][h] = Σ_s e^(m_s - M) acc_s / (Σ_s e^(m_s - M) l_s (+ e^(sink - M))), M the
+ * largest m_s (and the sink), for heads h0..h0+nh of token t, by the whole
+ * block: the weights of every (head, split) in shared memory (a warp per head:
+ * lane l holds splits l and l + 32), then thread (part, head, c4) sums the
+ * 4-float column c4 of its head over the splits part, part + parts, ... (8
+ * loads in flight), and the parts' sums are added in shared memory. The
+ * partials are read through L2 (the other blocks of the split kernel wrote
+ * them when the last of them merges). */
+struct as_merge_smem {
+    float w[AS_MAXH][KT__CUDA_ATTN_SPLITS];
+    float4 red[AS_THREADS];
+};
+
+__device__ void merge_heads(const kt__cuda_attn &a, int32_t S, int32_t T, const float *part,
+                            int32_t h0, int32_t nh, int32_t t, as_merge_smem &sm)
+{
+    const int32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    for (int32_t hh = warp; hh < nh; hh += AS_THREADS / 32) {
+        const int32_t h = h0 + hh;
+        const float *ml = part + ((size_t)t * a.n_head + h) * S * 2;
+        /* empty splits (l = 0) weigh nothing */
+        float m0 = -INFINITY, l0 = 0.0f, m1 = -INFINITY, l1 = 0.0f;
+        if (lane < S && __ldcg(ml + 2 * lane + 1) > 0.0f)
+            m0 = __ldcg(ml + 2 * lane), l0 = __ldcg(ml + 2 * lane + 1);
+        if (lane + 32 < S && __ldcg(ml + 2 * lane + 65) > 0.0f)
+            m1 = __ldcg(ml + 2 * lane + 64), l1 = __ldcg(ml + 2 * lane + 65);
+        float sink = a.sinks ? a.sinks[h] : -INFINITY;
+        float M = warp_max(fmaxf(fmaxf(m0, m1), sink));
+        float e0 = l0 > 0.0f ? expf(m0 - M) : 0.0f, e1 = l1 > 0.0f ? expf(m1 - M) : 0.0f;
+        float L = warp_sum(e0 * l0 + e1 * l1) + (a.sinks ? expf(sink - M) : 0.0f);
+        float inv = 1.0f / L;
+        if (lane < S)
+            sm.w[hh][lane] = e0 * inv;
+        if (lane + 32 < S)
+            sm.w[hh][lane + 32] = e1 * inv;
+    }
+    __syncthreads();
+    const int32_t V4 = a.v_dim / 4, units = nh * V4;
+    const int32_t parts = units >= AS_THREADS ? 1 : AS_THREADS / units;
+    const size_t po0 = as_po_off(T, a.n_head, S);
+    for (int32_t base = 0; base < units * parts; base += AS_THREADS) {
+        const int32_t idx = base + tid, pt = idx / units, u = idx % units;
+        const int32_t hh = u / V4, c4 = u % V4;
+        const bool on = idx < units * parts;
+        const float *po =
+            part + po0 + ((size_t)t * a.n_head + h0 + min(hh, nh - 1)) * S * a.v_dim;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int32_t i0 = pt; on && i0 < S; i0 += 8 * parts) {
+#pragma unroll
+            for (int q = 0; q < 8; q++) {
+                /* an empty split's sums were never written, and a split past the
+                 * end reads the last one: weight 0, not added (selects after the
+                 * load: no branch around it) */
+                int32_t i = i0 + q * parts, ii = min(i, S - 1);
+                float w = sm.w[hh][ii] * (float)(i < S); /* arithmetic: no branch */
+                float4 p = __ldcg((const float4 *)(po + (size_t)ii * a.v_dim) + c4);
+                bool use = w != 0.0f;
+                acc.x += use ? w * p.x : 0.0f, acc.y += use ? w * p.y : 0.0f;
+                acc.z += use ? w * p.z : 0.0f, acc.w += use ? w * p.w : 0.0f;
+            }
+        }
+        float *o = a.o + (size_t)t * a.o_st + (size_t)(h0 + min(hh, nh - 1)) * a.o_sh;
+        if (parts == 1) {
+            if (on)
+                *(float4 *)(o + 4 * c4) = acc;
+            continue;
+        }
+        sm.red[tid] = acc;
+        __syncthreads();
+        if (on && pt == 0) {
+            for (int32_t q = 1; q < parts; q++) {
+                float4 b = sm.red[q * units + u];
+                acc.x += b.x, acc.y += b.y, acc.z += b.z, acc.w += b.w;
+            }
+            *(float4 *)(o + 4 * c4) = acc;
+        }
+    }
+}
+
+/* merge_heads for one head a block, grid (heads, tokens) */
+__global__ void __launch_bounds__(AS_THREADS) k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T,
+                                                           const float *part)
+{
+    __shared__ as_merge_smem sm;
+    pdl_wait();
+    merge_heads(a, S, T, part, blockIdx.x, 1, blockIdx.y, sm);
+}
+
+__device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const as_shape &sh,
+                                                 float *part);
+
+/* The split kernel; with tickets (one per head group and token), the last of a
+ * group's S split blocks merges the group's heads (no merge launch) */
 __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_shape sh,
-                                                           float *part)
+                                                           float *part, unsigned *tickets)
+{
+    __shared__ as_merge_smem msm;
+    pdl_wait();
+    attn_split_block(a, sh, part);
+    if (!tickets)
+        return;
+    unsigned *tk = tickets + (size_t)blockIdx.z * gridDim.x + blockIdx.x;
+    if (last_block(tk, sh.S))
+        merge_heads(a, sh.S, sh.T, part, blockIdx.x * sh.nhb, sh.nhb, blockIdx.z, msm);
+}
+
+/* one split block's partial softmax (m, l, acc) for its heads (k_attn_split) */
+__device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const as_shape &sh,
+                                                 float *part)
 {
     extern __shared__ float4 sm4[];
     const int32_t nhb = sh.nhb, S = sh.S, T = sh.T, TP = sh.tp, qpad = sh.qpad;
     const int32_t q4 = (a.ka_dim + a.kb_dim) / 4, v4 = sh.vshared ? 0 : a.v_dim / 4;
     const int32_t row4 = q4 + v4; /* float4s of a tile row */
-    pdl_wait();
     float *sm = (float *)sm4;
     float *qs = sm;                          /* [nhb][qpad] queries          */
     float *kv = qs + nhb * qpad;             /* [TP][row4 * 4] keys, values  */
@@ -1461,14 +1740,12 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_s
                     if (hh < nhb)
                         d[hh] += dot4(*(const float4 *)(qs + hh * qpad + c), k4);
             }
-#pragma unroll
-            for (int hh = 0; hh < AS_MAXH; hh++) {
-                if (hh < nhb) {
-                    float v = warp_sum(d[hh]);
-                    if (lane == 0)
-                        sc[hh * TP + i] = v * a.scale;
-                }
-            }
+            /* the heads' sums spread over the lanes (d[h] = 0 for h >= nhb) */
+            static_assert(AS_MAXH == 8, "warp_sum8 reduces 8 heads");
+            float v = warp_sum8(d, lane);
+            int32_t hs = 4 * ((lane >> 4) & 1) + 2 * ((lane >> 3) & 1) + ((lane >> 2) & 1);
+            if ((lane & 3) == 0 && hs < nhb)
+                sc[hs * TP + i] = v * a.scale;
         }
         __syncthreads();
         /* per head: m' = max(m, max_j s_j), p_j = e^(s_j - m'), l' = l e^(m - m') + Σ p_j */
@@ -1533,67 +1810,6 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_s
     }
 }
 
-/* o[t][h] = Σ_s e^(m_s - M) acc_s / (Σ_s e^(m_s - M) l_s (+ e^(sink - M))), M the
- * largest m_s (and the sink): one block per (head, token); thread (part, c4) sums
- * the 4-float column c4 over the splits part, part + parts, ... (every load in
- * flight at once), then the parts' sums are added in shared memory */
-__global__ void __launch_bounds__(AS_THREADS) k_attn_merge(kt__cuda_attn a, int32_t S, int32_t T,
-                                                           const float *part)
-{
-    __shared__ float wsh[KT__CUDA_ATTN_SPLITS];
-    __shared__ float4 red[AS_THREADS];
-    int32_t h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
-    pdl_wait();
-    const float *ml = part + ((size_t)t * a.n_head + h) * S * 2;
-    const float *po = part + as_po_off(T, a.n_head, S) + ((size_t)t * a.n_head + h) * S * a.v_dim;
-    if (tid < 32) {
-        /* lane l holds splits l and l + 32; empty splits (l = 0) weigh nothing */
-        float m0 = -INFINITY, l0 = 0.0f, m1 = -INFINITY, l1 = 0.0f;
-        if (tid < S && ml[2 * tid + 1] > 0.0f)
-            m0 = ml[2 * tid], l0 = ml[2 * tid + 1];
-        if (tid + 32 < S && ml[2 * tid + 65] > 0.0f)
-            m1 = ml[2 * tid + 64], l1 = ml[2 * tid + 65];
-        float sink = a.sinks ? a.sinks[h] : -INFINITY;
-        float M = warp_max(fmaxf(fmaxf(m0, m1), sink));
-        float e0 = l0 > 0.0f ? expf(m0 - M) : 0.0f, e1 = l1 > 0.0f ? expf(m1 - M) : 0.0f;
-        float L = warp_sum(e0 * l0 + e1 * l1) + (a.sinks ? expf(sink - M) : 0.0f);
-        float inv = 1.0f / L;
-        if (tid < S)
-            wsh[tid] = e0 * inv;
-        if (tid + 32 < S)
-            wsh[tid + 32] = e1 * inv;
-    }
-    __syncthreads();
-    const int32_t V4 = a.v_dim / 4, c4 = tid % V4, pt = tid / V4, parts = AS_THREADS / V4;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int32_t i0 = pt; i0 < S; i0 += 8 * parts) {
-#pragma unroll
-        for (int u = 0; u < 8; u++) {
-            /* an empty split's sums were never written, and a split past the end
-             * reads the last one: weight 0, not added (selects after the load:
-             * no branch around it) */
-            int32_t i = i0 + u * parts, ii = min(i, S - 1);
-            float w = wsh[ii] * (float)(i < S); /* arithmetic: no branch */
-            float4 p = __ldg((const float4 *)(po + (size_t)ii * a.v_dim) + c4);
-            bool on = w != 0.0f;
-            acc.x += on ? w * p.x : 0.0f, acc.y += on ? w * p.y : 0.0f;
-            acc.z += on ? w * p.z : 0.0f, acc.w += on ? w * p.w : 0.0f;
-        }
-    }
-    red[tid] = acc;
-    __syncthreads();
-    if (pt == 0) {
-        for (int32_t q = 1; q < parts; q++) {
-            float4 b = red[q * V4 + c4];
-            acc.x += b.x, acc.y += b.y, acc.z += b.z, acc.w += b.w;
-        }
-        float *o = a.o + (size_t)t * a.o_st + (size_t)h * a.o_sh;
-        *(float4 *)(o + 4 * c4) = acc;
-    }
-}
-
-static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
 /* The split kernel's launch for a (false: not applicable, run k_attention) */
 static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
 {
@@ -1651,10 +1867,14 @@ static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
     if (sh.tp < 1)
         return false;
     size_t smem = sizeof(float) * (fixed + (size_t)sh.tp * (row + sh.nhb));
+    /* the merge in each head group's last split block: a ticket per group */
+    bool fold = (rt->fuse & FUSE_ATTN_MERGE) &&
+                (size_t)a->n_head / sh.nhb * a->T <= TK_COUNT - TK_ATTN;
     launch_pdl(rt, k_attn_split, dim3(a->n_head / sh.nhb, S, a->T), AS_THREADS, smem, *a, sh,
-               a->work);
-    launch_pdl(rt, k_attn_merge, dim3(a->n_head, a->T), AS_THREADS, 0, *a, S, a->T,
-               (const float *)a->work);
+               a->work, fold ? rt->ticket + TK_ATTN : (unsigned *)NULL);
+    if (!fold)
+        launch_pdl(rt, k_attn_merge, dim3(a->n_head, a->T), AS_THREADS, 0, *a, S, a->T,
+                   (const float *)a->work);
     return true;
 }
 
@@ -2415,6 +2635,7 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
  * pair inside the loop kept its loads from being batched: 21 us a layer on the
  * H200); HS: the token's k rows of h in shared memory too */
 #define DOWN8_MAXK 32
+#define DOWN8_THREADS 256
 /* this lane's share of Σ_j w_j down_j[c]·h_j over the (expert, 8-column chunk)
  * pairs, up to 8 loads in flight (TY -1: the type read per matrix) */
 template <int TY>
@@ -2443,10 +2664,12 @@ __device__ __forceinline__ float down_dot_t(const kt__cuda_mat *D, const float *
     return acc;
 }
 
+/* with nt's ticket: the last block of each token's row then adds the row into
+ * x and norms it (tickets nt.ticket + t) */
 template <bool HS>
 __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, const float *wts,
                                int32_t k, int32_t I, const float *h, int32_t H, float *out,
-                               int assign)
+                               int assign, norm_tail nt)
 {
     __shared__ kt__cuda_mat D[DOWN8_MAXK];
     __shared__ float wj[DOWN8_MAXK];
@@ -2476,23 +2699,29 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
     } else {
         __syncthreads();
     }
-    if (c >= H)
-        return;
-    /* the experts' common weight type (-1: mixed, the generic loads), from shared
-     * memory (a serial walk over ids and descriptors in global memory by one
-     * thread cost several memory latencies before the first weight load) */
-    const int32_t kg = kg_s;
-    int32_t ty = -2;
-    for (int32_t j = 0; j < kg; j++)
-        ty = ty == -2 || ty == D[j].type ? D[j].type : -1;
-    float acc = ty == KT__CUDA_W_BF16 ? down_dot_t<KT__CUDA_W_BF16>(D, wj, hj, kg, I, c, ht)
-                : ty == KT__CUDA_W_F8 ? down_dot_t<KT__CUDA_W_F8>(D, wj, hj, kg, I, c, ht)
-                : ty == KT__CUDA_W_I4 ? down_dot_t<KT__CUDA_W_I4>(D, wj, hj, kg, I, c, ht)
-                : ty == KT__CUDA_W_F32 ? down_dot_t<KT__CUDA_W_F32>(D, wj, hj, kg, I, c, ht)
-                : ty == -1 ? down_dot_t<-1>(D, wj, hj, kg, I, c, ht) : 0.0f;
-    acc = warp_sum(acc);
-    if (lane == 0)
-        out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
+    if (c < H) {
+        /* the experts' common weight type (-1: mixed, the generic loads), from
+         * shared memory (a serial walk over ids and descriptors in global memory
+         * by one thread cost several memory latencies before the first load) */
+        const int32_t kg = kg_s;
+        int32_t ty = -2;
+        for (int32_t j = 0; j < kg; j++)
+            ty = ty == -2 || ty == D[j].type ? D[j].type : -1;
+        float acc =
+            ty == KT__CUDA_W_BF16   ? down_dot_t<KT__CUDA_W_BF16>(D, wj, hj, kg, I, c, ht)
+            : ty == KT__CUDA_W_F8   ? down_dot_t<KT__CUDA_W_F8>(D, wj, hj, kg, I, c, ht)
+            : ty == KT__CUDA_W_I4   ? down_dot_t<KT__CUDA_W_I4>(D, wj, hj, kg, I, c, ht)
+            : ty == KT__CUDA_W_F32  ? down_dot_t<KT__CUDA_W_F32>(D, wj, hj, kg, I, c, ht)
+            : ty == -1              ? down_dot_t<-1>(D, wj, hj, kg, I, c, ht)
+                                    : 0.0f;
+        acc = warp_sum(acc);
+        if (lane == 0)
+            out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
+    }
+    /* the residual add and the next norm over the token's finished row */
+    if (nt.ticket && last_block(nt.ticket + t, gridDim.x))
+        add_norm_row<DOWN8_THREADS>(nt.x + (size_t)t * H, out + (size_t)t * H, NULL,
+                                    nt.xn + (size_t)t * H, H, nt.w, nt.eps);
 }
 
 extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
@@ -2510,16 +2739,24 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
         launch_pdl(rt, a->H <= GEMV1_MAX_COLS ? k_expert_up8<true> : k_expert_up8<false>, g1,
                    256, a->H <= GEMV1_MAX_COLS ? xs : 0, a->gate, a->up, a->x, a->H, a->ids,
                    a->k, a->I, a->h, a->oai, a->alpha, a->limit);
-        launch_pdl(rt, hs <= 40 * 1024 ? k_expert_down8<true> : k_expert_down8<false>, g2, 256,
-                   hs <= 40 * 1024 ? hs : 0, a->down, a->ids, a->w, a->k, a->I,
-                   (const float *)a->h, a->H, a->out, a->assign);
-        return 0;
+        norm_tail nt;
+        memset(&nt, 0, sizeof nt);
+        bool fold = a->res && a->T <= DOWN_FOLD_T &&
+                    tail_ok(rt, a->H, a->res, a->out, a->res_norm, a->norm_w);
+        if (fold) {
+            nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
+            nt.ticket = rt->ticket + TK_DOWN;
+        }
+        launch_pdl(rt, hs <= 40 * 1024 ? k_expert_down8<true> : k_expert_down8<false>, g2,
+                   DOWN8_THREADS, hs <= 40 * 1024 ? hs : 0, a->down, a->ids, a->w, a->k, a->I,
+                   (const float *)a->h, a->H, a->out, a->assign, nt);
+        return a->res && !fold;
     }
     k_expert_up<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k, a->I,
                                             a->h, a->oai, a->alpha, a->limit);
     k_expert_down<<<g2, 256, 0, rt->stream>>>(a->down, a->ids, a->w, a->k, a->I, a->h, a->H,
                                               a->out, a->assign);
-    return 0;
+    return a->res ? 1 : 0;
 }
 
 /* dst[i] = src[idx[i] / div] (rows of n) */

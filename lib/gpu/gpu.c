@@ -1100,9 +1100,10 @@ static void wait_cpu(void *p)
     }
 }
 
-/* out[T][H] = down(act(gate x, up x)) */
+/* out[T][H] = down(act(gate x, up x)); with next_norm, then the residual add and
+ * that norm: g->x += out; g->xn = RMSNorm(g->x) */
 static void ffn(kt__gpu *g, const float *x, int32_t T, const gmat *gate, const gmat *up,
-                const gmat *down, float *out, int accumulate)
+                const gmat *down, float *out, const float *next_norm)
 {
     const kt__hparams *hp = &g->ctx->hp;
     int32_t I = gate->rows, H = hp->n_embd;
@@ -1113,7 +1114,20 @@ static void ffn(kt__gpu *g, const float *x, int32_t T, const gmat *gate, const g
     kt__cuda_linear_n(g->rt, x, T, H, 2, W, B, Y, YS);
     kt__cuda_act(g->rt, g->g, g->u, (size_t)T * I, hp->gptoss_act, hp->act_alpha,
                  hp->act_limit);
-    kt__cuda_linear(g->rt, g->g, T, I, down, NULL, out, H, accumulate);
+    if (next_norm)
+        kt__cuda_linear_add_norm(g->rt, g->g, T, I, down, NULL, out, g->x, g->xn, next_norm,
+                                 hp->rms_eps);
+    else
+        kt__cuda_linear(g->rt, g->g, T, I, down, NULL, out, H, 0);
+}
+
+/* The attention's output product, then the residual add and the FFN's norm:
+ * x += o Woᵀ + b; xn = RMSNorm(x) */
+static void wo_add_norm(kt__gpu *g, int32_t l, int32_t T, int32_t cols)
+{
+    const glayer *G = &g->L[l];
+    kt__cuda_linear_add_norm(g->rt, g->o, T, cols, &G->wo, G->bo, g->out, g->x, g->xn,
+                             G->ffn_norm, g->ctx->hp.rms_eps);
 }
 
 static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
@@ -1128,18 +1142,22 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     const float *B[3] = {G->bq, G->bk, G->bv};
     float *Y[3] = {g->q, g->k, g->v};
     const int32_t YS[3] = {qdim, kvdim, kvdim};
-    kt__cuda_linear_n(rt, g->xn, T, H, 3, W, B, Y, YS);
-    mark(g, PH_QKV);
     if (hp->qk_norm != KT__QK_NORM_FULL) {
-        /* per-head norms, rope and the cache rows in one launch */
+        /* per-head norms, rope and the cache rows: one launch, for one token
+         * folded into the products' */
         bool head = hp->qk_norm == KT__QK_NORM_HEAD;
         kt__cuda_qk_post p = {g->q, g->k, g->v, T, nh, nkv, hd, qdim, kvdim,
                               head ? G->q_norm : NULL, head ? G->k_norm : NULL, hp->rms_eps,
                               hp->rope_attn_factor, hp->rope_dim, hp->rope_interleave,
                               hp->rope_dim >= 2 ? g->inv_freq : NULL, g->pos, G->k_cache,
                               G->v_cache};
-        kt__cuda_qk_post_run(rt, &p);
+        int post = kt__cuda_qkv_post(rt, g->xn, T, H, W, B, Y, YS, &p);
+        mark(g, PH_QKV);
+        if (post)
+            kt__cuda_qk_post_run(rt, &p);
     } else {
+        kt__cuda_linear_n(rt, g->xn, T, H, 3, W, B, Y, YS);
+        mark(g, PH_QKV);
         kt__cuda_rmsnorm(rt, g->q, g->q, T, qdim, qdim, qdim, G->q_norm, hp->rms_eps);
         kt__cuda_rmsnorm(rt, g->k, g->k, T, kvdim, kvdim, kvdim, G->k_norm, hp->rms_eps);
         kt__cuda_rope(rt, g->q, T, nh, qdim, hd, 0, hp->rope_dim, hp->rope_interleave,
@@ -1162,7 +1180,7 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");
     mark(g, PH_ATTN);
-    kt__cuda_linear(rt, g->o, T, qdim, &G->wo, G->bo, g->out, H, 0);
+    wo_add_norm(g, l, T, qdim);
     mark(g, PH_WO);
     return KT_OK;
 }
@@ -1208,7 +1226,7 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
             return cuda_error(g, "attention");
         mark(g, PH_ATTN);
         kt__cuda_mla_absorb_o(rt, g->ot, T, nh, nope, vd, &G->wkv_b, g->o);
-        kt__cuda_linear(rt, g->o, T, nh * vd, &G->wo, NULL, g->out, H, 0);
+        wo_add_norm(g, l, T, nh * vd);
         mark(g, PH_WO);
         return KT_OK;
     }
@@ -1225,7 +1243,7 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");
     mark(g, PH_ATTN);
-    kt__cuda_linear(rt, g->o, T, nh * vd, &G->wo, NULL, g->out, H, 0);
+    wo_add_norm(g, l, T, nh * vd);
     mark(g, PH_WO);
     return KT_OK;
 }
@@ -1426,7 +1444,9 @@ static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e)
     return KT_OK;
 }
 
-static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
+/* x += MoE(xn); xn = RMSNorm(x) with next_norm (the add and the norm folded into
+ * the last launch before them where that applies) */
+static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
 {
     kt_context *ctx = g->ctx;
     const kt__hparams *hp = &ctx->hp;
@@ -1460,12 +1480,12 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
     /* meanwhile: shared expert and the GPU experts */
     if (G->sh_gate.data) {
         if (G->sh_gate_inp.data) {
-            ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->tmp, 0);
+            ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->tmp, NULL);
             kt__cuda_linear(rt, g->xn, T, H, &G->sh_gate_inp, NULL, g->gate1, 1, 0);
             kt__cuda_zero(rt, g->out, (size_t)T * H);
             kt__cuda_add(rt, g->out, g->tmp, T, H, g->gate1);
         } else {
-            ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->out, 0);
+            ffn(g, g->xn, T, &G->sh_gate, &G->sh_up, &G->sh_down, g->out, NULL);
         }
     } else if (!pairs) {
         kt__cuda_zero(rt, g->out, (size_t)T * H);
@@ -1486,24 +1506,31 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T)
                                                      : experts_grouped(g, l, T, G->htab, -1);
         if (st < 0)
             return st;
-    } else if (pairs) {
+    }
+    bool normed = false;
+    if (pairs) {
+        /* without CPU experts the products' last blocks add and norm */
         kt__cuda_experts_args a = {G->egate, G->eup, G->edown, g->xn, ids, w, g->eh,
                                    g->out, T, H, hp->n_ff_exp, k, hp->gptoss_act,
                                    hp->act_alpha, hp->act_limit, G->vec8,
-                                   G->sh_gate.data == NULL};
-        kt__cuda_experts(rt, &a);
+                                   G->sh_gate.data == NULL, cpu ? NULL : g->x,
+                                   cpu ? NULL : g->xn, next_norm, hp->rms_eps};
+        normed = kt__cuda_experts(rt, &a) == 0 && !cpu;
     }
     mark(g, PH_EXPERTS);
     if (cpu) {
         kt__cuda_host_fn(rt, wait_cpu, &g->cb[l]);
-        if (T < g->gemm_min_t) {
-            /* a few rows: added straight from pinned memory (mapped, same address) */
-            kt__cuda_add(rt, g->out, g->out_h, T, H, NULL);
-        } else {
+        const float *part = g->out_h; /* a few rows: read from pinned memory (mapped) */
+        if (T >= g->gemm_min_t) {
             kt__cuda_copy_async(rt, g->tmp, g->out_h, sizeof(float) * T * H);
-            kt__cuda_add(rt, g->out, g->tmp, T, H, NULL);
+            part = g->tmp;
         }
+        /* x += out + the CPU's partial; xn = RMSNorm(x) */
+        kt__cuda_add_rmsnorm2(rt, g->x, g->out, part, g->xn, T, H, next_norm, hp->rms_eps);
         mark(g, PH_CPU_WAIT);
+    } else if (!normed) {
+        kt__cuda_add_rmsnorm(rt, g->x, g->out, g->xn, T, H, next_norm, hp->rms_eps);
+        mark(g, PH_NORM);
     }
     return KT_OK;
 }
@@ -1533,22 +1560,19 @@ static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
     for (int32_t l = 0; l < hp->n_layer; l++) {
         const glayer *G = &g->L[l];
         /* x += Attn(RMSNorm(x)) */
+        /* (the attention's output product adds into x and norms it) */
         st = hp->mla ? attn_mla(g, l, T, P) : attn_gqa(g, l, T);
         if (st < 0)
             return st;
-        kt__cuda_add_rmsnorm(rt, g->x, g->out, g->xn, T, H, G->ffn_norm, hp->rms_eps);
-        mark(g, PH_NORM);
-        /* x += FFN(RMSNorm(x)) */
+        /* x += FFN(RMSNorm(x)), and the next layer's norm */
+        const float *next = l + 1 < hp->n_layer ? g->L[l + 1].attn_norm : g->out_norm;
         if (hp->layer_moe[l]) {
-            if ((st = moe(g, l, T)) < 0)
+            if ((st = moe(g, l, T, next)) < 0)
                 return st;
         } else {
-            ffn(g, g->xn, T, &G->ffn_gate, &G->ffn_up, &G->ffn_down, g->out, 0);
+            ffn(g, g->xn, T, &G->ffn_gate, &G->ffn_up, &G->ffn_down, g->out, next);
             mark(g, PH_FFN);
         }
-        const float *next = l + 1 < hp->n_layer ? g->L[l + 1].attn_norm : g->out_norm;
-        kt__cuda_add_rmsnorm(rt, g->x, g->out, g->xn, T, H, next, hp->rms_eps);
-        mark(g, PH_NORM);
     }
     int32_t rows = all_logits ? T : 1;
     kt__cuda_linear(rt, g->xn + (size_t)(T - rows) * H, rows, H, &g->lm_head, NULL, g->logits,
