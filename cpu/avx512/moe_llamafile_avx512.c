@@ -45,6 +45,9 @@
 #define LF_DIST 12
 #define LF_HINT _MM_HINT_T1
 static int lf_dist = LF_DIST;
+/* Rows side by side in a one-token tile: 4, or 2 (KT_LF_DEC_ROWS, for measuring
+ * the number of weight streams per core against the Xeon's prefetchers) */
+static int lf_dec_rows = 4;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -56,6 +59,9 @@ static void idx_init(void)
     const char *e = getenv("KT_LF_DIST");
     if (e && atoi(e) >= 1 && atoi(e) <= 64)
         lf_dist = atoi(e);
+    e = getenv("KT_LF_DEC_ROWS");
+    if (e && atoi(e) == 2)
+        lf_dec_rows = 2;
     for (int t = 0; t < 2; t++) {
         int bb = t ? 34 : 18, period = t ? PERIOD80 : PERIOD40;
         uint16_t(*tab)[16] = t ? idx80 : idx40;
@@ -154,7 +160,7 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
                              size_t aoff, int M, float *C, int ldc)
 {
     pthread_once(&idx_once, idx_init);
-    const int NR = M == 1 ? 4 : 2, dist = lf_dist;
+    const int NR = M == 1 && lf_dec_rows == 4 ? 4 : 2, dist = lf_dist;
     for (int n = n0; n < n0 + dist && n < n1; n++)
         for (size_t c = 0; c < span; c += 64)
             _mm_prefetch((const char *)W + (size_t)n * wrow + o0 + c, LF_HINT);
@@ -170,7 +176,7 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
             for (int i = 0; i < 4; i++)
                 ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)] + aoff;
             float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
-            fam(j, M == 1, mr, wr, ar, ahead, t);
+            fam(j, NR == 4, mr, wr, ar, ahead, t);
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)
                     C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
@@ -1052,8 +1058,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * bb;
-                for (int r = 0; r < 16; r++)
-                    _mm_prefetch((const char *)p[r] + o + 384, _MM_HINT_T0);
                 _mm512_storeu_ps(sg + 16 * b, rows16_f16(p, o));
                 uint8_t *cb = cg + (size_t)b * 512;
                 __m512i u[4];
@@ -1105,8 +1109,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             }
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * bb;
-                for (int r = 0; r < 16; r++)
-                    _mm_prefetch((const char *)p[r] + o + 384, _MM_HINT_T0);
                 _mm512_storeu_ps(sg + 16 * b, rows16_f16(p, o));
                 if (mn)
                     _mm512_storeu_ps(og + 16 * b, rows16_f16(p, o + 2));
@@ -1138,9 +1140,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             const __m512i low2 = _mm512_set1_epi8(3), bit2 = _mm512_set1_epi8(4);
             for (int b = 0; b < nb; b += 16) {
                 size_t o = (size_t)((kb + b) / 16) * bb;
-                for (int r = 0; r < 16; r++)
-                    for (size_t c = 0; c < bb; c += 64)
-                        _mm_prefetch((const char *)p[r] + o + 4 * bb + c, _MM_HINT_T0);
                 /* input e: 2-bit field (e % 128) / 32 of qs[32 (e / 128) + e % 32];
                  * Q3_K: + 4 where bit e / 32 of hmask[e % 32] is set */
                 for (int c0 = 0; c0 < 32; c0 += 16) {
@@ -1191,10 +1190,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
             for (int b = 0; b < nb; b += 8) {
                 size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_iq4_xs);
-                for (int r = 0; r < 16; r++)
-                    for (size_t c = 0; c < sizeof(kt_block_iq4_xs); c += 64)
-                        _mm_prefetch((const char *)p[r] + o + 4 * sizeof(kt_block_iq4_xs) + c,
-                                     _MM_HINT_T0);
                 /* block ib: qs[16 ib..]: low nibbles inputs 0..15, high 16..31 */
                 for (int ib = 0; ib < 8; ib++) {
                     __m512i u[4];
@@ -1224,10 +1219,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             const __m512i bits54 = _mm512_set1_epi8(0x30);
             for (int b = 0; b < nb; b += 16) {
                 size_t o = (size_t)((kb + b) / 16) * sizeof(kt_block_q6_K);
-                for (int r = 0; r < 16; r++)
-                    for (size_t c = 0; c < sizeof(kt_block_q6_K); c += 64)
-                        _mm_prefetch((const char *)p[r] + o + 4 * sizeof(kt_block_q6_K) + c,
-                                     _MM_HINT_T0);
                 /* input e: h = e / 128, sq = e % 128 / 32, c = e % 32: nibble sq / 2
                  * of ql[64 h + 32 (sq % 2) + c], bits 2 sq of qh[32 h + c] */
                 for (int h = 0; h < 2; h++)
@@ -1267,9 +1258,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             const __m512i bit4 = _mm512_set1_epi8(16);
             for (int b = 0; b < nb; b += 8) {
                 size_t o = (size_t)((kb + b) / 8) * bb;
-                for (int r = 0; r < 16; r++)
-                    for (size_t c = 0; c < bb; c += 64)
-                        _mm_prefetch((const char *)p[r] + o + 4 * bb + c, _MM_HINT_T0);
                 /* qs bytes 32j..32j+31: groups 2j (low nibbles), 2j + 1 (high);
                  * Q5_K: bit 4 of input 32g + l is bit g of qh[l] */
                 for (int c = 0; c < 8; c++) {
@@ -1311,10 +1299,20 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
     }
 }
 
+/* acc + w . (the 4 bytes at p, in every lane): the bytes broadcast by the
+ * vpdpbusd itself ({1to16}), not by a vpbroadcastd of their own that gcc
+ * shares between the two row groups. */
+ALWAYS_INLINE __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t *p)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)p));
+    return acc;
+}
+
 typedef struct panel_act {
     const uint8_t *code[4]; /* token's code blocks                       */
     const int32_t *init[4]; /* Q4_0 / Q8_0: per block offset; else NULL   */
     int init_mul;           /* IQ4_NL: 16 (R40's -8 * sum to -128 * sum)  */
+    int init_shift;         /* log2 of init_mul (Q4_0 / Q8_0 / IQ4_NL / Q5_0) */
     const float *ds[4];     /* Q4_K: per block d * sum                    */
     const float *da[4];     /* per block d                                */
 } panel_act;
@@ -1352,7 +1350,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
         int k = kb + b;
         const uint8_t *ap[4];
         float da[4], ds[4];
-        __m512i acci[2][4];
+        __m512i acci[2][4], inits[4];
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++) {
             __m512i init;
@@ -1381,13 +1379,17 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                 ds[t] = a->ds[t][k];
             } else {
                 ap[t] = a->code[t] + (size_t)k * sizeof(kt_block_q8_0) + 2;
-                init = _mm512_set1_epi32(a->init[t][k] * a->init_mul);
+                /* init_mul 1, 2 or 16: a shift of the broadcast load */
+                init = _mm512_slli_epi32(_mm512_set1_epi32(a->init[t][k]), a->init_shift);
                 da[t] = a->da[t][k];
                 ds[t] = 0;
             }
+            /* the sums start at zero and take the offset after the block: a
+             * copy of the offset into each accumulator before it cost ~10% */
+            inits[t] = init;
             #pragma GCC unroll 2
             for (int g = 0; g < G; g++)
-                acci[g][t] = init;
+                acci[g][t] = _mm512_setzero_si512();
         }
         const uint8_t *cb = codes + (size_t)b * BK * 16;
         #pragma GCC unroll 8
@@ -1396,14 +1398,17 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             __m512i w1 = G == 2 ? _mm512_loadu_si512((const void *)(cb + gstride + 64 * j)) : w0;
             #pragma GCC unroll 4
             for (int t = 0; t < MT; t++) {
-                int32_t a4;
-                memcpy(&a4, ap[t] + 4 * j, 4);
-                __m512i av = _mm512_set1_epi32(a4);
-                acci[0][t] = _mm512_dpbusd_epi32(acci[0][t], w0, av);
+                acci[0][t] = dpbusd_bcast(acci[0][t], w0, ap[t] + 4 * j);
                 if (G == 2)
-                    acci[1][t] = _mm512_dpbusd_epi32(acci[1][t], w1, av);
+                    acci[1][t] = dpbusd_bcast(acci[1][t], w1, ap[t] + 4 * j);
             }
         }
+        if (mode != PM_Q81 && mode != PM_K32 && mode != PM_Q2)
+            #pragma GCC unroll 2
+            for (int g = 0; g < G; g++)
+                #pragma GCC unroll 4
+                for (int t = 0; t < MT; t++)
+                    acci[g][t] = _mm512_add_epi32(acci[g][t], inits[t]);
         #pragma GCC unroll 2
         for (int g = 0; g < G; g++) {
             __m512 s = _mm512_loadu_ps(scale + g * sstride + 16 * b);
@@ -1443,10 +1448,29 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             PANEL_MT(MODE, 1);     \
     } while (0)
 
+/* One load per cache line of bytes [o, o + len) of rows [n0, n1): all of a call's
+ * weights requested at once, before the first repack. Zen 4 (lf_kernel_bench, 64
+ * x 2048 Q4_0, 32 tokens, weights from L3 or memory): 30-33 -> 27.5 ns per 64
+ * bytes (rows in L2: 25.4); software prefetches ahead in the repack and during
+ * the GEMM won only ~2 of those ns: demand loads keep far more misses in flight. */
+__attribute__((noinline)) static void rows_touch(const uint8_t *W, size_t wrow, int n0, int n1, size_t o, size_t len)
+{
+    uint8_t x = 0;
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *r = W + (size_t)n * wrow + o;
+        for (size_t c = 0; c < len; c += 64)
+            x ^= r[c];
+        x ^= r[len - 1];
+    }
+    __asm__ volatile("" : : "r"(x)); /* the loads are the point */
+}
+
 void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int n1, int k0,
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch)
 {
+    size_t o0 = kt__ggml_row_bytes((kt_type)type, k0);
+    rows_touch(W, wrow, n0, n1, o0, kt__ggml_row_bytes((kt_type)type, k1) - o0);
     const int mode = type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1  ? PM_Q81
                      : type == KT_TYPE_Q6_K                         ? PM_Q6
                      : type == KT_TYPE_Q3_K                         ? PM_Q3
@@ -1474,6 +1498,7 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               : type == KT_TYPE_IQ4_NL     ? 16
                               : type == KT_TYPE_Q5_0       ? 2 /* R40's -8 sum to -16 sum */
                                                            : 1;
+                pa.init_shift = pa.init_mul > 0 ? __builtin_ctz((unsigned)pa.init_mul) : 0;
                 for (int t = 0; t < 4; t++) {
                     int tt = m + (t < mt ? t : mt - 1);
                     const uint8_t *x = ext ? ext[tt] : NULL;
