@@ -68,3 +68,25 @@ bool opt_parse_f64(const char *tool, const char *flag, const char *text, double 
     *out = v;
     return true;
 }
+
+bool opt_i64(const char *tool, int argc, char **argv, int *i, const char *name, int64_t lo,
+             int64_t hi, int64_t *out, bool *bad)
+{
+    const char *v = NULL;
+    if (!opt_match(argc, argv, i, name, true, &v, bad))
+        return false;
+    if (!*bad && !opt_parse_i64(tool, name, v, lo, hi, out))
+        *bad = true;
+    return true;
+}
+
+bool opt_f64(const char *tool, int argc, char **argv, int *i, const char *name, double lo,
+             double hi, double *out, bool *bad)
+{
+    const char *v = NULL;
+    if (!opt_match(argc, argv, i, name, true, &v, bad))
+        return false;
+    if (!*bad && !opt_parse_f64(tool, name, v, lo, hi, out))
+        *bad = true;
+    return true;
+}

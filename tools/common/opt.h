@@ -18,4 +18,11 @@ bool opt_parse_i64(const char *tool, const char *flag, const char *text, int64_t
 bool opt_parse_f64(const char *tool, const char *flag, const char *text, double lo, double hi,
                    double *out);
 
+/* opt_match and opt_parse_i64 / opt_parse_f64 in one: true when argv[*i] is the option name
+ * (its value taken); *bad set, the error printed, when the value is missing or wrong. */
+bool opt_i64(const char *tool, int argc, char **argv, int *i, const char *name, int64_t lo,
+             int64_t hi, int64_t *out, bool *bad);
+bool opt_f64(const char *tool, int argc, char **argv, int *i, const char *name, double lo,
+             double hi, double *out, bool *bad);
+
 #endif

@@ -565,20 +565,14 @@ int cmd_gemm(int argc, char **argv)
         } else if (opt_match(argc, argv, &i, "--m", true, &v, &bad)) {
             if (bad || !bench_parse_list("--m", v, 1, 1 << 20, ms, &n_ms, 16))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--n", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--n", v, 1, 1 << 20, &n_over))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--k", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--k", v, 1, 1 << 20, &k_over))
-                return 2;
         } else if (opt_match(argc, argv, &i, "--model", true, &v, &bad)) {
             if (bad)
                 return 2;
             model = v;
-        } else if (opt_match(argc, argv, &i, "--reps", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--reps", v, 1, 1000, &reps))
-                return 2;
-        } else if (bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
+        } else if (opt_i64(BENCH_TOOL, argc, argv, &i, "--n", 1, 1 << 20, &n_over, &bad) ||
+                   opt_i64(BENCH_TOOL, argc, argv, &i, "--k", 1, 1 << 20, &k_over, &bad) ||
+                   opt_i64(BENCH_TOOL, argc, argv, &i, "--reps", 1, 1000, &reps, &bad) ||
+                   bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
             if (bad)
                 return 2;
         } else {

@@ -649,8 +649,9 @@ int cmd_hybrid(int argc, char **argv)
             if (bad || !opt_parse_i64(BENCH_TOOL, "--spinner", v, 0, CPU_SETSIZE - 1, &n))
                 return 2;
             c.spinner_cpu = (int)n;
-        } else if (opt_match(argc, argv, &i, "--stream-size", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 0, 1 << 20, &stream_mib))
+        } else if (opt_i64(BENCH_TOOL, argc, argv, &i, "--stream-size", 0, 1 << 20, &stream_mib,
+                           &bad)) {
+            if (bad)
                 return 2;
         } else {
             if (!bad)

@@ -827,8 +827,8 @@ int cmd_moe(int argc, char **argv)
             if (bad || !opt_parse_i64(BENCH_TOOL, "--stream-size", v, 16, 1 << 20,
                                       &c.stream_mib))
                 return 2;
-        } else if (opt_match(argc, argv, &i, "--seed", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--seed", v, 0, INT64_MAX, &seed))
+        } else if (opt_i64(BENCH_TOOL, argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad)) {
+            if (bad)
                 return 2;
             c.seed = (uint64_t)seed;
         } else if (opt_match(argc, argv, &i, "--onednn-weights", true, &v, &bad)) {

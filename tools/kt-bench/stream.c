@@ -272,18 +272,13 @@ int cmd_stream(int argc, char **argv)
     int64_t size_mib = 1536, reps = 5, threads = 0;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
         bool bad = false;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             stream_usage(stdout);
             return 0;
-        } else if (opt_match(argc, argv, &i, "--size", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--size", v, 16, 1 << 20, &size_mib))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--reps", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(BENCH_TOOL, "--reps", v, 1, 1000, &reps))
-                return 2;
-        } else if (bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
+        } else if (opt_i64(BENCH_TOOL, argc, argv, &i, "--size", 16, 1 << 20, &size_mib, &bad) ||
+                   opt_i64(BENCH_TOOL, argc, argv, &i, "--reps", 1, 1000, &reps, &bad) ||
+                   bench_common_opt(argc, argv, &i, &threads, &json_path, &bad)) {
             if (bad)
                 return 2;
         } else {

@@ -308,27 +308,20 @@ int main(int argc, char **argv)
             return 0;
         } else if (opt_match(argc, argv, &i, "--host", true, &v, &bad)) {
             host = v;
-        } else if (opt_match(argc, argv, &i, "--port", true, &v, &bad) ||
-                   opt_match(argc, argv, &i, "-p", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "--port", v, 1, 65535, &port))
-                return 2;
         } else if (opt_match(argc, argv, &i, "--api-key", true, &v, &bad)) {
             api_key = v;
         } else if (opt_match(argc, argv, &i, "--model-name", true, &v, &bad)) {
             model_name = v;
-        } else if (opt_match(argc, argv, &i, "--temperature", true, &v, &bad) ||
-                   opt_match(argc, argv, &i, "-t", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--temperature", v, 0.0, 100.0, &temperature))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--top-p", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--top-p", v, 1e-6, 1.0, &top_p))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--seed", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "--seed", v, 0, INT64_MAX, &seed))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--max-tokens", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "--max-tokens", v, 1, INT32_MAX, &max_tokens))
-                return 2;
+        } else if (opt_i64(TOOL, argc, argv, &i, "--port", 1, 65535, &port, &bad) ||
+                   opt_i64(TOOL, argc, argv, &i, "-p", 1, 65535, &port, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--temperature", 0.0, 100.0, &temperature,
+                           &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "-t", 0.0, 100.0, &temperature, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--top-p", 1e-6, 1.0, &top_p, &bad) ||
+                   opt_i64(TOOL, argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad) ||
+                   opt_i64(TOOL, argc, argv, &i, "--max-tokens", 1, INT32_MAX, &max_tokens,
+                           &bad)) {
+            /* a number taken; a bad one ends the loop below */
         } else if (opt_match(argc, argv, &i, "--system", true, &v, &bad) ||
                    opt_match(argc, argv, &i, "-s", true, &v, &bad)) {
             system_prompt = v;

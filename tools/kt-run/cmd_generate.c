@@ -292,36 +292,21 @@ int cmd_generate(int argc, char **argv)
             chat = true;
         } else if (opt_match(argc, argv, &i, "--logits-out", true, &v, &bad)) {
             logits_out = v;
-        } else if (opt_match(argc, argv, &i, "--n-predict", true, &v, &bad) ||
-                   opt_match(argc, argv, &i, "-n", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "-n", v, 0, INT32_MAX, &n_predict))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--temp", true, &v, &bad) ||
-                   opt_match(argc, argv, &i, "--temperature", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--temp", v, 0.0, 100.0, &temp))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--top-k", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "--top-k", v, 0, INT32_MAX, &top_k))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--top-p", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--top-p", v, 1e-6, 1.0, &top_p))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--min-p", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--min-p", v, 0.0, 1.0, &min_p))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--repeat-penalty", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--repeat-penalty", v, 1e-3, 100.0,
-                                       &repeat_penalty))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--presence-penalty", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--presence-penalty", v, -10.0, 10.0, &presence))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--frequency-penalty", true, &v, &bad)) {
-            if (!bad && !opt_parse_f64(TOOL, "--frequency-penalty", v, -10.0, 10.0, &frequency))
-                return 2;
-        } else if (opt_match(argc, argv, &i, "--seed", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "--seed", v, 0, INT64_MAX, &seed))
-                return 2;
+        } else if (opt_i64(TOOL, argc, argv, &i, "--n-predict", 0, INT32_MAX, &n_predict, &bad) ||
+                   opt_i64(TOOL, argc, argv, &i, "-n", 0, INT32_MAX, &n_predict, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--temp", 0.0, 100.0, &temp, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--temperature", 0.0, 100.0, &temp, &bad) ||
+                   opt_i64(TOOL, argc, argv, &i, "--top-k", 0, INT32_MAX, &top_k, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--top-p", 1e-6, 1.0, &top_p, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--min-p", 0.0, 1.0, &min_p, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--repeat-penalty", 1e-3, 100.0,
+                           &repeat_penalty, &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--presence-penalty", -10.0, 10.0, &presence,
+                           &bad) ||
+                   opt_f64(TOOL, argc, argv, &i, "--frequency-penalty", -10.0, 10.0, &frequency,
+                           &bad) ||
+                   opt_i64(TOOL, argc, argv, &i, "--seed", 0, INT64_MAX, &seed, &bad)) {
+            /* a number taken; a bad one ends the loop below */
         } else if (!strcmp(argv[i], "--print-ids")) {
             print_ids = true;
         } else if (!strcmp(argv[i], "--print-prompt")) {

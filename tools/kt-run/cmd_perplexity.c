@@ -56,8 +56,8 @@ int cmd_perplexity(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         bool bad = false;
-        if (opt_match(argc, argv, &i, "--ctx", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(TOOL, "--ctx", v, 4, INT32_MAX, &n_ctx))
+        if (opt_i64(TOOL, argc, argv, &i, "--ctx", 4, INT32_MAX, &n_ctx, &bad)) {
+            if (bad)
                 return 2;
             continue;
         }
@@ -73,9 +73,8 @@ int cmd_perplexity(int argc, char **argv)
             ids_file = v;
         } else if (opt_match(argc, argv, &i, "--text-file", true, &v, &bad)) {
             text_file = v;
-        } else if (opt_match(argc, argv, &i, "--chunks", true, &v, &bad)) {
-            if (!bad && !opt_parse_i64(TOOL, "--chunks", v, 1, INT32_MAX, &max_chunks))
-                return 2;
+        } else if (opt_i64(TOOL, argc, argv, &i, "--chunks", 1, INT32_MAX, &max_chunks, &bad)) {
+            /* a bad value ends the loop below */
         } else if (opt_match(argc, argv, &i, "--score", true, &v, &bad)) {
             if (!bad && !strcmp(v, "all"))
                 score_all = true;

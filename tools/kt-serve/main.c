@@ -75,53 +75,30 @@ int main(int argc, char **argv)
                 return 2;
             continue;
         }
-        if (opt_match(argc, argv, &i, "--host", true, &v, &bad)) {
+        const char **text = opt_match(argc, argv, &i, "--host", true, &v, &bad) ? &host
+                            : opt_match(argc, argv, &i, "--served-model-name", true, &v, &bad)
+                                ? &name
+                            : opt_match(argc, argv, &i, "--api-key", true, &v, &bad) ? &api_key
+                                                                                     : NULL;
+        if (text) {
             if (bad)
                 return 2;
-            host = v;
+            *text = v;
             continue;
         }
-        if (opt_match(argc, argv, &i, "--served-model-name", true, &v, &bad)) {
+        if (opt_i64(TOOL, argc, argv, &i, "--max-running-requests", 1, 256, &max_running, &bad) ||
+            opt_i64(TOOL, argc, argv, &i, "--max-queued-requests", 1, 1 << 20, &max_queued,
+                    &bad) ||
+            opt_i64(TOOL, argc, argv, &i, "--max-total-tokens", 2, INT32_MAX, &max_total, &bad) ||
+            opt_i64(TOOL, argc, argv, &i, "--chunked-prefill-size", 1, 1 << 20, &prefill_chunk,
+                    &bad) ||
+            opt_i64(TOOL, argc, argv, &i, "--max-body-bytes", 1024, INT32_MAX, &max_body, &bad)) {
             if (bad)
-                return 2;
-            name = v;
-            continue;
-        }
-        if (opt_match(argc, argv, &i, "--api-key", true, &v, &bad)) {
-            if (bad)
-                return 2;
-            api_key = v;
-            continue;
-        }
-        if (opt_match(argc, argv, &i, "--max-running-requests", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(TOOL, "--max-running-requests", v, 1, 256, &max_running))
-                return 2;
-            continue;
-        }
-        if (opt_match(argc, argv, &i, "--max-queued-requests", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(TOOL, "--max-queued-requests", v, 1, 1 << 20,
-                                      &max_queued))
-                return 2;
-            continue;
-        }
-        if (opt_match(argc, argv, &i, "--max-total-tokens", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(TOOL, "--max-total-tokens", v, 2, INT32_MAX, &max_total))
-                return 2;
-            continue;
-        }
-        if (opt_match(argc, argv, &i, "--chunked-prefill-size", true, &v, &bad)) {
-            if (bad ||
-                !opt_parse_i64(TOOL, "--chunked-prefill-size", v, 1, 1 << 20, &prefill_chunk))
                 return 2;
             continue;
         }
         if (!strcmp(argv[i], "--enable-prefix-cache")) {
             prefix_cache = true;
-            continue;
-        }
-        if (opt_match(argc, argv, &i, "--max-body-bytes", true, &v, &bad)) {
-            if (bad || !opt_parse_i64(TOOL, "--max-body-bytes", v, 1024, INT32_MAX, &max_body))
-                return 2;
             continue;
         }
         int r = run_engine_opt(&eo, TOOL, argc, argv, &i);
