@@ -63,6 +63,13 @@ static kt_model *open_ok(const char *path)
     return m;
 }
 
+/* The fixture variant's model (its directory left in dir). */
+static kt_model *open_fixture(char *dir, size_t n, const char *variant)
+{
+    fixture_path(dir, n, variant);
+    return open_ok(dir);
+}
+
 static kt_arch_info arch_of(const kt_model *m)
 {
     kt_arch_info a;
@@ -71,6 +78,14 @@ static kt_arch_info arch_of(const kt_model *m)
     assert_int_equal(kt_model_arch(m, &a), KT_OK);
     return a;
 }
+
+/* Two numbers of a view at once (rows and cols, shape[0] and shape[1], ...); a macro, so that
+ * a failure names the caller's line. */
+#define assert_pair(a, b, want_a, want_b)                                                       \
+    do {                                                                                       \
+        assert_int_equal(a, want_a);                                                           \
+        assert_int_equal(b, want_b);                                                           \
+    } while (0)
 
 static kt_tensor_view view_of(const kt_model *m, uint32_t layer, kt_role role, uint32_t e)
 {
@@ -387,14 +402,12 @@ static void test_views_deepseek(void **state)
 {
     (void)state;
     char dir[512];
-    fixture_path(dir, sizeof dir, "deepseek_v3_tiny/bf16");
-    kt_model *m = open_ok(dir);
+    kt_model *m = open_fixture(dir, sizeof dir, "deepseek_v3_tiny/bf16");
     kt_tensor_view v = view_of(m, 1, KT_ROLE_EXPERT_UP, 3);
     assert_string_equal(v.name, "model.layers.1.mlp.experts.3.up_proj.weight");
     assert_int_equal(v.storage, KT_STORAGE_PLAIN);
     assert_int_equal(v.type, KT_TYPE_BF16);
-    assert_int_equal(v.rows, 192);
-    assert_int_equal(v.cols, 128);
+    assert_pair(v.rows, v.cols, 192, 128);
     assert_int_equal(v.layer, 1);
     assert_int_equal(v.expert, 3);
     v = view_of(m, 0, KT_ROLE_GATE_PROJ, 0); /* layer 0 is dense */
@@ -415,45 +428,36 @@ static void test_views_deepseek(void **state)
     v = view_of(m, 2, KT_ROLE_KV_A_PROJ, 0);
     assert_int_equal(v.rows, 48);
     v = view_of(m, 2, KT_ROLE_SHARED_DOWN, 0);
-    assert_int_equal(v.rows, 128);
-    assert_int_equal(v.cols, 192);
+    assert_pair(v.rows, v.cols, 128, 192);
     v = view_of(m, 0, KT_ROLE_LM_HEAD, 0);
     assert_string_equal(v.name, "lm_head.weight");
     assert_int_equal(v.layer, UINT32_MAX);
     assert_int_equal(kt_model_has_tensor(m, 0, KT_ROLE_Q_PROJ, 0), 0); /* q_lora path */
     kt_model_free(m);
 
-    fixture_path(dir, sizeof dir, "deepseek_v3_tiny/fp8");
-    m = open_ok(dir);
+    m = open_fixture(dir, sizeof dir, "deepseek_v3_tiny/fp8");
     v = view_of(m, 1, KT_ROLE_EXPERT_DOWN, 7);
     assert_int_equal(v.storage, KT_STORAGE_FP8_BLOCK);
     assert_int_equal(v.type, KT_TYPE_F8_E4M3);
-    assert_int_equal(v.rows, 128);
-    assert_int_equal(v.cols, 192);
+    assert_pair(v.rows, v.cols, 128, 192);
     assert_int_equal(v.scale_type, KT_TYPE_F32);
-    assert_int_equal(v.scale_shape[0], 1);
-    assert_int_equal(v.scale_shape[1], 2);
-    assert_int_equal(v.block_rows, 128);
-    assert_int_equal(v.block_cols, 128);
+    assert_pair(v.scale_shape[0], v.scale_shape[1], 1, 2);
+    assert_pair(v.block_rows, v.block_cols, 128, 128);
     assert_non_null(v.scale_data);
     v = view_of(m, 1, KT_ROLE_KV_A_PROJ, 0); /* kept BF16 in this checkpoint */
     assert_int_equal(v.storage, KT_STORAGE_PLAIN);
     assert_null(v.scale_data);
     kt_model_free(m);
 
-    fixture_path(dir, sizeof dir, "deepseek_v3_tiny/int4");
-    m = open_ok(dir);
+    m = open_fixture(dir, sizeof dir, "deepseek_v3_tiny/int4");
     v = view_of(m, 2, KT_ROLE_EXPERT_DOWN, 5);
     assert_string_equal(v.name, "model.layers.2.mlp.experts.5.down_proj.weight_packed");
     assert_int_equal(v.storage, KT_STORAGE_INT4_PACKED);
     assert_int_equal(v.type, KT_TYPE_I32);
-    assert_int_equal(v.shape[0], 128);
-    assert_int_equal(v.shape[1], 24);
-    assert_int_equal(v.rows, 128);
-    assert_int_equal(v.cols, 192);
+    assert_pair(v.shape[0], v.shape[1], 128, 24);
+    assert_pair(v.rows, v.cols, 128, 192);
     assert_int_equal(v.scale_type, KT_TYPE_BF16);
-    assert_int_equal(v.scale_shape[0], 128);
-    assert_int_equal(v.scale_shape[1], 6);
+    assert_pair(v.scale_shape[0], v.scale_shape[1], 128, 6);
     assert_int_equal(v.block_cols, 32);
     v = view_of(m, 2, KT_ROLE_SHARED_UP, 0); /* ignored by re:.*shared_experts.* */
     assert_int_equal(v.storage, KT_STORAGE_PLAIN);
@@ -469,26 +473,21 @@ static void test_views_other_families(void **state)
 {
     (void)state;
     char dir[512];
-    fixture_path(dir, sizeof dir, "gpt_oss_tiny");
-    kt_model *m = open_ok(dir);
+    kt_model *m = open_fixture(dir, sizeof dir, "gpt_oss_tiny");
     kt_tensor_view v = view_of(m, 1, KT_ROLE_EXPERT_GATE_UP, 5);
     assert_string_equal(v.name, "model.layers.1.mlp.experts.gate_up_proj");
     assert_true(v.flags & KT_TENSOR_F_STACKED);
     assert_int_equal(v.layout, KT_LAYOUT_IN_OUT);
     assert_int_equal(v.n_dims, 2);
-    assert_int_equal(v.shape[0], 64);
-    assert_int_equal(v.shape[1], 192);
-    assert_int_equal(v.rows, 192);
-    assert_int_equal(v.cols, 64);
+    assert_pair(v.shape[0], v.shape[1], 64, 192);
+    assert_pair(v.rows, v.cols, 192, 64);
     assert_int_equal(v.nbytes, 64 * 192 * 2);
     assert_int_equal(v.expert_stride, 64 * 192 * 2);
     kt_tensor_view v0 = view_of(m, 1, KT_ROLE_EXPERT_GATE_UP, 0);
     assert_ptr_equal((const uint8_t *)v0.data + 5 * v0.expert_stride, v.data);
     v = view_of(m, 0, KT_ROLE_EXPERT_DOWN, 2);
-    assert_int_equal(v.shape[0], 96);
-    assert_int_equal(v.shape[1], 64);
-    assert_int_equal(v.rows, 64);
-    assert_int_equal(v.cols, 96);
+    assert_pair(v.shape[0], v.shape[1], 96, 64);
+    assert_pair(v.rows, v.cols, 64, 96);
     v = view_of(m, 0, KT_ROLE_EXPERT_GATE_UP_BIAS, 7);
     assert_int_equal(v.shape[0], 192);
     v = view_of(m, 0, KT_ROLE_SINKS, 0);
@@ -507,8 +506,7 @@ static void test_views_other_families(void **state)
     assert_int_equal(kt_model_layer(m, 2, &li), KT_ERR_INVALID_ARG);
     kt_model_free(m);
 
-    fixture_path(dir, sizeof dir, "mixtral_tiny");
-    m = open_ok(dir);
+    m = open_fixture(dir, sizeof dir, "mixtral_tiny");
     v = view_of(m, 1, KT_ROLE_EXPERT_GATE, 6);
     assert_string_equal(v.name, "model.layers.1.block_sparse_moe.experts.6.w1.weight");
     v = view_of(m, 1, KT_ROLE_EXPERT_UP, 6);
@@ -520,8 +518,7 @@ static void test_views_other_families(void **state)
     assert_int_equal(kt_model_has_tensor(m, 1, KT_ROLE_SCORE_CORRECTION, 0), 0);
     kt_model_free(m);
 
-    fixture_path(dir, sizeof dir, "minimax_m2_tiny/fp8");
-    m = open_ok(dir);
+    m = open_fixture(dir, sizeof dir, "minimax_m2_tiny/fp8");
     v = view_of(m, 0, KT_ROLE_Q_NORM, 0);
     assert_int_equal(v.shape[0], 128); /* full width: 4 heads x 32 */
     v = view_of(m, 0, KT_ROLE_K_NORM, 0);
@@ -530,17 +527,14 @@ static void test_views_other_families(void **state)
     assert_string_equal(v.name, "model.layers.0.block_sparse_moe.e_score_correction_bias");
     v = view_of(m, 1, KT_ROLE_EXPERT_DOWN, 0);
     assert_int_equal(v.storage, KT_STORAGE_FP8_BLOCK);
-    assert_int_equal(v.scale_shape[0], 1);
-    assert_int_equal(v.scale_shape[1], 2);
+    assert_pair(v.scale_shape[0], v.scale_shape[1], 1, 2);
     kt_model_free(m);
 
-    fixture_path(dir, sizeof dir, "qwen3_moe_tiny");
-    m = open_ok(dir);
+    m = open_fixture(dir, sizeof dir, "qwen3_moe_tiny");
     v = view_of(m, 1, KT_ROLE_Q_NORM, 0);
     assert_int_equal(v.shape[0], 32); /* per head */
     v = view_of(m, 1, KT_ROLE_O_PROJ, 0);
-    assert_int_equal(v.rows, 64);
-    assert_int_equal(v.cols, 128);
+    assert_pair(v.rows, v.cols, 64, 128);
     /* iteration order: embedding first, lm_head last */
     kt_tensor_view first, last;
     first.struct_size = last.struct_size = sizeof first;
@@ -1342,8 +1336,7 @@ static void fixture_to_gguf(const char *fixture, const char *arch, const char *o
                             bool split_kv_b)
 {
     char dir[512];
-    fixture_path(dir, sizeof dir, fixture);
-    kt_model *m = open_ok(dir);
+    kt_model *m = open_fixture(dir, sizeof dir, fixture);
     kt_arch_info a = arch_of(m);
     kt_st_set *set = NULL;
     assert_int_equal(kt__st_open_dir(&set, dir), KT_OK);
@@ -1567,8 +1560,7 @@ static void test_gguf_models(void **state)
         const uint32_t nh = x.n_heads, nope = x.qk_nope_head_dim, v = x.v_head_dim,
                        lora = x.kv_lora_rank;
         assert_int_equal(kb.n_dims, 3);
-        assert_int_equal(kb.shape[0], nh);
-        assert_int_equal(kb.shape[1], lora);
+        assert_pair(kb.shape[0], kb.shape[1], nh, lora);
         assert_int_equal(kb.shape[2], nope);
         assert_int_equal(vb.shape[1], v);
         const uint16_t *W = kvb.data, *K = kb.data, *V = vb.data;
@@ -1751,8 +1743,7 @@ static void test_gguf_python_seeds(void **state)
     assert_int_equal(a.eos_token_ids[0], 2);
     /* values are (i % 7) * 0.01 in each tensor; expert 1 of down starts at 4 * 8 */
     kt_tensor_view v = view_of(m, 1, KT_ROLE_EXPERT_DOWN, 1);
-    assert_int_equal(v.rows, 8);
-    assert_int_equal(v.cols, 4);
+    assert_pair(v.rows, v.cols, 8, 4);
     const float *f = v.data;
     for (int i = 0; i < 32; i++)
         assert_true(fabsf(f[i] - (float)((32 + i) % 7) * 0.01f) < 1e-7f);
@@ -1859,15 +1850,12 @@ static void test_gpt_oss_mxfp4(void **state)
     assert_int_equal(v.storage, KT_STORAGE_MXFP4);
     assert_int_equal(v.layout, KT_LAYOUT_OUT_IN);
     assert_int_equal(v.type, KT_TYPE_U8);
-    assert_int_equal(v.rows, 2 * I);
-    assert_int_equal(v.cols, H);
+    assert_pair(v.rows, v.cols, 2 * I, H);
     assert_int_equal(v.n_dims, 3);
-    assert_int_equal(v.shape[0], 2 * I);
-    assert_int_equal(v.shape[1], 2);
+    assert_pair(v.shape[0], v.shape[1], 2 * I, 2);
     assert_int_equal(v.shape[2], 16);
     assert_int_equal(v.nbytes, 2 * I * 2 * 16);
-    assert_int_equal(v.scale_shape[0], 2 * I);
-    assert_int_equal(v.scale_shape[1], 2);
+    assert_pair(v.scale_shape[0], v.scale_shape[1], 2 * I, 2);
     assert_int_equal(v.scale_nbytes, 2 * I * 2);
     /* expert 3's bytes: offset 3 * 192 * 2 * 16 of the pattern */
     const uint8_t *b = v.data, *sc = v.scale_data;
@@ -1876,8 +1864,7 @@ static void test_gpt_oss_mxfp4(void **state)
         assert_int_equal(sc[i], (uint8_t)(120 + (3 * 192 * 2 + i) % 13));
     }
     v = view_of(m, 0, KT_ROLE_EXPERT_DOWN, 7);
-    assert_int_equal(v.rows, H);
-    assert_int_equal(v.cols, I);
+    assert_pair(v.rows, v.cols, H, I);
     assert_int_equal(v.shape[1], 3);
     v = view_of(m, 0, KT_ROLE_EXPERT_DOWN_BIAS, 7); /* biases stay BF16 */
     assert_int_equal(v.storage, KT_STORAGE_PLAIN);
@@ -2065,8 +2052,7 @@ static void test_glm_qwen2_synthetic(void **state)
     assert_int_equal(a.shared_intermediate_size, 48);
     v = view_of(m, 0, KT_ROLE_SHARED_EXPERT_GATE, 0);
     assert_string_equal(v.name, "model.layers.0.mlp.shared_expert_gate.weight");
-    assert_int_equal(v.rows, 1);
-    assert_int_equal(v.cols, H);
+    assert_pair(v.rows, v.cols, 1, H);
     v = view_of(m, 0, KT_ROLE_SHARED_UP, 0);
     assert_int_equal(v.rows, 48);
     v = view_of(m, 0, KT_ROLE_V_BIAS, 0);
