@@ -21,11 +21,7 @@
 #include "kt/model.h"
 #include "kt_internal.h"
 
-kt_status kt_convert_options_init(kt_convert_options *opts, size_t struct_size)
-{
-    static const kt_convert_options def = KT_CONVERT_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_convert_options_init, kt_convert_options, KT_CONVERT_OPTIONS_INIT)
 
 /* Row r of a source weight as F32: plain floats, or FP8 blocks times their scale. */
 static kt_status view_row_f32(const kt_tensor_view *v, uint64_t r, float *out)

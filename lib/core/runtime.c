@@ -46,11 +46,7 @@ kt_status kt__options_init(void *opts, size_t struct_size, const void *defaults,
     return KT_OK;
 }
 
-kt_status kt_runtime_options_init(kt_runtime_options *opts, size_t struct_size)
-{
-    static const kt_runtime_options def = KT_RUNTIME_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_runtime_options_init, kt_runtime_options, KT_RUNTIME_OPTIONS_INIT)
 
 static int32_t default_threads(void)
 {

@@ -11,11 +11,7 @@
 #define KT__DEFAULT_CTX_CAP 8192
 #define KT__DEFAULT_BATCH 512
 
-kt_status kt_context_options_init(kt_context_options *opts, size_t struct_size)
-{
-    static const kt_context_options def = KT_CONTEXT_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_context_options_init, kt_context_options, KT_CONTEXT_OPTIONS_INIT)
 
 static kt_status alloc_cache(kt_context *ctx)
 {

@@ -88,6 +88,15 @@ kt_status kt__options_read(void *dst, size_t dst_size, const void *src, const ch
 kt_status kt__options_init(void *opts, size_t struct_size, const void *defaults,
                            size_t defaults_size, const char *fn);
 
+/* Defines the public `kt_status fn(type *opts, size_t struct_size)` filling opts with the
+ * defaults `init` (the struct's *_INIT) through kt__options_init. */
+#define KT__DEFINE_OPTIONS_INIT(fn, type, init)                                             \
+    kt_status fn(type *opts, size_t struct_size)                                           \
+    {                                                                                      \
+        static const type def = init;                                                      \
+        return kt__options_init(opts, struct_size, &def, sizeof def, __func__);            \
+    }
+
 /* Sets key -> value in a pair of parallel string arrays [*n] (replacing an
  * existing key's value); both strings are copied. On failure nothing changes
  * but the arrays' capacity. */

@@ -15,17 +15,10 @@
 #include "io/safetensors.h"
 #include "model_internal.h"
 
-kt_status kt_model_open_options_init(kt_model_open_options *opts, size_t struct_size)
-{
-    static const kt_model_open_options def = KT_MODEL_OPEN_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_model_open_options_init, kt_model_open_options,
+                        KT_MODEL_OPEN_OPTIONS_INIT)
 
-kt_status kt_estimate_options_init(kt_estimate_options *opts, size_t struct_size)
-{
-    static const kt_estimate_options def = KT_ESTIMATE_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_estimate_options_init, kt_estimate_options, KT_ESTIMATE_OPTIONS_INIT)
 
 void kt_model_free(kt_model *m)
 {

@@ -49,11 +49,7 @@ static double next_unit(uint64_t s[4])
     return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-kt_status kt_sampler_options_init(kt_sampler_options *opts, size_t struct_size)
-{
-    static const kt_sampler_options def = KT_SAMPLER_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_sampler_options_init, kt_sampler_options, KT_SAMPLER_OPTIONS_INIT)
 
 void kt_sampler_reset(kt_sampler *s, uint64_t seed)
 {

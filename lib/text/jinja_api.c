@@ -19,17 +19,10 @@ struct kt_template {
     size_t n_defaults;
 };
 
-kt_status kt_template_options_init(kt_template_options *opts, size_t struct_size)
-{
-    static const kt_template_options def = KT_TEMPLATE_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_template_options_init, kt_template_options, KT_TEMPLATE_OPTIONS_INIT)
 
-kt_status kt_template_render_options_init(kt_template_render_options *opts, size_t struct_size)
-{
-    static const kt_template_render_options def = KT_TEMPLATE_RENDER_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_template_render_options_init, kt_template_render_options,
+                        KT_TEMPLATE_RENDER_OPTIONS_INIT)
 
 kt_status kt_template_create(kt_template **out, const char *source, size_t source_len,
                              const char *name, const kt_template_options *opts)

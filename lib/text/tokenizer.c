@@ -1175,11 +1175,7 @@ static kt_status finish(loader *L)
     return KT_OK;
 }
 
-kt_status kt_tokenizer_options_init(kt_tokenizer_options *opts, size_t struct_size)
-{
-    static const kt_tokenizer_options def = KT_TOKENIZER_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_tokenizer_options_init, kt_tokenizer_options, KT_TOKENIZER_OPTIONS_INIT)
 
 static kt_status open_impl(kt_tokenizer *tok, const char *path)
 {
