@@ -118,6 +118,17 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
     }
 }
 
+/* Tokens of token block b of M (<= 6 each): M split into ceil(M / 6) blocks
+ * as even as can be, larger first (32 tokens: 6 6 5 5 5 5, not 6 x 5 + 2: a
+ * block of 2 loads the weight vectors for few products; K 2048, 26 tokens,
+ * one Zen 4 core: RAWINT4 297 -> 309, 32 tokens 308 -> 315-320, BF16 211 ->
+ * 218, FP8 182 -> 187 GFLOP/s). */
+static inline int mtile(int M, int b)
+{
+    int n = (M + 5) / 6;
+    return M / n + (b < M % n);
+}
+
 /* ---- BF16 tiles ----------------------------------------------------------- */
 
 /* 32 words at p under msk; a plain load when msk is all ones (constant). */
@@ -179,8 +190,8 @@ static void tiles_bf16(const uint16_t *wtile, size_t wstride, int nr, const void
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
         w[r] = wtile + (size_t)(r < nr ? r : nr - 1) * wstride;
-    for (int m = 0; m < M; m += 6) {
-        int mr = imin(6, M - m);
+    for (int m = 0, tb = 0; m < M; m += mtile(M, tb++)) {
+        int mr = mtile(M, tb);
         const uint16_t *a[6];
         for (int i = 0; i < 6; i++)
             a[i] = (const uint16_t *)arow(A, a_stride, rows, m + (i < mr ? i : mr - 1)) + kofs;
@@ -947,7 +958,7 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
             int pn = kc + VT_K < k1 ? nb : nb + VT_ROWS, pk = kc + VT_K < k1 ? kc + VT_K : k0;
             int pnr = pn < n1 ? imin(VT_ROWS, n1 - pn) : 0, pkn = imin(VT_K, k1 - pk);
             int per_block = (pnr * 6 + M - 1) / M, pr = 0;
-            for (int m = 0; m < M; m += 6) {
+            for (int m = 0, tb = 0; m < M; m += mtile(M, tb++)) {
                 for (int e = pr + per_block; pr < e && pr < pnr; pr++) {
                     const char *wp = (const char *)W->w + (size_t)(pn + pr) * rb + pk / 2;
                     for (int b = 0; b < pkn / 2; b += 64)
@@ -956,7 +967,7 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
                                                 (size_t)(pn + pr) * sb + pk / 32),
                                  _MM_HINT_T1);
                 }
-                int mr = imin(6, M - m);
+                int mr = mtile(M, tb);
                 const int8_t *a[6];
                 for (int i = 0; i < 6; i++)
                     a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1));
