@@ -63,6 +63,14 @@ static inline float kt__f16_to_f32(uint16_t h)
     return sign ? -v : v;
 }
 
+/* m >> shift rounded to nearest, ties to even (0 < shift < 32): the subnormal results below. */
+static inline uint32_t kt__shr_round_even(uint32_t m, uint32_t shift)
+{
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    return q + (rem > half || (rem == half && (q & 1u)));
+}
+
 /* f32 -> f16, round to nearest even; overflow gives inf; NaN stays NaN. */
 static inline uint16_t kt__f32_to_f16(float f)
 {
@@ -81,11 +89,7 @@ static inline uint16_t kt__f32_to_f16(float f)
         return sign;
     /* subnormal half: |f| / 2^-24 = m * 2^(e - 126), rounded to nearest even */
     uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e, q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++;
-    return (uint16_t)(sign | q);
+    return (uint16_t)(sign | kt__shr_round_even(m, 126u - e));
 }
 
 /* F8_E4M3 (fn) -> f32, exact. */
@@ -128,11 +132,7 @@ static inline uint8_t kt__f32_to_e4m3(float f)
         return sign;
     /* subnormal: |f| / 2^-9 = m * 2^(e - 127 - 23 + 9), rounded to nearest even */
     uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 141u - e, q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++;
-    return (uint8_t)(sign | q);
+    return (uint8_t)(sign | kt__shr_round_even(m, 141u - e));
 }
 
 /* Converts n elements of a plain type (F32 F16 BF16 F64 F8_* I8..I64 U8..U64
