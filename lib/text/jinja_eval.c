@@ -527,7 +527,8 @@ static int bad_operands(jrender *r, const jnode *n, jv a, jv b)
 
 static int repeat_seq(jrender *r, const jnode *n, jv seq, int64_t times, jv *out)
 {
-    if (times < 0)
+    bool empty = seq.type == JV_STR ? seq.u.s.n == 0 : seq.u.l->n == 0;
+    if (times < 0 || empty) /* an empty sequence stays empty at once, however many times */
         times = 0;
     if (seq.type == JV_STR) {
         if (seq.u.s.n && (uint64_t)times > r->lim.max_output / seq.u.s.n)

@@ -282,6 +282,8 @@ T = [
     '{{ d.items() | tojson }}',
     '{{ 5 | indent }}',
     "{{ {(1, 2): 'a'}[1, 2] }}|{{ [1][1, 2] }}|{{ 1 != not[1, 2] }}",
+    # ---- an empty sequence times a huge count: empty at once (a fuzzer's hang)
+    "{{ e * 1000000000000000000 }}|{{ ([] * 1000000000000000000) | length }}|{{ (() * 99999999999) | list }}|{{ '' * -3 }}",
 ]
 
 cases = []
