@@ -11,11 +11,16 @@
  *          token tiles 32 KiB (L1)
  *   park   l1, plus the 4 int32 C tiles stored and loaded again every 4
  *          steps (the loop's K chunks)
+ *   dec    l1, plus per step the vector work of AMXINT4's rescaled rows for
+ *          one block of 32 tokens (tiles_i8_rows: 8 rows x 256 inputs of INT4
+ *          decoded to int8 by table, a table per 128 inputs), to see whether
+ *          the decode hides under the tile products
  * Each on 1 thread, then on every CPU at once (pinned), in GMAC/s (a
  * product: 16 x 16 x 64 multiply-adds).
  *
  * Build and run on the AMX machine:
- *   gcc -O2 -mamx-tile -mamx-int8 -pthread scripts/amx_tile_peak.c -o amx_tile_peak
+ *   gcc -O2 -mamx-tile -mamx-int8 -mavx512f -mavx512bw -mavx512vbmi -pthread \
+ *       scripts/amx_tile_peak.c -o amx_tile_peak
  *   ./amx_tile_peak [threads]
  */
 #define _GNU_SOURCE
@@ -61,9 +66,36 @@ typedef struct {
     double gmacs;
 } job;
 
+/* One step's INT4 rescale work (test dec): 8 rows x 4 x 64 inputs from the
+ * nibbles at q (128 bytes a row) into d (256 bytes a row), a 16-entry table
+ * per 128 inputs from the factors f. */
+static void decode_step(const uint8_t *q, int8_t *d, const float *f, __m512i low)
+{
+    const __m512 v8 = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    for (int r = 0; r < 8; r++) {
+        __m512i lut = _mm512_setzero_si512();
+        for (int j = 0; j < 4; j++) {
+            if (!(j & 1)) {
+                __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(v8, _mm512_set1_ps(f[2 * r + j / 2])));
+                lut = _mm512_permutexvar_epi8(low, _mm512_min_epi32(t, _mm512_set1_epi32(127)));
+            }
+            __m512i b = _mm512_broadcast_i64x4(
+                _mm256_loadu_si256((const __m256i *)(q + r * 128 + j * 32)));
+            b = _mm512_mask_srli_epi16(b, 0xffff0000u, b, 4);
+            _mm512_storeu_si512(d + r * 256 + j * 64, _mm512_permutexvar_epi8(b, lut));
+        }
+    }
+}
+
 /* products per pass of test `test`, run STEPS times */
 static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
 {
+    static _Thread_local float f[16] = {1.5f, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    static _Thread_local _Alignas(64) int8_t dec[2][8 * 256];
+    uint8_t idx[64]; /* byte 0 of dword i % 16 into byte i */
+    for (int i = 0; i < 64; i++)
+        idx[i] = (uint8_t)(4 * (i % 16));
+    const __m512i low = _mm512_loadu_si512(idx);
     long products = 0;
     _tile_zero(0);
     _tile_zero(1);
@@ -74,7 +106,9 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
     _tile_loadd(6, x, 64);
     _tile_loadd(7, x + 1024, 64);
     for (long s = 0; s < STEPS; s++) {
-        if (test == 1 || test == 3) { /* l1, park */
+        if (test == 4)
+            decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low);
+        if (test == 1 || test == 3 || test == 4) { /* l1, park, dec */
             _tile_loadd(4, w, 64);
             _tile_loadd(6, x, 64);
             _tile_loadd(5, w + 1024, 64);
@@ -103,6 +137,7 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
         }
     }
     _tile_stored(0, c, 64);
+    c[1] += dec[0][7] + dec[1][9]; /* the decoded rows are used */
     return products;
 }
 
@@ -140,8 +175,8 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1 || n > 256)
         n = 1;
-    static const char *names[] = {"regs", "l1", "l2", "park"};
-    for (int test = 0; test < 4; test++) {
+    static const char *names[] = {"regs", "l1", "l2", "park", "dec"};
+    for (int test = 0; test < 5; test++) {
         job one = {0, test, 0};
         worker(&one);
         job *all = calloc((size_t)n, sizeof(job));

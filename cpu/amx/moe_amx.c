@@ -690,29 +690,35 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
         __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
         _mm512_store_ps(f, _mm512_mul_ps(sf, _mm512_set1_ps(src->inv16[r])));
         f[16] = 0.0f;
+        /* 32 bytes = 64 inputs, loaded into both halves, the upper shifted:
+         * low nibbles (even inputs), then high */
+        if (g == 32) {
+            for (int j = 0; j < sn; j++) {
+                int k = (st + j) * 64, gi = k / g - g0;
+                __m256i b = k + 64 <= src->kn
+                                ? _mm256_loadu_si256((const __m256i *)(row + k / 2))
+                                : _mm256_maskz_loadu_epi8(0xffff, row + k / 2); /* 32 left */
+                __m512i v = _mm512_broadcast_i64x4(b);
+                v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
+                /* lanes [even, odd inputs of group gi | of gi + 1]: in-lane tables */
+                __m512i lut =
+                    _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2, lut_i4_i32(f + gi + 1));
+                v = _mm512_shuffle_i64x2(v, v, 0xD8);
+                v = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
+                _mm512_storeu_si512(d + (size_t)j * 64, v);
+            }
+            continue;
+        }
         __m512i lut = _mm512_setzero_si512();
         for (int j = 0; j < sn; j++) {
-            int k = (st + j) * 64, gi = k / g - g0;
-            /* 32 bytes = 64 inputs: low nibbles (even inputs), then high */
-            __m256i b = k + 64 <= src->kn
-                            ? _mm256_loadu_si256((const __m256i *)(row + k / 2))
-                            : _mm256_maskz_loadu_epi8(0xffff, row + k / 2); /* 32 left (g 32) */
-            __m512i v = _mm512_broadcast_i64x4(b);
+            int k = (st + j) * 64;
+            if (j == 0 || k % g == 0)
+                lut = _mm512_permutexvar_epi8(low4, lut_i4_i32(f + k / g - g0));
+            __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + k / 2)));
             v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
-            __m512i out;
-            if (g == 32) {
-                /* lanes [even, odd inputs of group gi | of gi + 1]: in-lane tables */
-                lut = _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2, lut_i4_i32(f + gi + 1));
-                v = _mm512_shuffle_i64x2(v, v, 0xD8);
-                out = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
-            } else {
-                if (j == 0 || k % g == 0)
-                    lut = _mm512_permutexvar_epi8(low4, lut_i4_i32(f + gi));
-                /* vpermb reads 6 index bits: the table's 4 lanes are equal, so the
-                 * neighbouring nibble in bits 4-5 does not matter */
-                out = _mm512_permutexvar_epi8(v, lut);
-            }
-            _mm512_storeu_si512(d + (size_t)j * 64, out);
+            /* vpermb reads 6 index bits: the table's 4 lanes are equal, so the
+             * neighbouring nibble in bits 4-5 does not matter */
+            _mm512_storeu_si512(d + (size_t)j * 64, _mm512_permutexvar_epi8(v, lut));
         }
     }
 }
