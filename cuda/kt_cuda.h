@@ -162,9 +162,9 @@ typedef struct kt__cuda_attn {
 /* Chunks of up to this many tokens attend through the split kernel: each block
  * serves up to 8 query heads of one kv head over 1/S of the positions (S up to
  * KT__CUDA_ATTN_SPLITS, from the device's multiprocessors; the split points
- * read from the device, so a captured graph replays at any position); the last
- * split block of each head group merges the partial softmaxes (KT_GPU_FUSE
- * without bit 4: a second kernel does). */
+ * read from the device, so a captured graph replays at any position), and a
+ * second kernel merges the partial softmaxes (KT_GPU_FUSE bit 4, opt-in: the
+ * last split block of each head group does). */
 #define KT__CUDA_ATTN_SPLIT_T 2
 #define KT__CUDA_ATTN_SPLITS 64
 int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos, char *err,
@@ -191,16 +191,16 @@ int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y, 
  * one launch does not apply, add2 is first added into add) */
 int kt__cuda_add_rmsnorm2(kt__cuda_rt *rt, float *x, const float *add, const float *add2,
                           float *y, int32_t rows, int32_t n, const float *w, float eps);
-/* y = in Wᵀ + bias (rows of W->rows), then x += y; xn = RMSNorm(x) · w: for one
- * token in one launch (the product's last block adds and norms; KT_GPU_FUSE
- * without bit 1: two launches), else kt__cuda_linear + kt__cuda_add_rmsnorm. */
+/* y = in Wᵀ + bias (rows of W->rows), then x += y; xn = RMSNorm(x) · w: with
+ * KT_GPU_FUSE bit 1 (opt-in) for one token in one launch (the product's last
+ * block adds and norms), else kt__cuda_linear + kt__cuda_add_rmsnorm. */
 int kt__cuda_linear_add_norm(kt__cuda_rt *rt, const float *in, int32_t T, int32_t in_stride,
                              const kt__cuda_mat *W, const float *bias, float *y, float *x,
                              float *xn, const float *w, float eps);
-/* kt__cuda_linear_n over q, k, v, and for one token qp's post step folded into
- * the same launch (its last block runs it, a warp per head). Returns 0, or 1
- * when qp was not run (more tokens, a head too large, KT_GPU_FUSE without bit
- * 2): the caller then runs kt__cuda_qk_post_run. */
+/* kt__cuda_linear_n over q, k, v, and with KT_GPU_FUSE bit 2 (opt-in) for one
+ * token qp's post step folded into the same launch (its last block runs it, a
+ * warp per head). Returns 0, or 1 when qp was not run (the default, more
+ * tokens, a head too large): the caller then runs kt__cuda_qk_post_run. */
 int kt__cuda_qkv_post(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
                       const kt__cuda_mat *const W[3], const float *const bias[3],
                       float *const y[3], const int32_t y_stride[3], const kt__cuda_qk_post *qp);
@@ -254,8 +254,8 @@ typedef struct kt__cuda_experts_args {
     float alpha, limit;
     int32_t vec8;                         /* every GPU expert readable 8 columns at a time */
     int32_t assign;                       /* out[t] = Σ ... instead of += (no zeroing launch) */
-    /* optional: then res[t] += out[t]; res_norm[t] = RMSNorm(res[t]) · norm_w, folded
-     * into the products' last blocks (rows of H) */
+    /* optional, with KT_GPU_FUSE bit 1: then res[t] += out[t]; res_norm[t] =
+     * RMSNorm(res[t]) · norm_w, folded into the products' last blocks (rows of H) */
     float *res, *res_norm;
     const float *norm_w;
     float eps;

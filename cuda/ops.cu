@@ -67,13 +67,15 @@ struct kt__cuda_rt {
 #define TK_COUNT 4096
 #define DOWN_FOLD_T 64
 
-/* decode folds (KT_GPU_FUSE bits; default the first): the residual add +
+/* decode folds, opt-in (KT_GPU_FUSE bits; default none): the residual add +
  * RMSNorm into the last block of the product before it; q/k norm, RoPE and
  * cache rows into the last block of the q/k/v product; the split attention's
- * merge into each head group's last split block. The last two made a 12-layer
- * Qwen3-30B-A3B decode step slower on the H200 (2026-11-30 03:53: with all
- * three 694 tok/s, with none 755): one block then walks serially through work
- * that a launch of its own spreads over 32-40 blocks. */
+ * merge into each head group's last split block. Each made a 12-layer
+ * Qwen3-30B-A3B decode step slower on the H200 (2026-11-30: all three 694 tok/s
+ * against 755 with none at 03:53; the first alone 764.5 against 799.1 at
+ * 04:08): every block's fence and ticket, then one block walking through work
+ * that a launch of its own (started early by programmatic dependent launch)
+ * spreads over 32-40 blocks, cost more than the launch they save. */
 #define FUSE_ADD_NORM 1
 #define FUSE_QK_POST 2
 #define FUSE_ATTN_MERGE 4
@@ -124,7 +126,7 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     const char *tile = getenv("KT_GPU_ATTN_TILE");
     rt->attn_tile = !(tile && !strcmp(tile, "0"));
     const char *fuse = getenv("KT_GPU_FUSE");
-    rt->fuse = fuse ? atoi(fuse) : FUSE_ADD_NORM;
+    rt->fuse = fuse ? atoi(fuse) : 0;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);

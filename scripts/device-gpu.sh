@@ -16,6 +16,26 @@ export KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD
 export LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH
 timeout ${TEST_LIMIT:-90} ./tests/unit/test_gpu >"$OUT/test_gpu.log" 2>&1; echo "test_gpu rc=$?"
 grep -E "^\[  (FAILED|PASSED)|DIFFERENT|Failure" "$OUT/test_gpu.log" | head -20
+# SANITIZE="memcheck racecheck": compute-sanitizer over test_gpu, one test a
+# process and one process at a time (18 at once shared the GPU and the CPUs
+# and none finished in 230 s: 11-30 03:53), each cut at SAN_LIMIT seconds
+# (default 120); per tool one log in $OUT: a summary line a test, then the
+# first lines of each report. MODELS= (empty) skips the e2e runs below.
+for tool in ${SANITIZE:-}; do
+  log="$OUT/$tool.log"; : >"$log"
+  for t in $(grep -o 'cmocka_unit_test(test_[a-z0-9_]*)' ../tests/unit/test_gpu.c |
+             sed 's/.*(\(.*\))/\1/'); do
+    start=$(date +%s)
+    KT_TEST_FILTER=$t timeout ${SAN_LIMIT:-120} compute-sanitizer --tool "$tool" \
+      ./tests/unit/test_gpu >"$OUT/san.tmp" 2>&1
+    rc=$?
+    echo "== $tool $t: rc=$rc, $(( $(date +%s) - start )) s, $(grep -E \
+      'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/san.tmp" | tr '\n' ' ')" |
+      tee -a "$log"
+    grep -B1 -A8 -m3 "Error\|hazard" "$OUT/san.tmp" >>"$log"
+  done
+  rm -f "$OUT/san.tmp"
+done
 # HYBRID_BENCH=1: first the CPU backend driven as the runtime drives it, with
 # the weights on the huge-page tmpfs, with and without a spinning thread on
 # worker 0's CPU (kt-bench hybrid; about a minute).
@@ -29,7 +49,7 @@ fi
 # Budgets from 100 % down, so the GPU-heavy rows come first; each model's
 # kt-bench stops starting measurements after its limit (the 61 GB Qwen3
 # checkpoint alone takes about 130 s to write there).
-for m in ${MODELS:-qwen3-30b-a3b:${QWEN_LIMIT:-300} deepseek-v3:${DSV3_LIMIT:-140}}; do
+for m in ${MODELS-qwen3-30b-a3b:${QWEN_LIMIT:-300} deepseek-v3:${DSV3_LIMIT:-140}}; do
   name=${m%%:*}; lim=${m#*:}; [ "$lim" = "$m" ] && lim=150
   KT_GPU_TRACE=1 timeout $((lim + 25)) ./tools/kt-bench/kt-bench e2e --dir /mnt/kt --gen 16 \
     --budgets ${BUDGETS:-100,50,25,0} --json "$OUT/e2e-$name.json" --model "$name" \

@@ -27,11 +27,7 @@
 #include "gpu/moves.h"
 #include "moe/moe_internal.h"
 
-kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size)
-{
-    static const kt_gpu_options def = KT_GPU_OPTIONS_INIT;
-    return kt__options_init(opts, struct_size, &def, sizeof def, __func__);
-}
+KT__DEFINE_OPTIONS_INIT(kt_gpu_options_init, kt_gpu_options, KT_GPU_OPTIONS_INIT)
 
 int32_t kt_gpu_count(void)
 {

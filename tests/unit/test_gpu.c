@@ -458,11 +458,11 @@ static void test_grouped_device(void **state)
     grouped_pair("deepseek_v3_tiny", "bf16", 1.0f);
 }
 
-/* Decode logits with the default decode fold (residual add + norm in the
- * product before it), with every fold (KT_GPU_FUSE=7: also q/k post in the
- * q/k/v product and the split attention's merge in its last split block) and
- * with every step as separate launches (KT_GPU_FUSE=0): the same arithmetic but
- * for the order of a few sums, so the same logits to F32 rounding and the same
+/* Decode logits with the opt-in decode folds (KT_GPU_FUSE=1: the residual add
+ * + norm in the product before it; 7: also q/k post in the q/k/v product and
+ * the split attention's merge in its last split block) against every step as
+ * separate launches (KT_GPU_FUSE=0, the default): the same arithmetic but for
+ * the order of a few sums, so the same logits to F32 rounding and the same
  * greedy ids. */
 static void fused_check(const char *name, const char *variant, kt_precision prec, float frac)
 {
@@ -471,12 +471,11 @@ static void fused_check(const char *name, const char *variant, kt_precision prec
     ref_load(&r, dir);
     size_t TV = (size_t)r.T * r.V;
     float *pre = calloc(TV, sizeof(float));
-    static const char *const fuse[3] = {"0", NULL, "7"}; /* separate, default, all */
+    static const char *const fuse[3] = {"0", "1", "7"}; /* separate, add + norm, all */
     float *dec[3];
     for (int pass = 0; pass < 3; pass++) {
         dec[pass] = calloc(TV, sizeof(float));
-        if (fuse[pass])
-            setenv("KT_GPU_FUSE", fuse[pass], 1);
+        setenv("KT_GPU_FUSE", fuse[pass], 1);
         kt_model *model;
         kt_context *ctx = open_gpu(dir, prec, frac, &model);
         unsetenv("KT_GPU_FUSE");
@@ -497,7 +496,7 @@ static void fused_check(const char *name, const char *variant, kt_precision prec
                       "vs separate launches max|diff| %.3g (logits up to %.3g), argmax equal "
                       "at %d/%d\n", name, variant ? variant : "bf16",
                       prec == KT_PRECISION_F32 ? "f32" : "fast", 100.0 * frac,
-                      fuse[pass] ? fuse[pass] : "default", d, mag, same, r.T);
+                      fuse[pass], d, mag, same, r.T);
         /* with CPU experts a rounding of the normed row to the backend's
          * activations may differ between the two */
         assert_true(d <= (frac < 1.0f ? 1e-3f : 1e-5f) * fmaxf(1.0f, mag));
