@@ -9,7 +9,9 @@
  *   M tokens; MIB 0: the same matrix every call (rows x K in L2 when small),
  *   MIB > 0: about that many MiB of matrices visited in turn (from memory).
  *   Prints weight GB/s and ns per 64 weight bytes per CPU second, and
- *   multiply-adds per CPU second (all M tokens).
+ *   multiply-adds per CPU second (all M tokens). From memory, each call is given
+ *   the backend's hint for the next one (kt__moe_llamafile_hint; KT_LF_NOHINT=1:
+ *   none).
  *
  * Build (from the repository root, after `ninja -C BUILD`):
  *   B=BUILD; gcc -O2 -march=native -Icpu -Iinclude -I$B/include -I$B \
@@ -92,8 +94,14 @@ int main(int argc, char **argv)
     kt__wmat wm = {.rows = rows, .cols = K, .type = tr->type};
     long calls = 0;
     double t0 = cpu_now(), t;
+    kt__moe_prefetch_fn hint = kt__moe_llamafile_hint(ks);
     do {
         wm.w = W + (size_t)(calls % (long)nmat) * per;
+        if (hint && mib) { /* as the backend: the next call's rows named before this one */
+            kt__wmat nx = wm;
+            nx.w = W + (size_t)((calls + 1) % (long)nmat) * per;
+            hint(&nx, 0, rows, M);
+        }
         ks->gemm(&wm, 0, rows, 0, K, A, xrow, NULL, M, C, rows, scratch);
         calls++;
         t = cpu_now() - t0;

@@ -48,6 +48,8 @@ static int lf_dist = LF_DIST;
 /* Rows side by side in a one-token tile: 4, or 2 (KT_LF_DEC_ROWS, for measuring
  * the number of weight streams per core against the Xeon's prefetchers) */
 static int lf_dec_rows = 4;
+/* KT_LF_NOHINT=1: the backend's hints for the next prefill call ignored (measuring) */
+static bool lf_nohint;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -59,6 +61,7 @@ static void idx_init(void)
     const char *e = getenv("KT_LF_DIST");
     if (e && atoi(e) >= 1 && atoi(e) <= 64)
         lf_dist = atoi(e);
+    lf_nohint = getenv("KT_LF_NOHINT") != NULL;
     e = getenv("KT_LF_DEC_ROWS");
     if (e && atoi(e) == 2)
         lf_dec_rows = 2;
@@ -1448,6 +1451,49 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             PANEL_MT(MODE, 1);     \
     } while (0)
 
+/* The backend's hints: weights this thread's next panel calls read (the item's up
+ * rows, the next item's gate rows, the next expert's down rows), oldest first.
+ * Each call takes the oldest and starts it into L2 a share per tile, between
+ * its tiles: on the Zen 4 VM software prefetches in bursts of a few hundred
+ * lines mostly came to nothing, 4-16 lines at a time between work all landed. */
+typedef struct lf_region {
+    const uint8_t *w;
+    size_t wrow, len;
+    int rows;
+} lf_region;
+static _Thread_local lf_region lf_hints[2];
+static _Thread_local int lf_nhints;
+
+void kt__lf_panel_hint_avx512(const void *W, size_t wrow, int n0, int n1, size_t len)
+{
+    pthread_once(&idx_once, idx_init);
+    if (n1 <= n0 || !len || lf_nohint)
+        return;
+    if (lf_nhints == 2) { /* keep the newest two */
+        lf_hints[0] = lf_hints[1];
+        lf_nhints = 1;
+    }
+    lf_hints[lf_nhints++] = (lf_region){(const uint8_t *)W + (size_t)n0 * wrow, wrow, len,
+                                        n1 - n0};
+}
+
+/* A walk over a region's cache lines, step() starting the next n. */
+typedef struct lf_walk {
+    lf_region g;
+    int r;
+    size_t c;
+} lf_walk;
+
+static void walk_step(lf_walk *k, long n)
+{
+    for (; n > 0 && k->r < k->g.rows; n--) {
+        _mm_prefetch((const char *)k->g.w + (size_t)k->r * k->g.wrow + k->c, _MM_HINT_T1);
+        k->c += 64;
+        if (k->c >= k->g.len)
+            k->c = 0, k->r++;
+    }
+}
+
 /* One load per cache line of bytes [o, o + len) of rows [n0, n1): all of a call's
  * weights requested at once, before the first repack. Zen 4 (lf_kernel_bench, 64
  * x 2048 Q4_0, 32 tokens, weights from L3 or memory): 30-33 -> 27.5 ns per 64
@@ -1471,6 +1517,18 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
 {
     size_t o0 = kt__ggml_row_bytes((kt_type)type, k0);
     rows_touch(W, wrow, n0, n1, o0, kt__ggml_row_bytes((kt_type)type, k1) - o0);
+    lf_walk next = {{0}, 0, 0};
+    long lines = 0, per = 0;
+    if (lf_nhints) {
+        next.g = lf_hints[0];
+        lf_hints[0] = lf_hints[1];
+        lf_nhints--;
+        /* its lines over the tiles of this call */
+        long tiles = (long)((n1 - n0 + 31) / 32) * ((k1 - k0 + PANEL_KS - 1) / PANEL_KS) *
+                     ((M + 3) / 4);
+        lines = (long)next.g.rows * (long)((next.g.len + 63) / 64);
+        per = (lines + tiles - 1) / tiles;
+    }
     const int mode = type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1  ? PM_Q81
                      : type == KT_TYPE_Q6_K                         ? PM_Q6
                      : type == KT_TYPE_Q3_K                         ? PM_Q3
@@ -1509,6 +1567,7 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                 }
                 for (int g = 0; g < ngroups; g += 2) {
                     int G = ngroups - g < 2 ? 1 : 2;
+                    walk_step(&next, per);
                     int v0 = nr - 16 * g < 16 ? nr - 16 * g : 16;
                     int v1 = G == 2 ? (nr - 16 * g - 16 < 16 ? nr - 16 * g - 16 : 16) : 0;
                     const uint8_t *cg = codes + (size_t)g * nb * BK * 16;

@@ -438,6 +438,30 @@ static const kt__moe_kernels lf_sets[2][16] = {
 };
 static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml");
 
+#if KT_HAVE_ISA_AVX512
+/* The backend's hint that a gemm on rows [n0, n1) of W for M tokens comes next:
+ * queued for the AVX-512 panel call before it to start into L2 (the panel path's
+ * block types and token counts only). */
+static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
+{
+    unsigned sec = kt__ggml_act_section(W->type);
+    if (M >= LF_PANEL_MIN && M <= 256 && sec && sec != KT__GGML_ACT_F32)
+        kt__lf_panel_hint_avx512(W->w, kt__ggml_row_bytes((kt_type)W->type, W->cols), n0, n1,
+                                 kt__ggml_row_bytes((kt_type)W->type, W->cols));
+}
+#endif
+
+kt__moe_prefetch_fn kt__moe_llamafile_hint(const kt__moe_kernels *k)
+{
+#if KT_HAVE_ISA_AVX512
+    for (int i = 0; i < 64; i++)
+        if (k == &lf_sets_avx512[i])
+            return lf_hint;
+#endif
+    (void)k;
+    return NULL;
+}
+
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
 {
     if (isa < 0 || isa > 2 || mask == 0 || mask > 63)
