@@ -14,7 +14,8 @@
  *   dec    l1, plus per step the vector work of AMXINT4's rescaled rows for
  *          one block of 32 tokens (tiles_i8_rows: 8 rows x 256 inputs of INT4
  *          decoded to int8 by table, a table per 128 inputs), to see whether
- *          the decode hides under the tile products
+ *          the decode hides under the tile products (before them)
+ *   dec2   dec with the decode after the step's products
  * Each on 1 thread, then on every CPU at once (pinned), in GMAC/s (a
  * product: 16 x 16 x 64 multiply-adds).
  *
@@ -108,7 +109,7 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
     for (long s = 0; s < STEPS; s++) {
         if (test == 4)
             decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low);
-        if (test == 1 || test == 3 || test == 4) { /* l1, park, dec */
+        if (test == 1 || test >= 3) { /* l1, park, dec, dec2 */
             _tile_loadd(4, w, 64);
             _tile_loadd(6, x, 64);
             _tile_loadd(5, w + 1024, 64);
@@ -125,6 +126,8 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
         _tile_dpbssd(2, 5, 6);
         _tile_dpbssd(3, 5, 7);
         products += 4;
+        if (test == 5)
+            decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low);
         if (test == 3 && s % 4 == 3) {
             _tile_stored(0, c, 64);
             _tile_stored(1, c + 256, 64);
@@ -175,8 +178,8 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1 || n > 256)
         n = 1;
-    static const char *names[] = {"regs", "l1", "l2", "park", "dec"};
-    for (int test = 0; test < 5; test++) {
+    static const char *names[] = {"regs", "l1", "l2", "park", "dec", "dec2"};
+    for (int test = 0; test < 6; test++) {
         job one = {0, test, 0};
         worker(&one);
         job *all = calloc((size_t)n, sizeof(job));
