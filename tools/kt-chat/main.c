@@ -354,10 +354,15 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    backend *b = host ? remote_open(host, (int)port, api_key, model_name) : local_open(&eo);
-    if (!b)
-        return 1;
     bool tty = isatty(STDIN_FILENO), color = term_use_color(stdout);
+    if (tty)
+        tty_uncook(); /* a Ctrl-D typed while the model loads is kept as well */
+    backend *b = host ? remote_open(host, (int)port, api_key, model_name) : local_open(&eo);
+    if (!b) {
+        if (tty)
+            tty_restore();
+        return 1;
+    }
     char hist[1024];
     bool have_hist = tty && save_history && history_path(hist, sizeof hist);
     if (tty) {
