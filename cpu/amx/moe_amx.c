@@ -641,6 +641,10 @@ typedef struct i8_src {
     size_t lds;            /* scales between rows                                  */
     int g, ng, kn, nr;     /* group; groups, inputs (k1 - k0) and rows present     */
     const float *inv16;    /* [NB] 16 / max |s| of each row (0: a zero row)        */
+    const struct i8_src *next; /* the next block: its first chunk rescaled during
+                                  this one's last, or NULL                         */
+    int base, ready;       /* chunks rescaled before this block's first (the two
+                              halves of s->wdec alternate); its first one is      */
 } i8_src;
 
 #define KQ_MAX 8 /* steps per rescaled chunk: two [NB][KQ_MAX * 64] buffers fill wdec */
@@ -780,17 +784,24 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
     int dec = src->sc != NULL;
     int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
-    int8_t *buf = (int8_t *)s->wdec; /* INT4: chunk c at buf + (c & 1) NB dld */
-    if (dec)
-        decode_i4_rescaled(src, 0, imin(kq, kt_n), 0, NB, buf, dld);
+    /* INT4: chunk c of the block in half (base + c) & 1 of s->wdec */
+    int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld};
+    if (dec && !src->ready)
+        decode_i4_rescaled(src, 0, imin(kq, kt_n), 0, NB, buf[src->base & 1], dld);
     for (int kc = 0, ci = 0; kc < kt_n; kc += kq, ci++) {
         int kn = imin(kq, kt_n - kc), last = kc + kq >= kt_n;
-        const int8_t *wc = dec ? buf + (size_t)(ci & 1) * NB * dld
+        const int8_t *wc = dec ? buf[(src->base + ci) & 1]
                                : (const int8_t *)src->w + (size_t)kc * 64;
         size_t ldt = dec ? dld : src->ldw;
-        /* INT4: the next chunk's steps, rescaled rps rows a step of the first block */
-        int nk = dec && !last ? imin(kq, kt_n - kc - kq) : 0, rps = (NB + kn - 1) / kn;
-        int8_t *wn = buf + (size_t)((ci + 1) & 1) * NB * dld;
+        /* INT4: rescaled rps rows a step of the first token block: the next
+         * chunk, or during the last one the next block's first */
+        const i8_src *ns = src;
+        int nst = kc + kq, nk = 0, rps = (NB + kn - 1) / kn;
+        if (dec && !last)
+            nk = imin(kq, kt_n - kc - kq);
+        else if (dec && src->next)
+            ns = src->next, nst = 0, nk = imin(kq, kt_n);
+        int8_t *wn = buf[(src->base + ci + 1) & 1];
         /* what to prefetch: NB rows x pn lines from pw */
         int pn;
         const uint8_t *pw = chunk_at(src, kt_n, kq, ci + ahead, &pn);
@@ -819,8 +830,7 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
                     _mm_prefetch((const char *)pw + (size_t)(pf / pn) * src->ldw + (pf % pn) * 64,
                                  _MM_HINT_T1);
                 if (nk && mb == 0 && dec_first)
-                    decode_i4_rescaled(src, kc + kq, nk, kt * rps, imin(NB, kt * rps + rps), wn,
-                                       dld);
+                    decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
                 const int8_t *wk = wc + (size_t)kt * 64;
                 _tile_loadd(TW0, wk, ldt);
                 _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
@@ -835,8 +845,7 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
                 /* after the products: their tile loads issue before these
                  * stores, so the tiles compute while the vector units decode */
                 if (nk && mb == 0 && !dec_first)
-                    decode_i4_rescaled(src, kc + kq, nk, kt * rps, imin(NB, kt * rps + rps), wn,
-                                       dld);
+                    decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
             }
             if (!park && !last)
                 continue;
@@ -1031,30 +1040,49 @@ static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1,
     }
 }
 
+/* Block b of INT4 rows [nb, nb + 32) (fewer at n1) over inputs from k0: its
+ * pointers, and the row scales rs[r] = max |s| / 16, inv16[r] = 16 / max |s|. */
+static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float *rs,
+                     float *inv16)
+{
+    b->nr = imin(NB, n1 - nb);
+    b->w = (const uint8_t *)W->w + (size_t)nb * b->ldw + (size_t)k0 / 2;
+    b->w_next = nb + NB < n1 ? b->w + NB * b->ldw : NULL;
+    b->sc = (const uint16_t *)W->scale + (size_t)nb * b->lds + (size_t)k0 / (size_t)b->g;
+    b->inv16 = inv16;
+    for (int r = 0; r < NB; r++) {
+        float m = r < b->nr ? absmax_bf16(b->sc + (size_t)r * b->lds, b->ng) : 0.0f;
+        rs[r] = m / 16.0f;
+        inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
+    }
+}
+
 /* INT4 rows [n0, n1) rescaled to one scale per row (see "INT4 on one scale
- * per row") through tiles_i8_rows, 32 rows at a time; the activations as for
- * amx_i8_packed. */
+ * per row") through tiles_i8_rows, 32 rows at a time, each block's first chunk
+ * rescaled during the block before; the activations as for amx_i8_packed. */
 static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
                             size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
                             amx_scratch *s, int g)
 {
-    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / (size_t)g;
-    float *rs = s->gsc, *inv16 = s->gsc + NB;
-    i8_src src = {.ldw = rb, .bps = 32, .lds = sb, .g = g, .ng = (k1 - k0 + g - 1) / g,
-                  .kn = k1 - k0, .inv16 = inv16};
+    i8_src blk[2];
+    float *rs[2] = {s->gsc, s->gsc + 2 * NB}, *inv16[2] = {s->gsc + NB, s->gsc + 3 * NB};
+    int kt_n = (k1 - k0 + 63) / 64, kq = imin(kc8, KQ_MAX);
+    for (int i = 0; i < 2; i++)
+        blk[i] = (i8_src){.ldw = (size_t)W->cols / 2, .bps = 32,
+                          .lds = (size_t)W->cols / (size_t)g, .g = g,
+                          .ng = (k1 - k0 + g - 1) / g, .kn = k1 - k0};
     configure_tiles(64);
-    for (int nb = n0; nb < n1; nb += NB) {
-        src.nr = imin(NB, n1 - nb);
-        src.w = (const uint8_t *)W->w + (size_t)nb * rb + (size_t)k0 / 2;
-        src.w_next = nb + NB < n1 ? src.w + NB * rb : NULL;
-        src.sc = (const uint16_t *)W->scale + (size_t)nb * sb + (size_t)k0 / (size_t)g;
-        for (int r = 0; r < NB; r++) {
-            float m = r < src.nr ? absmax_bf16(src.sc + (size_t)r * sb, src.ng) : 0.0f;
-            rs[r] = m / 16.0f;
-            inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
+    i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0]);
+    for (int nb = n0, i = 0; nb < n1; nb += NB, i ^= 1) {
+        i8_src *cur = &blk[i], *nx = &blk[i ^ 1];
+        cur->next = NULL;
+        if (nb + NB < n1) {
+            i4_block(nx, W, nb + NB, n1, k0, rs[i ^ 1], inv16[i ^ 1]);
+            cur->next = nx;
+            nx->base = cur->base + (kt_n + kq - 1) / kq;
         }
-        tiles_i8_rows(&src, xw, x_mb_stride, mn, (k1 - k0 + 63) / 64, rs, ts, src.nr, Cm, ldc,
-                      nb - n0, s);
+        tiles_i8_rows(cur, xw, x_mb_stride, mn, kt_n, rs[i], ts, cur->nr, Cm, ldc, nb - n0, s);
+        nx->ready = 1;
     }
 }
 
