@@ -8,8 +8,9 @@
  *           64 bytes: high and low byte of each BF16, sign or'ed in) and one
  *           interleave; the activations are stored permuted to match. Up to 2
  *           tokens: decoded in registers, block scale applied per 128 inputs
- *           to block partial sums. More tokens: a 4-row chunk is decoded once
- *           with its scales folded in, then BF16 tiles reuse it for every token.
+ *           to block partial sums. More tokens: a 4-row chunk is decoded once,
+ *           then BF16 tiles reuse it for every token; the block scale goes
+ *           into a copy of the activations (under 64 tokens) or the chunk.
  *  RAWINT4  up to 3 tokens: 128 inputs per step, nibbles (value + 8, unsigned)
  *           x INT8 activations (scale per 32-group) with vpdpbusd, each lane
  *           started at -8 * (sum of its activation bytes) to remove the +8.
@@ -120,9 +121,9 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
 
 /* Tokens of token block b of M (<= 6 each): M split into ceil(M / 6) blocks
  * as even as can be, larger first (32 tokens: 6 6 5 5 5 5, not 6 x 5 + 2: a
- * block of 2 loads the weight vectors for few products; K 2048, 26 tokens,
- * one Zen 4 core: RAWINT4 297 -> 309, 32 tokens 308 -> 315-320, BF16 211 ->
- * 218, FP8 182 -> 187 GFLOP/s). */
+ * block of 2 loads the weight vectors for few products). One Zen 4 core, K
+ * 2048: RAWINT4 26 tokens 297 -> 309, 32 tokens 308 -> 315-320 GFLOP/s; at
+ * 32 tokens BF16 211 -> 218, FP8 182 -> 187. */
 static inline int mtile(int M, int b)
 {
     int n = (M + 5) / 6;
