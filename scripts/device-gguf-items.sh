@@ -6,8 +6,11 @@
 # kt-bench moe --gguf at T = 1 and 4 for each KT_MOE_DECODE_GRAIN:KT_MOE_DECODE_ITEMS
 # pair of ITEMS for Q4_0, ITEMS2 for the other types ("default" = the backend's own
 # choice, 64:4),
-# and each KT_LF_DIST of DISTS (rows prefetched ahead; "default" = 12), with
-# KT_MOE_PROFILE's per-phase times. Steps past DEADLINE seconds are skipped.
+# each KT_LF_DIST of DISTS (rows prefetched ahead; "default" = 12) and each
+# KT_LF_DEC_ROWS of ROWS (rows side by side in a one-token tile; "default" = 4),
+# with KT_MOE_PROFILE's per-phase times; then, for each T of PREFILL, a prefill
+# row with and without the backend's next-call hints (ONEDNN=1: oneDNN beside the
+# first). Steps past DEADLINE seconds are skipped.
 # Logs in $OUT.
 set -u
 [ -n "${NO_ENV:-}" ] || . scripts/device-env.sh
@@ -29,16 +32,29 @@ for t in ${GGUF_TYPES:-Q4_0 Q4_K Q8_0}; do
     echo "$t converted at $(($(date +%s) - T0)) s; $(uptime)"
     items=${ITEMS:-default 64:4 32:16 64:8 32:4}
     [ "$t" = "${GGUF_TYPES:-Q4_0}" ] || [ "$t" = Q4_0 ] || items=${ITEMS2:-default 64:4}
-    for it in $items; do for d in ${DISTS:-default}; do
-        late && { echo "skipped $t $it $d (deadline)"; continue; }
+    for it in $items; do for d in ${DISTS:-default}; do for rw in ${ROWS:-default}; do
+        late && { echo "skipped $t $it $d $rw (deadline)"; continue; }
         if [ "$it" = default ]; then g=; n=; else g=${it%%:*}; n=${it##*:}; fi
         [ "$d" = default ] && pf= || pf=$d
-        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d.log
-        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_DIST=$pf KT_MOE_PROFILE=1 \
-            timeout 40 "$B/tools/kt-bench/kt-bench" moe --gguf /dev/shm/q3_$t.gguf \
-            --tokens 1,4 --no-onednn --min-time 0.5 > "$log" 2>&1
-        echo "== $t items $it dist $d rc=$?"
+        [ "$rw" = default ] && nr= || nr=$rw
+        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw.log
+        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_DIST=$pf KT_LF_DEC_ROWS=$nr \
+            KT_MOE_PROFILE=1 timeout 40 "$B/tools/kt-bench/kt-bench" moe \
+            --gguf /dev/shm/q3_$t.gguf --tokens 1,4 --no-onednn --min-time 0.5 > "$log" 2>&1
+        echo "== $t items $it dist $d rows $rw rc=$?"
         grep -E "T=|profile" "$log" | sed 's/libkt: warning: moe profile: //'
+    done; done; done
+    # prefill (PREFILL="512 ..." token counts): as it runs, then without the backend's
+    # next-call hints (KT_LF_NOHINT=1); ONEDNN=1 adds oneDNN's BF16 matmuls to the first
+    for T in ${PREFILL:-}; do for h in hint nohint; do
+        late && { echo "skipped $t T=$T $h (deadline)"; continue; }
+        [ "$h" = hint ] && nh= || nh=1
+        od=--no-onednn; [ "$h" = hint ] && [ -n "${ONEDNN:-}" ] && od=
+        log=$OUT/prefill-$t-$T-$h.log
+        KT_LF_NOHINT=$nh timeout 60 "$B/tools/kt-bench/kt-bench" moe \
+            --gguf /dev/shm/q3_$t.gguf --tokens "$T" $od --min-time 1 > "$log" 2>&1
+        echo "== $t prefill T=$T $h rc=$?"
+        grep -E "T=" "$log"
     done; done
     rm -f /dev/shm/q3_$t.gguf
 done

@@ -45,8 +45,13 @@
 #define LF_DIST 12
 #define LF_HINT _MM_HINT_T1
 static int lf_dist = LF_DIST;
-/* Rows side by side in a one-token tile: 4, or 2 (KT_LF_DEC_ROWS, for measuring
- * the number of weight streams per core against the Xeon's prefetchers) */
+/* Rows side by side in a one-token tile (weight streams per core): Zen 4 VM, one
+ * core from memory, 384 x 2048: Q4_0 4 rows 13.4 GB/s, 2 rows 12.7, 1 row 10.8
+ * (Q8_0 17.2 / 12.8 / 11.9); the 16-core Xeon (kt-bench moe --gguf, T=1): at
+ * 04:36 Q4_0 74.4 / 82.4 / 67.5 GB/s, Q8_0 79.9 / 90.8 / 79.9, but at 04:41, 2
+ * vs 4 rows twice: Q4_0 75.9 / 88.1, 71.2 / 73.2, Q8_0 85.5 / 85.1, 84.3 / 85.0
+ * (run-to-run noise of +-10%). So 4; KT_LF_DEC_ROWS (4, 2, 1) overrides, 1 for
+ * Q4_0 / Q8_0 / IQ4_NL only (the other tiles take 2). */
 static int lf_dec_rows = 4;
 /* KT_LF_NOHINT=1: the backend's hints for the next prefill call ignored (measuring) */
 static bool lf_nohint;
@@ -63,8 +68,8 @@ static void idx_init(void)
         lf_dist = atoi(e);
     lf_nohint = getenv("KT_LF_NOHINT") != NULL;
     e = getenv("KT_LF_DEC_ROWS");
-    if (e && atoi(e) == 2)
-        lf_dec_rows = 2;
+    if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
+        lf_dec_rows = atoi(e);
     for (int t = 0; t < 2; t++) {
         int bb = t ? 34 : 18, period = t ? PERIOD80 : PERIOD40;
         uint16_t(*tab)[16] = t ? idx80 : idx40;
@@ -133,16 +138,16 @@ typedef struct tile_job {
     size_t rp;     /* raw: the activation sections' stride */
 } tile_job;
 
-/* out[r * 4 + m] = rows w[r] . tokens a[m]: 4 rows x 1 token (one), else 2 rows
- * x mr tokens. */
-typedef void (*tile_family)(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+/* out[r * 4 + m] = rows w[r] . tokens a[m]: nrow 4: 4 rows x 1 token; 1 (the raw
+ * family only): 1 row x 1 token; else 2 rows x mr tokens. */
+typedef void (*tile_family)(const tile_job *j, int nrow, int mr, const uint8_t *const *w,
                             const uint8_t *const *a, size_t ahead, float *out);
 
-/* A family's tile at (NR, MT) from the runtime one / mr: CALL(NR, MT, args...)
+/* A family's tile at (NR, MT) from the runtime nrow / mr: CALL(NR, MT, args...)
  * with literal sizes, so that each tile is compiled for its shape. */
 #define TILE_SWITCH(CALL, ...)                                                          \
     do {                                                                                \
-        if (one)                                                                        \
+        if (nrow == 4)                                                                  \
             CALL(4, 1, __VA_ARGS__);                                                    \
         else if (mr == 1)                                                               \
             CALL(2, 1, __VA_ARGS__);                                                    \
@@ -160,10 +165,10 @@ typedef void (*tile_family)(const tile_job *j, bool one, int mr, const uint8_t *
  * lf_dist are started at once and each tile starts the one lf_dist rows on. */
 ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *W, size_t wrow,
                              size_t o0, size_t span, int n0, int n1, const void *const *act,
-                             size_t aoff, int M, float *C, int ldc)
+                             size_t aoff, int M, float *C, int ldc, bool row1)
 {
     pthread_once(&idx_once, idx_init);
-    const int NR = M == 1 && lf_dec_rows == 4 ? 4 : 2, dist = lf_dist;
+    const int NR = M > 1 ? 2 : lf_dec_rows == 1 ? (row1 ? 1 : 2) : lf_dec_rows, dist = lf_dist;
     for (int n = n0; n < n0 + dist && n < n1; n++)
         for (size_t c = 0; c < span; c += 64)
             _mm_prefetch((const char *)W + (size_t)n * wrow + o0 + c, LF_HINT);
@@ -179,7 +184,7 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
             for (int i = 0; i < 4; i++)
                 ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)] + aoff;
             float t[16] = {0}; /* only mr x nr written; zeroed for gcc -O2 */
-            fam(j, NR == 4, mr, wr, ar, ahead, t);
+            fam(j, M == 1 ? NR : 2, mr, wr, ar, ahead, t);
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)
                     C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
@@ -259,9 +264,18 @@ ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const in
 
 #define RAW_TILE(NR, MT, Q4, NL) raw_tile(Q4, NL, NR, MT, w, j->R, j->phase, a, j->rp, ahead, out)
 
-static void raw_family(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+static void raw_family(const tile_job *j, int nrow, int mr, const uint8_t *const *w,
                        const uint8_t *const *a, size_t ahead, float *out)
 {
+    if (nrow == 1) { /* KT_LF_DEC_ROWS=1 */
+        if (j->type == KT_TYPE_Q4_0)
+            RAW_TILE(1, 1, true, false);
+        else if (j->type == KT_TYPE_IQ4_NL)
+            RAW_TILE(1, 1, true, true);
+        else
+            RAW_TILE(1, 1, false, false);
+        return;
+    }
     if (j->type == KT_TYPE_Q4_0)
         TILE_SWITCH(RAW_TILE, true, false);
     else if (j->type == KT_TYPE_IQ4_NL)
@@ -278,7 +292,7 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
     const int bb = q4 ? 18 : 34, period = q4 ? PERIOD40 : PERIOD80;
     const size_t o0 = (size_t)b0 * bb;
     const tile_job j = {type, 0, (b1 - b0) * bb, (int)(o0 % (size_t)period), rp};
-    tile_rows(raw_family, &j, W, wrow, o0, (size_t)j.R, n0, n1, act, o0, M, C, ldc);
+    tile_rows(raw_family, &j, W, wrow, o0, (size_t)j.R, n0, n1, act, o0, M, C, ldc, true);
 }
 
 /* ---------------------------------------------------------------------------
@@ -782,7 +796,7 @@ ALWAYS_INLINE void q3k_tile(const bool unused, const int NR, const int MT,
 
 #define K_TILE(NR, MT, FN, F) FN(F, NR, MT, w, j->nb, a, ahead, out)
 
-static void k_family(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+static void k_family(const tile_job *j, int nrow, int mr, const uint8_t *const *w,
                      const uint8_t *const *a, size_t ahead, float *out)
 {
     if (j->type == KT_TYPE_Q4_K)
@@ -807,7 +821,7 @@ void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, 
     const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
     const tile_job j = {type, b1 - b0, 0, 0, 0};
     tile_rows(k_family, &j, W, wrow, (size_t)b0 * bb, (size_t)j.nb * bb, n0, n1, act,
-              (size_t)b0 * sizeof(kt_block_q8_K), M, C, ldc);
+              (size_t)b0 * sizeof(kt_block_q8_K), M, C, ldc, false);
 }
 
 
@@ -965,7 +979,7 @@ ALWAYS_INLINE void q5_tile(const int type, const int NR, const int MT, const uin
 
 #define Q5_TILE(NR, MT, TYPE) q5_tile(TYPE, NR, MT, w, j->nb, a, ahead, out)
 
-static void q5_family(const tile_job *j, bool one, int mr, const uint8_t *const *w,
+static void q5_family(const tile_job *j, int nrow, int mr, const uint8_t *const *w,
                       const uint8_t *const *a, size_t ahead, float *out)
 {
     if (j->type == KT_TYPE_Q4_1)
@@ -985,7 +999,7 @@ void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1,
     const size_t abytes = type == KT_TYPE_Q5_0 ? sizeof(kt_block_q8_0) : sizeof(kt_block_q8_1);
     const tile_job j = {type, b1 - b0, 0, 0, 0};
     tile_rows(q5_family, &j, W, wrow, (size_t)b0 * bb, (size_t)j.nb * bb, n0, n1, act,
-              (size_t)b0 * abytes, M, C, ldc);
+              (size_t)b0 * abytes, M, C, ldc, false);
 }
 
 
