@@ -157,7 +157,10 @@ typedef struct kt__cuda_attn {
     float *work;
     size_t work_elems;
     int32_t splits;       /* > 0: this many splits (tests), else from the device's size */
-    int32_t reserved;
+    /* 1: ka, kb and v are the KV cache, whose rows before *pos0 no kernel of this
+     * step writes (the split kernel may read them before it waits); 0: scratch
+     * rewritten each step (naive MLA's expansion) */
+    int32_t rows_final;
 } kt__cuda_attn;
 /* Chunks of up to this many tokens attend through the split kernel: each block
  * serves up to 8 query heads of one kv head over 1/S of the positions (S up to

@@ -47,6 +47,9 @@ struct kt__cuda_rt {
     int32_t cc_major;     /* compute capability: BF16 tensor cores (WMMA) from 8 */
     int pdl;              /* programmatic dependent launch of the decode kernels (sm_90+) */
     int attn_tile;        /* prefill attention in tiles (KT_GPU_ATTN_TILE=0: k_attention) */
+    int gemv;             /* KT_GPU_GEMV bits, GEMV_* below (default all) */
+    int upp_blocks;       /* k_expert_up_p's resident blocks a multiprocessor (0: not yet asked) */
+    size_t upp_smem;      /* ... with this much dynamic shared memory */
     /* KT_GPU_TRACE=2: timing events between phases, and the stream held while a
      * step is queued */
     cudaEvent_t *prof_ev;
@@ -79,6 +82,23 @@ struct kt__cuda_rt {
 #define FUSE_ADD_NORM 1
 #define FUSE_QK_POST 2
 #define FUSE_ATTN_MERGE 4
+
+/* decode kernels that start streaming before they wait (KT_GPU_GEMV bits,
+ * default all; 0: the earlier kernels, for A/B runs in one process): one-token
+ * BF16 products load their weight rows into registers before pdl_wait (weights
+ * never depend on the kernel before; the router's logits too); the expert-up
+ * product for one token as one resident wave of warps that loop over the
+ * (expert, row) pairs with x and the descriptors read once a block; the expert
+ * down product reads the router's ids and its weight rows before pdl_wait (the
+ * router finished before the up kernel let it start) and keeps a lane's 24
+ * loads in flight; the split attention prefetches its positions' key and
+ * value rows into L2 before it waits. */
+#define GEMV_PRE 1
+#define GEMV_UP 2
+#define GEMV_DOWN 4
+#define GEMV_ATTN 8
+#define GEMV_ATTN_EARLY 16
+#define GEMV_ALL 31
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 {
@@ -127,6 +147,8 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     rt->attn_tile = !(tile && !strcmp(tile, "0"));
     const char *fuse = getenv("KT_GPU_FUSE");
     rt->fuse = fuse ? atoi(fuse) : 0;
+    const char *gemv = getenv("KT_GPU_GEMV");
+    rt->gemv = gemv ? atoi(gemv) & GEMV_ALL : GEMV_ALL;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -490,6 +512,17 @@ __device__ __forceinline__ float fp8_fast(uint32_t b)
     return __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 0x1p120f;
 }
 
+/* 8 BF16 values (16 bytes, lowest first) as F32 */
+__device__ __forceinline__ void bf16x8(uint4 u, float w[8])
+{
+    const uint32_t p[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        w[2 * j] = __uint_as_float(p[j] << 16);
+        w[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
+    }
+}
+
 /* W[r][c..c+8) as F32 in one 16-byte (BF16, F32: two) or 8-byte (FP8) load;
  * c is a multiple of 8 and the FP8 column blocks are multiples of 8 wide */
 template <int TY>
@@ -497,13 +530,7 @@ __device__ __forceinline__ void load8t(const kt__cuda_mat &W, int32_t r, int32_t
 {
     size_t i = (size_t)r * W.cols + c;
     if constexpr (TY == KT__CUDA_W_BF16) {
-        uint4 u = __ldg((const uint4 *)((const uint16_t *)W.data + i));
-        uint32_t p[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            w[2 * j] = __uint_as_float(p[j] << 16);
-            w[2 * j + 1] = __uint_as_float(p[j] & 0xffff0000u);
-        }
+        bf16x8(__ldg((const uint4 *)((const uint16_t *)W.data + i)), w);
     } else if constexpr (TY == KT__CUDA_W_F8) {
         uint2 u = __ldg((const uint2 *)((const uint8_t *)W.data + i));
         size_t si = (size_t)(r / W.block_rows) * W.scale_cols + c / W.block_cols;
@@ -800,12 +827,69 @@ __device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W
     }
 }
 
-/* a block's rows of y (+)= W x + b, x through shared memory xs */
+/* BF16 row r of W, this lane's NB 16-byte chunks (columns 8 (lane + 32 j)) into
+ * registers, all in flight; chunks past the row's end read its last one again
+ * (weighted 0 by row_consume_bf16) */
+template <int NB>
+__device__ __forceinline__ void row_issue_bf16(const kt__cuda_mat &W, int32_t r, uint4 raw[NB])
+{
+    const uint4 *p = (const uint4 *)((const uint16_t *)W.data + (size_t)r * W.cols);
+    const int32_t n16 = W.cols / 8, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < NB; j++)
+        raw[j] = __ldg(p + min(lane + 32 * j, n16 - 1));
+}
+
+/* this lane's share of W[r]·x from row_issue_bf16's chunks, x in shared memory:
+ * Σ_j Σ_i w[8 q_j + i] x[8 q_j + i], q_j = lane + 32 j < cols / 8 */
+template <int NB>
+__device__ __forceinline__ float row_consume_bf16(const uint4 raw[NB], const float *xs,
+                                                  int32_t cols)
+{
+    const int32_t n16 = cols / 8, lane = threadIdx.x % 32;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NB; j++) {
+        const int32_t q = lane + 32 * j, qq = min(q, n16 - 1);
+        float w[8];
+        bf16x8(raw[j], w);
+        s += (float)(q < n16) * dot8(w, xs + 8 * qq); /* arithmetic: no branch */
+    }
+    return s;
+}
+
+/* columns a one-token BF16 product streams before it waits: NB 16-byte chunks a
+ * lane (0: the row is read after the wait, through k_gemv1's L2 prefetch) */
+static int gemv_pre_nb(const kt__cuda_rt *rt, const kt__cuda_mat *W)
+{
+    if (!(rt->gemv & GEMV_PRE) || W->type != KT__CUDA_W_BF16)
+        return 0;
+    return W->cols <= 8 * 32 * 8 ? 8 : W->cols <= 8 * 32 * 16 ? 16 : 0;
+}
+
+/* a block's rows of y (+)= W x + b, x through shared memory xs; NB > 0 (BF16
+ * weights, cols <= 256 NB): each warp's row in registers before the wait */
+template <int NB>
 __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__ x,
                                             const kt__cuda_mat &W, const float *b, float *y,
                                             int acc)
 {
     int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
+    if constexpr (NB > 0) {
+        uint4 raw[NB];
+        if (r < W.rows)
+            row_issue_bf16<NB>(W, r, raw);
+        pdl_wait();
+        x_to_smem(xs, x, W.cols);
+        if (r < W.rows) {
+            float s = warp_sum(row_consume_bf16<NB>(raw, xs, W.cols));
+            if (threadIdx.x % 32 == 0) {
+                s += b ? b[r] : 0.0f;
+                y[r] = acc ? y[r] + s : s;
+            }
+        }
+        return;
+    }
     if (r < W.rows)
         prefetch_row(W, r);
     pdl_wait();
@@ -814,12 +898,14 @@ __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__
         gemv1_row(xs, W, b, y, acc, r);
 }
 
-__global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1(const float *__restrict__ x,
-                                                         kt__cuda_mat W, const float *b,
-                                                         float *y, int acc, norm_tail nt)
+/* NB 8: two blocks a multiprocessor (64 registers a thread) */
+template <int NB>
+__global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
+    k_gemv1(const float *__restrict__ x, kt__cuda_mat W, const float *b, float *y, int acc,
+            norm_tail nt)
 {
     extern __shared__ float4 xs4[];
-    gemv1_block((float *)xs4, x, W, b, y, acc);
+    gemv1_block<NB>((float *)xs4, x, W, b, y, acc);
     /* the residual add and the next norm over the finished y */
     if (nt.ticket && last_block(nt.ticket, gridDim.x))
         add_norm_row<GEMV1_THREADS>(nt.x, y, nt.a2, nt.xn, W.rows, nt.w, nt.eps);
@@ -941,9 +1027,9 @@ __device__ void qk_post_head(const kt__cuda_qk_post &a, int32_t b, int32_t t, fl
 /* k_gemv_n for one token (k_gemv1's way); with a ticket, the grid's last block
  * then runs qk_post over the finished q, k, v (a warp per head, each warp's
  * head_dim floats where x was) */
-__global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1_n(const float *__restrict__ x,
-                                                           gemv_set g, kt__cuda_qk_post qp,
-                                                           unsigned *ticket)
+template <int NB>
+__global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
+    k_gemv1_n(const float *__restrict__ x, gemv_set g, kt__cuda_qk_post qp, unsigned *ticket)
 {
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
@@ -954,13 +1040,28 @@ __global__ void __launch_bounds__(GEMV1_THREADS) k_gemv1_n(const float *__restri
     /* the matrix by value (selects): indexed in the parameters it kept the
      * compiler from batching the row's loads */
     const kt__cuda_mat W = m == 0 ? g.W[0] : m == 1 ? g.W[1] : g.W[2];
-    if (m < 3)
-        prefetch_row(W, r);
-    pdl_wait();
-    x_to_smem(xs, x, g.W[0].cols);
-    if (m < 3)
-        gemv1_row(xs, W, m == 0 ? g.b[0] : m == 1 ? g.b[1] : g.b[2],
-                  m == 0 ? g.y[0] : m == 1 ? g.y[1] : g.y[2], 0, r);
+    const float *b = m == 0 ? g.b[0] : m == 1 ? g.b[1] : g.b[2];
+    float *y = m == 0 ? g.y[0] : m == 1 ? g.y[1] : g.y[2];
+    if constexpr (NB > 0) {
+        /* every matrix BF16 (the host checked): the row in registers first */
+        uint4 raw[NB];
+        if (m < 3)
+            row_issue_bf16<NB>(W, r, raw);
+        pdl_wait();
+        x_to_smem(xs, x, g.W[0].cols);
+        if (m < 3) {
+            float s = warp_sum(row_consume_bf16<NB>(raw, xs, W.cols));
+            if (threadIdx.x % 32 == 0)
+                y[r] = s + (b ? b[r] : 0.0f);
+        }
+    } else {
+        if (m < 3)
+            prefetch_row(W, r);
+        pdl_wait();
+        x_to_smem(xs, x, g.W[0].cols);
+        if (m < 3)
+            gemv1_row(xs, W, b, y, 0, r);
+    }
     if (ticket && last_block(ticket, gridDim.x)) {
         const int32_t warps = GEMV1_THREADS / 32, warp = threadIdx.x / 32;
         for (int32_t b = warp; b < qp.n_head + 2 * qp.n_head_kv; b += warps)
@@ -1102,6 +1203,18 @@ static bool gemm(kt__cuda_rt *rt, const float *x, int32_t T, int32_t xs, const k
     return true;
 }
 
+/* k_gemv1 over W's rows, 16 a block, with the weight rows read before the wait
+ * where gemv_pre_nb allows */
+static void launch_gemv1(kt__cuda_rt *rt, const float *x, const kt__cuda_mat *W, const float *b,
+                         float *y, int acc, norm_tail nt)
+{
+    unsigned blocks = (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32);
+    size_t xs = sizeof(float) * (size_t)W->cols;
+    int nb = gemv_pre_nb(rt, W);
+    launch_pdl(rt, nb == 8 ? k_gemv1<8> : nb == 16 ? k_gemv1<16> : k_gemv1<0>, blocks,
+               GEMV1_THREADS, xs, x, *W, b, y, acc, nt);
+}
+
 extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
                                const kt__cuda_mat *W, const float *bias, float *y,
                                int32_t y_stride, int accumulate)
@@ -1114,9 +1227,7 @@ extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32
     if (T == 1 && vec8_ok(W) && x_ok(x, x_stride) && W->cols <= GEMV1_MAX_COLS) {
         norm_tail none;
         memset(&none, 0, sizeof none);
-        launch_pdl(rt, k_gemv1, (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
-                   GEMV1_THREADS, sizeof(float) * (size_t)W->cols, x, *W, bias, y, accumulate,
-                   none);
+        launch_gemv1(rt, x, W, bias, y, accumulate, none);
     } else if (vec8_ok(W) && x_ok(x, x_stride))
         k_gemv<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, *W, bias, y, y_stride, accumulate);
     else
@@ -1142,8 +1253,7 @@ extern "C" int kt__cuda_linear_add_norm(kt__cuda_rt *rt, const float *in, int32_
     if (T == 1 && vec8_ok(W) && x_ok(in, in_stride) && W->cols <= GEMV1_MAX_COLS &&
         tail_ok(rt, W->rows, x, y, xn, w)) {
         norm_tail nt = {x, xn, NULL, w, eps, rt->ticket + TK_LINEAR};
-        launch_pdl(rt, k_gemv1, (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
-                   GEMV1_THREADS, sizeof(float) * (size_t)W->cols, in, *W, bias, y, 0, nt);
+        launch_gemv1(rt, in, W, bias, y, 0, nt);
         return 0;
     }
     kt__cuda_linear(rt, in, T, in_stride, W, bias, y, W->rows, 0);
@@ -1182,8 +1292,12 @@ static bool linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_strid
                     (int64_t)(GEMV1_THREADS / 32) * qp->head_dim <= W[0]->cols;
         kt__cuda_qk_post none;
         memset(&none, 0, sizeof none);
-        launch_pdl(rt, k_gemv1_n, (rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32),
-                   GEMV1_THREADS, sizeof(float) * (size_t)W[0]->cols, x, g, fold ? *qp : none,
+        int nb = gemv_pre_nb(rt, W[0]);
+        for (int32_t i = 1; i < n; i++)
+            nb = gemv_pre_nb(rt, W[i]) == nb ? nb : 0;
+        launch_pdl(rt, nb == 8 ? k_gemv1_n<8> : nb == 16 ? k_gemv1_n<16> : k_gemv1_n<0>,
+                   (rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
+                   sizeof(float) * (size_t)W[0]->cols, x, g, fold ? *qp : none,
                    fold ? rt->ticket + TK_QKV : (unsigned *)NULL);
         return fold;
     }
@@ -1528,7 +1642,43 @@ __host__ __device__ __forceinline__ size_t as_po_off(int32_t T, int32_t n_head, 
 struct as_shape {
     int32_t nhb, gsz, S, T, tp; /* heads a block, heads a kv head, splits, tokens, tile */
     int32_t qpad, vshared;      /* query row in floats (x4); values = the keys' columns */
+    int32_t pre, early;         /* GEMV_ATTN: the split's rows into L2 before the wait;
+                                 * GEMV_ATTN_EARLY: its first tile's final rows into
+                                 * shared memory before the wait */
 };
+
+/* bytes at p (16-byte aligned, a multiple of 16) into L2, no wait (a hint: safe
+ * before pdl_wait whatever the kernel before writes, L2 being coherent) */
+__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+/* The split block's key (and value) rows into L2 before it waits: the cached
+ * positions were written by earlier steps and the position by the step's first
+ * copy; a row the kernel before still writes (this step's) is only a hint. A
+ * thread a row: the split's positions' ka, kb and v rows. */
+__device__ __forceinline__ void attn_split_prefetch(const kt__cuda_attn &a, const as_shape &sh)
+{
+    const int32_t h0 = blockIdx.x * sh.nhb, s = blockIdx.y, t = blockIdx.z;
+    const int32_t kh = h0 / sh.gsz, S = sh.S;
+    const int32_t pos = *a.pos0 + t;
+    const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    const int32_t n = pos + 1 - lo, per = (n + S - 1) / S;
+    const int32_t p0 = lo + s * per, p1 = min(p0 + per, pos + 1);
+    const int32_t kinds = sh.vshared ? 2 : 3;
+    for (int32_t i = threadIdx.x; i < (p1 - p0) * kinds; i += blockDim.x) {
+        const int32_t p = p0 + i / kinds, kind = i % kinds;
+        if (kind == 0)
+            prefetch_l2(a.ka + (size_t)kh * a.ka_sh + (size_t)p * a.ka_sp, 4u * a.ka_dim);
+        else if (kind == 1 && a.kb && a.kb_dim > 0)
+            prefetch_l2(a.kb + (size_t)kh * a.kb_sh + (size_t)p * a.kb_sp, 4u * a.kb_dim);
+        else if (kind == 2)
+            prefetch_l2(a.v + (size_t)kh * a.v_sh + (size_t)p * a.v_sp, 4u * a.v_dim);
+    }
+}
 
 /* float4 c4 of position p's tile row: the key row (ka then kb columns), then the
  * value row; the address by selects (no branch: the loads stay batched) */
@@ -1632,6 +1782,31 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_merge(kt__cuda_attn a, int3
     merge_heads(a, S, T, part, blockIdx.x, 1, blockIdx.y, sm);
 }
 
+/* positions p .. p + n of the kv head's key (and value) rows into tile rows
+ * r0 .. r0 + n of kv: AS_LOADS loads a thread in flight, then their stores */
+__device__ __forceinline__ void as_tile_load(const kt__cuda_attn &a, const float *ka,
+                                             const float *kb, const float *vb, float *kv,
+                                             int32_t r0, int32_t p, int32_t n, int32_t row4,
+                                             int32_t q4)
+{
+    const int32_t total = n * row4, tid = threadIdx.x;
+    float4 *dst = (float4 *)kv + (size_t)r0 * row4;
+    for (int32_t base = 0; base < total; base += AS_THREADS * AS_LOADS) {
+        float4 r[AS_LOADS];
+#pragma unroll
+        for (int j = 0; j < AS_LOADS; j++) {
+            int32_t i = min(base + j * AS_THREADS + tid, total - 1); /* clamped */
+            r[j] = __ldg(as_src(a, ka, kb, vb, p + i / row4, i % row4, q4));
+        }
+#pragma unroll
+        for (int j = 0; j < AS_LOADS; j++) {
+            int32_t i = base + j * AS_THREADS + tid;
+            if (i < total)
+                dst[i] = r[j];
+        }
+    }
+}
+
 __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const as_shape &sh,
                                                  float *part);
 
@@ -1641,8 +1816,11 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_s
                                                            float *part, unsigned *tickets)
 {
     __shared__ as_merge_smem msm;
-    pdl_wait();
-    attn_split_block(a, sh, part);
+    if (sh.pre)
+        attn_split_prefetch(a, sh);
+    if (!sh.early)
+        pdl_wait();
+    attn_split_block(a, sh, part); /* early: it waits after its first tile's loads */
     if (!tickets)
         return;
     unsigned *tk = tickets + (size_t)blockIdx.z * gridDim.x + blockIdx.x;
@@ -1667,8 +1845,23 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
     float *c_s = l_s + AS_MAXH;              /* [AS_MAXH] rescale            */
     const int32_t h0 = blockIdx.x * nhb, s = blockIdx.y, t = blockIdx.z;
     const int32_t kh = h0 / sh.gsz, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    /* the block's queries (q4 float4s a head; qpad = 4 q4) in flight with the
-     * position's load */
+    const float *ka = a.ka + (size_t)kh * a.ka_sh;
+    const float *kb = a.kb ? a.kb + (size_t)kh * a.kb_sh : NULL;
+    const float *vb = a.v + (size_t)kh * a.v_sh;
+    const int32_t pos = *a.pos0 + t;
+    const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
+    const int32_t n = pos + 1 - lo, per = (n + S - 1) / S;
+    const int32_t p0 = lo + s * per, p1 = min(p0 + per, pos + 1);
+    /* early (the kernel has not waited yet): the first tile's rows before the
+     * step's first position into shared memory, then the wait; `done` rows of
+     * that tile are in place */
+    int32_t done = 0;
+    if (sh.early) {
+        done = max(0, min(min(TP, p1 - p0), *a.pos0 - p0));
+        as_tile_load(a, ka, kb, vb, kv, 0, p0, done, row4, q4);
+        pdl_wait();
+    }
+    /* the block's queries (q4 float4s a head; qpad = 4 q4) */
     const int32_t nq4 = nhb * q4;
     const float4 *qg = (const float4 *)(a.q + (size_t)t * a.q_st);
     float4 qr[AS_QLOADS];
@@ -1677,10 +1870,6 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
         int32_t i = min(tid + j * AS_THREADS, nq4 - 1);
         qr[j] = __ldg(qg + (size_t)(h0 + i / q4) * (a.q_sh / 4) + i % q4);
     }
-    const int32_t pos = *a.pos0 + t;
-    const int32_t lo = a.window > 0 && pos - a.window + 1 > 0 ? pos - a.window + 1 : 0;
-    const int32_t n = pos + 1 - lo, per = (n + S - 1) / S;
-    const int32_t p0 = lo + s * per, p1 = min(p0 + per, pos + 1);
     float *ml = part + (((size_t)t * a.n_head + h0) * S + s) * 2;
     float *po = part + as_po_off(T, a.n_head, S) + (((size_t)t * a.n_head + h0) * S + s) * a.v_dim;
     const size_t ml_h = (size_t)S * 2, po_h = (size_t)S * a.v_dim; /* to the next head */
@@ -1707,26 +1896,10 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
 #pragma unroll
     for (int j = 0; j < AS_MAXP; j++)
         acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const float *ka = a.ka + (size_t)kh * a.ka_sh;
-    const float *kb = a.kb ? a.kb + (size_t)kh * a.kb_sh : NULL;
-    const float *vb = a.v + (size_t)kh * a.v_sh;
     for (int32_t tp = p0; tp < p1; tp += TP) {
-        const int32_t nt = min(TP, p1 - tp), total = nt * row4;
-        /* the tile: AS_LOADS loads a thread in flight, then their stores */
-        for (int32_t base = 0; base < total; base += AS_THREADS * AS_LOADS) {
-            float4 r[AS_LOADS];
-#pragma unroll
-            for (int j = 0; j < AS_LOADS; j++) {
-                int32_t i = min(base + j * AS_THREADS + tid, total - 1); /* clamped */
-                r[j] = __ldg(as_src(a, ka, kb, vb, tp + i / row4, i % row4, q4));
-            }
-#pragma unroll
-            for (int j = 0; j < AS_LOADS; j++) {
-                int32_t i = base + j * AS_THREADS + tid;
-                if (i < total)
-                    ((float4 *)kv)[i] = r[j];
-            }
-        }
+        const int32_t nt = min(TP, p1 - tp), skip = tp == p0 ? done : 0;
+        /* the tile (but the rows loaded before the wait) */
+        as_tile_load(a, ka, kb, vb, kv, skip, tp + skip, nt - skip, row4, q4);
         __syncthreads();
         /* s_hj = scale · q_h · k_j: a warp per position */
         for (int32_t i = warp; i < nt; i += AS_THREADS / 32) {
@@ -1858,6 +2031,8 @@ static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
                  a->v_dim <= a->ka_dim;
     sh.qpad = (a->ka_dim + a->kb_dim + 3) & ~3;
     sh.S = S, sh.T = a->T;
+    sh.pre = (rt->gemv & GEMV_ATTN) != 0;
+    sh.early = (rt->gemv & GEMV_ATTN_EARLY) && a->rows_final;
     /* the tile: as many positions as the split holds at max_pos, up to AS_TILE and
      * what fits in AS_SMEM_MAX */
     size_t row = (size_t)(a->ka_dim + a->kb_dim + (sh.vshared ? 0 : a->v_dim));
@@ -2447,17 +2622,14 @@ __global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_
 /* One token: the router's logits (k_gemv1's rows, 16 a block) and the selection
  * in one launch: the last block to finish (a ticket in device memory, put back
  * to 0 by that block for the next step) selects */
-template <int RW>
-__global__ void __launch_bounds__(GEMV1_THREADS) k_router_gemv1(const float *__restrict__ x,
-                                                                kt__cuda_mat W, const float *b,
-                                                                float *logit,
-                                                                kt__cuda_router_desc r,
-                                                                int32_t *ids, float *wts,
-                                                                unsigned *ticket)
+template <int RW, int NB>
+__global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
+    k_router_gemv1(const float *__restrict__ x, kt__cuda_mat W, const float *b, float *logit,
+                   kt__cuda_router_desc r, int32_t *ids, float *wts, unsigned *ticket)
 {
     extern __shared__ float4 xs4[];
     __shared__ bool last;
-    gemv1_block((float *)xs4, x, W, b, logit, 0);
+    gemv1_block<NB>((float *)xs4, x, W, b, logit, 0);
     __threadfence(); /* this block's logits visible device-wide before its ticket */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -2505,15 +2677,19 @@ extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc 
         return 1;
     unsigned blocks = (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32);
     size_t xs = sizeof(float) * (size_t)W->cols;
-    if (r->n_expert <= 128)
-        launch_pdl(rt, k_router_gemv1<4>, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r,
-                   ids, w, rt->ticket);
-    else if (r->n_expert <= 256)
-        launch_pdl(rt, k_router_gemv1<8>, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r,
-                   ids, w, rt->ticket);
-    else
-        launch_pdl(rt, k_router_gemv1<16>, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r,
-                   ids, w, rt->ticket);
+    int nb = gemv_pre_nb(rt, W);
+    void (*k)(const float *, kt__cuda_mat, const float *, float *, kt__cuda_router_desc,
+              int32_t *, float *, unsigned *) =
+        r->n_expert <= 128   ? (nb == 8    ? k_router_gemv1<4, 8>
+                                : nb == 16 ? k_router_gemv1<4, 16>
+                                           : k_router_gemv1<4, 0>)
+        : r->n_expert <= 256 ? (nb == 8    ? k_router_gemv1<8, 8>
+                                : nb == 16 ? k_router_gemv1<8, 16>
+                                           : k_router_gemv1<8, 0>)
+                             : (nb == 8    ? k_router_gemv1<16, 8>
+                                : nb == 16 ? k_router_gemv1<16, 16>
+                                           : k_router_gemv1<16, 0>);
+    launch_pdl(rt, k, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r, ids, w, rt->ticket);
     return 0;
 }
 
@@ -2586,6 +2762,27 @@ __device__ __forceinline__ void up_dot_t(const kt__cuda_mat &G, const kt__cuda_m
     }
 }
 
+/* this lane's shares g, u of gate_i·x and up_i·x for row i of one expert, the
+ * loops typed where both matrices share a type */
+__device__ __forceinline__ void up_sums(const kt__cuda_mat &G, const kt__cuda_mat &U, int32_t i,
+                                        const float *xt, int32_t H, float &g, float &u)
+{
+    if (G.type == U.type && G.type == KT__CUDA_W_BF16)
+        up_dot_t<KT__CUDA_W_BF16>(G, U, i, xt, H, g, u);
+    else if (G.type == U.type && G.type == KT__CUDA_W_F8)
+        up_dot_t<KT__CUDA_W_F8>(G, U, i, xt, H, g, u);
+    else if (G.type == U.type && G.type == KT__CUDA_W_I4)
+        up_dot_t<KT__CUDA_W_I4>(G, U, i, xt, H, g, u);
+    else
+        for (int32_t c = (threadIdx.x % 32) * 8; c < H; c += 256) {
+            float wg[8], wu[8];
+            load8(G, i, c, wg);
+            load8(U, i, c, wu);
+            g += dot8(wg, xt + c);
+            u += dot8(wu, xt + c);
+        }
+}
+
 template <bool XS>
 __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, const float *x,
                              int32_t H, const int32_t *ids, int32_t k, int32_t I, float *h,
@@ -2608,24 +2805,67 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
     if (i >= I || !G.data)
         return;
     float g = 0.0f, u = 0.0f;
-    if (G.type == U.type && G.type == KT__CUDA_W_BF16)
-        up_dot_t<KT__CUDA_W_BF16>(G, U, i, xt, H, g, u);
-    else if (G.type == U.type && G.type == KT__CUDA_W_F8)
-        up_dot_t<KT__CUDA_W_F8>(G, U, i, xt, H, g, u);
-    else if (G.type == U.type && G.type == KT__CUDA_W_I4)
-        up_dot_t<KT__CUDA_W_I4>(G, U, i, xt, H, g, u);
-    else
-        for (int32_t c = lane * 8; c < H; c += 256) {
-            float wg[8], wu[8];
-            load8(G, i, c, wg);
-            load8(U, i, c, wu);
-            g += dot8(wg, xt + c);
-            u += dot8(wu, xt + c);
-        }
+    up_sums(G, U, i, xt, H, g, u);
     g = warp_sum(g);
     u = warp_sum(u);
     if (lane == 0)
         h[(size_t)tj * I + i] = act_value(g, u, oai, alpha, limit);
+}
+
+/* k_expert_up8 for one token as one resident wave (GEMV_UP): each block reads x
+ * and the k experts' gate / up descriptors once (x's loads in flight while one
+ * warp reads the ids and then the descriptors), then its warps loop over the
+ * (expert j, row i) pairs, row = j I + i, a grid's worth of warps apart, each
+ * pair's 16 gate and up loads in flight (up_dot_t). Many short blocks (768 for
+ * Qwen3's k = 8, I = 768) ran in about three waves, each block paying the
+ * chain ids -> descriptors -> x -> weights before its first weight load. */
+#define UPP_THREADS 256
+#define UPP_MAXK 32 /* experts a token: a lane each */
+__global__ void __launch_bounds__(UPP_THREADS)
+    k_expert_up_p(const kt__cuda_mat *gate, const kt__cuda_mat *up, const float *x, int32_t H,
+                  const int32_t *ids, int32_t k, int32_t I, float *h, int oai, float alpha,
+                  float limit)
+{
+    extern __shared__ float4 xs4[];
+    __shared__ kt__cuda_mat Gs[UPP_MAXK], Us[UPP_MAXK];
+    const int32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n4 = H / 4;
+    pdl_wait();
+    /* x: the first 4 float4s a thread in flight before the descriptors' chain */
+    float4 xr[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        xr[j] = __ldg((const float4 *)x + min(tid + j * UPP_THREADS, n4 - 1));
+    if (warp == 0 && lane < k) {
+        int32_t e = ids[lane];
+        if (e >= 0) {
+            Gs[lane] = gate[e];
+            Us[lane] = up[e];
+        } else {
+            Gs[lane].data = NULL;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (tid + j * UPP_THREADS < n4)
+            xs4[tid + j * UPP_THREADS] = xr[j];
+    for (int32_t i = tid + 4 * UPP_THREADS; i < n4; i += UPP_THREADS)
+        xs4[i] = __ldg((const float4 *)x + i);
+    __syncthreads();
+    const float *xs = (const float *)xs4;
+    const int32_t rows = k * I, stride = gridDim.x * (UPP_THREADS / 32);
+    for (int32_t row = blockIdx.x * (UPP_THREADS / 32) + warp; row < rows; row += stride) {
+        const int32_t j = row / I, i = row - j * I;
+        const kt__cuda_mat G = Gs[j];
+        if (!G.data)
+            continue; /* the whole warp: a CPU expert's pair */
+        const kt__cuda_mat U = Us[j];
+        float g = 0.0f, u = 0.0f;
+        up_sums(G, U, i, xs, H, g, u);
+        g = warp_sum(g);
+        u = warp_sum(u);
+        if (lane == 0)
+            h[(size_t)j * I + i] = act_value(g, u, oai, alpha, limit);
+    }
 }
 
 /* k_expert_down with 8-column loads (I a multiple of 8, k <= DOWN8_MAXK): the
@@ -2666,6 +2906,26 @@ __device__ __forceinline__ float down_dot_t(const kt__cuda_mat *D, const float *
     return acc;
 }
 
+/* By one warp: token t's GPU-resident experts packed into shared memory, lane
+ * j's pair at slot s = the GPU-resident pairs before it (descriptor D[s],
+ * router weight wj[s], row hj[s] = j of h), their count in *kg */
+__device__ __forceinline__ void down_pack(const kt__cuda_mat *down, const int32_t *ids,
+                                          const float *wts, int32_t k, int32_t t,
+                                          kt__cuda_mat *D, float *wj, int32_t *hj, int32_t *kg)
+{
+    int32_t j = threadIdx.x % 32, e = j < k ? ids[(size_t)t * k + j] : -1;
+    bool on = e >= 0 && down[e].data;
+    uint32_t m = __ballot_sync(0xffffffffu, on);
+    if (on) {
+        int32_t slot = __popc(m & ((1u << j) - 1u));
+        D[slot] = down[e];
+        wj[slot] = wts[(size_t)t * k + j];
+        hj[slot] = j;
+    }
+    if (j == 0)
+        *kg = __popc(m);
+}
+
 /* with nt's ticket: the last block of each token's row then adds the row into
  * x and norms it (tickets nt.ticket + t) */
 template <bool HS>
@@ -2680,20 +2940,8 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
     int32_t c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     int32_t t = blockIdx.y;
     pdl_wait();
-    if (threadIdx.x < 32) {
-        /* lane j: pair j's expert, packed at slot s = GPU-resident pairs before it */
-        int32_t j = threadIdx.x, e = j < k ? ids[(size_t)t * k + j] : -1;
-        bool on = e >= 0 && down[e].data;
-        uint32_t m = __ballot_sync(0xffffffffu, on);
-        if (on) {
-            int32_t slot = __popc(m & ((1u << j) - 1u));
-            D[slot] = down[e];
-            wj[slot] = wts[(size_t)t * k + j];
-            hj[slot] = j;
-        }
-        if (j == 0)
-            kg_s = __popc(m);
-    }
+    if (threadIdx.x < 32)
+        down_pack(down, ids, wts, k, t, D, wj, hj, &kg_s);
     const float *ht = h + (size_t)t * k * I;
     if (HS) {
         x_to_smem((float *)hs4, ht, k * I); /* its barrier covers D and wj too */
@@ -2726,6 +2974,115 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
                                     nt.xn + (size_t)t * H, H, nt.w, nt.eps);
 }
 
+/* k_expert_down8 with the weights read before the wait (GEMV_DOWN, h in shared
+ * memory): the router's ids and weights are final when this kernel starts
+ * (programmatic dependent launch starts it only once every block of the up
+ * kernel before it has waited for the router), so the token's descriptors and,
+ * for BF16 experts, each lane's first DOWNP_NB (expert, 8-column) chunks of
+ * its row are loaded before pdl_wait; only h waits for the up kernel. Chunk q
+ * of a lane's batch: pair q / (I / 8) of the packed GPU experts, columns
+ * 8 (q mod I / 8); past the end, chunk 0 again, weighted 0. */
+#define DOWNP_NB 24
+__device__ __forceinline__ void down_issue_bf16(const kt__cuda_mat *D, uint32_t total,
+                                                uint32_t chunks, int32_t c, uint32_t q0,
+                                                uint4 raw[DOWNP_NB])
+{
+#pragma unroll
+    for (uint32_t u = 0; u < DOWNP_NB; u++) {
+        uint32_t q = q0 + 32 * u, qq = q < total ? q : 0;
+        uint32_t j = qq / chunks, i = 8 * (qq - j * chunks);
+        raw[u] = __ldg((const uint4 *)((const uint16_t *)D[j].data + (size_t)c * D[j].cols + i));
+    }
+}
+
+/* Σ over the batch of w_j down_j[c][i..i+8)·h_j[i..i+8) */
+__device__ __forceinline__ float down_consume_bf16(const uint4 raw[DOWNP_NB], const float *wj,
+                                                   const int32_t *hj, uint32_t total,
+                                                   uint32_t chunks, int32_t I, uint32_t q0,
+                                                   const float *hs)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (uint32_t u = 0; u < DOWNP_NB; u++) {
+        uint32_t q = q0 + 32 * u, qq = q < total ? q : 0;
+        uint32_t j = qq / chunks, i = 8 * (qq - j * chunks);
+        float w[8];
+        bf16x8(raw[u], w);
+        float sw = wj[j] * (float)(q < total); /* arithmetic: no branch */
+        acc += sw * dot8(w, hs + (size_t)hj[j] * I + i);
+    }
+    return acc;
+}
+
+__global__ void __launch_bounds__(DOWN8_THREADS, 2)
+    k_expert_down_p(const kt__cuda_mat *down, const int32_t *ids, const float *wts, int32_t k,
+                    int32_t I, const float *h, int32_t H, float *out, int assign, norm_tail nt)
+{
+    __shared__ kt__cuda_mat D[DOWN8_MAXK];
+    __shared__ float wj[DOWN8_MAXK];
+    __shared__ int32_t hj[DOWN8_MAXK], kg_s;
+    extern __shared__ float4 hs4[];
+    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = blockIdx.y;
+    const int32_t c = min(blockIdx.x * (DOWN8_THREADS / 32) + warp, H - 1);
+    const bool row_on = blockIdx.x * (DOWN8_THREADS / 32) + warp < H;
+    if (warp == 0) /* before the wait: the router finished (above) */
+        down_pack(down, ids, wts, k, t, D, wj, hj, &kg_s);
+    __syncthreads();
+    const int32_t kg = kg_s;
+    int32_t ty = -2;
+    for (int32_t j = 0; j < kg; j++)
+        ty = ty == -2 || ty == D[j].type ? D[j].type : -1;
+    const uint32_t chunks = I / 8, total = kg * chunks;
+    float acc = 0.0f;
+    if (ty == KT__CUDA_W_BF16) {
+        uint4 raw[DOWNP_NB];
+        uint32_t q0 = lane;
+        down_issue_bf16(D, total, chunks, c, q0, raw);
+        pdl_wait();
+        x_to_smem((float *)hs4, h + (size_t)t * k * I, k * I);
+        const float *hs = (const float *)hs4;
+        for (;;) {
+            acc += down_consume_bf16(raw, wj, hj, total, chunks, I, q0, hs);
+            q0 += 32 * DOWNP_NB;
+            if (q0 >= total)
+                break;
+            down_issue_bf16(D, total, chunks, c, q0, raw);
+        }
+    } else {
+        pdl_wait();
+        x_to_smem((float *)hs4, h + (size_t)t * k * I, k * I);
+        const float *hs = (const float *)hs4;
+        acc = ty == KT__CUDA_W_F8   ? down_dot_t<KT__CUDA_W_F8>(D, wj, hj, kg, I, c, hs)
+              : ty == KT__CUDA_W_I4  ? down_dot_t<KT__CUDA_W_I4>(D, wj, hj, kg, I, c, hs)
+              : ty == KT__CUDA_W_F32 ? down_dot_t<KT__CUDA_W_F32>(D, wj, hj, kg, I, c, hs)
+              : ty == -1             ? down_dot_t<-1>(D, wj, hj, kg, I, c, hs)
+                                     : 0.0f;
+    }
+    acc = warp_sum(acc);
+    if (lane == 0 && row_on)
+        out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
+    if (nt.ticket && last_block(nt.ticket + t, gridDim.x))
+        add_norm_row<DOWN8_THREADS>(nt.x + (size_t)t * H, out + (size_t)t * H, NULL,
+                                    nt.xn + (size_t)t * H, H, nt.w, nt.eps);
+}
+
+/* resident blocks of k_expert_up_p a multiprocessor with smem bytes of x (asked
+ * once a size) */
+static int upp_blocks(kt__cuda_rt *rt, size_t smem)
+{
+    if (rt->upp_blocks <= 0 || rt->upp_smem != smem) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_expert_up_p, UPP_THREADS,
+                                                          smem) != cudaSuccess || n <= 0) {
+            cudaGetLastError();
+            n = 1;
+        }
+        rt->upp_blocks = n;
+        rt->upp_smem = smem;
+    }
+    return rt->upp_blocks;
+}
+
 extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
 {
     if (a->T <= 0)
@@ -2737,10 +3094,19 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
     dim3 g2((a->H + 7) / 8, a->T);
     if (vec) {
         size_t xs = sizeof(float) * (size_t)a->H, hs = sizeof(float) * (size_t)a->k * a->I;
-        /* x (and h) in shared memory when they fit (48 KB default, D and wj too) */
-        launch_pdl(rt, a->H <= GEMV1_MAX_COLS ? k_expert_up8<true> : k_expert_up8<false>, g1,
-                   256, a->H <= GEMV1_MAX_COLS ? xs : 0, a->gate, a->up, a->x, a->H, a->ids,
-                   a->k, a->I, a->h, a->oai, a->alpha, a->limit);
+        if ((rt->gemv & GEMV_UP) && a->T == 1 && a->k <= UPP_MAXK && a->H <= GEMV1_MAX_COLS) {
+            /* one resident wave: at most a warp a row */
+            int64_t want = ((int64_t)a->k * a->I + UPP_THREADS / 32 - 1) / (UPP_THREADS / 32);
+            int64_t fit = (int64_t)upp_blocks(rt, xs) * rt->sms;
+            launch_pdl(rt, k_expert_up_p, (unsigned)(want < fit ? want : fit), UPP_THREADS, xs,
+                       a->gate, a->up, a->x, a->H, a->ids, a->k, a->I, a->h, a->oai, a->alpha,
+                       a->limit);
+        } else {
+            /* x (and h) in shared memory when they fit (48 KB default, D and wj too) */
+            launch_pdl(rt, a->H <= GEMV1_MAX_COLS ? k_expert_up8<true> : k_expert_up8<false>,
+                       g1, 256, a->H <= GEMV1_MAX_COLS ? xs : 0, a->gate, a->up, a->x, a->H,
+                       a->ids, a->k, a->I, a->h, a->oai, a->alpha, a->limit);
+        }
         norm_tail nt;
         memset(&nt, 0, sizeof nt);
         bool fold = a->res && a->T <= DOWN_FOLD_T &&
@@ -2749,9 +3115,13 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
             nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
             nt.ticket = rt->ticket + TK_DOWN;
         }
-        launch_pdl(rt, hs <= 40 * 1024 ? k_expert_down8<true> : k_expert_down8<false>, g2,
-                   DOWN8_THREADS, hs <= 40 * 1024 ? hs : 0, a->down, a->ids, a->w, a->k, a->I,
-                   (const float *)a->h, a->H, a->out, a->assign, nt);
+        if ((rt->gemv & GEMV_DOWN) && hs <= 40 * 1024)
+            launch_pdl(rt, k_expert_down_p, g2, DOWN8_THREADS, hs, a->down, a->ids, a->w, a->k,
+                       a->I, (const float *)a->h, a->H, a->out, a->assign, nt);
+        else
+            launch_pdl(rt, hs <= 40 * 1024 ? k_expert_down8<true> : k_expert_down8<false>, g2,
+                       DOWN8_THREADS, hs <= 40 * 1024 ? hs : 0, a->down, a->ids, a->w, a->k,
+                       a->I, (const float *)a->h, a->H, a->out, a->assign, nt);
         return a->res && !fold;
     }
     k_expert_up<<<g1, 256, 0, rt->stream>>>(a->gate, a->up, a->x, a->H, a->ids, a->k, a->I,

@@ -1173,6 +1173,7 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     a.window = hp->layer_sliding && hp->layer_sliding[l] ? hp->sliding_window : 0;
     a.scale = hp->attn_scale, a.sinks = G->sinks, a.pos0 = g->pos;
     a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
+    a.rows_final = 1;
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");
     mark(g, PH_ATTN);
@@ -1217,6 +1218,7 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
         a.o = g->ot, a.o_st = nh * R, a.o_sh = R;
         a.scale = hp->attn_scale, a.pos0 = g->pos;
         a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
+        a.rows_final = 1;
         mark(g, PH_QKV);
         if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
             return cuda_error(g, "attention");

@@ -458,27 +458,30 @@ static void test_grouped_device(void **state)
     grouped_pair("deepseek_v3_tiny", "bf16", 1.0f);
 }
 
-/* Decode logits with the opt-in decode folds (KT_GPU_FUSE=1: the residual add
- * + norm in the product before it; 7: also q/k post in the q/k/v product and
- * the split attention's merge in its last split block) against every step as
- * separate launches (KT_GPU_FUSE=0, the default): the same arithmetic but for
+/* Decode logits with the runtime's variable env at each of vals[1..n) against
+ * vals[0] (the decode folds, KT_GPU_FUSE=1: the residual add + norm in the
+ * product before it; 7: also q/k post in the q/k/v product and the split
+ * attention's merge in its last split block, against 0, every step as
+ * separate launches; the decode kernels that stream before they wait,
+ * KT_GPU_GEMV, against 0, the earlier kernels): the same arithmetic but for
  * the order of a few sums, so the same logits to F32 rounding and the same
  * greedy ids. */
-static void fused_check(const char *name, const char *variant, kt_precision prec, float frac)
+static void variants_check(const char *name, const char *variant, kt_precision prec, float frac,
+                           const char *env, const char *const vals[], int n)
 {
     const char *dir = fixture_path(name, variant);
     ref_data r;
     ref_load(&r, dir);
     size_t TV = (size_t)r.T * r.V;
     float *pre = calloc(TV, sizeof(float));
-    static const char *const fuse[3] = {"0", "1", "7"}; /* separate, add + norm, all */
-    float *dec[3];
-    for (int pass = 0; pass < 3; pass++) {
+    float *dec[4];
+    assert_true(n >= 2 && n <= 4);
+    for (int pass = 0; pass < n; pass++) {
         dec[pass] = calloc(TV, sizeof(float));
-        setenv("KT_GPU_FUSE", fuse[pass], 1);
+        setenv(env, vals[pass], 1);
         kt_model *model;
         kt_context *ctx = open_gpu(dir, prec, frac, &model);
-        unsetenv("KT_GPU_FUSE");
+        unsetenv(env);
         run_logits(ctx, &r, pre, dec[pass]);
         kt_context_free(ctx);
         kt_model_free(model);
@@ -486,24 +489,31 @@ static void fused_check(const char *name, const char *variant, kt_precision prec
     float mag = 0.0f;
     for (size_t i = 0; i < TV; i++)
         mag = fmaxf(mag, fabsf(dec[0][i]));
-    for (int pass = 1; pass < 3; pass++) {
+    for (int pass = 1; pass < n; pass++) {
         float d = max_abs_diff(dec[pass], dec[0], TV);
         int32_t same = 0;
         for (int32_t t = 0; t < r.T; t++)
             same += kt_argmax(dec[pass] + (size_t)t * r.V, (size_t)r.V) ==
                     kt_argmax(dec[0] + (size_t)t * r.V, (size_t)r.V);
-        print_message("  %s/%s %s, %.0f%% of the experts on the GPU: decode with KT_GPU_FUSE=%s "
-                      "vs separate launches max|diff| %.3g (logits up to %.3g), argmax equal "
-                      "at %d/%d\n", name, variant ? variant : "bf16",
-                      prec == KT_PRECISION_F32 ? "f32" : "fast", 100.0 * frac,
-                      fuse[pass], d, mag, same, r.T);
+        print_message("  %s/%s %s, %.0f%% of the experts on the GPU: decode with %s=%s vs %s "
+                      "max|diff| %.3g (logits up to %.3g), argmax equal at %d/%d\n", name,
+                      variant ? variant : "bf16", prec == KT_PRECISION_F32 ? "f32" : "fast",
+                      100.0 * frac, env, vals[pass], vals[0], d, mag, same, r.T);
         /* with CPU experts a rounding of the normed row to the backend's
          * activations may differ between the two */
         assert_true(d <= (frac < 1.0f ? 1e-3f : 1e-5f) * fmaxf(1.0f, mag));
         assert_int_equal(same, r.T);
     }
-    free(pre), free(dec[0]), free(dec[1]), free(dec[2]);
+    for (int pass = 0; pass < n; pass++)
+        free(dec[pass]);
+    free(pre);
     ref_free(&r);
+}
+
+static void fused_check(const char *name, const char *variant, kt_precision prec, float frac)
+{
+    static const char *const fuse[3] = {"0", "1", "7"}; /* separate, add + norm, all */
+    variants_check(name, variant, prec, frac, "KT_GPU_FUSE", fuse, 3);
 }
 
 static void test_fused_decode(void **state)
@@ -515,6 +525,29 @@ static void test_fused_decode(void **state)
     fused_check("deepseek_v3_tiny", "fp8", KT_PRECISION_F32, 0.5f);
     fused_check("gpt_oss_tiny", NULL, KT_PRECISION_FAST, 1.0f);
     fused_check("mixtral_tiny", NULL, KT_PRECISION_F32, 1.0f);
+}
+
+/* The decode kernels that stream before they wait (KT_GPU_GEMV, default 31)
+ * against the earlier ones (0), and the expert kernels alone (6: the
+ * one-wave up product and the down product that reads its weights before the
+ * wait), in fast precision so that BF16 weights reach the BF16 paths; FP8 and
+ * INT4 experts take the new kernels' other branches */
+static void gemv_check(const char *name, const char *variant, float frac)
+{
+    static const char *const gemv[3] = {"0", "31", "6"};
+    variants_check(name, variant, KT_PRECISION_FAST, frac, "KT_GPU_GEMV", gemv, 3);
+}
+
+static void test_gemv_decode(void **state)
+{
+    (void)state;
+    gemv_check("qwen3_moe_tiny", NULL, 1.0f);
+    gemv_check("qwen3_moe_tiny", NULL, 0.5f);
+    gemv_check("deepseek_v3_tiny", "bf16", 1.0f);
+    gemv_check("deepseek_v3_tiny", "fp8", 0.5f);
+    gemv_check("deepseek_v3_tiny", "int4", 1.0f);
+    gemv_check("gpt_oss_tiny", NULL, 1.0f);
+    gemv_check("mixtral_tiny", NULL, 1.0f);
 }
 
 /* A budget too small fails before loading, naming the flag to change. */
@@ -563,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_long_decode),
         cmocka_unit_test(test_grouped_device),
         cmocka_unit_test(test_fused_decode),
+        cmocka_unit_test(test_gemv_decode),
     };
     /* KT_TEST_FILTER=test_qwen3*: a subset (compute-sanitizer runs are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
