@@ -22,9 +22,11 @@
 
 #define KC_BF16 4096 /* BF16 K chunk (prefill): 4 rows x 8 KiB, reductions rare */
 #define KC_DEQ 2048  /* FP8 dequantized chunk (multiple of 128)              */
-#define FP8_ACT_M 64 /* FP8 prefill: fewer tokens take the block scales */
+#define FP8_ACT_M 64 /* FP8 prefill: fewer tokens take the block scales    */
+/* Row strides (elements) of the FP8 chunk and of the scaled activations: off
+ * 4 KiB multiples, so that a tile's rows do not share one L1 set. */
 #define DEQ_STRIDE (KC_DEQ + 64)
-#define AS_STRIDE (KC_DEQ + 32) /* their rows: off the 4 KiB alias of the chunk's */
+#define AS_STRIDE (KC_DEQ + 32)
 /* Decode prefetch distance in bytes: the same place in the next 4-row tile,
  * 1 KiB on (the hardware prefetchers see 4 interleaved streams that restart
  * at every tile; measured best for both long and short rows on Zen 4). */
@@ -658,8 +660,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
      * or, for fewer tokens than a prefill item's 64 rows, into a copy of the
      * tokens' activations made once per 128-row block and K chunk (chosen by
      * M alone, so that a row's result does not depend on the call's rows). */
-    uint16_t *deq = scratch;               /* [4][KC_DEQ]          */
-    uint16_t *as = deq + 4 * DEQ_STRIDE;       /* [FP8_ACT_M][AS_STRIDE] */
+    uint16_t *deq = scratch;             /* [4][DEQ_STRIDE]         */
+    uint16_t *as = deq + 4 * DEQ_STRIDE; /* [FP8_ACT_M][AS_STRIDE]  */
     int act_side = M < FP8_ACT_M;
     lut8 L = lut_load();
     for (int kc = k0; kc < k1; kc += KC_DEQ) {
@@ -697,8 +699,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                     }
                 }
                 if (act_side)
-                    tiles_bf16(deq, DEQ_STRIDE, nr, as, AS_STRIDE * 2, NULL, M, 0, kn64, C + (n - n0),
-                               ldc, kc > k0);
+                    tiles_bf16(deq, DEQ_STRIDE, nr, as, AS_STRIDE * 2, NULL, M, 0, kn64,
+                               C + (n - n0), ldc, kc > k0);
                 else
                     tiles_bf16(deq, DEQ_STRIDE, nr, A, a_stride, rows, M, kc, kn64, C + (n - n0),
                                ldc, kc > k0);
