@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avx512/q8_token.h" /* q8t_mask32, q8t_q16, q8t_absmax_bf16 */
 #include "moe_kernels.h"
 
 #ifdef KT_AMX_EMULATE
@@ -485,44 +486,18 @@ static void amx_gemm(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
 
 #define XSTEP 1024 /* bytes of one packed 64-input x 16-token step */
 
-ALWAYS_INLINE __mmask32 mask32(int left)
-{
-    return left >= 32 ? ~(__mmask32)0 : (left <= 0 ? 0 : (((__mmask32)1 << left) - 1));
-}
-
 /* Per-token scales over inputs [kb, kb + kn) of the BF16 view: inv[m] = 127 /
  * max|x| (0 for a zero row), d[m] = 1 / inv[m] as the epilogue applies it. */
-/* max |x[k]| over n BF16 values (as unsigned 15-bit magnitudes: the order of
- * the finite values), as F32. */
-static float absmax_bf16(const uint16_t *x, int n)
-{
-    __m512i mx = _mm512_setzero_si512();
-    for (int k = 0; k < n; k += 32) {
-        __m512i v = _mm512_maskz_loadu_epi16(mask32(n - k), x + k);
-        mx = _mm512_max_epu16(mx, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)));
-    }
-    __m512i w = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-                                 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1)));
-    return kt__moe_bf16_f32((uint16_t)_mm512_reduce_max_epu32(w));
-}
-
 static void token_scales(const void *A, size_t a_stride, const int32_t *rows, size_t view, int m0,
                          int mn, int kb, int kn, float *d, float *inv)
 {
     for (int m = 0; m < mn; m++) {
         const uint16_t *x =
             (const uint16_t *)((const char *)arow(A, a_stride, rows, m0 + m) + view) + kb;
-        float amax = absmax_bf16(x, kn);
+        float amax = q8t_absmax_bf16(x, kn);
         inv[m] = amax > 0.0f ? 127.0f / amax : 0.0f;
         d[m] = amax > 0.0f ? amax / 127.0f : 0.0f;
     }
-}
-
-/* 16 BF16 -> F32 times s, rounded to int32 (nearest even), saturated to int8. */
-ALWAYS_INLINE __m128i q16(__m256i h, __m512 s)
-{
-    __m512 f = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(f, s)));
 }
 
 /* Input orders of a packed 64-input step: as is, or as the INT4 decoder
@@ -566,7 +541,7 @@ static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_
         }
         for (int kt = 0; kt < kt_n; kt++) {
             int left = kn - kt * 64;
-            __mmask32 k0m = mask32(left), k1m = mask32(left - 32);
+            __mmask32 k0m = q8t_mask32(left), k1m = q8t_mask32(left - 32);
             __m512i r[16];
             for (int c = 0; c < 16; c++) {
                 if (!src[c]) {
@@ -575,10 +550,10 @@ static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_
                 }
                 __m512i a = _mm512_maskz_loadu_epi16(k0m, src[c] + kt * 64);
                 __m512i b = _mm512_maskz_loadu_epi16(k1m, src[c] + kt * 64 + 32);
-                __m512i v = _mm512_castsi128_si512(q16(_mm512_castsi512_si256(a), s[c]));
-                v = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(a, 1), s[c]), 1);
-                v = _mm512_inserti32x4(v, q16(_mm512_castsi512_si256(b), s[c]), 2);
-                v = _mm512_inserti32x4(v, q16(_mm512_extracti64x4_epi64(b, 1), s[c]), 3);
+                __m512i v = _mm512_castsi128_si512(q8t_q16(_mm512_castsi512_si256(a), s[c]));
+                v = _mm512_inserti32x4(v, q8t_q16(_mm512_extracti64x4_epi64(a, 1), s[c]), 1);
+                v = _mm512_inserti32x4(v, q8t_q16(_mm512_castsi512_si256(b), s[c]), 2);
+                v = _mm512_inserti32x4(v, q8t_q16(_mm512_extracti64x4_epi64(b, 1), s[c]), 3);
                 r[c] = perm ? _mm512_permutexvar_epi8(pidx, v) : v;
             }
             transpose16(r);
@@ -1051,7 +1026,7 @@ static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float
     b->sc = (const uint16_t *)W->scale + (size_t)nb * b->lds + (size_t)k0 / (size_t)b->g;
     b->inv16 = inv16;
     for (int r = 0; r < NB; r++) {
-        float m = r < b->nr ? absmax_bf16(b->sc + (size_t)r * b->lds, b->ng) : 0.0f;
+        float m = r < b->nr ? q8t_absmax_bf16(b->sc + (size_t)r * b->lds, b->ng) : 0.0f;
         rs[r] = m / 16.0f;
         inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
     }
@@ -1257,7 +1232,7 @@ static int decode_x2_int8(const kt__wmat *W, int n, int nr, int kc, int kn, int 
         }
         const int8_t *row = w + (size_t)(n + r) * W->cols + kc;
         for (int k = 0; k < kpad; k += 32) {
-            __m256i v = _mm256_maskz_loadu_epi8(mask32(kn - k), row + k);
+            __m256i v = _mm256_maskz_loadu_epi8(q8t_mask32(kn - k), row + k);
             __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(v)));
             __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(v, 1)));
             _mm512_storeu_si512(d + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));

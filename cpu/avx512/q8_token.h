@@ -52,6 +52,20 @@ static inline __mmask32 q8t_mask32(int left)
     return left >= 32 ? ~(__mmask32)0 : (left <= 0 ? 0 : (((__mmask32)1 << left) - 1));
 }
 
+/* max |x[k]| over n BF16 values (as unsigned 15-bit magnitudes: the order of
+ * the finite values), as F32. */
+static inline float q8t_absmax_bf16(const uint16_t *x, int n)
+{
+    __m512i mx = _mm512_setzero_si512();
+    for (int k = 0; k < n; k += 32) {
+        __m512i v = _mm512_maskz_loadu_epi16(q8t_mask32(n - k), x + k);
+        mx = _mm512_max_epu16(mx, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)));
+    }
+    __m512i w = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
+                                 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1)));
+    return kt__moe_bf16_f32((uint16_t)_mm512_reduce_max_epu32(w));
+}
+
 /* 16 BF16 times s, rounded to even, saturated to int8. */
 static inline __m128i q8t_q16(__m256i h, __m512 s)
 {
@@ -66,14 +80,7 @@ static inline void q8t_row(const uint16_t *x, int k0, int k1, int kpad, int mode
 {
     int kn = k1 - k0;
     x += k0;
-    __m512i mx = _mm512_setzero_si512();
-    for (int k = 0; k < kn; k += 32) {
-        __m512i v = _mm512_maskz_loadu_epi16(q8t_mask32(kn - k), x + k);
-        mx = _mm512_max_epu16(mx, _mm512_and_si512(v, _mm512_set1_epi16(0x7fff)));
-    }
-    __m512i w = _mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-                                 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1)));
-    float amax = kt__moe_bf16_f32((uint16_t)_mm512_reduce_max_epu32(w));
+    float amax = q8t_absmax_bf16(x, kn);
     __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
     *d = amax > 0.0f ? amax / 127.0f : 0.0f;
     /* byte j of the even/odd order takes input 2j (j < 32), 2(j - 32) + 1 */
