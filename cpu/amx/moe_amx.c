@@ -1662,13 +1662,15 @@ static const kt__moe_kernels *pick(int method, const kt__moe_kernels *bf16,
 }
 
 #ifdef KT_AMX_EMULATE
-/* Tests: INT4 on the tiles by exact group folds (1) or rescaled rows (0, the
- * default) from now on. */
-void kt__amx_int4_exact_emulated(int on);
-void kt__amx_int4_exact_emulated(int on)
+/* Tests: INT4 on the tiles from now on by exact group folds (exact 1) or
+ * rescaled rows (0, the default), rescaled before (dec_first 1) or after each
+ * step's products. */
+void kt__amx_int4_mode_emulated(int exact, int first);
+void kt__amx_int4_mode_emulated(int exact, int first)
 {
     pthread_once(&init_once, init_sets);
-    int4_exact = on;
+    int4_exact = exact;
+    dec_first = first;
 }
 #endif
 
