@@ -619,7 +619,8 @@ typedef struct i8_src {
     const struct i8_src *next; /* the next block: its first chunk rescaled during
                                   this one's last, or NULL                         */
     int base, ready;       /* chunks rescaled before this block's first (the two
-                              halves of s->wdec alternate); its first one is      */
+                              halves of s->wdec alternate); 1: that first chunk is
+                              rescaled already                                     */
 } i8_src;
 
 #define KQ_MAX 8 /* steps per rescaled chunk: two [NB][KQ_MAX * 64] buffers fill wdec */
@@ -1597,7 +1598,8 @@ static void init_sets(void)
                                scratch_of(avx512_bf16)};
     k_fp8 = (kt__moe_kernels){"amx-bf16+fp8", avx512_fp8->act, avx512_fp8->quant, gemm_fp8,
                               scratch_of(avx512_fp8)};
-    k_int4 = (kt__moe_kernels){int4_bf16_tiles ? "amx-bf16+int4" : "amx-int8+int4", avx512_int4->act, avx512_int4->quant, gemm_int4,
+    k_int4 = (kt__moe_kernels){int4_bf16_tiles ? "amx-bf16+int4" : "amx-int8+int4",
+                               avx512_int4->act, avx512_int4->quant, gemm_int4,
                                scratch_of(avx512_int4)};
     k_int4g = (kt__moe_kernels){"amx-int8+int4g", avx512_int4g->act, avx512_int4g->quant,
                                 gemm_int4g, scratch_of(avx512_int4g)};
