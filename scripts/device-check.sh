@@ -1,7 +1,7 @@
 #!/bin/sh
 # The closing correctness check on the device machine (H200 + AMX Xeon) from
-# release binaries built here (sm_90) and carried in $BIN (git-ignored, laid out
-# as the build directory; default .lead), so nothing compiles there:
+# release binaries built here (sm_90) and carried in $BIN (git-ignored, packed
+# by device-pack.sh; default .lead), so nothing compiles there:
 #   ninja -C B lib/libkt.so.0.1.0 tests/unit/test_gpu tests/unit/test_moe_kernels \
 #       tests/unit/test_moe tests/unit/test_llamafile && sh scripts/device-pack.sh B
 #   then on the device, with .devdeps and $BIN carried:   sh scripts/device-check.sh
@@ -14,6 +14,7 @@ OUT=${OUT:-$PWD/device-out}; BIN=${BIN:-.lead}; LIMIT=${LIMIT:-330}
 T0=$(date +%s)
 left() { echo $((LIMIT - ($(date +%s) - T0))); }
 mkdir -p "$OUT" && python3 scripts/unpack_data.py . > /dev/null || exit 1
+[ -f "$BIN/bin.tar.xz" ] && { tar -C "$BIN" -xJf "$BIN/bin.tar.xz" || exit 1; }
 export LD_LIBRARY_PATH=$PWD/$BIN/lib:$LD_LIBRARY_PATH KT_TEST_DATA=$PWD/tests/data
 export KT_SOURCE_ROOT=$PWD KT_BUILD_ROOT=$PWD/$BIN
 summary() { grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)|^\[  FAILED  \]" "$1"; }
