@@ -13,28 +13,11 @@
 OUT=${OUT:-$PWD/device-out}; BIN=${BIN:-.lead}; LIMIT=${LIMIT:-330}
 T0=$(date +%s)
 left() { echo $((LIMIT - ($(date +%s) - T0))); }
-mkdir -p "$OUT" && python3 scripts/unpack_data.py . > /dev/null || exit 1
-[ -f "$BIN/bin.tar.xz" ] && { tar -C "$BIN" -xJf "$BIN/bin.tar.xz" || exit 1; }
-export LD_LIBRARY_PATH=$PWD/$BIN/lib:$LD_LIBRARY_PATH KT_TEST_DATA=$PWD/tests/data
-export KT_SOURCE_ROOT=$PWD KT_BUILD_ROOT=$PWD/$BIN
-summary() { grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)|^\[  FAILED  \]" "$1"; }
+mkdir -p "$OUT" && kt_device_bin "$BIN" || exit 1
 timeout 170 compute-sanitizer --tool memcheck "$BIN/tests/unit/test_gpu" > "$OUT/memcheck.log" 2>&1
-echo "memcheck test_gpu rc=$? ($(left) s left)"; summary "$OUT/memcheck.log"
+echo "memcheck test_gpu rc=$? ($(left) s left)"; kt_summary "$OUT/memcheck.log"
 for t in test_moe_kernels test_moe test_llamafile; do
     timeout 90 "$BIN/tests/unit/$t" > "$OUT/$t.log" 2>&1
-    echo "$t rc=$? ($(left) s left)"; summary "$OUT/$t.log"
+    echo "$t rc=$? ($(left) s left)"; kt_summary "$OUT/$t.log"
 done
-log=$OUT/racecheck.log; : > "$log"
-for t in $(grep -o 'cmocka_unit_test(test_[a-z0-9_]*)' tests/unit/test_gpu.c |
-           sed 's/.*(\(.*\))/\1/'); do
-    [ "$(left)" -gt 20 ] || { echo "== racecheck: no time left for $t and after" | tee -a "$log"; break; }
-    lim=$(left); [ "$lim" -gt 60 ] && lim=60
-    start=$(date +%s)
-    KT_TEST_FILTER=$t timeout "$lim" compute-sanitizer --tool racecheck \
-        "$BIN/tests/unit/test_gpu" > "$OUT/san.tmp" 2>&1
-    rc=$?
-    echo "== racecheck $t: rc=$rc, $(( $(date +%s) - start )) s, $(summary "$OUT/san.tmp" | tr '\n' ' ')" |
-        tee -a "$log"
-    grep -B1 -A6 -m3 "Error\|hazard" "$OUT/san.tmp" >> "$log"
-done
-rm -f "$OUT/san.tmp"
+kt_device_sanitize racecheck "$BIN/tests/unit/test_gpu" 60 $((T0 + LIMIT))

@@ -17,10 +17,7 @@
 OUT=${OUT:-$PWD/device-out}; BIN=${BIN:-.gpu8}; LIMIT=${LIMIT:-200}
 T0=$(date +%s)
 left() { echo $((LIMIT - ($(date +%s) - T0))); }
-mkdir -p "$OUT" && kt_device_tmpfs 40G || exit 1
-python3 scripts/unpack_data.py . >/dev/null || exit 1
-export LD_LIBRARY_PATH=$PWD/$BIN/lib:$LD_LIBRARY_PATH KT_TEST_DATA=$PWD/tests/data
-export KT_SOURCE_ROOT=$PWD KT_BUILD_ROOT=$PWD/$BIN
+mkdir -p "$OUT" && kt_device_tmpfs 40G && kt_device_bin "$BIN" || exit 1
 t=$OUT/test_gpu.log
 { date -u +%T; echo "# KT_TEST_FILTER='test_*_decode'"; } >"$t"
 KT_TEST_FILTER='test_*_decode' timeout 60 "$BIN/tests/unit/test_gpu" >>"$t" 2>&1
