@@ -72,12 +72,17 @@ typedef void (*kt__moe_gemm_fn)(const kt__wmat *W, int n0, int n1, int k0, int k
 /* Writes elements [k0, k1) of one activation row of length K from x[k0..k1). */
 typedef void (*kt__moe_quant_fn)(const float *x, int k0, int k1, int K, void *row);
 
+/* Hint: a gemm on rows [n0, n1) of W for M tokens comes next; starts its first
+ * weights into L2 while the current call computes. */
+typedef void (*kt__moe_prefetch_fn)(const kt__wmat *W, int n0, int n1, int M);
+
 typedef struct kt__moe_kernels {
     const char *name;         /* "avx512-bf16", "scalar", ...                      */
     int act;                  /* KT__ACT_*                                          */
     kt__moe_quant_fn quant;
     kt__moe_gemm_fn gemm;
     size_t scratch_bytes;     /* per thread, for one call of gemm                  */
+    kt__moe_prefetch_fn prefetch; /* hint before a gemm call, or NULL              */
 } kt__moe_kernels;
 
 /* Bytes of one activation row of length K (64-byte multiple). */
@@ -160,11 +165,6 @@ static inline void kt__moe_new_epoch(void)
 const kt__moe_kernels *kt__moe_kernels_ref(int method);
 const kt__moe_kernels *kt__moe_kernels_avx2(int method);
 const kt__moe_kernels *kt__moe_kernels_avx512(int method);
-/* Hint: a gemm of set k on rows [n0, n1) of W for M tokens comes next; starts
- * its first weights into L2. The AVX-512 sets' hint, or NULL (no hint; k not
- * one of them); call only where that set may run. */
-typedef void (*kt__moe_prefetch_fn)(const kt__wmat *W, int n0, int n1, int M);
-kt__moe_prefetch_fn kt__moe_prefetch_avx512(const kt__moe_kernels *k);
 /* AMXINT8 (int8 [rows][cols], F32 scale per row) kernels, one per ISA
  * (moe_int8_*.c in cpu/ref, cpu/avx2, cpu/avx512); the getters above return them for KT_METHOD_AMXINT8. */
 const kt__moe_kernels *kt__moe_int8_ref(void);
@@ -231,8 +231,6 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
 /* Hint: this thread's next panel call will read bytes [0, len) of rows [n0, n1)
  * of W; the call before it starts them into L2 (two hints kept, oldest first). */
 void kt__lf_panel_hint_avx512(const void *W, size_t wrow, int n0, int n1, size_t len);
-/* The LLAMAFILE AVX-512 sets' kt__moe_prefetch_fn (NULL for any other set). */
-kt__moe_prefetch_fn kt__moe_llamafile_hint(const kt__moe_kernels *k);
 /* The same for the K types and IQ4_XS over blocks [b0, b1) of 256; act[m] are Q8_K
  * block arrays. */
 void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,

@@ -1595,16 +1595,16 @@ static void init_sets(void)
     env = getenv("KT_AMX_INT4_TILES");
     int4_bf16_tiles = env && !strcmp(env, "bf16");
     k_bf16 = (kt__moe_kernels){"amx-bf16", avx512_bf16->act, avx512_bf16->quant, gemm_bf16,
-                               scratch_of(avx512_bf16)};
+                               scratch_of(avx512_bf16), NULL};
     k_fp8 = (kt__moe_kernels){"amx-bf16+fp8", avx512_fp8->act, avx512_fp8->quant, gemm_fp8,
-                              scratch_of(avx512_fp8)};
+                              scratch_of(avx512_fp8), NULL};
     k_int4 = (kt__moe_kernels){int4_bf16_tiles ? "amx-bf16+int4" : "amx-int8+int4",
                                avx512_int4->act, avx512_int4->quant, gemm_int4,
-                               scratch_of(avx512_int4)};
+                               scratch_of(avx512_int4), NULL};
     k_int4g = (kt__moe_kernels){"amx-int8+int4g", avx512_int4g->act, avx512_int4g->quant,
-                                gemm_int4g, scratch_of(avx512_int4g)};
+                                gemm_int4g, scratch_of(avx512_int4g), NULL};
     k_int8 = (kt__moe_kernels){"amx-int8", avx512_int8->act, avx512_int8->quant, gemm_int8,
-                               scratch_of(avx512_int8)};
+                               scratch_of(avx512_int8), NULL};
     env = getenv("KT_AMX_AHEAD");
     if (env && atoi(env) >= 1 && atoi(env) <= 4)
         ahead8 = atoi(env);
@@ -1632,13 +1632,13 @@ static void init_sets(void)
     if (!x2_bf16 || !x2_fp8 || !x2_int4 || !x2_int8)
         return;
     k_bf16_x2 = (kt__moe_kernels){"amx-bf16x2", x2_bf16->act, x2_bf16->quant, gemm_bf16_x2,
-                                  scratch_of(x2_bf16)};
+                                  scratch_of(x2_bf16), NULL};
     k_fp8_x2 = (kt__moe_kernels){"amx-fp8-bf16x2", x2_fp8->act, x2_fp8->quant, gemm_fp8_x2,
-                                 scratch_of(x2_fp8)};
+                                 scratch_of(x2_fp8), NULL};
     k_int4_x2 = (kt__moe_kernels){"amx-int4-bf16x2", x2_int4->act, x2_int4->quant,
-                                  gemm_int4_x2, scratch_of(x2_int4)};
+                                  gemm_int4_x2, scratch_of(x2_int4), NULL};
     k_int8_x2 = (kt__moe_kernels){"amx-int8w-bf16x2", x2_int8->act, x2_int8->quant,
-                                  gemm_int8_x2, scratch_of(x2_int8)};
+                                  gemm_int8_x2, scratch_of(x2_int8), NULL};
 }
 
 /* The set of `method` among four (NULL: none, or the sets are not there). */

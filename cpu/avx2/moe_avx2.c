@@ -212,10 +212,12 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     }
 }
 
-static const kt__moe_kernels k_bf16 = {"avx2-bf16", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0};
-static const kt__moe_kernels k_fp8 = {"avx2-fp8", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0};
+static const kt__moe_kernels k_bf16 = {"avx2-bf16", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0,
+                                       NULL};
+static const kt__moe_kernels k_fp8 = {"avx2-fp8", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0,
+                                      NULL};
 static const kt__moe_kernels k_int4 = {"avx2-int8", KT__ACT_Q8G32, kt__moe_quant_q8g32,
-                                       gemm_int4, 0};
+                                       gemm_int4, 0, NULL};
 
 const kt__moe_kernels *kt__moe_kernels_avx2(int method)
 {

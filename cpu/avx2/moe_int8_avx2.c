@@ -63,7 +63,7 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 }
 
 static const kt__moe_kernels avx2_int8 = {"avx2-int8w", KT__ACT_F32, kt__moe_quant_f32, gemm_int8,
-                                          0};
+                                          0, NULL};
 
 const kt__moe_kernels *kt__moe_int8_avx2(void)
 {

@@ -1056,11 +1056,11 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
 }
 
 static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, gemm_bf16,
-                                       sizeof(pblock)};
+                                       sizeof(pblock), NULL};
 static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64, quant_bf16p64, gemm_fp8,
-                                      (4 * DEQ_STRIDE + FP8_ACT_M * AS_STRIDE) * 2};
+                                      (4 * DEQ_STRIDE + FP8_ACT_M * AS_STRIDE) * 2, NULL};
 static const kt__moe_kernels k_int4 = {"avx512-vnni", KT__ACT_Q8P128, quant_q8p128, gemm_int4,
-                                       sizeof(vtile)};
+                                       sizeof(vtile), prefetch_int4};
 
 const kt__moe_kernels *kt__moe_kernels_avx512(int method)
 {
@@ -1078,7 +1078,3 @@ const kt__moe_kernels *kt__moe_kernels_avx512(int method)
     }
 }
 
-kt__moe_prefetch_fn kt__moe_prefetch_avx512(const kt__moe_kernels *k)
-{
-    return k == &k_int4 ? prefetch_int4 : NULL;
-}

@@ -151,7 +151,7 @@ static void gemm_int4g(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
 }
 
 static const kt__moe_kernels avx512_int4g = {"avx512-vnni4g", KT__ACT_BF16, kt__moe_quant_bf16,
-                                             gemm_int4g, sizeof(q8t_cache)};
+                                             gemm_int4g, sizeof(q8t_cache), NULL};
 
 const kt__moe_kernels *kt__moe_int4g_avx512(void)
 {

@@ -140,7 +140,7 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
 }
 
 static const kt__moe_kernels avx512_int8 = {"avx512-vnni8", KT__ACT_BF16, kt__moe_quant_bf16,
-                                            gemm_int8, sizeof(q8t_cache)};
+                                            gemm_int8, sizeof(q8t_cache), NULL};
 
 const kt__moe_kernels *kt__moe_int8_avx512(void)
 {

@@ -788,13 +788,13 @@ static void gemm_int8_x2(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
 }
 
 static const kt__moe_kernels x2_bf16 = {"avx512-bf16x2", KT__ACT_BF16X2, quant_x2, gemm_bf16_x2,
-                                        sizeof(x2_chunk)};
+                                        sizeof(x2_chunk), NULL};
 static const kt__moe_kernels x2_fp8 = {"avx512-fp8-bf16x2", KT__ACT_BF16X2, quant_x2,
-                                       gemm_fp8_x2, sizeof(x2_chunk)};
+                                       gemm_fp8_x2, sizeof(x2_chunk), NULL};
 static const kt__moe_kernels x2_int4 = {"avx512-int4-bf16x2", KT__ACT_BF16X2, quant_x2,
-                                        gemm_int4_x2, sizeof(x2_chunk)};
+                                        gemm_int4_x2, sizeof(x2_chunk), NULL};
 static const kt__moe_kernels x2_int8 = {"avx512-int8w-bf16x2", KT__ACT_BF16X2, quant_x2,
-                                        gemm_int8_x2, sizeof(x2_chunk)};
+                                        gemm_int8_x2, sizeof(x2_chunk), NULL};
 
 const kt__moe_kernels *kt__moe_kernels_avx512_x2(int method)
 {

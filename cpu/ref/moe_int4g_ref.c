@@ -30,7 +30,7 @@ static void gemm_int4g(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
 }
 
 static const kt__moe_kernels ref_int4g = {"scalar-int4g", KT__ACT_F32, kt__moe_quant_f32,
-                                          gemm_int4g, 0};
+                                          gemm_int4g, 0, NULL};
 
 const kt__moe_kernels *kt__moe_int4g_ref(void)
 {

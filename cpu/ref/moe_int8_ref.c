@@ -27,7 +27,8 @@ static void gemm_int8(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     }
 }
 
-static const kt__moe_kernels ref_int8 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_int8, 0};
+static const kt__moe_kernels ref_int8 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_int8, 0,
+                                         NULL};
 
 const kt__moe_kernels *kt__moe_int8_ref(void)
 {

@@ -397,18 +397,36 @@ LF_ISA(0)
 LF_ISA(1)
 LF_ISA(2)
 
+#if KT_HAVE_ISA_AVX512
+/* The backend's hint that a gemm on rows [n0, n1) of W for M tokens comes next:
+ * queued for the AVX-512 panel call before it to start into L2 (the panel path's
+ * block types and token counts only). */
+static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
+{
+    unsigned sec = kt__ggml_act_section(W->type);
+    if (M >= LF_PANEL_MIN && M <= 256 && sec && sec != KT__GGML_ACT_F32)
+        kt__lf_panel_hint_avx512(W->w, kt__ggml_row_bytes((kt_type)W->type, W->cols), n0, n1,
+                                 kt__ggml_row_bytes((kt_type)W->type, W->cols));
+}
+#define LF_HINT_2 lf_hint
+#else
+#define LF_HINT_2 NULL
+#endif
+#define LF_HINT_0 NULL /* only the AVX-512 sets take a hint */
+#define LF_HINT_1 NULL
+
 #define LF_ENTRY(ISA, NAME, MASK)                                              \
     {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK,     \
-     ISA == 2 ? KT__LF_PANEL_SCRATCH : 0}
+     ISA == 2 ? KT__LF_PANEL_SCRATCH : 0, LF_HINT_##ISA}
 #define LF_ROW(ISA, NAME)                                                                      \
-    {{NULL, 0, NULL, NULL, 0}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),                 \
+    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),           \
      LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                   \
      LF_ENTRY(ISA, NAME, 6), LF_ENTRY(ISA, NAME, 7), LF_ENTRY(ISA, NAME, 8),                   \
      LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                 \
      LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                \
      LF_ENTRY(ISA, NAME, 15)}
 #define LF_ROW_RAW(NAME)                                                                       \
-    {{NULL, 0, NULL, NULL, 0}, LF_ENTRY(2, NAME, 1), LF_ENTRY(2, NAME, 2),                     \
+    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(2, NAME, 1), LF_ENTRY(2, NAME, 2),               \
      LF_ENTRY(2, NAME, 3), LF_ENTRY(2, NAME, 4), LF_ENTRY(2, NAME, 5),                         \
      LF_ENTRY(2, NAME, 6), LF_ENTRY(2, NAME, 7), LF_ENTRY(2, NAME, 8),                         \
      LF_ENTRY(2, NAME, 9), LF_ENTRY(2, NAME, 10), LF_ENTRY(2, NAME, 11),                       \
@@ -438,29 +456,6 @@ static const kt__moe_kernels lf_sets[2][16] = {
 };
 static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml");
 
-#if KT_HAVE_ISA_AVX512
-/* The backend's hint that a gemm on rows [n0, n1) of W for M tokens comes next:
- * queued for the AVX-512 panel call before it to start into L2 (the panel path's
- * block types and token counts only). */
-static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
-{
-    unsigned sec = kt__ggml_act_section(W->type);
-    if (M >= LF_PANEL_MIN && M <= 256 && sec && sec != KT__GGML_ACT_F32)
-        kt__lf_panel_hint_avx512(W->w, kt__ggml_row_bytes((kt_type)W->type, W->cols), n0, n1,
-                                 kt__ggml_row_bytes((kt_type)W->type, W->cols));
-}
-#endif
-
-kt__moe_prefetch_fn kt__moe_llamafile_hint(const kt__moe_kernels *k)
-{
-#if KT_HAVE_ISA_AVX512
-    for (int i = 0; i < 64; i++)
-        if (k == &lf_sets_avx512[i])
-            return lf_hint;
-#endif
-    (void)k;
-    return NULL;
-}
 
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
 {

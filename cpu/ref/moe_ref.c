@@ -160,13 +160,15 @@ static void gemm_int4_f32(const kt__wmat *W, int n0, int n1, int k0, int k1, con
     int4_rows(W, n0, n1, k0, k1, A, a_stride, a_rows, M, C, ldc, group_f32);
 }
 
-static const kt__moe_kernels ref_bf16 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0};
-static const kt__moe_kernels ref_fp8 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0};
+static const kt__moe_kernels ref_bf16 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0,
+                                         NULL};
+static const kt__moe_kernels ref_fp8 = {"scalar", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0,
+                                        NULL};
 static const kt__moe_kernels ref_int4 = {"scalar", KT__ACT_Q8G32, kt__moe_quant_q8g32,
-                                         gemm_int4, 0};
+                                         gemm_int4, 0, NULL};
 
 static const kt__moe_kernels ref_int4_f32 = {"scalar-f32", KT__ACT_F32, kt__moe_quant_f32,
-                                             gemm_int4_f32, 0};
+                                             gemm_int4_f32, 0, NULL};
 
 const kt__moe_kernels *kt__moe_kernels_ref_precise(int method)
 {

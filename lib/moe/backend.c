@@ -952,10 +952,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->prof = kt__calloc((size_t)moe->nth * PROF_N + 1, sizeof(double));
 #if KT_HAVE_ISA_AVX512
     moe->silu16 = (kt_hw_isa() & isa_cap & KT_ISA_AVX512F) != 0;
-    if (moe->silu16)
-        moe->kpf = kt__moe_prefetch_avx512(moe->kern);
-    if (moe->silu16 && !moe->kpf)
-        moe->kpf = kt__moe_llamafile_hint(moe->kern);
+    if (moe->silu16) /* the hints are AVX-512 code */
+        moe->kpf = moe->kern->prefetch;
 #endif
     kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
             kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
