@@ -75,7 +75,7 @@ static kt_status layer_proj(const kt_gguf *g, int32_t l, int p, uint64_t H, uint
                              "%s: no tensor blk.%d.%s.weight (nor per-expert %s): the file "
                              "does not hold the routed experts of MoE layer %d",
                              kt__gguf_name(g), l, proj3[p], name, l);
-        int32_t ty;
+        int32_t ty = -1; /* set by check_tensor on success */
         kt_status st = check_tensor(g, t, cols, rows, 0, &ty);
         if (st < 0)
             return st;
