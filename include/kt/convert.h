@@ -15,7 +15,7 @@
  *
  * Output (docs/cpu-format.md has every byte): one safetensors file per MoE
  * layer, `kt-experts-layer-NNN.safetensors`, with metadata naming the format
- * (kt.format = "libkt.cpu_experts", kt.version = "1"), the method, the group
+ * (kt.format = "libkt.cpu_experts", kt.version = "2"; "1" still read), the method, the group
  * size and checksums of the source; tensors `experts.E.{gate,up,down}.q` and
  * `.scale` laid out as the kernels read them, so loading is an mmap. The
  * files do not depend on the NUMA node count (the backend slices at load).
@@ -24,9 +24,12 @@
  *   AMXINT8  q I8 [out][in], scale F32 [out]: w = q * scale (per output row,
  *            scale = max|w| / 127).
  *   AMXINT4  q I32 [out][in/8] (8 nibbles, first input in the lowest bits,
- *            stored as value + 8, value in -8..7), scale BF16 [out][in/32]:
- *            w = value * scale, the scale of each 32 inputs chosen to minimise
- *            the squared error. The same layout as compressed-tensors INT4.
+ *            stored as value + 8, value in -8..7), scale BF16 [out][in/G]:
+ *            w = value * scale per group of G (32, 64, 128) inputs. Version 2
+ *            puts each row's scales on a grid, e * max / 16 with integers e <=
+ *            16, chosen to minimise the squared error, so the AMX tiles run the
+ *            row as int8 on one scale exactly. The layout of compressed-tensors
+ *            INT4.
  *
  * Thread contract: kt_convert() runs its own workers; the call blocks.
  */

@@ -85,45 +85,138 @@ static void quant_row_int8(const float *w, int n, int8_t *q, float *scale, doubl
     *scale = s;
 }
 
-/* AMXINT4, one group of G inputs: the BF16 scale among amax / {6.5 .. 8}
- * that minimises the squared error of q = clamp(round(w / s), -8, 7). */
-static void quant_group_int4(const float *w, int G, uint8_t *vals, uint16_t *scale_bf16,
-                             double *err, double *ref)
+/* Squared error of one INT4 group at scale s: q = clamp(round(w / s), -8, 7)
+ * (the values, stored as q + 8, into vals when not NULL). */
+static double group_error(const float *w, int G, float s, uint8_t *vals)
+{
+    double e = 0.0;
+    for (int i = 0; i < G; i++) {
+        int v = s > 0.0f ? (int)nearbyintf(w[i] / s) : 0;
+        v = v > 7 ? 7 : (v < -8 ? -8 : v);
+        if (vals)
+            vals[i] = (uint8_t)(v + 8);
+        double d = (double)w[i] - (double)v * s;
+        e += d * d;
+    }
+    return e;
+}
+
+/* One group's free scale (format version 1): among the BF16 roundings of
+ * amax / {6.5, 6.75, .., 8} the one with the smallest squared error; 0 for
+ * a zero group. */
+static float group_scale_free(const float *w, int G)
 {
     float amax = 0.0f;
     for (int i = 0; i < G; i++)
         amax = fmaxf(amax, fabsf(w[i]));
     double best = INFINITY;
-    uint16_t best_s = 0;
+    float best_s = 0.0f;
     for (int c = 0; c <= 6 && amax > 0.0f; c++) {
-        uint16_t sb = kt__f32_to_bf16(amax / (6.5f + 0.25f * (float)c));
-        float s = kt__bf16_to_f32(sb);
-        if (!(s > 0.0f))
-            continue;
-        double e = 0.0;
-        for (int i = 0; i < G; i++) {
-            int v = (int)nearbyintf(w[i] / s);
-            v = v > 7 ? 7 : (v < -8 ? -8 : v);
-            double d = (double)w[i] - (double)v * s;
-            e += d * d;
-        }
+        float s = kt__bf16_to_f32(kt__f32_to_bf16(amax / (6.5f + 0.25f * (float)c)));
+        double e = s > 0.0f ? group_error(w, G, s, NULL) : INFINITY;
         if (e < best) {
             best = e;
-            best_s = sb;
+            best_s = s;
         }
     }
-    float s = kt__bf16_to_f32(best_s);
-    double e = 0.0;
-    for (int i = 0; i < G; i++) {
-        int v = s > 0.0f ? (int)nearbyintf(w[i] / s) : 0;
-        v = v > 7 ? 7 : (v < -8 ? -8 : v);
-        vals[i] = (uint8_t)(v + 8);
-        double d = (double)w[i] - (double)v * s;
-        e += d * d;
-        *ref += (double)w[i] * w[i];
+    return best_s;
+}
+
+/* Format version 2: the row's scales are s_g = e_g C / 16 with integers e_g in
+ * 0..16, one of them 16, and C = M 2^p with an integer M <= 16 (so every s_g,
+ * e_g M <= 256 times a power of two, is a BF16 number). The AMX-INT8 tiles run
+ * such a row as int8 weights v e_g on the one row scale C / 16, exactly
+ * (cpu/amx/moe_amx.c, "INT4 on one scale per row"). For each C near the
+ * largest free group scale (M - 1 .. M + 2 on the 4-bit grid) every group
+ * takes the e_g with the least squared error near its free scale, the group
+ * with the largest free scale 16; the C with the least row error wins. */
+static void row_scales_v2(const float *w, int ng, int G, const float *sfree, float *sc,
+                          float *cand)
+{
+    int top = 0;
+    for (int g = 1; g < ng; g++)
+        if (sfree[g] > sfree[top])
+            top = g;
+    if (!(sfree[top] > 0.0f)) {
+        for (int g = 0; g < ng; g++)
+            sc[g] = 0.0f;
+        return;
     }
-    *err += e;
-    *scale_bf16 = best_s;
+    int p;
+    frexpf(sfree[top], &p); /* sfree = m 2^p, m in [0.5, 1) */
+    p -= 4;                 /* M = sfree / 2^p in [8, 16) */
+    int m0 = (int)floorf(ldexpf(sfree[top], -p));
+    double best = INFINITY;
+    for (int m = m0 - 1; m <= m0 + 2; m++) {
+        if (m < 1 || m > 16)
+            continue;
+        float C = ldexpf((float)m, p), S = C / 16.0f;
+        double total = 0.0;
+        for (int g = 0; g < ng && total < best; g++) {
+            const float *wg = w + (size_t)g * G;
+            if (g == top || !(sfree[g] > 0.0f)) {
+                cand[g] = g == top ? C : 0.0f;
+                total += group_error(wg, G, cand[g], NULL);
+                continue;
+            }
+            int e0 = (int)floorf(sfree[g] / S);
+            double ge = INFINITY;
+            for (int e = e0 - 1; e <= e0 + 2; e++) {
+                if (e < 1 || e > 16)
+                    continue;
+                double err = group_error(wg, G, (float)e * S, NULL);
+                if (err < ge) {
+                    ge = err;
+                    cand[g] = (float)e * S;
+                }
+            }
+            total += ge;
+        }
+        if (total < best) {
+            best = total;
+            memcpy(sc, cand, (size_t)ng * sizeof *sc);
+        }
+    }
+}
+
+void kt__int4_quant_row(const float *w, int n, int G, int version, uint32_t *packed,
+                        uint16_t *scales, float *work, double *err, double *ref)
+{
+    int ng = n / G;
+    float *sfree = work, *sc = work + ng;
+    for (int g = 0; g < ng; g++)
+        sfree[g] = group_scale_free(w + (size_t)g * G, G);
+    if (version >= 2)
+        row_scales_v2(w, ng, G, sfree, sc, work + 2 * ng);
+    else
+        memcpy(sc, sfree, (size_t)ng * sizeof *sc);
+    for (int g = 0; g < ng; g++) {
+        uint8_t vals[128];
+        const float *wg = w + (size_t)g * G;
+        *err += group_error(wg, G, sc[g], vals);
+        scales[g] = kt__f32_to_bf16(sc[g]); /* exact: sc[g] is a BF16 number */
+        for (int wd = 0; wd < G / 8; wd++) {
+            uint32_t word = 0;
+            for (int i = 0; i < 8; i++)
+                word |= (uint32_t)vals[wd * 8 + i] << (4 * i);
+            packed[g * (G / 8) + wd] = word;
+        }
+        for (int i = 0; i < G; i++)
+            *ref += (double)wg[i] * wg[i];
+    }
+}
+
+int kt__int4_row_on_grid(const uint16_t *scales, int ng)
+{
+    float m = 0.0f;
+    for (int g = 0; g < ng; g++)
+        m = fmaxf(m, fabsf(kt__bf16_to_f32(scales[g])));
+    for (int g = 0; g < ng && m > 0.0f; g++) {
+        float e = fabsf(kt__bf16_to_f32(scales[g])) * 16.0f / m;
+        if (e != nearbyintf(e))
+            return 0;
+    }
+    return 1;
 }
 
 /* ---- one expert ------------------------------------------------------------ */
@@ -145,9 +238,11 @@ typedef struct expert_job {
 static const kt_role proj_role[3] = {KT_ROLE_EXPERT_GATE, KT_ROLE_EXPERT_UP, KT_ROLE_EXPERT_DOWN};
 static const char *const proj_name[3] = {"gate", "up", "down"};
 
+/* row: 2 * cols floats (the row, then the INT4 quantizer's work space) */
 static kt_status quantize_matrix(expert_job *j, int p, const kt_tensor_view *v, float *row)
 {
     uint64_t rows = v->rows, cols = v->cols;
+    float *work = row + cols;
     for (uint64_t r = 0; r < rows; r++) {
         kt_status st = view_row_f32(v, r, row);
         if (st < 0)
@@ -156,19 +251,10 @@ static kt_status quantize_matrix(expert_job *j, int p, const kt_tensor_view *v, 
             quant_row_int8(row, (int)cols, (int8_t *)j->q[p] + r * cols,
                            (float *)j->scale[p] + r, &j->err, &j->ref);
         } else {
-            uint32_t *packed = (uint32_t *)j->q[p] + r * (cols / 8);
-            uint32_t G = j->group;
-            uint16_t *sc = (uint16_t *)j->scale[p] + r * (cols / G);
-            for (uint64_t g = 0; g < cols / G; g++) {
-                uint8_t vals[128];
-                quant_group_int4(row + g * G, (int)G, vals, sc + g, &j->err, &j->ref);
-                for (uint32_t wd = 0; wd < G / 8; wd++) {
-                    uint32_t word = 0;
-                    for (int i = 0; i < 8; i++)
-                        word |= (uint32_t)vals[wd * 8 + i] << (4 * i);
-                    packed[g * (G / 8) + wd] = word;
-                }
-            }
+            kt__int4_quant_row(row, (int)cols, (int)j->group, KT__CPU_FORMAT_VERSION,
+                               (uint32_t *)j->q[p] + r * (cols / 8),
+                               (uint16_t *)j->scale[p] + r * (cols / j->group), work, &j->err,
+                               &j->ref);
         }
     }
     j->hash = kt__hash64(j->hash, v->data, v->nbytes);
@@ -193,7 +279,7 @@ static void *run_expert(void *arg)
     j->status = KT_OK;
     j->err = j->ref = 0.0;
     j->hash = UINT64_C(0xcbf29ce484222325);
-    float *row = kt__malloc_array((size_t)KT_MAX(j->H, j->I), sizeof(float));
+    float *row = kt__malloc_array((size_t)KT_MAX(j->H, j->I) * 2, sizeof(float));
     if (!row) {
         j->status = KT_ERR_NOMEM;
         snprintf(j->error, sizeof j->error, "out of memory");
@@ -254,7 +340,7 @@ static kt_status make_dir(const char *dir)
 }
 
 /* kt-convert.json: what the conversion did, rewritten after every layer:
- * {"format": "libkt.cpu_experts", "version": 1, "method": ..., "group_size": ...,
+ * {"format": "libkt.cpu_experts", "version": 2, "method": ..., "group_size": ...,
  *  "source": ..., "source_checksum": ..., "layers": [{"layer": L, "rel_rms": e}, ...]} */
 static kt_status write_summary(const char *dir, const char *input_dir, int method,
                                uint32_t group, uint64_t checksum, const uint32_t *layers,
@@ -262,10 +348,11 @@ static kt_status write_summary(const char *dir, const char *input_dir, int metho
 {
     kt_buf b = KT_BUF_INIT;
     kt_status st = kt__buf_appendf(&b,
-                                   "{\"format\": \"libkt.cpu_experts\", \"version\": 1, "
+                                   "{\"format\": \"libkt.cpu_experts\", \"version\": %d, "
                                    "\"method\": \"%s\", \"group_size\": %u, "
                                    "\"source_checksum\": \"%016llx\", \"layers\": [",
-                                   kt_method_name((kt_method)method), group,
+                                   KT__CPU_FORMAT_VERSION, kt_method_name((kt_method)method),
+                                   group,
                                    (unsigned long long)checksum);
     for (uint32_t i = 0; i < n && st == KT_OK; i++)
         st = kt__buf_appendf(&b, "%s\n  {\"layer\": %u, \"rel_rms\": %.9g}", i ? "," : "",
@@ -349,11 +436,12 @@ static kt_status declare_layer(kt_st_writer *w, const layer_meta *m)
         const char *k;
         char v[64];
     } md[] = {
-        {"kt.format", "libkt.cpu_experts"}, {"kt.version", "1"}, {"kt.method", ""},
+        {"kt.format", "libkt.cpu_experts"}, {"kt.version", ""}, {"kt.method", ""},
         {"kt.group_size", ""}, {"kt.layer", ""}, {"kt.n_experts", ""}, {"kt.hidden", ""},
         {"kt.intermediate", ""}, {"kt.tile_layout", "row-major"}, {"kt.source_checksum", ""},
         {"kt.created_by", "libkt " KT_VERSION_STRING},
     };
+    snprintf(md[1].v, sizeof md[1].v, "%d", KT__CPU_FORMAT_VERSION);
     snprintf(md[2].v, sizeof md[2].v, "%s", kt_method_name((kt_method)m->method));
     snprintf(md[3].v, sizeof md[3].v, "%u", m->group);
     snprintf(md[4].v, sizeof md[4].v, "%u", m->layer);
@@ -411,6 +499,14 @@ static kt_status measure_file(const kt_model *model, const char *dir, uint32_t l
             uint64_t rows = p == 2 ? H : I, cols = p == 2 ? I : H;
             for (uint64_t r = 0; r < rows && st == KT_OK; r++) {
                 st = view_row_f32(&v, r, row);
+                if (st == KT_OK && method == KT_METHOD_AMXINT4 &&
+                    kt__cpu_weights_version(cw) >= 2 &&
+                    !kt__int4_row_on_grid((const uint16_t *)scale + r * (cols / G),
+                                          (int)(cols / G)))
+                    st = kt__error(KT_ERR_FORMAT,
+                                   "%s/kt-experts-layer-%03u.safetensors: expert %u %s row %llu: "
+                                   "scales not on version 2's grid",
+                                   dir, layer, e, proj_name[p], (unsigned long long)r);
                 for (uint64_t c = 0; c < cols && st == KT_OK; c++) {
                     double dq;
                     if (method == KT_METHOD_AMXINT8) {

@@ -11,7 +11,7 @@
 #define MAX_LAYERS 4096
 
 struct kt__cpu_weights {
-    int method;
+    int method, version;
     uint32_t group, n_experts;
     uint64_t hidden, intermediate, source_checksum;
     uint32_t n_sets;           /* layers slots: [0, n_sets)  */
@@ -19,7 +19,7 @@ struct kt__cpu_weights {
 };
 
 typedef struct file_meta {
-    int method;
+    int method, version;
     uint32_t group, layer, n_experts;
     uint64_t hidden, intermediate, source_checksum;
 } file_meta;
@@ -45,10 +45,11 @@ static kt_status read_meta(const kt_st_set *set, const char *path, file_meta *m)
     if (!fmt || strcmp(fmt, "libkt.cpu_experts") != 0)
         return kt__error(KT_ERR_FORMAT, "%s: not a libkt CPU expert file (kt.format is %s)", path,
                          fmt ? fmt : "missing");
-    if (!ver || strcmp(ver, "1") != 0)
+    if (!ver || (strcmp(ver, "1") != 0 && strcmp(ver, "2") != 0))
         return kt__error(KT_ERR_UNSUPPORTED,
-                         "%s: libkt CPU format version %s; this libkt reads version 1", path,
-                         ver ? ver : "missing");
+                         "%s: libkt CPU format version %s; this libkt reads versions 1 and 2",
+                         path, ver ? ver : "missing");
+    m->version = ver[0] - '0';
     const char *method = kt__st_metadata(set, "kt.method");
     m->method = kt_method_from_name(method);
     if (m->method != KT_METHOD_AMXINT8 && m->method != KT_METHOD_AMXINT4)
@@ -136,11 +137,12 @@ kt_status kt__cpu_weights_check(const char *path, int method, uint32_t group, ui
         return st;
     kt__st_close(set);
     if (m.method != method || m.group != group || m.layer != layer || m.n_experts != n_experts ||
+        (method == KT_METHOD_AMXINT4 && m.version != KT__CPU_FORMAT_VERSION) ||
         m.hidden != hidden || m.intermediate != intermediate ||
         m.source_checksum != source_checksum)
         return kt__error(KT_ERR_FORMAT,
-                         "%s: made by another conversion (method, group size, layer, shape or "
-                         "source config differ)",
+                         "%s: made by another conversion (method, group size, layer, shape, "
+                         "source config or AMXINT4 format version differ)",
                          path);
     return KT_OK;
 }
@@ -154,17 +156,20 @@ static kt_status add_file(kt__cpu_weights *cw, const char *path)
         return st;
     if (cw->n_experts == 0) {
         cw->method = m.method;
+        cw->version = m.version;
         cw->group = m.group;
         cw->n_experts = m.n_experts;
         cw->hidden = m.hidden;
         cw->intermediate = m.intermediate;
         cw->source_checksum = m.source_checksum;
     } else if (m.method != cw->method || m.group != cw->group || m.n_experts != cw->n_experts ||
+               (m.method == KT_METHOD_AMXINT4 && m.version != cw->version) ||
                m.hidden != cw->hidden || m.intermediate != cw->intermediate ||
                m.source_checksum != cw->source_checksum) {
         kt__st_close(set);
         return kt__error(KT_ERR_FORMAT,
-                         "%s: does not match the other layer files (method, shape or source)",
+                         "%s: does not match the other layer files (method, format version, "
+                         "shape or source)",
                          path);
     }
     if (m.layer >= cw->n_sets) {
@@ -246,6 +251,10 @@ void kt__cpu_weights_close(kt__cpu_weights *cw)
 int kt__cpu_weights_method(const kt__cpu_weights *cw)
 {
     return cw->method;
+}
+int kt__cpu_weights_version(const kt__cpu_weights *cw)
+{
+    return cw->version;
 }
 uint32_t kt__cpu_weights_group(const kt__cpu_weights *cw)
 {

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "kt/kt.h"
+#include "convert/cpu_weights.h"
 #include "kt/convert.h"
 #include "kt/engine.h"
 
@@ -181,6 +182,56 @@ static void test_resume_and_bad_input(void **state)
     assert_int_equal(kt_convert(NULL, src, path, &co, NULL), KT_ERR_IO);
 }
 
+/* Rewrites the kt.version value of a layer file in place (one digit). */
+static void set_version(const char *dir, int layer, char digit)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/kt-experts-layer-%03d.safetensors", dir, layer);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    char head[4096];
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    head[n] = '\0';
+    const char *key = "\"kt.version\":\"";
+    char *at = strstr(head + 8, key);
+    assert_non_null(at);
+    assert_int_equal(fseek(f, (long)(at - head + strlen(key)), SEEK_SET), 0);
+    assert_int_equal(fputc(digit, f), digit);
+    fclose(f);
+}
+
+/* Format versions: files say 2 (AMXINT4 scales on the grid, checked by
+ * --verify); version 1 files still load, an AMXINT4 --resume converts them
+ * again, and other versions are refused naming the file. */
+static void test_format_versions(void **state)
+{
+    (void)state;
+    kt_convert_report rep = KT_CONVERT_REPORT_INIT;
+    layer_log log = {0};
+    assert_int_equal(convert("fixtures/qwen3_moe_tiny", "ver", KT_METHOD_AMXINT4,
+                             KT_CONVERT_F_VERIFY, &rep, &log),
+                     KT_OK);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/ver", tmp_root);
+    kt__cpu_weights *cw = NULL;
+    assert_int_equal(kt__cpu_weights_open(&cw, dir), KT_OK);
+    assert_int_equal(kt__cpu_weights_version(cw), 2);
+    kt__cpu_weights_close(cw);
+    set_version(dir, 0, '1');
+    set_version(dir, 1, '1');
+    assert_int_equal(kt__cpu_weights_open(&cw, dir), KT_OK);
+    assert_int_equal(kt__cpu_weights_version(cw), 1);
+    kt__cpu_weights_close(cw);
+    assert_int_equal(convert("fixtures/qwen3_moe_tiny", "ver", KT_METHOD_AMXINT4,
+                             KT_CONVERT_F_RESUME, &rep, &log),
+                     KT_OK);
+    assert_int_equal(rep.n_resumed, 0);
+    set_version(dir, 1, '3');
+    assert_int_equal(kt__cpu_weights_open(&cw, dir), KT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kt_last_error(), "kt-experts-layer-001"));
+    assert_non_null(strstr(kt_last_error(), "version 3"));
+}
+
 /* Relative L2 distance of the prompt logits with converted experts from the
  * BF16 checkpoint's own (fast mode, same MoE backend). */
 static double logits_error(const char *model_rel, const char *weights, uint32_t flags,
@@ -289,6 +340,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convert_fixtures),
         cmocka_unit_test(test_resume_and_bad_input),
+        cmocka_unit_test(test_format_versions),
         cmocka_unit_test(test_round_trip),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
