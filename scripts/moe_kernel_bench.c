@@ -129,9 +129,7 @@ int main(int argc, char **argv)
     float *C = malloc(sizeof(float) * (size_t)M * rows);
     void *scratch = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
     /* the set's hint for its next call (the backend's use), unless KT_BENCH_NO_HINT */
-    kt__moe_prefetch_fn hint = !strcmp(set, "avx512") && !getenv("KT_BENCH_NO_HINT")
-                                   ? kt__moe_prefetch_avx512(ks)
-                                   : NULL;
+    kt__moe_prefetch_fn hint = getenv("KT_BENCH_NO_HINT") ? NULL : ks->prefetch;
     double ratio[11], best = 1e30, best_k = 0, best_r = 0;
     float sink = 0;
     if (resident) { /* one matrix, many calls: the kernel's own speed */

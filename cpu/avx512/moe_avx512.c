@@ -6,15 +6,16 @@
  *           register tile, K in chunks that stay in L1.
  *  FP8      E4M3 bytes -> BF16 with two 128-entry byte tables (vpermt2b on
  *           64 bytes: high and low byte of each BF16, sign or'ed in) and one
- *           interleave; the activations are stored permuted to match. Up to 2
+ *           interleave; the activations are stored permuted to match. Up to 3
  *           tokens: decoded in registers, block scale applied per 128 inputs
- *           to block partial sums. More tokens: a 4-row chunk is decoded once,
- *           then BF16 tiles reuse it for every token; the block scale goes
- *           into a copy of the activations (under 64 tokens) or the chunk.
+ *           to block partial sums. More tokens: a 4-row chunk is decoded once
+ *           through tables with the 128x128 block's scale folded in, then
+ *           BF16 tiles reuse it for every token.
  *  RAWINT4  up to 3 tokens: 128 inputs per step, nibbles (value + 8, unsigned)
  *           x INT8 activations (scale per 32-group) with vpdpbusd, each lane
- *           started at -8 * (sum of its activation bytes) to remove the +8.
- *           More tokens: 32 rows x 512 inputs unpacked once to nibble bytes
+ *           started at -8 * (sum of its activation bytes) to remove the +8;
+ *           4 steps' lanes summed to whole groups before one scale step per
+ *           row and token (int4_block4). More tokens: 32 rows x 512 inputs unpacked once to nibble bytes
  *           along the vector, 8 vpdpbusd per 32-group and token on broadcast
  *           activations, one scale step per group (prefill_int4).
  */
@@ -22,11 +23,10 @@
 
 #define KC_BF16 4096 /* BF16 K chunk (prefill): 4 rows x 8 KiB, reductions rare */
 #define KC_DEQ 2048  /* FP8 dequantized chunk (multiple of 128)              */
-#define FP8_ACT_M 64 /* FP8 prefill: fewer tokens take the block scales    */
-/* Row strides (elements) of the FP8 chunk and of the scaled activations: off
- * 4 KiB multiples, so that a tile's rows do not share one L1 set. */
+#define FP8_BLKS (KC_DEQ / 128 + 1) /* 128-input blocks a chunk can touch */
+/* Row stride (elements) of the FP8 chunk: off 4 KiB multiples, so that a
+ * tile's rows do not share one L1 set. */
 #define DEQ_STRIDE (KC_DEQ + 64)
-#define AS_STRIDE (KC_DEQ + 32)
 /* Decode prefetch distance in bytes: the same place in the next 4-row tile,
  * 1 KiB on (the hardware prefetchers see 4 interleaved streams that restart
  * at every tile; measured best for both long and short rows on Zen 4). */
@@ -183,12 +183,13 @@ ALWAYS_INLINE void tile_bf16(const uint16_t *const *w, const uint16_t *const *a,
 }
 
 /* C[m][r] (+)= sum over inputs [kofs, kofs + kn) of W tile rows (nr <= 4 rows at
- * wtile + r * wstride, already offset to kofs) times activation rows. */
+ * wtile + r * wstride, already offset to kofs) times activation rows; rows
+ * read in place prefetch the next 4 (pf_next), a decoded chunk nothing. */
 static void tiles_bf16(const uint16_t *wtile, size_t wstride, int nr, const void *A,
                        size_t a_stride, const int32_t *rows, int M, int kofs, int kn, float *C,
-                       int ldc, int accumulate)
+                       int ldc, int accumulate, int pf_next)
 {
-    size_t pf = PF_BF16(wstride);
+    size_t pf = pf_next ? PF_BF16(wstride) : 0;
     const uint16_t *w[4];
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
@@ -507,7 +508,7 @@ static void gemm_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
         int kn = imin(kc_step, k1 - kc);
         for (int n = n0; n < n1; n += 4)
             tiles_bf16(w + (size_t)n * W->cols + kc, (size_t)W->cols, imin(4, n1 - n), A,
-                       a_stride, rows, M, kc, kn, C + (n - n0), ldc, kc > k0);
+                       a_stride, rows, M, kc, kn, C + (n - n0), ldc, kc > k0, 1);
     }
 }
 
@@ -607,14 +608,35 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
                       hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
 }
 
-/* bf16 x32 -> two f32 x16 vectors, times s, back to bf16 x32 (order kept). */
-ALWAYS_INLINE __m512i scale_bf16x32(__m512i b, __m512 s)
+/* The E4M3 tables of one 128x128 block with its scale folded in: t[0..127]
+ * the high and t[128..255] the low bytes of bf16(e4m3(i) * s) for magnitudes
+ * i = 0..127 (the same BF16 numbers as scaling each decoded weight, without
+ * the widen, multiply and narrow per 64 weights). */
+static void fp8_scaled_lut(float s, uint8_t *t)
 {
-    __m512 lo = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(b)), 16));
-    __m512 hi = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1)), 16));
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+    __m512 sv = _mm512_set1_ps(s);
+    for (int j = 0; j < 128; j += 16) {
+        /* f32 bits of e4m3(i): the BF16 bytes in the top half */
+        __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(e4m3_hi + j)));
+        __m512i l = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(e4m3_lo + j)));
+        __m512 f = _mm512_castsi512_ps(_mm512_or_si512(_mm512_slli_epi32(h, 24),
+                                                       _mm512_slli_epi32(l, 16)));
+        __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(f, sv));
+        _mm_storeu_si128((__m128i *)(t + j), _mm256_cvtepi16_epi8(_mm256_srli_epi16(b, 8)));
+        _mm_storeu_si128((__m128i *)(t + 128 + j), _mm256_cvtepi16_epi8(b));
+    }
+}
+
+/* 64 E4M3 bytes -> 64 BF16 (BF16P64 order) through a scaled table: the sign
+ * is xor'ed into the high byte (a negative scale's entries carry their own). */
+ALWAYS_INLINE void fp8x64_scaled(const lut8 *L, __m512i v, __m512i *u)
+{
+    __asm__("" : "+v"(v));
+    __m512i hi = _mm512_permutex2var_epi8(L->h0, v, L->h1);
+    __m512i lo = _mm512_permutex2var_epi8(L->l0, v, L->l1);
+    hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0x78); /* ^ sign */
+    u[0] = _mm512_unpacklo_epi8(lo, hi);
+    u[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
 /* C = A W^T, W = e4m3(q) * scale[n / 128][k / 128]; A in BF16P64 order. */
@@ -654,56 +676,42 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         }
         return;
     }
-    /* prefill: decode a 4-row chunk once, reuse it for all tokens; the chunk
-     * keeps the BF16P64 order, so tiles run over whole 64s. The block scale
-     * goes into the decoded rows (15% of a 64-row call at 32 tokens on Zen 4),
-     * or, for fewer tokens than a prefill item's 64 rows, into a copy of the
-     * tokens' activations made once per 128-row block and K chunk (chosen by
-     * M alone, so that a row's result does not depend on the call's rows). */
-    uint16_t *deq = scratch;             /* [4][DEQ_STRIDE]         */
-    uint16_t *as = deq + 4 * DEQ_STRIDE; /* [FP8_ACT_M][AS_STRIDE]  */
-    int act_side = M < FP8_ACT_M;
-    lut8 L = lut_load();
+    /* prefill: a 4-row chunk decoded once through the block's scaled tables
+     * (made once per 128-row block and K chunk), then BF16 tiles reuse it for
+     * every token; the chunk keeps the BF16P64 order, so tiles run over whole
+     * 64s. A row's result does not depend on the call's rows or tokens. */
+    uint16_t *deq = scratch;                           /* [4][DEQ_STRIDE]       */
+    uint8_t *luts = (uint8_t *)(deq + 4 * DEQ_STRIDE); /* [FP8_BLKS][256]       */
     for (int kc = k0; kc < k1; kc += KC_DEQ) {
         int kn = imin(KC_DEQ, k1 - kc), kn64 = (kn + 63) & ~63;
         for (int bn = n0; bn < n1;) {
             int be = imin(n1, (bn / 128 + 1) * 128); /* rows of one scale block */
             const float *sblk = sc + (size_t)(bn / 128) * cb;
-            if (act_side)
-                for (int m = 0; m < M; m++) {
-                    const uint16_t *src = (const uint16_t *)arow(A, a_stride, rows, m) + kc;
-                    uint16_t *dst = as + (size_t)m * AS_STRIDE;
-                    for (int k = 0; k < kn64; k += 64) {
-                        __m512 s = _mm512_set1_ps(sblk[(kc + k) / 128]);
-                        _mm512_storeu_si512(dst + k, scale_bf16x32(_mm512_loadu_si512(src + k), s));
-                        _mm512_storeu_si512(dst + k + 32,
-                                            scale_bf16x32(_mm512_loadu_si512(src + k + 32), s));
-                    }
-                }
+            /* the tables of the chunk's 128-input blocks (kc need not be a
+             * multiple of 128) */
+            int b0 = kc / 128, nblk = (kc + kn - 1) / 128 - b0 + 1;
+            for (int b = 0; b < nblk; b++)
+                fp8_scaled_lut(sblk[b0 + b], luts + (size_t)b * 256);
             for (int n = bn; n < be; n += 4) {
                 int nr = imin(4, be - n);
-                for (int r = 0; r < nr; r++) {
-                    const uint8_t *row = w + (size_t)(n + r) * cols + kc;
-                    uint16_t *d = deq + (size_t)r * DEQ_STRIDE;
-                    for (int k = 0; k < kn; k += 64) {
+                /* [4][kn] bytes -> [4][kn] BF16, 64 inputs of the 4 rows at a time */
+                for (int k = 0; k < kn; k += 64) {
+                    const uint8_t *t = luts + (size_t)((kc + k) / 128 - b0) * 256;
+                    lut8 L = {_mm512_loadu_si512(t), _mm512_loadu_si512(t + 64),
+                              _mm512_loadu_si512(t + 128), _mm512_loadu_si512(t + 192)};
+                    __mmask64 msk = tail64(kn - k);
+                    for (int r = 0; r < nr; r++) {
+                        const uint8_t *row = w + (size_t)(n + r) * cols + kc + k;
+                        uint16_t *d = deq + (size_t)r * DEQ_STRIDE + k;
                         __m512i u[2];
-                        _mm_prefetch((const char *)(row + k) + 4 * (size_t)cols, _MM_HINT_T1);
-                        fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(kn - k), row + k), u);
-                        if (!act_side) {
-                            __m512 s = _mm512_set1_ps(sblk[(kc + k) / 128]);
-                            u[0] = scale_bf16x32(u[0], s);
-                            u[1] = scale_bf16x32(u[1], s);
-                        }
-                        _mm512_storeu_si512(d + k, u[0]);
-                        _mm512_storeu_si512(d + k + 32, u[1]);
+                        _mm_prefetch((const char *)row + 4 * (size_t)cols, _MM_HINT_T1);
+                        fp8x64_scaled(&L, _mm512_maskz_loadu_epi8(msk, row), u);
+                        _mm512_storeu_si512(d, u[0]);
+                        _mm512_storeu_si512(d + 32, u[1]);
                     }
                 }
-                if (act_side)
-                    tiles_bf16(deq, DEQ_STRIDE, nr, as, AS_STRIDE * 2, NULL, M, 0, kn64,
-                               C + (n - n0), ldc, kc > k0);
-                else
-                    tiles_bf16(deq, DEQ_STRIDE, nr, A, a_stride, rows, M, kc, kn64, C + (n - n0),
-                               ldc, kc > k0);
+                tiles_bf16(deq, DEQ_STRIDE, nr, A, a_stride, rows, M, kc, kn64, C + (n - n0),
+                           ldc, kc > k0, 0);
             }
             bn = be;
         }
@@ -754,6 +762,113 @@ ALWAYS_INLINE void int4_step(const uint8_t *const *w, const __mmask64 msk, const
     }
 }
 
+/* The int32 sums of step c (lanes as in int4_step) for NR rows and MR tokens. */
+ALWAYS_INLINE void int4_sums(const uint8_t *const *w, const int8_t *const *a, const int NR,
+                             const int MR, int K128, int c, size_t pf, __m512i (*iv)[4])
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512i lo[4], hi[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + pf, _MM_HINT_T1);
+        __m512i b = _mm512_loadu_si512(w[r] + (size_t)c * 64);
+        __asm__("" : "+v"(b));
+        lo[r] = _mm512_and_si512(b, m4);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++) {
+        const int8_t *q = a[m] + (size_t)c * 128;
+        __m512i qlo = _mm512_loadu_si512(q), qhi = _mm512_loadu_si512(q + 64);
+        __m512i cv = _mm512_loadu_si512((const float *)(a[m] + K128) + (size_t)c * 32 + 16);
+        __asm__("" : "+v"(qlo), "+v"(qhi), "+v"(cv));
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            iv[m][r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(cv, lo[r], qlo), hi[r], qhi);
+    }
+}
+
+/* Half of the lane reduction: per 128-bit block gi, the half-group sums of
+ * steps A and B, [A0 + A2, A1 + A3, B0 + B2, B1 + B3]. */
+ALWAYS_INLINE __m512i int4_pair(__m512i A, __m512i B)
+{
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(A, B), _mm512_unpackhi_epi64(A, B));
+}
+
+/* Four whole steps (512 inputs, 16 groups) with one scale step per row and
+ * token: the 4 steps' int32 lanes summed to whole groups first,
+ *     z[4 gi + j] = sum of group 4 j + gi (all 32 inputs)      (exact)
+ *     acc += z * (s_w * d_x)     (s_w, d_x permuted to the same order)
+ * instead of a conversion, scale product and FMA per step: those share the
+ * two multiply pipes with vpdpbusd on Zen 4, the shuffles and adds do not.
+ * dx[m]: the token's 16 group scales in z's order (int4_dx). */
+ALWAYS_INLINE void int4_block4(const uint8_t *const *w, const uint16_t *const *s,
+                               const int8_t *const *a, const float *const *dx, const int NR,
+                               const int MR, int K128, int c, size_t pf, __m512 (*acc)[4])
+{
+    /* output word 2L + 1 (a dword's high half) <- scale 4 (L % 4) + L / 4 */
+    const __m512i sidx = _mm512_set_epi16(15, 0, 11, 0, 7, 0, 3, 0, 14, 0, 10, 0, 6, 0, 2, 0,
+                                          13, 0, 9, 0, 5, 0, 1, 0, 12, 0, 8, 0, 4, 0, 0, 0);
+    __m512i iv[3][4], x[3][4];
+    int4_sums(w, a, NR, MR, K128, c, pf, iv);
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            x[m][r] = iv[m][r];
+    int4_sums(w, a, NR, MR, K128, c + 1, pf, iv);
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            x[m][r] = int4_pair(x[m][r], iv[m][r]);
+    __m512i y[3][4];
+    int4_sums(w, a, NR, MR, K128, c + 2, pf, iv);
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            y[m][r] = iv[m][r];
+    int4_sums(w, a, NR, MR, K128, c + 3, pf, iv);
+    __m512 sw[4];
+    /* the scales as far ahead as the rows (K / 16 bytes a row for K / 2 bytes
+     * of nibbles; without it, 0.50-0.64 -> 0.54-0.72 of a read loop, one core) */
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        _mm_prefetch((const char *)(s[r] + 4 * c) + pf / 8, _MM_HINT_T1);
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        sw[r] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
+            0xAAAAAAAAu, sidx,
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(s[r] + 4 * c)))));
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++) {
+        __m512 d = _mm512_loadu_ps(dx[m]);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 yv = _mm512_castsi512_ps(int4_pair(y[m][r], iv[m][r]));
+            __m512 xv = _mm512_castsi512_ps(x[m][r]);
+            __m512i z = _mm512_add_epi32(
+                _mm512_castps_si512(_mm512_shuffle_ps(xv, yv, _MM_SHUFFLE(2, 0, 2, 0))),
+                _mm512_castps_si512(_mm512_shuffle_ps(xv, yv, _MM_SHUFFLE(3, 1, 3, 1))));
+            acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(z), _mm512_mul_ps(sw[r], d),
+                                        acc[m][r]);
+        }
+    }
+}
+
+/* A Q8P128 row's group scales d_x for the 4-step blocks from step c on
+ * (nb blocks), each in int4_block4's order: dx[16 b + 4 gi + j] = d_x of
+ * group 4 (c + 4 b + j) + gi. */
+static void int4_dx(const int8_t *a, int K128, int c, int nb, float *dx)
+{
+    const float *lane = (const float *)(a + K128);
+    for (int b = 0; b < nb; b++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int j = 0; j < 4; j++)
+                dx[16 * b + 4 * gi + j] = lane[(size_t)(c + 4 * b + j) * 32 + 4 * gi];
+}
+
 /* The BF16 scales of groups [g, g + 16) as F32, those outside [lo, hi) zero. */
 ALWAYS_INLINE __m512 scales16(const uint16_t *s, int g, int lo, int hi)
 {
@@ -764,9 +879,11 @@ ALWAYS_INLINE __m512 scales16(const uint16_t *s, int g, int lo, int hi)
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
+/* out[m * 4 + r] for NR rows and MR tokens over inputs [k0, k1); dx (or NULL)
+ * the tokens' group scales for int4_block4, from the first whole step on. */
 ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
-                             const int8_t *const *a, const int NR, const int MR, int K, int k0,
-                             int k1, float *out)
+                             const int8_t *const *a, const float *const *dx, const int NR,
+                             const int MR, int K, int k0, int k1, float *out)
 {
     int K128 = (K + 127) & ~127;
     size_t pf = (size_t)NR * K + 1024; /* two tiles on, per row (rows are short) */
@@ -791,7 +908,15 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
         int4_step(w, tail64(left / 2), sv, a, NR, MR, K128, c, pf, acc);
         c++;
     }
-    /* hot loop: 4 whole steps (512 inputs, 16 scales per row) per iteration */
+    if (dx) /* hot loop: 4 whole steps, one scale step per row and token */
+        for (int b = 0; (c + 4) * 128 <= k1; c += 4, b++) {
+            const float *d[3];
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                d[m] = dx[m] + 16 * b;
+            int4_block4(w, s, a, d, NR, MR, K128, c, pf, acc);
+        }
+    /* (without dx) 4 whole steps (512 inputs, 16 scales per row) per iteration */
     for (; (c + 4) * 128 <= k1; c += 4) {
         __m512 s16[4];
         #pragma GCC unroll 4
@@ -1006,6 +1131,17 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
          * 1280 bytes or more: 2 (4 interleaved long rows read memory at 0.5-0.6
          * of a read loop on Zen 4, 2 at 0.7; rows of 384 bytes the reverse) */
         int step = M == 1 && K < 2560 ? 4 : 2;
+        /* the tokens' group scales in int4_block4's order, for the blocks of 4
+         * whole steps from the first whole step on (in the prefill tile's
+         * scratch; past it, rows of over ~45000 inputs, the per-step path) */
+        int c_hot = (k0 + 127) / 128, nb = (k1 / 128 - c_hot) / 4;
+        const float *dx[3] = {NULL, NULL, NULL};
+        if (nb > 0 && (size_t)nb * 16 * sizeof(float) * 3 <= sizeof(vtile))
+            for (int m = 0; m < M; m++) {
+                float *d = (float *)scratch + (size_t)m * nb * 16;
+                int4_dx(a[m], (K + 127) & ~127, c_hot, nb, d);
+                dx[m] = d;
+            }
         for (int n = n0; n < n1; n += step) {
             int nr = imin(step, n1 - n);
             const uint8_t *wr[4];
@@ -1016,15 +1152,16 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                 sr[r] = sc + (size_t)row * sb;
             }
             float t[12];
+            const float *const *dxs = dx[0] ? dx : NULL;
             switch (M) {
             case 1:
                 if (step == 4)
-                    tile_int4(wr, sr, a, 4, 1, K, k0, k1, t);
+                    tile_int4(wr, sr, a, dxs, 4, 1, K, k0, k1, t);
                 else
-                    tile_int4(wr, sr, a, 2, 1, K, k0, k1, t);
+                    tile_int4(wr, sr, a, dxs, 2, 1, K, k0, k1, t);
                 break;
-            case 2: tile_int4(wr, sr, a, 2, 2, K, k0, k1, t); break;
-            default: tile_int4(wr, sr, a, 2, 3, K, k0, k1, t); break;
+            case 2: tile_int4(wr, sr, a, dxs, 2, 2, K, k0, k1, t); break;
+            default: tile_int4(wr, sr, a, dxs, 2, 3, K, k0, k1, t); break;
             }
             store_tile(C, ldc, n - n0, t, M, nr);
         }
@@ -1058,7 +1195,7 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
 static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, gemm_bf16,
                                        sizeof(pblock), NULL};
 static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64, quant_bf16p64, gemm_fp8,
-                                      (4 * DEQ_STRIDE + FP8_ACT_M * AS_STRIDE) * 2, NULL};
+                                      4 * DEQ_STRIDE * 2 + FP8_BLKS * 256, NULL};
 static const kt__moe_kernels k_int4 = {"avx512-vnni", KT__ACT_Q8P128, quant_q8p128, gemm_int4,
                                        sizeof(vtile), prefetch_int4};
 

@@ -94,9 +94,10 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
     static const int rows_list[] = {1, 5, 67, 130};
     /* the last: rows longer than the prefill kernels' K chunks (2048 for FP8 / INT4);
      * RAWINT4 past 2560 inputs, BF16 past 5461 (the one-token decodes' 2-row tiles;
-     * BF16X2: on a 32 KiB L1) */
+     * BF16X2: on a 32 KiB L1); RAWINT4 1184: the decode's blocks of 512 inputs, a
+     * whole step after them and a partial one (9 x 128 + 32) */
     static const int cols_fp[] = {7, 64, 200, 300, 5800};
-    static const int cols_i4[] = {32, 96, 160, 256, 2720};
+    static const int cols_i4[] = {32, 96, 160, 1184, 2720};
     static const int m_list[] = {1, 2, 3, 4, 5, 17, 170};
     double worst = 0;
     for (int ri = 0; ri < 4; ri++) {
