@@ -109,6 +109,7 @@ typedef struct pack_key {
 #define KTMAX (8192 / 32) /* 32-input steps the whole-K copy holds (K <= 8192) */
 
 #define GMAX (KCH / 32)  /* weight scale groups per chunk (INT4 groups >= 32)        */
+#define I4E_GROUPS 512   /* INT4 groups of a row whose integer factors are kept (K 16384) */
 
 typedef struct amx_scratch {
     pack_key key;
@@ -119,6 +120,8 @@ typedef struct amx_scratch {
     _Alignas(64) float facc[NB * MMAX];        /* INT8 tiles: [32 rows][tokens] sums  */
     float gsc[NB * GMAX];                      /* INT8 tiles: [32 rows][group] scales */
     float tscale[MMAX], tinv[MMAX];            /* INT8 tiles: token scale, 1 / scale  */
+    int8_t i4e[2][NB * I4E_GROUPS];            /* INT4 rescale: two blocks' integer
+                                                  factors [NB][groups]                 */
     _Alignas(64) uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2];
                                                   INT8: [M/16][K/64][16 quads][16 tok][4] */
 } amx_scratch;
@@ -603,6 +606,9 @@ static void store_scaled(const void *tile, int ld, int is_int, const float *rs, 
  * inputs. KT_AMX_INT4_EXACT=1 keeps the exact group folds, for comparison.
  */
 static int int4_exact; /* KT_AMX_INT4_EXACT=1: INT4 folds every group exactly */
+/* KT_AMX_INT4_TABLES=computed: every row's tables computed per chunk, also on
+ * format version 2's grid (for measuring the constant tables against) */
+static int int_tables = 1;
 
 /* Where a 32-row block's int8 weights come from: AMXINT8 rows in place (sc
  * NULL), or INT4 nibbles rescaled chunk by chunk into s->wdec. */
@@ -616,6 +622,9 @@ typedef struct i8_src {
     size_t lds;            /* scales between rows                                  */
     int g, ng, kn, nr;     /* group; groups, inputs (k1 - k0) and rows present     */
     const float *inv16;    /* [NB] 16 / max |s| of each row (0: a zero row)        */
+    const int8_t *e;       /* [NB][ng] the factors e = rint(16 s / max |s|) of the
+                              rows in int_rows                                      */
+    uint32_t int_rows;     /* bit r: every factor of row r within 1/32 of e        */
     const struct i8_src *next; /* the next block: its first chunk rescaled during
                                   this one's last, or NULL                         */
     int base, ready;       /* chunks rescaled before this block's first (the two
@@ -628,11 +637,16 @@ typedef struct i8_src {
 /* Byte permutes: byte 0 of dword i % 16 into byte i (every lane); lanes 0-1
  * from the first vector, 2-3 from the second. */
 static uint8_t lut_low4[64], lut_low2[64];
+/* The tables of integer factors: lut_int[e][i] = (i % 16 - 8) e, e = 0..16
+ * (format version 2's grid: -128 .. 112). */
+static _Alignas(64) int8_t lut_int[17][64];
 static void init_lut_index(void)
 {
     for (int i = 0; i < 64; i++) {
         lut_low4[i] = (uint8_t)(4 * (i % 16));
         lut_low2[i] = (uint8_t)(4 * (i % 16) + (i < 32 ? 0 : 64));
+        for (int e = 0; e <= 16; e++)
+            lut_int[e][i] = (int8_t)((i % 16 - 8) * e);
     }
 }
 
@@ -649,12 +663,16 @@ ALWAYS_INLINE __m512i lut_i4_i32(const float *f)
  * packed activations (PERM_EO64; PERM_EO32 for g = 32); zero for rows past nr
  * and inputs past kn. The tables are built with one byte permute each (the low
  * bytes of the int32 values into every lane) and the factors f read from
- * memory, to keep shuffle-port work low: it runs between tile products. */
+ * memory, to keep shuffle-port work low: it runs between tile products. Where
+ * every factor of the row's chunk is within 1/32 of an integer e (format
+ * version 2 rows: all of them) the tables are the constants lut_int[e]
+ * instead, the same bytes: |v (f - e)| <= 1/4, so rint(v f) = v e. */
 static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
                                size_t dld)
 {
-    const int g = src->g, g0 = st * 64 / g;
-    const int ngc = imin(((st + sn) * 64 - 1) / g + 1, src->ng) - g0; /* <= 16 (sn <= 8) */
+    /* g = 32 << lg: shifts, not divisions (a call rescales as few as 8 rows) */
+    const int g = src->g, lg = __builtin_ctz((unsigned)g), g0 = (st * 64) >> lg;
+    const int ngc = imin((((st + sn) * 64 - 1) >> lg) + 1, src->ng) - g0; /* <= 16 (sn <= 8) */
     const __m512i low4 = _mm512_loadu_si512(lut_low4), low2 = _mm512_loadu_si512(lut_low2);
     for (int r = r0; r < r1; r++) {
         int8_t *d = dst + (size_t)r * dld;
@@ -663,13 +681,18 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
             continue;
         }
         const uint8_t *row = src->w + (size_t)r * src->ldw;
-        /* f[j] = s_(g0 + j) * (16 / max |s|); 0 past the groups */
+        /* integer factors e[j] of groups g0 + j (i4_block), or f[j] = s_(g0 + j)
+         * * (16 / max |s|), 0 past the groups */
+        const int ints = (src->int_rows >> r) & 1u;
+        const int8_t *e = ints ? src->e + (size_t)r * src->ng + g0 : NULL;
         _Alignas(64) float f[17];
-        __m256i sb = _mm256_maskz_loadu_epi16((__mmask16)((1u << ngc) - 1u),
-                                              src->sc + (size_t)r * src->lds + g0);
-        __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
-        _mm512_store_ps(f, _mm512_mul_ps(sf, _mm512_set1_ps(src->inv16[r])));
-        f[16] = 0.0f;
+        if (!ints) {
+            __m256i sb = _mm256_maskz_loadu_epi16((__mmask16)((1u << ngc) - 1u),
+                                                  src->sc + (size_t)r * src->lds + g0);
+            __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
+            _mm512_store_ps(f, _mm512_mul_ps(sf, _mm512_set1_ps(src->inv16[r])));
+            f[16] = 0.0f;
+        }
         /* 32 bytes = 64 inputs, loaded into both halves, the upper shifted:
          * low nibbles (even inputs), then high */
         if (g == 32) {
@@ -681,19 +704,25 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
                 __m512i v = _mm512_broadcast_i64x4(b);
                 v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
                 /* lanes [even, odd inputs of group gi | of gi + 1]: in-lane tables */
+                int e1 = ints && gi + 1 < ngc ? e[gi + 1] : 0;
                 __m512i lut =
-                    _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2, lut_i4_i32(f + gi + 1));
+                    ints ? _mm512_mask_blend_epi64(0xF0, _mm512_load_si512(lut_int[e[gi]]),
+                                                   _mm512_load_si512(lut_int[e1]))
+                         : _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2,
+                                                    lut_i4_i32(f + gi + 1));
                 v = _mm512_shuffle_i64x2(v, v, 0xD8);
                 v = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
                 _mm512_storeu_si512(d + (size_t)j * 64, v);
             }
             continue;
         }
+        const int gs = lg - 6, gmask = (1 << gs) - 1; /* steps per group: 1 << gs */
         __m512i lut = _mm512_setzero_si512();
         for (int j = 0; j < sn; j++) {
-            int k = (st + j) * 64;
-            if (j == 0 || k % g == 0)
-                lut = _mm512_permutexvar_epi8(low4, lut_i4_i32(f + k / g - g0));
+            int k = (st + j) * 64, gi = ((st + j) >> gs) - g0;
+            if (j == 0 || !((st + j) & gmask))
+                lut = ints ? _mm512_load_si512(lut_int[e[gi]])
+                           : _mm512_permutexvar_epi8(low4, lut_i4_i32(f + gi));
             __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + k / 2)));
             v = _mm512_mask_srli_epi16(v, 0xffff0000u, v, 4);
             /* vpermb reads 6 index bits: the table's 4 lanes are equal, so the
@@ -1017,19 +1046,39 @@ static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1,
 }
 
 /* Block b of INT4 rows [nb, nb + 32) (fewer at n1) over inputs from k0: its
- * pointers, and the row scales rs[r] = max |s| / 16, inv16[r] = 16 / max |s|. */
+ * pointers, the row scales rs[r] = max |s| / 16, inv16[r] = 16 / max |s|, and
+ * for the rows whose factors 16 s / max |s| are all within 1/32 of integers
+ * in 0..16 (format version 2's rows) those integers, in e ([NB][ng]), once per
+ * block instead of per chunk. */
 static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float *rs,
-                     float *inv16)
+                     float *inv16, int8_t *e)
 {
     b->nr = imin(NB, n1 - nb);
     b->w = (const uint8_t *)W->w + (size_t)nb * b->ldw + (size_t)k0 / 2;
     b->w_next = nb + NB < n1 ? b->w + NB * b->ldw : NULL;
     b->sc = (const uint16_t *)W->scale + (size_t)nb * b->lds + (size_t)k0 / (size_t)b->g;
     b->inv16 = inv16;
+    b->e = e;
+    b->int_rows = 0;
     for (int r = 0; r < NB; r++) {
-        float m = r < b->nr ? q8t_absmax_bf16(b->sc + (size_t)r * b->lds, b->ng) : 0.0f;
+        const uint16_t *sr = b->sc + (size_t)r * b->lds;
+        float m = r < b->nr ? q8t_absmax_bf16(sr, b->ng) : 0.0f;
         rs[r] = m / 16.0f;
         inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
+        int ok = r < b->nr && e && int_tables;
+        for (int g = 0; g < b->ng && ok; g += 16) {
+            __mmask16 in = (__mmask16)(b->ng - g >= 16 ? 0xffffu : (1u << (b->ng - g)) - 1u);
+            __m256i sb = _mm256_maskz_loadu_epi16(in, sr + g);
+            __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
+            __m512 fv = _mm512_mul_ps(sf, _mm512_set1_ps(inv16[r]));
+            __m512i ev = _mm512_cvtps_epi32(fv);
+            __m512 off = _mm512_abs_ps(_mm512_sub_ps(fv, _mm512_cvtepi32_ps(ev)));
+            /* (e outside 0..16: a negative or NaN scale, the computed tables) */
+            ok = !_mm512_cmp_ps_mask(off, _mm512_set1_ps(1.0f / 32), _CMP_GT_OQ) &&
+                 !_mm512_cmpgt_epu32_mask(ev, _mm512_set1_epi32(16));
+            _mm_mask_storeu_epi8(e + (size_t)r * b->ng + g, in, _mm512_cvtepi32_epi8(ev));
+        }
+        b->int_rows |= (uint32_t)ok << r;
     }
 }
 
@@ -1042,18 +1091,21 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
 {
     i8_src blk[2];
     float *rs[2] = {s->gsc, s->gsc + 2 * NB}, *inv16[2] = {s->gsc + NB, s->gsc + 3 * NB};
+    /* the integer factors of the rows on format version 2's grid, whole K */
+    int8_t *e[2] = {(k1 - k0) / g <= I4E_GROUPS ? s->i4e[0] : NULL,
+                    (k1 - k0) / g <= I4E_GROUPS ? s->i4e[1] : NULL};
     int kt_n = (k1 - k0 + 63) / 64, kq = imin(kc8, KQ_MAX);
     for (int i = 0; i < 2; i++)
         blk[i] = (i8_src){.ldw = (size_t)W->cols / 2, .bps = 32,
                           .lds = (size_t)W->cols / (size_t)g, .g = g,
                           .ng = (k1 - k0 + g - 1) / g, .kn = k1 - k0};
     configure_tiles(64);
-    i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0]);
+    i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0], e[0]);
     for (int nb = n0, i = 0; nb < n1; nb += NB, i ^= 1) {
         i8_src *cur = &blk[i], *nx = &blk[i ^ 1];
         cur->next = NULL;
         if (nb + NB < n1) {
-            i4_block(nx, W, nb + NB, n1, k0, rs[i ^ 1], inv16[i ^ 1]);
+            i4_block(nx, W, nb + NB, n1, k0, rs[i ^ 1], inv16[i ^ 1], e[i ^ 1]);
             cur->next = nx;
             nx->base = cur->base + (kt_n + kq - 1) / kq;
         }
@@ -1612,6 +1664,8 @@ static void init_sets(void)
     dec_first = env && !strcmp(env, "1");
     env = getenv("KT_AMX_INT4_EXACT");
     int4_exact = env && !strcmp(env, "1");
+    env = getenv("KT_AMX_INT4_TABLES");
+    int_tables = !(env && !strcmp(env, "computed"));
     env = getenv("KT_AMX_SHARED_PACK");
     shared_pack = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PREFETCH");

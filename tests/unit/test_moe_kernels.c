@@ -71,6 +71,30 @@ static void rand_weights(int method, int rows, int cols, void **w, void **s, flo
     }
 }
 
+/* INT4 scales [rows][ng] moved onto the grid of format version 2 (lib/convert,
+ * kt__int4_quant_row): the row's largest scale C rounded down to a 4-bit
+ * mantissa, each other e C / 16 with e = round(16 s / C) in 1..16. */
+static void scales_on_grid(void *scales, int rows, int ng)
+{
+    uint16_t *sc = scales;
+    for (int r = 0; r < rows; r++) {
+        uint16_t *sr = sc + (size_t)r * ng;
+        float m = 0.0f;
+        for (int g = 0; g < ng; g++)
+            m = fmaxf(m, tst_bf16(sr[g]));
+        int p;
+        frexpf(m, &p);
+        float C = ldexpf(floorf(ldexpf(m, 4 - p)), p - 4);
+        for (int g = 0; g < ng; g++) {
+            float e = fminf(16.0f, fmaxf(1.0f, nearbyintf(tst_bf16(sr[g]) * 16.0f / C)));
+            sr[g] = tst_to_bf16(tst_bf16(sr[g]) == m ? C : e * C / 16.0f);
+        }
+    }
+}
+
+/* check_int8_act: INT4 scales on the grid (format version 2's files) */
+static int grid_scales;
+
 /* The activation rows x [n][K] quantized by a kernel set (row bytes in *row_bytes);
  * the caller frees them. */
 static uint8_t *quant_rows(const kt__moe_kernels *ks, const float *x, int n, int K,
@@ -314,6 +338,8 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
                 free(s);
                 s = sg;
             }
+            if (grid_scales && method != KT_METHOD_AMXINT8)
+                scales_on_grid(s, N, K / G);
             kt__wmat W = {w, s, N, K, 0, G > 32 ? G : 0};
             for (int mi = 0; mi < 6; mi++) {
                 int M = m_list[mi];
@@ -417,9 +443,9 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
             free(s);
             free(f);
         }
-    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d%s)\n", ks->name,
+    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d%s%s)\n", ks->name,
            kt_method_name((kt_method)method), method == KT_METHOD_AMXINT8 ? 0 : G,
-           pk ? ", shared packing too" : "");
+           pk ? ", shared packing too" : "", grid_scales ? ", scales on the v2 grid" : "");
 }
 
 /* cpu/amx/moe_amx.c, emulated build only: INT4 tiles by exact group folds
@@ -453,6 +479,13 @@ static void test_int8_act(void **state)
                            exact ? 0 : 2);
     }
     kt__amx_int4_mode_emulated(0, 0);
+    /* scales on format version 2's grid: the rescale's constant tables (where
+     * a sub-range's largest scale is not the row's: the computed ones) */
+    grid_scales = 1;
+    check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
+    for (int G = 64; G <= 128; G *= 2)
+        check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g), 2);
+    grid_scales = 0;
     for (int G = 64; G <= 128; G *= 2)
         check_int8_act(kt__moe_int4g_avx512(), KT_METHOD_AMXINT4, 1, G, NULL, 0);
 #if KT_HAVE_ISA_AMX
@@ -465,6 +498,11 @@ static void test_int8_act(void **state)
         check_int8_act(a4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx(a4), 4);
         check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 64, kt__moe_packer_amx(a4g), 2);
         check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx(a4g), 2);
+        grid_scales = 1;
+        check_int8_act(a4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx(a4), 4);
+        check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 64, kt__moe_packer_amx(a4g), 2);
+        check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx(a4g), 2);
+        grid_scales = 0;
     } else {
         printf("  amx: no AMX-INT8 on this CPU, real tiles skipped\n");
     }
@@ -738,27 +776,6 @@ static void test_group_size_checks(void **state)
         assert_int_equal(kt_moe_backend_create(&moe, NULL, &d, &lw, 1, NULL), KT_ERR_INVALID_ARG);
         assert_null(moe);
         assert_non_null(strstr(kt_last_error(), "group_size"));
-    }
-}
-
-/* INT4 scales [rows][ng] moved onto the grid of format version 2 (lib/convert,
- * kt__int4_quant_row): the row's largest scale C rounded down to a 4-bit
- * mantissa, each other e C / 16 with e = round(16 s / C) in 1..16. */
-static void scales_on_grid(void *scales, int rows, int ng)
-{
-    uint16_t *sc = scales;
-    for (int r = 0; r < rows; r++) {
-        uint16_t *sr = sc + (size_t)r * ng;
-        float m = 0.0f;
-        for (int g = 0; g < ng; g++)
-            m = fmaxf(m, tst_bf16(sr[g]));
-        int p;
-        frexpf(m, &p);
-        float C = ldexpf(floorf(ldexpf(m, 4 - p)), p - 4);
-        for (int g = 0; g < ng; g++) {
-            float e = fminf(16.0f, fmaxf(1.0f, nearbyintf(tst_bf16(sr[g]) * 16.0f / C)));
-            sr[g] = tst_to_bf16(tst_bf16(sr[g]) == m ? C : e * C / 16.0f);
-        }
     }
 }
 

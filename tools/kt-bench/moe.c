@@ -175,6 +175,14 @@ static void fill_region(int method, int which, uint8_t *p, size_t bytes, uint64_
             w[i] = r | (zero >> 7);
         } else if (method == KT_METHOD_AMXINT8)
             w[i] = 0x3c0000003c000000ull | (r & 0x0000ffff0000ffffull);   /* F32 ~2^-7 */
+        else if (method == KT_METHOD_AMXINT4 && scale)
+            /* BF16 2^-6 / 2^-7 / 2^-8 (1 : 2 : 1): every row's scales are e / 16 of its
+             * largest, as kt-convert writes them (docs/cpu-format.md, version 2) */
+            for (int l = 0; l < 4; l++)
+                w[i] = (w[i] & ~(0xffffull << (16 * l))) |
+                       ((uint64_t)(0x3c80u - 0x80u * (unsigned)__builtin_popcountll(
+                                                         (r >> (16 * l)) & 3u))
+                        << (16 * l));
         else if (method == KT_METHOD_BF16 || (int4 && scale))
             /* BF16 +-[2^-7, 2^-6): exponent 120, random mantissa and sign */
             w[i] = (r & (scale ? 0x007f007f007f007full : 0x807f807f807f807full)) |
