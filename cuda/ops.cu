@@ -18,6 +18,18 @@
 
 #include "kt_cuda.h"
 
+/* A residual row's RMSNorm left to the next one-token product that reads it
+ * (GEMV_NORM_IN): x already holds the residual sum (the kernel that made the
+ * addend added it), xn = RMSNorm(x) · w is computed by each block of that
+ * product into its shared memory (block 0 also stores it). x NULL: none. */
+struct norm_in {
+    const float *x;
+    float *xn;
+    const float *w;
+    float eps;
+    int32_t n;
+};
+
 struct kt__cuda_rt {
     int device;
     cudaStream_t stream;
@@ -50,6 +62,10 @@ struct kt__cuda_rt {
     int gemv;             /* KT_GPU_GEMV bits, GEMV_* below (default all) */
     int upp_blocks;       /* k_expert_up_p's resident blocks a multiprocessor (0: not yet asked) */
     size_t upp_smem;      /* ... with this much dynamic shared memory */
+    /* GEMV_QK_ATTN: a one-token q / k post step the next attention call runs */
+    kt__cuda_qk_post post;
+    int post_pending;
+    norm_in pn; /* GEMV_NORM_IN: the pending norm (pn.x NULL: none) */
     /* KT_GPU_TRACE=2: timing events between phases, and the stream held while a
      * step is queued */
     cudaEvent_t *prof_ev;
@@ -57,6 +73,8 @@ struct kt__cuda_rt {
     int prof_n;
     int hold;
 };
+
+static void flush_pending(kt__cuda_rt *rt);
 
 #define PROF_EVENTS 8192
 
@@ -84,7 +102,7 @@ struct kt__cuda_rt {
 #define FUSE_ATTN_MERGE 4
 
 /* decode kernels that start streaming before they wait (KT_GPU_GEMV bits,
- * default all; 0: the earlier kernels, for A/B runs in one process): one-token
+ * default GEMV_DEFAULT; 0: the earlier kernels, for A/B runs in one process): one-token
  * BF16 products load their weight rows into registers before pdl_wait (weights
  * never depend on the kernel before; the router's logits too); the expert-up
  * product for one token as one resident wave of warps that loop over the
@@ -98,7 +116,29 @@ struct kt__cuda_rt {
 #define GEMV_DOWN 4
 #define GEMV_ATTN 8
 #define GEMV_ATTN_EARLY 16
-#define GEMV_ALL 31
+/* 32: the one-wave up kernel prefetches the chosen experts' down matrices into
+ * L2 (bulk prefetches spread over its blocks, each warp's once its rows are
+ * done) and streams its own gate / up rows with an evict-first policy, so the
+ * down kernel reads L2 instead of starting its 25 MB (Qwen3) cold from HBM */
+#define GEMV_L2 32
+/* 64: the split attention runs the q / k norm, RoPE and cache rows itself for
+ * one token (no k_qk_post launch): each block norms and rotates its query
+ * heads in shared memory, the block whose split holds the position also the
+ * kv head's key and value row (into the cache and into its tile) */
+#define GEMV_QK_ATTN 64
+/* 128: the one-wave up kernel one block a multiprocessor (its registers leave
+ * room for one block of the down kernel beside it, whose weight loads before
+ * the wait then run during the up product instead of after it) */
+#define GEMV_UP1 128
+/* 256: no residual add + norm launch between one-token products: the output
+ * product and the expert down product add their rows into the residual as
+ * they store them, and the next product that reads the normed row (q / k / v,
+ * the router) norms it in each of its blocks (norm_in); any other call first
+ * launches the norm (flush_pending) */
+#define GEMV_NORM_IN 256
+#define GEMV_ALL 511
+/* the default: what measured fastest (KT_GPU_GEMV overrides) */
+#define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1))
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 {
@@ -148,7 +188,7 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     const char *fuse = getenv("KT_GPU_FUSE");
     rt->fuse = fuse ? atoi(fuse) : 0;
     const char *gemv = getenv("KT_GPU_GEMV");
-    rt->gemv = gemv ? atoi(gemv) & GEMV_ALL : GEMV_ALL;
+    rt->gemv = gemv ? atoi(gemv) & GEMV_ALL : GEMV_DEFAULT;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -331,6 +371,7 @@ extern "C" void kt__cuda_host_free(void *p)
 extern "C" int kt__cuda_upload(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes,
                                char *err, size_t err_size)
 {
+    flush_pending(rt);
     cudaSetDevice(rt->device);
     CK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
     return 0;
@@ -338,12 +379,14 @@ extern "C" int kt__cuda_upload(kt__cuda_rt *rt, void *dst, const void *src, size
 
 extern "C" int kt__cuda_copy_async(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes)
 {
+    flush_pending(rt);
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, rt->stream) == cudaSuccess ? 0
                                                                                            : -1;
 }
 
 extern "C" int kt__cuda_side_enable(kt__cuda_rt *rt, char *err, size_t err_size)
 {
+    flush_pending(rt);
     if (rt->side)
         return 0;
     CK(cudaStreamCreateWithFlags(&rt->side, cudaStreamNonBlocking), "cudaStreamCreate (copies)");
@@ -356,12 +399,14 @@ extern "C" int kt__cuda_side_enable(kt__cuda_rt *rt, char *err, size_t err_size)
 
 extern "C" int kt__cuda_side_copy(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes)
 {
+    flush_pending(rt);
     return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, rt->side) == cudaSuccess
                ? 0 : -1;
 }
 
 extern "C" int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what)
 {
+    flush_pending(rt);
     cudaError_t e;
     switch (what) {
     case KT__CUDA_SIDE_WAIT_FREED:
@@ -382,11 +427,13 @@ extern "C" int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what)
 
 extern "C" int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg)
 {
+    flush_pending(rt);
     return cudaLaunchHostFunc(rt->stream, fn, arg) == cudaSuccess ? 0 : -1;
 }
 
 extern "C" int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size)
 {
+    flush_pending(rt);
     CK(cudaGetLastError(), "kernel launch");
     CK(cudaEventRecord(rt->done, rt->stream), "cudaEventRecord");
     CK(cudaEventSynchronize(rt->done), "cudaEventSynchronize");
@@ -395,6 +442,7 @@ extern "C" int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size)
 
 extern "C" int kt__cuda_wait(kt__cuda_rt *rt, int spin, char *err, size_t err_size)
 {
+    flush_pending(rt);
     if (!spin || !rt->spin_done)
         return kt__cuda_sync(rt, err, err_size);
     CK(cudaGetLastError(), "kernel launch");
@@ -410,13 +458,14 @@ extern "C" int kt__cuda_wait(kt__cuda_rt *rt, int spin, char *err, size_t err_si
 
 extern "C" int kt__cuda_check(kt__cuda_rt *rt, char *err, size_t err_size)
 {
-    (void)rt;
+    flush_pending(rt);
     CK(cudaGetLastError(), "kernel launch");
     return 0;
 }
 
 extern "C" int kt__cuda_capture_begin(kt__cuda_rt *rt, char *err, size_t err_size)
 {
+    flush_pending(rt);
     kt__cuda_graph_drop(rt);
     CK(cudaStreamBeginCapture(rt->stream, cudaStreamCaptureModeThreadLocal),
        "cudaStreamBeginCapture");
@@ -425,6 +474,7 @@ extern "C" int kt__cuda_capture_begin(kt__cuda_rt *rt, char *err, size_t err_siz
 
 extern "C" int kt__cuda_capture_end(kt__cuda_rt *rt, char *err, size_t err_size)
 {
+    flush_pending(rt);
     cudaGraph_t g = NULL;
     CK(cudaStreamEndCapture(rt->stream, &g), "cudaStreamEndCapture");
     rt->graph = g;
@@ -434,6 +484,7 @@ extern "C" int kt__cuda_capture_end(kt__cuda_rt *rt, char *err, size_t err_size)
 
 extern "C" int kt__cuda_graph_launch(kt__cuda_rt *rt, char *err, size_t err_size)
 {
+    flush_pending(rt);
     if (!rt->exec) {
         set_err(err, err_size, "no captured graph");
         return -1;
@@ -523,14 +574,43 @@ __device__ __forceinline__ void bf16x8(uint4 u, float w[8])
     }
 }
 
+/* an L2 policy for weights read once: their lines are the first evicted (so
+ * they do not push out what was prefetched for the next kernel) */
+__device__ __forceinline__ uint64_t l2_evict_first()
+{
+    uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+    return pol;
+}
+
+/* 16 read-only bytes at p with the L2 policy pol (l2_evict_first) */
+__device__ __forceinline__ uint4 ldg_policy(const uint4 *p, uint64_t pol)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint4 r;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p), "l"(pol));
+    return r;
+#else
+    (void)pol;
+    return __ldg(p);
+#endif
+}
+
 /* W[r][c..c+8) as F32 in one 16-byte (BF16, F32: two) or 8-byte (FP8) load;
- * c is a multiple of 8 and the FP8 column blocks are multiples of 8 wide */
-template <int TY>
-__device__ __forceinline__ void load8t(const kt__cuda_mat &W, int32_t r, int32_t c, float w[8])
+ * c is a multiple of 8 and the FP8 column blocks are multiples of 8 wide; EF:
+ * BF16 rows read with the L2 policy pol */
+template <int TY, bool EF = false>
+__device__ __forceinline__ void load8t(const kt__cuda_mat &W, int32_t r, int32_t c, float w[8],
+                                       uint64_t pol = 0)
 {
     size_t i = (size_t)r * W.cols + c;
     if constexpr (TY == KT__CUDA_W_BF16) {
-        bf16x8(__ldg((const uint4 *)((const uint16_t *)W.data + i)), w);
+        const uint4 *p = (const uint4 *)((const uint16_t *)W.data + i);
+        bf16x8(EF ? ldg_policy(p, pol) : __ldg(p), w);
     } else if constexpr (TY == KT__CUDA_W_F8) {
         uint2 u = __ldg((const uint2 *)((const uint8_t *)W.data + i));
         size_t si = (size_t)(r / W.block_rows) * W.scale_cols + c / W.block_cols;
@@ -734,6 +814,7 @@ __device__ __forceinline__ bool last_block(unsigned *ticket, unsigned blocks)
  * the scaling, every load in flight at once. a and a2 are read through L2
  * (other blocks of the same grid may have just written them). */
 #define ARN_MAX 8192
+#define ARN_THREADS 512 /* k_add_rmsnorm4's block */
 template <int NT>
 __device__ __forceinline__ void add_norm_row(float *x, const float *a, const float *a2, float *y,
                                              int32_t n, const float *w, float eps)
@@ -773,6 +854,46 @@ __device__ __forceinline__ void add_norm_row(float *x, const float *a, const flo
     }
 }
 
+/* the product's x: ni's norm (add_norm_row's sums in its order, so the same
+ * values) into shared memory xs by every block, block 0 also into ni.xn (blocks
+ * of ARN_THREADS); else x_to_smem. The row is read twice (the second time from
+ * L1) rather than held in registers beside the product's weights. */
+__device__ __forceinline__ void x_or_norm_to_smem(float *xs, const float *x, int32_t n,
+                                                  const norm_in &ni)
+{
+    if (!ni.x) {
+        x_to_smem(xs, x, n);
+        return;
+    }
+    __shared__ float part[32];
+    constexpr int NT = ARN_THREADS, ARN_V = ARN_MAX / (4 * NT);
+    const int32_t n4 = ni.n / 4, tid = threadIdx.x;
+    const float4 *xr = (const float4 *)ni.x;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ARN_V; j++) {
+        int32_t i = tid + j * NT;
+        if (i < n4) {
+            float4 v = xr[i];
+            s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+    }
+    float inv = 1.0f / sqrtf(block_sum(s, part) / ni.n + ni.eps);
+#pragma unroll
+    for (int j = 0; j < ARN_V; j++) {
+        int32_t i = tid + j * NT;
+        if (i < n4) {
+            float4 v = xr[i], g = __ldg((const float4 *)ni.w + i);
+            float4 r = make_float4(v.x * inv * g.x, v.y * inv * g.y, v.z * inv * g.z,
+                                   v.w * inv * g.w);
+            ((float4 *)xs)[i] = r;
+            if (blockIdx.x == 0)
+                ((float4 *)ni.xn)[i] = r;
+        }
+    }
+    __syncthreads();
+}
+
 /* After a decode product: x += y (+ a2); xn = RMSNorm(x) · w, by the grid's last
  * block (ticket NULL: nothing) */
 struct norm_tail {
@@ -782,15 +903,21 @@ struct norm_tail {
     unsigned *ticket;
 };
 
+/* bytes of one row of W's data */
+__device__ __forceinline__ uint32_t row_bytes(const kt__cuda_mat &W)
+{
+    return W.type == KT__CUDA_W_BF16 ? 2u * W.cols
+           : W.type == KT__CUDA_W_F32 ? 4u * W.cols
+           : W.type == KT__CUDA_W_F8  ? (uint32_t)W.cols
+                                      : (uint32_t)W.cols / 2u;
+}
+
 /* weight row r of W into L2 ahead of its loads (one bulk prefetch by lane 0,
  * before pdl_wait: the weights do not depend on the kernel before) */
 __device__ __forceinline__ void prefetch_row(const kt__cuda_mat &W, int32_t r)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t bytes = W.type == KT__CUDA_W_BF16 ? 2u * W.cols
-                     : W.type == KT__CUDA_W_F32 ? 4u * W.cols
-                     : W.type == KT__CUDA_W_F8  ? (uint32_t)W.cols
-                                                : (uint32_t)W.cols / 2u;
+    uint32_t bytes = row_bytes(W);
     const char *p = (const char *)W.data + (size_t)r * bytes;
     if (threadIdx.x % 32 == 0 && bytes % 16 == 0 && ((uintptr_t)p & 15) == 0)
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes)
@@ -813,7 +940,7 @@ __device__ __forceinline__ float row_dot_t(const kt__cuda_mat &W, int32_t r, con
 }
 
 __device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W, const float *b,
-                                          float *y, int acc, int32_t r)
+                                          float *y, int acc, int32_t r, float *res = NULL)
 {
     int32_t lane = threadIdx.x % 32;
     float s = W.type == KT__CUDA_W_BF16 ? row_dot_t<KT__CUDA_W_BF16>(W, r, xs)
@@ -823,7 +950,10 @@ __device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W
     s = warp_sum(s);
     if (lane == 0) {
         s += b ? b[r] : 0.0f;
-        y[r] = acc ? y[r] + s : s;
+        s = acc ? y[r] + s : s;
+        y[r] = s;
+        if (res)
+            res[r] += s;
     }
 }
 
@@ -872,7 +1002,7 @@ static int gemv_pre_nb(const kt__cuda_rt *rt, const kt__cuda_mat *W)
 template <int NB>
 __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__ x,
                                             const kt__cuda_mat &W, const float *b, float *y,
-                                            int acc)
+                                            int acc, float *res, const norm_in &ni)
 {
     int32_t r = blockIdx.x * (GEMV1_THREADS / 32) + threadIdx.x / 32;
     if constexpr (NB > 0) {
@@ -880,12 +1010,15 @@ __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__
         if (r < W.rows)
             row_issue_bf16<NB>(W, r, raw);
         pdl_wait();
-        x_to_smem(xs, x, W.cols);
+        x_or_norm_to_smem(xs, x, W.cols, ni);
         if (r < W.rows) {
             float s = warp_sum(row_consume_bf16<NB>(raw, xs, W.cols));
             if (threadIdx.x % 32 == 0) {
                 s += b ? b[r] : 0.0f;
-                y[r] = acc ? y[r] + s : s;
+                s = acc ? y[r] + s : s;
+                y[r] = s;
+                if (res)
+                    res[r] += s; /* GEMV_NORM_IN: the residual sum */
             }
         }
         return;
@@ -893,19 +1026,20 @@ __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__
     if (r < W.rows)
         prefetch_row(W, r);
     pdl_wait();
-    x_to_smem(xs, x, W.cols);
+    x_or_norm_to_smem(xs, x, W.cols, ni);
     if (r < W.rows)
-        gemv1_row(xs, W, b, y, acc, r);
+        gemv1_row(xs, W, b, y, acc, r, res);
 }
 
 /* NB 8: two blocks a multiprocessor (64 registers a thread) */
 template <int NB>
 __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
     k_gemv1(const float *__restrict__ x, kt__cuda_mat W, const float *b, float *y, int acc,
-            norm_tail nt)
+            norm_tail nt, float *res)
 {
     extern __shared__ float4 xs4[];
-    gemv1_block<NB>((float *)xs4, x, W, b, y, acc);
+    norm_in none = {};
+    gemv1_block<NB>((float *)xs4, x, W, b, y, acc, res, none);
     /* the residual add and the next norm over the finished y */
     if (nt.ticket && last_block(nt.ticket, gridDim.x))
         add_norm_row<GEMV1_THREADS>(nt.x, y, nt.a2, nt.xn, W.rows, nt.w, nt.eps);
@@ -964,6 +1098,35 @@ struct gemv_set {
     int32_t ys[3];
 };
 
+/* One q or k head in buf (head_dim floats of shared memory, by one warp, in
+ * place): its RMSNorm with the weights w (NULL: none), then RoPE at position pos
+ * (k_rope's angles) over the first rope_dim values */
+__device__ void qk_norm_rope(const kt__cuda_qk_post &a, const float *w, float *buf, int32_t pos)
+{
+    const int32_t hd = a.head_dim, lane = threadIdx.x % 32;
+    float s = 0.0f;
+    for (int32_t i = lane; i < hd; i += 32)
+        s += buf[i] * buf[i];
+    if (w) {
+        /* y = x / sqrt(mean(x²) + eps) · w */
+        float inv = 1.0f / sqrtf(warp_sum(s) / hd + a.eps);
+        for (int32_t i = lane; i < hd; i += 32)
+            buf[i] = buf[i] * inv * w[i];
+    }
+    __syncwarp();
+    /* rotate the pairs of the first rope_dim values: angle pos · inv_freq[i] */
+    int32_t rd = a.inv_freq && a.rope_dim > 0 ? a.rope_dim : 0, half = rd / 2;
+    for (int32_t i = lane; i < half; i += 32) {
+        float ang = (float)pos * a.inv_freq[i];
+        float c = cosf(ang) * a.factor, sn = sinf(ang) * a.factor;
+        int32_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + half;
+        float x0 = buf[ia], x1 = buf[ib];
+        buf[ia] = x0 * c - x1 * sn;
+        buf[ib] = x1 * c + x0 * sn;
+    }
+    __syncwarp();
+}
+
 /* GQA after the q, k, v products, head b of token t (q heads, then k heads, then
  * v heads) by one warp: the head's RMSNorm, RoPE at *pos0 + t (k_rope's angles)
  * in place, and k, v into the caches at that row; buf: head_dim floats of shared
@@ -987,36 +1150,10 @@ __device__ void qk_post_head(const kt__cuda_qk_post &a, int32_t b, int32_t t, fl
     float *p = is_q ? a.q + (size_t)t * a.q_stride + (size_t)h * hd
                     : a.k + (size_t)t * a.kv_stride + (size_t)h * hd;
     float *cache = is_q ? NULL : a.k_cache + (size_t)pos * kvdim + (size_t)h * hd;
-    const float *w = is_q ? a.q_norm : a.k_norm;
-    float s = 0.0f;
+    for (int32_t i = lane; i < hd; i += 32)
+        buf[i] = __ldcg(p + i);
+    qk_norm_rope(a, is_q ? a.q_norm : a.k_norm, buf, pos);
     for (int32_t i = lane; i < hd; i += 32) {
-        float v = __ldcg(p + i);
-        buf[i] = v;
-        s += v * v;
-    }
-    if (w) {
-        /* y = x / sqrt(mean(x²) + eps) · w */
-        float inv = 1.0f / sqrtf(warp_sum(s) / hd + a.eps);
-        for (int32_t i = lane; i < hd; i += 32)
-            buf[i] = buf[i] * inv * w[i];
-    }
-    __syncwarp();
-    /* rotate the pairs of the first rope_dim values: angle pos · inv_freq[i] */
-    int32_t rd = a.inv_freq && a.rope_dim > 0 ? a.rope_dim : 0, half = rd / 2;
-    for (int32_t i = lane; i < half; i += 32) {
-        float ang = (float)pos * a.inv_freq[i];
-        float c = cosf(ang) * a.factor, sn = sinf(ang) * a.factor;
-        int32_t ia = a.interleave ? 2 * i : i, ib = a.interleave ? 2 * i + 1 : i + half;
-        float x0 = buf[ia], x1 = buf[ib];
-        float y0 = x0 * c - x1 * sn, y1 = x1 * c + x0 * sn;
-        p[ia] = y0;
-        p[ib] = y1;
-        if (cache) {
-            cache[ia] = y0;
-            cache[ib] = y1;
-        }
-    }
-    for (int32_t i = 2 * half + lane; i < hd; i += 32) {
         p[i] = buf[i];
         if (cache)
             cache[i] = buf[i];
@@ -1028,8 +1165,9 @@ __device__ void qk_post_head(const kt__cuda_qk_post &a, int32_t b, int32_t t, fl
  * then runs qk_post over the finished q, k, v (a warp per head, each warp's
  * head_dim floats where x was) */
 template <int NB>
-__global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
-    k_gemv1_n(const float *__restrict__ x, gemv_set g, kt__cuda_qk_post qp, unsigned *ticket)
+__global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 1)
+    k_gemv1_n(const float *__restrict__ x, gemv_set g, kt__cuda_qk_post qp, unsigned *ticket,
+              norm_in ni)
 {
     extern __shared__ float4 xs4[];
     float *xs = (float *)xs4;
@@ -1048,7 +1186,7 @@ __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
         if (m < 3)
             row_issue_bf16<NB>(W, r, raw);
         pdl_wait();
-        x_to_smem(xs, x, g.W[0].cols);
+        x_or_norm_to_smem(xs, x, g.W[0].cols, ni);
         if (m < 3) {
             float s = warp_sum(row_consume_bf16<NB>(raw, xs, W.cols));
             if (threadIdx.x % 32 == 0)
@@ -1058,7 +1196,7 @@ __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
         if (m < 3)
             prefetch_row(W, r);
         pdl_wait();
-        x_to_smem(xs, x, g.W[0].cols);
+        x_or_norm_to_smem(xs, x, g.W[0].cols, ni);
         if (m < 3)
             gemv1_row(xs, W, b, y, 0, r);
     }
@@ -1206,19 +1344,69 @@ static bool gemm(kt__cuda_rt *rt, const float *x, int32_t T, int32_t xs, const k
 /* k_gemv1 over W's rows, 16 a block, with the weight rows read before the wait
  * where gemv_pre_nb allows */
 static void launch_gemv1(kt__cuda_rt *rt, const float *x, const kt__cuda_mat *W, const float *b,
-                         float *y, int acc, norm_tail nt)
+                         float *y, int acc, norm_tail nt, float *res = NULL)
 {
     unsigned blocks = (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32);
     size_t xs = sizeof(float) * (size_t)W->cols;
     int nb = gemv_pre_nb(rt, W);
     launch_pdl(rt, nb == 8 ? k_gemv1<8> : nb == 16 ? k_gemv1<16> : k_gemv1<0>, blocks,
-               GEMV1_THREADS, xs, x, *W, b, y, acc, nt);
+               GEMV1_THREADS, xs, x, *W, b, y, acc, nt, res);
+}
+
+/* Whether GEMV_NORM_IN applies to a residual row of n floats x, its norm xn
+ * with weights w (add_norm_row's limits, blocks of GEMV1_THREADS) */
+static bool norm_in_ok(const kt__cuda_rt *rt, int32_t n, const float *x, const float *xn,
+                       const float *w)
+{
+    return (rt->gemv & GEMV_NORM_IN) && x && xn && w && n % 4 == 0 && n <= ARN_MAX &&
+           al16(x) && al16(xn) && al16(w) && GEMV1_THREADS == ARN_THREADS;
+}
+
+/* The work left pending to the next call (a q / k post step, a norm), launched
+ * now: every entry point that queues work runs this first, but those that
+ * take it over */
+static void qk_post_launch(kt__cuda_rt *rt, const kt__cuda_qk_post *a);
+__global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const float *a,
+                                                              const float *a2, float *y,
+                                                              int32_t n, const float *w,
+                                                              float eps);
+static void flush_norm(kt__cuda_rt *rt)
+{
+    if (rt->pn.x) {
+        norm_in p = rt->pn;
+        rt->pn.x = NULL;
+        launch_pdl(rt, k_add_rmsnorm4, 1, ARN_THREADS, 0, (float *)p.x, (const float *)NULL,
+                   (const float *)NULL, p.xn, p.n, p.w, p.eps);
+    }
+}
+
+static void flush_pending(kt__cuda_rt *rt)
+{
+    if (rt->post_pending) {
+        rt->post_pending = 0;
+        qk_post_launch(rt, &rt->post);
+    }
+    flush_norm(rt);
+}
+
+/* the pending norm for a one-token product of x (n floats) when x is its row
+ * (taken over: none left pending), else none (anything pending launched) */
+static norm_in take_norm(kt__cuda_rt *rt, const float *x, int32_t n)
+{
+    norm_in ni = {};
+    if (rt->pn.x && rt->pn.xn == x && rt->pn.n == n && !rt->post_pending) {
+        ni = rt->pn;
+        rt->pn.x = NULL;
+    }
+    flush_pending(rt);
+    return ni;
 }
 
 extern "C" int kt__cuda_linear(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_stride,
                                const kt__cuda_mat *W, const float *bias, float *y,
                                int32_t y_stride, int accumulate)
 {
+    flush_pending(rt);
     if (T <= 0)
         return 0;
     if (gemm(rt, x, T, x_stride, W, bias, y, y_stride, accumulate))
@@ -1250,10 +1438,21 @@ extern "C" int kt__cuda_linear_add_norm(kt__cuda_rt *rt, const float *in, int32_
                                         const float *bias, float *y, float *x, float *xn,
                                         const float *w, float eps)
 {
+    flush_pending(rt);
     if (T == 1 && vec8_ok(W) && x_ok(in, in_stride) && W->cols <= GEMV1_MAX_COLS &&
         tail_ok(rt, W->rows, x, y, xn, w)) {
         norm_tail nt = {x, xn, NULL, w, eps, rt->ticket + TK_LINEAR};
         launch_gemv1(rt, in, W, bias, y, 0, nt);
+        return 0;
+    }
+    if (T == 1 && vec8_ok(W) && x_ok(in, in_stride) && W->cols <= GEMV1_MAX_COLS &&
+        norm_in_ok(rt, W->rows, x, xn, w)) {
+        /* the rows added into x as they are stored, the norm left to the next
+         * product (GEMV_NORM_IN) */
+        norm_tail none;
+        memset(&none, 0, sizeof none);
+        launch_gemv1(rt, in, W, bias, y, 0, none, x);
+        rt->pn = {x, xn, w, eps, W->rows};
         return 0;
     }
     kt__cuda_linear(rt, in, T, in_stride, W, bias, y, W->rows, 0);
@@ -1287,6 +1486,7 @@ static bool linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_strid
         rows += W[i]->rows;
     }
     if (T == 1 && W[0]->cols <= GEMV1_MAX_COLS) {
+        norm_in ni = take_norm(rt, x, W[0]->cols);
         /* the heads' buffers where x was: a warp each */
         bool fold = qp && (rt->fuse & FUSE_QK_POST) &&
                     (int64_t)(GEMV1_THREADS / 32) * qp->head_dim <= W[0]->cols;
@@ -1298,9 +1498,10 @@ static bool linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_strid
         launch_pdl(rt, nb == 8 ? k_gemv1_n<8> : nb == 16 ? k_gemv1_n<16> : k_gemv1_n<0>,
                    (rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
                    sizeof(float) * (size_t)W[0]->cols, x, g, fold ? *qp : none,
-                   fold ? rt->ticket + TK_QKV : (unsigned *)NULL);
+                   fold ? rt->ticket + TK_QKV : (unsigned *)NULL, ni);
         return fold;
     }
+    flush_pending(rt);
     dim3 grid((rows + 7) / 8, (T + TOK_TILE - 1) / TOK_TILE);
     k_gemv_n<<<grid, 256, 0, rt->stream>>>(x, T, x_stride, g);
     return false;
@@ -1311,6 +1512,7 @@ extern "C" int kt__cuda_linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int
                                  const float *const bias[], float *const y[],
                                  const int32_t y_stride[])
 {
+    flush_pending(rt);
     linear_n(rt, x, T, x_stride, n, W, bias, y, y_stride, NULL);
     return 0;
 }
@@ -1334,6 +1536,7 @@ __global__ void k_embed(kt__cuda_mat E, const int32_t *tok, float *x)
 extern "C" int kt__cuda_embed(kt__cuda_rt *rt, const kt__cuda_mat *E, const int32_t *tokens,
                               int32_t T, float *x)
 {
+    flush_pending(rt);
     k_embed<<<T, 256, 0, rt->stream>>>(*E, tokens, x);
     return 0;
 }
@@ -1376,7 +1579,6 @@ __global__ void k_add_rmsnorm(float *x, const float *a, float *y, int32_t n, con
 
 /* The same with 4-float loads (add_norm_row: n a multiple of 4, at most
  * ARN_MAX), x += a + a2 (a2 optional; a NULL: the norm alone) */
-#define ARN_THREADS 512
 __global__ void __launch_bounds__(ARN_THREADS) k_add_rmsnorm4(float *x, const float *a,
                                                               const float *a2, float *y,
                                                               int32_t n, const float *w,
@@ -1399,6 +1601,7 @@ extern "C" int kt__cuda_rmsnorm(kt__cuda_rt *rt, const float *x, float *y, int32
                                 int32_t n, int32_t x_stride, int32_t y_stride, const float *w,
                                 float eps)
 {
+    flush_pending(rt);
     if (rows <= 0)
         return 0;
     if (x_stride == n && y_stride == n && add_rmsnorm4_ok(x, NULL, y, n, w))
@@ -1413,6 +1616,7 @@ extern "C" int kt__cuda_add_rmsnorm2(kt__cuda_rt *rt, float *x, const float *add
                                      const float *add2, float *y, int32_t rows, int32_t n,
                                      const float *w, float eps)
 {
+    flush_pending(rt);
     if (rows <= 0)
         return 0;
     if (add_rmsnorm4_ok(x, add, y, n, w) && al16(add2)) {
@@ -1428,6 +1632,7 @@ extern "C" int kt__cuda_add_rmsnorm2(kt__cuda_rt *rt, float *x, const float *add
 extern "C" int kt__cuda_add_rmsnorm(kt__cuda_rt *rt, float *x, const float *add, float *y,
                                     int32_t rows, int32_t n, const float *w, float eps)
 {
+    flush_pending(rt);
     return kt__cuda_add_rmsnorm2(rt, x, add, NULL, y, rows, n, w, eps);
 }
 
@@ -1452,6 +1657,7 @@ extern "C" int kt__cuda_rope(kt__cuda_rt *rt, float *v, int32_t T, int32_t n_hea
                              int32_t rope_dim, int interleave, const float *inv_freq,
                              float factor, const int32_t *pos0)
 {
+    flush_pending(rt);
     if (T > 0 && n_head > 0 && rope_dim > 0)
         k_rope<<<dim3(T, n_head), 64, 0, rt->stream>>>(v, t_stride, h_stride, offset,
                                                         rope_dim / 2, interleave, inv_freq,
@@ -1472,6 +1678,7 @@ extern "C" int kt__cuda_store_rows(kt__cuda_rt *rt, const float *src, int32_t T,
                                    int32_t src_stride, int32_t n, float *cache, int32_t row,
                                    const int32_t *pos0)
 {
+    flush_pending(rt);
     if (T > 0)
         k_store<<<T, 128, 0, rt->stream>>>(src, src_stride, n, cache, row, pos0);
     return 0;
@@ -1488,12 +1695,25 @@ __global__ void __launch_bounds__(32 * QKP_WARPS) k_qk_post(kt__cuda_qk_post a)
         qk_post_head(a, b, blockIdx.y, buf + (size_t)warp * a.head_dim);
 }
 
-extern "C" int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a)
+static void qk_post_launch(kt__cuda_rt *rt, const kt__cuda_qk_post *a)
 {
     if (a->T > 0)
         launch_pdl(rt, k_qk_post,
                    dim3((a->n_head + 2 * a->n_head_kv + QKP_WARPS - 1) / QKP_WARPS, a->T),
                    32 * QKP_WARPS, sizeof(float) * QKP_WARPS * (size_t)a->head_dim, *a);
+}
+
+/* GEMV_QK_ATTN, one token: left to the next kt__cuda_attention (the split
+ * kernel runs it, or that call launches it first) */
+extern "C" int kt__cuda_qk_post_run(kt__cuda_rt *rt, const kt__cuda_qk_post *a)
+{
+    flush_pending(rt);
+    if ((rt->gemv & GEMV_QK_ATTN) && a->T == 1) {
+        rt->post = *a;
+        rt->post_pending = 1;
+        return 0;
+    }
+    qk_post_launch(rt, a);
     return 0;
 }
 
@@ -1645,6 +1865,7 @@ struct as_shape {
     int32_t pre, early;         /* GEMV_ATTN: the split's rows into L2 before the wait;
                                  * GEMV_ATTN_EARLY: its first tile's final rows into
                                  * shared memory before the wait */
+    int32_t qkp;                /* GEMV_QK_ATTN: the q / k post step of qp done here */
 };
 
 /* bytes at p (16-byte aligned, a multiple of 16) into L2, no wait (a hint: safe
@@ -1808,19 +2029,21 @@ __device__ __forceinline__ void as_tile_load(const kt__cuda_attn &a, const float
 }
 
 __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const as_shape &sh,
-                                                 float *part);
+                                                 const kt__cuda_qk_post &qp, float *part);
 
 /* The split kernel; with tickets (one per head group and token), the last of a
- * group's S split blocks merges the group's heads (no merge launch) */
+ * group's S split blocks merges the group's heads (no merge launch); sh.qkp: the
+ * queries and the step's key and value rows are qp's raw products (one token) */
 __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_shape sh,
-                                                           float *part, unsigned *tickets)
+                                                           kt__cuda_qk_post qp, float *part,
+                                                           unsigned *tickets)
 {
     __shared__ as_merge_smem msm;
     if (sh.pre)
         attn_split_prefetch(a, sh);
     if (!sh.early)
         pdl_wait();
-    attn_split_block(a, sh, part); /* early: it waits after its first tile's loads */
+    attn_split_block(a, sh, qp, part); /* early: it waits after its first tile's loads */
     if (!tickets)
         return;
     unsigned *tk = tickets + (size_t)blockIdx.z * gridDim.x + blockIdx.x;
@@ -1828,9 +2051,42 @@ __global__ void __launch_bounds__(AS_THREADS) k_attn_split(kt__cuda_attn a, as_s
         merge_heads(a, sh.S, sh.T, part, blockIdx.x * sh.nhb, sh.nhb, blockIdx.z, msm);
 }
 
+/* With sh.qkp (one token): the block's query heads in qs normed and rotated in
+ * place, and, in the block whose split holds the position, the kv head kh's key
+ * row (normed, rotated) and value row from qp's products into kvn[0..qpad) and
+ * kvn[qpad..2 qpad), stored into the caches by the group's first block; a warp
+ * a head. qk_norm_rope and the stores are k_qk_post's, so the same values. */
+__device__ __forceinline__ void split_qk_post(const kt__cuda_qk_post &qp, const as_shape &sh,
+                                              float *qs, float *kvn, int32_t kh, bool own,
+                                              bool store, int32_t pos)
+{
+    const int32_t hd = qp.head_dim, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t row = (size_t)pos * qp.n_head_kv * hd + (size_t)kh * hd;
+    __syncthreads(); /* the queries in place */
+    for (int32_t b = warp; b < sh.nhb + (own ? 2 : 0); b += AS_THREADS / 32) {
+        if (b < sh.nhb) {
+            qk_norm_rope(qp, qp.q_norm, qs + (size_t)b * sh.qpad, pos);
+            continue;
+        }
+        const bool is_k = b == sh.nhb;
+        float *buf = kvn + (is_k ? 0 : sh.qpad);
+        const float *src = (is_k ? qp.k : qp.v) + (size_t)kh * hd;
+        for (int32_t i = lane; i < hd; i += 32)
+            buf[i] = __ldcg(src + i);
+        if (is_k)
+            qk_norm_rope(qp, qp.k_norm, buf, pos);
+        else
+            __syncwarp();
+        float *dst = (is_k ? qp.k_cache : qp.v_cache) + row;
+        for (int32_t i = lane; store && i < hd; i += 32)
+            dst[i] = buf[i];
+    }
+    __syncthreads();
+}
+
 /* one split block's partial softmax (m, l, acc) for its heads (k_attn_split) */
 __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const as_shape &sh,
-                                                 float *part)
+                                                 const kt__cuda_qk_post &qp, float *part)
 {
     extern __shared__ float4 sm4[];
     const int32_t nhb = sh.nhb, S = sh.S, T = sh.T, TP = sh.tp, qpad = sh.qpad;
@@ -1843,6 +2099,7 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
     float *m_s = sc + nhb * TP;              /* [AS_MAXH] running max        */
     float *l_s = m_s + AS_MAXH;              /* [AS_MAXH] running sum        */
     float *c_s = l_s + AS_MAXH;              /* [AS_MAXH] rescale            */
+    float *kvn = c_s + AS_MAXH;              /* [2][qpad] sh.qkp: the step's k, v rows */
     const int32_t h0 = blockIdx.x * nhb, s = blockIdx.y, t = blockIdx.z;
     const int32_t kh = h0 / sh.gsz, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const float *ka = a.ka + (size_t)kh * a.ka_sh;
@@ -1889,6 +2146,9 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
         m_s[tid] = -INFINITY;
         l_s[tid] = 0.0f;
     }
+    const bool own = sh.qkp && p0 <= pos && pos < p1; /* this block holds the step's row */
+    if (sh.qkp)
+        split_qk_post(qp, sh, qs, kvn, kh, own, h0 % sh.gsz == 0, pos);
     /* this thread's v column and heads: hh = hb + j·hstep */
     const int32_t V4 = a.v_dim / 4, c4 = tid % V4, hb = tid / V4, hstep = AS_THREADS / V4;
     const int32_t vcol = sh.vshared ? 0 : 4 * q4; /* a value row's offset in a tile row */
@@ -1901,6 +2161,14 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
         /* the tile (but the rows loaded before the wait) */
         as_tile_load(a, ka, kb, vb, kv, skip, tp + skip, nt - skip, row4, q4);
         __syncthreads();
+        if (own && pos < tp + nt) {
+            /* the step's row as computed here (the cache's copy was read through
+             * the non-coherent path in the same kernel that stored it) */
+            float *dst = kv + (size_t)(pos - tp) * row4 * 4;
+            for (int32_t i = tid; i < 4 * row4; i += AS_THREADS)
+                dst[i] = kvn[i < 4 * q4 ? i : i - 4 * q4 + qpad];
+            __syncthreads();
+        }
         /* s_hj = scale · q_h · k_j: a warp per position */
         for (int32_t i = warp; i < nt; i += AS_THREADS / 32) {
             const float *kr = kv + (size_t)i * row4 * 4;
@@ -1985,8 +2253,23 @@ __device__ __forceinline__ void attn_split_block(const kt__cuda_attn &a, const a
     }
 }
 
-/* The split kernel's launch for a (false: not applicable, run k_attention) */
-static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
+/* Whether the split kernel can run qp's post step for a (GEMV_QK_ATTN): one
+ * token of GQA over qp's own products and caches, keys and values of head_dim */
+static bool split_post_ok(const kt__cuda_attn *a, const kt__cuda_qk_post *qp)
+{
+    const int32_t hd = qp->head_dim, kvdim = qp->n_head_kv * hd;
+    return a->T == 1 && qp->T == 1 && qp->n_head_kv > 0 && a->n_head == qp->n_head &&
+           a->group * qp->n_head_kv == qp->n_head && a->q == qp->q && a->q_sh == hd &&
+           a->ka == qp->k_cache && a->v == qp->v_cache && (!a->kb || a->kb_dim == 0) &&
+           a->ka_dim == hd && a->v_dim == hd && a->ka_sh == hd && a->v_sh == hd &&
+           a->ka_sp == kvdim && a->v_sp == kvdim && a->pos0 == qp->pos0 && hd % 4 == 0 &&
+           qp->rope_dim <= hd;
+}
+
+/* The split kernel's launch for a (false: not applicable, run k_attention); qp
+ * (NULL: none): the q / k post step to run in it (split_post_ok) */
+static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos,
+                       const kt__cuda_qk_post *qp)
 {
     if (a->T > KT__CUDA_ATTN_SPLIT_T || !a->work || a->v_dim <= 0 || a->v_dim % 4 ||
         a->ka_dim % 4 || a->kb_dim % 4 || a->v_dim > 512 || AS_THREADS % (a->v_dim / 4) != 0 ||
@@ -2033,10 +2316,13 @@ static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
     sh.S = S, sh.T = a->T;
     sh.pre = (rt->gemv & GEMV_ATTN) != 0;
     sh.early = (rt->gemv & GEMV_ATTN_EARLY) && a->rows_final;
+    sh.qkp = qp && split_post_ok(a, qp) && sh.gsz == a->group && !sh.vshared;
+    if (qp && !sh.qkp)
+        return false;
     /* the tile: as many positions as the split holds at max_pos, up to AS_TILE and
      * what fits in AS_SMEM_MAX */
     size_t row = (size_t)(a->ka_dim + a->kb_dim + (sh.vshared ? 0 : a->v_dim));
-    size_t fixed = (size_t)sh.nhb * sh.qpad + 3 * AS_MAXH;
+    size_t fixed = (size_t)sh.nhb * sh.qpad + 3 * AS_MAXH + (sh.qkp ? 2 * sh.qpad : 0);
     int32_t fit = (int32_t)((AS_SMEM_MAX / sizeof(float) - fixed) / (row + sh.nhb));
     int32_t want = (max_pos + S - 1) / S;
     sh.tp = want < AS_TILE ? want : AS_TILE;
@@ -2047,8 +2333,10 @@ static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos)
     /* the merge in each head group's last split block: a ticket per group */
     bool fold = (rt->fuse & FUSE_ATTN_MERGE) &&
                 (size_t)a->n_head / sh.nhb * a->T <= TK_COUNT - TK_ATTN;
+    kt__cuda_qk_post none;
+    memset(&none, 0, sizeof none);
     launch_pdl(rt, k_attn_split, dim3(a->n_head / sh.nhb, S, a->T), AS_THREADS, smem, *a, sh,
-               a->work, fold ? rt->ticket + TK_ATTN : (unsigned *)NULL);
+               qp ? *qp : none, a->work, fold ? rt->ticket + TK_ATTN : (unsigned *)NULL);
     if (!fold)
         launch_pdl(rt, k_attn_merge, dim3(a->n_head, a->T), AS_THREADS, 0, *a, S, a->T,
                    (const float *)a->work);
@@ -2319,7 +2607,16 @@ extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32
         }
         rt->split_smem_set = 1;
     }
-    if (a->T > 0 && (attn_split(rt, a, max_pos) || attn_tile(rt, a)))
+    /* a post step kt__cuda_qk_post_run left to this call: in the split kernel, or
+     * launched now, ahead of whichever kernel attends */
+    flush_norm(rt);
+    if (rt->post_pending) {
+        rt->post_pending = 0;
+        if (attn_split(rt, a, max_pos, &rt->post))
+            return 0;
+        qk_post_launch(rt, &rt->post);
+    }
+    if (a->T > 0 && (attn_split(rt, a, max_pos, NULL) || attn_tile(rt, a)))
         return 0;
     size_t smem = sizeof(float) * ((size_t)max_pos + ((qd + 3) & ~3));
     if (a->T > 0)
@@ -2350,6 +2647,7 @@ __global__ void k_act(float *g, const float *u, size_t n, int oai, float alpha, 
 extern "C" int kt__cuda_act(kt__cuda_rt *rt, float *g, const float *u, size_t n, int oai,
                             float alpha, float limit)
 {
+    flush_pending(rt);
     if (n)
         k_act<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(g, u, n, oai, alpha, limit);
     return 0;
@@ -2368,6 +2666,7 @@ __global__ void k_add(float *y, const float *x, size_t total, int32_t n, const f
 extern "C" int kt__cuda_add(kt__cuda_rt *rt, float *y, const float *x, int32_t rows, int32_t n,
                             const float *row_gate)
 {
+    flush_pending(rt);
     size_t total = (size_t)rows * n;
     if (total)
         k_add<<<(unsigned)((total + 255) / 256), 256, 0, rt->stream>>>(y, x, total, n, row_gate);
@@ -2625,11 +2924,12 @@ __global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_
 template <int RW, int NB>
 __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
     k_router_gemv1(const float *__restrict__ x, kt__cuda_mat W, const float *b, float *logit,
-                   kt__cuda_router_desc r, int32_t *ids, float *wts, unsigned *ticket)
+                   kt__cuda_router_desc r, int32_t *ids, float *wts, unsigned *ticket,
+                   norm_in ni)
 {
     extern __shared__ float4 xs4[];
     __shared__ bool last;
-    gemv1_block<NB>((float *)xs4, x, W, b, logit, 0);
+    gemv1_block<NB>((float *)xs4, x, W, b, logit, 0, NULL, ni);
     __threadfence(); /* this block's logits visible device-wide before its ticket */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -2654,6 +2954,7 @@ static bool router_warp_ok(const kt__cuda_router_desc *r)
 extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
                                int32_t T, int32_t *ids, float *w)
 {
+    flush_pending(rt);
     if (T <= 0)
         return 0;
     unsigned g = (T + 3) / 4;
@@ -2674,12 +2975,13 @@ extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc 
 {
     if (T != 1 || !rt->ticket || !router_warp_ok(r) || !vec8_ok(W) || !x_ok(x, W->cols) ||
         W->cols > GEMV1_MAX_COLS || W->rows != r->n_expert)
-        return 1;
+        return 1; /* the caller's kt__cuda_linear launches anything pending */
+    norm_in ni = take_norm(rt, x, W->cols);
     unsigned blocks = (W->rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32);
     size_t xs = sizeof(float) * (size_t)W->cols;
     int nb = gemv_pre_nb(rt, W);
     void (*k)(const float *, kt__cuda_mat, const float *, float *, kt__cuda_router_desc,
-              int32_t *, float *, unsigned *) =
+              int32_t *, float *, unsigned *, norm_in) =
         r->n_expert <= 128   ? (nb == 8    ? k_router_gemv1<4, 8>
                                 : nb == 16 ? k_router_gemv1<4, 16>
                                            : k_router_gemv1<4, 0>)
@@ -2689,7 +2991,8 @@ extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc 
                              : (nb == 8    ? k_router_gemv1<16, 8>
                                 : nb == 16 ? k_router_gemv1<16, 16>
                                            : k_router_gemv1<16, 0>);
-    launch_pdl(rt, k, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r, ids, w, rt->ticket);
+    launch_pdl(rt, k, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r, ids, w, rt->ticket,
+               ni);
     return 0;
 }
 
@@ -2745,17 +3048,18 @@ __global__ void k_expert_down(const kt__cuda_mat *down, const int32_t *ids, cons
 /* gate and up rows i against x: batches of 8 steps, their 16 loads in flight (a
  * step past the end reads the batch's first columns again, weighted 0: no exit
  * test between the loads) */
-template <int TY>
+template <int TY, bool EF = false>
 __device__ __forceinline__ void up_dot_t(const kt__cuda_mat &G, const kt__cuda_mat &U, int32_t i,
-                                         const float *xt, int32_t H, float &g, float &u)
+                                         const float *xt, int32_t H, float &g, float &u,
+                                         uint64_t pol = 0)
 {
     for (int32_t c0 = (threadIdx.x % 32) * 8; c0 < H; c0 += 8 * 256) {
 #pragma unroll
         for (int32_t s = 0; s < 8; s++) {
             int32_t c = c0 + 256 * s, cc = c < H ? c : c0;
             float wg[8], wu[8], on = (float)(c < H);
-            load8t<TY>(G, i, cc, wg);
-            load8t<TY>(U, i, cc, wu);
+            load8t<TY, EF>(G, i, cc, wg, pol);
+            load8t<TY, EF>(U, i, cc, wu, pol);
             g += on * dot8(wg, xt + cc);
             u += on * dot8(wu, xt + cc);
         }
@@ -2763,11 +3067,15 @@ __device__ __forceinline__ void up_dot_t(const kt__cuda_mat &G, const kt__cuda_m
 }
 
 /* this lane's shares g, u of gate_i·x and up_i·x for row i of one expert, the
- * loops typed where both matrices share a type */
+ * loops typed where both matrices share a type; ef: BF16 rows read with the L2
+ * policy pol */
 __device__ __forceinline__ void up_sums(const kt__cuda_mat &G, const kt__cuda_mat &U, int32_t i,
-                                        const float *xt, int32_t H, float &g, float &u)
+                                        const float *xt, int32_t H, float &g, float &u,
+                                        bool ef = false, uint64_t pol = 0)
 {
-    if (G.type == U.type && G.type == KT__CUDA_W_BF16)
+    if (G.type == U.type && G.type == KT__CUDA_W_BF16 && ef)
+        up_dot_t<KT__CUDA_W_BF16, true>(G, U, i, xt, H, g, u, pol);
+    else if (G.type == U.type && G.type == KT__CUDA_W_BF16)
         up_dot_t<KT__CUDA_W_BF16>(G, U, i, xt, H, g, u);
     else if (G.type == U.type && G.type == KT__CUDA_W_F8)
         up_dot_t<KT__CUDA_W_F8>(G, U, i, xt, H, g, u);
@@ -2821,13 +3129,36 @@ __global__ void k_expert_up8(const kt__cuda_mat *gate, const kt__cuda_mat *up, c
  * chain ids -> descriptors -> x -> weights before its first weight load. */
 #define UPP_THREADS 256
 #define UPP_MAXK 32 /* experts a token: a lane each */
+#define UPP_PIECE 8192u /* bytes of one bulk L2 prefetch of the down matrices */
+
+/* With GEMV_L2: the k chosen experts' down matrices (data Dp[j], Db[j] bytes;
+ * NULL: on the CPU) into L2, in UPP_PIECE pieces dealt over the grid's threads
+ * (neighbouring pieces to different blocks); only a hint, no wait */
+__device__ __forceinline__ void down_prefetch(const char *const *Dp, const uint32_t *Db,
+                                              int32_t k)
+{
+    uint32_t most = 0;
+    for (int32_t j = 0; j < k; j++)
+        most = Dp[j] && Db[j] > most ? Db[j] : most;
+    const uint32_t per = (most + UPP_PIECE - 1) / UPP_PIECE, total = per * (uint32_t)k;
+    for (uint32_t q = threadIdx.x * gridDim.x + blockIdx.x; q < total;
+         q += gridDim.x * blockDim.x) {
+        const uint32_t j = q / per, off = (q % per) * UPP_PIECE;
+        const uint32_t n = Dp[j] && off < Db[j] ? min(UPP_PIECE, Db[j] - off) & ~15u : 0u;
+        if (n)
+            prefetch_l2(Dp[j] + off, n);
+    }
+}
+
 __global__ void __launch_bounds__(UPP_THREADS)
-    k_expert_up_p(const kt__cuda_mat *gate, const kt__cuda_mat *up, const float *x, int32_t H,
-                  const int32_t *ids, int32_t k, int32_t I, float *h, int oai, float alpha,
-                  float limit)
+    k_expert_up_p(const kt__cuda_mat *gate, const kt__cuda_mat *up, const kt__cuda_mat *down,
+                  const float *x, int32_t H, const int32_t *ids, int32_t k, int32_t I, float *h,
+                  int oai, float alpha, float limit, int l2)
 {
     extern __shared__ float4 xs4[];
     __shared__ kt__cuda_mat Gs[UPP_MAXK], Us[UPP_MAXK];
+    __shared__ const char *Dp[UPP_MAXK];
+    __shared__ uint32_t Db[UPP_MAXK];
     const int32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n4 = H / 4;
     pdl_wait();
     /* x: the first 4 float4s a thread in flight before the descriptors' chain */
@@ -2843,6 +3174,11 @@ __global__ void __launch_bounds__(UPP_THREADS)
         } else {
             Gs[lane].data = NULL;
         }
+        if (l2) {
+            const kt__cuda_mat *D = e >= 0 ? &down[e] : NULL;
+            Dp[lane] = D ? (const char *)D->data : NULL;
+            Db[lane] = D ? (uint32_t)D->rows * row_bytes(*D) : 0u;
+        }
     }
 #pragma unroll
     for (int j = 0; j < 4; j++)
@@ -2851,6 +3187,7 @@ __global__ void __launch_bounds__(UPP_THREADS)
     for (int32_t i = tid + 4 * UPP_THREADS; i < n4; i += UPP_THREADS)
         xs4[i] = __ldg((const float4 *)x + i);
     __syncthreads();
+    const uint64_t pol = l2_evict_first();
     const float *xs = (const float *)xs4;
     const int32_t rows = k * I, stride = gridDim.x * (UPP_THREADS / 32);
     for (int32_t row = blockIdx.x * (UPP_THREADS / 32) + warp; row < rows; row += stride) {
@@ -2860,12 +3197,16 @@ __global__ void __launch_bounds__(UPP_THREADS)
             continue; /* the whole warp: a CPU expert's pair */
         const kt__cuda_mat U = Us[j];
         float g = 0.0f, u = 0.0f;
-        up_sums(G, U, i, xs, H, g, u);
+        up_sums(G, U, i, xs, H, g, u, l2 != 0, pol);
         g = warp_sum(g);
         u = warp_sum(u);
         if (lane == 0)
             h[(size_t)j * I + i] = act_value(g, u, oai, alpha, limit);
     }
+    /* after this warp's rows: issued at the start, the 25 MB (Qwen3) were
+     * evicted again by the up rows streaming behind them (H200, 11-30 06:18) */
+    if (l2)
+        down_prefetch(Dp, Db, k);
 }
 
 /* k_expert_down with 8-column loads (I a multiple of 8, k <= DOWN8_MAXK): the
@@ -3016,7 +3357,8 @@ __device__ __forceinline__ float down_consume_bf16(const uint4 raw[DOWNP_NB], co
 
 __global__ void __launch_bounds__(DOWN8_THREADS, 2)
     k_expert_down_p(const kt__cuda_mat *down, const int32_t *ids, const float *wts, int32_t k,
-                    int32_t I, const float *h, int32_t H, float *out, int assign, norm_tail nt)
+                    int32_t I, const float *h, int32_t H, float *out, int assign, norm_tail nt,
+                    float *res)
 {
     __shared__ kt__cuda_mat D[DOWN8_MAXK];
     __shared__ float wj[DOWN8_MAXK];
@@ -3059,8 +3401,12 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
                                      : 0.0f;
     }
     acc = warp_sum(acc);
-    if (lane == 0 && row_on)
-        out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
+    if (lane == 0 && row_on) {
+        float v = assign ? acc : out[(size_t)t * H + c] + acc;
+        out[(size_t)t * H + c] = v;
+        if (res)
+            res[(size_t)t * H + c] += v; /* GEMV_NORM_IN: the residual sum */
+    }
     if (nt.ticket && last_block(nt.ticket + t, gridDim.x))
         add_norm_row<DOWN8_THREADS>(nt.x + (size_t)t * H, out + (size_t)t * H, NULL,
                                     nt.xn + (size_t)t * H, H, nt.w, nt.eps);
@@ -3085,6 +3431,7 @@ static int upp_blocks(kt__cuda_rt *rt, size_t smem)
 
 extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
 {
+    flush_pending(rt);
     if (a->T <= 0)
         return 0;
     /* every GPU expert matrix was uploaded 256-byte aligned; FP8 blocks of 128 */
@@ -3097,10 +3444,10 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
         if ((rt->gemv & GEMV_UP) && a->T == 1 && a->k <= UPP_MAXK && a->H <= GEMV1_MAX_COLS) {
             /* one resident wave: at most a warp a row */
             int64_t want = ((int64_t)a->k * a->I + UPP_THREADS / 32 - 1) / (UPP_THREADS / 32);
-            int64_t fit = (int64_t)upp_blocks(rt, xs) * rt->sms;
+            int64_t fit = (int64_t)((rt->gemv & GEMV_UP1) ? 1 : upp_blocks(rt, xs)) * rt->sms;
             launch_pdl(rt, k_expert_up_p, (unsigned)(want < fit ? want : fit), UPP_THREADS, xs,
-                       a->gate, a->up, a->x, a->H, a->ids, a->k, a->I, a->h, a->oai, a->alpha,
-                       a->limit);
+                       a->gate, a->up, a->down, a->x, a->H, a->ids, a->k, a->I, a->h, a->oai,
+                       a->alpha, a->limit, (rt->gemv & GEMV_L2) ? 1 : 0);
         } else {
             /* x (and h) in shared memory when they fit (48 KB default, D and wj too) */
             launch_pdl(rt, a->H <= GEMV1_MAX_COLS ? k_expert_up8<true> : k_expert_up8<false>,
@@ -3115,10 +3462,19 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
             nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
             nt.ticket = rt->ticket + TK_DOWN;
         }
-        if ((rt->gemv & GEMV_DOWN) && hs <= 40 * 1024)
+        if ((rt->gemv & GEMV_DOWN) && hs <= 40 * 1024) {
+            /* GEMV_NORM_IN: the rows added into the residual as stored, its
+             * norm left to the next product */
+            bool res = a->res && !fold && a->T == 1 &&
+                       norm_in_ok(rt, a->H, a->res, a->res_norm, a->norm_w);
             launch_pdl(rt, k_expert_down_p, g2, DOWN8_THREADS, hs, a->down, a->ids, a->w, a->k,
-                       a->I, (const float *)a->h, a->H, a->out, a->assign, nt);
-        else
+                       a->I, (const float *)a->h, a->H, a->out, a->assign, nt,
+                       res ? a->res : (float *)NULL);
+            if (res) {
+                rt->pn = {a->res, a->res_norm, a->norm_w, a->eps, a->H};
+                return 0;
+            }
+        } else
             launch_pdl(rt, hs <= 40 * 1024 ? k_expert_down8<true> : k_expert_down8<false>, g2,
                        DOWN8_THREADS, hs <= 40 * 1024 ? hs : 0, a->down, a->ids, a->w, a->k,
                        a->I, (const float *)a->h, a->H, a->out, a->assign, nt);
@@ -3145,6 +3501,7 @@ extern "C" int kt__cuda_gather_rows(kt__cuda_rt *rt, const float *src, int32_t s
                                     const int32_t *idx, int32_t div, int32_t rows, int32_t n,
                                     float *dst)
 {
+    flush_pending(rt);
     if (rows > 0)
         k_gather<<<rows, 256, 0, rt->stream>>>(src, src_stride, idx, div, n, dst);
     return 0;
@@ -3169,6 +3526,7 @@ __global__ void k_combine(float *out, int32_t H, int32_t k, const float *Y, cons
 extern "C" int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t H, int32_t k,
                                 const float *Y, const int32_t *slot, const float *w)
 {
+    flush_pending(rt);
     if (T > 0)
         k_combine<<<T, 256, 0, rt->stream>>>(out, H, k, Y, slot, w);
     return 0;
@@ -3338,6 +3696,7 @@ k_group_gemm(const float *X, int32_t xs, const int32_t *perm, int32_t div,
 
 extern "C" int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_args *a)
 {
+    flush_pending(rt);
     int32_t n = a->T * a->k, E = a->E;
     if (rt->cc_major < 8 || E <= 0 || E > KT__CUDA_MAX_EXPERTS || a->H % 8 || a->I % 8 ||
         a->x_stride % 4)
@@ -3370,6 +3729,7 @@ __global__ void k_fill(float *y, size_t n, float v)
 
 extern "C" int kt__cuda_zero(kt__cuda_rt *rt, float *y, size_t n)
 {
+    flush_pending(rt);
     if (n)
         k_fill<<<(unsigned)((n + 255) / 256), 256, 0, rt->stream>>>(y, n, 0.0f);
     return 0;
@@ -3415,6 +3775,7 @@ extern "C" int kt__cuda_mla_absorb_q(kt__cuda_rt *rt, const float *q, int32_t T,
                                      int32_t nope, int32_t rope, const kt__cuda_mat *kv_b,
                                      float *qa)
 {
+    flush_pending(rt);
     if (T > 0)
         k_mla_q<<<dim3(n_head, T), 256, 0, rt->stream>>>(q, nope, rope, *kv_b,
                                                          kv_b->rows / n_head, qa);
@@ -3425,6 +3786,7 @@ extern "C" int kt__cuda_mla_absorb_o(kt__cuda_rt *rt, const float *ot, int32_t T
                                      int32_t nope, int32_t v_dim, const kt__cuda_mat *kv_b,
                                      float *o)
 {
+    flush_pending(rt);
     if (T > 0)
         k_mla_o<<<dim3(n_head, T), 256, 0, rt->stream>>>(ot, *kv_b, nope, v_dim,
                                                          kv_b->rows / n_head, o);

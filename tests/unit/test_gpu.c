@@ -550,6 +550,32 @@ static void test_gemv_decode(void **state)
     gemv_check("mixtral_tiny", NULL, 1.0f);
 }
 
+/* KT_GPU_GEMV bits 32 (the up kernel prefetches the chosen experts' down
+ * matrices into L2 and streams its own rows evict-first), 64 (the split
+ * attention runs the q / k norm, RoPE and cache rows itself), 128 (the up
+ * kernel one block a multiprocessor) and 256 (the residual added by the
+ * products, its norm by the next product's blocks) against 31 (the kernels
+ * before them): hints, a grid size and the same arithmetic in other kernels,
+ * so the same logits. GQA with q / k norms (qwen3_moe), sinks and sliding windows
+ * (gpt_oss), plain GQA (mixtral), MLA (deepseek_v3: bit 64 does not apply),
+ * FP8 and INT4 experts (other down matrix sizes), CPU experts (no prefetch). */
+static void l2_check(const char *name, const char *variant, float frac)
+{
+    static const char *const gemv[4] = {"31", "511", "95", "287"};
+    variants_check(name, variant, KT_PRECISION_FAST, frac, "KT_GPU_GEMV", gemv, 4);
+}
+
+static void test_l2_qk_decode(void **state)
+{
+    (void)state;
+    l2_check("qwen3_moe_tiny", NULL, 1.0f);
+    l2_check("qwen3_moe_tiny", NULL, 0.5f);
+    l2_check("gpt_oss_tiny", NULL, 1.0f);
+    l2_check("mixtral_tiny", NULL, 1.0f);
+    l2_check("deepseek_v3_tiny", "fp8", 1.0f);
+    l2_check("deepseek_v3_tiny", "int4", 0.5f);
+}
+
 /* A budget too small fails before loading, naming the flag to change. */
 static void test_budget(void **state)
 {
@@ -597,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_grouped_device),
         cmocka_unit_test(test_fused_decode),
         cmocka_unit_test(test_gemv_decode),
+        cmocka_unit_test(test_l2_qk_decode),
     };
     /* KT_TEST_FILTER=test_qwen3*: a subset (compute-sanitizer runs are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
