@@ -228,9 +228,10 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch);
 #define KT__LF_PANEL_SCRATCH (64 * 512 + 2 * 64 * 32 * 4)
-/* Hint: this thread's next panel call will read bytes [0, len) of rows [n0, n1)
- * of W; the call before it starts them into L2 (two hints kept, oldest first). */
-void kt__lf_panel_hint_avx512(const void *W, size_t wrow, int n0, int n1, size_t len);
+/* Hint: this thread's next LLAMAFILE call (panel or decode tiles) will read bytes
+ * [0, len) of rows [n0, n1) of W; the call before it starts them into L2 (two
+ * hints kept, oldest first). */
+void kt__lf_hint_avx512(const void *W, size_t wrow, int n0, int n1, size_t len);
 /* The same for the K types and IQ4_XS over blocks [b0, b1) of 256; act[m] are Q8_K
  * block arrays. */
 void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,

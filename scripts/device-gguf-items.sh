@@ -6,21 +6,27 @@
 # kt-bench moe --gguf at T = 1 and 4 for each KT_MOE_DECODE_GRAIN:KT_MOE_DECODE_ITEMS
 # pair of ITEMS for Q4_0, ITEMS2 for the other types ("default" = the backend's own
 # choice, 64:4),
-# each KT_LF_DIST of DISTS (rows prefetched ahead; "default" = 12) and each
-# KT_LF_DEC_ROWS of ROWS (rows side by side in a one-token tile; "default" = 4),
-# with KT_MOE_PROFILE's per-phase times; then, for each T of PREFILL, a prefill
-# row with and without the backend's next-call hints (ONEDNN=1: oneDNN beside the
-# first). Steps past DEADLINE seconds are skipped.
-# Logs in $OUT.
+# each KT_LF_AHEAD of AHEADS (decode prefetch distance in bytes; "default" =
+# 5120), each KT_LF_DEC_ROWS of ROWS (rows side by side in a one-token tile;
+# "default" = 4) and each of HINTS ("hint": the backend's next-call hints, as it
+# runs; "nohint": KT_LF_NOHINT=1), with KT_MOE_PROFILE's per-phase times; then,
+# for each T of PREFILL, a prefill row with and without the hints (ONEDNN=1:
+# oneDNN beside the first). Steps past DEADLINE seconds are skipped. With
+# BIN=DIR (release binaries carried in DIR, scripts/device-env.sh's
+# kt_device_bin) nothing is built. Logs in $OUT.
 set -u
 [ -n "${NO_ENV:-}" ] || . scripts/device-env.sh
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
-B=${B:-build-device}
+B=${BIN:-${B:-build-device}}
 T0=$(date +%s)
 late() { [ $(($(date +%s) - T0)) -gt "${DEADLINE:-170}" ]; }
-{ [ -d "$B" ] || meson setup "$B" --buildtype=release -Dcuda=disabled > /dev/null; } &&
-    ninja -C "$B" -j "$(nproc)" tools/kt-bench/kt-bench tools/kt-convert/kt-convert \
-        > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+if [ -n "${BIN:-}" ]; then
+    kt_device_bin "$BIN" || exit 1
+else
+    { [ -d "$B" ] || meson setup "$B" --buildtype=release -Dcuda=disabled > /dev/null; } &&
+        ninja -C "$B" -j "$(nproc)" tools/kt-bench/kt-bench tools/kt-convert/kt-convert \
+            > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+fi
 echo "built at $(($(date +%s) - T0)) s"
 python3 tools/kt-bench/random_qwen3_moe.py /dev/shm/q3 --layers "${GGUF_LAYERS:-4}" > /dev/null ||
     exit 1
@@ -32,18 +38,20 @@ for t in ${GGUF_TYPES:-Q4_0 Q4_K Q8_0}; do
     echo "$t converted at $(($(date +%s) - T0)) s; $(uptime)"
     items=${ITEMS:-default 64:4 32:16 64:8 32:4}
     [ "$t" = "${GGUF_TYPES:-Q4_0}" ] || [ "$t" = Q4_0 ] || items=${ITEMS2:-default 64:4}
-    for it in $items; do for d in ${DISTS:-default}; do for rw in ${ROWS:-default}; do
-        late && { echo "skipped $t $it $d $rw (deadline)"; continue; }
+    for it in $items; do for d in ${AHEADS:-default}; do for rw in ${ROWS:-default}; do
+    for h in ${HINTS:-hint}; do
+        late && { echo "skipped $t $it $d $rw $h (deadline)"; continue; }
         if [ "$it" = default ]; then g=; n=; else g=${it%%:*}; n=${it##*:}; fi
         [ "$d" = default ] && pf= || pf=$d
         [ "$rw" = default ] && nr= || nr=$rw
-        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw.log
-        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_DIST=$pf KT_LF_DEC_ROWS=$nr \
-            KT_MOE_PROFILE=1 timeout 40 "$B/tools/kt-bench/kt-bench" moe \
+        [ "$h" = hint ] && nh= || nh=1
+        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw-$h.log
+        KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_AHEAD=$pf KT_LF_DEC_ROWS=$nr \
+            KT_LF_NOHINT=$nh KT_MOE_PROFILE=1 timeout 40 "$B/tools/kt-bench/kt-bench" moe \
             --gguf /dev/shm/q3_$t.gguf --tokens 1,4 --no-onednn --min-time 0.5 > "$log" 2>&1
-        echo "== $t items $it dist $d rows $rw rc=$?"
+        echo "== $t items $it ahead $d rows $rw $h rc=$?"
         grep -E "T=|profile" "$log" | sed 's/libkt: warning: moe profile: //'
-    done; done; done
+    done; done; done; done
     # prefill (PREFILL="512 ..." token counts): as it runs, then without the backend's
     # next-call hints (KT_LF_NOHINT=1); ONEDNN=1 adds oneDNN's BF16 matmuls to the first
     for T in ${PREFILL:-}; do for h in hint nohint; do

@@ -10,7 +10,7 @@
  *   MIB > 0: about that many MiB of matrices visited in turn (from memory).
  *   Prints weight GB/s and ns per 64 weight bytes per CPU second, and
  *   multiply-adds per CPU second (all M tokens). From memory, each call is given
- *   the backend's hint for the next one (kt__moe_llamafile_hint; KT_LF_NOHINT=1:
+ *   the backend's hint for the next one (the set's prefetch; KT_LF_NOHINT=1:
  *   none).
  *
  * Build (from the repository root, after `ninja -C BUILD`):
@@ -94,7 +94,7 @@ int main(int argc, char **argv)
     kt__wmat wm = {.rows = rows, .cols = K, .type = tr->type};
     long calls = 0;
     double t0 = cpu_now(), t;
-    kt__moe_prefetch_fn hint = kt__moe_llamafile_hint(ks);
+    kt__moe_prefetch_fn hint = ks->prefetch;
     do {
         wm.w = W + (size_t)(calls % (long)nmat) * per;
         if (hint && mib) { /* as the backend: the next call's rows named before this one */

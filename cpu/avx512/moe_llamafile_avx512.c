@@ -38,13 +38,19 @@
 /* Q4_0: 32 blocks of 18 bytes; Q8_0: 32 of 34 */
 #define PERIOD40 576
 #define PERIOD80 1088
-/* Weight rows prefetched ahead, into L2 (Zen 4, 2 threads: T1 / 12 rows read
- * 31-38 GB/s of Q4_0 from memory, T0 17-18, 4 rows 5-10); KT_LF_DIST (1..64
- * rows) overrides it, for measuring elsewhere (the Xeon's BF16 / FP8 decode
- * wanted 8 KiB ahead where Zen 4 wanted 1 KiB: cpu/avx512/moe_avx512_common.h) */
-#define LF_DIST 12
+/* Decode prefetch distance in bytes of the rows a call reads, into L2: rows
+ * ahead = LF_AHEAD / (bytes per row), at least one tile's rows. Was 12 rows
+ * whatever their length (26 KB of 2048-input Q8_0 rows, 5.2 KB of 768-input
+ * Q4_0); one Zen 4 core from memory, 64-row calls with the next-call hint
+ * (scripts/lf_kernel_bench.c, 11-30 06:30, load 7): 4 / 8 / 16 / 32 KiB ahead
+ * read Q8_0 x 2048 10.3 / 18.3 / 17.6 / 16.2 GB/s, Q4_0 x 2048 10.9 / 11.7 /
+ * 10.4 / 10.5, Q4_0 x 768 9.3 / 9.9 / 9.5 / 9.6 (4 KiB of 2048-input Q8_0 is
+ * 2 rows: inside the tile being read). KT_LF_AHEAD (256..65536 bytes)
+ * overrides it, for measuring elsewhere (the Xeon's BF16 / FP8 decode also
+ * wanted 8 KiB ahead, where Zen 4 wanted 1 KiB: cpu/avx512/moe_avx512_common.h). */
+#define LF_AHEAD 8192
 #define LF_HINT _MM_HINT_T1
-static int lf_dist = LF_DIST;
+static int lf_ahead = LF_AHEAD;
 /* Rows side by side in a one-token tile (weight streams per core): Zen 4 VM, one
  * core from memory, 384 x 2048: Q4_0 4 rows 13.4 GB/s, 2 rows 12.7, 1 row 10.8
  * (Q8_0 17.2 / 12.8 / 11.9); the 16-core Xeon (kt-bench moe --gguf, T=1): at
@@ -53,7 +59,9 @@ static int lf_dist = LF_DIST;
  * (run-to-run noise of +-10%). So 4; KT_LF_DEC_ROWS (4, 2, 1) overrides, 1 for
  * Q4_0 / Q8_0 / IQ4_NL only (the other tiles take 2). */
 static int lf_dec_rows = 4;
-/* KT_LF_NOHINT=1: the backend's hints for the next prefill call ignored (measuring) */
+/* KT_LF_NOHINT=1: the backend's hints for the next call ignored (measuring;
+ * until 11-30 06:30 an empty value counted as set, so scripts/device-gguf-items.sh's
+ * prefill "hint" rows ran without them too) */
 static bool lf_nohint;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
@@ -63,10 +71,11 @@ static pthread_once_t idx_once = PTHREAD_ONCE_INIT;
 
 static void idx_init(void)
 {
-    const char *e = getenv("KT_LF_DIST");
-    if (e && atoi(e) >= 1 && atoi(e) <= 64)
-        lf_dist = atoi(e);
-    lf_nohint = getenv("KT_LF_NOHINT") != NULL;
+    const char *e = getenv("KT_LF_AHEAD");
+    if (e && atoi(e) >= 256 && atoi(e) <= 65536)
+        lf_ahead = atoi(e);
+    e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
+    lf_nohint = e && *e && strcmp(e, "0") != 0;
     e = getenv("KT_LF_DEC_ROWS");
     if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
         lf_dec_rows = atoi(e);
@@ -118,7 +127,7 @@ ALWAYS_INLINE void acc_zero(const int NR, const int MT, __m512 acc[4][4])
 }
 
 /* The cache lines of the `bytes` at x + ahead started into L2 (ahead 0: none):
- * the next tile's block, `ahead` bytes (lf_dist rows) further on. */
+ * the next tile's block, `ahead` bytes (dist rows, about lf_ahead bytes) further on. */
 ALWAYS_INLINE void prefetch_block(const void *x, size_t ahead, const size_t bytes)
 {
     if (!ahead)
@@ -128,6 +137,65 @@ ALWAYS_INLINE void prefetch_block(const void *x, size_t ahead, const size_t byte
     for (size_t o = 0; o + 1 < bytes; o += 64)
         _mm_prefetch(p + o, LF_HINT);
     _mm_prefetch(p + bytes - 1, LF_HINT);
+}
+
+/* The backend's hints: weights this thread's next calls read (the item's up rows,
+ * the next item's gate rows, the next expert's down rows), oldest first. Each
+ * call takes the oldest. A panel call starts it into L2 a share per tile,
+ * between its tiles: on the Zen 4 VM software prefetches in bursts of a few
+ * hundred lines mostly came to nothing, 4-16 lines at a time between work all
+ * landed. A decode call (tile_rows) starts the next call's first rows in its
+ * last tiles, where its own rows ahead ran out, so that the row stream does not
+ * stop and restart at every call. */
+typedef struct lf_region {
+    const uint8_t *w;
+    size_t wrow, len;
+    int rows;
+} lf_region;
+static _Thread_local lf_region lf_hints[2];
+static _Thread_local int lf_nhints;
+
+void kt__lf_hint_avx512(const void *W, size_t wrow, int n0, int n1, size_t len)
+{
+    pthread_once(&idx_once, idx_init);
+    if (n1 <= n0 || !len || lf_nohint)
+        return;
+    if (lf_nhints == 2) { /* keep the newest two */
+        lf_hints[0] = lf_hints[1];
+        lf_nhints = 1;
+    }
+    lf_hints[lf_nhints++] = (lf_region){(const uint8_t *)W + (size_t)n0 * wrow, wrow, len,
+                                        n1 - n0};
+}
+
+/* A walk over a region's cache lines, step() starting the next n. */
+typedef struct lf_walk {
+    lf_region g;
+    int r;
+    size_t c;
+} lf_walk;
+
+/* A walk over the oldest hint, taken off the queue; false (and an empty walk)
+ * when none is queued. */
+static bool hint_take(lf_walk *k)
+{
+    *k = (lf_walk){{0}, 0, 0};
+    if (!lf_nhints)
+        return false;
+    k->g = lf_hints[0];
+    lf_hints[0] = lf_hints[1];
+    lf_nhints--;
+    return true;
+}
+
+static void walk_step(lf_walk *k, long n)
+{
+    for (; n > 0 && k->r < k->g.rows; n--) {
+        _mm_prefetch((const char *)k->g.w + (size_t)k->r * k->g.wrow + k->c, _MM_HINT_T1);
+        k->c += 64;
+        if (k->c >= k->g.len)
+            k->c = 0, k->r++;
+    }
 }
 
 /* What a tile family's kernels need besides rows and tokens. */
@@ -159,27 +227,60 @@ typedef void (*tile_family)(const tile_job *j, int nrow, int mr, const uint8_t *
             CALL(2, 4, __VA_ARGS__);                                                    \
     } while (0)
 
+/* Rows of `bytes` each that lf_ahead bytes cover, least..64 of them. */
+static int ahead_rows(size_t bytes, int least)
+{
+    size_t r = bytes ? ((size_t)lf_ahead + bytes - 1) / bytes : 1;
+    return r < (size_t)least ? least : r > 64 ? 64 : (int)r;
+}
+
+/* The rows the last decode call's tail started of the region it was hinted
+ * (skipped by the burst of the call that reads them). */
+static _Thread_local const uint8_t *lf_tail_w;
+static _Thread_local int lf_tail_rows;
+
 /* C[m][n - n0] = rows [n0, n1) of W (bytes [o0, o0 + span) of each) . tokens
  * act[m] + aoff, in tiles of fam: one token 4 rows at a time, more 2 rows x up
  * to 4 tokens. Each row is read once; rows are short (a few KB), so the first
- * lf_dist are started at once and each tile starts the one lf_dist rows on. */
+ * dist rows (lf_ahead bytes) are started at once, each tile starts the one dist
+ * rows on, and the tiles of the last dist rows start the first rows of the
+ * next call the backend hinted. */
 ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *W, size_t wrow,
                              size_t o0, size_t span, int n0, int n1, const void *const *act,
                              size_t aoff, int M, float *C, int ldc, bool row1)
 {
     pthread_once(&idx_once, idx_init);
-    const int NR = M > 1 ? 2 : lf_dec_rows == 1 ? (row1 ? 1 : 2) : lf_dec_rows, dist = lf_dist;
-    for (int n = n0; n < n0 + dist && n < n1; n++)
+    const int NR = M > 1 ? 2 : lf_dec_rows == 1 ? (row1 ? 1 : 2) : lf_dec_rows;
+    const int dist = ahead_rows(span, NR);
+    int started = 0; /* rows the previous call's tail started */
+    if (lf_tail_w && lf_tail_w == W + (size_t)n0 * wrow && o0 == 0)
+        started = lf_tail_rows;
+    lf_tail_w = NULL;
+    for (int n = n0 + started; n < n0 + dist && n < n1; n++)
         for (size_t c = 0; c < span; c += 64)
             _mm_prefetch((const char *)W + (size_t)n * wrow + o0 + c, LF_HINT);
+    /* the next call's first rows, a share per tile of the last dist rows */
+    lf_walk next;
+    long per = 0;
+    if (hint_take(&next)) {
+        int rows = ahead_rows(next.g.len, NR);
+        next.g.rows = next.g.rows < rows ? next.g.rows : rows;
+        int head = n1 - dist - NR >= n0 ? (n1 - dist - NR - n0) / NR + 1 : 0;
+        long tail = (n1 - n0 + NR - 1) / NR - head;
+        long lines = (long)next.g.rows * (long)((next.g.len + 63) / 64);
+        per = tail > 0 ? (lines + tail - 1) / tail : 0;
+    }
     for (int n = n0; n < n1; n += NR) {
         int nr = n1 - n < NR ? n1 - n : NR;
         const uint8_t *wr[4];
         for (int r = 0; r < NR; r++)
             wr[r] = W + (size_t)(n + (r < nr ? r : nr - 1)) * wrow + o0;
+        bool in_tail = n + dist + NR > n1;
+        if (in_tail)
+            walk_step(&next, per);
         for (int m = 0; m < M; m += 4) {
             int mr = M - m < 4 ? M - m : 4;
-            size_t ahead = m == 0 && n + dist + NR <= n1 ? (size_t)dist * wrow : 0;
+            size_t ahead = m == 0 && !in_tail ? (size_t)dist * wrow : 0;
             const uint8_t *ar[4];
             for (int i = 0; i < 4; i++)
                 ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)] + aoff;
@@ -189,6 +290,10 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
                 for (int r = 0; r < nr; r++)
                     C[(size_t)(m + i) * ldc + (n + r - n0)] = t[r * 4 + i];
         }
+    }
+    if (per) {
+        lf_tail_w = next.g.w;
+        lf_tail_rows = next.r;
     }
 }
 
@@ -1465,49 +1570,6 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             PANEL_MT(MODE, 1);     \
     } while (0)
 
-/* The backend's hints: weights this thread's next panel calls read (the item's up
- * rows, the next item's gate rows, the next expert's down rows), oldest first.
- * Each call takes the oldest and starts it into L2 a share per tile, between
- * its tiles: on the Zen 4 VM software prefetches in bursts of a few hundred
- * lines mostly came to nothing, 4-16 lines at a time between work all landed. */
-typedef struct lf_region {
-    const uint8_t *w;
-    size_t wrow, len;
-    int rows;
-} lf_region;
-static _Thread_local lf_region lf_hints[2];
-static _Thread_local int lf_nhints;
-
-void kt__lf_panel_hint_avx512(const void *W, size_t wrow, int n0, int n1, size_t len)
-{
-    pthread_once(&idx_once, idx_init);
-    if (n1 <= n0 || !len || lf_nohint)
-        return;
-    if (lf_nhints == 2) { /* keep the newest two */
-        lf_hints[0] = lf_hints[1];
-        lf_nhints = 1;
-    }
-    lf_hints[lf_nhints++] = (lf_region){(const uint8_t *)W + (size_t)n0 * wrow, wrow, len,
-                                        n1 - n0};
-}
-
-/* A walk over a region's cache lines, step() starting the next n. */
-typedef struct lf_walk {
-    lf_region g;
-    int r;
-    size_t c;
-} lf_walk;
-
-static void walk_step(lf_walk *k, long n)
-{
-    for (; n > 0 && k->r < k->g.rows; n--) {
-        _mm_prefetch((const char *)k->g.w + (size_t)k->r * k->g.wrow + k->c, _MM_HINT_T1);
-        k->c += 64;
-        if (k->c >= k->g.len)
-            k->c = 0, k->r++;
-    }
-}
-
 /* One load per cache line of bytes [o, o + len) of rows [n0, n1): all of a call's
  * weights requested at once, before the first repack. Zen 4 (lf_kernel_bench, 64
  * x 2048 Q4_0, 32 tokens, weights from L3 or memory): 30-33 -> 27.5 ns per 64
@@ -1534,12 +1596,9 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
 {
     size_t o0 = kt__ggml_row_bytes((kt_type)type, k0);
     rows_touch(W, wrow, n0, n1, o0, kt__ggml_row_bytes((kt_type)type, k1) - o0);
-    lf_walk next = {{0}, 0, 0};
+    lf_walk next;
     long lines = 0, per = 0;
-    if (lf_nhints) {
-        next.g = lf_hints[0];
-        lf_hints[0] = lf_hints[1];
-        lf_nhints--;
+    if (hint_take(&next)) {
         /* its lines over the tiles of this call */
         long tiles = (long)((n1 - n0 + 31) / 32) * ((k1 - k0 + PANEL_KS - 1) / PANEL_KS) *
                      ((M + 3) / 4);

@@ -399,14 +399,14 @@ LF_ISA(2)
 
 #if KT_HAVE_ISA_AVX512
 /* The backend's hint that a gemm on rows [n0, n1) of W for M tokens comes next:
- * queued for the AVX-512 panel call before it to start into L2 (the panel path's
- * block types and token counts only). */
+ * queued for the AVX-512 call before it to start into L2 (the block types with
+ * AVX-512 panels or decode tiles). */
 static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 {
     unsigned sec = kt__ggml_act_section(W->type);
-    if (M >= LF_PANEL_MIN && M <= 256 && sec && sec != KT__GGML_ACT_F32)
-        kt__lf_panel_hint_avx512(W->w, kt__ggml_row_bytes((kt_type)W->type, W->cols), n0, n1,
-                                 kt__ggml_row_bytes((kt_type)W->type, W->cols));
+    if (M >= 1 && M <= 256 && sec && sec != KT__GGML_ACT_F32)
+        kt__lf_hint_avx512(W->w, kt__ggml_row_bytes((kt_type)W->type, W->cols), n0, n1,
+                           kt__ggml_row_bytes((kt_type)W->type, W->cols));
 }
 #define LF_HINT_2 lf_hint
 #else

@@ -127,6 +127,8 @@ static void test_kernels(void **state)
                 kt__wmat W = {.w = q, .rows = N, .cols = K, .type = type};
                 int bs = (int)kt__ggml_traits(type)->block_size > 32 ? 256 : 32;
                 int k0 = bs == 256 ? 256 : 64, k1 = K; /* a pool's slice of the inputs */
+                if (kern->prefetch) /* as the backend: the next call's rows named first */
+                    kern->prefetch(&W, 3, N, M);
                 kern->gemm(&W, 3, N, k0, k1, A, rowb, rows, M, C, N, scratch);
                 for (int m = 0; m < M; m++) {
                     for (int n = 3; n < N; n++) {
@@ -502,7 +504,8 @@ static void test_fixture_ggufs(void **state)
                         tok[b] = x;
                     }
             double rel = tok[T / 2];
-            fprintf(stderr, "  %-18s %-5s weights rel rms %.4f, logits rel L2 median %.4f max %.4f\n",
+            fprintf(stderr,
+                    "  %-18s %-5s weights rel rms %.4f, logits rel L2 median %.4f max %.4f\n",
                     fixtures[f], kt_type_name(types[ti].type), rep.max_rel_rms, rel,
                     tok[T - 1]);
             assert_true(rel < types[ti].tol);
