@@ -89,6 +89,15 @@ int kt__cuda_side_copy(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes
 int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what);
 /* fn(arg) on CUDA's host thread once the stream reaches it (cudaLaunchHostFunc) */
 int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg);
+/* The hybrid decode's flags (cuda/hybrid.cu, lib/gpu/feeder.h), in place of
+ * host functions: host_signal copies `words` 4-byte words from device memory
+ * src into mapped pinned dst_h, then (the copy visible to the host first)
+ * writes *seq (device memory) into the mapped pinned word *flag_h; host_await
+ * holds the stream until *flag_h == *seq, or sets *fail_h = 1 after 60 s. */
+int kt__cuda_host_signal(kt__cuda_rt *rt, void *dst_h, const void *src, size_t words,
+                         uint32_t *flag_h, const int32_t *seq);
+int kt__cuda_host_await(kt__cuda_rt *rt, const uint32_t *flag_h, const int32_t *seq,
+                        uint32_t *fail_h);
 int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size);
 /* kt__cuda_sync, or with spin set a thread that polls the stream's end instead
  * of sleeping on the blocking-sync event (its wake-up costs tens of us a decode

@@ -431,6 +431,13 @@ extern "C" int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg)
     return cudaLaunchHostFunc(rt->stream, fn, arg) == cudaSuccess ? 0 : -1;
 }
 
+/* the stream, for the launches in hybrid.cu (no CUDA type crosses kt_cuda.h) */
+extern "C" void *kt__cuda_stream_handle(kt__cuda_rt *rt)
+{
+    flush_pending(rt);
+    return (void *)rt->stream;
+}
+
 extern "C" int kt__cuda_sync(kt__cuda_rt *rt, char *err, size_t err_size)
 {
     flush_pending(rt);

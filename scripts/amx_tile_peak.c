@@ -16,6 +16,8 @@
  *          decoded to int8 by table, a table per 128 inputs), to see whether
  *          the decode hides under the tile products (before them)
  *   dec2   dec with the decode after the step's products
+ *   dec3   dec2 with format version 2's constant tables (a load of the
+ *          table of an integer factor instead of building one per 128 inputs)
  * Each on 1 thread, then on every CPU at once (pinned), in GMAC/s (a
  * product: 16 x 16 x 64 multiply-adds).
  *
@@ -67,16 +69,22 @@ typedef struct {
     double gmacs;
 } job;
 
+/* The tables of integer factors e = 0..16: (i % 16 - 8) e (dec3). */
+static _Alignas(64) int8_t lut_int[17][64];
+
 /* One step's INT4 rescale work (test dec): 8 rows x 4 x 64 inputs from the
  * nibbles at q (128 bytes a row) into d (256 bytes a row), a 16-entry table
- * per 128 inputs from the factors f. */
-static void decode_step(const uint8_t *q, int8_t *d, const float *f, __m512i low)
+ * per 128 inputs from the factors f, or (ints) the constant table of the
+ * factor's integer. */
+static void decode_step(const uint8_t *q, int8_t *d, const float *f, __m512i low, int ints)
 {
     const __m512 v8 = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     for (int r = 0; r < 8; r++) {
         __m512i lut = _mm512_setzero_si512();
         for (int j = 0; j < 4; j++) {
-            if (!(j & 1)) {
+            if (!(j & 1) && ints) {
+                lut = _mm512_load_si512(lut_int[(int)f[2 * r + j / 2]]);
+            } else if (!(j & 1)) {
                 __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(v8, _mm512_set1_ps(f[2 * r + j / 2])));
                 lut = _mm512_permutexvar_epi8(low, _mm512_min_epi32(t, _mm512_set1_epi32(127)));
             }
@@ -108,7 +116,7 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
     _tile_loadd(7, x + 1024, 64);
     for (long s = 0; s < STEPS; s++) {
         if (test == 4)
-            decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low);
+            decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low, 0);
         if (test == 1 || test >= 3) { /* l1, park, dec, dec2 */
             _tile_loadd(4, w, 64);
             _tile_loadd(6, x, 64);
@@ -126,8 +134,8 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
         _tile_dpbssd(2, 5, 6);
         _tile_dpbssd(3, 5, 7);
         products += 4;
-        if (test == 5)
-            decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low);
+        if (test >= 5)
+            decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low, test == 6);
         if (test == 3 && s % 4 == 3) {
             _tile_stored(0, c, 64);
             _tile_stored(1, c + 256, 64);
@@ -178,8 +186,11 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1 || n > 256)
         n = 1;
-    static const char *names[] = {"regs", "l1", "l2", "park", "dec", "dec2"};
-    for (int test = 0; test < 6; test++) {
+    for (int e = 0; e <= 16; e++)
+        for (int i = 0; i < 64; i++)
+            lut_int[e][i] = (int8_t)((i % 16 - 8) * e);
+    static const char *names[] = {"regs", "l1", "l2", "park", "dec", "dec2", "dec3"};
+    for (int test = 0; test < 7; test++) {
         job one = {0, test, 0};
         worker(&one);
         job *all = calloc((size_t)n, sizeof(job));

@@ -13,13 +13,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define cpu_relax() _mm_pause()
-#else
-#define cpu_relax() ((void)0)
-#endif
-
 /* Spin iterations (pause) before sleeping on a futex: waiting for the next
  * job (about a millisecond: keeps decode wake-up latency low) and inside a job
  * (barriers, job hand-over: peers normally arrive within microseconds). Past
@@ -34,7 +27,7 @@ static inline void spin_step(int i)
     if (i >= SPIN_YIELD_AFTER && (i & 255) == 0)
         sched_yield();
     else
-        cpu_relax();
+        kt__cpu_relax();
 }
 
 #define MAX_POOLS 64
@@ -320,14 +313,15 @@ void kt__pool_free(kt_pool *p)
     kt__free(p);
 }
 
-int kt__pool_bind_spare(kt_pool *p)
+/* The allowed CPUs minus the pinned workers' (NULL without a topology). */
+static hwloc_bitmap_t spare_set(kt_pool *p)
 {
     if (!p || !p->have_topo)
-        return -1;
+        return NULL;
     hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(p->topo);
     hwloc_bitmap_t set = allowed ? hwloc_bitmap_dup(allowed) : NULL;
     if (!set)
-        return -1;
+        return NULL;
     for (int i = 0; i < p->n; i++) {
         if (p->workers[i].pu < 0)
             continue;
@@ -335,8 +329,26 @@ int kt__pool_bind_spare(kt_pool *p)
         if (pu)
             hwloc_bitmap_andnot(set, set, pu->cpuset);
     }
+    return set;
+}
+
+int kt__pool_spare_cpus(kt_pool *p)
+{
+    hwloc_bitmap_t set = spare_set(p);
+    if (!set)
+        return -1;
+    int n = hwloc_bitmap_weight(set);
+    hwloc_bitmap_free(set);
+    return n;
+}
+
+int kt__pool_bind_spare(kt_pool *p)
+{
+    hwloc_bitmap_t set = spare_set(p);
+    if (!set)
+        return -1;
     if (hwloc_bitmap_iszero(set))
-        hwloc_bitmap_copy(set, allowed);
+        hwloc_bitmap_copy(set, hwloc_topology_get_allowed_cpuset(p->topo));
     int n = hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) == 0 ? hwloc_bitmap_weight(set)
                                                                         : -1;
     hwloc_bitmap_free(set);

@@ -24,6 +24,7 @@
 #include "kt_config.h"
 #include "kt_cuda.h"
 #include "core/threadpool.h"
+#include "gpu/feeder.h"
 #include "gpu/moves.h"
 #include "moe/moe_internal.h"
 
@@ -153,6 +154,15 @@ struct kt__gpu {
     float *xn_h, *out_h;      /* xn_h as xn: rows, ids, weights */
     float *logits_h;          /* [V]: one row of logits */
     cb_arg *cb;
+    /* decode steps hand their CPU experts over by flags in mapped pinned memory
+     * to a feeder thread instead of host functions (lib/gpu/feeder.h; NULL:
+     * host functions, KT_GPU_HYBRID=hostfn or no CPU outside the workers') */
+    kt__feeder *feeder;
+    uint32_t *flags_h;        /* [n_layer] go, [n_layer] done, then the fail word */
+    int32_t *feed_layers;     /* the MoE layers it serves, in order */
+    uint32_t seq;             /* the last flag step's number (pos_h[1] on the device) */
+    bool flag_step;           /* this forward's CPU experts go by the flags */
+    bool feed_threaded;       /* by a feeder thread (else gate jobs on the workers) */
     volatile int cb_status;
     char cb_err[256];
     bool use_graph, graph_ready, graph_failed, absorb, cublas;
@@ -545,7 +555,7 @@ static kt_status build(kt__gpu *g)
             !(g->groute = dalloc(g, ((size_t)hp->n_expert * 2 + 2) * 4)))
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     }
-    if (!(g->tok = dalloc(g, T * 4)) || !(g->pos = dalloc(g, 4)))
+    if (!(g->tok = dalloc(g, T * 4)) || !(g->pos = dalloc(g, 8)))
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of device memory (workspaces)");
     if (g->counting)
         return KT_OK;
@@ -556,13 +566,15 @@ static kt_status build(kt__gpu *g)
     g->out_h = kt__cuda_host_alloc(T * H * f);
     g->logits_h = kt__cuda_host_alloc((size_t)V * f);
     g->cb = kt__calloc((size_t)hp->n_layer, sizeof *g->cb);
+    g->flags_h = kt__cuda_host_alloc(((size_t)hp->n_layer * 2 + 1) * sizeof(uint32_t));
     g->gids_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gperm_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gslot_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gcount = kt__calloc((size_t)hp->n_expert + 1, 2 * sizeof(int32_t));
     if (!g->tok_h || !g->pos_h || !g->T_h || !g->xn_h || !g->out_h || !g->logits_h ||
-        !g->cb || !g->gids_h || !g->gperm_h || !g->gslot_h || !g->gcount)
+        !g->cb || !g->gids_h || !g->gperm_h || !g->gslot_h || !g->gcount || !g->flags_h)
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of pinned host memory");
+    memset(g->flags_h, 0, ((size_t)hp->n_layer * 2 + 1) * sizeof(uint32_t));
     for (int32_t l = 0; l < hp->n_layer; l++)
         g->cb[l] = (cb_arg){g, l};
     return KT_OK;
@@ -572,6 +584,8 @@ static void gpu_destroy(kt__gpu *g)
 {
     if (!g)
         return;
+    kt__feeder_free(g->feeder); /* first: its trace counts are logged below */
+    g->feeder = NULL;
     for (int i = 0; g->trace && i < 2; i++)
         if (g->tr_calls[i])
             kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime trace: %s: %lld calls, %lld tokens, "
@@ -582,11 +596,11 @@ static void gpu_destroy(kt__gpu *g)
     for (int i = 0; g->trace && g->tr_stamps && i < 2; i++)
         if (g->tr_layers[i])
             kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime trace: %s, CPU experts per layer: "
-                    "wake %.3f ms (submit to the first worker's start), starts spread over "
-                    "%.3f ms, run %.3f ms (first start to last end), notify %.3f ms (last end "
-                    "to the waiter's return); GPU gap %.3f ms (a wait's return to the next "
-                    "submit); host-function thread on CPUs 0x%llx (bit c %% 64), bound to %d "
-                    "CPUs outside the MoE workers'",
+                    "wake %.3f ms (submit, or the go flag seen, to the first worker's start), "
+                    "starts spread over %.3f ms, run %.3f ms (first start to last end), notify "
+                    "%.3f ms (last end to the waiter's return or the done flag); GPU gap %.3f "
+                    "ms (one layer's return to the next submit); submitted from CPUs 0x%llx "
+                    "(bit c %% 64); the host-function thread bound to %d CPUs",
                     i ? "chunks" : "decode steps", 1e3 * g->tr_wake[i] / g->tr_layers[i],
                     1e3 * g->tr_spread[i] / g->tr_layers[i], 1e3 * g->tr_run[i] / g->tr_layers[i],
                     1e3 * g->tr_notify[i] / g->tr_layers[i],
@@ -633,6 +647,8 @@ static void gpu_destroy(kt__gpu *g)
     kt__cuda_host_free(g->xn_h);
     kt__cuda_host_free(g->out_h);
     kt__cuda_host_free(g->logits_h);
+    kt__cuda_host_free(g->flags_h);
+    kt__free(g->feed_layers);
     kt__cuda_host_free(g->gids_h);
     kt__cuda_host_free(g->gperm_h);
     kt__cuda_host_free(g->gslot_h);
@@ -677,6 +693,51 @@ static bool experts_gpu_ok(kt_context *ctx)
 }
 
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+static bool feed_submit(void *arg, int32_t layer);
+static void feed_served(void *arg, int32_t layer, double t_open);
+
+/* The decode's hand-over of the CPU experts by flags (lib/gpu/feeder.h):
+ * KT_GPU_HYBRID=gated (default: gate jobs on the MoE workers), thread (a
+ * feeder thread on a CPU outside the workers'; host functions when there is
+ * none) or hostfn (host functions, as chunks always use). */
+static kt_status feeder_start(kt__gpu *g)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    const char *hy = getenv("KT_GPU_HYBRID");
+    if (hy && !strcmp(hy, "hostfn"))
+        return KT_OK;
+    bool threaded = hy && !strcmp(hy, "thread");
+    if (hy && !threaded && strcmp(hy, "gated"))
+        return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: KT_GPU_HYBRID=%s: expected gated, "
+                         "thread or hostfn", hy);
+    if (!(g->feed_layers = kt__calloc((size_t)hp->n_layer, sizeof(int32_t))))
+        return KT_ERR_NOMEM;
+    kt__feeder_config fc = {0};
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        if (hp->layer_moe[l])
+            g->feed_layers[fc.n_layers++] = l;
+    fc.layers = g->feed_layers;
+    fc.go = g->flags_h;
+    fc.done = g->flags_h + hp->n_layer;
+    fc.submit = feed_submit;
+    fc.served = feed_served;
+    fc.arg = g;
+    fc.pool = kt__moe_backend_pool(g->ctx->moe);
+    if (!fc.pool)
+        return KT_OK;
+    fc.gated = !threaded;
+    fc.bind_spare = threaded;
+    fc.idle_spin_s = 0.005; /* longer than a decode step's host work between steps */
+    kt_status st = kt__feeder_start(&g->feeder, &fc);
+    if (st == KT_ERR_UNSUPPORTED) {
+        kt__log(g->ctx->rt, KT_LOG_INFO, "%s: the CPU experts of decode steps go through "
+                "host functions", kt_last_error());
+        return KT_OK;
+    }
+    g->feed_threaded = threaded;
+    return st;
+}
 
 kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
 {
@@ -842,6 +903,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         st = cuda_error(g, "cuBLAS");
         goto fail;
     }
+    if (ctx->moe && want < E && n_moe > 0 && (st = feeder_start(g)) < 0)
+        goto fail;
     /* the attention kernel's shared memory for n_ctx scores, set outside any capture */
     kt__cuda_attn none;
     memset(&none, 0, sizeof none);
@@ -850,9 +913,12 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         goto fail;
     }
     kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: device %d, %.2f GiB planned, %d of %d experts "
-            "per layer on the GPU, decode graph %s%s%s%s", o.device, gib(g->bytes), want, E,
+            "per layer on the GPU, decode graph %s%s%s%s%s", o.device, gib(g->bytes), want, E,
             g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "",
-            g->cublas ? ", cuBLAS prefill" : "", g->lw_buf[0] ? ", layerwise prefill" : "");
+            g->cublas ? ", cuBLAS prefill" : "", g->lw_buf[0] ? ", layerwise prefill" : "",
+            !g->feeder         ? ""
+            : g->feed_threaded ? ", decode's CPU experts by flags (thread)"
+                               : ", decode's CPU experts by flags (gated)");
     ctx->gpu = g;
     ctx->n_past = 0;
     return KT_OK;
@@ -1021,22 +1087,10 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
 /* The runtime a host-function thread was last bound for. */
 static _Thread_local const kt__gpu *bound_for;
 
-/* CUDA host thread: queue this layer's CPU experts */
-static void submit_cpu(void *p)
+/* A layer's CPU experts could start at t_open (trace: the GPU's gap). */
+static void cpu_opened(kt__gpu *g, double t_open)
 {
-    cb_arg *a = p;
-    kt__gpu *g = a->g;
-    kt_context *ctx = g->ctx;
-    if (bound_for != g) {
-        /* CUDA's thread inherits the CPU mask of the thread that started it (an
-         * application or an OpenMP runtime may have pinned that one to a single
-         * CPU, a worker's): moved off the workers' cores once, so that its waits
-         * never steal time from a pinned worker the others then wait for */
-        struct kt_pool *pool = kt__moe_backend_pool(ctx->moe);
-        g->tr_bound = pool ? kt__pool_bind_spare(pool) : -1;
-        bound_for = g;
-    }
-    g->tr_submit = now_s();
+    g->tr_submit = t_open;
     if (g->trace) {
         int cpu = sched_getcpu();
         if (cpu >= 0)
@@ -1046,6 +1100,12 @@ static void submit_cpu(void *p)
             g->tr_gaps[g->phase]++;
         }
     }
+}
+
+/* Queues layer `layer`'s CPU experts (the rows, ids and weights in xn_h). */
+static void cpu_submit(kt__gpu *g, int32_t layer)
+{
+    kt_context *ctx = g->ctx;
     kt_moe_io io = KT_MOE_IO_INIT;
     io.flags = KT_MOE_IO_X_F32 | KT_MOE_IO_OUT_F32;
     io.n_tokens = g->T_h;
@@ -1057,23 +1117,33 @@ static void submit_cpu(void *p)
     io.ids = (const int32_t *)(g->xn_h + rows);
     io.w = g->xn_h + rows + pairs;
     io.out = g->out_h;
-    if (kt_moe_submit(ctx->moe, (uint32_t)ctx->moe_index[a->layer], &io) < 0 && !g->cb_status) {
+    if (kt_moe_submit(ctx->moe, (uint32_t)ctx->moe_index[layer], &io) < 0 && !g->cb_status) {
         snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
         g->cb_status = -1;
     }
 }
 
-/* CUDA host thread: block the stream until the CPU experts are done */
-static void wait_cpu(void *p)
+/* CUDA host thread: queue this layer's CPU experts */
+static void submit_cpu(void *p)
 {
     cb_arg *a = p;
     kt__gpu *g = a->g;
-    double t0 = now_s();
-    if (kt_moe_wait(g->ctx->moe, 0) < 0 && !g->cb_status) {
-        snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
-        g->cb_status = -1;
+    if (bound_for != g) {
+        /* CUDA's thread inherits the CPU mask of the thread that started it (an
+         * application or an OpenMP runtime may have pinned that one to a single
+         * CPU, a worker's): moved off the workers' cores once, so that its waits
+         * never steal time from a pinned worker the others then wait for */
+        struct kt_pool *pool = kt__moe_backend_pool(g->ctx->moe);
+        g->tr_bound = pool ? kt__pool_bind_spare(pool) : -1;
+        bound_for = g;
     }
-    double t1 = now_s();
+    cpu_opened(g, now_s());
+    cpu_submit(g, a->layer);
+}
+
+/* Counts of a layer's CPU experts that ended by t1, waited for from t0. */
+static void cpu_account(kt__gpu *g, double t0, double t1)
+{
     if (g->phase) {
         /* the CPU's time per routed pair, for the layerwise decision */
         const kt__hparams *hp = &g->ctx->hp;
@@ -1094,6 +1164,53 @@ static void wait_cpu(void *p)
         }
         g->tr_done = t1;
     }
+}
+
+/* The backend's error of the tasks since the last call, kept for the caller. */
+static void cpu_errors(kt__gpu *g)
+{
+    if (kt_moe_wait(g->ctx->moe, 0) < 0 && !g->cb_status) {
+        snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
+        g->cb_status = -1;
+    }
+}
+
+/* A flag step whose hand-over was cut short: an error for the caller. */
+static void cpu_cut(kt__gpu *g)
+{
+    if (!g->cb_status) {
+        snprintf(g->cb_err, sizeof g->cb_err, "the hand-over to the CPU experts was cut short "
+                 "(the step failed, or the MoE workers' queue was busy)");
+        g->cb_status = -1;
+    }
+}
+
+/* CUDA host thread: block the stream until the CPU experts are done */
+static void wait_cpu(void *p)
+{
+    cb_arg *a = p;
+    double t0 = now_s();
+    cpu_errors(a->g);
+    cpu_account(a->g, t0, now_s());
+}
+
+/* The feeder (lib/gpu/feeder.h): queue a layer's CPU experts, no wait */
+static bool feed_submit(void *arg, int32_t layer)
+{
+    kt__gpu *g = arg;
+    cpu_submit(g, layer);
+    return !g->cb_status;
+}
+
+/* The feeder, once the layer's done word is written: its counts (nothing
+ * waited: the flags have no blocked host thread) */
+static void feed_served(void *arg, int32_t layer, double t_open)
+{
+    (void)layer;
+    kt__gpu *g = arg;
+    cpu_opened(g, t_open);
+    double t = now_s();
+    cpu_account(g, t, t);
 }
 
 /* out[T][H] = down(act(gate x, up x)); with next_norm, then the residual add and
@@ -1466,7 +1583,13 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
         kt__cuda_router(rt, &r, g->rlogit, T, ids, w);
     }
     mark(g, PH_ROUTER);
-    if (cpu) {
+    if (cpu && g->flag_step) {
+        /* rows, ids and weights written into pinned memory by one kernel, then
+         * the step's number into the layer's go word: the feeder takes it */
+        kt__cuda_host_signal(rt, g->xn_h, g->xn, (size_t)T * (H + 2 * k), &g->flags_h[l],
+                             g->pos + 1);
+        mark(g, PH_CPU_SEND);
+    } else if (cpu) {
         /* CPU experts: rows, ids and weights (contiguous) to pinned memory in one
          * copy, started from the stream */
         kt__cuda_copy_async(rt, g->xn_h, g->xn, sizeof(float) * (size_t)T * (H + 2 * k));
@@ -1517,7 +1640,11 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
     }
     mark(g, PH_EXPERTS);
     if (cpu) {
-        kt__cuda_host_fn(rt, wait_cpu, &g->cb[l]);
+        if (g->flag_step)
+            kt__cuda_host_await(rt, &g->flags_h[hp->n_layer + l], g->pos + 1,
+                                &g->flags_h[2 * hp->n_layer]);
+        else
+            kt__cuda_host_fn(rt, wait_cpu, &g->cb[l]);
         const float *part = g->out_h; /* a few rows: read from pinned memory (mapped) */
         if (T >= g->gemm_min_t) {
             kt__cuda_copy_async(rt, g->tmp, g->out_h, sizeof(float) * T * H);
@@ -1542,7 +1669,7 @@ static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
     kt__cuda_rt *rt = g->rt;
     kt_status st;
     kt__cuda_copy_async(rt, g->tok, g->tok_h, sizeof(int32_t) * T);
-    kt__cuda_copy_async(rt, g->pos, g->pos_h, sizeof(int32_t));
+    kt__cuda_copy_async(rt, g->pos, g->pos_h, 2 * sizeof(int32_t)); /* position, step */
     if (g->lw_on) {
         g->lw_i = 0;
         if ((st = lw_copy(g, g->moe_next[hp->n_layer], 0)) < 0)
@@ -1613,6 +1740,13 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
     *g->pos_h = ctx->n_past;
     *g->T_h = T;
     g->cb_status = 0;
+    /* one token: the CPU experts by flags to the feeder (the graph captures the
+     * flag kernels; each step's number goes to the device with the position) */
+    g->flag_step = g->feeder && T == 1 && !g->lw_on;
+    if (g->flag_step) {
+        g->seq = g->seq + 1 ? g->seq + 1 : 1;
+        g->pos_h[1] = (int32_t)g->seq;
+    }
     kt_status st;
     /* decode: capture once, replay (the graph reads token and position from pinned memory) */
     if (T == 1 && g->use_graph && !g->graph_failed && !all_logits) {
@@ -1634,8 +1768,13 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
             }
         }
         if (g->graph_ready) {
-            if (kt__cuda_graph_launch(g->rt, g->err, sizeof g->err) < 0)
+            if (g->flag_step && !kt__feeder_step(g->feeder, g->seq))
+                cpu_cut(g);
+            if (kt__cuda_graph_launch(g->rt, g->err, sizeof g->err) < 0) {
+                if (g->flag_step)
+                    kt__feeder_finish(g->feeder, true);
                 return cuda_error(g, "graph");
+            }
             goto finish;
         }
     }
@@ -1645,12 +1784,20 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
         g->held = g->prof && T < g->gemm_min_t && !g->lw_on && g->pr_steps[0] >= 2 &&
                   kt__cuda_hold(g->rt) == 0;
         g->marks = 0;
+        if (g->flag_step && !kt__feeder_step(g->feeder, g->seq))
+            cpu_cut(g);
         st = enqueue(g, T, ctx->n_past + T, all_logits);
         if (g->held)
             kt__cuda_release(g->rt);
         g->held = false;
-        if (st < 0)
+        if (st < 0) {
+            if (g->flag_step) {
+                char err[64];
+                kt__cuda_sync(g->rt, err, sizeof err); /* what was queued, done */
+                kt__feeder_finish(g->feeder, true);
+            }
             return st;
+        }
     }
 finish:
     /* Wait on the blocking-sync event first, then copy the logits: a copy into
@@ -1662,7 +1809,20 @@ finish:
      * time slices). With no CPU experts the thread polls instead: nothing of
      * ours needs that core, and a sleeping thread's wake-up costs tens of us. */
     bool cpu_experts = ctx->moe && g->n_gpu_experts < ctx->hp.n_expert;
-    if (kt__cuda_wait(g->rt, !cpu_experts, g->err, sizeof g->err) < 0)
+    int waited = kt__cuda_wait(g->rt, !cpu_experts, g->err, sizeof g->err);
+    if (g->flag_step) {
+        uint32_t *fail = &g->flags_h[2 * ctx->hp.n_layer];
+        bool gave_up = __atomic_load_n(fail, __ATOMIC_ACQUIRE) != 0;
+        if (!kt__feeder_finish(g->feeder, waited < 0 || gave_up))
+            cpu_cut(g);
+        cpu_errors(g);
+        if (gave_up) {
+            *fail = 0;
+            return kt__error(KT_ERR_IO, "GPU runtime: the CPU experts' feeder did not answer "
+                             "within 60 s (set KT_GPU_HYBRID=hostfn to use host functions)");
+        }
+    }
+    if (waited < 0)
         return cuda_error(g, "forward");
     if (logits && !all_logits && g->logits_h) {
         /* one row: already copied to pinned memory on the stream */

@@ -20,6 +20,7 @@
 
 #include "core/threadpool.h"
 #include "kt/kt.h"
+#include "gpu/feeder.h"
 #include "gpu/moves.h"
 #include "moe/moe_internal.h"
 #include "test_moe_common.h"
@@ -205,6 +206,135 @@ static void test_task_stamps(void **state)
     assert_false(kt__moe_task_stamps(NULL, &f, &l, &e));
 }
 
+/* ---- the decode's feeder: flags instead of host functions ------------------------ */
+
+enum { FL = 6 }; /* layers a step (more than the gated window), all on the backend's layer */
+
+typedef struct feed_case {
+    kt_moe_backend *moe;
+    float x[FL][H], out[FL][H], ref[FL][H], rw[K];
+    int32_t ids[K], n_tok;
+    _Atomic int served;
+} feed_case;
+
+/* The runtime's submit: the layer's experts queued, no wait (thread mode: on
+ * the feeder's thread; gated: on a worker inside a job). */
+static bool feed_submit(void *arg, int32_t layer)
+{
+    feed_case *c = arg;
+    kt_moe_io io = tst_moe_io_f32(&c->n_tok, K, c->x[layer], c->ids, c->rw, c->out[layer]);
+    return kt_moe_submit(c->moe, 0, &io) == KT_OK;
+}
+
+static void feed_served(void *arg, int32_t layer, double t_open)
+{
+    feed_case *c = arg;
+    (void)layer;
+    assert_true(t_open > 0);
+    atomic_fetch_add(&c->served, 1);
+}
+
+static void spin_until(volatile uint32_t *word, uint32_t want)
+{
+    while (__atomic_load_n((uint32_t *)word, __ATOMIC_ACQUIRE) != want)
+        sched_yield();
+}
+
+/* The stream's part of one step, played by this thread: each layer's rows (a
+ * different input each layer and step, written before the step: the backend
+ * is busy with the step's jobs from then on), its go word, then its done
+ * word; the answer equals the backend's own forward of those rows. Layers
+ * from `layers` on are never handed over (a step the stream gave up). */
+static void feed_step(feed_case *c, kt__feeder *f, uint32_t *go, uint32_t *done, uint32_t seq,
+                      int32_t layers)
+{
+    for (int32_t l = 0; l < FL; l++) {
+        for (int i = 0; i < H; i++)
+            c->x[l][i] = (float)((int)((i + 5 * l + 3 * seq) % 19) - 9) / 9.0f;
+        kt_moe_io io = tst_moe_io_f32(&c->n_tok, K, c->x[l], c->ids, c->rw, c->ref[l]);
+        assert_int_equal(kt_moe_forward(c->moe, 0, &io), KT_OK);
+        memset(c->out[l], 0, sizeof c->out[l]);
+    }
+    assert_true(kt__feeder_step(f, seq));
+    for (int32_t l = 0; l < layers; l++) {
+        __atomic_store_n(&go[l], seq, __ATOMIC_RELEASE);
+        spin_until(&done[l], seq);
+        assert_memory_equal(c->out[l], c->ref[l], sizeof c->ref[l]);
+    }
+}
+
+static void feeder_case(feed_case *c, bool gated)
+{
+    atomic_store(&c->served, 0);
+    uint32_t go[FL] = {0}, done[FL] = {0};
+    int32_t layers[FL] = {0, 1, 2, 3, 4, 5};
+    kt__feeder_config fc = {layers, FL, go, done, kt__moe_backend_pool(c->moe), gated, false,
+                            feed_submit, feed_served, c, 0.001};
+    kt__feeder *f = NULL;
+    assert_int_equal(kt__feeder_start(&f, &fc), KT_OK);
+    /* back-to-back steps (a thread spinning), then after a pause (asleep) */
+    uint32_t seq = 1;
+    for (; seq <= 4; seq++) {
+        feed_step(c, f, go, done, seq, FL);
+        assert_true(kt__feeder_finish(f, false));
+    }
+    struct timespec pause = {0, 20 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    feed_step(c, f, go, done, seq, FL);
+    assert_true(kt__feeder_finish(f, false));
+    assert_int_equal(atomic_load(&c->served), 5 * FL);
+    /* a step the stream gave up after two layers: the feeder stops waiting for
+     * the rest (gated: the queued layers run, unread); the next step's number
+     * never matches the stale words */
+    seq++;
+    feed_step(c, f, go, done, seq, 2);
+    assert_false(kt__feeder_finish(f, true));
+    assert_int_equal(atomic_load(&c->served), 5 * FL + 2);
+    seq++;
+    feed_step(c, f, go, done, seq, FL);
+    assert_true(kt__feeder_finish(f, false));
+    assert_int_equal(atomic_load(&c->served), 6 * FL + 2);
+    kt__feeder_free(f);
+}
+
+static void test_feeder(void **state)
+{
+    (void)state;
+    uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
+    assert_non_null(w);
+    for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
+        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256));
+    feed_case *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    c->moe = bf16_backend(w, E, K);
+    c->n_tok = 1;
+    c->ids[0] = 1, c->ids[1] = 3, c->rw[0] = 0.75f, c->rw[1] = 0.25f;
+    feeder_case(c, false);
+    feeder_case(c, true);
+    kt__feeder_free(NULL);
+
+    /* a thread bound outside the workers: refused when they take every CPU */
+    uint32_t go[1] = {0}, done[1] = {0};
+    int32_t layers[1] = {0};
+    kt__feeder_config fc = {layers, 1, go, done, kt__moe_backend_pool(c->moe), false, true,
+                            feed_submit, feed_served, c, 0.001};
+    kt__feeder *f = NULL;
+    int spare = kt__pool_spare_cpus(fc.pool);
+    kt_status st = kt__feeder_start(&f, &fc);
+    if (spare > 0) {
+        assert_int_equal(st, KT_OK);
+        kt__feeder_free(f);
+    } else {
+        assert_int_equal(st, KT_ERR_UNSUPPORTED);
+        assert_null(f);
+    }
+    fc.submit = NULL;
+    assert_int_equal(kt__feeder_start(&f, &fc), KT_ERR_INVALID_ARG);
+    kt_moe_backend_free(c->moe);
+    free(c);
+    free(w);
+}
+
 /* ---- dynamic expert moves: bookkeeping ------------------------------------------ */
 
 static void check_consistent(const kt__moves_layer *m)
@@ -357,6 +487,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bind_spare),
         cmocka_unit_test(test_task_stamps),
+        cmocka_unit_test(test_feeder),
         cmocka_unit_test(test_moves_bookkeeping),
         cmocka_unit_test(test_moves_mask_backend),
     };

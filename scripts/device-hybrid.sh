@@ -1,0 +1,112 @@
+#!/bin/sh
+# The hybrid decode (CPU experts + GPU) on the device machine (H200 + AMX
+# Xeon), from release binaries built here (sm_90) and carried in $BIN
+# (git-ignored, packed by scripts/device-pack.sh; default .gpu10), so nothing
+# compiles there:   BIN=.gpu10 sh scripts/device-pack.sh B; then on the device,
+# with .devdeps and $BIN carried:   sh scripts/device-hybrid.sh
+# Stages ($STAGES, in order; default "base phases profile extra"), all on the
+# Qwen3-30B-A3B shape at $LAYERS layers (default 12) and $HB % (default 50) of
+# the experts on the GPU, checkpoints kept between runs:
+#   base     KT_GPU_TRACE=1 rows (CPU experts per layer: wake, run, notify,
+#            the GPU's gap) with the short warm-up (--gen 16) and the long one
+#            (--gen 32 --warmup 2048), alternating
+#   ab       the long row once for each value of $AB_VAR (default
+#            KT_GPU_HYBRID) in $AB_VALS (default "gated hostfn thread gated
+#            hostfn"), then with --threads $AB_THREADS (default 16: every core
+#            a worker, none left for a feeder thread) for each value in
+#            $AB_THREADS_VALS (default "gated hostfn")
+#   bf16     the long row with the CPU experts on BF16 activations (--moe-bf16)
+#   phases   a KT_GPU_TRACE=2 phase profile (device time per phase)
+#   profile  a KT_MOE_PROFILE=1 row of mostly decode calls
+#   test     the whole test_gpu (every fixture family against transformers)
+#   race     compute-sanitizer racecheck over test_gpu one test at a time, only
+#            libkt's kernels instrumented (SAN_ARGS, default --kernel-name
+#            kns=k_), each cut at $RACE_LIMIT s (default 40), for at most
+#            $RACE_TIME s (default 80)
+#   isolate  racecheck of test_qwen3_moe (as race) once with each environment
+#            in $ISOLATE (default "KT_GPU_HYBRID=hostfn KT_GPU_GEMV=0"): which
+#            of the flag kernels and the 04:37 GEMV kernels the sanitizer's
+#            06:30 internal error in the 0 % case follows ($OUT/isolate.log)
+#   deep     the long row at 48 layers for each value of KT_GPU_HYBRID in
+#            $DEEP_VALS (default "gated hostfn")
+#   extra    kt-bench e2e with $EXTRA (default: DeepSeek-V3 INT4 rows)
+# Each stage starts only while $LIMIT seconds (default 170) are not spent.
+# Logs in $OUT (hybrid.log, test_gpu.log, racecheck.log).
+. scripts/device-env.sh
+OUT=${OUT:-$PWD/device-out}; BIN=${BIN:-.gpu10}; LIMIT=${LIMIT:-170}
+T0=$(date +%s)
+left() { echo $((LIMIT - ($(date +%s) - T0))); }
+mkdir -p "$OUT" && kt_device_tmpfs 100G && kt_device_bin "$BIN" || exit 1
+K="$BIN/tools/kt-bench/kt-bench"
+log=$OUT/hybrid.log
+{ date -u +%T; uptime; lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|NUMA node)'; } \
+    >"$log"
+E="$K e2e --dir /mnt/kt --keep --model qwen3-30b-a3b --layers ${LAYERS:-12} --prompts 2048
+  --no-cpu-row --budgets ${HB:-50}"
+L="--gen 32 --warmup 2048"
+# row LABEL ENV... -- ARGS...: one kt-bench e2e process, its output in the log
+row() {
+    [ "$(left)" -gt 25 ] || { echo "# $1: no time left" >>"$log"; return 1; }
+    lab=$1; shift; echo "# $lab ($(date -u +%T)): $*" >>"$log"
+    env "$@" 2>&1 | grep -v "^# CPU\|^# ISA" >>"$log"
+}
+for stage in ${STAGES:-base phases profile extra}; do
+    case $stage in
+    base)
+        row short KT_GPU_TRACE=1 timeout 90 $E --gen 16
+        row long KT_GPU_TRACE=1 timeout 40 $E $L
+        row short KT_GPU_TRACE=1 timeout 40 $E --gen 16
+        row long KT_GPU_TRACE=1 timeout 40 $E $L ;;
+    ab)
+        for v in ${AB_VALS:-gated hostfn thread gated hostfn}; do
+            row "${AB_VAR:-KT_GPU_HYBRID}=$v" KT_GPU_TRACE=1 "${AB_VAR:-KT_GPU_HYBRID}=$v" \
+                timeout 45 $E $L
+        done
+        for v in ${AB_THREADS_VALS:-gated hostfn}; do
+            row "threads ${AB_THREADS:-16} ${AB_VAR:-KT_GPU_HYBRID}=$v" KT_GPU_TRACE=1 \
+                "${AB_VAR:-KT_GPU_HYBRID}=$v" timeout 40 $E $L --threads "${AB_THREADS:-16}"
+        done ;;
+    bf16) row bf16 KT_GPU_TRACE=1 timeout 40 $E $L --moe-bf16 ;;
+    phases) row phases KT_GPU_TRACE=2 timeout 40 $E --gen 16 ;;
+    profile) row profile KT_MOE_PROFILE=1 timeout 40 $E --gen 64 --prompts 32 ;;
+    test)
+        [ "$(left)" -gt 60 ] || continue
+        timeout $(($(left) - 20)) "$BIN/tests/unit/test_gpu" >"$OUT/test_gpu.log" 2>&1
+        echo "# test_gpu rc=$? ($(date -u +%T))" >>"$log"
+        grep -E "^\[  (PASSED|FAILED)|^\[  +FAILED|Failure|DIFFERENT" "$OUT/test_gpu.log" \
+            >>"$log" ;;
+    race)
+        SAN_ARGS=${SAN_ARGS:---kernel-name kns=k_} kt_device_sanitize racecheck \
+            "$BIN/tests/unit/test_gpu" "${RACE_LIMIT:-40}" \
+            $(($(date +%s) + ${RACE_TIME:-80})) ;;
+    isolate)
+        for e in ${ISOLATE:-KT_GPU_HYBRID=hostfn KT_GPU_GEMV=0}; do
+            [ "$(left)" -gt 45 ] || break
+            echo "== $e ($(date -u +%T))" >>"$OUT/isolate.log"
+            env "$e" KT_TEST_FILTER=test_qwen3_moe timeout 60 compute-sanitizer --tool racecheck \
+                ${SAN_ARGS:---kernel-name kns=k_} "$BIN/tests/unit/test_gpu" \
+                >"$OUT/san.tmp" 2>&1
+            echo "rc=$?" >>"$OUT/isolate.log"
+            kt_summary "$OUT/san.tmp" >>"$OUT/isolate.log"
+            grep -m3 -A3 "Internal\|hazard\|Error" "$OUT/san.tmp" >>"$OUT/isolate.log"
+        done
+        rm -f "$OUT/san.tmp" ;;
+    deep)
+        rm -rf /mnt/kt/kt-e2e-qwen3-30b-a3b-${LAYERS:-12}
+        for v in ${DEEP_VALS:-gated hostfn}; do
+            row "48 layers KT_GPU_HYBRID=$v" KT_GPU_TRACE=1 KT_GPU_HYBRID=$v \
+                timeout $(($(left) - 5)) $K e2e --dir /mnt/kt --keep --model qwen3-30b-a3b \
+                --prompts 2048 --no-cpu-row --budgets ${HB:-50} $L
+        done ;;
+    extra)
+        lim=$(($(left) - 30))
+        [ "$lim" -gt 20 ] && row extra timeout $((lim + 20)) $K e2e --dir /mnt/kt \
+            --no-cpu-row --time-limit "$lim" \
+            ${EXTRA:---model deepseek-v3-int4 --gen 16 --budgets 100,50,25,0} ;;
+    esac
+done
+date -u +%T >>"$log"
+grep -E "^# [a-zA-Z_=0-9 ]+ \(|^qwen3|^deepseek|trace|phases|moe profile|test_gpu|PASSED|FAIL" \
+    "$log" | cut -c1-420
+[ -f "$OUT/racecheck.log" ] && grep "^==" "$OUT/racecheck.log"
+[ -f "$OUT/isolate.log" ] && cat "$OUT/isolate.log"
