@@ -297,72 +297,91 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
     }
 }
 
-/* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens. */
-ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
-                            const uint8_t *const *w, int R, int phase, const uint8_t *const *act,
-                            size_t rp, size_t ahead, float *out)
+/* The 64 bytes at c of rows w[r] . tokens act[m] into acc[r][m] (last: the
+ * row's final, shorter piece, R - c bytes); prev[r]: the row's previous 64
+ * bytes (scale words of blocks begun there), idx: this piece's scale-word
+ * indices. */
+ALWAYS_INLINE void raw_chunk(const bool q4, const bool nl, const int NR, const int MT,
+                             const bool last, const uint8_t *const *w, int c, int R,
+                             __m512i idx, const uint8_t *const *act, size_t rp, size_t ahead,
+                             __m512i prev[4], __m512 acc[4][4])
 {
     /* IQ4_NL: the nibble indexes a level; level + 128 as u8, bias -128 * sum */
     const __m512i levels = _mm512_broadcast_i32x4(_mm_add_epi8(
         _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
+    const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
+    const size_t obias = (q4 ? 2 : 1) * rp, oda = obias + rp;
+    __mmask64 lm = last ? ((__mmask64)1 << (R - c)) - 1 : ~(__mmask64)0;
+    __mmask16 fm = last ? (__mmask16)((1u << ((R - c + 3) / 4)) - 1) : (__mmask16)0xffff;
+    __m512i wl[4], wh[4];
+    __m512 dw[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        /* rows are short (a few KB): the hardware prefetcher would not ramp
+         * up in time, so fetch the next tile's bytes now (ahead 0, in the
+         * last tiles: these bytes again, a no-op instead of a branch) */
+        _mm_prefetch((const char *)(w[r] + c + ahead), LF_HINT);
+        __m512i v = last ? _mm512_maskz_loadu_epi8(lm, w[r] + c)
+                         : _mm512_loadu_si512((const void *)(w[r] + c));
+        __asm__("" : "+v"(v)); /* one load: gcc would fold it into each use */
+        if (q4) {
+            wl[r] = _mm512_and_si512(v, low4);
+            wh[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            if (nl) {
+                wl[r] = _mm512_shuffle_epi8(levels, wl[r]);
+                wh[r] = _mm512_shuffle_epi8(levels, wh[r]);
+            }
+        } else {
+            wl[r] = _mm512_xor_si512(v, top);
+        }
+        __m512i sw = _mm512_permutex2var_epi16(prev[r], idx, v);
+        dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(sw));
+        prev[r] = v;
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < MT; m++) {
+        const uint8_t *a = act[m] + c;
+        __m512i alo = _mm512_loadu_si512((const void *)a);
+        __m512i ahi = q4 ? _mm512_loadu_si512((const void *)(a + rp)) : alo;
+        __m512i bias = _mm512_loadu_si512((const void *)(a + obias));
+        if (nl)
+            bias = _mm512_slli_epi32(bias, 4); /* -8 * sum -> -128 * sum */
+        __m512 da = _mm512_loadu_ps((const void *)(a + oda));
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512i d = _mm512_dpbusd_epi32(bias, wl[r], alo);
+            if (q4)
+                d = _mm512_dpbusd_epi32(d, wh[r], ahi);
+            __m512 s = _mm512_mul_ps(dw[r], da);
+            acc[r][m] = last ? _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][m], fm)
+                             : _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][m]);
+        }
+    }
+}
+
+/* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens:
+ * whole 64-byte pieces in a loop without masks or branches, then the last. */
+ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
+                            const uint8_t *const *w, int R, int phase, const uint8_t *const *act,
+                            size_t rp, size_t ahead, float *out)
+{
     const int period = q4 ? PERIOD40 : PERIOD80;
     const uint16_t(*tab)[16] = q4 ? (const uint16_t(*)[16])idx40 : (const uint16_t(*)[16])idx80;
-    const size_t obias = (q4 ? 2 : 1) * rp, oda = obias + rp;
     __m512 acc[4][4];
     __m512i prev[4];
     acc_zero(NR, MT, acc);
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
         prev[r] = _mm512_setzero_si512();
-    const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
-    for (int c = 0; c < R; c += 64) {
-        bool last = R - c < 64;
-        __mmask64 lm = last ? ((__mmask64)1 << (R - c)) - 1 : ~(__mmask64)0;
-        __mmask16 fm = last ? (__mmask16)((1u << ((R - c + 3) / 4)) - 1) : (__mmask16)0xffff;
+    int c = 0;
+    for (; c + 64 <= R; c += 64) {
         __m512i idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)tab[phase / 4]));
         phase = phase + 64 >= period ? phase + 64 - period : phase + 64;
-        __m512i wl[4], wh[4];
-        __m512 dw[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            /* rows are short (a few KB): the hardware prefetcher would not
-             * ramp up in time, so fetch the next tile's bytes now */
-            if (ahead)
-                _mm_prefetch((const char *)(w[r] + c + ahead), LF_HINT);
-            __m512i v = last ? _mm512_maskz_loadu_epi8(lm, w[r] + c)
-                             : _mm512_loadu_si512((const void *)(w[r] + c));
-            if (q4) {
-                wl[r] = _mm512_and_si512(v, low4);
-                wh[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-                if (nl) {
-                    wl[r] = _mm512_shuffle_epi8(levels, wl[r]);
-                    wh[r] = _mm512_shuffle_epi8(levels, wh[r]);
-                }
-            } else {
-                wl[r] = _mm512_xor_si512(v, top);
-            }
-            __m512i sw = _mm512_permutex2var_epi16(prev[r], idx, v);
-            dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(sw));
-            prev[r] = v;
-        }
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            const uint8_t *a = act[m] + c;
-            __m512i alo = _mm512_loadu_si512((const void *)a);
-            __m512i ahi = q4 ? _mm512_loadu_si512((const void *)(a + rp)) : alo;
-            __m512i bias = _mm512_loadu_si512((const void *)(a + obias));
-            if (nl)
-                bias = _mm512_slli_epi32(bias, 4); /* -8 * sum -> -128 * sum */
-            __m512 da = _mm512_loadu_ps((const void *)(a + oda));
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i d = _mm512_dpbusd_epi32(bias, wl[r], alo);
-                if (q4)
-                    d = _mm512_dpbusd_epi32(d, wh[r], ahi);
-                __m512 s = _mm512_mul_ps(dw[r], da);
-                acc[r][m] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(d), s, acc[r][m], fm);
-            }
-        }
+        raw_chunk(q4, nl, NR, MT, false, w, c, R, idx, act, rp, ahead, prev, acc);
+    }
+    if (c < R) {
+        __m512i idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)tab[phase / 4]));
+        raw_chunk(q4, nl, NR, MT, true, w, c, R, idx, act, rp, ahead, prev, acc);
     }
     tile_store(NR, MT, acc, out);
 }
