@@ -809,26 +809,15 @@ ALWAYS_INLINE void int4_block4(const uint8_t *const *w, const uint16_t *const *s
     /* output word 2L + 1 (a dword's high half) <- scale 4 (L % 4) + L / 4 */
     const __m512i sidx = _mm512_set_epi16(15, 0, 11, 0, 7, 0, 3, 0, 14, 0, 10, 0, 6, 0, 2, 0,
                                           13, 0, 9, 0, 5, 0, 1, 0, 12, 0, 8, 0, 4, 0, 0, 0);
-    __m512i iv[3][4], x[3][4];
-    int4_sums(w, a, NR, MR, K128, c, pf, iv);
-    #pragma GCC unroll 3
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-            x[m][r] = iv[m][r];
+    __m512i x[3][4], y[3][4], iv[3][4]; /* steps c, c + 2, the one after each */
+    int4_sums(w, a, NR, MR, K128, c, pf, x);
     int4_sums(w, a, NR, MR, K128, c + 1, pf, iv);
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
             x[m][r] = int4_pair(x[m][r], iv[m][r]);
-    __m512i y[3][4];
-    int4_sums(w, a, NR, MR, K128, c + 2, pf, iv);
-    #pragma GCC unroll 3
-    for (int m = 0; m < MR; m++)
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-            y[m][r] = iv[m][r];
+    int4_sums(w, a, NR, MR, K128, c + 2, pf, y);
     int4_sums(w, a, NR, MR, K128, c + 3, pf, iv);
     __m512 sw[4];
     /* the scales as far ahead as the rows (K / 16 bytes a row for K / 2 bytes
