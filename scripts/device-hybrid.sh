@@ -11,10 +11,9 @@
 #            the GPU's gap) with the short warm-up (--gen 16) and the long one
 #            (--gen 32 --warmup 2048), alternating
 #   ab       the long row once for each value of $AB_VAR (default
-#            KT_GPU_HYBRID) in $AB_VALS (default "gated hostfn thread gated
-#            hostfn"), then with --threads $AB_THREADS (default 16: every core
-#            a worker, none left for a feeder thread) for each value in
-#            $AB_THREADS_VALS (default "gated hostfn")
+#            KT_GPU_HYBRID) in $AB_VALS (default "gated hostfn gated hostfn"),
+#            then with --threads $AB_THREADS (default 16: every core a worker)
+#            for each value in $AB_THREADS_VALS (default "gated hostfn")
 #   bf16     the long row with the CPU experts on BF16 activations (--moe-bf16)
 #   phases   a KT_GPU_TRACE=2 phase profile (device time per phase)
 #   profile  a KT_MOE_PROFILE=1 row of mostly decode calls
@@ -58,7 +57,7 @@ for stage in ${STAGES:-base phases profile extra}; do
         row short KT_GPU_TRACE=1 timeout 40 $E --gen 16
         row long KT_GPU_TRACE=1 timeout 40 $E $L ;;
     ab)
-        for v in ${AB_VALS:-gated hostfn thread gated hostfn}; do
+        for v in ${AB_VALS:-gated hostfn gated hostfn}; do
             row "${AB_VAR:-KT_GPU_HYBRID}=$v" KT_GPU_TRACE=1 "${AB_VAR:-KT_GPU_HYBRID}=$v" \
                 timeout 45 $E $L
         done

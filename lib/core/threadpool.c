@@ -313,15 +313,14 @@ void kt__pool_free(kt_pool *p)
     kt__free(p);
 }
 
-/* The allowed CPUs minus the pinned workers' (NULL without a topology). */
-static hwloc_bitmap_t spare_set(kt_pool *p)
+int kt__pool_bind_spare(kt_pool *p)
 {
     if (!p || !p->have_topo)
-        return NULL;
+        return -1;
     hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(p->topo);
     hwloc_bitmap_t set = allowed ? hwloc_bitmap_dup(allowed) : NULL;
     if (!set)
-        return NULL;
+        return -1;
     for (int i = 0; i < p->n; i++) {
         if (p->workers[i].pu < 0)
             continue;
@@ -329,26 +328,8 @@ static hwloc_bitmap_t spare_set(kt_pool *p)
         if (pu)
             hwloc_bitmap_andnot(set, set, pu->cpuset);
     }
-    return set;
-}
-
-int kt__pool_spare_cpus(kt_pool *p)
-{
-    hwloc_bitmap_t set = spare_set(p);
-    if (!set)
-        return -1;
-    int n = hwloc_bitmap_weight(set);
-    hwloc_bitmap_free(set);
-    return n;
-}
-
-int kt__pool_bind_spare(kt_pool *p)
-{
-    hwloc_bitmap_t set = spare_set(p);
-    if (!set)
-        return -1;
     if (hwloc_bitmap_iszero(set))
-        hwloc_bitmap_copy(set, hwloc_topology_get_allowed_cpuset(p->topo));
+        hwloc_bitmap_copy(set, allowed);
     int n = hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) == 0 ? hwloc_bitmap_weight(set)
                                                                         : -1;
     hwloc_bitmap_free(set);

@@ -64,9 +64,6 @@ void kt__pool_run(kt_pool *pool, kt_pool_fn fn, void *ctx);
  * inherited from the thread that created it. Returns the number of CPUs it
  * is bound to, -1 when it could not bind (no topology, or the OS refused). */
 int kt__pool_bind_spare(kt_pool *pool);
-/* How many of the CPUs the process may use no worker is pinned to (0: the
- * workers take every one; -1: no topology). */
-int kt__pool_spare_cpus(kt_pool *pool);
 
 /* One step of a spin-wait (pause on x86: leaves the core's sibling thread and
  * the memory system alone while the waited-for line does not change). */

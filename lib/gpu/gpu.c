@@ -155,14 +155,13 @@ struct kt__gpu {
     float *logits_h;          /* [V]: one row of logits */
     cb_arg *cb;
     /* decode steps hand their CPU experts over by flags in mapped pinned memory
-     * to a feeder thread instead of host functions (lib/gpu/feeder.h; NULL:
-     * host functions, KT_GPU_HYBRID=hostfn or no CPU outside the workers') */
+     * to gate jobs on the MoE workers instead of host functions
+     * (lib/gpu/feeder.h; NULL: host functions, KT_GPU_HYBRID=hostfn) */
     kt__feeder *feeder;
     uint32_t *flags_h;        /* [n_layer] go, [n_layer] done, then the fail word */
     int32_t *feed_layers;     /* the MoE layers it serves, in order */
     uint32_t seq;             /* the last flag step's number (pos_h[1] on the device) */
     bool flag_step;           /* this forward's CPU experts go by the flags */
-    bool feed_threaded;       /* by a feeder thread (else gate jobs on the workers) */
     volatile int cb_status;
     char cb_err[256];
     bool use_graph, graph_ready, graph_failed, absorb, cublas;
@@ -698,19 +697,17 @@ static bool feed_submit(void *arg, int32_t layer);
 static void feed_served(void *arg, int32_t layer, double t_open);
 
 /* The decode's hand-over of the CPU experts by flags (lib/gpu/feeder.h):
- * KT_GPU_HYBRID=gated (default: gate jobs on the MoE workers), thread (a
- * feeder thread on a CPU outside the workers'; host functions when there is
- * none) or hostfn (host functions, as chunks always use). */
+ * KT_GPU_HYBRID=gated (the default) or hostfn (host functions, as chunks
+ * always use; for comparing). */
 static kt_status feeder_start(kt__gpu *g)
 {
     const kt__hparams *hp = &g->ctx->hp;
     const char *hy = getenv("KT_GPU_HYBRID");
     if (hy && !strcmp(hy, "hostfn"))
         return KT_OK;
-    bool threaded = hy && !strcmp(hy, "thread");
-    if (hy && !threaded && strcmp(hy, "gated"))
-        return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: KT_GPU_HYBRID=%s: expected gated, "
-                         "thread or hostfn", hy);
+    if (hy && strcmp(hy, "gated"))
+        return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: KT_GPU_HYBRID=%s: expected gated or "
+                         "hostfn", hy);
     if (!(g->feed_layers = kt__calloc((size_t)hp->n_layer, sizeof(int32_t))))
         return KT_ERR_NOMEM;
     kt__feeder_config fc = {0};
@@ -724,19 +721,7 @@ static kt_status feeder_start(kt__gpu *g)
     fc.served = feed_served;
     fc.arg = g;
     fc.pool = kt__moe_backend_pool(g->ctx->moe);
-    if (!fc.pool)
-        return KT_OK;
-    fc.gated = !threaded;
-    fc.bind_spare = threaded;
-    fc.idle_spin_s = 0.005; /* longer than a decode step's host work between steps */
-    kt_status st = kt__feeder_start(&g->feeder, &fc);
-    if (st == KT_ERR_UNSUPPORTED) {
-        kt__log(g->ctx->rt, KT_LOG_INFO, "%s: the CPU experts of decode steps go through "
-                "host functions", kt_last_error());
-        return KT_OK;
-    }
-    g->feed_threaded = threaded;
-    return st;
+    return fc.pool ? kt__feeder_start(&g->feeder, &fc) : KT_OK;
 }
 
 kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
@@ -916,9 +901,7 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
             "per layer on the GPU, decode graph %s%s%s%s%s", o.device, gib(g->bytes), want, E,
             g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "",
             g->cublas ? ", cuBLAS prefill" : "", g->lw_buf[0] ? ", layerwise prefill" : "",
-            !g->feeder         ? ""
-            : g->feed_threaded ? ", decode's CPU experts by flags (thread)"
-                               : ", decode's CPU experts by flags (gated)");
+            g->feeder ? ", decode's CPU experts by flags" : "");
     ctx->gpu = g;
     ctx->n_past = 0;
     return KT_OK;
@@ -1194,7 +1177,7 @@ static void wait_cpu(void *p)
     cpu_account(a->g, t0, now_s());
 }
 
-/* The feeder (lib/gpu/feeder.h): queue a layer's CPU experts, no wait */
+/* The feeder's jobs (lib/gpu/feeder.h): queue a layer's CPU experts, no wait */
 static bool feed_submit(void *arg, int32_t layer)
 {
     kt__gpu *g = arg;
@@ -1202,7 +1185,7 @@ static bool feed_submit(void *arg, int32_t layer)
     return !g->cb_status;
 }
 
-/* The feeder, once the layer's done word is written: its counts (nothing
+/* A feeder job, once the layer's done word is written: its counts (nothing
  * waited: the flags have no blocked host thread) */
 static void feed_served(void *arg, int32_t layer, double t_open)
 {
