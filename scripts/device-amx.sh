@@ -28,7 +28,8 @@ for t in ${TESTS:-test_moe_kernels}; do
 done
 if [ "${PEAK:-0}" = 1 ]; then
     gcc -O2 -mamx-tile -mamx-int8 -mavx512f -mavx512bw -mavx512vbmi -pthread \
-        scripts/amx_tile_peak.c -o "$OUT/amx_tile_peak" && "$OUT/amx_tile_peak" > "$OUT/tile-peak.txt" 2>&1
+        scripts/amx_tile_peak.c -o "$OUT/amx_tile_peak" &&
+        "$OUT/amx_tile_peak" > "$OUT/tile-peak.txt" 2>&1
     rm -f "$OUT/amx_tile_peak"
 fi
 bench="$B/tools/kt-bench/kt-bench moe"
