@@ -39,18 +39,21 @@
 #define PERIOD40 576
 #define PERIOD80 1088
 /* Decode prefetch distance in bytes of the rows a call reads, into L2: rows
- * ahead = LF_AHEAD / (bytes per row), at least one tile's rows. Was 12 rows
- * whatever their length (26 KB of 2048-input Q8_0 rows, 5.2 KB of 768-input
- * Q4_0); one Zen 4 core from memory, 64-row calls with the next-call hint
- * (scripts/lf_kernel_bench.c, 11-30 06:30, load 7): 4 / 8 / 16 / 32 KiB ahead
- * read Q8_0 x 2048 10.3 / 18.3 / 17.6 / 16.2 GB/s, Q4_0 x 2048 10.9 / 11.7 /
- * 10.4 / 10.5, Q4_0 x 768 9.3 / 9.9 / 9.5 / 9.6 (4 KiB of 2048-input Q8_0 is
- * 2 rows: inside the tile being read). KT_LF_AHEAD (256..65536 bytes)
- * overrides it, for measuring elsewhere (the Xeon's BF16 / FP8 decode also
- * wanted 8 KiB ahead, where Zen 4 wanted 1 KiB: cpu/avx512/moe_avx512_common.h). */
+ * ahead = LF_AHEAD / (bytes per row), at least one tile's rows and, by default,
+ * at most LF_AHEAD_ROWS. Was 12 rows whatever their length (26 KB of 2048-input
+ * Q8_0 rows, 5.2 KB of 768-input Q4_0). One Zen 4 core from memory, 64-row calls
+ * with the next-call hint (scripts/lf_kernel_bench.c; 11-30 06:30, load 7):
+ * 4 / 8 / 16 / 32 KiB ahead read Q8_0 x 2048 10.3 / 18.3 / 17.6 / 16.2 GB/s (4 KiB
+ * is 2 rows, inside the tile being read), Q4_0 x 2048 10.9 / 11.7 / 10.4 / 10.5;
+ * quiet (07:25): Q4_0 x 2048 5 / 8 / 12 KiB 14.2 / 16.3 / 14.9, but Q4_0 x 768
+ * (432-byte rows) 3 / 5 / 8 KiB 11.1 / 12.1 / 10.7: short rows want about 12
+ * rows. KT_LF_AHEAD (256..65536 bytes, no row cap) overrides it, for measuring
+ * elsewhere (the Xeon's BF16 / FP8 decode also wanted 8 KiB ahead, where Zen 4
+ * wanted 1 KiB: cpu/avx512/moe_avx512_common.h). */
 #define LF_AHEAD 8192
+#define LF_AHEAD_ROWS 12
 #define LF_HINT _MM_HINT_T1
-static int lf_ahead = LF_AHEAD;
+static int lf_ahead = LF_AHEAD, lf_ahead_rows = LF_AHEAD_ROWS;
 /* Rows side by side in a one-token tile (weight streams per core): Zen 4 VM, one
  * core from memory, 384 x 2048: Q4_0 4 rows 13.4 GB/s, 2 rows 12.7, 1 row 10.8
  * (Q8_0 17.2 / 12.8 / 11.9); the 16-core Xeon (kt-bench moe --gguf, T=1): at
@@ -73,7 +76,7 @@ static void idx_init(void)
 {
     const char *e = getenv("KT_LF_AHEAD");
     if (e && atoi(e) >= 256 && atoi(e) <= 65536)
-        lf_ahead = atoi(e);
+        lf_ahead = atoi(e), lf_ahead_rows = 64;
     e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
     lf_nohint = e && *e && strcmp(e, "0") != 0;
     e = getenv("KT_LF_DEC_ROWS");
@@ -227,11 +230,13 @@ typedef void (*tile_family)(const tile_job *j, int nrow, int mr, const uint8_t *
             CALL(2, 4, __VA_ARGS__);                                                    \
     } while (0)
 
-/* Rows of `bytes` each that lf_ahead bytes cover, least..64 of them. */
+/* Rows of `bytes` each that lf_ahead bytes cover, at most lf_ahead_rows, at
+ * least `least`. */
 static int ahead_rows(size_t bytes, int least)
 {
     size_t r = bytes ? ((size_t)lf_ahead + bytes - 1) / bytes : 1;
-    return r < (size_t)least ? least : r > 64 ? 64 : (int)r;
+    r = r > (size_t)lf_ahead_rows ? (size_t)lf_ahead_rows : r;
+    return r < (size_t)least ? least : (int)r;
 }
 
 /* The rows the last decode call's tail started of the region it was hinted
