@@ -1,9 +1,9 @@
 /*
  * The hybrid decode's hand-over to the CPU experts without host functions
  * (lib/gpu/feeder.h): the stream writes a layer's rows into mapped pinned
- * memory and then the step's number into the layer's `go` word; a feeder
- * thread on a spare CPU sees it, runs the CPU experts and writes the number
- * into `done`, which the stream polls. Both kernels read the step's number from
+ * memory and then the step's number into the layer's `go` word; the feeder's
+ * gate jobs on the MoE workers see it, run the CPU experts and write the
+ * number into `done`, which the stream polls. Both kernels read the step's number from
  * device memory, so a captured decode graph replays with each step's own.
  */
 #include <cuda_runtime.h>

@@ -946,22 +946,28 @@ __device__ __forceinline__ float row_dot_t(const kt__cuda_mat &W, int32_t r, con
     return s;
 }
 
-__device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W, const float *b,
-                                          float *y, int acc, int32_t r, float *res = NULL)
+/* By lane 0 of row r's warp, s the warp's sum W[r]·x: y[r] (+)= s + b[r], and
+ * with res (GEMV_NORM_IN) the residual sum res[r] += y[r] */
+__device__ __forceinline__ void gemv1_store(float s, const float *b, float *y, int acc, int32_t r,
+                                            float *res)
 {
-    int32_t lane = threadIdx.x % 32;
-    float s = W.type == KT__CUDA_W_BF16 ? row_dot_t<KT__CUDA_W_BF16>(W, r, xs)
-              : W.type == KT__CUDA_W_F8 ? row_dot_t<KT__CUDA_W_F8>(W, r, xs)
-              : W.type == KT__CUDA_W_I4 ? row_dot_t<KT__CUDA_W_I4>(W, r, xs)
-                                        : row_dot_t<KT__CUDA_W_F32>(W, r, xs);
-    s = warp_sum(s);
-    if (lane == 0) {
+    if (threadIdx.x % 32 == 0) {
         s += b ? b[r] : 0.0f;
         s = acc ? y[r] + s : s;
         y[r] = s;
         if (res)
             res[r] += s;
     }
+}
+
+__device__ __forceinline__ void gemv1_row(const float *xs, const kt__cuda_mat &W, const float *b,
+                                          float *y, int acc, int32_t r, float *res = NULL)
+{
+    float s = W.type == KT__CUDA_W_BF16 ? row_dot_t<KT__CUDA_W_BF16>(W, r, xs)
+              : W.type == KT__CUDA_W_F8 ? row_dot_t<KT__CUDA_W_F8>(W, r, xs)
+              : W.type == KT__CUDA_W_I4 ? row_dot_t<KT__CUDA_W_I4>(W, r, xs)
+                                        : row_dot_t<KT__CUDA_W_F32>(W, r, xs);
+    gemv1_store(warp_sum(s), b, y, acc, r, res);
 }
 
 /* BF16 row r of W, this lane's NB 16-byte chunks (columns 8 (lane + 32 j)) into
@@ -1018,16 +1024,8 @@ __device__ __forceinline__ void gemv1_block(float *xs, const float *__restrict__
             row_issue_bf16<NB>(W, r, raw);
         pdl_wait();
         x_or_norm_to_smem(xs, x, W.cols, ni);
-        if (r < W.rows) {
-            float s = warp_sum(row_consume_bf16<NB>(raw, xs, W.cols));
-            if (threadIdx.x % 32 == 0) {
-                s += b ? b[r] : 0.0f;
-                s = acc ? y[r] + s : s;
-                y[r] = s;
-                if (res)
-                    res[r] += s; /* GEMV_NORM_IN: the residual sum */
-            }
-        }
+        if (r < W.rows)
+            gemv1_store(warp_sum(row_consume_bf16<NB>(raw, xs, W.cols)), b, y, acc, r, res);
         return;
     }
     if (r < W.rows)
@@ -1194,11 +1192,8 @@ __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 1)
             row_issue_bf16<NB>(W, r, raw);
         pdl_wait();
         x_or_norm_to_smem(xs, x, g.W[0].cols, ni);
-        if (m < 3) {
-            float s = warp_sum(row_consume_bf16<NB>(raw, xs, W.cols));
-            if (threadIdx.x % 32 == 0)
-                y[r] = s + (b ? b[r] : 0.0f);
-        }
+        if (m < 3)
+            gemv1_store(warp_sum(row_consume_bf16<NB>(raw, xs, W.cols)), b, y, 0, r, NULL);
     } else {
         if (m < 3)
             prefetch_row(W, r);

@@ -565,7 +565,8 @@ static kt_status build(kt__gpu *g)
     g->out_h = kt__cuda_host_alloc(T * H * f);
     g->logits_h = kt__cuda_host_alloc((size_t)V * f);
     g->cb = kt__calloc((size_t)hp->n_layer, sizeof *g->cb);
-    g->flags_h = kt__cuda_host_alloc(((size_t)hp->n_layer * 2 + 1) * sizeof(uint32_t));
+    size_t flag_bytes = ((size_t)hp->n_layer * 2 + 1) * sizeof(uint32_t);
+    g->flags_h = kt__cuda_host_alloc(flag_bytes);
     g->gids_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gperm_h = kt__cuda_host_alloc((T * k + 1) * 4);
     g->gslot_h = kt__cuda_host_alloc((T * k + 1) * 4);
@@ -573,7 +574,7 @@ static kt_status build(kt__gpu *g)
     if (!g->tok_h || !g->pos_h || !g->T_h || !g->xn_h || !g->out_h || !g->logits_h ||
         !g->cb || !g->gids_h || !g->gperm_h || !g->gslot_h || !g->gcount || !g->flags_h)
         return kt__error(KT_ERR_NOMEM, "GPU runtime: out of pinned host memory");
-    memset(g->flags_h, 0, ((size_t)hp->n_layer * 2 + 1) * sizeof(uint32_t));
+    memset(g->flags_h, 0, flag_bytes);
     for (int32_t l = 0; l < hp->n_layer; l++)
         g->cb[l] = (cb_arg){g, l};
     return KT_OK;
