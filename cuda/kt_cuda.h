@@ -330,6 +330,19 @@ typedef struct kt__cuda_yardsticks_out {
 int kt__cuda_yardsticks(int32_t device, kt__cuda_yardsticks_out *out, char *err,
                         size_t err_size);
 
+/* Expert moves copied while steps run (cuda/moves.cu, lib/gpu/mover.h): host
+ * (pageable) -> two pinned staging halves of half_bytes -> device, on a stream
+ * of its own; every call from the one thread that moves. kt__cuda_mover_copy
+ * may return before the bytes land; kt__cuda_mover_finish waits for them.
+ * After a failed create, *out (when set) still goes to kt__cuda_mover_free. */
+typedef struct kt__cuda_mover kt__cuda_mover;
+int kt__cuda_mover_create(kt__cuda_mover **out, int32_t device, size_t half_bytes, char *err,
+                          size_t err_size);
+void kt__cuda_mover_free(kt__cuda_mover *m);
+int kt__cuda_mover_copy(kt__cuda_mover *m, void *dst, const void *src, size_t bytes, char *err,
+                        size_t err_size);
+int kt__cuda_mover_finish(kt__cuda_mover *m, char *err, size_t err_size);
+
 #ifdef __cplusplus
 }
 #endif

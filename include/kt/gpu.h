@@ -67,10 +67,16 @@ typedef struct kt_gpu_options {
                               hybrid chunk); 0: off (the default until validated on a
                               device). Since 0.1.                                          */
     uint64_t mem_limit;    /* bytes the run may use; 0: from mem_fraction                 */
+    int32_t move_slots;    /* spare device slots, one expert each, that expert moves
+                              (kt_context_gpu_move_experts) fill while steps run; 0: 16
+                              (the rebalancer's default max_moves), fewer when the budget
+                              is short; < 0: none (moves copy before they return). Only
+                              planned with experts on both sides. Since 0.1.              */
+    uint32_t reserved;     /* must be 0                                                    */
 } kt_gpu_options;
 
 #define KT_GPU_OPTIONS_INIT \
-    { (uint32_t)sizeof(kt_gpu_options), 0u, 0, 0.0f, 0.0f, 0, UINT64_C(0) }
+    { (uint32_t)sizeof(kt_gpu_options), 0u, 0, 0.0f, 0.0f, 0, UINT64_C(0), 0, 0u }
 
 /* Fills *opts with defaults for a struct of struct_size bytes. Since 0.1. */
 KT_API kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size);
@@ -98,23 +104,37 @@ KT_API int32_t kt_context_gpu_experts(const kt_context *ctx);
 KT_API uint64_t kt_context_gpu_bytes(const kt_context *ctx);
 
 /*
- * Moves routed experts between the CPU and the GPU, between steps (never
- * while a kt_context_eval of this context runs: same thread contract as
- * eval). Each move brings moves[i].layer's expert_in (on the CPU) into the
- * device memory of expert_out (on the GPU), which goes back to the CPU; the
- * number of GPU experts per layer stays as planned. The whole batch is
- * checked first (KT_ERR_INVALID_ARG naming the move: a layer without routed
- * experts, an expert already where it should go, an expert in two moves) and
- * then applied: the weights are copied from the host (blocking), then the
- * device tables and the CPU backend's mask of every touched layer switch at
- * once (kt_placement's rebalancer proposes such moves: kt_rebalancer_plan).
+ * Moves routed experts between the CPU and the GPU (same thread contract as
+ * kt_context_eval). Each move brings moves[i].layer's expert_in (on the CPU)
+ * to the GPU and sends expert_out (on the GPU) back to the CPU; the number of
+ * GPU experts per layer stays as planned. The whole batch is checked first
+ * (KT_ERR_INVALID_ARG naming the move: a layer without routed experts, an
+ * expert already where it should go, an expert in two moves; nothing changes).
+ *
+ * With enough spare slots (kt_gpu_options.move_slots) the call returns at
+ * once: a thread of the runtime copies the incoming weights into the spare
+ * slots through pinned staging on a stream of its own while steps go on with
+ * the old placement, and the first kt_context_eval that starts after the
+ * last byte landed switches the device tables and the CPU backend's masks of
+ * every moved layer (a few microseconds; decode never waits for the copy).
+ * The outgoing experts' memory becomes the spare slots. A call while a batch
+ * is still copying first waits for it (kt_context_gpu_move_wait). Without
+ * enough spares the weights are copied into expert_out's memory before the
+ * call returns, and the switch happens then.
+ *
  * KT_ERR_UNSUPPORTED when layerwise prefill is on (it relies on the initial
  * layout) or without CUDA; KT_ERR_IO on a device error during the copies,
  * after which the GPU runtime must be set up again (kt_context_use_gpu).
- * Since 0.1.
+ * kt_placement's rebalancer proposes such moves (kt_rebalancer_plan). Since 0.1.
  */
 KT_API kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *moves,
                                              size_t n_moves);
+
+/* Waits until the moves of the last kt_context_gpu_move_experts have landed
+ * and switches to them now (KT_OK at once when none are pending). Returns the
+ * copy's failure (KT_ERR_IO: the moves were dropped, the old placement stays).
+ * Since 0.1. */
+KT_API kt_status kt_context_gpu_move_wait(kt_context *ctx);
 
 /* A device's limits, measured (the yardsticks of kt-bench e2e and of the
  * layerwise-prefill threshold). */

@@ -25,6 +25,7 @@
 #include "kt_cuda.h"
 #include "core/threadpool.h"
 #include "gpu/feeder.h"
+#include "gpu/mover.h"
 #include "gpu/moves.h"
 #include "moe/moe_internal.h"
 
@@ -78,6 +79,12 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
                                       size_t n_moves)
 {
     (void)ctx, (void)moves, (void)n_moves;
+    return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: this libkt was built without CUDA "
+                     "(meson -Dcuda=enabled)");
+}
+kt_status kt_context_gpu_move_wait(kt_context *ctx)
+{
+    (void)ctx;
     return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: this libkt was built without CUDA "
                      "(meson -Dcuda=enabled)");
 }
@@ -178,6 +185,20 @@ struct kt__gpu {
     size_t lw_off[6], lw_bytes[6], lw_expert_bytes, lw_f8_elems;
     int32_t *moe_next;        /* [n_layer + 1]: next MoE layer after l ([n_layer]: first) */
     double up_bytes, up_s;    /* weights uploaded at setup and the time: host -> device rate */
+    /* expert moves copied while steps run (lib/gpu/mover.h): spare[3 * i + role]
+     * is spare slot i's gate, up, down (device memory, shaped as every GPU
+     * expert's); a started batch waits in mv_* until the forward that finds it
+     * landed publishes it */
+    gmat *spare;
+    int32_t n_spare;
+    kt__cuda_mover *cmover;
+    kt__mover *mover;
+    bool gathering;           /* refill_* add their copies to pieces instead of copying */
+    kt__mover_piece *pieces;
+    size_t n_pieces, cap_pieces;
+    kt_expert_move *mv_batch; /* the started batch, by layer */
+    int32_t *mv_slots;
+    size_t mv_n;
     double cpu_s, cpu_pairs;  /* CPU experts' time over the routed pairs they served (chunks) */
     /* KT_GPU_TRACE=1: where the time goes, [0] decode steps, [1] larger chunks;
      * logged when the runtime is freed */
@@ -624,6 +645,12 @@ static void gpu_destroy(kt__gpu *g)
                 i ? "chunks" : "decode steps", (long long)g->pr_steps[i],
                 all / (double)g->pr_steps[i], line);
     }
+    kt__mover_free(g->mover); /* a batch still copying lands first */
+    kt__cuda_mover_free(g->cmover);
+    kt__free(g->spare);
+    kt__free(g->pieces);
+    kt__free(g->mv_batch);
+    kt__free(g->mv_slots);
     if (g->rt) {
         char err[64];
         kt__cuda_sync(g->rt, err, sizeof err);
@@ -725,6 +752,60 @@ static kt_status feeder_start(kt__gpu *g)
     return fc.pool ? kt__feeder_start(&g->feeder, &fc) : KT_OK;
 }
 
+/* Device bytes of a matrix's weights and of its scales (as upload_mat and upload_int4). */
+static void gmat_bytes(const gmat *d, size_t *data, size_t *scale)
+{
+    size_t n = (size_t)d->rows * d->cols;
+    *data = d->type == KT__CUDA_W_I4    ? n / 2
+            : d->type == KT__CUDA_W_F32 ? n * 4
+            : d->type == KT__CUDA_W_BF16 ? n * 2
+                                          : n;
+    *scale = 0;
+    if (d->type == KT__CUDA_W_I4)
+        *scale = (size_t)d->rows * d->scale_cols * (d->scale_bf16 ? 2 : 4);
+    else if (d->type == KT__CUDA_W_F8)
+        *scale = (size_t)((d->rows + d->block_rows - 1) / d->block_rows) * d->scale_cols *
+                 (d->scale_bf16 ? 2 : 4);
+}
+
+static int mover_copy(void *arg, void *dst, const void *src, size_t bytes, char *err, size_t n)
+{
+    return kt__cuda_mover_copy(arg, dst, src, bytes, err, n);
+}
+
+static int mover_finish(void *arg, char *err, size_t n)
+{
+    return kt__cuda_mover_finish(arg, err, n);
+}
+
+/* n spare expert slots shaped as layer l's expert in slot 0 (a move checks that
+ * the slot it leaves has the same shape) and the thread that fills them. */
+static kt_status spares_start(kt__gpu *g, int32_t l, int32_t n)
+{
+    int32_t E = g->ctx->hp.n_expert, e0 = g->L[l].mv.expert_at[0];
+    const gmat *tab = g->L[l].htab;
+    if (!(g->spare = kt__calloc((size_t)3 * n, sizeof(gmat))))
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+    for (int32_t i = 0; i < n; i++)
+        for (int r = 0; r < 3; r++) {
+            gmat *d = &g->spare[3 * i + r];
+            size_t data, scale;
+            *d = tab[(size_t)r * E + e0];
+            gmat_bytes(d, &data, &scale);
+            d->data = dalloc(g, data);
+            d->scale = scale ? dalloc(g, scale) : NULL;
+            if (!d->data || (scale && !d->scale))
+                return kt__error(KT_ERR_DEVICE_NOMEM, "GPU runtime: out of device memory "
+                                 "(expert move slots)");
+        }
+    g->n_spare = n;
+    if (kt__cuda_mover_create(&g->cmover, g->device, (size_t)4 << 20, g->err,
+                              sizeof g->err) < 0)
+        return cuda_error(g, "expert moves");
+    kt__mover_ops ops = {mover_copy, mover_finish, g->cmover};
+    return kt__mover_create(&g->mover, &ops);
+}
+
 kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
 {
     kt_gpu_options o = KT_GPU_OPTIONS_INIT;
@@ -742,6 +823,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     if (o.layerwise_tokens < -1)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: layerwise_tokens %d must be "
                          ">= -1", o.layerwise_tokens);
+    if (o.reserved)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: reserved must be 0");
     if (o.expert_fraction > 1.0f || o.mem_fraction < 0.0f || o.mem_fraction > 1.0f)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: expert_fraction %g must be "
                          "<= 1 and mem_fraction %g within 0..1", o.expert_fraction,
@@ -859,9 +942,19 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
             g->lw_f8_elems = 0;
         }
     }
+    /* spare slots for expert moves copied while steps run, as many as fit */
+    int32_t spares = 0;
+    if (o.move_slots >= 0 && cpu_experts && want > 0 && want < E && !lw_bytes &&
+        g->expert_bytes && first_moe >= 0) {
+        uint64_t left = budget > need ? budget - need : 0;
+        spares = (int32_t)KT_MIN((uint64_t)(o.move_slots ? o.move_slots : 16),
+                                 left / g->expert_bytes);
+    }
     g->n_gpu_experts = want;
     g->counting = false;
     if ((st = build(g)) < 0)
+        goto fail;
+    if (spares > 0 && (st = spares_start(g, first_moe, spares)) < 0)
         goto fail;
     if (lw_bytes) {
         size_t slot = (size_t)(lw_bytes / 2);
@@ -903,6 +996,10 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
             g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "",
             g->cublas ? ", cuBLAS prefill" : "", g->lw_buf[0] ? ", layerwise prefill" : "",
             g->feeder ? ", decode's CPU experts by flags" : "");
+    if (g->n_spare)
+        kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: %d spare expert slots (%.2f GiB): expert "
+                "moves copy while steps run", g->n_spare,
+                gib((uint64_t)g->n_spare * g->expert_bytes));
     ctx->gpu = g;
     ctx->n_past = 0;
     return KT_OK;
@@ -929,6 +1026,20 @@ uint64_t kt_context_gpu_bytes(const kt_context *ctx)
 /* ------------------------------------------------------ expert moves --- */
 
 /* Copies a host matrix into the device buffers of d (same shape and type). */
+/* One host -> device copy of a move: gathered for the mover's thread, or now. */
+static kt_status move_copy(kt__gpu *g, void *dst, const void *src, size_t bytes)
+{
+    if (!g->gathering)
+        return kt__cuda_upload(g->rt, dst, src, bytes, g->err, sizeof g->err) < 0
+                   ? cuda_error(g, "expert move") : KT_OK;
+    kt__mover_piece *p = kt__grow(g->pieces, g->n_pieces, &g->cap_pieces, sizeof *p, 64);
+    if (!p)
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory (expert moves)");
+    g->pieces = p;
+    p[g->n_pieces++] = (kt__mover_piece){dst, src, bytes};
+    return KT_OK;
+}
+
 static kt_status refill_mat(kt__gpu *g, const gmat *d, const kt__mat *m, const char *what)
 {
     if (!d->data || !m->data || d->rows != m->rows || d->cols != m->cols ||
@@ -936,16 +1047,12 @@ static kt_status refill_mat(kt__gpu *g, const gmat *d, const kt__mat *m, const c
         return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %s: shape or type differs from the "
                          "slot's (%d x %d)", what, d->rows, d->cols);
     size_t bytes = (size_t)m->rows * m->cols * type_bytes(m->type);
-    if (kt__cuda_upload(g->rt, (void *)d->data, m->data, bytes, g->err, sizeof g->err) < 0)
-        return cuda_error(g, "expert move");
-    if (d->type != KT__CUDA_W_F8)
-        return KT_OK;
+    kt_status st = move_copy(g, (void *)d->data, m->data, bytes);
+    if (st < 0 || d->type != KT__CUDA_W_F8)
+        return st;
     size_t srows = (size_t)(m->rows + m->block_rows - 1) / m->block_rows;
-    if (kt__cuda_upload(g->rt, (void *)d->scale, m->scale,
-                        srows * (size_t)d->scale_cols * type_bytes(m->scale_type), g->err,
-                        sizeof g->err) < 0)
-        return cuda_error(g, "expert move");
-    return KT_OK;
+    return move_copy(g, (void *)d->scale, m->scale,
+                     srows * (size_t)d->scale_cols * type_bytes(m->scale_type));
 }
 
 /* Expert e's matrix `role` of layer l (0 gate, 1 up, 2 down) into d. */
@@ -973,12 +1080,9 @@ static kt_status refill_expert(kt__gpu *g, const gmat *d, int32_t l, int role, i
             return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %s: shape or storage differs "
                              "from the slot's (%d x %d INT4)", what, d->rows, d->cols);
         size_t sb = (size_t)d->rows * d->scale_cols * type_bytes((kt_type)v.scale_type);
-        if (kt__cuda_upload(g->rt, (void *)d->data, v.data, (size_t)d->rows * d->cols / 2,
-                            g->err, sizeof g->err) < 0 ||
-            kt__cuda_upload(g->rt, (void *)d->scale, v.scale_data, sb, g->err,
-                            sizeof g->err) < 0)
-            return cuda_error(g, "expert move");
-        return KT_OK;
+        if ((st = move_copy(g, (void *)d->data, v.data, (size_t)d->rows * d->cols / 2)) < 0)
+            return st;
+        return move_copy(g, (void *)d->scale, v.scale_data, sb);
     }
     kt__mat m = {(int32_t)v.rows, (int32_t)v.cols, (kt_type)v.type, (void *)v.data, false,
                  v.scale_data, (kt_type)v.scale_type, (int32_t)v.block_rows,
@@ -990,6 +1094,84 @@ static int cmp_move_layer(const void *a, const void *b)
 {
     const kt_expert_move *x = a, *y = b;
     return x->layer < y->layer ? -1 : x->layer > y->layer;
+}
+
+/* A layer's moved experts go live: its device tables from the host copy, then
+ * the slot bookkeeping and the CPU backend's mask (one pointer store). */
+static kt_status publish_layer(kt__gpu *g, uint32_t l, const kt_expert_move *mv, size_t n,
+                               const int32_t *slots)
+{
+    kt_context *ctx = g->ctx;
+    int32_t E = ctx->hp.n_expert;
+    glayer *G = &g->L[l];
+    gmat *dev[3] = {G->egate, G->eup, G->edown};
+    for (int r = 0; r < 3; r++)
+        if (kt__cuda_upload(g->rt, dev[r], G->htab + (size_t)r * E, sizeof(gmat) * E, g->err,
+                            sizeof g->err) < 0)
+            return cuda_error(g, "expert move");
+    G->mask = kt__moves_commit(&G->mv, mv, n, slots);
+    return ctx->moe ? kt_moe_set_expert_mask(ctx->moe, (uint32_t)ctx->moe_index[l], G->mask)
+                    : KT_OK;
+}
+
+/* Publishes a started batch once its copies landed (wait: blocks until then):
+ * the spare slots holding the incoming experts take the outgoing experts'
+ * places in the tables and the outgoing experts' memory becomes the spares.
+ * Between steps only, with the GPU idle (nothing reads the old slots after). */
+static kt_status publish_moves(kt__gpu *g, bool wait)
+{
+    if (!g->mv_n)
+        return KT_OK;
+    kt_status st = KT_OK;
+    if (wait)
+        st = kt__mover_wait(g->mover);
+    else if (!kt__mover_poll(g->mover, &st))
+        return KT_OK;
+    size_t n = g->mv_n;
+    g->mv_n = 0;
+    if (st < 0)
+        return kt__error_prefix(st, "kt_context_gpu_move_experts: moves dropped");
+    if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
+        return cuda_error(g, "expert move");
+    int32_t E = g->ctx->hp.n_expert;
+    const kt_expert_move *mv = g->mv_batch;
+    for (size_t i = 0; i < n && st == KT_OK;) {
+        uint32_t l = mv[i].layer;
+        size_t j = i;
+        while (j < n && mv[j].layer == l)
+            j++;
+        gmat *tab = g->L[l].htab;
+        for (size_t q = i; q < j; q++)
+            for (int r = 0; r < 3; r++) {
+                gmat *in = &tab[(size_t)r * E + mv[q].expert_in];
+                gmat *out = &tab[(size_t)r * E + mv[q].expert_out];
+                gmat *spare = &g->spare[3 * q + (size_t)r];
+                *in = *spare;
+                *spare = *out;
+                memset(out, 0, sizeof *out);
+            }
+        st = publish_layer(g, l, mv + i, j - i, g->mv_slots + i);
+        i = j;
+    }
+    return st;
+}
+
+/* Whether spare slot q can hold move q's expert: shaped as the slot it leaves. */
+static bool spares_fit(const kt__gpu *g, const kt_expert_move *mv, size_t n)
+{
+    if (!g->mover || n > (size_t)g->n_spare)
+        return false;
+    int32_t E = g->ctx->hp.n_expert;
+    for (size_t q = 0; q < n; q++)
+        for (int r = 0; r < 3; r++) {
+            const gmat *a = &g->L[mv[q].layer].htab[(size_t)r * E + mv[q].expert_out];
+            const gmat *b = &g->spare[3 * q + (size_t)r];
+            if (a->rows != b->rows || a->cols != b->cols || a->type != b->type ||
+                a->scale_bf16 != b->scale_bf16 || a->block_rows != b->block_rows ||
+                a->block_cols != b->block_cols || a->scale_cols != b->scale_cols)
+                return false;
+        }
+    return true;
 }
 
 kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *moves,
@@ -1007,12 +1189,16 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
     if (g->lw_buf[0])
         return kt__error(KT_ERR_UNSUPPORTED, "kt_context_gpu_move_experts: layerwise prefill "
                          "keeps the first experts on the GPU; moves need it off");
+    /* a batch still copying lands first: the checks below see its placement */
+    kt_status st = publish_moves(g, true);
+    if (st < 0)
+        return st;
     const kt__hparams *hp = &ctx->hp;
     int32_t E = hp->n_expert;
     /* by layer (qsort is not stable: the batch checks do not depend on the order) */
     kt_expert_move *mv = kt__malloc_array(n_moves, sizeof *mv);
     int32_t *slots = kt__malloc_array(n_moves, sizeof *slots);
-    kt_status st = mv && slots ? KT_OK : kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+    st = mv && slots ? KT_OK : kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
     if (st == KT_OK) {
         memcpy(mv, moves, n_moves * sizeof *mv);
         qsort(mv, n_moves, sizeof *mv, cmp_move_layer);
@@ -1030,6 +1216,26 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
             kt__error_prefix(st, "kt_context_gpu_move_experts: layer %u", l);
         i = j;
     }
+    if (st == KT_OK && spares_fit(g, mv, n_moves)) {
+        /* into the spares by the mover's thread; published by a later forward */
+        g->gathering = true;
+        g->n_pieces = 0;
+        for (size_t q = 0; q < n_moves && st == KT_OK; q++)
+            for (int r = 0; r < 3 && st == KT_OK; r++)
+                st = refill_expert(g, &g->spare[3 * q + (size_t)r], (int32_t)mv[q].layer, r,
+                                   (int32_t)mv[q].expert_in);
+        g->gathering = false;
+        if (st == KT_OK && (st = kt__mover_start(g->mover, g->pieces, g->n_pieces)) == KT_OK) {
+            kt__free(g->mv_batch);
+            kt__free(g->mv_slots);
+            g->mv_batch = mv, g->mv_slots = slots, g->mv_n = n_moves;
+            return KT_OK;
+        }
+        kt__free(mv);
+        kt__free(slots);
+        return st;
+    }
+    /* no spares for them: into the outgoing experts' memory, now */
     if (st == KT_OK && kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
         st = cuda_error(g, "expert move");
     for (size_t i = 0; i < n_moves && st == KT_OK;) {
@@ -1037,8 +1243,7 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
         size_t j = i;
         while (j < n_moves && mv[j].layer == l)
             j++;
-        glayer *G = &g->L[l];
-        gmat *tab = G->htab;
+        gmat *tab = g->L[l].htab;
         /* weights of expert_in into expert_out's buffers, then the table entries */
         for (size_t q = i; q < j && st == KT_OK; q++) {
             int32_t in = (int32_t)mv[q].expert_in, out = (int32_t)mv[q].expert_out;
@@ -1049,21 +1254,21 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
                 memset(&tab[(size_t)r * E + out], 0, sizeof(gmat));
             }
         }
-        gmat *dev[3] = {G->egate, G->eup, G->edown};
-        for (int r = 0; r < 3 && st == KT_OK; r++)
-            if (kt__cuda_upload(g->rt, dev[r], tab + (size_t)r * E, sizeof(gmat) * E, g->err,
-                                sizeof g->err) < 0)
-                st = cuda_error(g, "expert move");
-        if (st == KT_OK) {
-            G->mask = kt__moves_commit(&G->mv, mv + i, j - i, slots + i);
-            if (ctx->moe)
-                st = kt_moe_set_expert_mask(ctx->moe, (uint32_t)ctx->moe_index[l], G->mask);
-        }
+        if (st == KT_OK)
+            st = publish_layer(g, l, mv + i, j - i, slots + i);
         i = j;
     }
     kt__free(mv);
     kt__free(slots);
     return st;
+}
+
+kt_status kt_context_gpu_move_wait(kt_context *ctx)
+{
+    if (!ctx || !ctx->gpu)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_move_wait: the context does not "
+                         "run on a GPU (kt_context_use_gpu)");
+    return publish_moves(ctx->gpu, true);
 }
 
 /* ------------------------------------------------------------- forward --- */
@@ -1701,6 +1906,10 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
     if (T > g->Tm)
         return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: %d tokens exceed the chunk %d", T,
                          g->Tm);
+    /* expert moves whose copies landed go live between steps */
+    kt_status mst = publish_moves(g, false);
+    if (mst < 0)
+        return mst;
     double t_start = g->trace ? now_s() : 0;
     g->tr_done = 0; /* gaps are counted within a forward */
     g->phase = T > 1;

@@ -49,5 +49,5 @@ KT_ABI_TAGGED(kt_template_options, 8)
 KT_ABI_TAGGED(kt_template_render_options, 24)
 KT_ABI_PLAIN(kt_chat_message, 24)
 /* kt/gpu.h */
-KT_ABI_TAGGED(kt_gpu_options, 32)
+KT_ABI_TAGGED(kt_gpu_options, 40)
 KT_ABI_TAGGED(kt_gpu_limits, 40)

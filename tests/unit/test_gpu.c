@@ -22,6 +22,7 @@
 static uint32_t g_gpu_flags;  /* kt_gpu_options.flags for the next open_gpu */
 static int32_t g_lw_tokens;   /* kt_gpu_options.layerwise_tokens for the next open_gpu */
 static int32_t g_n_ctx = 256; /* kt_context_options.n_ctx for the next open_gpu */
+static int32_t g_move_slots;  /* kt_gpu_options.move_slots for the next open_gpu */
 
 static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_model **model)
 {
@@ -41,6 +42,7 @@ static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_m
     go.expert_fraction = frac;
     go.flags = g_gpu_flags;
     go.layerwise_tokens = g_lw_tokens;
+    go.move_slots = g_move_slots;
     if (kt_context_use_gpu(ctx, &go) < 0)
         fail_msg("kt_context_use_gpu(%s): %s", dir, kt_last_error());
     assert_int_equal(kt_context_gpu(ctx), 0);
@@ -310,6 +312,7 @@ static void test_expert_moves(void **state)
     kt_expert_move twice[2] = {mv[0], mv[0]};
     assert_int_equal(kt_context_gpu_move_experts(ctx, twice, 2), KT_ERR_INVALID_ARG);
     assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
+    assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
     assert_int_equal(kt_context_gpu_experts(ctx), n_gpu);
     run_logits(ctx, &r, pre, dec);
     float dp = max_abs_diff(pre, pre0, TV), dd = max_abs_diff(dec, dec0, TV);
@@ -320,6 +323,7 @@ static void test_expert_moves(void **state)
         mv[i].expert_out = t;
     }
     assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
+    assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
     float *pre2 = calloc(TV, sizeof(float)), *dec2 = calloc(TV, sizeof(float));
     run_logits(ctx, &r, pre2, dec2);
     float bp = max_abs_diff(pre2, pre0, TV), bd = max_abs_diff(dec2, dec0, TV);
@@ -597,6 +601,89 @@ static void test_budget(void **state)
     kt_model_free(model);
 }
 
+/* Expert moves copied while steps run (kt_gpu_options.move_slots): a context
+ * whose moves go through spare slots (decode steps running while the copies
+ * land) ends with the same placement as one whose moves copy before they
+ * return (move_slots < 0) and as one with too few spares (1 slot: the blocking
+ * path): logits bit-identical after kt_context_gpu_move_wait, and identical to
+ * the start after moving back; a second batch while one copies waits for it. */
+static void test_expert_moves_async(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
+    ref_data r;
+    ref_load(&r, dir);
+    enum { N_CTX = 3 };
+    static const int32_t slots[N_CTX] = {-1, 0, 1};
+    kt_model *model[N_CTX];
+    kt_context *ctx[N_CTX];
+    for (int c = 0; c < N_CTX; c++) {
+        g_move_slots = slots[c];
+        ctx[c] = open_gpu(dir, KT_PRECISION_FAST, 0.5f, &model[c]);
+    }
+    g_move_slots = 0;
+    int32_t E = ctx[0]->hp.n_expert;
+    size_t TV = (size_t)r.T * r.V;
+    float *pre[N_CTX], *dec[N_CTX], *pre0 = calloc(TV, sizeof(float)),
+          *dec0 = calloc(TV, sizeof(float)), *step = calloc((size_t)r.V, sizeof(float));
+    for (int c = 0; c < N_CTX; c++) {
+        pre[c] = calloc(TV, sizeof(float));
+        dec[c] = calloc(TV, sizeof(float));
+    }
+    run_logits(ctx[0], &r, pre0, dec0);
+    kt_expert_move mv[128];
+    size_t n = 0;
+    for (int32_t l = 0; l < ctx[0]->hp.n_layer && n + 2 <= 128; l++)
+        if (ctx[0]->hp.layer_moe[l]) {
+            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1), 0, 0, 0};
+            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 3), 2, 0, 0};
+        }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int c = 0; c < N_CTX; c++) {
+            kt_context_reset(ctx[c]);
+            assert_int_equal(kt_context_gpu_move_experts(ctx[c], mv, n), KT_OK);
+            /* steps go on while the copies land (either placement is a valid one) */
+            for (int32_t t = 0; t < r.T; t++)
+                assert_int_equal(kt_context_eval(ctx[c], &r.prompt[t], 1, step, 0), KT_OK);
+            if (c == 1 && pass == 0) {
+                /* a second batch first waits for the first: moving the same experts back
+                 * and forth again is valid only once the first has landed */
+                kt_expert_move back[128], again[128];
+                for (size_t i = 0; i < n; i++) {
+                    back[i] = mv[i], again[i] = mv[i];
+                    back[i].expert_in = mv[i].expert_out, back[i].expert_out = mv[i].expert_in;
+                }
+                assert_int_equal(kt_context_gpu_move_experts(ctx[c], back, n), KT_OK);
+                assert_int_equal(kt_context_gpu_move_experts(ctx[c], again, n), KT_OK);
+            }
+            assert_int_equal(kt_context_gpu_move_wait(ctx[c]), KT_OK);
+            assert_int_equal(kt_context_gpu_move_wait(ctx[c]), KT_OK); /* none pending */
+            run_logits(ctx[c], &r, pre[c], dec[c]);
+        }
+        float d1 = max_abs_diff(pre[1], pre[0], TV), d2 = max_abs_diff(pre[2], pre[0], TV);
+        float e1 = max_abs_diff(dec[1], dec[0], TV), e2 = max_abs_diff(dec[2], dec[0], TV);
+        float back = max_abs_diff(dec[1], dec0, TV);
+        print_message("  pass %d, %zu moves: spare slots vs blocking: %.3g / %.3g (prefill / "
+                      "decode), one slot vs blocking %.3g / %.3g; against the start %.3g\n",
+                      pass, n, d1, e1, d2, e2, back);
+        assert_true(d1 == 0 && e1 == 0 && d2 == 0 && e2 == 0);
+        if (pass == 1)
+            assert_true(back <= 1e-4f && max_abs_diff(pre[1], pre0, TV) <= 1e-4f);
+        for (size_t i = 0; i < n; i++) { /* the second pass moves them back */
+            uint32_t t = mv[i].expert_in;
+            mv[i].expert_in = mv[i].expert_out;
+            mv[i].expert_out = t;
+        }
+    }
+    for (int c = 0; c < N_CTX; c++) {
+        free(pre[c]), free(dec[c]);
+        kt_context_free(ctx[c]);
+        kt_model_free(model[c]);
+    }
+    free(pre0), free(dec0), free(step);
+    ref_free(&r);
+}
+
 int main(void)
 {
     if (kt_gpu_count() < 1) {
@@ -624,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_fused_decode),
         cmocka_unit_test(test_gemv_decode),
         cmocka_unit_test(test_l2_qk_decode),
+        cmocka_unit_test(test_expert_moves_async),
     };
     /* KT_TEST_FILTER=test_qwen3*: a subset (compute-sanitizer runs are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
