@@ -136,6 +136,25 @@ KT_API kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_mo
  * Since 0.1. */
 KT_API kt_status kt_context_gpu_move_wait(kt_context *ctx);
 
+/* Lets the context move experts by itself. Every routed id the CPU MoE
+ * backend sees (each hybrid step hands it all of a layer's ids) feeds a
+ * kt_rebalancer (opts; NULL: KT_REBALANCER_OPTIONS_INIT) kept over the GPU's
+ * current placement; the first kt_context_eval after every_tokens more routed
+ * tokens asks it for moves (at most the spare slots) and starts them as
+ * kt_context_gpu_move_experts does (copied while the next steps run). 0 turns
+ * it off. KT_ERR_UNSUPPORTED without spare slots: routed experts on one side
+ * only, layerwise prefill on, kt_gpu_options.move_slots < 0 or no room in the
+ * budget. The same observer makes kt_context_set_expert_stats and
+ * kt_context_set_route_trace see the steps whose CPU experts run on the
+ * backend (with every expert on the GPU the routes stay on the device).
+ * Since 0.1. */
+KT_API kt_status kt_context_gpu_rebalance(kt_context *ctx, uint32_t every_tokens,
+                                          const kt_rebalancer_options *opts);
+
+/* Expert moves published so far: batches and experts (either may be NULL;
+ * zeros without a GPU). Since 0.1. */
+KT_API void kt_context_gpu_moved(const kt_context *ctx, uint64_t *batches, uint64_t *experts);
+
 /* A device's limits, measured (the yardsticks of kt-bench e2e and of the
  * layerwise-prefill threshold). */
 typedef struct kt_gpu_limits {

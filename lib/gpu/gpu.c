@@ -88,6 +88,21 @@ kt_status kt_context_gpu_move_wait(kt_context *ctx)
     return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: this libkt was built without CUDA "
                      "(meson -Dcuda=enabled)");
 }
+kt_status kt_context_gpu_rebalance(kt_context *ctx, uint32_t every_tokens,
+                                   const kt_rebalancer_options *opts)
+{
+    (void)ctx, (void)every_tokens, (void)opts;
+    return kt__error(KT_ERR_UNSUPPORTED, "GPU runtime: this libkt was built without CUDA "
+                     "(meson -Dcuda=enabled)");
+}
+void kt_context_gpu_moved(const kt_context *ctx, uint64_t *batches, uint64_t *experts)
+{
+    (void)ctx;
+    if (batches)
+        *batches = 0;
+    if (experts)
+        *experts = 0;
+}
 void kt__gpu_free(kt_context *ctx) { (void)ctx; }
 kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
                           bool all_logits)
@@ -199,6 +214,18 @@ struct kt__gpu {
     kt_expert_move *mv_batch; /* the started batch, by layer */
     int32_t *mv_slots;
     size_t mv_n;
+    uint64_t moved_batches, moved_experts; /* published so far */
+    /* the routes the CPU backend sees (its route observer, on a worker): the
+     * context's statistics and trace, and kt_context_gpu_rebalance's rebalancer
+     * over a placement kept equal to the GPU's */
+    int32_t *moe_layer;       /* [MoE index]: the engine layer; NULL: not observed */
+    int32_t n_moe_layers;
+    kt_placement *rb_place;
+    kt_rebalancer *rb;
+    kt_expert_move *rb_moves; /* [n_spare] */
+    uint32_t rb_every;        /* tokens between plans; 0: off */
+    uint64_t rb_seen;         /* tokens routed (the first MoE layer's tasks count them) */
+    uint64_t rb_advanced, rb_planned_at;
     double cpu_s, cpu_pairs;  /* CPU experts' time over the routed pairs they served (chunks) */
     /* KT_GPU_TRACE=1: where the time goes, [0] decode steps, [1] larger chunks;
      * logged when the runtime is freed */
@@ -645,6 +672,12 @@ static void gpu_destroy(kt__gpu *g)
                 i ? "chunks" : "decode steps", (long long)g->pr_steps[i],
                 all / (double)g->pr_steps[i], line);
     }
+    if (g->moe_layer && g->ctx && g->ctx->moe)
+        kt__moe_set_route_observer(g->ctx->moe, NULL, NULL);
+    kt_rebalancer_free(g->rb);
+    kt_placement_free(g->rb_place);
+    kt__free(g->rb_moves);
+    kt__free(g->moe_layer);
     kt__mover_free(g->mover); /* a batch still copying lands first */
     kt__cuda_mover_free(g->cmover);
     kt__free(g->spare);
@@ -804,6 +837,40 @@ static kt_status spares_start(kt__gpu *g, int32_t l, int32_t n)
         return cuda_error(g, "expert moves");
     kt__mover_ops ops = {mover_copy, mover_finish, g->cmover};
     return kt__mover_create(&g->mover, &ops);
+}
+
+/* The CPU backend's route observer (on the worker that starts a layer's task,
+ * the ids final): the context's statistics and trace, and the rebalancer. */
+static void route_seen(void *arg, uint32_t moe_layer, const int32_t *ids, int32_t T, int32_t k)
+{
+    kt__gpu *g = arg;
+    if (moe_layer >= (uint32_t)g->n_moe_layers)
+        return;
+    int32_t l = g->moe_layer[moe_layer];
+    kt_context *ctx = g->ctx;
+    if (ctx->route_stats || ctx->route_trace)
+        (void)kt__route_observe(ctx, l, ids, T); /* bad ids: the backend reports them */
+    if (g->rb) {
+        (void)kt_rebalancer_observe(g->rb, (uint32_t)l, ids, (size_t)T * (size_t)k);
+        if (moe_layer == 0)
+            g->rb_seen += (uint64_t)T;
+    }
+}
+
+/* The backend's MoE indices back to engine layers, and the observer. */
+static kt_status observe_routes(kt__gpu *g)
+{
+    kt_context *ctx = g->ctx;
+    const kt__hparams *hp = &ctx->hp;
+    if (!(g->moe_layer = kt__calloc((size_t)hp->n_layer, sizeof(int32_t))))
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        if (ctx->moe_index[l] >= 0 && ctx->moe_index[l] < hp->n_layer) {
+            g->moe_layer[ctx->moe_index[l]] = l;
+            g->n_moe_layers = KT_MAX(g->n_moe_layers, ctx->moe_index[l] + 1);
+        }
+    kt__moe_set_route_observer(ctx->moe, route_seen, g);
+    return KT_OK;
 }
 
 kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
@@ -984,6 +1051,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     }
     if (ctx->moe && want < E && n_moe > 0 && (st = feeder_start(g)) < 0)
         goto fail;
+    if (ctx->moe && want < E && n_moe > 0 && ctx->moe_index && (st = observe_routes(g)) < 0)
+        goto fail;
     /* the attention kernel's shared memory for n_ctx scores, set outside any capture */
     kt__cuda_attn none;
     memset(&none, 0, sizeof none);
@@ -1153,6 +1222,8 @@ static kt_status publish_moves(kt__gpu *g, bool wait)
         st = publish_layer(g, l, mv + i, j - i, g->mv_slots + i);
         i = j;
     }
+    if (st == KT_OK)
+        g->moved_batches++, g->moved_experts += n;
     return st;
 }
 
@@ -1258,6 +1329,8 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
             st = publish_layer(g, l, mv + i, j - i, slots + i);
         i = j;
     }
+    if (st == KT_OK)
+        g->moved_batches++, g->moved_experts += n_moves;
     kt__free(mv);
     kt__free(slots);
     return st;
@@ -1269,6 +1342,101 @@ kt_status kt_context_gpu_move_wait(kt_context *ctx)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_move_wait: the context does not "
                          "run on a GPU (kt_context_use_gpu)");
     return publish_moves(ctx->gpu, true);
+}
+
+void kt_context_gpu_moved(const kt_context *ctx, uint64_t *batches, uint64_t *experts)
+{
+    const kt__gpu *g = ctx ? ctx->gpu : NULL;
+    if (batches)
+        *batches = g ? g->moved_batches : 0;
+    if (experts)
+        *experts = g ? g->moved_experts : 0;
+}
+
+static void rebalance_off(kt__gpu *g)
+{
+    kt_rebalancer_free(g->rb);
+    kt_placement_free(g->rb_place);
+    kt__free(g->rb_moves);
+    g->rb = NULL, g->rb_place = NULL, g->rb_moves = NULL;
+    g->rb_every = 0;
+}
+
+kt_status kt_context_gpu_rebalance(kt_context *ctx, uint32_t every_tokens,
+                                   const kt_rebalancer_options *opts)
+{
+    if (!ctx || !ctx->gpu)
+        return kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_rebalance: the context does not "
+                         "run on a GPU (kt_context_use_gpu)");
+    kt__gpu *g = ctx->gpu;
+    rebalance_off(g);
+    if (every_tokens == 0)
+        return KT_OK;
+    if (!g->n_spare || !g->moe_layer)
+        return kt__error(KT_ERR_UNSUPPORTED, "kt_context_gpu_rebalance: needs routed experts on "
+                         "both the GPU and the CPU and spare slots for the moves "
+                         "(kt_gpu_options.move_slots >= 0, layerwise prefill off, room in the "
+                         "budget)");
+    kt_status st = publish_moves(g, true);
+    if (st < 0)
+        return st;
+    /* a placement equal to the GPU's: its experts per layer, then each layer's slots */
+    const kt__hparams *hp = &ctx->hp;
+    uint8_t *moe_layers = kt__calloc((size_t)hp->n_layer, 1);
+    if (!moe_layers)
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        moe_layers[l] = hp->layer_moe[l] && g->L[l].htab;
+    kt_placement_options po = KT_PLACEMENT_OPTIONS_INIT;
+    po.strategy = KT_PLACEMENT_UNIFORM;
+    po.budget = KT_BUDGET_PER_LAYER;
+    po.per_layer = (uint32_t)g->n_gpu_experts;
+    st = kt_placement_create(&g->rb_place, (uint32_t)hp->n_layer, (uint32_t)hp->n_expert,
+                             moe_layers, &po);
+    kt__free(moe_layers);
+    for (int32_t l = 0; l < hp->n_layer && st == KT_OK; l++) {
+        if (!hp->layer_moe[l] || !g->L[l].htab)
+            continue;
+        for (int32_t e = 0; e < hp->n_expert && st == KT_OK; e++) {
+            int32_t on = g->L[l].mv.slot_of[e] >= 0;
+            if (kt_placement_on_gpu(g->rb_place, (uint32_t)l, (uint32_t)e) != on)
+                st = kt_placement_set(g->rb_place, (uint32_t)l, (uint32_t)e, on);
+        }
+    }
+    if (st == KT_OK)
+        st = kt_rebalancer_create(&g->rb, g->rb_place, NULL, opts);
+    if (st == KT_OK && !(g->rb_moves = kt__malloc_array((size_t)g->n_spare,
+                                                        sizeof *g->rb_moves)))
+        st = kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+    if (st < 0) {
+        rebalance_off(g);
+        return st;
+    }
+    g->rb_every = every_tokens;
+    g->rb_advanced = g->rb_planned_at = g->rb_seen;
+    return KT_OK;
+}
+
+/* kt_context_gpu_rebalance's turn, between steps: the tokens routed since the
+ * last step decay the history; every rb_every tokens, with no batch copying,
+ * the rebalancer's best moves start (copied while the next steps run). */
+static kt_status rebalance_step(kt__gpu *g)
+{
+    uint64_t seen = g->rb_seen;
+    if (seen > g->rb_advanced) {
+        kt_rebalancer_advance(g->rb, seen - g->rb_advanced);
+        g->rb_advanced = seen;
+    }
+    if (g->mv_n || seen - g->rb_planned_at < g->rb_every)
+        return KT_OK;
+    g->rb_planned_at = seen;
+    size_t n = 0;
+    kt_status st = kt_rebalancer_plan(g->rb, g->rb_moves, (size_t)g->n_spare, &n);
+    if (st < 0 || n == 0)
+        return st;
+    if ((st = kt_context_gpu_move_experts(g->ctx, g->rb_moves, n)) < 0)
+        return st;
+    return kt_rebalancer_apply(g->rb, g->rb_moves, n);
 }
 
 /* ------------------------------------------------------------- forward --- */
@@ -1908,6 +2076,8 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
                          g->Tm);
     /* expert moves whose copies landed go live between steps */
     kt_status mst = publish_moves(g, false);
+    if (mst == KT_OK && g->rb)
+        mst = rebalance_step(g);
     if (mst < 0)
         return mst;
     double t_start = g->trace ? now_s() : 0;

@@ -55,7 +55,8 @@ typedef struct moe_layer {
 
 typedef struct moe_task {
     kt_moe_backend *moe;
-    uint32_t layer;
+    uint32_t layer;        /* the backend's slot */
+    uint32_t asked;        /* the caller's layer index (the route observer's) */
     kt_moe_io io;
 } moe_task;
 
@@ -117,6 +118,8 @@ struct kt_moe_backend {
     /* [nth][2]: when each worker started and finished its last task (seconds,
      * CLOCK_MONOTONIC); NULL unless kt__moe_stamp_enable() (KT_GPU_TRACE) */
     double *stamp;
+    kt__moe_route_fn route_fn;     /* kt__moe_set_route_observer; NULL: none */
+    void *route_arg;
     /* [nth][PROF_N] seconds per part of a call, + 1 call count; NULL unless
      * KT_MOE_PROFILE is set (printed when the backend is freed) */
     double *prof;
@@ -1500,6 +1503,8 @@ static void run_chunks(moe_task *task, int tid)
         }
         return;
     }
+    if (tid == 0 && moe->route_fn && !(task->io.flags & KT_MOE_IO_IDS_I64))
+        moe->route_fn(moe->route_arg, task->asked, task->io.ids, T, (int32_t)task->io.top_k);
     for (int32_t t0 = 0; t0 == 0 || t0 < T; t0 += moe->max_t) {
         moe_task chunk = *task;
         int n = T - t0 < moe->max_t ? T - t0 : moe->max_t;
@@ -1571,6 +1576,7 @@ kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io
     moe_task *task = &moe->tasks[seq % KT_MOE_QUEUE_DEPTH];
     task->moe = moe;
     task->layer = slot;
+    task->asked = layer;
     task->io = *io;
     if (!kt__pool_post(moe->pool, run_task, task))
         return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);
@@ -1601,6 +1607,13 @@ kt_status kt__moe_stamp_enable(kt_moe_backend *moe)
     if (!moe->stamp && !(moe->stamp = kt__calloc((size_t)moe->nth * 2, sizeof(double))))
         return kt__error(KT_ERR_NOMEM, "moe: out of memory for task stamps");
     return KT_OK;
+}
+
+void kt__moe_set_route_observer(kt_moe_backend *moe, kt__moe_route_fn fn, void *arg)
+{
+    kt_moe_wait(moe, 0); /* no task reads the pointers while they change */
+    moe->route_fn = fn;
+    moe->route_arg = arg;
 }
 
 bool kt__moe_task_stamps(const kt_moe_backend *moe, double *first_start, double *last_start,

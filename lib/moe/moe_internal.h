@@ -77,4 +77,14 @@ kt_status kt__moe_stamp_enable(kt_moe_backend *moe);
 bool kt__moe_task_stamps(const kt_moe_backend *moe, double *first_start, double *last_start,
                          double *last_end);
 
+/* Route observer: fn(arg, layer, ids, n_tokens, top_k) for every task (layer
+ * as the caller submitted it), on the worker that starts it, before any
+ * expert runs (the ids are then final: a CUDA graph or a hand-over by flags
+ * has written them), with int32 ids only (int64 ones are not passed on). The
+ * GPU runtime feeds its rebalancer and the context's routing statistics from
+ * it. Set between tasks (it waits for the pending ones); NULL fn removes it. */
+typedef void (*kt__moe_route_fn)(void *arg, uint32_t layer, const int32_t *ids,
+                                 int32_t n_tokens, int32_t top_k);
+void kt__moe_set_route_observer(kt_moe_backend *moe, kt__moe_route_fn fn, void *arg);
+
 #endif /* KT_MOE_INTERNAL_H */

@@ -3,6 +3,7 @@
  * graph after the first step) and greedy ids, with 0%, 50% and 100% of the
  * routed experts on the GPU (the rest on the CPU MoE backend, overlapped);
  * the demo model's greedy text as the CPU engine's. Exits 77 without a GPU. */
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -684,6 +685,61 @@ static void test_expert_moves_async(void **state)
     ref_free(&r);
 }
 
+/* kt_context_gpu_rebalance: with half the experts on the GPU, the context
+ * observes the routes its CPU backend sees (the expert statistics attached to
+ * it count every token and pair of every MoE layer, as on the CPU), moves the
+ * experts the run uses by itself, and the logits stay with transformers'. */
+static void test_gpu_rebalance(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
+    ref_data r;
+    ref_load(&r, dir);
+    kt_model *model;
+    kt_context *ctx = open_gpu(dir, KT_PRECISION_FAST, 0.5f, &model);
+    const kt__hparams *hp = &ctx->hp;
+    kt_expert_stats *stats = NULL;
+    assert_int_equal(kt_expert_stats_create(&stats, (uint32_t)hp->n_layer,
+                                            (uint32_t)hp->n_expert), KT_OK);
+    assert_int_equal(kt_context_set_expert_stats(ctx, stats), KT_OK);
+    kt_rebalancer_options ro = KT_REBALANCER_OPTIONS_INIT;
+    ro.hysteresis = 1.0, ro.move_cost_pairs = 0.1, ro.half_life_tokens = 64;
+    assert_int_equal(kt_context_gpu_rebalance(ctx, 2, &ro), KT_OK);
+    size_t TV = (size_t)r.T * r.V;
+    float *pre = calloc(TV, sizeof(float)), *dec = calloc(TV, sizeof(float));
+    uint64_t batches = 0, experts = 0;
+    for (int round = 0; round < 3; round++) {
+        run_logits(ctx, &r, pre, dec);
+        assert_true(rows_within(pre, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+        assert_true(rows_within(dec, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+    }
+    assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
+    kt_context_gpu_moved(ctx, &batches, &experts);
+    /* every token of the three rounds (prefill T, then T steps) and its k pairs */
+    uint64_t tokens = kt_expert_stats_tokens(stats);
+    double pairs = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        for (int32_t e = 0; e < hp->n_expert; e++)
+            pairs += kt_expert_stats_count(stats, (uint32_t)l, (uint32_t)e);
+    print_message("  qwen3_moe_tiny fast, 50%%: %" PRIu64 " experts moved in %" PRIu64
+                  " batches; statistics: %" PRIu64 " tokens, %.0f pairs\n", experts, batches,
+                  tokens, pairs);
+    assert_true(batches > 0 && experts > 0);
+    assert_int_equal(tokens, (uint64_t)6 * r.T);
+    assert_true(pairs == (double)tokens * hp->n_expert_used * hp->n_layer);
+    /* after the moves: still transformers' logits */
+    run_logits(ctx, &r, pre, dec);
+    assert_true(rows_within(pre, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+    assert_true(rows_within(dec, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+    assert_int_equal(kt_context_gpu_rebalance(ctx, 0, NULL), KT_OK); /* off */
+    assert_int_equal(kt_context_set_expert_stats(ctx, NULL), KT_OK);
+    kt_expert_stats_free(stats);
+    free(pre), free(dec);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
 int main(void)
 {
     if (kt_gpu_count() < 1) {
@@ -712,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_gemv_decode),
         cmocka_unit_test(test_l2_qk_decode),
         cmocka_unit_test(test_expert_moves_async),
+        cmocka_unit_test(test_gpu_rebalance),
     };
     /* KT_TEST_FILTER=test_qwen3*: a subset (compute-sanitizer runs are slow) */
     const char *filter = getenv("KT_TEST_FILTER");

@@ -2,6 +2,7 @@
 #include "run_engine.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,10 @@ const char run_engine_help[] =
     "                           chunks of N+ tokens run every expert on the GPU, the\n"
     "                           CPU-resident ones copied in layer by layer; auto: when\n"
     "                           the measured copy beats the measured CPU (default off)\n"
+    "  --gpu-rebalance N        every N routed tokens, move the experts the run uses most\n"
+    "                           onto the GPU and the least used off it (copied while\n"
+    "                           decode goes on; needs experts on both sides; default 0:\n"
+    "                           the placement stays as loaded)\n"
     "  --gpu-mla-naive          MLA decode on the GPU expands k/v for every cached\n"
     "                           position (default: latent space, as a CUDA graph)\n"
     "  --gpu-no-cublas          every GPU product on libkt's own kernels (default:\n"
@@ -182,6 +187,9 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         o->layerwise_tokens = (int32_t)n;
         return 1;
     }
+    if (opt_match(argc, argv, i, "--gpu-rebalance", true, &v, &bad))
+        return !bad && opt_parse_i64(tool, "--gpu-rebalance", v, 0, INT32_MAX, &o->rebalance)
+                   ? 1 : -1;
     if (!strcmp(argv[*i], "--gpu-mla-naive")) {
         o->mla_naive = true;
         return 1;
@@ -312,6 +320,11 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
             run_engine_close(e);
             return false;
         }
+        if (o->rebalance && kt_context_gpu_rebalance(e->ctx, (uint32_t)o->rebalance, NULL) < 0) {
+            fprintf(stderr, "%s: %s: --gpu-rebalance: %s\n", tool, path, kt_last_error());
+            run_engine_close(e);
+            return false;
+        }
         if (o->verbose)
             fprintf(stderr, "%s: %s: GPU %d, %d experts per layer on it, %.2f GiB\n", tool,
                     path, kt_context_gpu(e->ctx), kt_context_gpu_experts(e->ctx),
@@ -370,6 +383,11 @@ bool run_encode(run_engine *e, const char *text, size_t len, int32_t **ids, size
 
 void run_engine_close(run_engine *e)
 {
+    uint64_t batches = 0, experts = 0;
+    kt_context_gpu_moved(e->ctx, &batches, &experts);
+    if (batches)
+        fprintf(stderr, "%s: %" PRIu64 " experts moved between the CPU and the GPU in %" PRIu64
+                " batches (--gpu-rebalance)\n", e->path ? e->path : "model", experts, batches);
     kt_tokenizer_free(e->tok);
     kt_context_free(e->ctx);
     kt_model_free(e->model);

@@ -29,6 +29,7 @@ typedef struct run_engine_opts {
     bool mla_naive;           /* --gpu-mla-naive                               */
     bool no_cublas;           /* --gpu-no-cublas                               */
     int32_t layerwise_tokens; /* --kt-gpu-prefill-token-threshold (-1 auto)    */
+    int64_t rebalance;        /* --gpu-rebalance N (tokens between plans; 0 off) */
     bool cublas;              /* --gpu-cublas                                  */
 } run_engine_opts;
 
