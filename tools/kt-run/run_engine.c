@@ -48,8 +48,9 @@ const char run_engine_help[] =
     "                           the measured copy beats the measured CPU (default off)\n"
     "  --gpu-rebalance N        every N routed tokens, move the experts the run uses most\n"
     "                           onto the GPU and the least used off it (copied while\n"
-    "                           decode goes on; needs experts on both sides; default 0:\n"
-    "                           the placement stays as loaded)\n"
+    "                           decode goes on; needs experts on both sides; 8 is what\n"
+    "                           kt-bench placement scores as 'dynamic'; default 0: the\n"
+    "                           placement stays as loaded)\n"
     "  --gpu-mla-naive          MLA decode on the GPU expands k/v for every cached\n"
     "                           position (default: latent space, as a CUDA graph)\n"
     "  --gpu-no-cublas          every GPU product on libkt's own kernels (default:\n"
@@ -320,7 +321,11 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
             run_engine_close(e);
             return false;
         }
-        if (o->rebalance && kt_context_gpu_rebalance(e->ctx, (uint32_t)o->rebalance, NULL) < 0) {
+        /* the settings `kt-bench placement` scores as `dynamic` (docs/placement.md) */
+        kt_rebalancer_options ro = KT_REBALANCER_OPTIONS_INIT;
+        ro.half_life_tokens = 256;
+        ro.horizon_tokens = 1024;
+        if (o->rebalance && kt_context_gpu_rebalance(e->ctx, (uint32_t)o->rebalance, &ro) < 0) {
             fprintf(stderr, "%s: %s: --gpu-rebalance: %s\n", tool, path, kt_last_error());
             run_engine_close(e);
             return false;
