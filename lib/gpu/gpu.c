@@ -1165,6 +1165,15 @@ static int cmp_move_layer(const void *a, const void *b)
     return x->layer < y->layer ? -1 : x->layer > y->layer;
 }
 
+/* End of the run of moves (sorted by layer) that starts at i: all of one layer. */
+static size_t layer_end(const kt_expert_move *mv, size_t n, size_t i)
+{
+    size_t j = i;
+    while (j < n && mv[j].layer == mv[i].layer)
+        j++;
+    return j;
+}
+
 /* A layer's moved experts go live: its device tables from the host copy, then
  * the slot bookkeeping and the CPU backend's mask (one pointer store). */
 static kt_status publish_layer(kt__gpu *g, uint32_t l, const kt_expert_move *mv, size_t n,
@@ -1206,9 +1215,7 @@ static kt_status publish_moves(kt__gpu *g, bool wait)
     const kt_expert_move *mv = g->mv_batch;
     for (size_t i = 0; i < n && st == KT_OK;) {
         uint32_t l = mv[i].layer;
-        size_t j = i;
-        while (j < n && mv[j].layer == l)
-            j++;
+        size_t j = layer_end(mv, n, i);
         gmat *tab = g->L[l].htab;
         for (size_t q = i; q < j; q++)
             for (int r = 0; r < 3; r++) {
@@ -1277,9 +1284,7 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
     /* check every layer's batch before anything changes */
     for (size_t i = 0; i < n_moves && st == KT_OK;) {
         uint32_t l = mv[i].layer;
-        size_t j = i;
-        while (j < n_moves && mv[j].layer == l)
-            j++;
+        size_t j = layer_end(mv, n_moves, i);
         if (l >= (uint32_t)hp->n_layer || !hp->layer_moe[l] || !g->L[l].htab)
             st = kt__error(KT_ERR_INVALID_ARG, "kt_context_gpu_move_experts: layer %u has no "
                            "routed experts on the GPU", l);
@@ -1311,9 +1316,7 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
         st = cuda_error(g, "expert move");
     for (size_t i = 0; i < n_moves && st == KT_OK;) {
         uint32_t l = mv[i].layer;
-        size_t j = i;
-        while (j < n_moves && mv[j].layer == l)
-            j++;
+        size_t j = layer_end(mv, n_moves, i);
         gmat *tab = g->L[l].htab;
         /* weights of expert_in into expert_out's buffers, then the table entries */
         for (size_t q = i; q < j && st == KT_OK; q++) {
