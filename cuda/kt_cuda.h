@@ -87,6 +87,12 @@ enum { KT__CUDA_SIDE_WAIT_FREED = 0, KT__CUDA_SIDE_COPIED = 1, KT__CUDA_MAIN_WAI
 int kt__cuda_side_enable(kt__cuda_rt *rt, char *err, size_t err_size);
 int kt__cuda_side_copy(kt__cuda_rt *rt, void *dst, const void *src, size_t bytes);
 int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what);
+/* Pinned staging pieces for those copies: kt__cuda_side_stage(piece, QUEUED)
+ * marks the piece's copy just queued on the side stream; (piece, WAIT) blocks
+ * the calling thread until that copy has read the piece (so it may be refilled). */
+#define KT__CUDA_STAGES 4
+enum { KT__CUDA_STAGE_QUEUED = 0, KT__CUDA_STAGE_WAIT = 1 };
+int kt__cuda_side_stage(kt__cuda_rt *rt, int piece, int what);
 /* fn(arg) on CUDA's host thread once the stream reaches it (cudaLaunchHostFunc) */
 int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg);
 /* The hybrid decode's flags (cuda/hybrid.cu, lib/gpu/feeder.h), in place of
@@ -305,6 +311,7 @@ typedef struct kt__cuda_group_args {
     float *h;                             /* device scratch [T·k][I] */
     float *y;                             /* device scratch [T·k][H] */
     float *out;                           /* [T][H], added to */
+    int32_t e_end;                        /* > 0: experts from e_end on skipped */
 } kt__cuda_group_args;
 int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_args *a);
 

@@ -43,6 +43,7 @@ struct kt__cuda_rt {
     /* layerwise prefill: weights copied on a side stream into two slots */
     cudaStream_t side;
     cudaEvent_t copied[2], freed[2];
+    cudaEvent_t staged[KT__CUDA_STAGES]; /* a staging piece's copy, queued on side */
     size_t attn_smem; /* dynamic shared memory the attention kernel was allowed */
     int split_smem_set; /* the split attention kernel's larger tiles allowed */
     /* device counters of finished blocks ("the last block to finish does the
@@ -229,6 +230,10 @@ extern "C" void kt__cuda_rt_free(kt__cuda_rt *rt)
             cudaEventDestroy(rt->copied[i]);
             cudaEventDestroy(rt->freed[i]);
         }
+        for (int i = 0; i < KT__CUDA_STAGES; i++) {
+            if (rt->staged[i])
+                cudaEventDestroy(rt->staged[i]);
+        }
         cudaStreamDestroy(rt->side);
     }
     if (rt->prof_ev) {
@@ -394,6 +399,9 @@ extern "C" int kt__cuda_side_enable(kt__cuda_rt *rt, char *err, size_t err_size)
         CK(cudaEventCreateWithFlags(&rt->copied[i], cudaEventDisableTiming), "cudaEventCreate");
         CK(cudaEventCreateWithFlags(&rt->freed[i], cudaEventDisableTiming), "cudaEventCreate");
     }
+    for (int i = 0; i < KT__CUDA_STAGES; i++)
+        CK(cudaEventCreateWithFlags(&rt->staged[i], cudaEventDisableTiming | cudaEventBlockingSync),
+           "cudaEventCreate");
     return 0;
 }
 
@@ -423,6 +431,15 @@ extern "C" int kt__cuda_side_fence(kt__cuda_rt *rt, int slot, int what)
         break;
     }
     return e == cudaSuccess ? 0 : -1;
+}
+
+extern "C" int kt__cuda_side_stage(kt__cuda_rt *rt, int piece, int what)
+{
+    flush_pending(rt);
+    cudaEvent_t ev = rt->staged[piece % KT__CUDA_STAGES];
+    if (what == KT__CUDA_STAGE_QUEUED)
+        return cudaEventRecord(ev, rt->side) == cudaSuccess ? 0 : -1;
+    return cudaEventSynchronize(ev) == cudaSuccess ? 0 : -1;
 }
 
 extern "C" int kt__cuda_host_fn(kt__cuda_rt *rt, void (*fn)(void *), void *arg)
@@ -3546,18 +3563,20 @@ extern "C" int kt__cuda_combine(kt__cuda_rt *rt, float *out, int32_t T, int32_t 
 #define GRP_SMEM (GRP_BM * GRP_CLD * 4)
 
 /* One block over n = T·k routed ids: the pairs whose expert has a device matrix
- * counted per expert, then route[e] = first row of expert e (route[E] = rows in
- * all), route[E + 1 + e] = its first tile of GRP_BM rows (route[2E + 1] = tiles
- * in all), perm[row] = pair, slot[pair] = row or -1. Rows within an expert come
- * in any order: each row's products do not depend on the others. */
-__global__ void k_group_route(const int32_t *ids, int32_t n, int32_t E, const kt__cuda_mat *tab,
-                              int32_t *route, int32_t *perm, int32_t *slot)
+ * (and, with e_end > 0, an id below e_end) counted per expert, then
+ * route[e] = first row of expert e (route[E] = rows in all), route[E + 1 + e] =
+ * its first tile of GRP_BM rows (route[2E + 1] = tiles in all), perm[row] =
+ * pair, slot[pair] = row or -1. Rows within an expert come in any order: each
+ * row's products do not depend on the others. */
+__global__ void k_group_route(const int32_t *ids, int32_t n, int32_t E, int32_t e_end,
+                              const kt__cuda_mat *tab, int32_t *route, int32_t *perm,
+                              int32_t *slot)
 {
     __shared__ int32_t cnt[KT__CUDA_MAX_EXPERTS], next[KT__CUDA_MAX_EXPERTS];
     __shared__ unsigned char on[KT__CUDA_MAX_EXPERTS];
     for (int32_t e = threadIdx.x; e < E; e += blockDim.x) {
         cnt[e] = 0;
-        on[e] = tab[e].data != NULL;
+        on[e] = tab[e].data != NULL && (e_end <= 0 || e < e_end);
     }
     __syncthreads();
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -3705,8 +3724,8 @@ extern "C" int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_ar
         return 1;
     if (n <= 0)
         return 0;
-    k_group_route<<<1, 1024, 0, rt->stream>>>(a->ids, n, E, a->gate, a->route, a->perm,
-                                              a->slot);
+    k_group_route<<<1, 1024, 0, rt->stream>>>(a->ids, n, E, a->e_end, a->gate, a->route,
+                                              a->perm, a->slot);
     /* tiles: sum of ceil(cnt_e / BM) <= n / BM + E */
     unsigned tiles = (unsigned)((n + GRP_BM - 1) / GRP_BM + E);
     dim3 gi(tiles, (unsigned)((a->I + GRP_BN - 1) / GRP_BN));

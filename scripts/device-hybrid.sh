@@ -28,6 +28,18 @@
 #            06:30 internal error in the 0 % case follows ($OUT/isolate.log)
 #   deep     the long row at 48 layers for each value of KT_GPU_HYBRID in
 #            $DEEP_VALS (default "gated hostfn")
+#   prefill  48 layers, KT_GPU_TRACE=1: hybrid prefill 2048 at 50 and 0 %, then
+#            layerwise at 50 and 0 % for 2048 and 8192 tokens, every CPU-resident
+#            expert copied (--layerwise 64) and auto (after the hybrid warm-up),
+#            pageable copies (KT_GPU_LW_COPY=pageable) at 50 %, one 8192-token
+#            chunk (--batch 8192) at 50 %
+#   lwab     48 layers, KT_GPU_TRACE=1: layerwise prefill (--layerwise 64) with
+#            the staged copies (the default) at 50 and 0 % for 2048 and 8192
+#            tokens, then with the driver's pageable copies at 50 % (2048)
+#   lwtest   test_gpu's test_layerwise and test_grouped_device
+#   isopar   test_qwen3_moe under racecheck, the variants in $ISOPAR (each
+#            "label:ENV=V,...:sanitizer args", at most ~6) as processes at once,
+#            each cut at $ISO_LIMIT s (default 75); $OUT/isopar-LABEL.log
 #   extra    kt-bench e2e with $EXTRA (default: DeepSeek-V3 INT4 rows)
 # Each stage starts only while $LIMIT seconds (default 170) are not spent.
 # Logs in $OUT (hybrid.log, test_gpu.log, racecheck.log).
@@ -96,6 +108,49 @@ for stage in ${STAGES:-base phases profile extra}; do
             row "48 layers KT_GPU_HYBRID=$v" KT_GPU_TRACE=1 KT_GPU_HYBRID=$v \
                 timeout $(($(left) - 5)) $K e2e --dir /mnt/kt --keep --model qwen3-30b-a3b \
                 --prompts 2048 --no-cpu-row --budgets ${HB:-50} $L
+        done ;;
+    prefill)
+        D="$K e2e --dir /mnt/kt --keep --model qwen3-30b-a3b --no-cpu-row --gen 8"
+        row "hybrid 48" KT_GPU_TRACE=1 timeout 90 $D --budgets 50,0 --prompts 2048 \
+            --warmup 2048
+        row "layerwise 48" KT_GPU_TRACE=1 timeout 60 $D --budgets 50,0 --prompts 2048,8192 \
+            --warmup 2048 --layerwise 64
+        row "layerwise auto 48" KT_GPU_TRACE=1 timeout 60 $D --budgets 50,0 \
+            --prompts 2048,8192 --warmup 2048 --layerwise auto
+        row "layerwise pageable" KT_GPU_TRACE=1 KT_GPU_LW_COPY=pageable timeout 30 $D --budgets 50 \
+            --prompts 2048 --layerwise 64
+        row "layerwise batch 8192" KT_GPU_TRACE=1 timeout 30 $D --budgets 50 \
+            --prompts 8192 --batch 8192 --layerwise 64 ;;
+    lwab)
+        D="$K e2e --dir /mnt/kt --keep --model qwen3-30b-a3b --no-cpu-row --gen 8"
+        row "layerwise staged 48" KT_GPU_TRACE=1 timeout 70 $D --budgets 50,0 \
+            --prompts 2048,8192 --warmup 2048 --layerwise 64
+        row "layerwise pageable 48" KT_GPU_TRACE=1 KT_GPU_LW_COPY=pageable timeout 30 $D \
+            --budgets 50 --prompts 2048 --layerwise 64 ;;
+    lwtest)
+        for t in test_layerwise test_grouped_device; do
+            KT_TEST_FILTER=$t timeout 60 "$BIN/tests/unit/test_gpu" >>"$OUT/lwtest.log" 2>&1
+            echo "# $t rc=$? ($(date -u +%T))" >>"$log"
+        done
+        grep -E "^\[  (PASSED|FAILED)|experts on the GPU|Failure|ERROR" "$OUT/lwtest.log" \
+            >>"$log" ;;
+    isopar)
+        [ "$(left)" -gt 40 ] || continue
+        pids=
+        for v in $ISOPAR; do
+            lab=${v%%:*}; rest=${v#*:}; envs=$(echo "${rest%%:*}" | tr , ' ')
+            san=$(echo "${rest#*:}" | tr , ' ')
+            (env $envs KT_TEST_FILTER=test_qwen3_moe timeout "${ISO_LIMIT:-75}" \
+                compute-sanitizer --tool racecheck $san "$BIN/tests/unit/test_gpu" \
+                >"$OUT/isopar-$lab.log" 2>&1; echo "rc=$?" >>"$OUT/isopar-$lab.log") &
+            pids="$pids $!"
+        done
+        wait $pids
+        for v in $ISOPAR; do
+            lab=${v%%:*}
+            echo "== $v" >>"$OUT/isolate.log"
+            grep -E "experts on the GPU|Internal|hazard|SUMMARY|^rc=|PASSED|FAILED" \
+                "$OUT/isopar-$lab.log" | head -12 >>"$OUT/isolate.log"
         done ;;
     extra)
         lim=$(($(left) - 30))

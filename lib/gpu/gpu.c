@@ -193,12 +193,27 @@ struct kt__gpu {
      * described for the products by the host tables lw_tab[slot] */
     int32_t lw_tokens;        /* option: > 0 threshold, -1 auto, 0 off */
     bool lw_on;               /* this chunk runs layerwise */
+    int32_t lw_cut;           /* it copies experts [n_gpu_experts, lw_cut); the CPU the rest */
     int32_t lw_i;             /* MoE layers done in this chunk */
     void *lw_buf[2];
     gmat *lw_tab[2];
     gmat lw_proto[3];         /* shape and type of a CPU expert's gate, up, down */
     size_t lw_off[6], lw_bytes[6], lw_expert_bytes, lw_f8_elems;
     int32_t *moe_next;        /* [n_layer + 1]: next MoE layer after l ([n_layer]: first) */
+    /* device [n_layer][3E]: each MoE layer's tables as a layerwise chunk sees them
+     * (its GPU-resident experts and its slot's copies) for the device-grouped
+     * products; NULL: the host-sorted path (FP8 / INT4 experts) */
+    gmat *lw_dtab;
+    /* how the copies read the model's mapping (KT_GPU_LW_COPY): through pinned
+     * staging pieces the MoE workers fill (staged, the default: lw_stage, pieces
+     * of lw_piece_experts experts), or as it is (pageable: the driver stages on
+     * the launching thread) */
+    char *lw_stage;
+    size_t lw_piece_bytes;
+    int32_t lw_piece_experts;
+    uint64_t lw_pieces;       /* pieces queued so far (the next one's index) */
+    struct lw_seg *lw_segs;   /* [6 · CPU-resident experts]: one layer's copies */
+    double lw_gbs;            /* one layer's copies timed at setup (GB/s), 0: not */
     double up_bytes, up_s;    /* weights uploaded at setup and the time: host -> device rate */
     /* expert moves copied while steps run (lib/gpu/mover.h): spare[3 * i + role]
      * is spare slot i's gate, up, down (device memory, shaped as every GPU
@@ -239,6 +254,9 @@ struct kt__gpu {
      * GPU's share between one layer's wait and the next submit (gap) */
     bool tr_stamps;
     double tr_done, tr_wake[2], tr_spread[2], tr_run[2], tr_notify[2], tr_gap[2];
+    /* layerwise chunks: calls, tokens, time, and the host's time queuing copies */
+    int64_t tr_lw_calls, tr_lw_tokens;
+    double tr_lw_fwd, tr_lw_queue, tr_lw_bytes, tr_lw_streamed;
     int64_t tr_gaps[2];
     uint64_t tr_cpus;         /* CPUs the host-function thread submitted from (bit c % 64) */
     int tr_bound;             /* CPUs it was bound to (kt__pool_bind_spare), -1: not bound */
@@ -280,6 +298,7 @@ static double now_s(void)
 }
 
 static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e);
+static kt_status lw_setup(kt__gpu *g);
 
 /* ------------------------------------------------------------- memory --- */
 
@@ -654,6 +673,14 @@ static void gpu_destroy(kt__gpu *g)
                     1e3 * g->tr_notify[i] / g->tr_layers[i],
                     g->tr_gaps[i] ? 1e3 * g->tr_gap[i] / g->tr_gaps[i] : 0.0,
                     (unsigned long long)g->tr_cpus, g->tr_bound);
+    if (g->trace && g->tr_lw_calls)
+        kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime trace: layerwise chunks: %lld calls, "
+                "%lld tokens, %.3f s; %.1f of %d CPU-resident experts a layer copied (the CPU "
+                "the rest), %.2f GB, the host %.3f s queuing them (%s; setup's one-layer copy "
+                "%.1f GB/s)", (long long)g->tr_lw_calls, (long long)g->tr_lw_tokens,
+                g->tr_lw_fwd, g->tr_lw_streamed / (double)g->tr_lw_calls,
+                g->ctx->hp.n_expert - g->n_gpu_experts, g->tr_lw_bytes / 1e9, g->tr_lw_queue,
+                g->lw_stage ? "staged" : "pageable", g->lw_gbs);
     for (int i = 0; g->prof && i < 2; i++) {
         if (!g->pr_steps[i])
             continue;
@@ -713,6 +740,8 @@ static void gpu_destroy(kt__gpu *g)
     kt__cuda_host_free(g->gperm_h);
     kt__cuda_host_free(g->gslot_h);
     kt__free(g->gcount);
+    kt__free(g->lw_segs);
+    kt__cuda_host_free(g->lw_stage);
     kt__free(g->lw_tab[0]);
     kt__free(g->lw_tab[1]);
     kt__free(g->moe_next);
@@ -1002,9 +1031,11 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         if ((st = lw_layout(g, first_moe, want)) < 0)
             goto fail;
         lw_bytes = 2 * (uint64_t)(E - want) * g->lw_expert_bytes;
-        if (need + lw_bytes > budget) {
+        /* and the device-grouped products' tables, [n_layer][3E] */
+        uint64_t lw_tabs = (uint64_t)hp->n_layer * 3 * E * sizeof(gmat);
+        if (need + lw_bytes + lw_tabs > budget) {
             kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: layerwise prefill needs %.2f GiB more "
-                    "than the budget holds: off", gib(need + lw_bytes - budget));
+                    "than the budget holds: off", gib(need + lw_bytes + lw_tabs - budget));
             lw_bytes = 0;
             g->lw_f8_elems = 0;
         }
@@ -1038,6 +1069,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
             st = cuda_error(g, "layerwise copies");
             goto fail;
         }
+        if ((st = lw_setup(g)) < 0)
+            goto fail;
     }
     if (g->prof && kt__cuda_prof_enable(g->rt, g->err, sizeof g->err) < 0) {
         st = cuda_error(g, "phase timing");
@@ -1444,6 +1477,9 @@ static kt_status rebalance_step(kt__gpu *g)
 
 /* ------------------------------------------------------------- forward --- */
 
+/* chunks from which the CPU experts' time per routed pair is measured */
+#define LW_RATE_MIN_T 128
+
 /* The runtime a host-function thread was last bound for. */
 static _Thread_local const kt__gpu *bound_for;
 
@@ -1477,6 +1513,14 @@ static void cpu_submit(kt__gpu *g, int32_t layer)
     io.ids = (const int32_t *)(g->xn_h + rows);
     io.w = g->xn_h + rows + pairs;
     io.out = g->out_h;
+    if (g->lw_on) {
+        /* a layerwise chunk that left the CPU experts from lw_cut on: the ones
+         * copied to the GPU hidden from the backend */
+        int32_t *ids = (int32_t *)(g->xn_h + rows);
+        for (size_t i = 0; i < pairs; i++)
+            if (ids[i] < g->lw_cut)
+                ids[i] = -1;
+    }
     if (kt_moe_submit(ctx->moe, (uint32_t)ctx->moe_index[layer], &io) < 0 && !g->cb_status) {
         snprintf(g->cb_err, sizeof g->cb_err, "%s", kt_last_error());
         g->cb_status = -1;
@@ -1504,12 +1548,14 @@ static void submit_cpu(void *p)
 /* Counts of a layer's CPU experts that ended by t1, waited for from t0. */
 static void cpu_account(kt__gpu *g, double t0, double t1)
 {
-    if (g->phase) {
-        /* the CPU's time per routed pair, for the layerwise decision */
+    if (*g->T_h >= LW_RATE_MIN_T) {
+        /* the CPU's time per routed pair, for the layerwise decision (chunks whose
+         * experts see several tokens each: a few tokens' cost is the weights' read) */
         const kt__hparams *hp = &g->ctx->hp;
+        int32_t first = g->lw_on ? g->lw_cut : g->n_gpu_experts;
         g->cpu_s += t1 - g->tr_submit;
-        g->cpu_pairs += (double)*g->T_h * hp->n_expert_used *
-                        (double)(hp->n_expert - g->n_gpu_experts) / hp->n_expert;
+        g->cpu_pairs += (double)*g->T_h * hp->n_expert_used * (double)(hp->n_expert - first) /
+                        hp->n_expert;
     }
     if (g->trace) {
         g->tr_block[g->phase] += t1 - t0;
@@ -1755,7 +1801,7 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *t
     memset(cnt, 0, sizeof(int32_t) * (size_t)(E + 1));
     for (int32_t i = 0; i < n; i++) {
         int32_t e = g->gids_h[i];
-        if (e >= 0 && e < E && (all || G->mask[e]))
+        if (e >= 0 && e < E && (all ? tab[e].data != NULL : G->mask[e]))
             cnt[e]++;
     }
     int32_t P = 0;
@@ -1765,7 +1811,7 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *t
     }
     for (int32_t i = 0; i < n; i++) {
         int32_t e = g->gids_h[i];
-        if (e >= 0 && e < E && (all || G->mask[e])) {
+        if (e >= 0 && e < E && (all ? tab[e].data != NULL : G->mask[e])) {
             g->gperm_h[off[e]] = i;
             g->gslot_h[i] = off[e]++;
         } else {
@@ -1804,41 +1850,122 @@ static kt_status experts_grouped(kt__gpu *g, int32_t l, int32_t T, const gmat *t
 }
 
 /* The GPU experts of a chunk grouped on the device (kt__cuda_experts_grouped:
- * the pairs sorted there, three launches for all experts, no host sync); false
- * when that path does not apply and experts_grouped has to run them. */
-static bool experts_grouped_dev(kt__gpu *g, int32_t l, int32_t T)
+ * the pairs sorted there, three launches for all experts, no host sync), from
+ * the layer's own tables or, layerwise, from the device tables tab [3][E];
+ * false when that path does not apply and experts_grouped has to run them. */
+static bool experts_grouped_dev(kt__gpu *g, int32_t l, int32_t T, const gmat *tab)
 {
     const kt__hparams *hp = &g->ctx->hp;
     const glayer *G = &g->L[l];
-    if (!g->group_dev || !G->grp_dev || !G->egate)
+    int32_t E = hp->n_expert;
+    if (!g->group_dev || (!tab && (!G->grp_dev || !G->egate)))
         return false;
     kt__cuda_group_args a;
     memset(&a, 0, sizeof a);
-    a.gate = G->egate, a.up = G->eup, a.down = G->edown;
+    if (tab)
+        a.gate = tab, a.up = tab + E, a.down = tab + 2 * (size_t)E;
+    else
+        a.gate = G->egate, a.up = G->eup, a.down = G->edown;
     a.x = g->xn, a.x_stride = hp->n_embd;
     a.ids = route_ids(g, T), a.w = route_w(g, T);
     a.T = T, a.H = hp->n_embd, a.I = hp->n_ff_exp, a.k = hp->n_expert_used, a.E = hp->n_expert;
     a.oai = hp->gptoss_act, a.alpha = hp->act_alpha, a.limit = hp->act_limit;
     a.route = g->groute, a.perm = g->gperm, a.slot = g->gslot;
+    a.e_end = tab ? g->lw_cut : 0;
     a.h = g->eh, a.y = g->gy, a.out = g->out;
     return kt__cuda_experts_grouped(g->rt, &a) == 0;
 }
 
-/* Layerwise prefill: queue the copies of MoE layer l's CPU-resident experts into
- * `slot` on the side stream (after the main stream freed it) and describe them
- * in lw_tab[slot], next to the layer's GPU-resident ones. */
+/* CPU-resident expert e's part r (gate, up, down) as layerwise `slot` holds it */
+static gmat lw_entry(const kt__gpu *g, int slot, int32_t e, int r)
+{
+    char *base = (char *)g->lw_buf[slot] + (size_t)(e - g->n_gpu_experts) * g->lw_expert_bytes;
+    gmat t = g->lw_proto[r];
+    t.data = base + g->lw_off[2 * r];
+    if (t.type == KT__CUDA_W_F8 || t.type == KT__CUDA_W_I4)
+        t.scale = base + g->lw_off[2 * r + 1];
+    return t;
+}
+
+/* One part of a CPU-resident expert to copy: slot offset, source, bytes */
+typedef struct lw_seg {
+    size_t off;
+    const void *src;
+    size_t bytes;
+} lw_seg;
+
+/* A staging piece's share of the MoE workers: the segments' bytes within slot
+ * offsets [lo, hi), split evenly between the workers, copied from the model's
+ * mapping into the pinned piece dst (which mirrors [lo, hi) of the slot). */
+typedef struct lw_stage_job {
+    const lw_seg *seg;
+    size_t n_seg, lo, hi;
+    char *dst;
+    int n_workers;
+} lw_stage_job;
+
+static void stage_job(void *ctx, int tid)
+{
+    const lw_stage_job *j = ctx;
+    size_t span = j->hi - j->lo;
+    size_t a0 = j->lo + span * (size_t)tid / (size_t)j->n_workers;
+    size_t a1 = j->lo + span * (size_t)(tid + 1) / (size_t)j->n_workers;
+    for (size_t i = 0; i < j->n_seg; i++) {
+        const lw_seg *sg = &j->seg[i];
+        size_t s0 = KT_MAX(sg->off, a0), s1 = KT_MIN(sg->off + sg->bytes, a1);
+        if (s0 < s1)
+            memcpy(j->dst + (s0 - j->lo), (const char *)sg->src + (s0 - sg->off), s1 - s0);
+    }
+}
+
+/* The segments of one layer (n, in slot order) through the pinned staging
+ * pieces: the MoE workers copy a piece's experts from the model's mapping,
+ * then the piece goes to the slot on the side stream while they fill the
+ * next; a piece is refilled once its copy has read it. */
+static kt_status lw_staged(kt__gpu *g, int slot, size_t n)
+{
+    kt__cuda_rt *rt = g->rt;
+    struct kt_pool *pool = kt__moe_backend_pool(g->ctx->moe);
+    size_t eb = g->lw_expert_bytes;
+    char *base = g->lw_buf[slot];
+    size_t si = 0;
+    for (int32_t e0 = g->n_gpu_experts; e0 < g->lw_cut; e0 += g->lw_piece_experts) {
+        int32_t e1 = KT_MIN(e0 + g->lw_piece_experts, g->lw_cut);
+        size_t lo = (size_t)(e0 - g->n_gpu_experts) * eb, hi = (size_t)(e1 - g->n_gpu_experts) * eb;
+        size_t s1 = si;
+        while (s1 < n && g->lw_segs[s1].off < hi)
+            s1++;
+        int piece = (int)(g->lw_pieces++ % KT__CUDA_STAGES);
+        char *stage = g->lw_stage + (size_t)piece * g->lw_piece_bytes;
+        if (kt__cuda_side_stage(rt, piece, KT__CUDA_STAGE_WAIT) < 0)
+            return kt__error(KT_ERR_IO, "GPU runtime: layerwise staging: a copy failed");
+        lw_stage_job j = {g->lw_segs + si, s1 - si, lo, hi, stage, kt__pool_n_threads(pool)};
+        kt__pool_run(pool, stage_job, &j);
+        if (kt__cuda_side_copy(rt, base + lo, stage, hi - lo) < 0 ||
+            kt__cuda_side_stage(rt, piece, KT__CUDA_STAGE_QUEUED) < 0)
+            return kt__error(KT_ERR_IO, "GPU runtime: layerwise staging: a copy failed");
+        si = s1;
+    }
+    return KT_OK;
+}
+
+/* Layerwise prefill: queue the copies of MoE layer l's CPU-resident experts
+ * [n_gpu_experts, lw_cut) into `slot` on the side stream (after the main
+ * stream freed it) and describe them in lw_tab[slot], next to the layer's
+ * GPU-resident ones: through the pinned staging pieces (lw_stage), or straight
+ * from the model's mapping (pageable: the driver stages). */
 static kt_status lw_copy(kt__gpu *g, int32_t l, int slot)
 {
     const kt__hparams *hp = &g->ctx->hp;
     int32_t E = hp->n_expert;
     kt__cuda_rt *rt = g->rt;
     gmat *tab = g->lw_tab[slot];
+    double t0 = g->trace ? now_s() : 0;
     memcpy(tab, g->L[l].htab, sizeof(gmat) * 3 * (size_t)E);
-    kt__cuda_side_fence(rt, slot, KT__CUDA_SIDE_WAIT_FREED);
     const kt_role roles[3] = {KT_ROLE_EXPERT_GATE, KT_ROLE_EXPERT_UP, KT_ROLE_EXPERT_DOWN};
-    for (int32_t e = g->n_gpu_experts; e < E; e++) {
-        char *base = (char *)g->lw_buf[slot] + (size_t)(e - g->n_gpu_experts) *
-                                                   g->lw_expert_bytes;
+    const char *base = g->lw_buf[slot];
+    size_t n = 0;
+    for (int32_t e = g->n_gpu_experts; e < g->lw_cut; e++) {
         for (int r = 0; r < 3; r++) {
             kt_tensor_view v;
             memset(&v, 0, sizeof v);
@@ -1852,21 +1979,33 @@ static kt_status lw_copy(kt__gpu *g, int32_t l, int slot)
                 return kt__error(KT_ERR_FORMAT, "GPU runtime: %s: shape or size differs from "
                                  "the other experts' (layerwise prefill)", v.name);
             gmat *t = &tab[(size_t)r * E + e];
-            *t = *p;
-            t->data = base + g->lw_off[2 * r];
-            if (kt__cuda_side_copy(rt, (void *)t->data, v.data, g->lw_bytes[2 * r]) < 0)
-                return kt__error(KT_ERR_IO, "GPU runtime: layerwise copy of %s failed", v.name);
-            if (p->type == KT__CUDA_W_F8 || p->type == KT__CUDA_W_I4) {
-                t->scale = base + g->lw_off[2 * r + 1];
-                if (!v.scale_data || kt__cuda_side_copy(rt, (void *)t->scale, v.scale_data,
-                                                        g->lw_bytes[2 * r + 1]) < 0)
-                    return kt__error(KT_ERR_IO, "GPU runtime: layerwise copy of %s's scales "
-                                     "failed", v.name);
-            }
+            *t = lw_entry(g, slot, e, r);
+            if (t->scale && !v.scale_data)
+                return kt__error(KT_ERR_FORMAT, "GPU runtime: %s: no scales (layerwise "
+                                 "prefill)", v.name);
+            g->lw_segs[n++] = (lw_seg){(size_t)((const char *)t->data - base), v.data,
+                                       g->lw_bytes[2 * r]};
+            if (t->scale)
+                g->lw_segs[n++] = (lw_seg){(size_t)((const char *)t->scale - base),
+                                           v.scale_data, g->lw_bytes[2 * r + 1]};
         }
     }
+    kt__cuda_side_fence(rt, slot, KT__CUDA_SIDE_WAIT_FREED);
+    kt_status st = KT_OK;
+    if (g->lw_stage) {
+        st = lw_staged(g, slot, n);
+    } else {
+        for (size_t i = 0; i < n && st == KT_OK; i++)
+            if (kt__cuda_side_copy(rt, (char *)g->lw_buf[slot] + g->lw_segs[i].off,
+                                   g->lw_segs[i].src, g->lw_segs[i].bytes) < 0)
+                st = kt__error(KT_ERR_IO, "GPU runtime: layerwise copy of layer %d failed", l);
+    }
     kt__cuda_side_fence(rt, slot, KT__CUDA_SIDE_COPIED);
-    return KT_OK;
+    if (g->trace) {
+        g->tr_lw_queue += now_s() - t0;
+        g->tr_lw_bytes += (double)(g->lw_cut - g->n_gpu_experts) * g->lw_expert_bytes;
+    }
+    return st;
 }
 
 /* One CPU-resident expert's parts as the slots hold them (from layer l, expert e):
@@ -1919,6 +2058,81 @@ static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e)
     return KT_OK;
 }
 
+/* Layerwise prefill's setup once the slots exist: the device tables of the
+ * device-grouped products (BF16 experts), the CPU-resident experts' pages
+ * locked, and one layer's copies timed (the rate `auto` weighs the CPU's time
+ * against). */
+static kt_status lw_setup(kt__gpu *g)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    int32_t E = hp->n_expert;
+    size_t n = (size_t)3 * E;
+    bool dev = g->group_dev;
+    for (int r = 0; r < 3; r++)
+        dev = dev && g->lw_proto[r].type == KT__CUDA_W_BF16 && g->lw_proto[r].cols % 8 == 0;
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        dev = dev && (!hp->layer_moe[l] || g->L[l].grp_dev);
+    if (dev) {
+        gmat *h = kt__malloc_array(n, sizeof *h);
+        g->lw_dtab = dalloc(g, sizeof(gmat) * n * (size_t)hp->n_layer);
+        if (!h || !g->lw_dtab) {
+            kt__free(h);
+            return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory (layerwise tables)");
+        }
+        for (int32_t l = 0, i = 0; l < hp->n_layer; l++) {
+            if (!hp->layer_moe[l])
+                continue;
+            memcpy(h, g->L[l].htab, sizeof(gmat) * n);
+            for (int32_t e = g->n_gpu_experts; e < E; e++)
+                for (int r = 0; r < 3; r++)
+                    h[(size_t)r * E + e] = lw_entry(g, i % 2, e, r);
+            i++;
+            if (kt__cuda_upload(g->rt, g->lw_dtab + (size_t)l * n, h, sizeof(gmat) * n, g->err,
+                                sizeof g->err) < 0) {
+                kt__free(h);
+                return cuda_error(g, "layerwise tables");
+            }
+        }
+        kt__free(h);
+    }
+    int32_t N = E - g->n_gpu_experts;
+    if (!(g->lw_segs = kt__malloc_array((size_t)6 * N + 1, sizeof *g->lw_segs)))
+        return KT_ERR_NOMEM;
+    const char *cm = getenv("KT_GPU_LW_COPY");
+    struct kt_pool *pool = kt__moe_backend_pool(g->ctx->moe);
+    kt_status st = KT_OK;
+    if (!(cm && !strcmp(cm, "pageable")) && pool) {
+        /* pieces of about 32 MB, whole experts */
+        g->lw_piece_experts = (int32_t)KT_MAX((size_t)1, ((size_t)32 << 20) / g->lw_expert_bytes);
+        g->lw_piece_experts = KT_MIN(g->lw_piece_experts, N);
+        g->lw_piece_bytes = (size_t)g->lw_piece_experts * g->lw_expert_bytes;
+        g->lw_stage = kt__cuda_host_alloc(KT__CUDA_STAGES * g->lw_piece_bytes);
+        if (!g->lw_stage)
+            kt__log(g->ctx->rt, KT_LOG_INFO, "GPU runtime: layerwise prefill: no pinned staging "
+                    "(%zu bytes); the driver stages the copies", KT__CUDA_STAGES *
+                    g->lw_piece_bytes);
+    }
+    /* timed the second time (the first one also maps the pages in) */
+    g->lw_cut = E;
+    double t0 = 0;
+    for (int i = 0; i < 2; i++) {
+        t0 = now_s();
+        if ((st = lw_copy(g, g->moe_next[hp->n_layer], 0)) < 0)
+            return st;
+        kt__cuda_side_fence(g->rt, 0, KT__CUDA_MAIN_WAIT_COPIED);
+        if (kt__cuda_sync(g->rt, g->err, sizeof g->err) < 0)
+            return cuda_error(g, "layerwise copies");
+    }
+    double bytes = (double)(E - g->n_gpu_experts) * g->lw_expert_bytes, s = now_s() - t0;
+    g->lw_gbs = s > 0 ? bytes / s / 1e9 : 0;
+    g->tr_lw_queue = g->tr_lw_bytes = 0;
+    kt__log(g->ctx->rt, g->trace ? KT_LOG_WARN : KT_LOG_INFO, "GPU runtime: layerwise "
+            "prefill: a layer's %.2f GB of CPU-resident experts copied in %.2f ms (%.1f GB/s, "
+            "%s), %s products", bytes / 1e9, 1e3 * s, g->lw_gbs,
+            g->lw_stage ? "staged" : "pageable", g->lw_dtab ? "device-grouped" : "host-sorted");
+    return KT_OK;
+}
+
 /* x += MoE(xn); xn = RMSNorm(x) with next_norm (the add and the norm folded into
  * the last launch before them where that applies) */
 static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
@@ -1928,7 +2142,7 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
     const glayer *G = &g->L[l];
     int32_t H = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
     kt__cuda_rt *rt = g->rt;
-    bool cpu = ctx->moe && g->n_gpu_experts < E && !g->lw_on;
+    bool cpu = ctx->moe && g->n_gpu_experts < E && (!g->lw_on || g->lw_cut < E);
     int32_t kind = hp->router == KT__ROUTER_SOFTMAX_TOPK    ? KT__CUDA_ROUTER_SOFTMAX_TOPK
                    : hp->router == KT__ROUTER_SIGMOID_BIAS ? KT__CUDA_ROUTER_SIGMOID_BIAS
                                                             : KT__CUDA_ROUTER_TOPK_SOFTMAX;
@@ -1975,7 +2189,14 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
     if (g->lw_on) {
         /* layerwise: every expert on the GPU, the next MoE layer's copy queued behind */
         int slot = g->lw_i % 2;
-        kt_status st = experts_grouped(g, l, T, g->lw_tab[slot], slot);
+        bool dev = false;
+        if (g->lw_dtab) {
+            kt__cuda_side_fence(rt, slot, KT__CUDA_MAIN_WAIT_COPIED);
+            dev = experts_grouped_dev(g, l, T, g->lw_dtab + (size_t)l * 3 * E);
+            if (dev)
+                kt__cuda_side_fence(rt, slot, KT__CUDA_MAIN_FREED);
+        }
+        kt_status st = dev ? KT_OK : experts_grouped(g, l, T, g->lw_tab[slot], slot);
         if (st < 0)
             return st;
         g->lw_i++;
@@ -1983,7 +2204,7 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
         if (next >= 0 && (st = lw_copy(g, next, g->lw_i % 2)) < 0)
             return st;
     } else if (g->n_gpu_experts > 0 && T >= g->gemm_min_t) {
-        kt_status st = experts_grouped_dev(g, l, T) ? KT_OK
+        kt_status st = experts_grouped_dev(g, l, T, NULL) ? KT_OK
                                                      : experts_grouped(g, l, T, G->htab, -1);
         if (st < 0)
             return st;
@@ -2070,6 +2291,45 @@ static kt_status enqueue(kt__gpu *g, int32_t T, int32_t P, bool all_logits)
     return KT_OK;
 }
 
+/* Whether this chunk of T tokens runs layerwise, and which CPU-resident experts
+ * it copies in: layerwise when the CPU would take longer over the chunk's
+ * experts of a layer than copying them in (both measured), or from the explicit
+ * threshold. With both rates measured and the device-grouped products, the
+ * CPU keeps the share of the experts that balances its time against the
+ * copies of the rest ([lw_cut, E): ids below lw_cut hidden from it), unless
+ * KT_GPU_LW_SPLIT=0. */
+static void lw_plan(kt__gpu *g, int32_t T)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    int32_t E = hp->n_expert, N = E - g->n_gpu_experts;
+    g->lw_on = false;
+    g->lw_cut = E;
+    if (!g->lw_buf[0] || T < 2)
+        return;
+    bool measured = g->cpu_pairs > 0 && g->up_s > 0;
+    /* per CPU-resident expert of a layer: the CPU's time over this chunk's pairs,
+     * and the copy (the rate timed at setup, else the weights' upload) */
+    double cpu = measured ? (double)T * hp->n_expert_used / E * (g->cpu_s / g->cpu_pairs) : 0;
+    double rate = g->lw_gbs > 0 ? 1e9 * g->lw_gbs : g->up_bytes / g->up_s;
+    double copy = measured ? (double)g->lw_expert_bytes / rate : 0;
+    if (g->lw_tokens > 0)
+        g->lw_on = T >= g->lw_tokens;
+    else if (measured)
+        g->lw_on = cpu > copy;
+    const char *sp = getenv("KT_GPU_LW_SPLIT");
+    /* test hook: KT_GPU_LW_STREAM=n copies n of them, the CPU the rest */
+    const char *fs = getenv("KT_GPU_LW_STREAM");
+    /* (not with staged copies: the MoE workers fill the staging pieces) */
+    bool split = g->lw_on && g->lw_dtab && !g->lw_stage;
+    if (split && fs && atoi(fs) > 0) {
+        g->lw_cut = g->n_gpu_experts + KT_MIN(N, atoi(fs));
+    } else if (split && measured && !(sp && !strcmp(sp, "0"))) {
+        /* n streamed: n · copy = (N - n) · cpu */
+        int32_t n = (int32_t)ceil((double)N * cpu / (cpu + copy));
+        g->lw_cut = g->n_gpu_experts + KT_MIN(N, KT_MAX(n, 1));
+    }
+}
+
 kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, float *logits,
                           bool all_logits)
 {
@@ -2086,22 +2346,7 @@ kt_status kt__gpu_forward(kt_context *ctx, const int32_t *tokens, int32_t T, flo
     double t_start = g->trace ? now_s() : 0;
     g->tr_done = 0; /* gaps are counted within a forward */
     g->phase = T > 1;
-    /* layerwise when the CPU would take longer over this chunk's experts of a layer
-     * than copying them in (both measured), or from the explicit threshold */
-    g->lw_on = false;
-    if (g->lw_buf[0] && T > 1) {
-        const kt__hparams *hp = &ctx->hp;
-        if (g->lw_tokens > 0) {
-            g->lw_on = T >= g->lw_tokens;
-        } else if (g->cpu_pairs > 0 && g->up_s > 0) {
-            double cpu = (double)T * hp->n_expert_used *
-                         (double)(hp->n_expert - g->n_gpu_experts) / hp->n_expert *
-                         (g->cpu_s / g->cpu_pairs);
-            double copy = (double)(hp->n_expert - g->n_gpu_experts) * g->lw_expert_bytes /
-                          (g->up_bytes / g->up_s);
-            g->lw_on = cpu > copy;
-        }
-    }
+    lw_plan(g, T);
     memcpy(g->tok_h, tokens, sizeof(int32_t) * T);
     *g->pos_h = ctx->n_past;
     *g->T_h = T;
@@ -2202,6 +2447,12 @@ finish:
     if (g->prof) {
         kt__cuda_prof_collect(g->rt, g->pr_ms[g->phase], PH_N);
         g->pr_steps[g->phase]++;
+    }
+    if (g->trace && g->lw_on) {
+        g->tr_lw_calls++;
+        g->tr_lw_tokens += T;
+        g->tr_lw_streamed += g->lw_cut - g->n_gpu_experts;
+        g->tr_lw_fwd += now_s() - t_start;
     }
     if (g->trace) {
         g->tr_fwd[g->phase] += now_s() - t_start;

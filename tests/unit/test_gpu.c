@@ -216,6 +216,15 @@ static void test_layerwise(void **s)
     check("mixtral_tiny", NULL, KT_PRECISION_FAST, 0.25f);
     /* INT4 experts: the packed words and group scales copied in */
     check("deepseek_v3_tiny", "int4", KT_PRECISION_FAST, 0.0f);
+    /* split: two CPU-resident experts a layer copied in (straight from the
+     * mapping: the staged copies need the MoE workers), the CPU the rest */
+    setenv("KT_GPU_LW_STREAM", "2", 1);
+    setenv("KT_GPU_LW_COPY", "pageable", 1);
+    check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.0f);
+    check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.5f);
+    check("deepseek_v3_tiny", "bf16", KT_PRECISION_FAST, 0.25f);
+    unsetenv("KT_GPU_LW_STREAM");
+    unsetenv("KT_GPU_LW_COPY");
     g_lw_tokens = 0;
 }
 
