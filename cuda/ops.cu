@@ -137,9 +137,16 @@ static void flush_pending(kt__cuda_rt *rt);
  * the router) norms it in each of its blocks (norm_in); any other call first
  * launches the norm (flush_pending) */
 #define GEMV_NORM_IN 256
-#define GEMV_ALL 511
+/* 512: the expert-down product of one token with a warp per (expert, 8 output
+ * rows), contiguous rows of one matrix a warp (k_expert_down_w, I <= 768;
+ * else k_expert_down_p) */
+#define GEMV_DOWNW 512
+/* 1024: the one-token q / k / v product two rows a warp, in one wave
+ * (k_gemv1_n2) */
+#define GEMV_QKV2 1024
+#define GEMV_ALL 2047
 /* the default: what measured fastest (KT_GPU_GEMV overrides) */
-#define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1))
+#define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1 | GEMV_QKV2))
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 {
@@ -882,6 +889,7 @@ __device__ __forceinline__ void add_norm_row(float *x, const float *a, const flo
  * values) into shared memory xs by every block, block 0 also into ni.xn (blocks
  * of ARN_THREADS); else x_to_smem. The row is read twice (the second time from
  * L1) rather than held in registers beside the product's weights. */
+template <int NT = ARN_THREADS, int NMAX = ARN_MAX>
 __device__ __forceinline__ void x_or_norm_to_smem(float *xs, const float *x, int32_t n,
                                                   const norm_in &ni)
 {
@@ -890,7 +898,7 @@ __device__ __forceinline__ void x_or_norm_to_smem(float *xs, const float *x, int
         return;
     }
     __shared__ float part[32];
-    constexpr int NT = ARN_THREADS, ARN_V = ARN_MAX / (4 * NT);
+    constexpr int ARN_V = NMAX / (4 * NT); /* NMAX: the longest row the caller norms */
     const int32_t n4 = ni.n / 4, tid = threadIdx.x;
     const float4 *xr = (const float4 *)ni.x;
     float s = 0.0f;
@@ -1226,6 +1234,40 @@ __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 1)
     }
 }
 
+/* k_gemv1_n<NB> two rows a warp in blocks of 4 warps (GEMV_QKV2): one warp a
+ * row in blocks of 16 (two a multiprocessor at 64 registers) holds 4,224 rows
+ * at once on 132 multiprocessors, and Qwen3's 5,120 rows of q / k / v then ran
+ * in two waves; two rows a warp (both rows' NB chunks a lane in flight before
+ * the wait) fit them in one. Every matrix's rows even (a pair never spans two
+ * matrices), BF16, no fold (the host checks). */
+#define GEMV2_THREADS 128
+template <int NB>
+__global__ void __launch_bounds__(GEMV2_THREADS, 5)
+    k_gemv1_n2(const float *__restrict__ x, gemv_set g, norm_in ni)
+{
+    extern __shared__ float4 xs4[];
+    float *xs = (float *)xs4;
+    int32_t r = 2 * (blockIdx.x * (GEMV2_THREADS / 32) + threadIdx.x / 32), m = 0;
+    while (m < 3 && r >= g.W[m].rows)
+        r -= g.W[m++].rows;
+    const kt__cuda_mat W = m == 0 ? g.W[0] : m == 1 ? g.W[1] : g.W[2];
+    const float *b = m == 0 ? g.b[0] : m == 1 ? g.b[1] : g.b[2];
+    float *y = m == 0 ? g.y[0] : m == 1 ? g.y[1] : g.y[2];
+    uint4 ra[NB], rb[NB];
+    if (m < 3) {
+        row_issue_bf16<NB>(W, r, ra);
+        row_issue_bf16<NB>(W, r + 1, rb);
+    }
+    pdl_wait();
+    x_or_norm_to_smem<GEMV2_THREADS, 8 * 32 * NB>(xs, x, g.W[0].cols, ni);
+    if (m < 3) {
+        const float sa = warp_sum(row_consume_bf16<NB>(ra, xs, W.cols));
+        const float sb = warp_sum(row_consume_bf16<NB>(rb, xs, W.cols));
+        gemv1_store(sa, b, y, 0, r, NULL);
+        gemv1_store(sb, b, y, 0, r + 1, NULL);
+    }
+}
+
 __global__ void k_gemv_n(const float *__restrict__ x, int32_t T, int32_t xs, gemv_set g)
 {
     int32_t r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -1512,8 +1554,17 @@ static bool linear_n(kt__cuda_rt *rt, const float *x, int32_t T, int32_t x_strid
         kt__cuda_qk_post none;
         memset(&none, 0, sizeof none);
         int nb = gemv_pre_nb(rt, W[0]);
+        bool even = true;
         for (int32_t i = 1; i < n; i++)
             nb = gemv_pre_nb(rt, W[i]) == nb ? nb : 0;
+        for (int32_t i = 0; i < n; i++)
+            even = even && W[i]->rows % 2 == 0;
+        if ((rt->gemv & GEMV_QKV2) && nb == 8 && even && !fold) {
+            const int32_t pairs = rows / 2, per = GEMV2_THREADS / 32;
+            launch_pdl(rt, k_gemv1_n2<8>, (pairs + per - 1) / per, GEMV2_THREADS,
+                       sizeof(float) * (size_t)W[0]->cols, x, g, ni);
+            return false;
+        }
         launch_pdl(rt, nb == 8 ? k_gemv1_n<8> : nb == 16 ? k_gemv1_n<16> : k_gemv1_n<0>,
                    (rows + GEMV1_THREADS / 32 - 1) / (GEMV1_THREADS / 32), GEMV1_THREADS,
                    sizeof(float) * (size_t)W[0]->cols, x, g, fold ? *qp : none,
@@ -3431,6 +3482,122 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
                                     nt.xn + (size_t)t * H, H, nt.w, nt.eps);
 }
 
+/* The expert-down product for one token with each warp streaming contiguous
+ * weights (GEMV_DOWNW): a block owns DOWNW_ROWS output rows, its warp w the
+ * rows of packed GPU expert w (w + 8, ... when more than 8), so each warp reads
+ * DOWNW_ROWS consecutive rows of one matrix (12 KB in one run for Qwen3's I =
+ * 768) where k_expert_down_p's warp read one row of every chosen expert (8
+ * separate 1536-byte pieces): the same 25 MB read alone took 7.7 against 10.6
+ * us on the H200 (scripts/gpu_decode_probe.cu, 11-30 08:59), the products
+ * 10.4 against 14.0. Lane l holds chunks l + 32 m (m < NC) of each row, all loads in
+ * flight before the wait (BF16; other types after it, typed per matrix); the
+ * warp's 8 row sums by warp_sum8, then the block weights them over the experts
+ * in slot order in shared memory:
+ *   out[c] = Σ_s w_s (down_s[c] · h_s),  c in the block's rows */
+#define DOWNW_ROWS 8
+#define DOWNW_MAXNC 3 /* chunks a lane a row: I <= 768 */
+
+/* rows r0.. of D (clamped to H - 1), this lane's NC chunks of each (clamped to the
+ * row's last: weighted 0 by the consumer) */
+template <int NC>
+__device__ __forceinline__ void downw_issue(const kt__cuda_mat &D, int32_t r0, int32_t H,
+                                            uint4 raw[DOWNW_ROWS][NC])
+{
+    const int32_t n16 = D.cols / 8, lane = threadIdx.x % 32;
+    const uint4 *p = (const uint4 *)D.data;
+#pragma unroll
+    for (int r = 0; r < DOWNW_ROWS; r++)
+#pragma unroll
+        for (int m = 0; m < NC; m++)
+            raw[r][m] = __ldg(p + (size_t)min(r0 + r, H - 1) * n16 + min(lane + 32 * m, n16 - 1));
+}
+
+/* s[r] = this lane's share of row r0 + r of D times h_s from the BF16 chunks raw
+ * (downw_issue); hs: the expert's row of h, written by the kernel before (read
+ * through L2) */
+template <int NC>
+__device__ __forceinline__ void downw_dot(const uint4 raw[DOWNW_ROWS][NC], int32_t n16,
+                                          const float *hs, float s[DOWNW_ROWS])
+{
+    const int32_t lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < DOWNW_ROWS; r++)
+        s[r] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < NC; m++) {
+        const int32_t q = lane + 32 * m, qq = min(q, n16 - 1);
+        const float on = (float)(q < n16); /* arithmetic: no branch */
+        float hv[8];
+        const float4 a = __ldcg((const float4 *)(hs + 8 * qq)),
+                     b = __ldcg((const float4 *)(hs + 8 * qq) + 1);
+        hv[0] = a.x, hv[1] = a.y, hv[2] = a.z, hv[3] = a.w;
+        hv[4] = b.x, hv[5] = b.y, hv[6] = b.z, hv[7] = b.w;
+#pragma unroll
+        for (int r = 0; r < DOWNW_ROWS; r++) {
+            float w[8];
+            bf16x8(raw[r][m], w);
+            s[r] += on * dot8(w, hv);
+        }
+    }
+}
+
+template <int NC>
+__global__ void __launch_bounds__(DOWN8_THREADS, 2)
+    k_expert_down_w(const kt__cuda_mat *down, const int32_t *ids, const float *wts, int32_t k,
+                    const float *h, int32_t H, float *out, int assign, float *res)
+{
+    __shared__ kt__cuda_mat D[DOWN8_MAXK];
+    __shared__ float wj[DOWN8_MAXK], part[DOWN8_MAXK][DOWNW_ROWS];
+    __shared__ int32_t hj[DOWN8_MAXK], kg_s;
+    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * DOWNW_ROWS;
+    const int32_t warps = DOWN8_THREADS / 32;
+    if (warp == 0) /* before the wait: the router finished (k_expert_down_p) */
+        down_pack(down, ids, wts, k, 0, D, wj, hj, &kg_s);
+    __syncthreads();
+    const int32_t kg = kg_s;
+    bool bf = true;
+    for (int32_t s = 0; s < kg; s++)
+        bf = bf && D[s].type == KT__CUDA_W_BF16;
+    uint4 raw[DOWNW_ROWS][NC];
+    if (bf && warp < kg)
+        downw_issue<NC>(D[warp], r0, H, raw);
+    pdl_wait();
+    if (!bf) {
+        /* FP8 / INT4 / mixed experts: a warp per row over every expert (as
+         * k_expert_down8 without h in shared memory) */
+        const int32_t c = min(r0 + warp, H - 1);
+        const float acc = warp_sum(down_dot_t<-1>(D, wj, hj, kg, D[0].cols, c, h));
+        if (lane == 0 && r0 + warp < H) {
+            const float v = assign ? acc : out[c] + acc;
+            out[c] = v;
+            if (res)
+                res[c] += v;
+        }
+        return;
+    }
+    for (int32_t s = warp; s < kg; s += warps) {
+        if (s != warp)
+            downw_issue<NC>(D[s], r0, H, raw);
+        const int32_t n16 = D[s].cols / 8;
+        float v[DOWNW_ROWS];
+        downw_dot<NC>(raw, n16, h + (size_t)hj[s] * 8 * n16, v);
+        const float sum = warp_sum8(v, lane);
+        if (lane % 4 == 0)
+            part[s][(lane >> 2) & 7] = sum;
+    }
+    __syncthreads();
+    const int32_t c = r0 + threadIdx.x;
+    if (threadIdx.x < DOWNW_ROWS && c < H) {
+        float acc = 0.0f;
+        for (int32_t s = 0; s < kg; s++)
+            acc += wj[s] * part[s][threadIdx.x];
+        const float v = assign ? acc : out[c] + acc;
+        out[c] = v;
+        if (res)
+            res[c] += v; /* GEMV_NORM_IN: the residual sum */
+    }
+}
+
 /* resident blocks of k_expert_up_p a multiprocessor with smem bytes of x (asked
  * once a size) */
 static int upp_blocks(kt__cuda_rt *rt, size_t smem)
@@ -3458,6 +3625,7 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
                ((uintptr_t)a->h & 15) == 0 && a->k <= DOWN8_MAXK;
     dim3 g1((a->I + 7) / 8, a->T * a->k);
     dim3 g2((a->H + 7) / 8, a->T);
+    const int nc = (a->I / 8 + 31) / 32;
     if (vec) {
         size_t xs = sizeof(float) * (size_t)a->H, hs = sizeof(float) * (size_t)a->k * a->I;
         if ((rt->gemv & GEMV_UP) && a->T == 1 && a->k <= UPP_MAXK && a->H <= GEMV1_MAX_COLS) {
@@ -3481,7 +3649,20 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
             nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
             nt.ticket = rt->ticket + TK_DOWN;
         }
-        if ((rt->gemv & GEMV_DOWN) && hs <= 40 * 1024) {
+        if ((rt->gemv & GEMV_DOWNW) && a->T == 1 && !fold && nc <= DOWNW_MAXNC) {
+            bool res = a->res && norm_in_ok(rt, a->H, a->res, a->res_norm, a->norm_w);
+            launch_pdl(rt,
+                       nc == 1   ? k_expert_down_w<1>
+                       : nc == 2 ? k_expert_down_w<2>
+                                 : k_expert_down_w<3>,
+                       (a->H + DOWNW_ROWS - 1) / DOWNW_ROWS, DOWN8_THREADS, 0, a->down, a->ids,
+                       a->w, a->k, (const float *)a->h, a->H, a->out, a->assign,
+                       res ? a->res : (float *)NULL);
+            if (res) {
+                rt->pn = {a->res, a->res_norm, a->norm_w, a->eps, a->H};
+                return 0;
+            }
+        } else if ((rt->gemv & GEMV_DOWN) && hs <= 40 * 1024) {
             /* GEMV_NORM_IN: the rows added into the residual as stored, its
              * norm left to the next product */
             bool res = a->res && !fold && a->T == 1 &&

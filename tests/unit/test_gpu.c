@@ -564,6 +564,19 @@ static void test_gemv_decode(void **state)
     gemv_check("mixtral_tiny", NULL, 1.0f);
 }
 
+/* KT_GPU_GEMV at gemv[1..n) against gemv[0] on six fixture runs: GQA with q / k
+ * norms (qwen3_moe, all experts on the GPU and half), sinks and sliding windows
+ * (gpt_oss), plain GQA (mixtral), MLA with FP8 and INT4 experts (deepseek_v3) */
+static void gemv_variants(const char *const gemv[], int n)
+{
+    variants_check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 1.0f, "KT_GPU_GEMV", gemv, n);
+    variants_check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.5f, "KT_GPU_GEMV", gemv, n);
+    variants_check("gpt_oss_tiny", NULL, KT_PRECISION_FAST, 1.0f, "KT_GPU_GEMV", gemv, n);
+    variants_check("mixtral_tiny", NULL, KT_PRECISION_FAST, 1.0f, "KT_GPU_GEMV", gemv, n);
+    variants_check("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST, 1.0f, "KT_GPU_GEMV", gemv, n);
+    variants_check("deepseek_v3_tiny", "int4", KT_PRECISION_FAST, 0.5f, "KT_GPU_GEMV", gemv, n);
+}
+
 /* KT_GPU_GEMV bits 32 (the up kernel prefetches the chosen experts' down
  * matrices into L2 and streams its own rows evict-first), 64 (the split
  * attention runs the q / k norm, RoPE and cache rows itself), 128 (the up
@@ -573,21 +586,27 @@ static void test_gemv_decode(void **state)
  * so the same logits. GQA with q / k norms (qwen3_moe), sinks and sliding windows
  * (gpt_oss), plain GQA (mixtral), MLA (deepseek_v3: bit 64 does not apply),
  * FP8 and INT4 experts (other down matrix sizes), CPU experts (no prefetch). */
-static void l2_check(const char *name, const char *variant, float frac)
-{
-    static const char *const gemv[4] = {"31", "511", "95", "287"};
-    variants_check(name, variant, KT_PRECISION_FAST, frac, "KT_GPU_GEMV", gemv, 4);
-}
-
 static void test_l2_qk_decode(void **state)
 {
     (void)state;
-    l2_check("qwen3_moe_tiny", NULL, 1.0f);
-    l2_check("qwen3_moe_tiny", NULL, 0.5f);
-    l2_check("gpt_oss_tiny", NULL, 1.0f);
-    l2_check("mixtral_tiny", NULL, 1.0f);
-    l2_check("deepseek_v3_tiny", "fp8", 1.0f);
-    l2_check("deepseek_v3_tiny", "int4", 0.5f);
+    static const char *const gemv[4] = {"31", "511", "95", "287"};
+    gemv_variants(gemv, 4);
+}
+
+/* KT_GPU_GEMV bit 512 (the expert-down product of one token with a warp per
+ * (expert, 8 output rows), the experts' sums weighted in shared memory; 863 the
+ * default, 991 with bit 128 too) and bit 1024 (q / k / v two rows a warp,
+ * 1887) against 351 (the kernels before them): the same products, the
+ * experts' summed in another order, so the logits to F32 rounding and the same
+ * greedy ids. BF16 experts (qwen3_moe at 100 and 50 %: packed GPU experts fewer
+ * than k), FP8 and INT4 experts (the kernel's warp-per-row branch); top-2 each,
+ * so 6 of the 8 warps idle. Qwen3's shapes (I = 768: 3 chunks a lane) are
+ * checked against a double sum by scripts/gpu_decode_probe.cu. */
+static void test_downw_decode(void **state)
+{
+    (void)state;
+    static const char *const gemv[4] = {"351", "863", "991", "1887"};
+    gemv_variants(gemv, 4);
 }
 
 /* A budget too small fails before loading, naming the flag to change. */
@@ -776,6 +795,7 @@ int main(void)
         cmocka_unit_test(test_fused_decode),
         cmocka_unit_test(test_gemv_decode),
         cmocka_unit_test(test_l2_qk_decode),
+        cmocka_unit_test(test_downw_decode),
         cmocka_unit_test(test_expert_moves_async),
         cmocka_unit_test(test_gpu_rebalance),
     };
