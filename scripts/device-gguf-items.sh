@@ -7,11 +7,14 @@
 # pair of ITEMS for Q4_0, ITEMS2 for the other types ("default" = the backend's own
 # choice, 64:4),
 # each KT_LF_AHEAD of AHEADS (decode prefetch distance in bytes; "default" =
-# 5120), each KT_LF_DEC_ROWS of ROWS (rows side by side in a one-token tile;
-# "default" = 4) and each of HINTS ("hint": the backend's next-call hints, as it
-# runs; "nohint": KT_LF_NOHINT=1), with KT_MOE_PROFILE's per-phase times; then,
-# for each T of PREFILL, a prefill row with and without the hints (ONEDNN=1:
-# oneDNN beside the first). Steps past DEADLINE seconds are skipped. With
+# 8 KiB, at most 12 rows), each KT_LF_DEC_ROWS of ROWS (rows side by side in a one-token tile;
+# "default" = 4), each of HINTS ("hint": the backend's next-call hints, as it
+# runs; "nohint": KT_LF_NOHINT=1) and each KT_LF_DEC_ORDER of ORDERS (one-token
+# raw tiles' rows "side" by side or "seq" one after another; "default" = side;
+# AHEADS may hold 0: no software prefetch), at the T of DEC_T (1,4) for DEC_TIME
+# (0.5) s, with KT_MOE_PROFILE's per-phase times; then,
+# for each T of PREFILL, a prefill row with and without the hints (PREFILL_HINTS;
+# ONEDNN=1: oneDNN beside the first). Steps past DEADLINE seconds are skipped. With
 # BIN=DIR (release binaries carried in DIR, scripts/device-env.sh's
 # kt_device_bin) nothing is built. Logs in $OUT.
 set -u
@@ -39,22 +42,24 @@ for t in ${GGUF_TYPES:-Q4_0 Q4_K Q8_0}; do
     items=${ITEMS:-default 64:4 32:16 64:8 32:4}
     [ "$t" = "${GGUF_TYPES:-Q4_0}" ] || [ "$t" = Q4_0 ] || items=${ITEMS2:-default 64:4}
     for it in $items; do for d in ${AHEADS:-default}; do for rw in ${ROWS:-default}; do
-    for h in ${HINTS:-hint}; do
-        late && { echo "skipped $t $it $d $rw $h (deadline)"; continue; }
+    for h in ${HINTS:-hint}; do for o in ${ORDERS:-default}; do
+        late && { echo "skipped $t $it $d $rw $h $o (deadline)"; continue; }
         if [ "$it" = default ]; then g=; n=; else g=${it%%:*}; n=${it##*:}; fi
         [ "$d" = default ] && pf= || pf=$d
         [ "$rw" = default ] && nr= || nr=$rw
         [ "$h" = hint ] && nh= || nh=1
-        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw-$h.log
+        [ "$o" = default ] && od= || od=$o
+        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw-$h-$o.log
         KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_AHEAD=$pf KT_LF_DEC_ROWS=$nr \
-            KT_LF_NOHINT=$nh KT_MOE_PROFILE=1 timeout 40 "$B/tools/kt-bench/kt-bench" moe \
-            --gguf /dev/shm/q3_$t.gguf --tokens 1,4 --no-onednn --min-time 0.5 > "$log" 2>&1
-        echo "== $t items $it ahead $d rows $rw $h rc=$?"
+            KT_LF_NOHINT=$nh KT_LF_DEC_ORDER=$od KT_MOE_PROFILE=1 timeout 40 \
+            "$B/tools/kt-bench/kt-bench" moe --gguf /dev/shm/q3_$t.gguf --tokens "${DEC_T:-1,4}" \
+            --no-onednn --min-time "${DEC_TIME:-0.5}" > "$log" 2>&1
+        echo "== $t items $it ahead $d rows $rw $h order $o rc=$?"
         grep -E "T=|profile" "$log" | sed 's/libkt: warning: moe profile: //'
-    done; done; done; done
+    done; done; done; done; done
     # prefill (PREFILL="512 ..." token counts): as it runs, then without the backend's
     # next-call hints (KT_LF_NOHINT=1); ONEDNN=1 adds oneDNN's BF16 matmuls to the first
-    for T in ${PREFILL:-}; do for h in hint nohint; do
+    for T in ${PREFILL:-}; do for h in ${PREFILL_HINTS:-hint nohint}; do
         late && { echo "skipped $t T=$T $h (deadline)"; continue; }
         [ "$h" = hint ] && nh= || nh=1
         od=--no-onednn; [ "$h" = hint ] && [ -n "${ONEDNN:-}" ] && od=

@@ -47,7 +47,7 @@
  * is 2 rows, inside the tile being read), Q4_0 x 2048 10.9 / 11.7 / 10.4 / 10.5;
  * quiet (07:25): Q4_0 x 2048 5 / 8 / 12 KiB 14.2 / 16.3 / 14.9, but Q4_0 x 768
  * (432-byte rows) 3 / 5 / 8 KiB 11.1 / 12.1 / 10.7: short rows want about 12
- * rows. KT_LF_AHEAD (256..65536 bytes, no row cap) overrides it, for measuring
+ * rows. KT_LF_AHEAD (256..65536 bytes, no row cap; 0: none) overrides it, for measuring
  * elsewhere (the Xeon's BF16 / FP8 decode also wanted 8 KiB ahead, where Zen 4
  * wanted 1 KiB: cpu/avx512/moe_avx512_common.h). */
 #define LF_AHEAD 8192
@@ -62,6 +62,11 @@ static int lf_ahead = LF_AHEAD, lf_ahead_rows = LF_AHEAD_ROWS;
  * (run-to-run noise of +-10%). So 4; KT_LF_DEC_ROWS (4, 2, 1) overrides, 1 for
  * Q4_0 / Q8_0 / IQ4_NL only (the other tiles take 2). */
 static int lf_dec_rows = 4;
+/* One-token raw tiles (Q4_0 / Q8_0 / IQ4_NL): the tile's rows read one after
+ * another (KT_LF_DEC_ORDER=seq: one sequential stream, as the BF16 / FP8
+ * decode reads) or side by side, a 64-byte piece of each in turn (the
+ * default). Either way the tile's sums are reduced together at its end. */
+static bool lf_dec_seq;
 /* KT_LF_NOHINT=1: the backend's hints for the next call ignored (measuring;
  * until 11-30 06:30 an empty value counted as set, so scripts/device-gguf-items.sh's
  * prefill "hint" rows ran without them too) */
@@ -74,11 +79,13 @@ static pthread_once_t idx_once = PTHREAD_ONCE_INIT;
 
 static void idx_init(void)
 {
-    const char *e = getenv("KT_LF_AHEAD");
-    if (e && atoi(e) >= 256 && atoi(e) <= 65536)
+    const char *e = getenv("KT_LF_AHEAD"); /* "0": no software prefetch in decode */
+    if (e && ((atoi(e) >= 256 && atoi(e) <= 65536) || !strcmp(e, "0")))
         lf_ahead = atoi(e), lf_ahead_rows = 64;
     e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
     lf_nohint = e && *e && strcmp(e, "0") != 0;
+    e = getenv("KT_LF_DEC_ORDER");
+    lf_dec_seq = e && !strcmp(e, "seq");
     e = getenv("KT_LF_DEC_ROWS");
     if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
         lf_dec_rows = atoi(e);
@@ -256,7 +263,9 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
 {
     pthread_once(&idx_once, idx_init);
     const int NR = M > 1 ? 2 : lf_dec_rows == 1 ? (row1 ? 1 : 2) : lf_dec_rows;
-    const int dist = ahead_rows(span, NR);
+    /* row after row (lf_dec_seq): a distance below the tile's rows still runs ahead */
+    const bool seq = lf_dec_seq && row1 && M == 1;
+    const int dist = lf_ahead ? ahead_rows(span, seq ? 1 : NR) : 0;
     int started = 0; /* rows the previous call's tail started */
     if (lf_tail_w && lf_tail_w == W + (size_t)n0 * wrow && o0 == 0)
         started = lf_tail_rows;
@@ -267,7 +276,7 @@ ALWAYS_INLINE void tile_rows(tile_family fam, const tile_job *j, const uint8_t *
     /* the next call's first rows, a share per tile of the last dist rows */
     lf_walk next;
     long per = 0;
-    if (hint_take(&next)) {
+    if (hint_take(&next) && dist) {
         int rows = ahead_rows(next.g.len, NR);
         next.g.rows = next.g.rows < rows ? next.g.rows : rows;
         int head = n1 - dist - NR >= n0 ? (n1 - dist - NR - n0) / NR + 1 : 0;
@@ -364,34 +373,51 @@ ALWAYS_INLINE void raw_chunk(const bool q4, const bool nl, const int NR, const i
     }
 }
 
-/* out[r][m] = sum over R bytes of rows w[r] . token act[m], NR rows x MT tokens:
- * whole 64-byte pieces in a loop without masks or branches, then the last. */
-ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
+/* acc[r][m] += the R bytes of rows w[r] . tokens act[m], NR rows x MT tokens
+ * side by side: whole 64-byte pieces in a loop without masks or branches, then
+ * the last. */
+ALWAYS_INLINE void raw_rows(const bool q4, const bool nl, const int NR, const int MT,
                             const uint8_t *const *w, int R, int phase, const uint8_t *const *act,
-                            size_t rp, size_t ahead, float *out)
+                            size_t rp, size_t ahead, __m512 acc[4][4])
 {
-    const int period = q4 ? PERIOD40 : PERIOD80;
+    /* this piece's scale-word indices, 16 entries (64 bytes) on a piece */
     const uint16_t(*tab)[16] = q4 ? (const uint16_t(*)[16])idx40 : (const uint16_t(*)[16])idx80;
-    __m512 acc[4][4];
+    const uint16_t(*end)[16] = tab + (q4 ? PERIOD40 : PERIOD80) / 4, (*t)[16] = tab + phase / 4;
     __m512i prev[4];
-    acc_zero(NR, MT, acc);
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
         prev[r] = _mm512_setzero_si512();
     int c = 0;
     for (; c + 64 <= R; c += 64) {
-        __m512i idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)tab[phase / 4]));
-        phase = phase + 64 >= period ? phase + 64 - period : phase + 64;
+        __m512i idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)*t));
+        t = t + 16 >= end ? t + 16 - (end - tab) : t + 16;
         raw_chunk(q4, nl, NR, MT, false, w, c, R, idx, act, rp, ahead, prev, acc);
     }
     if (c < R) {
-        __m512i idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)tab[phase / 4]));
+        __m512i idx = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)*t));
         raw_chunk(q4, nl, NR, MT, true, w, c, R, idx, act, rp, ahead, prev, acc);
     }
+}
+
+/* out[r][m] = rows w[r] . tokens act[m]; one token (SEQ): row after row. */
+ALWAYS_INLINE void raw_tile(const bool q4, const bool nl, const int NR, const int MT,
+                            const bool seq, const uint8_t *const *w, int R, int phase,
+                            const uint8_t *const *act, size_t rp, size_t ahead, float *out)
+{
+    __m512 acc[4][4];
+    acc_zero(NR, MT, acc);
+    if (seq && MT == 1)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            raw_rows(q4, nl, 1, 1, w + r, R, phase, act, rp, ahead, acc + r);
+    else
+        raw_rows(q4, nl, NR, MT, w, R, phase, act, rp, ahead, acc);
     tile_store(NR, MT, acc, out);
 }
 
-#define RAW_TILE(NR, MT, Q4, NL) raw_tile(Q4, NL, NR, MT, w, j->R, j->phase, a, j->rp, ahead, out)
+#define RAW_TILE(NR, MT, Q4, NL)                                                               \
+    (lf_dec_seq ? raw_tile(Q4, NL, NR, MT, true, w, j->R, j->phase, a, j->rp, ahead, out)     \
+                : raw_tile(Q4, NL, NR, MT, false, w, j->R, j->phase, a, j->rp, ahead, out))
 
 static void raw_family(const tile_job *j, int nrow, int mr, const uint8_t *const *w,
                        const uint8_t *const *a, size_t ahead, float *out)
