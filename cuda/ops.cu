@@ -3317,6 +3317,25 @@ __device__ __forceinline__ float down_dot_t(const kt__cuda_mat *D, const float *
     return acc;
 }
 
+/* down_dot_t with the loads typed by the packed experts' common weight type
+ * (-1: mixed, the generic loads), read from shared memory (a serial walk over
+ * ids and descriptors in global memory by one thread cost several memory
+ * latencies before the first load) */
+__device__ __forceinline__ float down_dot_any(const kt__cuda_mat *D, const float *wj,
+                                              const int32_t *hj, int32_t kg, int32_t I,
+                                              int32_t c, const float *ht)
+{
+    int32_t ty = -2;
+    for (int32_t j = 0; j < kg; j++)
+        ty = ty == -2 || ty == D[j].type ? D[j].type : -1;
+    return ty == KT__CUDA_W_BF16   ? down_dot_t<KT__CUDA_W_BF16>(D, wj, hj, kg, I, c, ht)
+           : ty == KT__CUDA_W_F8  ? down_dot_t<KT__CUDA_W_F8>(D, wj, hj, kg, I, c, ht)
+           : ty == KT__CUDA_W_I4  ? down_dot_t<KT__CUDA_W_I4>(D, wj, hj, kg, I, c, ht)
+           : ty == KT__CUDA_W_F32 ? down_dot_t<KT__CUDA_W_F32>(D, wj, hj, kg, I, c, ht)
+           : ty == -1             ? down_dot_t<-1>(D, wj, hj, kg, I, c, ht)
+                                  : 0.0f;
+}
+
 /* By one warp: token t's GPU-resident experts packed into shared memory, lane
  * j's pair at slot s = the GPU-resident pairs before it (descriptor D[s],
  * router weight wj[s], row hj[s] = j of h), their count in *kg */
@@ -3361,21 +3380,7 @@ __global__ void k_expert_down8(const kt__cuda_mat *down, const int32_t *ids, con
         __syncthreads();
     }
     if (c < H) {
-        /* the experts' common weight type (-1: mixed, the generic loads), from
-         * shared memory (a serial walk over ids and descriptors in global memory
-         * by one thread cost several memory latencies before the first load) */
-        const int32_t kg = kg_s;
-        int32_t ty = -2;
-        for (int32_t j = 0; j < kg; j++)
-            ty = ty == -2 || ty == D[j].type ? D[j].type : -1;
-        float acc =
-            ty == KT__CUDA_W_BF16   ? down_dot_t<KT__CUDA_W_BF16>(D, wj, hj, kg, I, c, ht)
-            : ty == KT__CUDA_W_F8   ? down_dot_t<KT__CUDA_W_F8>(D, wj, hj, kg, I, c, ht)
-            : ty == KT__CUDA_W_I4   ? down_dot_t<KT__CUDA_W_I4>(D, wj, hj, kg, I, c, ht)
-            : ty == KT__CUDA_W_F32  ? down_dot_t<KT__CUDA_W_F32>(D, wj, hj, kg, I, c, ht)
-            : ty == -1              ? down_dot_t<-1>(D, wj, hj, kg, I, c, ht)
-                                    : 0.0f;
-        acc = warp_sum(acc);
+        const float acc = warp_sum(down_dot_any(D, wj, hj, kg_s, I, c, ht));
         if (lane == 0)
             out[(size_t)t * H + c] = assign ? acc : out[(size_t)t * H + c] + acc;
     }
@@ -3566,7 +3571,7 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
         /* FP8 / INT4 / mixed experts: a warp per row over every expert (as
          * k_expert_down8 without h in shared memory) */
         const int32_t c = min(r0 + warp, H - 1);
-        const float acc = warp_sum(down_dot_t<-1>(D, wj, hj, kg, D[0].cols, c, h));
+        const float acc = warp_sum(down_dot_any(D, wj, hj, kg, D[0].cols, c, h));
         if (lane == 0 && r0 + warp < H) {
             const float v = assign ? acc : out[c] + acc;
             out[c] = v;
