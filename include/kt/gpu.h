@@ -64,19 +64,21 @@ typedef struct kt_gpu_options {
                               (overlapping the previous layer's work); -1: decided per
                               chunk from the measured host -> device copy rate and the
                               CPU experts' measured time per routed token (after one
-                              hybrid chunk); 0: off (the default until validated on a
-                              device). Since 0.1.                                          */
+                              hybrid chunk of 128+ tokens; the default); 0: off. On only
+                              when the two slots fit the budget besides the GPU experts
+                              (not with expert_fraction < 0, which fills it). Since 0.1. */
     uint64_t mem_limit;    /* bytes the run may use; 0: from mem_fraction                 */
     int32_t move_slots;    /* spare device slots, one expert each, that expert moves
                               (kt_context_gpu_move_experts) fill while steps run; 0: 16
                               (the rebalancer's default max_moves), fewer when the budget
-                              is short; < 0: none (moves copy before they return). Only
-                              planned with experts on both sides. Since 0.1.              */
+                              is short (planned after the layerwise slots); < 0: none
+                              (moves copy before they return). Only planned with experts
+                              on both sides. Since 0.1.                                   */
     uint32_t reserved;     /* must be 0                                                    */
 } kt_gpu_options;
 
 #define KT_GPU_OPTIONS_INIT \
-    { (uint32_t)sizeof(kt_gpu_options), 0u, 0, 0.0f, 0.0f, 0, UINT64_C(0), 0, 0u }
+    { (uint32_t)sizeof(kt_gpu_options), 0u, 0, 0.0f, 0.0f, -1, UINT64_C(0), 0, 0u }
 
 /* Fills *opts with defaults for a struct of struct_size bytes. Since 0.1. */
 KT_API kt_status kt_gpu_options_init(kt_gpu_options *opts, size_t struct_size);
@@ -122,8 +124,9 @@ KT_API uint64_t kt_context_gpu_bytes(const kt_context *ctx);
  * enough spares the weights are copied into expert_out's memory before the
  * call returns, and the switch happens then.
  *
- * KT_ERR_UNSUPPORTED when layerwise prefill is on (it relies on the initial
- * layout) or without CUDA; KT_ERR_IO on a device error during the copies,
+ * With layerwise prefill on, an outgoing expert takes the incoming one's
+ * place in the copy slots. KT_ERR_UNSUPPORTED without CUDA; KT_ERR_IO on a
+ * device error during the copies,
  * after which the GPU runtime must be set up again (kt_context_use_gpu).
  * kt_placement's rebalancer proposes such moves (kt_rebalancer_plan). Since 0.1.
  */
@@ -143,8 +146,7 @@ KT_API kt_status kt_context_gpu_move_wait(kt_context *ctx);
  * tokens asks it for moves (at most the spare slots) and starts them as
  * kt_context_gpu_move_experts does (copied while the next steps run). 0 turns
  * it off. KT_ERR_UNSUPPORTED without spare slots: routed experts on one side
- * only, layerwise prefill on, kt_gpu_options.move_slots < 0 or no room in the
- * budget. The same observer makes kt_context_set_expert_stats and
+ * only, kt_gpu_options.move_slots < 0 or no room in the budget. The same observer makes kt_context_set_expert_stats and
  * kt_context_set_route_trace see the steps whose CPU experts run on the
  * backend (with every expert on the GPU the routes stay on the device).
  * Since 0.1. */

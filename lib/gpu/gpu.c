@@ -213,6 +213,11 @@ struct kt__gpu {
     int32_t lw_piece_experts;
     uint64_t lw_pieces;       /* pieces queued so far (the next one's index) */
     struct lw_seg *lw_segs;   /* [6 · CPU-resident experts]: one layer's copies */
+    /* [n_layer][E]: each MoE layer's CPU-resident experts in the order of their
+     * places in a slot (the first E - n_gpu_experts entries; expert moves swap
+     * one in place of another), and each expert's place there (-1: on the GPU) */
+    int32_t *lw_order, *lw_place;
+    bool lw_moved;            /* experts moved: no split (it assumes the initial layout) */
     double lw_gbs;            /* one layer's copies timed at setup (GB/s), 0: not */
     double up_bytes, up_s;    /* weights uploaded at setup and the time: host -> device rate */
     /* expert moves copied while steps run (lib/gpu/mover.h): spare[3 * i + role]
@@ -298,6 +303,7 @@ static double now_s(void)
 }
 
 static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e);
+static kt_status lw_dtab_layer(kt__gpu *g, int32_t l, gmat *h);
 static kt_status lw_setup(kt__gpu *g);
 
 /* ------------------------------------------------------------- memory --- */
@@ -741,6 +747,8 @@ static void gpu_destroy(kt__gpu *g)
     kt__cuda_host_free(g->gslot_h);
     kt__free(g->gcount);
     kt__free(g->lw_segs);
+    kt__free(g->lw_order);
+    kt__free(g->lw_place);
     kt__cuda_host_free(g->lw_stage);
     kt__free(g->lw_tab[0]);
     kt__free(g->lw_tab[1]);
@@ -1042,9 +1050,11 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     }
     /* spare slots for expert moves copied while steps run, as many as fit */
     int32_t spares = 0;
-    if (o.move_slots >= 0 && cpu_experts && want > 0 && want < E && !lw_bytes &&
-        g->expert_bytes && first_moe >= 0) {
-        uint64_t left = budget > need ? budget - need : 0;
+    if (o.move_slots >= 0 && cpu_experts && want > 0 && want < E && g->expert_bytes &&
+        first_moe >= 0) {
+        uint64_t used = need + (lw_bytes ? lw_bytes + (uint64_t)hp->n_layer * 3 * E *
+                                                          sizeof(gmat) : 0);
+        uint64_t left = budget > used ? budget - used : 0;
         spares = (int32_t)KT_MIN((uint64_t)(o.move_slots ? o.move_slots : 16),
                                  left / g->expert_bytes);
     }
@@ -1221,6 +1231,25 @@ static kt_status publish_layer(kt__gpu *g, uint32_t l, const kt_expert_move *mv,
                             sizeof g->err) < 0)
             return cuda_error(g, "expert move");
     G->mask = kt__moves_commit(&G->mv, mv, n, slots);
+    if (g->lw_order) {
+        /* layerwise prefill: each outgoing expert takes the incoming one's place */
+        int32_t *order = g->lw_order + (size_t)l * E, *place = g->lw_place + (size_t)l * E;
+        for (size_t i = 0; i < n; i++) {
+            int32_t p = place[mv[i].expert_in];
+            order[p] = (int32_t)mv[i].expert_out;
+            place[mv[i].expert_out] = p;
+            place[mv[i].expert_in] = -1;
+        }
+        g->lw_moved = true;
+        if (g->lw_dtab) {
+            gmat *h = kt__malloc_array((size_t)3 * E, sizeof *h);
+            kt_status st = h ? lw_dtab_layer(g, (int32_t)l, h)
+                             : kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory");
+            kt__free(h);
+            if (st < 0)
+                return st;
+        }
+    }
     return ctx->moe ? kt_moe_set_expert_mask(ctx->moe, (uint32_t)ctx->moe_index[l], G->mask)
                     : KT_OK;
 }
@@ -1297,9 +1326,6 @@ kt_status kt_context_gpu_move_experts(kt_context *ctx, const kt_expert_move *mov
                          "not run on a GPU (kt_context_use_gpu)");
     if (n_moves == 0)
         return KT_OK;
-    if (g->lw_buf[0])
-        return kt__error(KT_ERR_UNSUPPORTED, "kt_context_gpu_move_experts: layerwise prefill "
-                         "keeps the first experts on the GPU; moves need it off");
     /* a batch still copying lands first: the checks below see its placement */
     kt_status st = publish_moves(g, true);
     if (st < 0)
@@ -1411,8 +1437,7 @@ kt_status kt_context_gpu_rebalance(kt_context *ctx, uint32_t every_tokens,
     if (!g->n_spare || !g->moe_layer)
         return kt__error(KT_ERR_UNSUPPORTED, "kt_context_gpu_rebalance: needs routed experts on "
                          "both the GPU and the CPU and spare slots for the moves "
-                         "(kt_gpu_options.move_slots >= 0, layerwise prefill off, room in the "
-                         "budget)");
+                         "(kt_gpu_options.move_slots >= 0, room in the budget)");
     kt_status st = publish_moves(g, true);
     if (st < 0)
         return st;
@@ -1877,9 +1902,9 @@ static bool experts_grouped_dev(kt__gpu *g, int32_t l, int32_t T, const gmat *ta
 }
 
 /* CPU-resident expert e's part r (gate, up, down) as layerwise `slot` holds it */
-static gmat lw_entry(const kt__gpu *g, int slot, int32_t e, int r)
+static gmat lw_entry(const kt__gpu *g, int slot, int32_t place, int r)
 {
-    char *base = (char *)g->lw_buf[slot] + (size_t)(e - g->n_gpu_experts) * g->lw_expert_bytes;
+    char *base = (char *)g->lw_buf[slot] + (size_t)place * g->lw_expert_bytes;
     gmat t = g->lw_proto[r];
     t.data = base + g->lw_off[2 * r];
     if (t.type == KT__CUDA_W_F8 || t.type == KT__CUDA_W_I4)
@@ -1929,9 +1954,10 @@ static kt_status lw_staged(kt__gpu *g, int slot, size_t n)
     size_t eb = g->lw_expert_bytes;
     char *base = g->lw_buf[slot];
     size_t si = 0;
-    for (int32_t e0 = g->n_gpu_experts; e0 < g->lw_cut; e0 += g->lw_piece_experts) {
-        int32_t e1 = KT_MIN(e0 + g->lw_piece_experts, g->lw_cut);
-        size_t lo = (size_t)(e0 - g->n_gpu_experts) * eb, hi = (size_t)(e1 - g->n_gpu_experts) * eb;
+    int32_t n_copied = g->lw_cut - g->n_gpu_experts;
+    for (int32_t p0 = 0; p0 < n_copied; p0 += g->lw_piece_experts) {
+        int32_t p1 = KT_MIN(p0 + g->lw_piece_experts, n_copied);
+        size_t lo = (size_t)p0 * eb, hi = (size_t)p1 * eb;
         size_t s1 = si;
         while (s1 < n && g->lw_segs[s1].off < hi)
             s1++;
@@ -1965,7 +1991,9 @@ static kt_status lw_copy(kt__gpu *g, int32_t l, int slot)
     const kt_role roles[3] = {KT_ROLE_EXPERT_GATE, KT_ROLE_EXPERT_UP, KT_ROLE_EXPERT_DOWN};
     const char *base = g->lw_buf[slot];
     size_t n = 0;
-    for (int32_t e = g->n_gpu_experts; e < g->lw_cut; e++) {
+    const int32_t *order = g->lw_order + (size_t)l * E;
+    for (int32_t place = 0; place < g->lw_cut - g->n_gpu_experts; place++) {
+        int32_t e = order[place];
         for (int r = 0; r < 3; r++) {
             kt_tensor_view v;
             memset(&v, 0, sizeof v);
@@ -1979,7 +2007,7 @@ static kt_status lw_copy(kt__gpu *g, int32_t l, int slot)
                 return kt__error(KT_ERR_FORMAT, "GPU runtime: %s: shape or size differs from "
                                  "the other experts' (layerwise prefill)", v.name);
             gmat *t = &tab[(size_t)r * E + e];
-            *t = lw_entry(g, slot, e, r);
+            *t = lw_entry(g, slot, place, r);
             if (t->scale && !v.scale_data)
                 return kt__error(KT_ERR_FORMAT, "GPU runtime: %s: no scales (layerwise "
                                  "prefill)", v.name);
@@ -2058,6 +2086,26 @@ static kt_status lw_layout(kt__gpu *g, int32_t l, int32_t e)
     return KT_OK;
 }
 
+/* MoE layer l's row of the device-grouped products' tables (h: room for one):
+ * its GPU-resident experts, and its CPU-resident ones at their places in the
+ * slot the layer uses (MoE layers alternate between the two). */
+static kt_status lw_dtab_layer(kt__gpu *g, int32_t l, gmat *h)
+{
+    const kt__hparams *hp = &g->ctx->hp;
+    int32_t E = hp->n_expert, slot = 0;
+    for (int32_t i = 0; i < l; i++)
+        slot ^= hp->layer_moe[i] != 0;
+    size_t n = (size_t)3 * E;
+    memcpy(h, g->L[l].htab, sizeof(gmat) * n);
+    for (int32_t p = 0; p < E - g->n_gpu_experts; p++)
+        for (int r = 0; r < 3; r++)
+            h[(size_t)r * E + g->lw_order[(size_t)l * E + p]] = lw_entry(g, slot, p, r);
+    if (kt__cuda_upload(g->rt, g->lw_dtab + (size_t)l * n, h, sizeof(gmat) * n, g->err,
+                        sizeof g->err) < 0)
+        return cuda_error(g, "layerwise tables");
+    return KT_OK;
+}
+
 /* Layerwise prefill's setup once the slots exist: the device tables of the
  * device-grouped products (BF16 experts), the CPU-resident experts' pages
  * locked, and one layer's copies timed (the rate `auto` weighs the CPU's time
@@ -2067,6 +2115,16 @@ static kt_status lw_setup(kt__gpu *g)
     const kt__hparams *hp = &g->ctx->hp;
     int32_t E = hp->n_expert;
     size_t n = (size_t)3 * E;
+    /* the CPU-resident experts' places: n_gpu_experts .. E - 1 in order */
+    g->lw_order = kt__malloc_array((size_t)hp->n_layer * E, sizeof(int32_t));
+    g->lw_place = kt__malloc_array((size_t)hp->n_layer * E, sizeof(int32_t));
+    if (!g->lw_order || !g->lw_place)
+        return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory (layerwise tables)");
+    for (int32_t l = 0; l < hp->n_layer; l++)
+        for (int32_t e = 0; e < E; e++) {
+            g->lw_order[(size_t)l * E + e] = e < E - g->n_gpu_experts ? g->n_gpu_experts + e : -1;
+            g->lw_place[(size_t)l * E + e] = e < g->n_gpu_experts ? -1 : e - g->n_gpu_experts;
+        }
     bool dev = g->group_dev;
     for (int r = 0; r < 3; r++)
         dev = dev && g->lw_proto[r].type == KT__CUDA_W_BF16 && g->lw_proto[r].cols % 8 == 0;
@@ -2079,21 +2137,13 @@ static kt_status lw_setup(kt__gpu *g)
             kt__free(h);
             return kt__error(KT_ERR_NOMEM, "GPU runtime: out of memory (layerwise tables)");
         }
-        for (int32_t l = 0, i = 0; l < hp->n_layer; l++) {
-            if (!hp->layer_moe[l])
-                continue;
-            memcpy(h, g->L[l].htab, sizeof(gmat) * n);
-            for (int32_t e = g->n_gpu_experts; e < E; e++)
-                for (int r = 0; r < 3; r++)
-                    h[(size_t)r * E + e] = lw_entry(g, i % 2, e, r);
-            i++;
-            if (kt__cuda_upload(g->rt, g->lw_dtab + (size_t)l * n, h, sizeof(gmat) * n, g->err,
-                                sizeof g->err) < 0) {
-                kt__free(h);
-                return cuda_error(g, "layerwise tables");
-            }
-        }
+        kt_status st = KT_OK;
+        for (int32_t l = 0; l < hp->n_layer && st == KT_OK; l++)
+            if (hp->layer_moe[l])
+                st = lw_dtab_layer(g, l, h);
         kt__free(h);
+        if (st < 0)
+            return st;
     }
     int32_t N = E - g->n_gpu_experts;
     if (!(g->lw_segs = kt__malloc_array((size_t)6 * N + 1, sizeof *g->lw_segs)))
@@ -2320,7 +2370,7 @@ static void lw_plan(kt__gpu *g, int32_t T)
     /* test hook: KT_GPU_LW_STREAM=n copies n of them, the CPU the rest */
     const char *fs = getenv("KT_GPU_LW_STREAM");
     /* (not with staged copies: the MoE workers fill the staging pieces) */
-    bool split = g->lw_on && g->lw_dtab && !g->lw_stage;
+    bool split = g->lw_on && g->lw_dtab && !g->lw_stage && !g->lw_moved;
     if (split && fs && atoi(fs) > 0) {
         g->lw_cut = g->n_gpu_experts + KT_MIN(N, atoi(fs));
     } else if (split && measured && !(sp && !strcmp(sp, "0"))) {

@@ -768,6 +768,60 @@ static void test_gpu_rebalance(void **state)
     ref_free(&r);
 }
 
+/* Expert moves with layerwise prefill on: an outgoing expert takes the
+ * incoming one's place in the slots, so a layerwise prefill (every expert on
+ * the GPU, the CPU-resident ones copied in) gives the same logits before and
+ * after the moves; decode steps (hybrid) stay with transformers'; moving back
+ * gives the start's logits. */
+static void test_expert_moves_layerwise(void **state)
+{
+    (void)state;
+    const char *dir = fixture_path("qwen3_moe_tiny", NULL);
+    ref_data r;
+    ref_load(&r, dir);
+    kt_model *model;
+    g_lw_tokens = 16;
+    kt_context *ctx = open_gpu(dir, KT_PRECISION_FAST, 0.5f, &model);
+    g_lw_tokens = 0;
+    int32_t E = ctx->hp.n_expert;
+    size_t TV = (size_t)r.T * r.V;
+    float *pre0 = calloc(TV, sizeof(float)), *dec0 = calloc(TV, sizeof(float));
+    float *pre = calloc(TV, sizeof(float)), *dec = calloc(TV, sizeof(float));
+    assert_true(r.T >= 16); /* the prompt runs layerwise */
+    run_logits(ctx, &r, pre0, dec0);
+    kt_expert_move mv[128];
+    size_t n = 0;
+    for (int32_t l = 0; l < ctx->hp.n_layer && n + 2 <= 128; l++)
+        if (ctx->hp.layer_moe[l]) {
+            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1), 0, 0, 0};
+            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 4), 3, 0, 0};
+        }
+    assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
+    assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
+    run_logits(ctx, &r, pre, dec);
+    float dp = max_abs_diff(pre, pre0, TV), dd = max_abs_diff(dec, dec0, TV);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = mv[i].expert_in;
+        mv[i].expert_in = mv[i].expert_out;
+        mv[i].expert_out = t;
+    }
+    assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
+    assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
+    float *pre2 = calloc(TV, sizeof(float)), *dec2 = calloc(TV, sizeof(float));
+    run_logits(ctx, &r, pre2, dec2);
+    float bp = max_abs_diff(pre2, pre0, TV), bd = max_abs_diff(dec2, dec0, TV);
+    print_message("  qwen3_moe_tiny fast, 50%%, layerwise prefill, %zu moves: prefill logits "
+                  "moved by %.3g, decode by %.3g; moved back: %.3g, %.3g\n", n, dp, dd, bp, bd);
+    assert_true(dp <= 1e-5f);
+    assert_true(rows_within(dec, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+    assert_true(rows_within(pre, r.logits, r.T, r.V, 5e-2f) >= r.T - 2);
+    assert_true(bp <= 1e-5f && bd <= 1e-4f);
+    free(pre0), free(dec0), free(pre), free(dec), free(pre2), free(dec2);
+    kt_context_free(ctx);
+    kt_model_free(model);
+    ref_free(&r);
+}
+
 int main(void)
 {
     if (kt_gpu_count() < 1) {
@@ -798,6 +852,7 @@ int main(void)
         cmocka_unit_test(test_downw_decode),
         cmocka_unit_test(test_expert_moves_async),
         cmocka_unit_test(test_gpu_rebalance),
+        cmocka_unit_test(test_expert_moves_layerwise),
     };
     /* KT_TEST_FILTER=test_qwen3*: a subset (compute-sanitizer runs are slow) */
     const char *filter = getenv("KT_TEST_FILTER");

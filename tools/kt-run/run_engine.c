@@ -44,8 +44,9 @@ const char run_engine_help[] =
     "  --mem-fraction-static F  share of the GPU's free memory to use (default 0.9)\n"
     "  --kt-gpu-prefill-token-threshold N|auto\n"
     "                           chunks of N+ tokens run every expert on the GPU, the\n"
-    "                           CPU-resident ones copied in layer by layer; auto: when\n"
-    "                           the measured copy beats the measured CPU (default off)\n"
+    "                           CPU-resident ones copied in layer by layer; auto (the\n"
+    "                           default): when the measured copy beats the measured CPU;\n"
+    "                           0: off\n"
     "  --gpu-rebalance N        every N routed tokens, move the experts the run uses most\n"
     "                           onto the GPU and the least used off it (copied while\n"
     "                           decode goes on; needs experts on both sides; 8 is what\n"
@@ -63,6 +64,7 @@ void run_engine_opts_init(run_engine_opts *o)
     o->precision = KT_PRECISION_FAST;
     o->device = -1;
     o->gpu_experts = -1.0;
+    o->layerwise_tokens = -1;
 }
 
 /* A flag's value that is one of two words (either case): *out = true for when_true. */
