@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.cuh"
 #include "kt_cuda.h"
 
 struct kt__cuda_mover {
@@ -20,27 +21,13 @@ struct kt__cuda_mover {
     int next;
 };
 
-static int fail(char *err, size_t n, const char *what, cudaError_t e)
-{
-    if (err && n)
-        snprintf(err, n, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-    return -1;
-}
-
-#define CK(call, what)                                                                    \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess)                                                            \
-            return fail(err, err_size, what, e_);                                         \
-    } while (0)
-
 extern "C" int kt__cuda_mover_create(kt__cuda_mover **out, int32_t device, size_t half_bytes,
                                      char *err, size_t err_size)
 {
     *out = NULL;
     kt__cuda_mover *m = (kt__cuda_mover *)calloc(1, sizeof *m);
     if (!m) {
-        snprintf(err, err_size, "out of host memory");
+        set_err(err, err_size, "out of host memory");
         return -1;
     }
     *out = m;  /* freed by kt__cuda_mover_free, also half made */
