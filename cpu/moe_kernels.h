@@ -204,6 +204,10 @@ typedef struct kt__moe_packer {
  * 32 / 64 / 128); NULL for any other set. The emulated one for its sets. */
 const kt__moe_packer *kt__moe_packer_amx(const kt__moe_kernels *k);
 const kt__moe_packer *kt__moe_packer_amx_emulated(const kt__moe_kernels *k);
+/* KT_AMX_PROFILE=1 (for measuring): the AMX-INT8 loops' time split per backend
+ * call (`calls` since the last report) into buf, then cleared; 0 when off. */
+size_t kt__moe_amx_profile(char *buf, size_t n, double calls);
+size_t kt__moe_amx_profile_emulated(char *buf, size_t n, double calls);
 /* AMX-BF16 prefill on top of the AVX-512 set (cpu/amx/moe_amx.c). */
 const kt__moe_kernels *kt__moe_kernels_amx(int method);
 /* The same with a scalar tile emulation; tests only. */

@@ -18,6 +18,9 @@
  *   dec2   dec with the decode after the step's products
  *   dec3   dec2 with format version 2's constant tables (a load of the
  *          table of an integer factor instead of building one per 128 inputs)
+ *   wide   the 2 x 3 block of tiles_i8_rows for 33-48 tokens: 6 C tiles, one
+ *          W and one X register, 7 loads per 6 products (each load waits for
+ *          the product reading the register before), operands in L1
  * Each on 1 thread, then on every CPU at once (pinned), in GMAC/s (a
  * product: 16 x 16 x 64 multiply-adds).
  *
@@ -115,6 +118,23 @@ static long run_test(int test, uint8_t *w, uint8_t *x, int32_t *c)
     _tile_loadd(6, x, 64);
     _tile_loadd(7, x + 1024, 64);
     for (long s = 0; s < STEPS; s++) {
+        if (test == 7) { /* W0 x X0 X1 X2, then W1 x X2 X1 X0 */
+            _tile_loadd(6, w, 64);
+            _tile_loadd(7, x, 64);
+            _tile_dpbssd(0, 6, 7);
+            _tile_loadd(7, x + 1024, 64);
+            _tile_dpbssd(1, 6, 7);
+            _tile_loadd(7, x + 2048, 64);
+            _tile_dpbssd(4, 6, 7);
+            _tile_loadd(6, w + 1024, 64);
+            _tile_dpbssd(5, 6, 7);
+            _tile_loadd(7, x + 1024, 64);
+            _tile_dpbssd(3, 6, 7);
+            _tile_loadd(7, x, 64);
+            _tile_dpbssd(2, 6, 7);
+            products += 6;
+            continue;
+        }
         if (test == 4)
             decode_step(x + (size_t)(s % 16) * 1024, dec[s & 1], f, low, 0);
         if (test == 1 || test >= 3) { /* l1, park, dec, dec2 */
@@ -189,8 +209,8 @@ int main(int argc, char **argv)
     for (int e = 0; e <= 16; e++)
         for (int i = 0; i < 64; i++)
             lut_int[e][i] = (int8_t)((i % 16 - 8) * e);
-    static const char *names[] = {"regs", "l1", "l2", "park", "dec", "dec2", "dec3"};
-    for (int test = 0; test < 7; test++) {
+    static const char *names[] = {"regs", "l1", "l2", "park", "dec", "dec2", "dec3", "wide"};
+    for (int test = 0; test < 8; test++) {
         job one = {0, test, 0};
         worker(&one);
         job *all = calloc((size_t)n, sizeof(job));

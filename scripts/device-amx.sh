@@ -3,13 +3,17 @@
 # carried:   sh scripts/device-amx.sh
 # With BIN=.gpu-NAME (release binaries built elsewhere, packed by
 # scripts/device-pack.sh and carried) no build: about 2 min saved. Else a release
-# build without CUDA (the CPU paths only). Then the tests (TESTS, default
-# test_moe_kernels) on the real tiles, scripts/amx_tile_peak.c when PEAK=1, then
-# kt-bench moe for AMXINT8 / AMXINT4 g128 on the DeepSeek-V3 shape (T 1024, 4096)
-# and Qwen3-30B-A3B (T 1024) twice (the first with oneDNN's matmuls beside), each
-# run with in-run variants of AMXINT4 (VARIANTS, default KT_AMX_INT4_TABLES=computed:
-# the tables computed per chunk, not the grid's constants; run 1 also
-# KT_AMX_INT4_EXACT=1, the exact group folds). Logs in $OUT.
+# build without CUDA (the CPU paths only). Then:
+# - the AMX tests (TESTS, default test_moe_kernels' test_int8_act, test_amx and
+#   test_amx_backend_packed) on the real tiles, $OUT/tests.txt;
+# - kt-bench moe rows, AMXINT8 and AMXINT4 g128, DeepSeek-V3 (T 1024, 4096) and
+#   Qwen3-30B-A3B (T 1024), the defaults alternating with OLD (the environment of
+#   the previous code's choices) ROUNDS times, then each of VARIANTS (one
+#   environment each, on top of the defaults) once, then with KT_MOE_PROFILE=1
+#   KT_AMX_PROFILE=1 (PROFILE=0: not), $OUT/moe.txt;
+# - scripts/amx_tile_peak.c when PEAK=1, $OUT/tile-peak.txt.
+# Where the time goes: ROUNDS=0 PEAK=1 VARIANTS="KT_AMX_PROBE=1 KT_AMX_PROBE=2 KT_AMX_PROBE=4"
+# (the probes drop the INT4 rescale, the tile products, the weight prefetches).
 set -u
 . scripts/device-env.sh
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
@@ -19,37 +23,42 @@ else
     B=build-amx
     meson setup "$B" --buildtype=release -Dcuda=disabled > /dev/null &&
         ninja -C "$B" -j "$(nproc)" tools/kt-bench/kt-bench tests/unit/test_moe_kernels \
-            tests/unit/test_moe > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+            > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 fi
-for t in ${TESTS:-test_moe_kernels}; do
+for t in ${TESTS:-test_int8_act test_amx test_amx_backend_packed}; do
     (cd "$B" && KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD \
-        LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH timeout 100 ./tests/unit/$t) > "$OUT/$t.txt" 2>&1
-    echo "$t rc=$?"; grep -E "^\[  (PASSED|FAILED)|^\[  ERROR|ERROR:" "$OUT/$t.txt" | head -5
+        LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH KT_TEST_FILTER=$t \
+        timeout 100 ./tests/unit/test_moe_kernels) >> "$OUT/tests.txt" 2>&1
+    echo "$t rc=$?"; grep -E "^\[  (PASSED|FAILED)|^\[  ERROR|ERROR:" "$OUT/tests.txt" | tail -2
 done
+f=$OUT/moe.txt; date -u +%H:%M:%S > "$f"
+bench="$B/tools/kt-bench/kt-bench moe --no-onednn --min-time 0.5 --method AMXINT8,AMXINT4"
+dsb="--model deepseek-v3 --group-size 128 --layers 2"; ds="$dsb --tokens 1024,4096"
+q3="--model qwen3-30b-a3b --group-size 128 --layers 4 --tokens 1024"
+old=${OLD:-KT_AMX_PF=t1 KT_AMX_WIDE=0 KT_AMX_PASSES=0}
+row() { # ENV... -- bench arguments: one block, headed by the environment
+    echo "### $*" >> "$f"; env "$@" >> "$f" 2>&1; echo "rc=$?" >> "$f"
+}
+for r in $(seq "${ROUNDS:-2}"); do
+    for shape in "$ds" "$q3"; do
+        row KT_X=new timeout 60 $bench $shape
+        row $old timeout 60 $bench $shape
+    done
+done
+for v in ${VARIANTS:-}; do
+    row $(echo "$v" | tr , ' ') timeout 60 $bench $ds
+done
+if [ "${PROFILE:-1}" = 1 ]; then
+    for t in 1024 4096; do
+        row KT_MOE_PROFILE=1 KT_AMX_PROFILE=1 timeout 60 $bench $dsb --tokens $t
+    done
+fi
+date -u +%H:%M:%S >> "$f"
+grep -E "^(###|  T=|libkt: warning: moe profile)" "$f"
 if [ "${PEAK:-0}" = 1 ]; then
     gcc -O2 -mamx-tile -mamx-int8 -mavx512f -mavx512bw -mavx512vbmi -pthread \
-        scripts/amx_tile_peak.c -o "$OUT/amx_tile_peak" &&
-        "$OUT/amx_tile_peak" > "$OUT/tile-peak.txt" 2>&1
-    rm -f "$OUT/amx_tile_peak"
+        scripts/amx_tile_peak.c -o /tmp/amx_tile_peak &&
+        /tmp/amx_tile_peak > "$OUT/tile-peak.txt" 2>&1
+    cat "$OUT/tile-peak.txt"
 fi
-bench="$B/tools/kt-bench/kt-bench moe"
-ds="--model deepseek-v3 --group-size 128 --layers 2"
-q3="--model qwen3-30b-a3b --group-size 128 --layers 4 --method AMXINT8,AMXINT4 --tokens 1024"
-row() { # FILE ENV... COMMAND: one block, headed by the command
-    f=$1; shift; echo "### $*" >> "$f"; env "$@" >> "$f" 2>&1; echo "rc=$?" >> "$f"
-}
-for run in 1 2; do
-    f="$OUT/moe-run$run.txt"; date -u +%H:%M:%S > "$f"
-    onednn=--no-onednn; [ $run = 1 ] && onednn=
-    row "$f" KT_X=0 timeout 90 $bench $ds --method AMXINT8,AMXINT4 --tokens 1024,4096 $onednn
-    vars=${VARIANTS:-KT_AMX_INT4_TABLES=computed}
-    [ $run = 1 ] && vars="$vars ${VARIANTS1:-KT_AMX_INT4_EXACT=1}"
-    for v in $vars; do
-        row "$f" $v timeout 40 $bench $ds --method AMXINT4 --tokens 1024,4096 --no-onednn \
-            --min-time 0.5
-    done
-    row "$f" KT_X=0 timeout 40 $bench $q3 $onednn
-    grep -E "^(###|  T=|libkt: warning: moe profile)" "$f"
-done
-[ -f "$OUT/tile-peak.txt" ] && cat "$OUT/tile-peak.txt"
 exit 0

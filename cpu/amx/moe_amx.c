@@ -28,9 +28,12 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "avx512/q8_token.h" /* q8t_mask32, q8t_q16, q8t_absmax_bf16 */
 #include "moe_kernels.h"
@@ -68,6 +71,12 @@
 #define TW1 5
 #define TX0 6
 #define TX1 7
+/* 2 x 3 C tiles (33 to 48 tokens, tiles_i8_rows): C02 and C12 in the W
+ * registers, the weight and token operands in the X registers */
+#define TC02 4
+#define TC12 5
+#define TWX TX0
+#define TXX TX1
 
 typedef struct tile_config {
     uint8_t palette_id;
@@ -122,12 +131,71 @@ typedef struct amx_scratch {
     float tscale[MMAX], tinv[MMAX];            /* INT8 tiles: token scale, 1 / scale  */
     int8_t i4e[2][NB * I4E_GROUPS];            /* INT4 rescale: two blocks' integer
                                                   factors [NB][groups]                 */
+    _Alignas(64) int8_t panel[NB * (256 + 8) * 64]; /* INT4 rows rescaled over the whole
+                                                  K (KTMAX8 steps, chunks of up to
+                                                  KQ_MAX), tiles_i8_rows' passes      */
     _Alignas(64) uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2];
                                                   INT8: [M/16][K/64][16 quads][16 tok][4] */
 } amx_scratch;
 
+/* ---- KT_AMX_PROFILE=1 (for measuring) ----------------------------------------
+ *
+ * Per thread TSC cycles of the AMX-INT8 row loop's parts (tiles_i8_rows and
+ * the INT4 rescale around it), in two sets: gate / up (W rows < cols) and
+ * down; with the calls' token counts. kt__moe_amx_profile() reports and
+ * clears them (the backend logs it with KT_MOE_PROFILE). KT_AMX_PROBE (bits,
+ * for measuring; the results are wrong): 1 no INT4 rescale in the loop, 2 no
+ * tile products, 4 no weight prefetches. */
+enum { AP_BLOCK, AP_DEC0, AP_LOOP, AP_DEC, AP_PARK, AP_EPI, AP_N };
+#define AP_HIST 17      /* calls by tokens: 1-16, 17-32, ..., 241-256, more */
+#define AP_THREADS 256  /* slots (threads past it share one: measuring only) */
+
+typedef struct amx_prof {
+    uint64_t cyc[AP_N];
+    uint64_t calls, products, hist[AP_HIST];
+} amx_prof;
+
+static int amx_profile_on, probe;
+static amx_prof prof_tab[AP_THREADS][2];
+static int prof_next;
+static _Thread_local int prof_slot = -1, prof_set;
+static uint64_t prof_tsc0;
+static double prof_sec0;
+
+static double prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* This thread's counters of the current set (NULL when off). */
+static inline amx_prof *prof_here(void)
+{
+    if (!amx_profile_on)
+        return NULL;
+    if (prof_slot < 0)
+        prof_slot = __atomic_fetch_add(&prof_next, 1, __ATOMIC_RELAXED) % AP_THREADS;
+    return &prof_tab[prof_slot][prof_set];
+}
+
+static inline uint64_t prof_tsc(const amx_prof *p)
+{
+    return p ? __rdtsc() : 0;
+}
+
+static inline void prof_add(amx_prof *p, int part, uint64_t *t)
+{
+    if (!p)
+        return;
+    uint64_t now = __rdtsc();
+    p->cyc[part] += now - *t;
+    *t = now;
+}
+
 /* 64-input steps the whole-K int8 copy holds. */
 #define KTMAX8 ((int)(sizeof(((amx_scratch *)0)->xpack) / ((MMAX / 16) * 1024)))
+_Static_assert(KTMAX8 == 256, "amx_scratch.panel holds 256 steps (and a chunk's rounding)");
 
 static inline int imin(int a, int b)
 {
@@ -650,6 +718,15 @@ static void init_lut_index(void)
     }
 }
 
+/* The factors f_j = s_j * inv16 of n <= 16 groups from their BF16 scales sb
+ * (0 past n): i4_block's grid test and the computed tables both take them. */
+ALWAYS_INLINE __m512 i4_factors(const uint16_t *sb, int n, float inv16)
+{
+    __m256i b = _mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1u), sb);
+    __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    return _mm512_mul_ps(sf, _mm512_set1_ps(inv16));
+}
+
 /* rint(v f) for v = -8..7 as int32 (at most 127: never above for f <= 16). */
 ALWAYS_INLINE __m512i lut_i4_i32(const float *f)
 {
@@ -687,10 +764,8 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
         const int8_t *e = ints ? src->e + (size_t)r * src->ng + g0 : NULL;
         _Alignas(64) float f[17];
         if (!ints) {
-            __m256i sb = _mm256_maskz_loadu_epi16((__mmask16)((1u << ngc) - 1u),
-                                                  src->sc + (size_t)r * src->lds + g0);
-            __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
-            _mm512_store_ps(f, _mm512_mul_ps(sf, _mm512_set1_ps(src->inv16[r])));
+            _mm512_store_ps(f, i4_factors(src->sc + (size_t)r * src->lds + g0, ngc,
+                                          src->inv16[r]));
             f[16] = 0.0f;
         }
         /* 32 bytes = 64 inputs, loaded into both halves, the upper shifted:
@@ -736,19 +811,19 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
  * token block over kt_n 64-input steps; int32 sums over the whole range, then
  * scaled by the row scales rs and token scales ts for nr rows:
  *   C[m][n] = ts[m] rs[n] sum_k q[m][k] w[n][k]
- * K runs outermost in chunks of kc8 steps (4: 32 rows x 256 bytes of weights):
- * a chunk comes from memory once and serves every token block from L1; the
- * int32 C tiles of all token blocks wait in s->facc ([NB][MMAX]) between
- * chunks, and the next chunk (or w_next's first, the caller's next block of
- * rows) is prefetched into L2 while this one computes, so the weight stream
- * overlaps the tile work instead of preceding it. INT4: the next chunk is
- * rescaled into the other half of s->wdec during the current chunk's first
- * token block (a few rows a step), and the prefetch runs one chunk further
- * ahead. A single block of up to 32
- * tokens keeps its C tiles in the registers instead (parking the four tiles
- * every 4 steps cost 40% on one thread, scripts/amx_tile_peak.c). Prefetching
- * the next chunk's tokens too (from L3 on a call's first pass) ran 1.34x
- * slower (9.6 vs 12.9 TFLOP/s, DeepSeek-V3 T=4096, Xeon 01:42): not done. */
+ * The C tiles stay in the registers over the whole K: up to 32 tokens on 2 x 2
+ * tiles, 33-48 on 2 x 3 (45% of the row blocks of DeepSeek-V3 at T=1024), more
+ * in passes of 32 tokens, one after the other over the whole K (tiles_i8_rows).
+ * The first pass streams the weights in chunks of kc8 steps (4: 32 rows x 256
+ * bytes), each prefetched into L2 `ahead` chunks before (INT4: rescaled during
+ * the chunk before into s->wdec's other half, or with passes into the panel);
+ * the later passes read them from L2 (INT4: the panel) while the next block's
+ * rows are prefetched into L2. Session 6's order, K in chunks over every token
+ * block with the C tiles parked in s->facc between chunks (KT_AMX_PASSES=0),
+ * spent 62 of ~385 ms a DeepSeek-V3 T=4096 call on those parked tiles (Xeon
+ * 08:51, KT_AMX_PROFILE); with passes 2.3 (09:25). Prefetching the next chunk's
+ * tokens too (from L3 on a call's first pass) ran 1.34x slower (9.6 vs 12.9
+ * TFLOP/s, DeepSeek-V3 T=4096, Xeon 01:42): not done. */
 #define KC8_MAX 16
 /* steps per chunk: on the Xeon 4 ran 2-4% above 8, and 16 2-5% below it (one
  * run each, docs/bench/h200-xeon16-amx4-2257-ds-knobs.txt); KT_AMX_KC (1..16)
@@ -757,9 +832,22 @@ static int kc8 = 4;
 /* chunks between the one computing and the one prefetched (INT4: one more, the
  * next is being rescaled); KT_AMX_AHEAD (1..4) overrides, for measuring */
 static int ahead8 = 1;
-/* KT_AMX_DEC_FIRST=1: INT4 rows rescaled before a step's tile products instead
- * of after (the first order measured; for comparison) */
-static int dec_first;
+/* KT_AMX_PF: which prefetches the row loop issues (for measuring): 0 ("t1", the
+ * default) into L2 `ahead` chunks on; 1 ("t1t0") that one chunk further and
+ * into L1 the chunk the next one reads; 2 ("t0") only the latter. On the Xeon
+ * (09:24, one row each) t1 read AMXINT8 6.57 / 9.90 and AMXINT4 g128 4.81 /
+ * 10.27 TFLOP/s at T 1024 / 4096, t1t0 5.77-5.81 / 9.11-9.87 and 4.21-5.48 /
+ * 8.57-8.70, t0 6.10 / 10.84 and 5.14 / 8.73 */
+static int pf_mode = 0;
+/* 33 to 48 tokens on 2 x 3 C tiles over the whole K instead of two parked
+ * blocks (KT_AMX_WIDE=0: off, for measuring); the C tiles' time of a
+ * DeepSeek-V3 T=1024 call 11.2 -> 0.6 ms (Xeon 08:51 / 09:24, KT_AMX_PROFILE) */
+static int wide_on = 1;
+/* more than one token block: token blocks one after the other over the whole
+ * K (1) or K in chunks over every token block (0); KT_AMX_PASSES overrides.
+ * DeepSeek-V3 T=4096, same call (09:24, KT_AMX_PF=t1t0): AMXINT8 9.11-9.87
+ * against 8.65 TFLOP/s, AMXINT4 g128 8.57-8.70 against 8.75 */
+static int passes_on = 1;
 
 /* Chunk c (kq steps each) of the block's chunks followed by the next block's:
  * its first byte, and *lines the 64-byte lines of each row (0: none). */
@@ -778,90 +866,230 @@ static const uint8_t *chunk_at(const i8_src *src, int kt_n, int kq, int c, int *
     return base + (size_t)c * kq * src->bps;
 }
 
+/* The lines of one chunk (NB rows x pn lines), walked row by row and issued a
+ * few at a time between tile steps (no division per line). */
+typedef struct pf_stream {
+    const char *row; /* the current row's first line, NULL: done      */
+    size_t ldw;
+    int pn, line, rows_left, per;
+} pf_stream;
+
+static void pf_start(pf_stream *p, const i8_src *src, int kt_n, int kq, int c, int steps)
+{
+    p->row = (const char *)chunk_at(src, kt_n, kq, c, &p->pn);
+    p->ldw = src->ldw;
+    p->line = 0;
+    p->rows_left = NB;
+    p->per = (NB * p->pn + steps - 1) / steps;
+    if (!p->pn)
+        p->row = NULL;
+}
+
+/* A stream over whole rows: NB rows of pn lines from base (NULL: none). */
+static void pf_rows(pf_stream *p, const uint8_t *base, size_t ldw, int pn, int steps)
+{
+    p->row = (const char *)base;
+    p->ldw = ldw;
+    p->pn = pn;
+    p->line = 0;
+    p->rows_left = NB;
+    p->per = (NB * pn + steps - 1) / steps;
+}
+
+/* Issues the stream's next `per` lines into L1 (t0) or L2. */
+ALWAYS_INLINE void pf_issue(pf_stream *p, const int t0)
+{
+    for (int i = 0; i < p->per && p->row; i++) {
+        const char *a = p->row + (size_t)p->line * 64;
+        if (t0)
+            _mm_prefetch(a, _MM_HINT_T0);
+        else
+            _mm_prefetch(a, _MM_HINT_T1);
+        if (++p->line == p->pn) {
+            p->line = 0;
+            p->row = --p->rows_left ? p->row + p->ldw : NULL;
+        }
+    }
+}
+
+/* One 64-input step of the tile products: W rows wk (two A tiles, ldt bytes
+ * apart) against the token tiles at x (x_mb_stride bytes per 16 tokens):
+ * 2 x 2 C tiles (two_x: the second token tile present) or, wide, 2 x 3. */
+ALWAYS_INLINE void i8_step(const int8_t *wk, size_t ldt, const uint8_t *x, size_t x_mb_stride,
+                           int two_x, int wide)
+{
+    if (wide) {
+        /* 6 products, 7 loads: W0 x X0 X1 X2, then W1 x X2 X1 X0 */
+        _tile_loadd(TWX, wk, ldt);
+        _tile_loadd(TXX, x, 64);
+        _tile_dpbssd(TC00, TWX, TXX);
+        _tile_loadd(TXX, x + x_mb_stride, 64);
+        _tile_dpbssd(TC01, TWX, TXX);
+        _tile_loadd(TXX, x + 2 * x_mb_stride, 64);
+        _tile_dpbssd(TC02, TWX, TXX);
+        _tile_loadd(TWX, wk + 16 * ldt, ldt);
+        _tile_dpbssd(TC12, TWX, TXX);
+        _tile_loadd(TXX, x + x_mb_stride, 64);
+        _tile_dpbssd(TC11, TWX, TXX);
+        _tile_loadd(TXX, x, 64);
+        _tile_dpbssd(TC10, TWX, TXX);
+        return;
+    }
+    _tile_loadd(TW0, wk, ldt);
+    _tile_loadd(TX0, x, 64);
+    if (!(probe & 2))
+        _tile_dpbssd(TC00, TW0, TX0);
+    _tile_loadd(TW1, wk + 16 * ldt, ldt);
+    if (!(probe & 2))
+        _tile_dpbssd(TC10, TW1, TX0);
+    if (two_x) {
+        _tile_loadd(TX1, x + x_mb_stride, 64);
+        if (!(probe & 2)) {
+            _tile_dpbssd(TC01, TW0, TX1);
+            _tile_dpbssd(TC11, TW1, TX1);
+        }
+    }
+}
+
+/* The C tiles of a token block: zeroed, loaded from or stored to cacc at
+ * token mb (op 0 / 1 / 2). */
+static void c_tiles(int op, int32_t *cacc, int mb, int two_x, int wide)
+{
+    const size_t cld = MMAX * sizeof(int32_t);
+    int32_t *c0 = cacc + mb, *c1 = cacc + (size_t)16 * MMAX + mb;
+    if (op == 0) {
+        _tile_zero(TC00);
+        _tile_zero(TC10);
+        _tile_zero(TC01);
+        _tile_zero(TC11);
+        if (wide) {
+            _tile_zero(TC02);
+            _tile_zero(TC12);
+        }
+    } else if (op == 1) {
+        _tile_loadd(TC00, c0, cld);
+        _tile_loadd(TC10, c1, cld);
+        if (two_x) {
+            _tile_loadd(TC01, c0 + 16, cld);
+            _tile_loadd(TC11, c1 + 16, cld);
+        }
+    } else {
+        _tile_stored(TC00, c0, cld);
+        _tile_stored(TC10, c1, cld);
+        if (two_x) {
+            _tile_stored(TC01, c0 + 16, cld);
+            _tile_stored(TC11, c1 + 16, cld);
+        }
+        if (wide) {
+            _tile_stored(TC02, c0 + 32, cld);
+            _tile_stored(TC12, c1 + 32, cld);
+        }
+    }
+}
+
 static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_stride, int mn,
                           int kt_n, const float *rs, const float *ts, int nr, float *C, int ldc,
                           int n_off, amx_scratch *s)
 {
     int32_t *cacc = (int32_t *)s->facc;
-    const size_t cld = MMAX * sizeof(int32_t);
-    int n_mb = (mn + 31) / 32;
-    int park = n_mb > 1; /* one block of 32 tokens keeps its C tiles in the registers */
+    /* one block of 32 tokens, or 48 on 2 x 3 C tiles, keeps its C tiles in the
+     * registers over the whole K; more tokens take K in chunks, each over every
+     * token block (C parked between chunks), or with passes on one token block
+     * at a time over the whole K (the weights of the later passes from L2, the
+     * INT4 ones from the rescaled panel) */
+    int wide = wide_on && mn > 32 && mn <= 48, mbw = wide ? 48 : 32;
+    int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
     int dec = src->sc != NULL;
-    int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec;
+    int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec, n_ch = (kt_n + kq - 1) / kq;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
-    /* INT4: chunk c of the block in half (base + c) & 1 of s->wdec */
+    /* INT4: chunk c of the block in half (base + c) & 1 of s->wdec; with
+     * passes chunk 0 there, the others in the panel */
     int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld};
-    if (dec && !src->ready)
+#define I4_CHUNK(c) (passes && (c) ? s->panel + (size_t)(c) * NB * dld \
+                                   : buf[(src->base + (c)) & 1])
+    amx_prof *pr = prof_here();
+    uint64_t t = prof_tsc(pr), td = 0;
+    if (pr) {
+        pr->calls++;
+        pr->hist[imin((mn - 1) / 16, AP_HIST - 1)]++;
+        pr->products += (uint64_t)kt_n * (size_t)((mn + 15) / 16) * (size_t)((nr + 15) / 16);
+    }
+    if (dec && !src->ready && !(probe & 1))
         decode_i4_rescaled(src, 0, imin(kq, kt_n), 0, NB, buf[src->base & 1], dld);
-    for (int kc = 0, ci = 0; kc < kt_n; kc += kq, ci++) {
-        int kn = imin(kq, kt_n - kc), last = kc + kq >= kt_n;
-        const int8_t *wc = dec ? buf[(src->base + ci) & 1]
-                               : (const int8_t *)src->w + (size_t)kc * 64;
-        size_t ldt = dec ? dld : src->ldw;
-        /* INT4: rescaled rps rows a step of the first token block: the next
-         * chunk, or during the last one the next block's first */
-        const i8_src *ns = src;
-        int nst = kc + kq, nk = 0, rps = (NB + kn - 1) / kn;
-        if (dec && !last)
-            nk = imin(kq, kt_n - kc - kq);
-        else if (dec && src->next)
-            ns = src->next, nst = 0, nk = imin(kq, kt_n);
-        int8_t *wn = buf[(src->base + ci + 1) & 1];
-        /* what to prefetch: NB rows x pn lines from pw */
-        int pn;
-        const uint8_t *pw = chunk_at(src, kt_n, kq, ci + ahead, &pn);
-        int lines = NB * pn, per = (lines + n_mb * kn - 1) / (n_mb * kn), pf = 0;
-        for (int mb = 0; mb < mn; mb += 32) {
-            int two_x = mn - mb > 16;
-            int32_t *c0 = cacc + mb, *c1 = cacc + (size_t)16 * MMAX + mb;
-            if (kc == 0) {
-                _tile_zero(TC00);
-                _tile_zero(TC01);
-                _tile_zero(TC10);
-                _tile_zero(TC11);
-            } else if (park) {
-                _tile_loadd(TC00, c0, cld);
-                _tile_loadd(TC10, c1, cld);
-                if (two_x) {
-                    _tile_loadd(TC01, c0 + 16, cld);
-                    _tile_loadd(TC11, c1 + 16, cld);
-                }
+    prof_add(pr, AP_DEC0, &t);
+    pf_stream far = {0}, near = {0};
+    int outer = passes ? n_mb : n_ch, inner = passes ? n_ch : n_mb;
+    for (int o = 0; o < outer; o++) {
+        for (int i = 0; i < inner; i++) {
+            int ci = passes ? i : o, p = passes ? o : i, mb = p * mbw;
+            int kc = ci * kq, kn = imin(kq, kt_n - kc), last = ci == n_ch - 1;
+            int two_x = mn - mb > 16, blk_wide = wide && !p;
+            const int8_t *wc = dec ? I4_CHUNK(ci) : (const int8_t *)src->w + (size_t)kc * 64;
+            size_t ldt = dec ? dld : src->ldw;
+            /* INT4: rescaled rps rows a step: the next chunk during the first
+             * token block, or during the last one's last chunk the next
+             * block's first */
+            const i8_src *ns = src;
+            int nst = kc + kq, nk = 0, rps = (NB + kn - 1) / kn;
+            int8_t *wn = NULL;
+            if (dec && !last && p == 0) {
+                nk = imin(kq, kt_n - kc - kq);
+                wn = I4_CHUNK(ci + 1);
+            } else if (dec && last && src->next && p == n_mb - 1) {
+                ns = src->next, nst = 0, nk = imin(kq, kt_n);
+                wn = buf[(src->base + n_ch) & 1];
             }
+            /* what to prefetch, spread over the steps between: into L2 the
+             * chunk `ahead` on (pf_mode 1: one further), into L1 (pf_mode >=
+             * 1) the one the next chunk's tiles (INT8) or rescale (INT4) read;
+             * with passes the first pass takes the block's chunks and the
+             * others the next block's rows (into L2) */
+            if (p == 0) {
+                int steps = passes ? kn : n_mb * kn, fc = ci + ahead + (pf_mode == 1);
+                int nc = ci + 1 + dec; /* (passes: not past the block, chunk 2 n_ch: none) */
+                pf_start(&far, src, kt_n, kq, passes && fc >= n_ch ? 2 * n_ch : fc, steps);
+                pf_start(&near, src, kt_n, kq, passes && nc >= n_ch ? 2 * n_ch : nc, steps);
+                if (pf_mode == 0 || (probe & 4))
+                    near.row = NULL;
+                if (pf_mode == 2 || (probe & 4))
+                    far.row = NULL;
+            } else if (passes && p == 1 && ci == 0) {
+                pf_rows(&far, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64,
+                        (n_mb - 1) * kt_n);
+                near.row = NULL;
+                if (probe & 4)
+                    far.row = NULL;
+            }
+            td = prof_tsc(pr);
+            if (ci == 0 || park)
+                c_tiles(ci == 0 ? 0 : 1, cacc, mb, two_x, blk_wide);
+            if (pr && ci > 0 && park)
+                prof_add(pr, AP_PARK, &td);
             const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride + (size_t)kc * XSTEP;
-            const uint8_t *x1 = x0 + x_mb_stride;
-            /* hot loop: 4 tile products per 64 inputs */
+            /* hot loop: 4 (2 x 2) or 6 (2 x 3) tile products per 64 inputs */
             for (int kt = 0; kt < kn; kt++) {
-                for (int i = 0; i < per && pf < lines; i++, pf++)
-                    _mm_prefetch((const char *)pw + (size_t)(pf / pn) * src->ldw + (pf % pn) * 64,
-                                 _MM_HINT_T1);
-                if (nk && mb == 0 && dec_first)
-                    decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
-                const int8_t *wk = wc + (size_t)kt * 64;
-                _tile_loadd(TW0, wk, ldt);
-                _tile_loadd(TX0, x0 + (size_t)kt * XSTEP, 64);
-                _tile_dpbssd(TC00, TW0, TX0);
-                _tile_loadd(TW1, wk + 16 * ldt, ldt);
-                _tile_dpbssd(TC10, TW1, TX0);
-                if (two_x) {
-                    _tile_loadd(TX1, x1 + (size_t)kt * XSTEP, 64);
-                    _tile_dpbssd(TC01, TW0, TX1);
-                    _tile_dpbssd(TC11, TW1, TX1);
-                }
+                pf_issue(&far, 0);
+                pf_issue(&near, 1);
+                i8_step(wc + (size_t)kt * 64, ldt, x0 + (size_t)kt * XSTEP, x_mb_stride, two_x,
+                        blk_wide);
                 /* after the products: their tile loads issue before these
-                 * stores, so the tiles compute while the vector units decode */
-                if (nk && mb == 0 && !dec_first)
+                 * stores, so the tiles compute while the vector units decode
+                 * (before them: 8% slower, scripts/amx_tile_peak.c dec / dec2) */
+                if (nk && !(probe & 1)) {
+                    uint64_t t1 = prof_tsc(pr);
                     decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
+                    prof_add(pr, AP_DEC, &t1);
+                }
             }
-            if (!park && !last)
-                continue;
-            _tile_stored(TC00, c0, cld);
-            _tile_stored(TC10, c1, cld);
-            if (two_x) {
-                _tile_stored(TC01, c0 + 16, cld);
-                _tile_stored(TC11, c1 + 16, cld);
+            prof_add(pr, AP_LOOP, &td); /* (the loop's time, the rescale in it too) */
+            if (park || last) {
+                c_tiles(2, cacc, mb, two_x, blk_wide);
+                prof_add(pr, AP_PARK, &td);
             }
         }
     }
+#undef I4_CHUNK
+    t = prof_tsc(pr);
     for (int mb = 0; mb < mn; mb += 16) {
         int mr = imin(16, mn - mb);
         store_scaled(cacc + mb, MMAX, 1, rs, ts + mb, C, ldc, n_off, imin(16, nr), mb, mr, 0);
@@ -869,6 +1097,7 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
             store_scaled(cacc + (size_t)16 * MMAX + mb, MMAX, 1, rs + 16, ts + mb, C, ldc,
                          n_off + 16, nr - 16, mb, mr, 0);
     }
+    prof_add(pr, AP_EPI, &t);
 }
 
 /* Decoded int8 rows (wdec, [NB][KCH]) x every packed token block, one C
@@ -1067,16 +1296,15 @@ static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float
         inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
         int ok = r < b->nr && e && int_tables;
         for (int g = 0; g < b->ng && ok; g += 16) {
-            __mmask16 in = (__mmask16)(b->ng - g >= 16 ? 0xffffu : (1u << (b->ng - g)) - 1u);
-            __m256i sb = _mm256_maskz_loadu_epi16(in, sr + g);
-            __m512 sf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(sb), 16));
-            __m512 fv = _mm512_mul_ps(sf, _mm512_set1_ps(inv16[r]));
+            int n = imin(16, b->ng - g);
+            __m512 fv = i4_factors(sr + g, n, inv16[r]);
             __m512i ev = _mm512_cvtps_epi32(fv);
             __m512 off = _mm512_abs_ps(_mm512_sub_ps(fv, _mm512_cvtepi32_ps(ev)));
             /* (e outside 0..16: a negative or NaN scale, the computed tables) */
             ok = !_mm512_cmp_ps_mask(off, _mm512_set1_ps(1.0f / 32), _CMP_GT_OQ) &&
                  !_mm512_cmpgt_epu32_mask(ev, _mm512_set1_epi32(16));
-            _mm_mask_storeu_epi8(e + (size_t)r * b->ng + g, in, _mm512_cvtepi32_epi8(ev));
+            _mm_mask_storeu_epi8(e + (size_t)r * b->ng + g, (__mmask16)((1u << n) - 1u),
+                                 _mm512_cvtepi32_epi8(ev));
         }
         b->int_rows |= (uint32_t)ok << r;
     }
@@ -1100,12 +1328,17 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
                           .lds = (size_t)W->cols / (size_t)g, .g = g,
                           .ng = (k1 - k0 + g - 1) / g, .kn = k1 - k0};
     configure_tiles(64);
+    amx_prof *pr = prof_here();
+    uint64_t t = prof_tsc(pr);
     i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0], e[0]);
+    prof_add(pr, AP_BLOCK, &t);
     for (int nb = n0, i = 0; nb < n1; nb += NB, i ^= 1) {
         i8_src *cur = &blk[i], *nx = &blk[i ^ 1];
         cur->next = NULL;
         if (nb + NB < n1) {
+            t = prof_tsc(pr);
             i4_block(nx, W, nb + NB, n1, k0, rs[i ^ 1], inv16[i ^ 1], e[i ^ 1]);
+            prof_add(pr, AP_BLOCK, &t);
             cur->next = nx;
             nx->base = cur->base + (kt_n + kq - 1) / kq;
         }
@@ -1164,6 +1397,7 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     int kt_all = (k1 - k0 + 63) / 64;
     int whole_k = kt_all <= KTMAX8;
     int perm = perm_of(decode, g);
+    prof_set = W->rows > W->cols; /* the down products (H > I) */
     uint8_t *xpack = (uint8_t *)s->xpack;
     for (int m0 = 0; m0 < M; m0 += MMAX) {
         int mn = imin(MMAX, M - m0);
@@ -1232,6 +1466,7 @@ static void gemm_packed_i8(const kt__wmat *W, int n0, int n1, int K, const void 
 {
     size_t stride = (size_t)((K + 63) / 64) * XSTEP;
     const float *ts = (const float *)P + m0;
+    prof_set = W->rows > W->cols; /* the down products (H > I) */
     const uint8_t *x = (const uint8_t *)P + (size_t)((Mtot + 15) / 16) * 64 +
                        (size_t)(m0 / 16) * stride;
     for (int mb = 0; mb < M; mb += MMAX)
@@ -1615,6 +1850,11 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1)
         return;
     size_t ldw = (size_t)W->cols / 2;
     prefetch_first(W->w, ldw, n0, n1, ldw < KCH / 2 ? ldw : KCH / 2);
+    /* and the rows' scales (contiguous), which i4_block reads at the call's start */
+    size_t lds = (size_t)W->cols / (size_t)(W->group > 0 ? W->group : 32) * 2;
+    uintptr_t a = ((uintptr_t)W->scale + (size_t)n0 * lds) & ~(uintptr_t)63;
+    for (; a < (uintptr_t)W->scale + (size_t)n1 * lds; a += 64)
+        _mm_prefetch((const char *)a, _MM_HINT_T1);
 }
 
 static kt__moe_packer p_int8, p_int4, p_int4g;
@@ -1660,8 +1900,6 @@ static void init_sets(void)
     env = getenv("KT_AMX_AHEAD");
     if (env && atoi(env) >= 1 && atoi(env) <= 4)
         ahead8 = atoi(env);
-    env = getenv("KT_AMX_DEC_FIRST");
-    dec_first = env && !strcmp(env, "1");
     env = getenv("KT_AMX_INT4_EXACT");
     int4_exact = env && !strcmp(env, "1");
     env = getenv("KT_AMX_INT4_TABLES");
@@ -1670,6 +1908,20 @@ static void init_sets(void)
     shared_pack = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PREFETCH");
     prefetch_on = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_PASSES");
+    if (env)
+        passes_on = !strcmp(env, "1");
+    env = getenv("KT_AMX_WIDE");
+    wide_on = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_PF");
+    if (env)
+        pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
+    env = getenv("KT_AMX_PROFILE");
+    amx_profile_on = env && !strcmp(env, "1");
+    prof_tsc0 = __rdtsc();
+    prof_sec0 = prof_now();
+    env = getenv("KT_AMX_PROBE");
+    probe = env ? atoi(env) & 7 : 0;
     env = getenv("KT_AMX_KC");
     if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
         kc8 = atoi(env);
@@ -1717,16 +1969,78 @@ static const kt__moe_kernels *pick(int method, const kt__moe_kernels *bf16,
     }
 }
 
+/* Appends to buf (n bytes, used *at) what snprintf writes. */
+static void prof_printf(char *buf, size_t n, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void prof_printf(char *buf, size_t n, size_t *at, const char *fmt, ...)
+{
+    if (*at >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *at, n - *at, fmt, ap);
+    va_end(ap);
+    *at += w > 0 ? (size_t)w : 0;
+}
+
+/* KT_AMX_PROFILE's report (see there) into buf (n bytes), per backend call
+ * (`calls`) and thread: each part's ms as mean [min max] over the threads that
+ * ran, the tile calls and products, the calls by tokens; then cleared.
+ * Returns 0 (nothing written) when the profile is off or empty. */
+size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
+{
+    static const char *part[AP_N] = {"i4 blocks", "first rescale", "loop", "rescale in it",
+                                     "C tiles", "epilogue"};
+    if (!amx_profile_on || !n || calls <= 0)
+        return 0;
+    double hz = (double)(__rdtsc() - prof_tsc0) / (prof_now() - prof_sec0);
+    size_t at = 0;
+    buf[0] = 0;
+    for (int set = 0; set < 2; set++) {
+        int nth = 0;
+        uint64_t hist[AP_HIST] = {0}, products = 0;
+        for (int i = 0; i < AP_THREADS; i++)
+            if (prof_tab[i][set].calls) {
+                nth++;
+                products += prof_tab[i][set].products;
+                for (int h = 0; h < AP_HIST; h++)
+                    hist[h] += prof_tab[i][set].hist[h];
+            }
+        if (!nth)
+            continue;
+        prof_printf(buf, n, &at, "%samx %s, ms per call and thread, mean [min max] of %d:",
+                    at ? "\n" : "", set ? "down" : "gate/up", nth);
+        for (int j = 0; j <= AP_N; j++) {
+            double lo = 1e300, hi = 0, sum = 0;
+            for (int i = 0; i < AP_THREADS; i++) {
+                const amx_prof *p = &prof_tab[i][set];
+                if (!p->calls)
+                    continue;
+                double v = (j < AP_N ? (double)p->cyc[j] * 1e3 / hz : (double)p->calls) / calls;
+                sum += v;
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+            }
+            prof_printf(buf, n, &at, " %s %.2f [%.2f %.2f]%s", j < AP_N ? part[j] : "tile calls",
+                        sum / nth, lo, hi, j < AP_N ? "," : ";");
+        }
+        prof_printf(buf, n, &at, " %.1f M products a call; calls by tokens (16s):",
+                    (double)products / calls * 1e-6);
+        for (int h = 0; h < AP_HIST; h++)
+            prof_printf(buf, n, &at, " %.0f", (double)hist[h] / calls);
+    }
+    memset(prof_tab, 0, sizeof prof_tab);
+    return at < n ? at : n - 1;
+}
+
 #ifdef KT_AMX_EMULATE
 /* Tests: INT4 on the tiles from now on by exact group folds (exact 1) or
- * rescaled rows (0, the default), rescaled before (dec_first 1) or after each
- * step's products. */
-void kt__amx_int4_mode_emulated(int exact, int first);
-void kt__amx_int4_mode_emulated(int exact, int first)
+ * rescaled rows (0, the default). */
+void kt__amx_int4_mode_emulated(int exact);
+void kt__amx_int4_mode_emulated(int exact)
 {
     pthread_once(&init_once, init_sets);
     int4_exact = exact;
-    dec_first = first;
 }
 #endif
 

@@ -689,6 +689,27 @@ static void prof_print(const kt_moe_backend *moe)
             "barriers %.2f", calls, ms[PROF_PHASE0], ms[PROF_PACKX],
             ms[PROF_PHASE1] - ms[PROF_EPI1], ms[PROF_EPI1], ms[PROF_PACKH],
             ms[PROF_PHASE2] - ms[PROF_EPI2], ms[PROF_EPI2], ms[PROF_WAIT]);
+    /* the spread over workers (imbalance), then the AMX loops' split */
+    double lo[PROF_N], hi[PROF_N];
+    for (int j = 0; j < PROF_N; j++) {
+        lo[j] = 1e300;
+        hi[j] = 0;
+        for (int t = 0; t < moe->nth; t++) {
+            double v = moe->prof[(size_t)t * PROF_N + j] * 1e3 / calls;
+            lo[j] = v < lo[j] ? v : lo[j];
+            hi[j] = v > hi[j] ? v : hi[j];
+        }
+    }
+    kt__log(moe->rt, KT_LOG_WARN,
+            "moe profile: workers' min-max ms per call: phase 1 %.2f-%.2f, phase 2 %.2f-%.2f, "
+            "barriers %.2f-%.2f", lo[PROF_PHASE1], hi[PROF_PHASE1], lo[PROF_PHASE2],
+            hi[PROF_PHASE2], lo[PROF_WAIT], hi[PROF_WAIT]);
+#if KT_HAVE_ISA_AMX
+    char amx[2048], *save = NULL;
+    if (kt__moe_amx_profile(amx, sizeof amx, calls))
+        for (char *line = strtok_r(amx, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+            kt__log(moe->rt, KT_LOG_WARN, "moe profile: %s", line);
+#endif
 }
 
 void kt_moe_backend_free(kt_moe_backend *moe)

@@ -449,9 +449,8 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
 }
 
 /* cpu/amx/moe_amx.c, emulated build only: INT4 tiles by exact group folds
- * (exact 1) or rescaled rows, rescaled before (first 1) or after each step's
- * tile products. */
-void kt__amx_int4_mode_emulated(int exact, int first);
+ * (exact 1) or rescaled rows. */
+void kt__amx_int4_mode_emulated(int exact);
 
 static void test_int8_act(void **state)
 {
@@ -466,19 +465,17 @@ static void test_int8_act(void **state)
     assert_null(kt__moe_packer_amx_emulated(kt__moe_kernels_amx_emulated(KT_METHOD_BF16)));
     check_int8_act(kt__moe_kernels_avx512(KT_METHOD_AMXINT8), KT_METHOD_AMXINT8, 1, 0, NULL, 0);
     check_int8_act(e8, KT_METHOD_AMXINT8, 1, 0, kt__moe_packer_amx_emulated(e8), 0);
-    /* INT4 on the tiles: rescaled rows (the default), the same rescaled before
-     * each step's products (groups of 32 and 128), then the exact group folds;
-     * tiles from 4 tokens (groups of 32) and from 2 (64, 128) */
-    for (int mode = 0; mode < 3; mode++) {
-        int exact = mode == 2;
-        kt__amx_int4_mode_emulated(exact, mode == 1);
+    /* INT4 on the tiles: rescaled rows (the default), then the exact group
+     * folds; tiles from 4 tokens (groups of 32) and from 2 (64, 128) */
+    for (int exact = 0; exact < 2; exact++) {
+        kt__amx_int4_mode_emulated(exact);
         check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4),
                        exact ? 0 : 4);
-        for (int G = mode == 1 ? 128 : 64; G <= 128; G *= 2)
+        for (int G = 64; G <= 128; G *= 2)
             check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g),
                            exact ? 0 : 2);
     }
-    kt__amx_int4_mode_emulated(0, 0);
+    kt__amx_int4_mode_emulated(0);
     /* scales on format version 2's grid: the rescale's constant tables (where
      * a sub-range's largest scale is not the row's: the computed ones) */
     grid_scales = 1;
