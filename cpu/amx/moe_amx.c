@@ -821,7 +821,7 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
  * rows are prefetched into L2. Session 6's order, K in chunks over every token
  * block with the C tiles parked in s->facc between chunks (KT_AMX_PASSES=0),
  * spent 62 of ~385 ms a DeepSeek-V3 T=4096 call on those parked tiles (Xeon
- * 08:51, KT_AMX_PROFILE); with passes 2.3 (09:25). Prefetching the next chunk's
+ * 08:51, KT_AMX_PROFILE); with passes 2.4 (09:24). Prefetching the next chunk's
  * tokens too (from L3 on a call's first pass) ran 1.34x slower (9.6 vs 12.9
  * TFLOP/s, DeepSeek-V3 T=4096, Xeon 01:42): not done. */
 #define KC8_MAX 16
