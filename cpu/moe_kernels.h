@@ -35,7 +35,9 @@ enum {
                           all chunks, per chunk float d[16] (lane l holds the scale
                           of group l / 4) and int32 c[16] (-8 * the lane's sum over
                           both halves); then the inputs as BF16; then int32
-                          gs[K/32]: -8 * each group's sum (the VNNI prefill)      */
+                          gs[K/32]: -8 * each group's sum (the VNNI prefill);
+                          then int32 eb[K/32]: d as an exponent step, bits(d) -
+                          bits(1.0f) (0 where d = 0; d is a power of two)    */
     KT__ACT_BF16X2 = 5, /* KT_MOE_PREC_BF16X2: uint16 hi[Kp], then lo[Kp] (Kp = K padded
                           to 64), x = hi + lo, hi = bf16(x), lo = bf16(x - hi)     */
     KT__ACT_GGML = 16  /* LLAMAFILE: KT__ACT_GGML + mask of KT__GGML_ACT_* sections
@@ -60,10 +62,61 @@ typedef struct kt__wmat {
     const void *scale; /* FP8: F32 [ceil(rows/128)][ceil(cols/128)];
                           RAWINT4: BF16 [rows][cols/32]; BF16: NULL           */
     int rows, cols;
-    int type;          /* LLAMAFILE: kt_type of the ggml blocks; else unused      */
+    int type;          /* LLAMAFILE: kt_type of the ggml blocks; RAWINT4: layout
+                          (0 rows as stored, KT__INT4_TILED below); else unused */
     int group;         /* grouped INT4 (kt__moe_int4g_*): inputs per scale, a
                           multiple of 32 dividing cols; 0: 32                    */
 } kt__wmat;
+
+/* RAWINT4 repacked at load time (W->type == KT__INT4_TILED; kt__moe_int4_tile):
+ * rows in tiles of 4 (the last one zero-padded), each tile one sequential
+ * stream of blocks of 512 inputs (the last block shorter):
+ *   [4 rows][16] BF16 scales, row r's group 4j + gi at position 4 gi + j
+ *   (the order the decode's group sums come out in); then per step j of 128
+ *   inputs, [4 rows][64 bytes] of the rows' packed nibbles as stored.
+ * Steps past K are zero bytes, scales past K zero. W->w is the first tile,
+ * W->scale == W->w. The kernels take k0 a multiple of 512, k1 too or K. */
+#define KT__INT4_TILED 1
+#define KT__INT4T_ROWS 4
+#define KT__INT4T_BLOCK (128 + 4 * 256) /* bytes of a whole block           */
+
+static inline size_t kt__int4t_tile_bytes(int K)
+{
+    size_t steps = (size_t)(K + 127) / 128;
+    return (steps + 3) / 4 * 128 + steps * 256;
+}
+
+/* Bytes of a repacked rows x K matrix. */
+static inline size_t kt__int4t_bytes(int rows, int K)
+{
+    return (size_t)(rows + 3) / 4 * kt__int4t_tile_bytes(K);
+}
+
+/* Start of block b (512 inputs) of the tile holding row n: its scales. */
+static inline const uint8_t *kt__int4t_block(const kt__wmat *W, int n, int b)
+{
+    return (const uint8_t *)W->w + (size_t)(n / 4) * kt__int4t_tile_bytes(W->cols) +
+           (size_t)b * KT__INT4T_BLOCK;
+}
+
+/* Row n's 64 bytes of step c (inputs [128 c, 128 c + 128)). */
+static inline const uint8_t *kt__int4t_step(const kt__wmat *W, int n, int c)
+{
+    return kt__int4t_block(W, n, c / 4) + 128 + (c % 4) * 256 + (n % 4) * 64;
+}
+
+/* Row n's BF16 scale of group g. */
+static inline uint16_t kt__int4t_scale(const kt__wmat *W, int n, int g)
+{
+    int pos = 4 * (g % 4) + g % 16 / 4;
+    const uint8_t *p = kt__int4t_block(W, n, g / 16) + (n % 4) * 32 + 2 * pos;
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* Rows [r0, r1) x inputs [c0, c1) (multiples of 32) of a RAWINT4 matrix as
+ * stored, repacked into dst (kt__int4t_bytes(r1 - r0,
+ * c1 - c0) bytes); returns the view of it (cpu/ref/moe_ref.c). */
+kt__wmat kt__moe_int4_tile(const kt__wmat *W, int r0, int r1, int c0, int c1, void *dst);
 
 typedef void (*kt__moe_gemm_fn)(const kt__wmat *W, int n0, int n1, int k0, int k1,
                                 const void *A, size_t a_stride, const int32_t *a_rows, int M,
@@ -102,7 +155,7 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
     else if (act == KT__ACT_BF16X2)
         b = (size_t)((K + 63) / 64) * 256;
     else
-        b = (size_t)((K + 127) / 128) * (512 + 16);
+        b = (size_t)((K + 127) / 128) * (512 + 32);
     return (b + 63) & ~(size_t)63;
 }
 
@@ -131,6 +184,25 @@ static inline uint16_t kt__moe_f32_bf16(float f)
         return (uint16_t)((x >> 16) | 0x40u);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
+
+/* The smallest power of two >= v (v >= 0 finite; 0 stays 0, subnormals go
+ * to 2^-126). */
+static inline float kt__moe_pow2_ceil(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (u && u < 0x7f000000u)
+        u = (u + 0x7fffffu) & 0xff800000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* KT_MOE_Q8_POW2=1 (opt-in, a numerics trade: docs/moe.md): the RAWINT4
+ * quantizers (Q8G32, Q8P128) round each group's d up to a power of two, and
+ * the VNNI prefill's scale product becomes an exponent add (~6% faster per
+ * core, ~1.4x the activation error). The setter is for tests. */
+int kt__moe_q8_pow2(void);
+void kt__moe_q8_set_pow2(int on);
 
 /* F8_E4M3 (fn) -> f32, exact. */
 static inline float kt__moe_e4m3_f32(uint8_t b)

@@ -60,6 +60,31 @@ __attribute__((target("avx512f"))) static float read_loop(const float *a, size_t
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
 }
 
+/* KT_BENCH_PROBE=N (a measuring probe, not a kernel): each matrix's bytes
+ * read as one sequential stream, a T1 prefetch pf bytes ahead (KT_MOE_INT4_PF,
+ * default 4096) and N vpdpbusd per 64 bytes on 4 chains: how fast a single
+ * stream with that much arithmetic per line reads memory. */
+__attribute__((target("avx512f,avx512vnni"))) static int probe_stream(const uint8_t *p,
+                                                                       size_t n, size_t pf,
+                                                                       int work)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    const __m512i q = _mm512_set1_epi8(3);
+    for (size_t i = 0; i < n; i += 64) {
+        _mm_prefetch((const char *)p + i + pf, _MM_HINT_T1);
+        __m512i v = _mm512_load_si512(p + i);
+        for (int j = 0; j < work; j += 4) {
+            a0 = _mm512_dpbusd_epi32(a0, v, q);
+            a1 = _mm512_dpbusd_epi32(a1, v, q);
+            a2 = _mm512_dpbusd_epi32(a2, v, q);
+            a3 = _mm512_dpbusd_epi32(a3, v, q);
+        }
+        a0 = _mm512_xor_si512(a0, v);
+    }
+    return _mm512_reduce_add_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -93,8 +118,13 @@ int main(int argc, char **argv)
     size_t wb = method == KT_METHOD_BF16  ? (size_t)rows * K * 2
                 : method == KT_METHOD_FP8 ? (size_t)rows * K
                                           : (size_t)rows * K / 2;
-    size_t mat = (wb + (method == KT_METHOD_RAWINT4 ? (size_t)rows * K / 16 : 0) + 4095) &
-                 ~(size_t)4095;
+    /* KT_BENCH_TILED=1: RAWINT4 repacked as the backend does (KT__INT4_TILED) */
+    int tiled = method == KT_METHOD_RAWINT4 && getenv("KT_BENCH_TILED") &&
+                atoi(getenv("KT_BENCH_TILED")) == 1;
+    size_t mat = wb + (method == KT_METHOD_RAWINT4 ? (size_t)rows * K / 16 : 0);
+    if (tiled && kt__int4t_bytes(rows, K) > mat)
+        mat = kt__int4t_bytes(rows, K);
+    mat = (mat + 4095) & ~(size_t)4095;
     size_t bytes = decode ? (size_t)512 << 20 : resident ? mat : 16 * mat;
     uint8_t *w = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (w == MAP_FAILED)
@@ -105,6 +135,22 @@ int main(int argc, char **argv)
         memcpy(w + i, &v, 8);
     }
     size_t n_mat = bytes / mat;
+    if (method == KT_METHOD_RAWINT4) /* scales BF16 +[2^-7, 2^-6), as kt-bench's */
+        for (size_t i = 0; i < n_mat; i++) {
+            uint16_t *sc = (uint16_t *)(w + i * mat + wb);
+            for (size_t j = 0; j < (size_t)rows * K / 32; j++)
+                sc[j] = (uint16_t)(0x3c00u | ((j * 0x9E37u) >> 3 & 0x7fu));
+        }
+    if (tiled) { /* each matrix as filled, repacked in place through a copy */
+        uint8_t *tmp = malloc(mat);
+        for (size_t i = 0; i < n_mat; i++) {
+            uint8_t *base = w + i * mat;
+            memcpy(tmp, base, mat);
+            kt__wmat src = {tmp, tmp + wb, rows, K, 0, 0};
+            kt__moe_int4_tile(&src, 0, rows, 0, K, base);
+        }
+        free(tmp);
+    }
     size_t *order = malloc(n_mat * sizeof *order);
     for (size_t i = 0; i < n_mat; i++)
         order[i] = i;
@@ -130,11 +176,13 @@ int main(int argc, char **argv)
     void *scratch = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
     /* the set's hint for its next call (the backend's use), unless KT_BENCH_NO_HINT */
     kt__moe_prefetch_fn hint = getenv("KT_BENCH_NO_HINT") ? NULL : ks->prefetch;
+    int probe = getenv("KT_BENCH_PROBE") ? atoi(getenv("KT_BENCH_PROBE")) : -1;
+    size_t probe_pf = getenv("KT_MOE_INT4_PF") ? (size_t)atol(getenv("KT_MOE_INT4_PF")) : 4096;
     double ratio[11], best = 1e30, best_k = 0, best_r = 0;
     float sink = 0;
     if (resident) { /* one matrix, many calls: the kernel's own speed */
-        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + wb) : fp8_scales, rows, K,
-                      0, 0};
+        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + (tiled ? 0 : wb)) : fp8_scales,
+                      rows, K, tiled ? KT__INT4_TILED : 0, 0};
         long calls = (long)(2e8 / ((double)rows * K * M)) + 10;
         double best_t = 1e30;
         for (int rep = 0; rep < 5; rep++) {
@@ -158,15 +206,20 @@ int main(int argc, char **argv)
         double t0 = cpu_now();
         for (size_t m = 0; m < n_mat; m++) {
             uint8_t *base = w + order[m] * mat;
-            kt__wmat W = {base, method == KT_METHOD_RAWINT4 ? (void *)(base + wb) : fp8_scales,
-                          rows, K, 0, 0};
+            kt__wmat W = {base, method == KT_METHOD_RAWINT4 ? (void *)(base + (tiled ? 0 : wb))
+                                                            : fp8_scales,
+                          rows, K, tiled ? KT__INT4_TILED : 0, 0};
             if (hint && m + 1 < n_mat) { /* the next matrix, as the backend names it */
                 uint8_t *nx = w + order[m + 1] * mat;
-                kt__wmat Wn = {nx, method == KT_METHOD_RAWINT4 ? (void *)(nx + wb) : fp8_scales,
-                               rows, K, 0, 0};
+                kt__wmat Wn = {nx, method == KT_METHOD_RAWINT4 ? (void *)(nx + (tiled ? 0 : wb))
+                                                               : fp8_scales,
+                               rows, K, tiled ? KT__INT4_TILED : 0, 0};
                 hint(&Wn, 0, rows, M);
             }
-            ks->gemm(&W, 0, rows, 0, K, act, arow, NULL, M, C, rows, scratch);
+            if (probe >= 0)
+                sink += (float)probe_stream(base, mat, probe_pf, probe);
+            else
+                ks->gemm(&W, 0, rows, 0, K, act, arow, NULL, M, C, rows, scratch);
         }
         double t1 = cpu_now();
         sink += read_loop((const float *)w, bytes / 4);
@@ -179,9 +232,10 @@ int main(int argc, char **argv)
     }
     qsort(ratio, 11, sizeof ratio[0], cmp_double);
     if (decode)
-        printf("%-18s K %5d M %d rows %4d: %.2f x read loop [%.2f..%.2f], best %.2f GB/s "
+        printf("%-18s%s K %5d M %d rows %4d: %.2f x read loop [%.2f..%.2f], best %.2f GB/s "
                "(read %.1f), %.1f GFLOP/s per cpu-s%s\n",
-               ks->name, K, M, rows, ratio[5], ratio[2], ratio[8], best_k, best_r,
+               ks->name, tiled ? " tiled" : "", K, M, rows, ratio[5], ratio[2], ratio[8], best_k,
+               best_r,
                2.0 * K * M * rows * (double)n_mat / best * 1e-9,
                hint ? ", next call hinted" : "");
     else

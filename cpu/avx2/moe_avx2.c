@@ -189,7 +189,13 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                       void *scratch)
 {
-    (void)scratch;
+    if (W->type == KT__INT4_TILED) { /* the repacked layout: the scalar kernel
+                                       * (same activations; the backend repacks
+                                       * for the AVX-512 set only) */
+        kt__moe_kernels_ref(KT_METHOD_RAWINT4)->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M,
+                                                     C, ldc, scratch);
+        return;
+    }
     int K = W->cols;
     for (int n = n0; n < n1; n++) {
         const uint8_t *w = (const uint8_t *)W->w + (size_t)n * (K / 2);

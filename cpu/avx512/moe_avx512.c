@@ -79,9 +79,10 @@ static void quant_bf16p64(const float *x, int k0, int k1, int K, void *row)
         r[(k & ~63) + p64_pos(k & 63)] = kt__moe_f32_bf16(x[k]);
 }
 
-/* Q8P128 row (see moe_kernels.h), one 32-group at a time: d = max|x| / 127,
- * q = round(x / d); lane scales and -8 * lane sums; BF16 copy (AMX prefill);
- * -8 * group sums (VNNI prefill). */
+/* Q8P128 row (see moe_kernels.h), one 32-group at a time: d = max|x| / 127
+ * (KT_MOE_Q8_POW2: the smallest power of two >= it), q = round(x / d); lane
+ * scales and -8 * lane sums; BF16 copy (AMX prefill); -8 * group sums and d
+ * as an exponent step (VNNI prefill). */
 static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
 {
     int K128 = (K + 127) & ~127;
@@ -89,6 +90,8 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
     float *lanes = (float *)((char *)row + K128);
     uint16_t *xb = (uint16_t *)((char *)row + 2 * (size_t)K128);
     int32_t *gsum = (int32_t *)((char *)row + 4 * (size_t)K128);
+    int32_t *ebits = gsum + K128 / 32;
+    int pow2 = kt__moe_q8_pow2();
     const __m256i evens_first = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11,
                                                  13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7,
                                                  9, 11, 13, 15);
@@ -96,7 +99,8 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
         /* d = max|x| / 127, q = round(x / d) over the 32 inputs of the group */
         __m512 x0 = _mm512_loadu_ps(x + g * 32), x1 = _mm512_loadu_ps(x + g * 32 + 16);
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        float dg = pow2 ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
+        __m512 inv = _mm512_set1_ps(dg > 0.0f ? 1.0f / dg : 0.0f);
         __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, inv));
         __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, inv));
         __m256i v = _mm256_set_m128i(_mm512_cvtsepi32_epi8(q1), _mm512_cvtsepi32_epi8(q0));
@@ -117,7 +121,10 @@ static void quant_q8p128(const float *x, int k0, int k1, int K, void *row)
         cl[4 * gi + 3] = -8 * _mm512_mask_reduce_add_epi32(0xff00, q1);
         gsum[g] = cl[4 * gi] + cl[4 * gi + 1] + cl[4 * gi + 2] + cl[4 * gi + 3];
         for (int l = 4 * gi; l < 4 * gi + 4; l++)
-            dl[l] = amax / 127.0f;
+            dl[l] = dg;
+        int32_t db;
+        memcpy(&db, &dg, 4);
+        ebits[g] = db ? db - 0x3f800000 : 0;
     }
 }
 
@@ -762,16 +769,18 @@ ALWAYS_INLINE void int4_step(const uint8_t *const *w, const __mmask64 msk, const
     }
 }
 
-/* The int32 sums of step c (lanes as in int4_step) for NR rows and MR tokens. */
-ALWAYS_INLINE void int4_sums(const uint8_t *const *w, const int8_t *const *a, const int NR,
-                             const int MR, int K128, int c, size_t pf, __m512i (*iv)[4])
+/* The int32 sums of step c (lanes as in int4_step) for NR rows and MR tokens,
+ * the rows' 64 bytes of the step at w[r] + off. */
+ALWAYS_INLINE void int4_sums(const uint8_t *const *w, size_t off, const int8_t *const *a,
+                             const int NR, const int MR, int K128, int c, size_t pf,
+                             __m512i (*iv)[4])
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i lo[4], hi[4];
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
-        _mm_prefetch((const char *)(w[r] + (size_t)c * 64) + pf, _MM_HINT_T1);
-        __m512i b = _mm512_loadu_si512(w[r] + (size_t)c * 64);
+        _mm_prefetch((const char *)(w[r] + off) + pf, _MM_HINT_T1);
+        __m512i b = _mm512_loadu_si512(w[r] + off);
         __asm__("" : "+v"(b));
         lo[r] = _mm512_and_si512(b, m4);
         hi[r] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
@@ -795,47 +804,64 @@ ALWAYS_INLINE __m512i int4_pair(__m512i A, __m512i B)
     return _mm512_add_epi32(_mm512_unpacklo_epi64(A, B), _mm512_unpackhi_epi64(A, B));
 }
 
-/* Four whole steps (512 inputs, 16 groups) with one scale step per row and
- * token: the 4 steps' int32 lanes summed to whole groups first,
+/* Four steps (512 inputs, 16 groups; NS < 4: the first NS, the rest count
+ * as zeros) with one scale step per row and token: the steps' int32 lanes
+ * summed to whole groups first,
  *     z[4 gi + j] = sum of group 4 j + gi (all 32 inputs)      (exact)
  *     acc += z * (s_w * d_x)     (s_w, d_x permuted to the same order)
  * instead of a conversion, scale product and FMA per step: those share the
  * two multiply pipes with vpdpbusd on Zen 4, the shuffles and adds do not.
+ * Step j of row r at w[r] + j * cs; s[r]: the row's 16 BF16 scales, in
+ * group order (ZS 0: rows as stored) or already in z's order (ZS 1: the
+ * tiled layout, whose scales sit in the stream: sp, prefetched pf ahead).
  * dx[m]: the token's 16 group scales in z's order (int4_dx). */
-ALWAYS_INLINE void int4_block4(const uint8_t *const *w, const uint16_t *const *s,
-                               const int8_t *const *a, const float *const *dx, const int NR,
-                               const int MR, int K128, int c, size_t pf, __m512 (*acc)[4])
+ALWAYS_INLINE void int4_block4(const uint8_t *const *w, size_t cs, const uint16_t *const *s,
+                               const int ZS, const int8_t *const *a, const float *const *dx,
+                               const int NR, const int MR, int K128, int c, const int NS,
+                               size_t pf, __m512 (*acc)[4])
 {
     /* output word 2L + 1 (a dword's high half) <- scale 4 (L % 4) + L / 4 */
     const __m512i sidx = _mm512_set_epi16(15, 0, 11, 0, 7, 0, 3, 0, 14, 0, 10, 0, 6, 0, 2, 0,
                                           13, 0, 9, 0, 5, 0, 1, 0, 12, 0, 8, 0, 4, 0, 0, 0);
     __m512i x[3][4], y[3][4], iv[3][4]; /* steps c, c + 2, the one after each */
-    int4_sums(w, a, NR, MR, K128, c, pf, x);
-    int4_sums(w, a, NR, MR, K128, c + 1, pf, iv);
+    int4_sums(w, 0, a, NR, MR, K128, c, pf, x);
+    if (NS > 1)
+        int4_sums(w, cs, a, NR, MR, K128, c + 1, pf, iv);
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
-            x[m][r] = int4_pair(x[m][r], iv[m][r]);
-    int4_sums(w, a, NR, MR, K128, c + 2, pf, y);
-    int4_sums(w, a, NR, MR, K128, c + 3, pf, iv);
+            x[m][r] = int4_pair(x[m][r], NS > 1 ? iv[m][r] : _mm512_setzero_si512());
+    if (NS > 2)
+        int4_sums(w, 2 * cs, a, NR, MR, K128, c + 2, pf, y);
+    if (NS > 3)
+        int4_sums(w, 3 * cs, a, NR, MR, K128, c + 3, pf, iv);
     __m512 sw[4];
-    /* the scales as far ahead as the rows (K / 16 bytes a row for K / 2 bytes
-     * of nibbles; without it, 0.50-0.64 -> 0.54-0.72 of a read loop, one core) */
+    if (ZS) { /* the block's two scale lines, as far ahead as the rows */
+        _mm_prefetch((const char *)s[0] + pf, _MM_HINT_T1);
+        _mm_prefetch((const char *)s[0] + pf + 64, _MM_HINT_T1);
+    } else { /* the scales as far ahead as the rows (K / 16 bytes a row for K / 2
+              * bytes of nibbles; without it, 0.50-0.64 -> 0.54-0.72 of a read
+              * loop, one core) */
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            _mm_prefetch((const char *)s[r] + pf / 8, _MM_HINT_T1);
+    }
     #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        _mm_prefetch((const char *)(s[r] + 4 * c) + pf / 8, _MM_HINT_T1);
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        sw[r] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(
-            0xAAAAAAAAu, sidx,
-            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(s[r] + 4 * c)))));
+    for (int r = 0; r < NR; r++) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)s[r]);
+        sw[r] = _mm512_castsi512_ps(
+            ZS ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)
+               : _mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, sidx, _mm512_castsi256_si512(h)));
+    }
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++) {
         __m512 d = _mm512_loadu_ps(dx[m]);
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            __m512 yv = _mm512_castsi512_ps(int4_pair(y[m][r], iv[m][r]));
+            __m512i yi = NS > 2 ? int4_pair(y[m][r], NS > 3 ? iv[m][r] : _mm512_setzero_si512())
+                                : _mm512_setzero_si512();
+            __m512 yv = _mm512_castsi512_ps(yi);
             __m512 xv = _mm512_castsi512_ps(x[m][r]);
             __m512i z = _mm512_add_epi32(
                 _mm512_castps_si512(_mm512_shuffle_ps(xv, yv, _MM_SHUFFLE(2, 0, 2, 0))),
@@ -848,14 +874,16 @@ ALWAYS_INLINE void int4_block4(const uint8_t *const *w, const uint16_t *const *s
 
 /* A Q8P128 row's group scales d_x for the 4-step blocks from step c on
  * (nb blocks), each in int4_block4's order: dx[16 b + 4 gi + j] = d_x of
- * group 4 (c + 4 b + j) + gi. */
-static void int4_dx(const int8_t *a, int K128, int c, int nb, float *dx)
+ * group 4 (c + 4 b + j) + gi, zero from group ng on (the row's end). */
+static void int4_dx(const int8_t *a, int K128, int c, int nb, int ng, float *dx)
 {
     const float *lane = (const float *)(a + K128);
     for (int b = 0; b < nb; b++)
         for (int gi = 0; gi < 4; gi++)
-            for (int j = 0; j < 4; j++)
-                dx[16 * b + 4 * gi + j] = lane[(size_t)(c + 4 * b + j) * 32 + 4 * gi];
+            for (int j = 0; j < 4; j++) {
+                int st = c + 4 * b + j;
+                dx[16 * b + 4 * gi + j] = 4 * st + gi < ng ? lane[(size_t)st * 32 + 4 * gi] : 0;
+            }
 }
 
 /* The BF16 scales of groups [g, g + 16) as F32, those outside [lo, hi) zero. */
@@ -905,7 +933,14 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
             #pragma GCC unroll 3
             for (int m = 0; m < MR; m++)
                 d[m] = dx[m] + 16 * b;
-            int4_block4(w, s, a, d, NR, MR, K128, c, pf, acc);
+            const uint8_t *wc[4];
+            const uint16_t *sc[4];
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                wc[r] = w[r] + (size_t)c * 64;
+                sc[r] = s[r] + 4 * c;
+            }
+            int4_block4(wc, 64, sc, 0, a, d, NR, MR, K128, c, 4, pf, acc);
         }
     /* (without dx) 4 whole steps (512 inputs, 16 scales per row) per iteration */
     for (; (c + 4) * 128 <= k1; c += 4) {
@@ -953,6 +988,109 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
                                          acc[m][NR > 2 ? 2 : 0], acc[m][NR > 3 ? 3 : 0]));
 }
 
+/* Decode prefetch distance of the tiled layout (one stream per 4-row tile):
+ * KT_MOE_INT4_PF bytes (0 to 64 KiB) overrides it, for measuring. */
+#define INT4T_PF 4096
+
+static size_t int4t_pf(void)
+{
+    static size_t cached;
+    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("KT_MOE_INT4_PF");
+        long n = e ? atol(e) : 0;
+        v = e && n >= 0 && n <= 65536 ? (size_t)n + 1 : INT4T_PF + 1;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v - 1;
+}
+
+/* out[m * 4 + r] for the 4 rows of the tile holding row n (KT__INT4_TILED)
+ * and MR tokens over the blocks [b0, b1) of 512 inputs (ns: steps up to k1);
+ * dx[m]: the tokens' group scales in int4_block4's order from block b0 on.
+ * One token: the 4 rows together, the tile one sequential stream; more: NR
+ * rows of 2, the tile twice. */
+ALWAYS_INLINE void tile_int4t(const kt__wmat *W, int n, const int8_t *const *a,
+                              const float *const *dx, const int NR, const int MR, int b0,
+                              int b1, int ns, size_t pf, float *out)
+{
+    int K128 = (W->cols + 127) & ~127;
+    __m512 acc[3][4];
+    #pragma GCC unroll 2
+    for (int r0 = 0; r0 < 4; r0 += NR) {
+        __m512 ac[3][4]; /* rows r0 .. r0 + NR - 1 */
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                ac[m][r] = _mm512_setzero_ps();
+        for (int b = b0; b < b1; b++) {
+            const uint8_t *blk = kt__int4t_block(W, n, b);
+            const uint8_t *w[4];
+            const uint16_t *sp[4];
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                w[r] = blk + 128 + (r0 + r) * 64;
+                sp[r] = (const uint16_t *)(blk + (r0 + r) * 32);
+            }
+            const float *d[3];
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                d[m] = dx[m] + 16 * (b - b0);
+            int left = ns - 4 * b; /* steps of this block */
+            /* hot loop: whole blocks of 4 steps */
+            if (left >= 4)
+                int4_block4(w, 256, sp, 1, a, d, NR, MR, K128, 4 * b, 4, pf, ac);
+            else if (left == 3)
+                int4_block4(w, 256, sp, 1, a, d, NR, MR, K128, 4 * b, 3, pf, ac);
+            else if (left == 2)
+                int4_block4(w, 256, sp, 1, a, d, NR, MR, K128, 4 * b, 2, pf, ac);
+            else
+                int4_block4(w, 256, sp, 1, a, d, NR, MR, K128, 4 * b, 1, pf, ac);
+        }
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                acc[m][r0 + r] = ac[m][r];
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        _mm_storeu_ps(out + m * 4, hsum4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+}
+
+/* Decode (up to 3 tokens) on the tiled layout: inputs [k0, k1), k0 a
+ * multiple of 512, k1 too or K; rows from n0 (a multiple of 4). dx in
+ * scratch: 16 floats per block and token. */
+static void decode_int4t(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                         size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                         float *scratch)
+{
+    int K = W->cols, K128 = (K + 127) & ~127;
+    int b0 = k0 / 512, b1 = (k1 + 511) / 512, ns = (k1 + 127) / 128;
+    const int8_t *a[3];
+    const float *dx[3];
+    for (int i = 0; i < 3; i++)
+        a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
+    for (int m = 0; m < M; m++) {
+        float *d = scratch + (size_t)m * (b1 - b0) * 16;
+        int4_dx(a[m], K128, 4 * b0, b1 - b0, k1 / 32, d);
+        dx[m] = d;
+    }
+    for (int m = M; m < 3; m++)
+        dx[m] = dx[M - 1];
+    size_t pf = int4t_pf();
+    for (int n = n0; n < n1; n += 4) {
+        float t[12];
+        switch (M) {
+        case 1: tile_int4t(W, n, a, dx, 4, 1, b0, b1, ns, pf, t); break;
+        case 2: tile_int4t(W, n, a, dx, 2, 2, b0, b1, ns, pf, t); break;
+        default: tile_int4t(W, n, a, dx, 2, 3, b0, b1, ns, pf, t); break;
+        }
+        store_tile(C, ldc, n - n0, t, M, imin(4, n1 - n));
+    }
+}
+
 /* ---- RAWINT4 prefill: VNNI outer-product tiles ------------------------------
  * A tile of 32 weight rows x VT_K inputs is unpacked once into nibble bytes
  * laid out row-along-the-vector: for group g (32 inputs) and step s (0..7),
@@ -971,7 +1109,13 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
 typedef struct vtile {
     uint8_t w[VT_K / 32][8][VT_ROWS / 16][64]; /* [group][step][16 rows][row dwords] */
     float s[VT_K / 32][VT_ROWS / 16][16];      /* [group][16 rows] weight scales     */
+    int exp_ok; /* every scale in [2^-63, 2^64): s_w d_x by an exponent add */
 } vtile;
+
+/* An F32 times a power of two 2^e, |e| <= 63, as an exponent add stays
+ * normal for exponent fields in [EXP_LO, EXP_HI]. */
+#define EXP_LO 64
+#define EXP_HI 190
 
 /* Rows nb..nb+nr-1 (at most 32), inputs [kc, kc + kn) (kn a multiple of 32,
  * at most VT_K) into vt; rows past nr are zero. */
@@ -981,7 +1125,7 @@ static void pack_vtile(const kt__wmat *W, int nb, int nr, int kc, int kn, vtile 
     size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
     const uint8_t *w = (const uint8_t *)W->w + kc / 2;
     const uint16_t *sc = (const uint16_t *)W->scale + kc / 32;
-    int ng = kn / 32;
+    int ng = kn / 32, ok = 1, tiled = W->type == KT__INT4_TILED; /* kc % 512 == 0 */
     for (int h = 0; h < VT_ROWS / 16; h++) {
         int r0 = nb + 16 * h;
         /* [16 rows][64 bytes] -> per (group, step) 16 row dwords, lo and hi nibbles:
@@ -989,10 +1133,10 @@ static void pack_vtile(const kt__wmat *W, int nb, int nr, int kc, int kn, vtile 
         for (int c = 0; 128 * c < kn; c++) {
             __mmask64 msk = tail64((kn - 128 * c) / 2);
             __m512i b[16];
-            for (int i = 0; i < 16; i++)
-                b[i] = r0 + i < nb + nr
-                           ? _mm512_maskz_loadu_epi8(msk, w + (size_t)(r0 + i) * rb + 64 * c)
-                           : _mm512_setzero_si512();
+            for (int i = 0; i < 16; i++) /* tiled: steps past K are zero bytes */
+                b[i] = r0 + i >= nb + nr ? _mm512_setzero_si512()
+                       : tiled ? _mm512_loadu_si512(kt__int4t_step(W, r0 + i, kc / 128 + c))
+                               : _mm512_maskz_loadu_epi8(msk, w + (size_t)(r0 + i) * rb + 64 * c);
             transpose16(b);
             /* dword l of the 64 bytes: word 4 gi + s of the chunk, group 4c + gi */
             for (int l = 0; l < 16 && 4 * c + l / 4 < ng; l++) {
@@ -1001,25 +1145,47 @@ static void pack_vtile(const kt__wmat *W, int nb, int nr, int kc, int kn, vtile 
                                     _mm512_and_si512(_mm512_srli_epi16(b[l], 4), m4));
             }
         }
-        /* [16 rows][16 groups] BF16 scales -> per group 16 row scales, F32 */
+        /* [16 rows][16 groups] BF16 scales -> per group 16 row scales, F32
+         * (tiled: position l holds group 4 (l % 4) + l / 4, zero past K) */
         __m512i t[16];
         for (int i = 0; i < 16; i++) {
+            const uint16_t *sp = tiled ? (const uint16_t *)(kt__int4t_block(W, r0 + i, kc / 512) +
+                                                            (r0 + i) % 4 * 32)
+                                       : sc + (size_t)(r0 + i) * sb;
             __m256i v = r0 + i < nb + nr
-                            ? _mm256_maskz_loadu_epi16((__mmask16)tail32(ng),
-                                                       sc + (size_t)(r0 + i) * sb)
+                            ? _mm256_maskz_loadu_epi16((__mmask16)tail32(tiled ? 16 : ng), sp)
                             : _mm256_setzero_si256();
             t[i] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16);
         }
         transpose16(t);
-        for (int g = 0; g < ng; g++)
-            _mm512_storeu_si512(vt->s[g][h], t[g]);
+        const __m512i lo = _mm512_set1_epi32(EXP_LO << 23), hi = _mm512_set1_epi32(EXP_HI << 23);
+        for (int l = 0; l < 16; l++) {
+            int g = tiled ? 4 * (l % 4) + l / 4 : l;
+            if (g >= ng)
+                continue;
+            /* zero scales: the rows' weights made 8 (value 0: integer sums 0)
+             * and the scale 1, so the exponent add needs no mask */
+            __mmask16 zero = _mm512_testn_epi32_mask(t[l], _mm512_set1_epi32(0x7fffffff));
+            if (zero) {
+                t[l] = _mm512_mask_mov_epi32(t[l], zero, _mm512_set1_epi32(0x3f800000));
+                for (int st = 0; st < 8; st++)
+                    _mm512_storeu_si512(vt->w[g][st][h],
+                                        _mm512_mask_mov_epi32(_mm512_loadu_si512(vt->w[g][st][h]),
+                                                              zero, _mm512_set1_epi8(8)));
+            }
+            __m512i mag = _mm512_and_si512(t[l], _mm512_set1_epi32(0x7fffffff));
+            ok &= !(_mm512_cmplt_epi32_mask(mag, lo) | _mm512_cmpge_epi32_mask(mag, hi));
+            _mm512_storeu_si512(vt->s[g][h], t[l]);
+        }
     }
+    vt->exp_ok = ok;
 }
 
 /* C[m][0..32) (+)= the tile's ng groups from group g0 on, for MR (<= 6)
  * tokens (Q8P128 rows a[m]); rows at or past nvalid are not stored. */
 ALWAYS_INLINE void vtile_run(const vtile *vt, int ng, int g0, int K128, const int8_t *const *a,
-                             const int MR, float *C, int ldc, int nvalid, int load_c)
+                             const int MR, const int EXP, float *C, int ldc, int nvalid,
+                             int load_c)
 {
     __mmask16 mk[2];
     __m512 f[6][2];
@@ -1052,13 +1218,89 @@ ALWAYS_INLINE void vtile_run(const vtile *vt, int ng, int g0, int K128, const in
         __m512 s0 = _mm512_loadu_ps(vt->s[g][0]), s1 = _mm512_loadu_ps(vt->s[g][1]);
         #pragma GCC unroll 6
         for (int m = 0; m < MR; m++) {
-            const float *dl = (const float *)(a[m] + K128);
-            __m512 d = _mm512_set1_ps(dl[32 * (G / 4) + 4 * (G % 4)]);
-            f[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][0]), _mm512_mul_ps(s0, d), f[m][0]);
-            f[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][1]), _mm512_mul_ps(s1, d), f[m][1]);
+            __m512 p0, p1;
+            if (EXP) { /* d_x = 2^e: s_w d_x is s_w with e added to its exponent, an
+                        * integer add off the two pipes that vpdpbusd, the
+                        * product and the FMA share on Zen 4 (d_x = 0: e = 0,
+                        * the sums are 0) */
+                const int32_t *eb = (const int32_t *)(a[m] + 4 * (size_t)K128) + K128 / 32;
+                __m512i e = _mm512_set1_epi32(eb[G]);
+                p0 = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(s0), e));
+                p1 = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(s1), e));
+            } else {
+                const float *dl = (const float *)(a[m] + K128);
+                __m512 d = _mm512_set1_ps(dl[32 * (G / 4) + 4 * (G % 4)]);
+                p0 = _mm512_mul_ps(s0, d);
+                p1 = _mm512_mul_ps(s1, d);
+            }
+            f[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][0]), p0, f[m][0]);
+            f[m][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][1]), p1, f[m][1]);
         }
     }
     ctile_store(C, ldc, mk, MR, 2, f[0]);
+}
+
+/* Row n's weights of inputs [k, k + kn) (at most VT_K, from a multiple of
+ * 512 if tiled) and their scales, into L2. */
+ALWAYS_INLINE void prefetch_row_int4(const kt__wmat *W, int n, int k, int kn)
+{
+    if (W->type == KT__INT4_TILED) {
+        for (int c = k / 128; c < (k + kn + 127) / 128; c++)
+            _mm_prefetch((const char *)kt__int4t_step(W, n, c), _MM_HINT_T1);
+        _mm_prefetch((const char *)kt__int4t_block(W, n, k / 512) + n % 4 * 32, _MM_HINT_T1);
+        return;
+    }
+    const char *wp = (const char *)W->w + (size_t)n * (W->cols / 2) + k / 2;
+    for (int b = 0; b < kn / 2; b += 64)
+        _mm_prefetch(wp + b, _MM_HINT_T1);
+    _mm_prefetch((const char *)((const uint16_t *)W->scale + (size_t)n * (W->cols / 32) + k / 32),
+                 _MM_HINT_T1);
+}
+
+/* Every token block of M against the packed tile vt (rows nb.., inputs kc..
+ * of kn), EXP as in vtile_run; between the blocks, a share of the next tile's
+ * rows (pn.., inputs pk.. of pkn; pnr rows, *pr done) into L2. */
+ALWAYS_INLINE void vtile_tokens(const kt__wmat *W, const vtile *vt, int nb, int nr, int kc,
+                                int kn, int k0, const void *A, size_t a_stride,
+                                const int32_t *rows, int M, float *C, int ldc, const int EXP,
+                                int pn, int pnr, int pk, int pkn, int *pr)
+{
+    int K128 = (W->cols + 127) & ~127;
+    int per_block = (pnr * 6 + M - 1) / M;
+    for (int m = 0, tb = 0; m < M; m += mtile(M, tb++)) {
+        for (int e = *pr + per_block; *pr < e && *pr < pnr; (*pr)++)
+            prefetch_row_int4(W, pn + *pr, pk, pkn);
+        int mr = mtile(M, tb);
+        const int8_t *a[6];
+        for (int i = 0; i < 6; i++)
+            a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1));
+        float *c = C + (size_t)m * ldc;
+        int ng = kn / 32, g0 = kc / 32, lc = kc > k0;
+        switch (mr) {
+        case 1: vtile_run(vt, ng, g0, K128, a, 1, EXP, c, ldc, nr, lc); break;
+        case 2: vtile_run(vt, ng, g0, K128, a, 2, EXP, c, ldc, nr, lc); break;
+        case 3: vtile_run(vt, ng, g0, K128, a, 3, EXP, c, ldc, nr, lc); break;
+        case 4: vtile_run(vt, ng, g0, K128, a, 4, EXP, c, ldc, nr, lc); break;
+        case 5: vtile_run(vt, ng, g0, K128, a, 5, EXP, c, ldc, nr, lc); break;
+        default: vtile_run(vt, ng, g0, K128, a, 6, EXP, c, ldc, nr, lc); break;
+        }
+    }
+    (void)nb;
+}
+
+/* The same with the scale product (the default; scales out of the exponent
+ * add's range). Kept out of line: six more inlined tiles in the hot
+ * function cost the exponent add its gain (one Zen 4 core, K 2048, 32
+ * tokens: 274 against 302-304 GFLOP/s with them apart). */
+__attribute__((noinline)) static void vtile_tokens_mul(const kt__wmat *W, const vtile *vt, int nb,
+                                                       int nr, int kc, int kn, int k0,
+                                                       const void *A, size_t a_stride,
+                                                       const int32_t *rows, int M, float *C,
+                                                       int ldc, int pn, int pnr, int pk, int pkn,
+                                                       int *pr)
+{
+    vtile_tokens(W, vt, nb, nr, kc, kn, k0, A, a_stride, rows, M, C, ldc, 0, pn, pnr, pk, pkn,
+                 pr);
 }
 
 static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -1066,7 +1308,20 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
                          vtile *vt)
 {
     int K128 = (W->cols + 127) & ~127;
-    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32;
+    /* KT_MOE_Q8_POW2 and every token's exponent steps (groups [k0 / 32,
+     * k1 / 32)) within [-63, 63] << 23 (d_x in [2^-63, 2^63] or 0): the
+     * exponent add (else the product) */
+    int act_ok = kt__moe_q8_pow2();
+    const __m512i elo = _mm512_set1_epi32(-(63 << 23)), ehi = _mm512_set1_epi32(63 << 23);
+    for (int m = 0; m < M && act_ok; m++) {
+        const int32_t *eb = (const int32_t *)((const int8_t *)arow(A, a_stride, rows, m) +
+                                              4 * (size_t)K128) + K128 / 32;
+        for (int g = k0 / 32; g < k1 / 32; g += 16) {
+            __mmask16 mk = (__mmask16)tail32(k1 / 32 - g);
+            __m512i v = _mm512_maskz_loadu_epi32(mk, eb + g);
+            act_ok &= !(_mm512_cmplt_epi32_mask(v, elo) | _mm512_cmpgt_epi32_mask(v, ehi));
+        }
+    }
     for (int nb = n0; nb < n1; nb += VT_ROWS) {
         int nr = imin(VT_ROWS, n1 - nb);
         for (int kc = k0; kc < k1; kc += VT_K) {
@@ -1075,32 +1330,14 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
             /* the next tile's rows (and scales) into L2, a few rows per token
              * block, while this one computes */
             int pn = kc + VT_K < k1 ? nb : nb + VT_ROWS, pk = kc + VT_K < k1 ? kc + VT_K : k0;
-            int pnr = pn < n1 ? imin(VT_ROWS, n1 - pn) : 0, pkn = imin(VT_K, k1 - pk);
-            int per_block = (pnr * 6 + M - 1) / M, pr = 0;
-            for (int m = 0, tb = 0; m < M; m += mtile(M, tb++)) {
-                for (int e = pr + per_block; pr < e && pr < pnr; pr++) {
-                    const char *wp = (const char *)W->w + (size_t)(pn + pr) * rb + pk / 2;
-                    for (int b = 0; b < pkn / 2; b += 64)
-                        _mm_prefetch(wp + b, _MM_HINT_T1);
-                    _mm_prefetch((const char *)((const uint16_t *)W->scale +
-                                                (size_t)(pn + pr) * sb + pk / 32),
-                                 _MM_HINT_T1);
-                }
-                int mr = mtile(M, tb);
-                const int8_t *a[6];
-                for (int i = 0; i < 6; i++)
-                    a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1));
-                float *c = C + (size_t)m * ldc + (nb - n0);
-                int ng = kn / 32, g0 = kc / 32, lc = kc > k0;
-                switch (mr) {
-                case 1: vtile_run(vt, ng, g0, K128, a, 1, c, ldc, nr, lc); break;
-                case 2: vtile_run(vt, ng, g0, K128, a, 2, c, ldc, nr, lc); break;
-                case 3: vtile_run(vt, ng, g0, K128, a, 3, c, ldc, nr, lc); break;
-                case 4: vtile_run(vt, ng, g0, K128, a, 4, c, ldc, nr, lc); break;
-                case 5: vtile_run(vt, ng, g0, K128, a, 5, c, ldc, nr, lc); break;
-                default: vtile_run(vt, ng, g0, K128, a, 6, c, ldc, nr, lc); break;
-                }
-            }
+            int pnr = pn < n1 ? imin(VT_ROWS, n1 - pn) : 0, pkn = imin(VT_K, k1 - pk), pr = 0;
+            float *c = C + (nb - n0);
+            if (vt->exp_ok && act_ok)
+                vtile_tokens(W, vt, nb, nr, kc, kn, k0, A, a_stride, rows, M, c, ldc, 1, pn,
+                             pnr, pk, pkn, &pr);
+            else
+                vtile_tokens_mul(W, vt, nb, nr, kc, kn, k0, A, a_stride, rows, M, c, ldc, pn,
+                                 pnr, pk, pkn, &pr);
         }
     }
 }
@@ -1114,6 +1351,10 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     const uint16_t *sc = W->scale;
     int K = W->cols;
     size_t rb = (size_t)K / 2, sb = (size_t)K / 32;
+    if (W->type == KT__INT4_TILED && M < 4) {
+        decode_int4t(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
     if (M < 4) {
         const int8_t *a[3];
         for (int i = 0; i < 3; i++)
@@ -1130,7 +1371,7 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
         if (nb > 0 && (size_t)nb * 16 * sizeof(float) * 3 <= sizeof(vtile))
             for (int m = 0; m < M; m++) {
                 float *d = (float *)scratch + (size_t)m * nb * 16;
-                int4_dx(a[m], (K + 127) & ~127, c_hot, nb, d);
+                int4_dx(a[m], (K + 127) & ~127, c_hot, nb, K / 32, d);
                 dx[m] = d;
             }
         for (int n = n0; n < n1; n += step) {
@@ -1169,6 +1410,13 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
  * rows, where the steady prefetch has not reached yet. */
 static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
 {
+    if (M < 4 && W->type == KT__INT4_TILED) { /* the first 4 KiB of the stream */
+        const char *wp = (const char *)kt__int4t_block(W, n0, 0);
+        size_t bytes = kt__int4t_bytes(n1 - n0, W->cols);
+        for (size_t b = 0; b < bytes && b < 4096; b += 64)
+            _mm_prefetch(wp + b, _MM_HINT_T1);
+        return;
+    }
     if (M < 4) { /* decode: the first 4 KiB of the rows and their scales (one
                     * Zen 4 core, K 2048, 64-row blocks from memory: 0.49-0.52 ->
                     * 0.55-0.57 of a read loop; 256-row blocks unchanged) */
@@ -1182,8 +1430,13 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
             _mm_prefetch(sp + b, _MM_HINT_T1);
         return;
     }
-    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32 * 2;
     int nr = imin(VT_ROWS, n1 - n0);
+    if (W->type == KT__INT4_TILED) {
+        for (int r = 0; r < nr; r++)
+            prefetch_row_int4(W, n0 + r, 0, imin(VT_K, W->cols));
+        return;
+    }
+    size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 32 * 2;
     size_t bytes = (size_t)imin(VT_K, W->cols) / 2;
     for (int r = 0; r < nr; r++) {
         const char *wp = (const char *)W->w + (size_t)(n0 + r) * rb;

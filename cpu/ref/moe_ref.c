@@ -1,5 +1,6 @@
 /* Scalar MoE kernels: the oracle every SIMD kernel is tested against. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "moe_kernels.h"
 
@@ -19,7 +20,27 @@ void kt__moe_quant_bf16(const float *x, int k0, int k1, int K, void *row)
         r[k] = kt__moe_f32_bf16(x[k]);
 }
 
-/* Per group of 32: d = max|x| / 127, q = round(x / d), s = 8 * sum(q). */
+/* 0: not read yet, 1: exact scales (the default), 2: powers of two */
+static int q8_mode;
+
+int kt__moe_q8_pow2(void)
+{
+    int v = __atomic_load_n(&q8_mode, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("KT_MOE_Q8_POW2");
+        v = e && *e && strcmp(e, "0") != 0 ? 2 : 1;
+        __atomic_store_n(&q8_mode, v, __ATOMIC_RELAXED);
+    }
+    return v == 2;
+}
+
+void kt__moe_q8_set_pow2(int on)
+{
+    __atomic_store_n(&q8_mode, on ? 2 : 1, __ATOMIC_RELAXED);
+}
+
+/* Per group of 32: d = max|x| / 127 (KT_MOE_Q8_POW2: the smallest power of
+ * two >= it, so |q| <= 127), q = round(x / d), s = 8 * sum(q). */
 void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row)
 {
     int8_t *q = row;
@@ -29,8 +50,8 @@ void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row)
         float amax = 0.0f;
         for (int i = 0; i < 32; i++)
             amax = fmaxf(amax, fabsf(x[g * 32 + i]));
-        float dg = amax / 127.0f;
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        float dg = kt__moe_q8_pow2() ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
+        float inv = dg > 0.0f ? 1.0f / dg : 0.0f;
         int32_t sum = 0;
         for (int i = 0; i < 32; i++) {
             int v = (int)nearbyintf(x[g * 32 + i] * inv);
@@ -97,31 +118,48 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
  *   INT8 activations:  d_x[g] * s_w[n][g] * sum_k q_x[k] * (nibble[n][k] - 8)
  *   F32 activations (KT_MOE_PREC_BF16X2):  s_w[n][g] * sum_k a[k] * (nibble[n][k] - 8) ---- */
 
-static inline int nibble(const uint32_t *wr, int k)
+/* The 32 weights of group g of row n, nibble - 8, and the group's scale
+ * (either layout: rows as stored or KT__INT4_TILED). */
+static float int4_group_weights(const kt__wmat *W, int n, int g, int *v)
 {
-    return (int)((wr[k / 8] >> (4 * (k % 8))) & 0xfu) - 8;
+    int K = W->cols;
+    const uint8_t *b;
+    uint16_t s;
+    if (W->type == KT__INT4_TILED) {
+        b = kt__int4t_step(W, n, g / 4) + 16 * (g % 4);
+        s = kt__int4t_scale(W, n, g);
+    } else {
+        b = (const uint8_t *)W->w + (size_t)n * (K / 2) + 16 * (size_t)g;
+        s = ((const uint16_t *)W->scale)[(size_t)n * (K / 32) + g];
+    }
+    /* input 2i in the low nibble of byte i, 2i + 1 in its high one */
+    for (int i = 0; i < 16; i++) {
+        v[2 * i] = (b[i] & 0xf) - 8;
+        v[2 * i + 1] = (b[i] >> 4) - 8;
+    }
+    return kt__moe_bf16_f32(s);
 }
 
-/* Group g of activation row a (format of the set) against weight row wr of
+/* Group g of activation row a (format of the set) against the weights v of
  * scale s (F32). */
-typedef float (*int4_group_fn)(const void *a, int K, const uint32_t *wr, int g, float s);
+typedef float (*int4_group_fn)(const void *a, int K, const int *v, int g, float s);
 
-static float group_q8(const void *a, int K, const uint32_t *wr, int g, float s)
+static float group_q8(const void *a, int K, const int *v, int g, float s)
 {
     const int8_t *q = a;
     int32_t isum = 0;
-    for (int k = g * 32; k < g * 32 + 32; k++)
-        isum += nibble(wr, k) * q[k];
+    for (int i = 0; i < 32; i++)
+        isum += v[i] * q[g * 32 + i];
     return (float)isum * (kt__q8_scales(q, K)[g] * s);
 }
 
-static float group_f32(const void *a, int K, const uint32_t *wr, int g, float s)
+static float group_f32(const void *a, int K, const int *v, int g, float s)
 {
     (void)K;
     const float *x = a;
     float part = 0.0f;
-    for (int k = g * 32; k < g * 32 + 32; k++)
-        part += x[k] * (float)nibble(wr, k);
+    for (int i = 0; i < 32; i++)
+        part += x[g * 32 + i] * (float)v[i];
     return part * s;
 }
 
@@ -129,19 +167,47 @@ static void int4_rows(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                       size_t a_stride, const int32_t *a_rows, int M, float *C, int ldc,
                       int4_group_fn group)
 {
-    const uint32_t *w = W->w;
-    const uint16_t *sc = W->scale;
     int K = W->cols;
     for (int m = 0; m < M; m++) {
         const void *a = arow(A, a_stride, a_rows, m);
         for (int n = n0; n < n1; n++) {
-            const uint32_t *wr = w + (size_t)n * (K / 8);
             float acc = 0.0f;
-            for (int g = k0 / 32; g < k1 / 32; g++)
-                acc += group(a, K, wr, g, kt__moe_bf16_f32(sc[(size_t)n * (K / 32) + g]));
+            for (int g = k0 / 32; g < k1 / 32; g++) {
+                int v[32];
+                float s = int4_group_weights(W, n, g, v);
+                acc += group(a, K, v, g, s);
+            }
             C[(size_t)m * ldc + (n - n0)] = acc;
         }
     }
+}
+
+kt__wmat kt__moe_int4_tile(const kt__wmat *W, int r0, int r1, int c0, int c1, void *dst)
+{
+    kt__wmat t = *W;
+    int K = c1 - c0, steps = (K + 127) / 128;
+    size_t rb = (size_t)W->cols / 2;
+    const uint8_t *w = W->w;
+    const uint16_t *sc = W->scale;
+    t.w = t.scale = dst;
+    t.rows = r1 - r0;
+    t.cols = K;
+    t.type = KT__INT4_TILED;
+    memset(dst, 0, kt__int4t_bytes(r1 - r0, K));
+    for (int n = 0; n < r1 - r0; n++) {
+        const uint8_t *src = w + (size_t)(r0 + n) * rb + c0 / 2;
+        for (int c = 0; c < steps; c++) /* bytes past the row stay zero */
+            memcpy((uint8_t *)kt__int4t_step(&t, n, c), src + 64 * (size_t)c,
+                   K - 128 * c >= 128 ? 64 : (size_t)(K - 128 * c) / 2);
+        for (int g = 0; g < K / 32; g++) {
+            uint16_t s = sc[(size_t)(r0 + n) * (W->cols / 32) + c0 / 32 + g];
+            int pos = 4 * (g % 4) + g % 16 / 4;
+            uint8_t *p = (uint8_t *)kt__int4t_block(&t, n, g / 16) + (n % 4) * 32 + 2 * pos;
+            p[0] = (uint8_t)s;
+            p[1] = (uint8_t)(s >> 8);
+        }
+    }
+    return t;
 }
 
 static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,

@@ -724,27 +724,199 @@ static void test_amx_x2(void **state)
 #endif
 }
 
-/* The scalar INT8 quantizer itself: round(x / d) with d = max|x| / 127. */
+/* The scalar INT8 quantizer itself: round(x / d) with d = max|x| / 127, or
+ * (KT_MOE_Q8_POW2) the smallest power of two >= it (kt__moe_pow2_ceil). */
 static void test_quant_q8(void **state)
 {
     (void)state;
-    float x[64];
-    for (int i = 0; i < 64; i++)
-        x[i] = (float)(i - 20) * 0.25f;
-    uint8_t row[256];
-    kt__moe_quant_q8g32(x, 0, 64, 64, row);
-    const int8_t *q = (const int8_t *)row;
-    const float *d = kt__q8_scales(row, 64);
-    const int32_t *s = kt__q8_sums(row, 64);
-    assert_float_equal(d[0], 5.0f / 127.0f, 1e-7);  /* group 0: max |x| = 20 * 0.25 */
-    assert_int_equal(q[0], -127);
-    assert_int_equal(q[20], 0);
-    int sum = 0;
-    for (int i = 0; i < 32; i++)
-        sum += q[i];
-    assert_int_equal(s[0], 8 * sum);
-    for (int i = 0; i < 64; i++)
-        assert_true(fabsf(q[i] * d[i / 32] - x[i]) <= d[i / 32] / 2 + 1e-6f);
+    assert_true(kt__moe_pow2_ceil(0.0f) == 0.0f);
+    assert_true(kt__moe_pow2_ceil(1.0f) == 1.0f);
+    assert_true(kt__moe_pow2_ceil(0.75f) == 1.0f);
+    assert_true(kt__moe_pow2_ceil(0x1.000002p-3f) == 0.25f);
+    assert_true(kt__moe_pow2_ceil(0x1p-140f) == 0x1p-126f); /* subnormal: the smallest normal */
+    int was = kt__moe_q8_pow2();
+    for (int pow2 = 0; pow2 < 2; pow2++) {
+        kt__moe_q8_set_pow2(pow2);
+        float x[64];
+        for (int i = 0; i < 64; i++)
+            x[i] = (float)(i - 20) * 0.25f;
+        uint8_t row[256];
+        kt__moe_quant_q8g32(x, 0, 64, 64, row);
+        const int8_t *q = (const int8_t *)row;
+        const float *d = kt__q8_scales(row, 64);
+        const int32_t *s = kt__q8_sums(row, 64);
+        if (!pow2) {
+            assert_float_equal(d[0], 5.0f / 127.0f, 1e-7); /* group 0: max |x| = 20 * 0.25 */
+            assert_int_equal(q[0], -127);
+        } else { /* 5 / 127 -> 2^-4; group 1: max 43 * 0.25 = 10.75, / 127 -> 2^-3 */
+            assert_true(d[0] == 0.0625f);
+            assert_int_equal(q[0], -80);
+            assert_true(d[1] == 0.125f);
+        }
+        assert_int_equal(q[20], 0);
+        int sum = 0;
+        for (int i = 0; i < 32; i++)
+            sum += q[i];
+        assert_int_equal(s[0], 8 * sum);
+        for (int i = 0; i < 64; i++)
+            assert_true(fabsf(q[i] * d[i / 32] - x[i]) <= d[i / 32] / 2 + 1e-6f);
+    }
+    kt__moe_q8_set_pow2(was);
+}
+
+/* One RAWINT4 set against the scalar reference on the rows as stored:
+ * weights W (n x K, stored layout, dequantized f), the set's view V of them
+ * (repacked or W itself) from row r0 and input c0 on; tokens x [n_act][K].
+ * Rows [n0, n1) and inputs [k0, k1) of V; 1e-5 of sum |a||w| (+ 1e-30). */
+static void check_int4_view(const kt__moe_kernels *ks, const kt__wmat *W, const kt__wmat *V,
+                            const float *f, const float *x, int n_act, int r0, int c0, int n0,
+                            int n1, int k0, int k1, int M)
+{
+    const kt__moe_kernels *ref = kt__moe_kernels_ref(KT_METHOD_RAWINT4);
+    int K = W->cols, KV = V->cols, nb = n1 - n0;
+    /* the view's tokens: inputs [c0, c0 + KV) of x, quantized as rows of KV */
+    float *xv = malloc((size_t)n_act * KV * sizeof(float));
+    for (int t = 0; t < n_act; t++)
+        memcpy(xv + (size_t)t * KV, x + (size_t)t * K + c0, (size_t)KV * sizeof(float));
+    size_t sr, st;
+    uint8_t *ar = quant_rows(ref, x, n_act, K, &sr);
+    uint8_t *at = quant_rows(ks, xv, n_act, KV, &st);
+    int32_t rows_idx[64];
+    for (int m = 0; m < M; m++)
+        rows_idx[m] = (m * 5 + 2) % n_act;
+    float *cr = malloc((size_t)M * nb * sizeof(float));
+    float *ct = malloc((size_t)M * nb * sizeof(float));
+    void *scr = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
+    kt__moe_new_epoch();
+    ref->gemm(W, r0 + n0, r0 + n1, c0 + k0, c0 + k1, ar, sr, rows_idx, M, cr, nb, NULL);
+    ks->gemm(V, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr);
+    for (int m = 0; m < M; m++)
+        for (int n = n0; n < n1; n++) {
+            double mag = 0;
+            for (int k = c0 + k0; k < c0 + k1; k++)
+                mag += fabs((double)x[(size_t)rows_idx[m] * K + k] *
+                            f[(size_t)(r0 + n) * K + k]);
+            double c = ct[(size_t)m * nb + n - n0], r = cr[(size_t)m * nb + n - n0];
+            if (!(fabs(c - r) <= 1e-5 * mag + 1e-30))
+                fail_msg("%s%s N=%d K=%d M=%d rows [%d,%d) inputs [%d,%d) of the view "
+                         "(from row %d, input %d): C[%d][%d] = %g, reference %g",
+                         ks->name, V->type == KT__INT4_TILED ? " tiled" : "", W->rows, K, M,
+                         n0, n1, k0, k1, r0, c0, m, n, c, r);
+        }
+    free(xv);
+    free(ar);
+    free(at);
+    free(cr);
+    free(ct);
+    free(scr);
+}
+
+/* RAWINT4 repacked into 4-row tiles (KT__INT4_TILED, kt__moe_int4_tile): the
+ * scalar, AVX2 and AVX-512 sets on the repacked view against the scalar set
+ * on the rows as stored, at decode (1-3 tokens) and prefill token counts, for
+ * whole matrices and for slices (rows from 8, inputs from 256: a NUMA pool's
+ * copy), ragged rows (67: a zero-padded last tile), K with a partial last
+ * block (768 = 512 + 256, 1184 = 2 x 512 + 160) and sub-ranges (rows from 4,
+ * inputs from 512). */
+static void test_int4_tiled(void **state)
+{
+    (void)state;
+    const kt__moe_kernels *sets[3] = {kt__moe_kernels_ref(KT_METHOD_RAWINT4), NULL, NULL};
+#if KT_HAVE_ISA_AVX2
+    if ((kt_hw_isa() & AVX2_BITS) == AVX2_BITS)
+        sets[1] = kt__moe_kernels_avx2(KT_METHOD_RAWINT4);
+#endif
+#if KT_HAVE_ISA_AVX512
+    if ((kt_hw_isa() & AVX512_BITS) == AVX512_BITS)
+        sets[2] = kt__moe_kernels_avx512(KT_METHOD_RAWINT4);
+#endif
+    static const int Ns[] = {5, 67};
+    static const int Ks[] = {96, 768, 1184, 2048};
+    static const int Ms[] = {1, 2, 3, 4, 17};
+    for (int ni = 0; ni < 2; ni++)
+        for (int ki = 0; ki < 4; ki++) {
+            int N = Ns[ni], K = Ks[ki];
+            void *w, *s;
+            float *f = malloc((size_t)N * K * sizeof(float));
+            tst_rawint4_matrix(N, K, 32, 0.05f, &w, &s, f);
+            kt__wmat W = {w, s, N, K, 0, 0};
+            int n_act = 20;
+            float *x = malloc((size_t)n_act * K * sizeof(float));
+            for (int i = 0; i < n_act * K; i++)
+                x[i] = tst_uniform();
+            for (int sl = 0; sl < 2; sl++) { /* whole, then a slice */
+                int r0 = sl ? (N > 8 ? 8 : 1) : 0, c0 = sl && K > 256 ? 256 : 0;
+                int rn = N - r0, kn = K - c0;
+                void *buf = aligned_alloc(64, (kt__int4t_bytes(rn, kn) + 63) & ~(size_t)63);
+                kt__wmat T = kt__moe_int4_tile(&W, r0, N, c0, K, buf);
+                assert_int_equal(T.type, KT__INT4_TILED);
+                for (int i = 0; i < 3; i++)
+                    for (int mi = 0; sets[i] && mi < 5; mi++)
+                        for (int part = 0; part < 2; part++) {
+                            int n0 = part && rn > 4 ? 4 : 0, k0 = part && kn > 512 ? 512 : 0;
+                            check_int4_view(sets[i], &W, &T, f, x, n_act, r0, c0, n0, rn, k0,
+                                            kn, Ms[mi]);
+                        }
+                free(buf);
+            }
+            free(x);
+            free(w);
+            free(s);
+            free(f);
+        }
+}
+
+/* RAWINT4 prefill on VNNI under KT_MOE_Q8_POW2: the scale product s_w d_x is
+ * an exponent add when d_x is a power of two and both are in range, with
+ * zero weight scales' rows made value 0 in the packed tile; a tile with a
+ * tiny weight scale (2^-100) or a call with a token of tiny inputs (d_x
+ * 2^-110) takes the product instead. Against the scalar reference (the same
+ * numbers: s_w 2^e is exact). */
+static void test_int4_scale_paths(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if ((kt_hw_isa() & AVX512_BITS) != AVX512_BITS)
+        skip();
+    const kt__moe_kernels *ks = kt__moe_kernels_avx512(KT_METHOD_RAWINT4);
+    int N = 67, K = 1184, n_act = 12, was = kt__moe_q8_pow2();
+    kt__moe_q8_set_pow2(1);
+    check_set(ks, KT_METHOD_RAWINT4); /* every shape, pow2 scales on both sides */
+    for (int variant = 0; variant < 3; variant++) {
+        void *w, *s;
+        float *f = malloc((size_t)N * K * sizeof(float));
+        tst_rawint4_matrix(N, K, 32, 0.05f, &w, &s, NULL);
+        uint16_t *sc = s;
+        for (int r = 0; r < N; r++) /* zero scales (every variant) */
+            sc[(size_t)r * (K / 32) + r % (K / 32)] = 0;
+        if (variant == 1) /* one tiny scale in the second 32-row block */
+            sc[(size_t)40 * (K / 32) + 3] = tst_to_bf16(0x1p-100f);
+        for (int r = 0; r < N; r++)
+            for (int c = 0; c < K; c++) {
+                uint32_t word = ((const uint32_t *)w)[(size_t)r * (K / 8) + c / 8];
+                f[(size_t)r * K + c] = (float)((int)((word >> (4 * (c % 8))) & 15u) - 8) *
+                                       tst_bf16(sc[(size_t)r * (K / 32) + c / 32]);
+            }
+        float *x = malloc((size_t)n_act * K * sizeof(float));
+        for (int i = 0; i < n_act * K; i++)
+            x[i] = tst_uniform();
+        for (int k = 64; k < 96; k++) /* token 0: a zero group */
+            x[k] = 0.0f;
+        if (variant == 2) /* token 2 (the call's first row): tiny inputs */
+            for (int k = 0; k < K; k++)
+                x[(size_t)2 * K + k] *= 0x1p-104f;
+        kt__wmat W = {w, s, N, K, 0, 0};
+        for (int M = 4; M <= 8; M += 4)
+            check_int4_view(ks, &W, &W, f, x, n_act, 0, 0, 0, N, 0, K, M);
+        free(x);
+        free(w);
+        free(s);
+        free(f);
+    }
+    kt__moe_q8_set_pow2(was);
+#else
+    skip();
+#endif
 }
 
 /* kt_moe_desc.group_size: AMXINT4 only, 32 / 64 / 128 dividing H and I. */
@@ -1046,6 +1218,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_q8),
+        cmocka_unit_test(test_int4_tiled),
+        cmocka_unit_test(test_int4_scale_paths),
         cmocka_unit_test(test_avx512),
         cmocka_unit_test(test_precise),
         cmocka_unit_test(test_avx2),
