@@ -144,9 +144,12 @@ static void flush_pending(kt__cuda_rt *rt);
 /* 1024: the one-token q / k / v product two rows a warp, in one wave
  * (k_gemv1_n2) */
 #define GEMV_QKV2 1024
-#define GEMV_ALL 2047
+/* 2048: k_expert_down_w also for I up to 2048 (4 rows a warp to 1536, 3 to
+ * 2048; else k_expert_down_p); not yet run on a device */
+#define GEMV_DOWNW_WIDE 2048
+#define GEMV_ALL 4095
 /* the default: what measured fastest (KT_GPU_GEMV overrides) */
-#define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1 | GEMV_QKV2))
+#define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1 | GEMV_QKV2 | GEMV_DOWNW_WIDE))
 
 static void set_err(char *err, size_t err_size, const char *fmt, ...)
 {
@@ -3488,45 +3491,47 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
 }
 
 /* The expert-down product for one token with each warp streaming contiguous
- * weights (GEMV_DOWNW): a block owns DOWNW_ROWS output rows, its warp w the
- * rows of packed GPU expert w (w + 8, ... when more than 8), so each warp reads
- * DOWNW_ROWS consecutive rows of one matrix (12 KB in one run for Qwen3's I =
- * 768) where k_expert_down_p's warp read one row of every chosen expert (8
- * separate 1536-byte pieces): the same 25 MB read alone took 7.7 against 10.6
- * us on the H200 (scripts/gpu_decode_probe.cu, 11-30 08:59), the products
- * 10.4 against 14.0. Lane l holds chunks l + 32 m (m < NC) of each row, all loads in
- * flight before the wait (BF16; other types after it, typed per matrix); the
- * warp's 8 row sums by warp_sum8, then the block weights them over the experts
- * in slot order in shared memory:
- *   out[c] = Σ_s w_s (down_s[c] · h_s),  c in the block's rows */
+ * weights (GEMV_DOWNW): a block owns R output rows, its warp w the rows of
+ * packed GPU expert w (w + 8, ... when more than 8), so each warp reads R
+ * consecutive rows of one matrix (12 KB in one run for Qwen3's I = 768, R = 8)
+ * where k_expert_down_p's warp read one row of every chosen expert (8 separate
+ * 1536-byte pieces): the same 25 MB read alone took 7.7 against 10.6 us on the
+ * H200 (scripts/gpu_decode_probe.cu, 11-30 08:59), the products 10.4 against
+ * 14.0. Lane l holds chunks l + 32 m (m < NC) of each row, all loads in flight
+ * before the wait (BF16; other types after it, typed); the warp's R row sums
+ * by warp_sum8, then the block weights them over the experts in slot order in
+ * shared memory:
+ *   out[c] = Σ_s w_s (down_s[c] · h_s),  c in the block's rows
+ * R x NC <= 24 (a lane's loads): R 8 for I <= 768 (the default); with
+ * GEMV_DOWNW_WIDE R 4 for I <= 1536 and R 3 for I <= 2048. */
 #define DOWNW_ROWS 8
-#define DOWNW_MAXNC 3 /* chunks a lane a row: I <= 768 */
+#define DOWNW_MAXNC 3 /* chunks a lane a row at R = 8: I <= 768 */
 
 /* rows r0.. of D (clamped to H - 1), this lane's NC chunks of each (clamped to the
  * row's last: weighted 0 by the consumer) */
-template <int NC>
+template <int R, int NC>
 __device__ __forceinline__ void downw_issue(const kt__cuda_mat &D, int32_t r0, int32_t H,
-                                            uint4 raw[DOWNW_ROWS][NC])
+                                            uint4 raw[R][NC])
 {
     const int32_t n16 = D.cols / 8, lane = threadIdx.x % 32;
     const uint4 *p = (const uint4 *)D.data;
 #pragma unroll
-    for (int r = 0; r < DOWNW_ROWS; r++)
+    for (int r = 0; r < R; r++)
 #pragma unroll
         for (int m = 0; m < NC; m++)
             raw[r][m] = __ldg(p + (size_t)min(r0 + r, H - 1) * n16 + min(lane + 32 * m, n16 - 1));
 }
 
 /* s[r] = this lane's share of row r0 + r of D times h_s from the BF16 chunks raw
- * (downw_issue); hs: the expert's row of h, written by the kernel before (read
- * through L2) */
-template <int NC>
-__device__ __forceinline__ void downw_dot(const uint4 raw[DOWNW_ROWS][NC], int32_t n16,
-                                          const float *hs, float s[DOWNW_ROWS])
+ * (downw_issue), 0 for r >= R; hs: the expert's row of h, written by the kernel
+ * before (read through L2) */
+template <int R, int NC>
+__device__ __forceinline__ void downw_dot(const uint4 raw[R][NC], int32_t n16, const float *hs,
+                                          float s[8])
 {
     const int32_t lane = threadIdx.x % 32;
 #pragma unroll
-    for (int r = 0; r < DOWNW_ROWS; r++)
+    for (int r = 0; r < 8; r++)
         s[r] = 0.0f;
 #pragma unroll
     for (int m = 0; m < NC; m++) {
@@ -3538,7 +3543,7 @@ __device__ __forceinline__ void downw_dot(const uint4 raw[DOWNW_ROWS][NC], int32
         hv[0] = a.x, hv[1] = a.y, hv[2] = a.z, hv[3] = a.w;
         hv[4] = b.x, hv[5] = b.y, hv[6] = b.z, hv[7] = b.w;
 #pragma unroll
-        for (int r = 0; r < DOWNW_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             float w[8];
             bf16x8(raw[r][m], w);
             s[r] += on * dot8(w, hv);
@@ -3546,15 +3551,16 @@ __device__ __forceinline__ void downw_dot(const uint4 raw[DOWNW_ROWS][NC], int32
     }
 }
 
-template <int NC>
+template <int R, int NC>
 __global__ void __launch_bounds__(DOWN8_THREADS, 2)
     k_expert_down_w(const kt__cuda_mat *down, const int32_t *ids, const float *wts, int32_t k,
                     const float *h, int32_t H, float *out, int assign, float *res)
 {
+    static_assert(R >= 1 && R <= 8 && R * NC <= 24, "a lane's loads");
     __shared__ kt__cuda_mat D[DOWN8_MAXK];
-    __shared__ float wj[DOWN8_MAXK], part[DOWN8_MAXK][DOWNW_ROWS];
+    __shared__ float wj[DOWN8_MAXK], part[DOWN8_MAXK][8];
     __shared__ int32_t hj[DOWN8_MAXK], kg_s;
-    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * DOWNW_ROWS;
+    const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * R;
     const int32_t warps = DOWN8_THREADS / 32;
     if (warp == 0) /* before the wait: the router finished (k_expert_down_p) */
         down_pack(down, ids, wts, k, 0, D, wj, hj, &kg_s);
@@ -3563,14 +3569,16 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
     bool bf = true;
     for (int32_t s = 0; s < kg; s++)
         bf = bf && D[s].type == KT__CUDA_W_BF16;
-    uint4 raw[DOWNW_ROWS][NC];
+    uint4 raw[R][NC];
     if (bf && warp < kg)
-        downw_issue<NC>(D[warp], r0, H, raw);
+        downw_issue<R, NC>(D[warp], r0, H, raw);
     pdl_wait();
     if (!bf) {
         /* FP8 / INT4 / mixed experts: a warp per row over every expert (as
          * k_expert_down8 without h in shared memory) */
         const int32_t c = min(r0 + warp, H - 1);
+        if (warp >= R)
+            return;
         const float acc = warp_sum(down_dot_any(D, wj, hj, kg, D[0].cols, c, h));
         if (lane == 0 && r0 + warp < H) {
             const float v = assign ? acc : out[c] + acc;
@@ -3582,17 +3590,17 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
     }
     for (int32_t s = warp; s < kg; s += warps) {
         if (s != warp)
-            downw_issue<NC>(D[s], r0, H, raw);
+            downw_issue<R, NC>(D[s], r0, H, raw);
         const int32_t n16 = D[s].cols / 8;
-        float v[DOWNW_ROWS];
-        downw_dot<NC>(raw, n16, h + (size_t)hj[s] * 8 * n16, v);
+        float v[8];
+        downw_dot<R, NC>(raw, n16, h + (size_t)hj[s] * 8 * n16, v);
         const float sum = warp_sum8(v, lane);
         if (lane % 4 == 0)
             part[s][(lane >> 2) & 7] = sum;
     }
     __syncthreads();
     const int32_t c = r0 + threadIdx.x;
-    if (threadIdx.x < DOWNW_ROWS && c < H) {
+    if (threadIdx.x < R && c < H) {
         float acc = 0.0f;
         for (int32_t s = 0; s < kg; s++)
             acc += wj[s] * part[s][threadIdx.x];
@@ -3601,6 +3609,21 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
         if (res)
             res[c] += v; /* GEMV_NORM_IN: the residual sum */
     }
+}
+
+/* k_expert_down_w's instance for nc chunks a lane a row (its rows a block in
+ * *rows), NULL: none (more than 3 without wide, more than 8) */
+typedef void (*downw_fn)(const kt__cuda_mat *, const int32_t *, const float *, int32_t,
+                         const float *, int32_t, float *, int, float *);
+static downw_fn downw_pick(int nc, bool wide, int32_t *rows)
+{
+    *rows = nc <= DOWNW_MAXNC ? DOWNW_ROWS : nc <= 6 ? 4 : 3;
+    if (nc <= DOWNW_MAXNC)
+        return nc == 1 ? k_expert_down_w<8, 1> : nc == 2 ? k_expert_down_w<8, 2>
+                                                         : k_expert_down_w<8, 3>;
+    if (!wide || nc > 8)
+        return NULL;
+    return nc <= 6 ? k_expert_down_w<4, 6> : k_expert_down_w<3, 8>;
 }
 
 /* resident blocks of k_expert_up_p a multiprocessor with smem bytes of x (asked
@@ -3654,14 +3677,12 @@ extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
             nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
             nt.ticket = rt->ticket + TK_DOWN;
         }
-        if ((rt->gemv & GEMV_DOWNW) && a->T == 1 && !fold && nc <= DOWNW_MAXNC) {
+        int32_t wr = 0;
+        downw_fn dw = downw_pick(nc, (rt->gemv & GEMV_DOWNW_WIDE) != 0, &wr);
+        if ((rt->gemv & GEMV_DOWNW) && a->T == 1 && !fold && dw) {
             bool res = a->res && norm_in_ok(rt, a->H, a->res, a->res_norm, a->norm_w);
-            launch_pdl(rt,
-                       nc == 1   ? k_expert_down_w<1>
-                       : nc == 2 ? k_expert_down_w<2>
-                                 : k_expert_down_w<3>,
-                       (a->H + DOWNW_ROWS - 1) / DOWNW_ROWS, DOWN8_THREADS, 0, a->down, a->ids,
-                       a->w, a->k, (const float *)a->h, a->H, a->out, a->assign,
+            launch_pdl(rt, dw, (a->H + wr - 1) / wr, DOWN8_THREADS, 0, a->down, a->ids, a->w,
+                       a->k, (const float *)a->h, a->H, a->out, a->assign,
                        res ? a->res : (float *)NULL);
             if (res) {
                 rt->pn = {a->res, a->res_norm, a->norm_w, a->eps, a->H};

@@ -6,8 +6,10 @@
  *   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Icuda \
  *        scripts/gpu_decode_probe.cu -lcublas -o gpu_decode_probe && ./gpu_decode_probe
  * Each row: microseconds a call (the median of 7 replays of a CUDA graph of 64
- * calls), and the bytes over that time. Not part of the build: a probe for the
- * device runs (docs/performance.md, "GPU decode"). */
+ * calls), and the bytes over that time. `./gpu_decode_probe wide` adds
+ * Qwen3-235B-A22B's (4096 x 1536) and DeepSeek-V3's (7168 x 2048) expert shapes
+ * (KT_GPU_GEMV bit 2048). Not part of the build: a probe for the device runs
+ * (docs/performance.md, "GPU decode"). */
 #include "../cuda/ops.cu"
 
 #include <algorithm>
@@ -172,7 +174,139 @@ static kt__cuda_experts_args args(probe &P, int c)
     return a;
 }
 
-int main(void)
+/* CALLS sets of PK distinct experts of E */
+static std::vector<int32_t> random_ids(int E, uint32_t rng)
+{
+    std::vector<int32_t> id(CALLS * PK);
+    for (int c = 0; c < CALLS; c++)
+        for (int j = 0; j < PK; j++) {
+            bool dup;
+            do {
+                rng = rng * 1664525u + 1013904223u;
+                id[c * PK + j] = (int32_t)(rng >> 8) % E;
+                dup = false;
+                for (int i = 0; i < j; i++)
+                    dup |= id[c * PK + i] == id[c * PK + j];
+            } while (dup);
+        }
+    return id;
+}
+
+static const float probe_w[PK] = {0.3f, 0.2f, 0.15f, 0.1f, 0.1f, 0.07f, 0.05f, 0.03f};
+
+/* Σ_j probe_w[j] down_j · h_j in double on the host, down_j's data at dev[j]
+ * (BF16 [H][I]), h [PK][I] */
+static std::vector<double> down_ref(const void *const dev[PK], const std::vector<float> &h,
+                                    int32_t H, int32_t I)
+{
+    std::vector<double> ref(H, 0.0);
+    std::vector<uint16_t> wd((size_t)H * I);
+    for (int j = 0; j < PK; j++) {
+        PCK(cudaMemcpy(wd.data(), dev[j], 2 * wd.size(), cudaMemcpyDeviceToHost));
+        for (int c = 0; c < H; c++) {
+            double d = 0;
+            for (int i = 0; i < I; i++) {
+                uint32_t b = (uint32_t)wd[(size_t)c * I + i] << 16;
+                float f;
+                memcpy(&f, &b, 4);
+                d += (double)f * h[(size_t)j * I + i];
+            }
+            ref[c] += probe_w[j] * d;
+        }
+    }
+    return ref;
+}
+
+/* Wider experts (GEMV_DOWNW_WIDE: k_expert_down_w at 4 or 3 rows a warp): 16
+ * experts of H x I in separate allocations, 8 random ones a call (their down
+ * matrices alone are 2-4 L2s); the down product against a double sum, then up +
+ * down a call with 863 (k_expert_down_p or k_expert_down8) and 863 + 2048 */
+static void wide_probe(probe &P, int32_t H, int32_t I)
+{
+    const int E = 16;
+    std::vector<kt__cuda_mat> hg(E), hu(E), hd(E);
+    for (int e = 0; e < E; e++) {
+        hg[e] = bf16_mat(P, I, H, 5000 + 3 * e);
+        hu[e] = bf16_mat(P, I, H, 5001 + 3 * e);
+        hd[e] = bf16_mat(P, H, I, 5002 + 3 * e);
+    }
+    kt__cuda_mat *tg, *tu, *td;
+    size_t tb = sizeof(kt__cuda_mat) * E;
+    PCK(cudaMalloc(&tg, tb));
+    PCK(cudaMalloc(&tu, tb));
+    PCK(cudaMalloc(&td, tb));
+    PCK(cudaMemcpy(tg, hg.data(), tb, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(tu, hu.data(), tb, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(td, hd.data(), tb, cudaMemcpyHostToDevice));
+    const std::vector<int32_t> hid = random_ids(E, 777);
+    int32_t *ids;
+    float *x, *h, *out, *res, *xn, *nw;
+    PCK(cudaMalloc(&ids, sizeof(int32_t) * CALLS * PK));
+    PCK(cudaMemcpy(ids, hid.data(), sizeof(int32_t) * CALLS * PK, cudaMemcpyHostToDevice));
+    std::vector<float> hx(H), hn(H, 1.0f);
+    for (int i = 0; i < H; i++)
+        hx[i] = 0.01f * (float)((i * 37) % 101 - 50);
+    PCK(cudaMalloc(&x, 4 * (size_t)H));
+    PCK(cudaMalloc(&res, 4 * (size_t)H));
+    PCK(cudaMalloc(&xn, 4 * (size_t)H));
+    PCK(cudaMalloc(&nw, 4 * (size_t)H));
+    PCK(cudaMalloc(&out, 4 * (size_t)H));
+    PCK(cudaMalloc(&h, 4 * (size_t)PK * I));
+    PCK(cudaMemcpy(x, hx.data(), 4 * (size_t)H, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(res, hx.data(), 4 * (size_t)H, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(nw, hn.data(), 4 * (size_t)H, cudaMemcpyHostToDevice));
+    auto wargs = [&](int c) {
+        kt__cuda_experts_args a;
+        memset(&a, 0, sizeof a);
+        a.gate = tg, a.up = tu, a.down = td, a.x = x, a.ids = ids + c * PK, a.w = P.w;
+        a.h = h, a.out = out, a.T = 1, a.H = H, a.I = I, a.k = PK, a.vec8 = 1, a.assign = 1;
+        a.res = res, a.res_norm = xn, a.norm_w = nw, a.eps = 1e-6f;
+        return a;
+    };
+    const int modes[2] = {351 | GEMV_DOWNW, 351 | GEMV_DOWNW | GEMV_DOWNW_WIDE};
+    std::vector<float> o(H), hh((size_t)PK * I);
+    const void *dev[PK];
+    for (int j = 0; j < PK; j++)
+        dev[j] = hd[hid[j]].data;
+    for (int mode : modes) {
+        P.rt->gemv = mode;
+        kt__cuda_experts_args a = wargs(0);
+        kt__cuda_experts(P.rt, &a);
+        flush_pending(P.rt);
+        PCK(cudaMemcpyAsync(o.data(), out, 4 * (size_t)H, cudaMemcpyDeviceToHost, P.s));
+        PCK(cudaMemcpyAsync(hh.data(), h, 4 * hh.size(), cudaMemcpyDeviceToHost, P.s));
+        PCK(cudaStreamSynchronize(P.s));
+        const std::vector<double> ref = down_ref(dev, hh, H, I);
+        double err = 0, mag = 0;
+        for (int c = 0; c < H; c++) {
+            mag = std::max(mag, fabs(ref[c]));
+            err = std::max(err, fabs(o[c] - ref[c]));
+        }
+        printf("# H %d, I %d, gemv %d: down product vs double max|err| %.3g (|out| up to %.3g)\n",
+               H, I, mode, err, mag);
+    }
+    const double mb = 3.0 * PK * I * H * 2 / 1e6;
+    for (int rep = 0; rep < 2; rep++)
+        for (int mode : modes) {
+            P.rt->gemv = mode;
+            char name[64];
+            snprintf(name, sizeof name, "H %d I %d up+down, gemv %d", H, I, mode);
+            row(name, time_calls(P, [&](int c) {
+                    kt__cuda_experts_args a = wargs(c);
+                    kt__cuda_experts(P.rt, &a);
+                    flush_pending(P.rt);
+                }), mb);
+        }
+    for (int e = 0; e < E; e++) {
+        cudaFree((void *)hg[e].data);
+        cudaFree((void *)hu[e].data);
+        cudaFree((void *)hd[e].data);
+    }
+    cudaFree(tg), cudaFree(tu), cudaFree(td), cudaFree(ids), cudaFree(x), cudaFree(res);
+    cudaFree(xn), cudaFree(nw), cudaFree(out), cudaFree(h);
+}
+
+int main(int argc, char **argv)
 {
     probe P;
     char err[256];
@@ -196,30 +330,14 @@ int main(void)
         PCK(cudaMemcpy(P.up[l], hu.data(), tb, cudaMemcpyHostToDevice));
         PCK(cudaMemcpy(P.down[l], hd.data(), tb, cudaMemcpyHostToDevice));
     }
-    /* CALLS sets of 8 distinct experts */
-    std::vector<int32_t> hid(CALLS * PK);
-    uint32_t rng = 12345;
-    for (int c = 0; c < CALLS; c++)
-        for (int j = 0; j < PK; j++) {
-            int32_t e;
-            bool dup;
-            do {
-                rng = rng * 1664525u + 1013904223u;
-                e = (int32_t)(rng >> 8) % PE;
-                dup = false;
-                for (int i = 0; i < j; i++)
-                    dup |= hid[c * PK + i] == e;
-            } while (dup);
-            hid[c * PK + j] = e;
-        }
+    const std::vector<int32_t> hid = random_ids(PE, 12345);
     PCK(cudaMalloc(&P.ids, sizeof(int32_t) * CALLS * PK));
     PCK(cudaMemcpy(P.ids, hid.data(), sizeof(int32_t) * CALLS * PK, cudaMemcpyHostToDevice));
-    float hw[PK] = {0.3f, 0.2f, 0.15f, 0.1f, 0.1f, 0.07f, 0.05f, 0.03f};
     std::vector<float> hx(PH, 0.0f), hn(PH, 1.0f);
     for (int i = 0; i < PH; i++)
         hx[i] = 0.01f * (float)((i * 37) % 101 - 50);
-    PCK(cudaMalloc(&P.w, sizeof hw));
-    PCK(cudaMemcpy(P.w, hw, sizeof hw, cudaMemcpyHostToDevice));
+    PCK(cudaMalloc(&P.w, sizeof probe_w));
+    PCK(cudaMemcpy(P.w, probe_w, sizeof probe_w, cudaMemcpyHostToDevice));
     PCK(cudaMalloc(&P.x, 4 * PH));
     PCK(cudaMalloc(&P.nw, 4 * PH));
     PCK(cudaMalloc(&P.xn, 4 * PH));
@@ -247,29 +365,19 @@ int main(void)
         flush_pending(P.rt);
         std::vector<float> o1(PH), o2(PH), hh(PK * PI);
         PCK(cudaMemcpyAsync(o1.data(), P.out, 4 * PH, cudaMemcpyDeviceToHost, P.s));
-        k_expert_down_w<3><<<PH / DOWNW_ROWS, DOWN8_THREADS, 0, P.s>>>(
+        k_expert_down_w<DOWNW_ROWS, 3><<<PH / DOWNW_ROWS, DOWN8_THREADS, 0, P.s>>>(
             a.down, a.ids, a.w, PK, a.h, PH, a.out, 1, (float *)NULL);
         PCK(cudaMemcpyAsync(o2.data(), P.out, 4 * PH, cudaMemcpyDeviceToHost, P.s));
         PCK(cudaMemcpyAsync(hh.data(), P.h, 4 * PK * PI, cudaMemcpyDeviceToHost, P.s));
         PCK(cudaStreamSynchronize(P.s));
         double e1 = 0, e2 = 0, mag = 0;
-        std::vector<uint16_t> wd((size_t)PH * PI);
-        std::vector<double> ref(PH, 0.0);
+        const void *dev[PK];
         for (int j = 0; j < PK; j++) {
             kt__cuda_mat m;
             PCK(cudaMemcpy(&m, P.down[0] + hid[j], sizeof m, cudaMemcpyDeviceToHost));
-            PCK(cudaMemcpy(wd.data(), m.data, 2 * wd.size(), cudaMemcpyDeviceToHost));
-            for (int c = 0; c < PH; c++) {
-                double d = 0;
-                for (int i = 0; i < PI; i++) {
-                    uint32_t b = (uint32_t)wd[(size_t)c * PI + i] << 16;
-                    float f;
-                    memcpy(&f, &b, 4);
-                    d += (double)f * hh[j * PI + i];
-                }
-                ref[c] += hw[j] * d;
-            }
+            dev[j] = m.data;
         }
+        const std::vector<double> ref = down_ref(dev, hh, PH, PI);
         for (int c = 0; c < PH; c++) {
             mag = std::max(mag, fabs(ref[c]));
             e1 = std::max(e1, fabs(o1[c] - ref[c]));
@@ -388,10 +496,17 @@ int main(void)
         }), down_mb);
     row("down alone (k_expert_down_w)", time_calls(P, [&](int c) {
             kt__cuda_experts_args a = args(P, c);
-            k_expert_down_w<3><<<PH / DOWNW_ROWS, DOWN8_THREADS, 0, P.s>>>(
+            k_expert_down_w<DOWNW_ROWS, 3><<<PH / DOWNW_ROWS, DOWN8_THREADS, 0, P.s>>>(
                 a.down, a.ids, a.w, PK, a.h, PH, a.out, 1, a.res);
         }), down_mb);
     PCK(cudaDeviceSynchronize());
     printf("# upp_blocks %d a multiprocessor\n", upb);
+    /* "wide": Qwen3-235B-A22B's and DeepSeek-V3's expert shapes too */
+    if (argc > 1 && !strcmp(argv[1], "wide")) {
+        P.rt->pdl = 1;
+        wide_probe(P, 4096, 1536);
+        wide_probe(P, 7168, 2048);
+        PCK(cudaDeviceSynchronize());
+    }
     return 0;
 }
