@@ -139,10 +139,12 @@ static void flush_pending(kt__cuda_rt *rt);
 #define GEMV_NORM_IN 256
 /* 512: the expert-down product of one token with a warp per (expert, 8 output
  * rows), contiguous rows of one matrix a warp (k_expert_down_w, I <= 768;
- * else k_expert_down_p) */
+ * else k_expert_down_p; H200 11-30 09:19: 12-layer Qwen3-30B-A3B decode 914-917
+ * against 828-842 tok/s without) */
 #define GEMV_DOWNW 512
-/* 1024: the one-token q / k / v product two rows a warp, in one wave
- * (k_gemv1_n2) */
+/* 1024 (opt-in, measured no faster): the one-token q / k / v product two rows
+ * a warp, in one wave (k_gemv1_n2: 7.65 against 8.31 us alone, decode 875-905
+ * against 914-917 tok/s, 09:20) */
 #define GEMV_QKV2 1024
 /* 2048: k_expert_down_w also for I up to 2048 (4 rows a warp to 1536, 3 to
  * 2048; else k_expert_down_p); not yet run on a device */
