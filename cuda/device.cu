@@ -7,17 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.cuh"
 #include "kt_cuda.h"
-
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* "cudaSetDevice(1): cudaErrorInvalidDevice (invalid device ordinal)" */
 static int cuda_fail(char *err, size_t err_size, const char *call, int index, cudaError_t e)

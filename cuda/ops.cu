@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.cuh"
 #include "kt_cuda.h"
 
 /* A residual row's RMSNorm left to the next one-token product that reads it
@@ -152,29 +153,6 @@ static void flush_pending(kt__cuda_rt *rt);
 #define GEMV_ALL 4095
 /* the default: what measured fastest (KT_GPU_GEMV overrides) */
 #define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1 | GEMV_QKV2 | GEMV_DOWNW_WIDE))
-
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
-static int fail(char *err, size_t err_size, const char *what, cudaError_t e)
-{
-    set_err(err, err_size, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-    return -1;
-}
-
-#define CK(call, what)                                                                       \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess)                                                               \
-            return fail(err, err_size, what, e_);                                            \
-    } while (0)
 
 /* ------------------------------------------------------------- runtime --- */
 
