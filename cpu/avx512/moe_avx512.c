@@ -990,7 +990,7 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
 
 /* Decode prefetch distance of the tiled layout (one stream per 4-row tile):
  * KT_MOE_INT4_PF bytes (0 to 64 KiB) overrides it, for measuring. */
-#define INT4T_PF 4096
+#define INT4T_PF 6144
 
 static size_t int4t_pf(void)
 {

@@ -89,6 +89,7 @@ struct kt_moe_backend {
     uint8_t *pool_mem[64];         /* per pool: its slices of every expert (several pools) */
     size_t pool_bytes[64];
     bool pool_numa;                /* pool_mem from numa_alloc_onnode (else aligned)    */
+    bool int4_tiled;               /* pool_mem: RAWINT4 in 4-row tiles (int4_tiled)      */
     float *acc;                    /* [n_pools][max_t * H]: see acc_item */
     int32_t *cnt, *off, *cur;      /* [E], [E + 1], [E]                 */
     int32_t *active;               /* [E]                               */
@@ -556,12 +557,33 @@ static bool numa_multi(void)
 #endif
 }
 
+/* KT_MOE_INT4_TILED=1 (opt-in, for measuring; docs/moe.md): RAWINT4 experts
+ * repacked at create time into 4-row tiles (KT__INT4_TILED), when the kernel
+ * set reads them (the scalar, AVX2 and AVX-512 sets; not AMX, not BF16X2). */
+static bool int4_tiled(const kt_moe_backend *moe)
+{
+    const char *e = getenv("KT_MOE_INT4_TILED");
+    const kt__moe_kernels *k = moe->kern;
+    return e && !strcmp(e, "1") && moe->d.method == KT_METHOD_RAWINT4 && k &&
+           (k == kt__moe_kernels_ref(KT_METHOD_RAWINT4) ||
+            k == kt__moe_kernels_avx2(KT_METHOD_RAWINT4) ||
+            k == kt__moe_kernels_avx512(KT_METHOD_RAWINT4));
+}
+
+static size_t round64(size_t b)
+{
+    return (b + 63) & ~(size_t)63;
+}
+
 /* The three slices of expert e of layer L for pool p: gate, up [r][H], down [H][r]. */
 static size_t slice_bytes(const kt_moe_backend *moe, const moe_layer *L, int e, int p)
 {
     int m = moe->d.method, i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
     if (!L->gate[e].w)
         return 0;
+    if (moe->int4_tiled) /* gate, up and down repacked (the up of fused experts too) */
+        return 2 * round64(kt__int4t_bytes(i1 - i0, moe->H)) +
+               round64(kt__int4t_bytes(moe->H, i1 - i0));
     kt__wmat up = L->up[e].w ? L->up[e] : L->gate[e];
     return kt__moe_slice_bytes(m, &L->gate[e], i0, i1, 0, moe->H) +
            kt__moe_slice_bytes(m, &up, i0, i1, 0, moe->H) +
@@ -590,6 +612,13 @@ static void copy_slices(void *ctx, int tid)
             continue;
         uint8_t *dst = moe->pool_mem[p] + job->offsets[(size_t)p * n + i];
         kt__wmat up = L->up[e].w ? L->up[e] : L->gate[e];
+        if (moe->int4_tiled) {
+            size_t gb = round64(kt__int4t_bytes(i1 - i0, moe->H));
+            v[0] = kt__moe_int4_tile(&L->gate[e], i0, i1, 0, moe->H, dst);
+            v[1] = kt__moe_int4_tile(&up, i0, i1, 0, moe->H, dst + gb);
+            v[2] = kt__moe_int4_tile(&L->down[e], 0, moe->H, i0, i1, dst + 2 * gb);
+            continue;
+        }
         v[0] = kt__moe_slice_copy(m, &L->gate[e], i0, i1, 0, moe->H, dst);
         dst += kt__moe_slice_bytes(m, &L->gate[e], i0, i1, 0, moe->H);
         v[1] = kt__moe_slice_copy(m, &up, i0, i1, 0, moe->H, dst);
@@ -614,7 +643,8 @@ static kt_status make_pool_views(kt_moe_backend *moe)
             L->view[3 * e + 2] = L->down[e];
         }
     }
-    if (P == 1)
+    moe->int4_tiled = int4_tiled(moe);
+    if (P == 1 && !moe->int4_tiled)
         return KT_OK;
     size_t n = (size_t)moe->n_layers * E;
     size_t *offsets = kt__malloc_array((size_t)P * n, sizeof(size_t));
@@ -1060,7 +1090,7 @@ kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
     i.workspace_bytes = moe->workspace_bytes;
     for (int p = 0; p < moe->n_pools && moe->n_pools > 1; p++)
         i.pool_bytes += moe->pool_bytes[p];
-    i.pool_memory = moe->n_pools == 1 ? "in place" : moe->pool_numa ? "numa_alloc_onnode"
+    i.pool_memory = !moe->pool_mem[0] ? "in place" : moe->pool_numa ? "numa_alloc_onnode"
                                                                     : "aligned";
     size_t n = info->struct_size < sizeof i ? info->struct_size : sizeof i;
     uint32_t caller_size = info->struct_size;
