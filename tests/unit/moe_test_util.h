@@ -211,6 +211,20 @@ TST_UNUSED static void tst_fp8_matrix(int rows, int cols, float (*scale)(void),
 /* Random RAWINT4 weights [rows][cols]: eight 4-bit codes a word (value code - 8), a BF16
  * scale per `group` inputs drawn as base + base * (uniform + 1); f[rows][cols] (when not
  * NULL) gets the dequantized matrix. */
+/* f [rows][cols] = the packed nibbles p (value - 8) times their BF16 scales sc
+ * (one per group inputs). */
+TST_UNUSED static void tst_rawint4_dequant(int rows, int cols, int group, const uint32_t *p,
+                                           const uint16_t *sc, float *f)
+{
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
+            int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
+            f[(size_t)r * cols + c] =
+                (float)v * tst_bf16(sc[(size_t)r * (cols / group) + c / group]);
+        }
+}
+
 TST_UNUSED static void tst_rawint4_matrix(int rows, int cols, int group, float base, void **w,
                                           void **s, float *f)
 {
@@ -221,13 +235,8 @@ TST_UNUSED static void tst_rawint4_matrix(int rows, int cols, int group, float b
         p[i] = tst_rand() ^ (tst_rand() << 16);
     for (size_t i = 0; i < n / (size_t)group; i++)
         sc[i] = tst_to_bf16(base + base * (tst_uniform() + 1.0f));
-    for (int r = 0; f && r < rows; r++)
-        for (int c = 0; c < cols; c++) {
-            uint32_t word = p[(size_t)r * (cols / 8) + c / 8];
-            int v = (int)((word >> (4 * (c % 8))) & 15u) - 8;
-            f[(size_t)r * cols + c] =
-                (float)v * tst_bf16(sc[(size_t)r * (cols / group) + c / group]);
-        }
+    if (f)
+        tst_rawint4_dequant(rows, cols, group, p, sc, f);
     *w = p;
     *s = sc;
 }

@@ -891,12 +891,7 @@ static void test_int4_scale_paths(void **state)
             sc[(size_t)r * (K / 32) + r % (K / 32)] = 0;
         if (variant == 1) /* one tiny scale in the second 32-row block */
             sc[(size_t)40 * (K / 32) + 3] = tst_to_bf16(0x1p-100f);
-        for (int r = 0; r < N; r++)
-            for (int c = 0; c < K; c++) {
-                uint32_t word = ((const uint32_t *)w)[(size_t)r * (K / 8) + c / 8];
-                f[(size_t)r * K + c] = (float)((int)((word >> (4 * (c % 8))) & 15u) - 8) *
-                                       tst_bf16(sc[(size_t)r * (K / 32) + c / 32]);
-            }
+        tst_rawint4_dequant(N, K, 32, w, sc, f);
         float *x = malloc((size_t)n_act * K * sizeof(float));
         for (int i = 0; i < n_act * K; i++)
             x[i] = tst_uniform();
