@@ -145,7 +145,7 @@ typedef struct amx_scratch {
  * down; with the calls' token counts. kt__moe_amx_profile() reports and
  * clears them (the backend logs it with KT_MOE_PROFILE). KT_AMX_PROBE (bits,
  * for measuring; the results are wrong): 1 no INT4 rescale in the loop, 2 no
- * tile products, 4 no weight prefetches. */
+ * tile products (the 2 x 2 loop), 4 no weight prefetches. */
 enum { AP_BLOCK, AP_DEC0, AP_LOOP, AP_DEC, AP_PARK, AP_EPI, AP_N };
 #define AP_HIST 17      /* calls by tokens: 1-16, 17-32, ..., 241-256, more */
 #define AP_THREADS 256  /* slots (threads past it share one: measuring only) */
