@@ -102,9 +102,12 @@ struct kt_moe_backend {
     /* per-task state, written by worker 0 in phase 0 */
     int cur_t, n_active, max_cnt;
     int rb1[64], rb2[64];          /* rows per phase-1 / phase-2 item, per pool */
+    int tail1[64], ntail1[64];     /* decode: the last ntail1 blocks of tail1 rows (item_rows) */
+    int tail2[64], ntail2[64];     /* the same for phase 2's blocks of H */
     int pf_rb1, pf_rb2;            /* prefill rows per phase-1 / phase-2 item */
     int tile_rb;                   /* the wider: C tiles [MCH][tile_rb] */
     int dec_items, dec_grain;      /* decode: items per worker, rows a multiple of (item_rows) */
+    bool dec_tail;                 /* decode: small items end each phase (item_rows) */
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
     kt__moe_prefetch_fn kpf;       /* the kernel set's hint for its next call, or NULL */
@@ -365,6 +368,14 @@ static void decode_items(kt_moe_backend *moe)
     bool lf = moe->d.method == KT_METHOD_LLAMAFILE;
     moe->dec_items = 4;
     moe->dec_grain = 64;
+    /* KT_MOE_DECODE_TAIL=1 (for measuring): each decode phase ends with a round of
+     * quarter items (item_rows). Zen 4 VM, LLAMAFILE T=1, 2 threads, alternating
+     * (11-30 10:00, load 1.5-2.9): Q4_0 21.4-25.9 GB/s against 23.5-28.4 without,
+     * Q8_0 26.2-31.9 against 25.4-28.3 (the barrier waits were 0.02-0.07 of 0.8 ms
+     * a call there); the Xeon, whose Q4_0 calls waited 20-25% at the barriers, is
+     * to measure */
+    const char *t = getenv("KT_MOE_DECODE_TAIL");
+    moe->dec_tail = t && *t && strcmp(t, "0") != 0;
     const char *e = getenv("KT_MOE_DECODE_ITEMS");
     if (e && atoi(e) >= 1 && atoi(e) <= 64)
         moe->dec_items = atoi(e);
@@ -1189,6 +1200,30 @@ static int rows_per_item(int len, int blocks, int grain)
     return r < grain ? grain : r;
 }
 
+/* Block b of [0, S): blocks of rb rows, the last n of `small` rows; its rows
+ * [*r0, *r1). Returns the number of blocks. */
+static int split_block(int S, int rb, int small, int n, int b, int *r0, int *r1)
+{
+    int big = S - small * n, nbig = (big + rb - 1) / rb;
+    if (b < nbig) {
+        *r0 = b * rb;
+        *r1 = *r0 + rb < big ? *r0 + rb : big;
+    } else {
+        *r0 = big + (b - nbig) * small;
+        *r1 = *r0 + small < S ? *r0 + small : S;
+    }
+    return nbig + n;
+}
+
+/* The decode tail (dec_tail): n blocks of a quarter of rb rows (a multiple of
+ * grain g) end [0, S); none where they would not be smaller or leave no room. */
+static void tail_plan(int rb, int S, int n, int g, int *small, int *count)
+{
+    int q = rb / 4 / g * g;
+    *small = q < g ? g : q;
+    *count = *small < rb && *small * n < S ? n : 0;
+}
+
 /* Item sizes of pool p for this call. Decode (every expert has at most 4
  * tokens: the kernels stream each row once) takes the largest items that
  * leave each worker about 4 of them to balance with: a contiguous block of
@@ -1200,6 +1235,7 @@ static void item_rows(kt_moe_backend *moe, int p)
     int slice = moe->pool_i0[p + 1] - moe->pool_i0[p];
     moe->rb1[p] = moe->pf_rb1;
     moe->rb2[p] = moe->pf_rb2;
+    moe->ntail1[p] = moe->ntail2[p] = 0;
     if (moe->max_cnt > 4 || moe->n_active == 0 || slice <= 0)
         return;
     int want = moe->dec_items * nth, grain = moe->dec_grain;
@@ -1213,6 +1249,27 @@ static void item_rows(kt_moe_backend *moe, int p)
     if (blocks < want)
         blocks = want;
     moe->rb2[p] = rows_per_item(moe->H, blocks, grain);
+    if (moe->dec_tail) { /* one round of quarter items last: a worker waits less for the rest */
+        int n = (nth + moe->n_active - 1) / moe->n_active;
+        int g = moe->d.method == KT_METHOD_LLAMAFILE ? 32 : 64; /* as decode_items */
+        tail_plan(moe->rb1[p], slice, n, g, &moe->tail1[p], &moe->ntail1[p]);
+        tail_plan(moe->rb2[p], moe->H, nth, g, &moe->tail2[p], &moe->ntail2[p]);
+    }
+}
+
+/* Phase-1 item `it` of pool p (slice rows): active expert *a, rows [*r0, *r1) of
+ * the slice; returns the number of items. With a tail, block-major (every
+ * expert's small blocks last), else expert-major. */
+static int item1_at(const kt_moe_backend *moe, int p, int slice, int it, int *a, int *r0, int *r1)
+{
+    int nt = moe->ntail1[p], na = moe->n_active;
+    int blocks = split_block(slice, moe->rb1[p], moe->tail1[p], nt, 0, r0, r1);
+    *a = 0;
+    if (blocks <= 0 || na <= 0) /* an empty slice, no expert: no items */
+        return 0;
+    *a = nt ? it % na : it / blocks;
+    split_block(slice, moe->rb1[p], moe->tail1[p], nt, nt ? it / na : it % blocks, r0, r1);
+    return blocks * na;
 }
 
 /* Phase 0 of a chunk of T (<= max_tokens) tokens. */
@@ -1297,8 +1354,8 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     int p = kt__pool_pool_of(moe->pool, tid);
     int i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
     int rb = moe->rb1[p], mch = MCH * moe->tile_rb / rb;       /* C tiles [mch][rb] */
-    int blocks = (i1 - i0 + rb - 1) / rb;
-    int n_items = blocks * moe->n_active;
+    int a_it, r0, r1, a_nx, q0, q1; /* this / the next item: active expert, slice rows */
+    int n_items = item1_at(moe, p, i1 - i0, 0, &a_it, &r0, &r1);
     float *hf = (float *)scr;                                  /* [I]        */
     float *cg = tile_base(moe, scr);                           /* [mch][rb]  */
     float *cu = cg + (size_t)MCH * moe->tile_rb;               /* [mch][rb]  */
@@ -1315,19 +1372,19 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         if (it >= n_items)
             break;
         next = atomic_fetch_add(&moe->item1[p], 1);
+        item1_at(moe, p, i1 - i0, it, &a_it, &r0, &r1);
+        if (next < n_items)
+            item1_at(moe, p, i1 - i0, next, &a_nx, &q0, &q1);
         if (moe->pk_on) {
-            const kt__wmat *vi = L->view + ((size_t)p * moe->E + moe->active[it / blocks]) * 3;
-            int r0 = (it % blocks) * rb;
-            moe->packer->prefetch(&vi[1], r0, r0 + rb < i1 - i0 ? r0 + rb : i1 - i0);
+            const kt__wmat *vi = L->view + ((size_t)p * moe->E + moe->active[a_it]) * 3;
+            moe->packer->prefetch(&vi[1], r0, r1);
             if (next < n_items) {
-                const kt__wmat *vn =
-                    L->view + ((size_t)p * moe->E + moe->active[next / blocks]) * 3;
-                int q0 = (next % blocks) * rb;
-                moe->packer->prefetch(&vn[0], q0, q0 + rb < i1 - i0 ? q0 + rb : i1 - i0);
+                const kt__wmat *vn = L->view + ((size_t)p * moe->E + moe->active[a_nx]) * 3;
+                moe->packer->prefetch(&vn[0], q0, q1);
             }
         }
-        int e = moe->active[it / blocks];
-        int n0 = i0 + (it % blocks) * rb, n1 = n0 + rb < i1 ? n0 + rb : i1;
+        int e = moe->active[a_it];
+        int n0 = i0 + r0, n1 = i0 + r1;
         int nb = n1 - n0;
         int base = moe->off[e], cnt = moe->off[e + 1] - base;
         const float *gb = L->gate_bias ? L->gate_bias + (size_t)e * I : NULL;
@@ -1336,16 +1393,16 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         if (moe->kpf && !moe->pk_on) { /* this item's up rows, the next item's gate rows */
             moe->kpf(&v[1], n0 - i0, n1 - i0, cnt);
             if (next < n_items) {
-                int en = moe->active[next / blocks], q0 = (next % blocks) * rb;
-                moe->kpf(&L->view[((size_t)p * moe->E + en) * 3], q0,
-                         q0 + rb < i1 - i0 ? q0 + rb : i1 - i0, moe->off[en + 1] - moe->off[en]);
+                int en = moe->active[a_nx];
+                moe->kpf(&L->view[((size_t)p * moe->E + en) * 3], q0, q1,
+                         moe->off[en + 1] - moe->off[en]);
             }
         }
         for (int mc = 0; mc < cnt; mc += mch) {
             int M = cnt - mc < mch ? cnt - mc : mch;
             const int32_t *rows = moe->pair_tok + base + mc;
             if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0) {
-                const uint8_t *P = pk_region(moe, p, it / blocks, base, false);
+                const uint8_t *P = pk_region(moe, p, a_it, base, false);
                 moe->packer->gemm(&v[0], n0 - i0, n1 - i0, P, cnt, mc, M, cg, rb, kscr);
                 moe->packer->gemm(&v[1], n0 - i0, n1 - i0, P, cnt, mc, M, cu, rb, kscr);
             } else {
@@ -1417,8 +1474,8 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     int p = kt__pool_pool_of(moe->pool, tid);
     int k0 = moe->pool_i0[p], k1 = moe->pool_i0[p + 1];
     int H = moe->H, T = moe->cur_t;
-    int rb = moe->rb2[p], mch = MCH * moe->tile_rb / rb;
-    int n_items = (H + rb - 1) / rb;
+    int rb = moe->rb2[p], mch = MCH * moe->tile_rb / rb, n0, n1;
+    int n_items = split_block(H, rb, moe->tail2[p], moe->ntail2[p], 0, &n0, &n1);
     float *cd = tile_base(moe, scr) + (size_t)2 * MCH * moe->tile_rb; /* [mch][rb] */
     void *kscr = tile_base(moe, scr) + (size_t)3 * MCH * moe->tile_rb;
     bool single = moe->n_pools == 1;
@@ -1428,7 +1485,8 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         int it = atomic_fetch_add(&moe->item2[p], 1);
         if (it >= n_items)
             break;
-        int n0 = it * rb, n1 = n0 + rb < H ? n0 + rb : H, nb = n1 - n0;
+        split_block(H, rb, moe->tail2[p], moe->ntail2[p], it, &n0, &n1);
+        int nb = n1 - n0;
         float *acc = acc_item(moe, p, n0);
         memset(acc, 0, (size_t)T * nb * sizeof(float));
         if (k1 > k0) {
@@ -1490,8 +1548,9 @@ static void phase3(kt_moe_backend *moe, const moe_task *task, int tid, float *ro
     int t0 = (int)((int64_t)T * tid / moe->nth), t1 = (int)((int64_t)T * (tid + 1) / moe->nth);
     for (int t = t0; t < t1; t++) {
         for (int p = 0; p < moe->n_pools; p++)
-            for (int n0 = 0; n0 < H; n0 += moe->rb2[p]) {
-                int nb = H - n0 < moe->rb2[p] ? H - n0 : moe->rb2[p];
+            for (int b = 0, n0, n1; b < split_block(H, moe->rb2[p], moe->tail2[p],
+                                                    moe->ntail2[p], b, &n0, &n1); b++) {
+                int nb = n1 - n0;
                 const float *src = acc_item(moe, p, n0) + (size_t)t * nb;
                 if (p == 0)
                     memcpy(row + n0, src, (size_t)nb * sizeof(float));
