@@ -9,7 +9,8 @@
 # 3. 48-layer Qwen3-30B-A3B end to end: GPU experts 50 / 0 / 100 %, prompts
 #    2048 and 8192, layerwise prefill auto (the default in kt-run);
 # 4. kt-run on that checkpoint, half the experts on the GPU, with and without
-#    --gpu-rebalance (decode tok/s while experts move).
+#    --gpu-rebalance (decode tok/s while experts move);
+# 5. AMX and CPU-method prefill rows on the Xeon while LIMIT (540 s) allows.
 # Logs in $OUT.
 set -u
 . scripts/device-env.sh
@@ -42,3 +43,17 @@ for rb in 0 8; do
         --gpu-experts 0.5 --gpu-rebalance $rb > "$OUT/kt-run-rebalance-$rb.log" 2>&1
     echo "kt-run --gpu-rebalance $rb rc=$? $(at)"; tail -3 "$OUT/kt-run-rebalance-$rb.log"
 done
+# 5. AMX prefill (DeepSeek-V3 and Qwen3 shapes) and the CPU methods, while time is left
+left() { echo $((${LIMIT:-540} - ($(date +%s) - T0))); }
+if [ "$(left)" -gt 130 ]; then
+    timeout 80 $bench moe --model deepseek-v3 --method AMXINT8,AMXINT4 --group-size 128 \
+        --tokens 1024,4096 --no-onednn --layers 2 > "$OUT/amx.txt" 2>&1
+    timeout 40 $bench moe --model qwen3-30b-a3b --method AMXINT8,AMXINT4 --group-size 128 \
+        --tokens 1024 --layers 4 >> "$OUT/amx.txt" 2>&1
+    echo "amx rc=$? $(at)"; grep -v "^#" "$OUT/amx.txt" | tail -12
+fi
+if [ "$(left)" -gt 70 ]; then
+    timeout 60 $bench moe --model deepseek-v3 --method BF16,FP8,RAWINT4 --tokens 1,1024 \
+        --layers 2 > "$OUT/cpu-moe.txt" 2>&1
+    echo "cpu moe rc=$? $(at)"; grep -v "^#" "$OUT/cpu-moe.txt" | tail -10
+fi
