@@ -286,6 +286,30 @@ static void test_demo_model(void **state)
     ref_free(&r);
 }
 
+/* Two moves in every MoE layer: CPU experts E - 1 and E - 1 - k in, GPU experts
+ * 0 and k out. Returns the count (at most cap). */
+static size_t two_moves_a_layer(const kt_context *ctx, int32_t k, kt_expert_move *mv, size_t cap)
+{
+    int32_t E = ctx->hp.n_expert;
+    size_t n = 0;
+    for (int32_t l = 0; l < ctx->hp.n_layer && n + 2 <= cap; l++)
+        if (ctx->hp.layer_moe[l]) {
+            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1), 0, 0, 0};
+            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1 - k), (uint32_t)k, 0, 0};
+        }
+    return n;
+}
+
+/* The moves that undo mv (in and out swapped), in place. */
+static void reverse_moves(kt_expert_move *mv, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = mv[i].expert_in;
+        mv[i].expert_in = mv[i].expert_out;
+        mv[i].expert_out = t;
+    }
+}
+
 /* Dynamic expert moves (kt_context_gpu_move_experts): with half the experts
  * on the GPU, swapping experts between the GPU and the CPU between steps
  * keeps the logits (the CPU backend's BF16X2 activations are F32-accurate),
@@ -306,13 +330,7 @@ static void test_expert_moves(void **state)
     run_logits(ctx, &r, pre0, dec0);
     /* every MoE layer: the last two experts (CPU) in, the first two (GPU) out */
     kt_expert_move mv[128];
-    size_t n = 0;
-    for (int32_t l = 0; l < ctx->hp.n_layer && n + 2 <= 128; l++) {
-        if (!ctx->hp.layer_moe[l])
-            continue;
-        mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1), 0, 0, 0};
-        mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 2), 1, 0, 0};
-    }
+    size_t n = two_moves_a_layer(ctx, 1, mv, 128);
     assert_true(n > 0);
     /* bad batches: nothing moves */
     kt_expert_move bad = {mv[0].layer, 0, 1, 0, 0}; /* expert 0 is on the GPU already */
@@ -326,12 +344,7 @@ static void test_expert_moves(void **state)
     assert_int_equal(kt_context_gpu_experts(ctx), n_gpu);
     run_logits(ctx, &r, pre, dec);
     float dp = max_abs_diff(pre, pre0, TV), dd = max_abs_diff(dec, dec0, TV);
-    /* and back again */
-    for (size_t i = 0; i < n; i++) {
-        uint32_t t = mv[i].expert_in;
-        mv[i].expert_in = mv[i].expert_out;
-        mv[i].expert_out = t;
-    }
+    reverse_moves(mv, n); /* and back again */
     assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
     assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
     float *pre2 = calloc(TV, sizeof(float)), *dec2 = calloc(TV, sizeof(float));
@@ -651,7 +664,6 @@ static void test_expert_moves_async(void **state)
         ctx[c] = open_gpu(dir, KT_PRECISION_FAST, 0.5f, &model[c]);
     }
     g_move_slots = 0;
-    int32_t E = ctx[0]->hp.n_expert;
     size_t TV = (size_t)r.T * r.V;
     float *pre[N_CTX], *dec[N_CTX], *pre0 = calloc(TV, sizeof(float)),
           *dec0 = calloc(TV, sizeof(float)), *step = calloc((size_t)r.V, sizeof(float));
@@ -661,12 +673,7 @@ static void test_expert_moves_async(void **state)
     }
     run_logits(ctx[0], &r, pre0, dec0);
     kt_expert_move mv[128];
-    size_t n = 0;
-    for (int32_t l = 0; l < ctx[0]->hp.n_layer && n + 2 <= 128; l++)
-        if (ctx[0]->hp.layer_moe[l]) {
-            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1), 0, 0, 0};
-            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 3), 2, 0, 0};
-        }
+    size_t n = two_moves_a_layer(ctx[0], 2, mv, 128);
     for (int pass = 0; pass < 2; pass++) {
         for (int c = 0; c < N_CTX; c++) {
             kt_context_reset(ctx[c]);
@@ -698,11 +705,7 @@ static void test_expert_moves_async(void **state)
         assert_true(d1 == 0 && e1 == 0 && d2 == 0 && e2 == 0);
         if (pass == 1)
             assert_true(back <= 1e-4f && max_abs_diff(pre[1], pre0, TV) <= 1e-4f);
-        for (size_t i = 0; i < n; i++) { /* the second pass moves them back */
-            uint32_t t = mv[i].expert_in;
-            mv[i].expert_in = mv[i].expert_out;
-            mv[i].expert_out = t;
-        }
+        reverse_moves(mv, n); /* the second pass moves them back */
     }
     for (int c = 0; c < N_CTX; c++) {
         free(pre[c]), free(dec[c]);
@@ -783,28 +786,18 @@ static void test_expert_moves_layerwise(void **state)
     g_lw_tokens = 16;
     kt_context *ctx = open_gpu(dir, KT_PRECISION_FAST, 0.5f, &model);
     g_lw_tokens = 0;
-    int32_t E = ctx->hp.n_expert;
     size_t TV = (size_t)r.T * r.V;
     float *pre0 = calloc(TV, sizeof(float)), *dec0 = calloc(TV, sizeof(float));
     float *pre = calloc(TV, sizeof(float)), *dec = calloc(TV, sizeof(float));
     assert_true(r.T >= 16); /* the prompt runs layerwise */
     run_logits(ctx, &r, pre0, dec0);
     kt_expert_move mv[128];
-    size_t n = 0;
-    for (int32_t l = 0; l < ctx->hp.n_layer && n + 2 <= 128; l++)
-        if (ctx->hp.layer_moe[l]) {
-            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 1), 0, 0, 0};
-            mv[n++] = (kt_expert_move){(uint32_t)l, (uint32_t)(E - 4), 3, 0, 0};
-        }
+    size_t n = two_moves_a_layer(ctx, 3, mv, 128);
     assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
     assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
     run_logits(ctx, &r, pre, dec);
     float dp = max_abs_diff(pre, pre0, TV), dd = max_abs_diff(dec, dec0, TV);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t t = mv[i].expert_in;
-        mv[i].expert_in = mv[i].expert_out;
-        mv[i].expert_out = t;
-    }
+    reverse_moves(mv, n);
     assert_int_equal(kt_context_gpu_move_experts(ctx, mv, n), KT_OK);
     assert_int_equal(kt_context_gpu_move_wait(ctx), KT_OK);
     float *pre2 = calloc(TV, sizeof(float)), *dec2 = calloc(TV, sizeof(float));
