@@ -1495,7 +1495,14 @@ static kt_status rebalance_step(kt__gpu *g)
     kt_status st = kt_rebalancer_plan(g->rb, g->rb_moves, (size_t)g->n_spare, &n);
     if (st < 0 || n == 0)
         return st;
-    if ((st = kt_context_gpu_move_experts(g->ctx, g->rb_moves, n)) < 0)
+    st = kt_context_gpu_move_experts(g->ctx, g->rb_moves, n);
+    if (st == KT_ERR_INVALID_ARG) {
+        /* a plan the placement refuses costs this plan, not the step */
+        kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime: rebalancing skipped a plan: %s",
+                kt_last_error());
+        return KT_OK;
+    }
+    if (st < 0)
         return st;
     return kt_rebalancer_apply(g->rb, g->rb_moves, n);
 }
