@@ -653,6 +653,16 @@ static kt_status build(kt__gpu *g)
     return KT_OK;
 }
 
+/* kt_context_gpu_rebalance's state freed (also when the runtime goes). */
+static void rebalance_off(kt__gpu *g)
+{
+    kt_rebalancer_free(g->rb);
+    kt_placement_free(g->rb_place);
+    kt__free(g->rb_moves);
+    g->rb = NULL, g->rb_place = NULL, g->rb_moves = NULL;
+    g->rb_every = 0;
+}
+
 static void gpu_destroy(kt__gpu *g)
 {
     if (!g)
@@ -707,9 +717,7 @@ static void gpu_destroy(kt__gpu *g)
     }
     if (g->moe_layer && g->ctx && g->ctx->moe)
         kt__moe_set_route_observer(g->ctx->moe, NULL, NULL);
-    kt_rebalancer_free(g->rb);
-    kt_placement_free(g->rb_place);
-    kt__free(g->rb_moves);
+    rebalance_off(g);
     kt__free(g->moe_layer);
     kt__mover_free(g->mover); /* a batch still copying lands first */
     kt__cuda_mover_free(g->cmover);
@@ -1413,15 +1421,6 @@ void kt_context_gpu_moved(const kt_context *ctx, uint64_t *batches, uint64_t *ex
         *batches = g ? g->moved_batches : 0;
     if (experts)
         *experts = g ? g->moved_experts : 0;
-}
-
-static void rebalance_off(kt__gpu *g)
-{
-    kt_rebalancer_free(g->rb);
-    kt_placement_free(g->rb_place);
-    kt__free(g->rb_moves);
-    g->rb = NULL, g->rb_place = NULL, g->rb_moves = NULL;
-    g->rb_every = 0;
 }
 
 kt_status kt_context_gpu_rebalance(kt_context *ctx, uint32_t every_tokens,
