@@ -41,6 +41,17 @@
 #            "label:ENV=V,...:sanitizer args", at most ~6) as processes at once,
 #            each cut at $ISO_LIMIT s (default 75); $OUT/isopar-LABEL.log
 #   extra    kt-bench e2e with $EXTRA (default: DeepSeek-V3 INT4 rows)
+#   table    #10's evidence table in one kt-bench e2e process (one set of
+#            yardsticks): 48-layer Qwen3-30B-A3B, then the 3-layer DeepSeek-V3
+#            shape with FP8 and with INT4 experts, GPU experts 100 / 50 / 25 / 0 %,
+#            prompts 2048 and 8192 (--warmup 2048, --gen 32, layerwise auto),
+#            no trace; checkpoints written and removed one model at a time;
+#            $OUT/table.json
+#   racepar  racecheck over every test of test_gpu at once, $RACE_PAR processes
+#            (default 12) at a time, each cut at what is left of $LIMIT, with
+#            $RACE_ENV (default KT_GPU_GEMM_MIN_TOKENS=100000: no cuBLAS
+#            product, whose calls the sanitizer's internal error follows) and
+#            SAN_ARGS (default --kernel-name kns=k_); $OUT/racepar.log
 # Each stage starts only while $LIMIT seconds (default 170) are not spent.
 # Logs in $OUT (hybrid.log, test_gpu.log, racecheck.log).
 . scripts/device-env.sh
@@ -152,6 +163,28 @@ for stage in ${STAGES:-base phases profile extra}; do
             grep -E "experts on the GPU|Internal|hazard|SUMMARY|^rc=|PASSED|FAILED" \
                 "$OUT/isopar-$lab.log" | head -12 >>"$OUT/isolate.log"
         done ;;
+    table)
+        lim=$(($(left) - 40))
+        [ "$lim" -gt 60 ] && row table timeout $((lim + 40)) $K e2e --dir /mnt/kt --no-cpu-row \
+            --layerwise auto --warmup 2048 --gen 32 --budgets 100,50,25,0 --prompts 2048,8192 \
+            --model qwen3-30b-a3b --model deepseek-v3 --model deepseek-v3-int4 \
+            --time-limit "$lim" --json "$OUT/table.json" ;;
+    racepar)
+        [ "$(left)" -gt 40 ] || continue
+        rl=$(($(left) - 15)); : >"$OUT/racepar.log"
+        tests=$(grep -o 'cmocka_unit_test(test_[a-z0-9_]*)' tests/unit/test_gpu.c |
+            sed 's/.*(\(.*\))/\1/')
+        renv=${RACE_ENV:-KT_GPU_GEMM_MIN_TOKENS=100000}
+        echo "$tests" | xargs -P "${RACE_PAR:-12}" -I{} sh -c "env $renv KT_TEST_FILTER={} \
+            timeout $rl compute-sanitizer --tool racecheck \
+            ${SAN_ARGS:---kernel-name kns=k_} $BIN/tests/unit/test_gpu >$OUT/race-{}.tmp 2>&1;
+            echo \"== {}: rc=\$?\" >$OUT/race-{}.sum"
+        for t in $tests; do
+            cat "$OUT/race-$t.sum" >>"$OUT/racepar.log"
+            grep -E "experts on the GPU|Internal|hazard|SUMMARY|PASSED|FAILED|ERROR" \
+                "$OUT/race-$t.tmp" | head -60 >>"$OUT/racepar.log"
+        done
+        rm -f "$OUT"/race-*.tmp "$OUT"/race-*.sum ;;
     extra)
         lim=$(($(left) - 30))
         [ "$lim" -gt 20 ] && row extra timeout $((lim + 20)) $K e2e --dir /mnt/kt \
@@ -164,3 +197,4 @@ grep -E "^# [a-zA-Z_=0-9 ]+ \(|^qwen3|^deepseek|trace|phases|moe profile|test_gp
     "$log" | cut -c1-420
 [ -f "$OUT/racecheck.log" ] && grep "^==" "$OUT/racecheck.log"
 [ -f "$OUT/isolate.log" ] && cat "$OUT/isolate.log"
+[ -f "$OUT/racepar.log" ] && grep -E "^==|SUMMARY|Internal" "$OUT/racepar.log"

@@ -184,6 +184,7 @@ struct kt__gpu {
     int32_t *feed_layers;     /* the MoE layers it serves, in order */
     uint32_t seq;             /* the last flag step's number (pos_h[1] on the device) */
     bool flag_step;           /* this forward's CPU experts go by the flags */
+    bool dec_bf16;            /* one-token CPU experts on BF16 activations (decode_act) */
     volatile int cb_status;
     char cb_err[256];
     bool use_graph, graph_ready, graph_failed, absorb, cublas;
@@ -669,6 +670,8 @@ static void gpu_destroy(kt__gpu *g)
         return;
     kt__feeder_free(g->feeder); /* first: its trace counts are logged below */
     g->feeder = NULL;
+    if (g->dec_bf16) /* the context's own precision again for a CPU engine after this */
+        kt__moe_set_decode_precision(g->ctx->moe, g->ctx->moe_precision);
     for (int i = 0; g->trace && i < 2; i++)
         if (g->tr_calls[i])
             kt__log(g->ctx->rt, KT_LOG_WARN, "GPU runtime trace: %s: %lld calls, %lld tokens, "
@@ -801,6 +804,30 @@ static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
 static bool feed_submit(void *arg, int32_t layer);
 static void feed_served(void *arg, int32_t layer, double t_open);
+
+/* KT_GPU_DECODE_ACT=bf16: the CPU experts of one-token steps on the backend's
+ * BF16 activations (its fastest; decode is bound by their run) while chunks keep
+ * the context's F32-accurate BF16X2; bf16x2 (the default): the context's for
+ * both. Only for a backend of this context alone; put back by gpu_destroy. */
+static kt_status decode_act(kt__gpu *g)
+{
+    kt_context *ctx = g->ctx;
+    const char *a = getenv("KT_GPU_DECODE_ACT");
+    if (!a || !strcmp(a, "bf16x2"))
+        return KT_OK;
+    if (strcmp(a, "bf16"))
+        return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: KT_GPU_DECODE_ACT=%s: expected bf16 "
+                         "or bf16x2", a);
+    if (ctx->moe_precision == KT_MOE_PREC_DEFAULT || ctx->borrowed || ctx->n_sharers)
+        return KT_OK;
+    if (kt__moe_set_decode_precision(ctx->moe, KT_MOE_PREC_DEFAULT) < 0) {
+        kt__log(ctx->rt, KT_LOG_WARN, "GPU runtime: KT_GPU_DECODE_ACT=bf16 not taken: %s",
+                kt_last_error());
+        return KT_OK;
+    }
+    g->dec_bf16 = true;
+    return KT_OK;
+}
 
 /* The decode's hand-over of the CPU experts by flags (lib/gpu/feeder.h):
  * KT_GPU_HYBRID=gated (the default) or hostfn (host functions, as chunks
@@ -1102,6 +1129,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     }
     if (ctx->moe && want < E && n_moe > 0 && (st = feeder_start(g)) < 0)
         goto fail;
+    if (ctx->moe && want < E && n_moe > 0 && (st = decode_act(g)) < 0)
+        goto fail;
     if (ctx->moe && want < E && n_moe > 0 && ctx->moe_index && (st = observe_routes(g)) < 0)
         goto fail;
     /* the attention kernel's shared memory for n_ctx scores, set outside any capture */
@@ -1112,10 +1141,11 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         goto fail;
     }
     kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: device %d, %.2f GiB planned, %d of %d experts "
-            "per layer on the GPU, decode graph %s%s%s%s%s", o.device, gib(g->bytes), want, E,
+            "per layer on the GPU, decode graph %s%s%s%s%s%s", o.device, gib(g->bytes), want, E,
             g->use_graph ? "on" : "off", g->absorb ? ", absorbed MLA decode" : "",
             g->cublas ? ", cuBLAS prefill" : "", g->lw_buf[0] ? ", layerwise prefill" : "",
-            g->feeder ? ", decode's CPU experts by flags" : "");
+            g->feeder ? ", decode's CPU experts by flags" : "",
+            g->dec_bf16 ? " on BF16 activations" : "");
     if (g->n_spare)
         kt__log(ctx->rt, KT_LOG_INFO, "GPU runtime: %d spare expert slots (%.2f GiB): expert "
                 "moves copy while steps run", g->n_spare,

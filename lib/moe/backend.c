@@ -111,6 +111,10 @@ struct kt_moe_backend {
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
     kt__moe_prefetch_fn kpf;       /* the kernel set's hint for its next call, or NULL */
+    /* one-token calls' kernel set and its hint (kt__moe_set_decode_precision),
+     * or NULL: kern and kpf; chosen per call by kern_for / kpf_for */
+    const kt__moe_kernels *kern1;
+    kt__moe_prefetch_fn kpf1;
     _Alignas(64) _Atomic int item1[64];
     _Alignas(64) _Atomic int item2[64];
     _Alignas(64) _Atomic int itemx[64]; /* packing items (active experts) */
@@ -806,6 +810,19 @@ static void *alloc_ws(kt_moe_backend *moe, size_t bytes)
     return p;
 }
 
+/* The kernel set of method d->method (not LLAMAFILE) at activation precision
+ * prec (kt_moe_precision). */
+static const kt__moe_kernels *pick_set(const kt_moe_desc *d, int32_t prec)
+{
+    bool precise = prec != KT_MOE_PREC_DEFAULT;
+    const kt__moe_kernels *k =
+        precise ? kt__moe_pick_kernels_precise(d->method) : kt__moe_pick_kernels(d->method);
+    if (d->method == KT_METHOD_AMXINT4 && d->group_size > 32 &&
+        !(k && k->act == KT__ACT_BF16X2)) /* the x2 sets take any group */
+        k = kt__moe_pick_int4g(precise);
+    return k;
+}
+
 static kt_status check_desc(const kt_moe_desc *d)
 {
     if (d->flags)
@@ -902,13 +919,8 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     moe->limit = d.swiglu_limit != 0.0f ? d.swiglu_limit : 7.0f;
     if (d.method == KT_METHOD_LLAMAFILE) /* picked again once the block types are known */
         moe->kern = kt__moe_llamafile_kernels(0, KT__GGML_ACT_F32);
-    else if (o.act_precision != KT_MOE_PREC_DEFAULT)
-        moe->kern = kt__moe_pick_kernels_precise(d.method);
     else
-        moe->kern = kt__moe_pick_kernels(d.method);
-    if (d.method == KT_METHOD_AMXINT4 && d.group_size > 32 &&
-        !(moe->kern && moe->kern->act == KT__ACT_BF16X2)) /* the x2 sets take any group */
-        moe->kern = kt__moe_pick_int4g(o.act_precision != KT_MOE_PREC_DEFAULT);
+        moe->kern = pick_set(&d, o.act_precision);
     if (d.method == KT_METHOD_AMXINT4 && d.group_size == 32)
         moe->d.group_size = 0; /* the RAWINT4 kernels: one scale per 32 */
     if (forced_kern)
@@ -1277,6 +1289,18 @@ static int item1_at(const kt_moe_backend *moe, int p, int slice, int it, int *a,
 }
 
 /* Phase 0 of a chunk of T (<= max_tokens) tokens. */
+/* The kernel set and hint of a call of T tokens: kern1 for one token when
+ * set (every worker picks the same from T; the call's rows fit both sets) */
+static const kt__moe_kernels *kern_for(const kt_moe_backend *moe, int T)
+{
+    return T == 1 && moe->kern1 ? moe->kern1 : moe->kern;
+}
+
+static kt__moe_prefetch_fn kpf_for(const kt_moe_backend *moe, int T)
+{
+    return T == 1 && moe->kern1 ? moe->kpf1 : moe->kpf;
+}
+
 static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, float *xf)
 {
     const kt_moe_io *io = &task->io;
@@ -1308,7 +1332,7 @@ static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, fl
             for (int h = 0; h < H; h++)
                 xf[h] = kt__moe_bf16_f32(xb[h]);
         }
-        moe->kern->quant(xf, 0, H, H, moe->xq + (size_t)t * moe->xrow);
+        kern_for(moe, T)->quant(xf, 0, H, H, moe->xq + (size_t)t * moe->xrow);
     }
 }
 
@@ -1368,6 +1392,8 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     bool oai = moe->d.act == KT_MOE_ACT_SWIGLU_OAI;
     size_t pairs = (size_t)moe->max_t * moe->max_k;
     uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;    /* this pool's h slices */
+    const kt__moe_kernels *kern = kern_for(moe, moe->cur_t);
+    kt__moe_prefetch_fn kpf = kpf_for(moe, moe->cur_t);
     /* packed prefill takes its next item one ahead, to start that item's gate
      * rows into L2 while this one computes (and the up rows before the gate) */
     int next = atomic_fetch_add(&moe->item1[p], 1);
@@ -1394,11 +1420,11 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         const float *gb = L->gate_bias ? L->gate_bias + (size_t)e * I : NULL;
         const float *ub = L->up_bias ? L->up_bias + (size_t)e * I : NULL;
         const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3; /* rows from i0 */
-        if (moe->kpf && !moe->pk_on) { /* this item's up rows, the next item's gate rows */
-            moe->kpf(&v[1], n0 - i0, n1 - i0, cnt);
+        if (kpf && !moe->pk_on) { /* this item's up rows, the next item's gate rows */
+            kpf(&v[1], n0 - i0, n1 - i0, cnt);
             if (next < n_items) {
                 int en = moe->active[a_nx];
-                moe->kpf(&L->view[((size_t)p * moe->E + en) * 3], q0, q1,
+                kpf(&L->view[((size_t)p * moe->E + en) * 3], q0, q1,
                          moe->off[en + 1] - moe->off[en]);
             }
         }
@@ -1410,10 +1436,10 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                 moe->packer->gemm(&v[0], n0 - i0, n1 - i0, P, cnt, mc, M, cg, rb, kscr);
                 moe->packer->gemm(&v[1], n0 - i0, n1 - i0, P, cnt, mc, M, cu, rb, kscr);
             } else {
-                moe->kern->gemm(&v[0], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows,
-                                M, cg, rb, kscr);
-                moe->kern->gemm(&v[1], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows,
-                                M, cu, rb, kscr);
+                kern->gemm(&v[0], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows, M,
+                           cg, rb, kscr);
+                kern->gemm(&v[1], n0 - i0, n1 - i0, 0, moe->H, moe->xq, moe->xrow, rows, M,
+                           cu, rb, kscr);
             }
             double te = moe->prof ? stamp_now() : 0.0;
             for (int m = 0; m < M; m++) {
@@ -1439,8 +1465,8 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                     }
                 }
                 /* h of the slice, indices from i0 */
-                moe->kern->quant(hf + i0, n0 - i0, n1 - i0, i1 - i0,
-                                 hq + (size_t)(base + mc + m) * moe->hrow);
+                kern->quant(hf + i0, n0 - i0, n1 - i0, i1 - i0,
+                            hq + (size_t)(base + mc + m) * moe->hrow);
             }
             prof_lap(moe, tid, PROF_EPI1, &te);
         }
@@ -1485,6 +1511,8 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     bool single = moe->n_pools == 1;
     size_t pairs = (size_t)moe->max_t * moe->max_k;
     const uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;
+    const kt__moe_kernels *kern = kern_for(moe, T);
+    kt__moe_prefetch_fn kpf = kpf_for(moe, T);
     for (;;) {
         int it = atomic_fetch_add(&moe->item2[p], 1);
         if (it >= n_items)
@@ -1511,14 +1539,14 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                         moe->packer->gemm(&v[2], n0, n1, pk_region(moe, p, a, base, true), cnt,
                                           mc, M, cd, rb, kscr);
                     } else {
-                        if (moe->kpf && mc == 0 && a + 1 < moe->n_active) {
+                        if (kpf && mc == 0 && a + 1 < moe->n_active) {
                             int en = moe->active[a + 1]; /* the next expert's rows */
-                            moe->kpf(&L->view[((size_t)p * moe->E + en) * 3 + 2], n0, n1,
-                                     moe->off[en + 1] - moe->off[en]);
+                            kpf(&L->view[((size_t)p * moe->E + en) * 3 + 2], n0, n1,
+                                moe->off[en + 1] - moe->off[en]);
                         }
-                        moe->kern->gemm(&v[2], n0, n1, 0, k1 - k0,
-                                        hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M,
-                                        cd, rb, kscr);
+                        kern->gemm(&v[2], n0, n1, 0, k1 - k0,
+                                   hq + (size_t)(base + mc) * moe->hrow, moe->hrow, NULL, M, cd,
+                                   rb, kscr);
                     }
                     /* acc[t] += w * (down h + bias) */
                     double te = moe->prof ? stamp_now() : 0.0;
@@ -1728,6 +1756,48 @@ void kt__moe_set_route_observer(kt_moe_backend *moe, kt__moe_route_fn fn, void *
     kt_moe_wait(moe, 0); /* no task reads the pointers while they change */
     moe->route_fn = fn;
     moe->route_arg = arg;
+}
+
+kt_status kt__moe_set_decode_precision(kt_moe_backend *moe, int32_t act_precision)
+{
+    if (!moe || act_precision < KT_MOE_PREC_DEFAULT || act_precision > KT_MOE_PREC_F32)
+        return kt__error(KT_ERR_INVALID_ARG, "kt__moe_set_decode_precision: no backend, or "
+                         "act_precision %d is not a kt_moe_precision", (int)act_precision);
+    kt_moe_wait(moe, 0); /* no task reads the set while it changes */
+    moe->kern1 = NULL;
+    moe->kpf1 = NULL;
+    if (moe->d.method == KT_METHOD_LLAMAFILE || forced_kern || moe->int4_tiled)
+        return kt__error(KT_ERR_UNSUPPORTED, "moe: %s experts%s keep one kernel set",
+                         kt_method_name((kt_method)moe->d.method),
+                         moe->int4_tiled ? " in 4-row tiles" : "");
+    const kt__moe_kernels *k = pick_set(&moe->d, act_precision);
+    if (!k || k == moe->kern)
+        return KT_OK;
+    /* the one-token rows go to the workspaces made for the creation's set */
+    int H = moe->H, I = moe->I;
+    if (kt__moe_act_row_bytes(k->act, H) > kt__moe_act_row_bytes(moe->kern->act, H) ||
+        kt__moe_act_row_bytes(k->act, I) > kt__moe_act_row_bytes(moe->kern->act, I))
+        return kt__error(KT_ERR_UNSUPPORTED, "moe: %s's activation rows are wider than %s's",
+                         k->name, moe->kern->name);
+    if (k->scratch_bytes > moe->kern->scratch_bytes) {
+        size_t stride = moe->scratch_stride + ((k->scratch_bytes - moe->kern->scratch_bytes +
+                                                63) & ~(size_t)63);
+        uint8_t *scr = alloc_ws(moe, (size_t)moe->nth * stride);
+        if (!scr)
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for %s's scratch", k->name);
+        moe->workspace_bytes -= (size_t)moe->nth * moe->scratch_stride;
+        kt__free_aligned(moe->scratch);
+        moe->scratch = scr;
+        moe->scratch_stride = stride;
+    }
+    moe->kern1 = k;
+#if KT_HAVE_ISA_AVX512
+    if (moe->silu16)
+        moe->kpf1 = k->prefetch;
+#endif
+    kt__log(moe->rt, KT_LOG_INFO, "moe: one-token calls on %s (the rest on %s)", k->name,
+            moe->kern->name);
+    return KT_OK;
 }
 
 bool kt__moe_task_stamps(const kt_moe_backend *moe, double *first_start, double *last_start,

@@ -68,6 +68,14 @@ struct kt_pool *kt__moe_backend_pool(kt_moe_backend *moe);
  * live in): kt_moe_backend_free() calls release(owned) last. */
 void kt__moe_backend_own(kt_moe_backend *moe, void (*release)(void *), void *owned);
 
+/* One-token calls (decode) on the kernel set of act_precision (kt_moe_precision)
+ * instead of the creation's, e.g. BF16 activations for the GPU runtime's hybrid
+ * decode while its prefill chunks stay F32-accurate. Waits for the pending
+ * tasks first; call between calls from the submitting thread. KT_OK also when
+ * that set is the creation's; KT_ERR_UNSUPPORTED (nothing changed) for
+ * LLAMAFILE, tiled RAWINT4, forced kernels or rows wider than the workspaces. */
+kt_status kt__moe_set_decode_precision(kt_moe_backend *moe, int32_t act_precision);
+
 /* Task timing (KT_GPU_TRACE): from kt__moe_stamp_enable() on (it waits for
  * the pending tasks, then allocates), every worker stamps when it starts and
  * finishes a task. kt__moe_task_stamps() reads the last finished task's

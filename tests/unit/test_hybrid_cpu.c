@@ -135,9 +135,9 @@ static void *hostfn_thread(void *p)
     return NULL;
 }
 
-/* One BF16 layer (bf16x2 activations, 2 threads) over n_experts experts whose gate, up and
- * down [H*I] lie one after another in w; w stays borrowed. */
-static kt_moe_backend *bf16_backend(const uint16_t *w, int n_experts, int top_k)
+/* One BF16 layer (activations of precision prec, 2 threads) over n_experts experts whose
+ * gate, up and down [H*I] lie one after another in w; w stays borrowed. */
+static kt_moe_backend *bf16_backend_at(const uint16_t *w, int n_experts, int top_k, int32_t prec)
 {
     const void *g[16], *u[16], *d[16];
     assert_true(n_experts <= 16);
@@ -153,10 +153,16 @@ static kt_moe_backend *bf16_backend(const uint16_t *w, int n_experts, int top_k)
     lw.down = d;
     kt_moe_options mo = KT_MOE_OPTIONS_INIT;
     mo.n_threads = 2;
-    mo.act_precision = KT_MOE_PREC_BF16X2;
+    mo.act_precision = prec;
     kt_moe_backend *moe = NULL;
     assert_int_equal(kt_moe_backend_create(&moe, NULL, &desc, &lw, 1, &mo), KT_OK);
     return moe;
+}
+
+/* The same with BF16X2 activations (the engine's default) */
+static kt_moe_backend *bf16_backend(const uint16_t *w, int n_experts, int top_k)
+{
+    return bf16_backend_at(w, n_experts, top_k, KT_MOE_PREC_BF16X2);
 }
 
 static void test_task_stamps(void **state)
@@ -204,6 +210,65 @@ static void test_task_stamps(void **state)
     free(w);
     assert_int_equal(kt__moe_stamp_enable(NULL), KT_ERR_INVALID_ARG);
     assert_false(kt__moe_task_stamps(NULL, &f, &l, &e));
+}
+
+/* ---- one-token calls on another kernel set (KT_GPU_DECODE_ACT=bf16) ------------- */
+
+/* out = the backend's forward of n tokens of x (ids, rw: K a token) */
+static void forward_n(kt_moe_backend *moe, int32_t n, const float *x, const int32_t *ids,
+                      const float *rw, float *out)
+{
+    kt_moe_io io = tst_moe_io_f32(&n, K, x, ids, rw, out);
+    assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+}
+
+/* kt__moe_set_decode_precision: a BF16X2 backend's one-token calls give what a
+ * BF16-activation backend of the same weights gives, bit for bit, its calls of
+ * more tokens stay its own, and setting BF16X2 back restores its one-token
+ * results; bad arguments change nothing. */
+static void test_decode_precision(void **state)
+{
+    (void)state;
+    uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
+    assert_non_null(w);
+    for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
+        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256));
+    kt_moe_backend *x2 = bf16_backend(w, E, K);
+    kt_moe_backend *b16 = bf16_backend_at(w, E, K, KT_MOE_PREC_DEFAULT);
+    /* activations BF16 cannot hold exactly, so that the two formats differ */
+    float x[T * H], rw[T * K], one_x2[H], one_b16[H], three_x2[T * H], out[T * H];
+    int32_t ids[T * K] = {0, 1, 2, 3, 1, 3};
+    for (int i = 0; i < T * H; i++)
+        x[i] = sinf(0.37f * (float)i) * 1.01f;
+    for (int i = 0; i < T * K; i++)
+        rw[i] = 0.5f;
+    forward_n(x2, 1, x, ids, rw, one_x2);
+    forward_n(x2, T, x, ids, rw, three_x2);
+    forward_n(b16, 1, x, ids, rw, one_b16);
+    float diff = 0.0f;
+    for (int i = 0; i < H; i++)
+        diff = fmaxf(diff, fabsf(one_x2[i] - one_b16[i]));
+    print_message("  one token: BF16X2 vs BF16 activations max|diff| %.3g\n", diff);
+
+    assert_int_equal(kt__moe_set_decode_precision(x2, KT_MOE_PREC_DEFAULT), KT_OK);
+    forward_n(x2, 1, x, ids, rw, out);
+    assert_memory_equal(out, one_b16, sizeof one_b16);
+    forward_n(x2, T, x, ids, rw, out);
+    assert_memory_equal(out, three_x2, sizeof three_x2);
+
+    assert_int_equal(kt__moe_set_decode_precision(x2, 7), KT_ERR_INVALID_ARG);
+    assert_int_equal(kt__moe_set_decode_precision(NULL, KT_MOE_PREC_DEFAULT),
+                     KT_ERR_INVALID_ARG);
+    assert_int_equal(kt__moe_set_decode_precision(x2, KT_MOE_PREC_BF16X2), KT_OK);
+    forward_n(x2, 1, x, ids, rw, out);
+    assert_memory_equal(out, one_x2, sizeof one_x2);
+    /* the creation's own precision: nothing to change */
+    assert_int_equal(kt__moe_set_decode_precision(b16, KT_MOE_PREC_DEFAULT), KT_OK);
+    forward_n(b16, 1, x, ids, rw, out);
+    assert_memory_equal(out, one_b16, sizeof one_b16);
+    kt_moe_backend_free(x2);
+    kt_moe_backend_free(b16);
+    free(w);
 }
 
 /* ---- the decode's feeder: flags instead of host functions ------------------------ */
@@ -480,6 +545,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bind_spare),
         cmocka_unit_test(test_task_stamps),
+        cmocka_unit_test(test_decode_precision),
         cmocka_unit_test(test_feeder),
         cmocka_unit_test(test_moves_bookkeeping),
         cmocka_unit_test(test_moves_mask_backend),
