@@ -900,12 +900,9 @@ ALWAYS_INLINE __m512 scales16(const uint16_t *s, int g, int lo, int hi)
  * the tokens' group scales for int4_block4, from the first whole step on. */
 ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
                              const int8_t *const *a, const float *const *dx, const int NR,
-                             const int MR, int K, int k0, int k1, float *out)
+                             const int MR, int K, int k0, int k1, size_t pf, float *out)
 {
     int K128 = (K + 127) & ~127;
-    /* two tiles on, per row (rows are short), at least 8 KiB (rows of 768:
-     * 4 KiB read 0.49-0.51 of a read loop on one Zen 4 core, 8 KiB 0.54-0.57) */
-    size_t pf = (size_t)NR * K + 1024 > 8192 ? (size_t)NR * K + 1024 : 8192;
     __m512 acc[3][4];
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
@@ -1342,6 +1339,30 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
     }
 }
 
+/* Decode of one token on rows of under 2560 inputs (4 rows a tile): blocks of
+ * INT4_QUARTERS_MIN rows or more are read as 4 quarter streams (one Zen 4 core,
+ * 256-row blocks from memory, alternating per pass with the 4 adjacent rows:
+ * K 2048 0.72-0.74 vs 0.58-0.60 of a read loop, K 1536 0.70 vs 0.62, K 768
+ * level, where the arithmetic sets the pace), each prefetched INT4_QUARTER_PF
+ * bytes ahead (K 2048: 512 0.74, 1024 0.72, 2048 0.65; K 1536 alike). Rows of
+ * 2560 or more keep 2 adjacent rows a tile (K 3072 / 7168: quarters read
+ * 0.62-0.67 vs 0.67). */
+#define INT4_QUARTERS_MIN 16
+#define INT4_QUARTER_PF 768
+
+/* KT_MOE_INT4_QUARTERS=0: adjacent rows as before (for measuring). */
+static int int4_quarters(void)
+{
+    static int cached;
+    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (!v) {
+        const char *e = getenv("KT_MOE_INT4_QUARTERS");
+        v = e && *e == '0' ? 2 : 1;
+        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+    }
+    return v == 1;
+}
+
 /* C = A W^T, W = (nibble - 8) * scale[n][k / 32]; A in Q8P128 format. */
 static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
@@ -1363,6 +1384,10 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
          * 1280 bytes or more: 2 (4 interleaved long rows read memory at 0.5-0.6
          * of a read loop on Zen 4, 2 at 0.7; rows of 384 bytes the reverse) */
         int step = M == 1 && K < 2560 ? 4 : 2;
+        /* rows side by side: two tiles on, per row (rows are short), at least
+         * 8 KiB (rows of 768: 4 KiB read 0.49-0.51 of a read loop on one Zen 4
+         * core, 8 KiB 0.54-0.57) */
+        size_t pf = (size_t)step * K + 1024 > 8192 ? (size_t)step * K + 1024 : 8192;
         /* the tokens' group scales in int4_block4's order, for the blocks of 4
          * whole steps from the first whole step on (in the prefill tile's
          * scratch; past it, rows of over ~45000 inputs, the per-step path) */
@@ -1374,6 +1399,27 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                 int4_dx(a[m], (K + 127) & ~127, c_hot, nb, K / 32, d);
                 dx[m] = d;
             }
+        const float *const *dxs = dx[0] ? dx : NULL;
+        if (M == 1 && step == 4 && n1 - n0 >= INT4_QUARTERS_MIN && int4_quarters()) {
+            /* the 4 rows of a tile from the block's 4 quarters: 4 streams that
+             * each read row after row (4 adjacent rows interleaved in one 4 KiB
+             * page are a pattern the hardware prefetchers do not follow) */
+            int q = (n1 - n0) / 4;
+            for (int j = 0; j < q; j++) {
+                const uint8_t *wr[4];
+                const uint16_t *sr[4];
+                for (int r = 0; r < 4; r++) {
+                    wr[r] = w + (size_t)(n0 + r * q + j) * rb;
+                    sr[r] = sc + (size_t)(n0 + r * q + j) * sb;
+                }
+                float t[4];
+                tile_int4(wr, sr, a, dxs, 4, 1, K, k0, k1, INT4_QUARTER_PF, t);
+                for (int r = 0; r < 4; r++)
+                    C[r * q + j] = t[r];
+            }
+            C += 4 * q; /* the last (n1 - n0) % 4 rows as below */
+            n0 += 4 * q;
+        }
         for (int n = n0; n < n1; n += step) {
             int nr = imin(step, n1 - n);
             const uint8_t *wr[4];
@@ -1384,16 +1430,15 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
                 sr[r] = sc + (size_t)row * sb;
             }
             float t[12];
-            const float *const *dxs = dx[0] ? dx : NULL;
             switch (M) {
             case 1:
                 if (step == 4)
-                    tile_int4(wr, sr, a, dxs, 4, 1, K, k0, k1, t);
+                    tile_int4(wr, sr, a, dxs, 4, 1, K, k0, k1, pf, t);
                 else
-                    tile_int4(wr, sr, a, dxs, 2, 1, K, k0, k1, t);
+                    tile_int4(wr, sr, a, dxs, 2, 1, K, k0, k1, pf, t);
                 break;
-            case 2: tile_int4(wr, sr, a, dxs, 2, 2, K, k0, k1, t); break;
-            default: tile_int4(wr, sr, a, dxs, 2, 3, K, k0, k1, t); break;
+            case 2: tile_int4(wr, sr, a, dxs, 2, 2, K, k0, k1, pf, t); break;
+            default: tile_int4(wr, sr, a, dxs, 2, 3, K, k0, k1, pf, t); break;
             }
             store_tile(C, ldc, n - n0, t, M, nr);
         }
@@ -1415,6 +1460,20 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
         size_t bytes = kt__int4t_bytes(n1 - n0, W->cols);
         for (size_t b = 0; b < bytes && b < 4096; b += 64)
             _mm_prefetch(wp + b, _MM_HINT_T1);
+        return;
+    }
+    if (M == 1 && W->cols < 2560 && n1 - n0 >= INT4_QUARTERS_MIN && int4_quarters()) {
+        /* quarter streams: the first 1 KiB of each and its rows' scales */
+        size_t rb = (size_t)W->cols / 2, sb = (size_t)W->cols / 16;
+        int q = (n1 - n0) / 4;
+        for (int r = 0; r < 4; r++) {
+            const char *wp = (const char *)W->w + (size_t)(n0 + r * q) * rb;
+            const char *sp = (const char *)W->scale + (size_t)(n0 + r * q) * sb;
+            for (size_t b = 0; b < 1024; b += 64)
+                _mm_prefetch(wp + b, _MM_HINT_T1);
+            _mm_prefetch(sp, _MM_HINT_T1);
+            _mm_prefetch(sp + 64, _MM_HINT_T1);
+        }
         return;
     }
     if (M < 4) { /* decode: the first 4 KiB of the rows and their scales (one
