@@ -292,6 +292,54 @@ const kt__moe_kernels *kt__moe_kernels_amx_x2_emulated(int method);
 /* LLAMAFILE kernel set for a ggml ISA level (0 scalar, 1 AVX2, 2 AVX-512
  * VNNI) and a mask of KT__GGML_ACT_* sections (cpu/ref/moe_llamafile.c). */
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask);
+/* LLAMAFILE Q4_0 repacked at load time (W->type == KT__LF_Q40X; kt__lf_q40x_repack in
+ * cpu/ref/moe_llamafile.c; docs/moe.md): rows in tiles of 4 (the last zero-padded),
+ * each tile one stream of groups of g blocks of 32 inputs (16s, then at most one 8,
+ * one 4 and a last 4 zero-padded past K; kt__q40x_group): per group [g/4 steps][4
+ * rows][64] nibble bytes, then [4 rows][g] f16 scales (g 4: then 32 zero bytes).
+ * Step s, lane l (4 bytes) holds nibble bytes 4p..4p+3 of block l % g, p = s 16 / g +
+ * l / g, so that lane l sums one block only. W->scale: the Q4_0 rows it was made
+ * from (the prefill panels and the other sets read those). */
+#define KT__LF_Q40X 0x4066
+/* The group of the Q40X layout holding block b of nb: its size, *gb its first block. */
+static inline int kt__q40x_group(int b, int nb, int *gb)
+{
+    int s = nb & ~15;
+    if (b < s)
+        return *gb = b & ~15, 16;
+    if (nb - s >= 8 && b < s + 8)
+        return *gb = s, 8;
+    s += nb - s >= 8 ? 8 : 0;
+    if (nb - s >= 4 && b < s + 4)
+        return *gb = s, 4;
+    s += nb - s >= 4 ? 4 : 0;
+    return *gb = s, 4;
+}
+static inline size_t kt__q40x_group_bytes(int g)
+{
+    return (size_t)g * 64 + (g == 4 ? 64 : (size_t)g * 8);
+}
+/* Bytes of a tile of 4 rows of K inputs, of a rows x K matrix. */
+static inline size_t kt__q40x_tile_bytes(int K)
+{
+    size_t t = 0;
+    int nb = K / 32, gb, g;
+    for (int b = 0; b < nb; b = gb + g)
+        t += kt__q40x_group_bytes(g = kt__q40x_group(b, nb, &gb));
+    return t;
+}
+static inline size_t kt__q40x_bytes(int rows, int K)
+{
+    return (size_t)(rows + 3) / 4 * kt__q40x_tile_bytes(K);
+}
+/* Whether the LLAMAFILE set k reads Q40X repacks in decode (AVX-512 with R40). */
+_Bool kt__lf_repacks(const kt__moe_kernels *k);
+/* The Q4_0 matrix W (K a multiple of 32) repacked into dst (kt__q40x_bytes). */
+kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
+/* C[m][n - n0] = row n of a Q40X matrix . token m (M <= 4 a pass): act[m] is token
+ * m's R40 per-block offsets, its block scales xs bytes on, its Q40X codes 2 xs on. */
+void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
+                             size_t xs, int M, float *C, int ldc);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):
  * C[m][n - n0] = row n of W . token m over blocks [b0, b1) of 32. act[m] is
  * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */

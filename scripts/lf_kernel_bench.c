@@ -23,7 +23,8 @@
  * Run:
  *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 AVX-512 VNNI
- *   (default), 1 AVX2, 0 scalar
+ *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: Q4_0 read from its load-time
+ *   repack (KT__LF_Q40X, as the backend's decode does by default).
  * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
  */
 #define _GNU_SOURCE
@@ -92,23 +93,38 @@ int main(int argc, char **argv)
     float *C = malloc(sizeof(float) * (size_t)M * (size_t)rows);
     void *scratch = ks->scratch_bytes ? malloc(ks->scratch_bytes) : NULL;
     kt__wmat wm = {.rows = rows, .cols = K, .type = tr->type};
+    const char *rpk = getenv("KT_BENCH_REPACK");
+    size_t xper = kt__q40x_bytes(rows, K);
+    uint8_t *X = NULL;
+    if (rpk && !strcmp(rpk, "1") && tr->type == KT_TYPE_Q4_0) {
+        X = aligned_alloc(64, (xper * nmat + 63) / 64 * 64);
+        for (size_t i = 0; i < nmat; i++) {
+            kt__wmat src = {W + i * per, NULL, rows, K, KT_TYPE_Q4_0, 0};
+            kt__lf_q40x_repack(&src, X + i * xper);
+        }
+    }
     long calls = 0;
     double t0 = cpu_now(), t;
     kt__moe_prefetch_fn hint = ks->prefetch;
     do {
         wm.w = W + (size_t)(calls % (long)nmat) * per;
+        if (X)
+            wm = (kt__wmat){X + (size_t)(calls % (long)nmat) * xper, wm.w, rows, K,
+                            KT__LF_Q40X, 0};
         if (hint && mib) { /* as the backend: the next call's rows named before this one */
             kt__wmat nx = wm;
-            nx.w = W + (size_t)((calls + 1) % (long)nmat) * per;
+            nx.w = (X ? X + (size_t)((calls + 1) % (long)nmat) * xper
+                      : W + (size_t)((calls + 1) % (long)nmat) * per);
+            nx.scale = W + (size_t)((calls + 1) % (long)nmat) * per;
             hint(&nx, 0, rows, M);
         }
         ks->gemm(&wm, 0, rows, 0, K, A, xrow, NULL, M, C, rows, scratch);
         calls++;
         t = cpu_now() - t0;
     } while (t < 1.0);
-    printf("%s %s M %d rows %d K %d %s: %.2f GB/s  %.2f ns per 64 B  %.1f GMAC/s\n", ks->name,
-           tr->name, M, rows, K, mib ? "memory" : "resident", (double)per * calls / t * 1e-9,
+    printf("%s %s%s M %d rows %d K %d %s: %.2f GB/s  %.2f ns per 64 B  %.1f GMAC/s\n", ks->name,
+           tr->name, X ? " repacked" : "", M, rows, K, mib ? "memory" : "resident", (double)per * calls / t * 1e-9,
            t / calls / ((double)per / 64) * 1e9, (double)rows * K * M * calls / t * 1e-9);
-    free(W); free(x); free(A); free(C); free(scratch);
+    free(W); free(X); free(x); free(A); free(C); free(scratch);
     return 0;
 }

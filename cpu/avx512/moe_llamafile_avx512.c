@@ -451,6 +451,190 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
 }
 
 /* ---------------------------------------------------------------------------
+ * Q4_0 repacked at load time (KT__LF_Q40X, cpu/moe_kernels.h): each 4-byte lane
+ * of a step holds 8 nibbles of one block, so a lane's integer sums gather over
+ * the steps of a group (g blocks) and the scales are applied once a group:
+ *
+ *   d    = bias + lo(w) . a_lo + hi(w) . a_hi    per step (vpdpbusd, u8 x s8)
+ *   acc += float(d) * dw * da                    per group, 16 lanes
+ *
+ * bias: -8 x the sum of the block's codes, in the block's first lane (g 16:
+ * every lane is a block), dw / da the lane's block's weight / activation
+ * scales. Per 64 weight bytes: a load, 3 nibble operations and 2 vpdpbusd;
+ * per 16 blocks one conversion, scale product and FMA. The tile's 4 rows
+ * lie in one stream, prefetched lf_ahead bytes on (into the hinted next
+ * call's tiles at the end).
+ */
+
+/* acc[r][m] += rows r0 .. r0 + NR - 1 of the tile at t . tokens act[m], over the
+ * group at byte go of S steps (g = 4 S blocks from block gb of nb; S 1: maybe
+ * the padded last); pf: where to prefetch the tile's byte 0 (NULL: none). */
+ALWAYS_INLINE void x40_group(const int S, const int NR, const int MT, const uint8_t *t,
+                             size_t go, const uint8_t *pf, int r0, int gb, int nb,
+                             const uint8_t *const *act, size_t xs, __m512 acc[4][4])
+{
+    const int g = 4 * S;
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __mmask16 bm = S == 4 ? (__mmask16)0xffff
+                                : (__mmask16)((1u << (nb - gb < g ? nb - gb : g)) - 1);
+    __m512i d[4][4];
+    #pragma GCC unroll 4
+    for (int m = 0; m < MT; m++) {
+        __m512i bias = S == 4 ? _mm512_loadu_si512((const void *)(act[m] + 4 * gb))
+                              : _mm512_maskz_loadu_epi32(bm, act[m] + 4 * gb);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            d[r][m] = bias;
+    }
+    #pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        __m512i lo[4], hi[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512i v = _mm512_loadu_si512((const void *)(t + go + s * 256 + (r0 + r) * 64));
+            __asm__("" : "+v"(v)); /* one load: gcc would fold it into each use */
+            lo[r] = _mm512_and_si512(v, low4);
+            hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        }
+        if (pf)
+            #pragma GCC unroll 4
+            for (int l = 0; l < 4; l++)
+                _mm_prefetch((const char *)pf + go + s * 256 + 64 * l, LF_HINT);
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const uint8_t *a = act[m] + 2 * xs + (size_t)(gb / 4 + s) * 128;
+            __m512i alo = _mm512_loadu_si512((const void *)a);
+            __m512i ahi = _mm512_loadu_si512((const void *)(a + 64));
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                d[r][m] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(d[r][m], lo[r], alo), hi[r],
+                                              ahi);
+        }
+    }
+    const uint8_t *sc = t + go + S * 256;
+    if (pf) { /* the scale lines: 128 bytes (g 16) or 64 */
+        _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
+        if (S == 4)
+            _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
+    }
+    __m512 dw[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *p = sc + (r0 + r) * 2 * g; /* g f16, repeated over 16 lanes */
+        __m256i h;
+        if (S == 4) {
+            h = _mm256_loadu_si256((const __m256i *)p);
+        } else if (S == 2) {
+            h = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+        } else {
+            long long q;
+            memcpy(&q, p, 8);
+            h = _mm256_set1_epi64x(q);
+        }
+        dw[r] = _mm512_cvtph_ps(h);
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < MT; m++) {
+        const float *bd = (const float *)(act[m] + xs) + gb;
+        __m512 da = S == 4   ? _mm512_loadu_ps(bd)
+                    : S == 2 ? _mm512_broadcast_f32x8(_mm256_loadu_ps(bd))
+                             : _mm512_broadcast_f32x4(_mm_maskz_loadu_ps((__mmask8)(bm & 0xf), bd));
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r][m]), _mm512_mul_ps(dw[r], da),
+                                        acc[r][m]);
+    }
+}
+
+/* out[(r0 + r) * 4 + m] = row r0 + r of the tile at t . token act[m], r < NR, m < MT. */
+ALWAYS_INLINE void x40_tile(const int NR, const int MT, const uint8_t *t, const uint8_t *pf,
+                            int r0, int nb, const uint8_t *const *act, size_t xs, float *out)
+{
+    __m512 acc[4][4];
+    acc_zero(NR, MT, acc);
+    size_t go = 0;
+    int b = 0;
+    for (; b + 16 <= nb; b += 16, go += kt__q40x_group_bytes(16))
+        x40_group(4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    if (nb - b >= 8) {
+        x40_group(2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        go += kt__q40x_group_bytes(8), b += 8;
+    }
+    if (nb - b >= 4) {
+        x40_group(1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        go += kt__q40x_group_bytes(4), b += 4;
+    }
+    if (nb > b)
+        x40_group(1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    tile_store(NR, MT, acc, out + r0 * 4);
+}
+
+/* Rows 0..3 of the tile at t . tokens act[0 .. mr - 1] into out[r * 4 + m]: one
+ * token 4 rows at once, more 2 rows x mr tokens twice (pf: the first pass only). */
+static void x40_tiles(int mr, const uint8_t *t, const uint8_t *pf, int nb,
+                      const uint8_t *const *act, size_t xs, float *out)
+{
+    if (mr == 1)
+        x40_tile(4, 1, t, pf, 0, nb, act, xs, out);
+    for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
+        if (mr == 2)
+            x40_tile(2, 2, t, pf, r0, nb, act, xs, out);
+        else if (mr == 3)
+            x40_tile(2, 3, t, pf, r0, nb, act, xs, out);
+        else
+            x40_tile(2, 4, t, pf, r0, nb, act, xs, out);
+    }
+}
+
+void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
+                             size_t xs, int M, float *C, int ldc)
+{
+    pthread_once(&idx_once, idx_init); /* lf_ahead */
+    const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
+    const size_t tb = kt__q40x_tile_bytes(W->cols), ahead = (size_t)lf_ahead;
+    const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
+    const size_t total = (size_t)(t1 - t0) * tb;
+    /* the first lf_ahead bytes at once, less what the last call's tail started */
+    size_t o = lf_tail_w == start ? (size_t)lf_tail_rows * tb : 0;
+    lf_tail_w = NULL;
+    for (; ahead && o < ahead && o < total; o += 64)
+        _mm_prefetch((const char *)start + o, LF_HINT);
+    /* past this call's bytes the prefetches run on into the hinted next call's */
+    lf_walk nx;
+    size_t nbytes = 0, ndone = 0;
+    if (hint_take(&nx) && ahead && nx.g.len == nx.g.wrow) {
+        nbytes = (size_t)nx.g.rows * nx.g.wrow;
+        nbytes = nbytes < ahead ? nbytes : ahead;
+    }
+    for (int t = t0; t < t1; t++) {
+        const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb, *pf = NULL;
+        size_t to = (size_t)(t - t0) * tb + ahead;
+        if (ahead && to < total) {
+            pf = start + to;
+        } else if (ahead && to - total < nbytes) {
+            pf = nx.g.w + (to - total);
+            ndone = to - total + tb < nbytes ? to - total + tb : nbytes;
+        }
+        for (int m = 0; m < M; m += 4) {
+            int mr = M - m < 4 ? M - m : 4;
+            const uint8_t *ar[4];
+            for (int i = 0; i < 4; i++)
+                ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)];
+            float out[16];
+            x40_tiles(mr, tp, m == 0 ? pf : NULL, nb, ar, xs, out);
+            for (int r = 0; r < 4; r++)
+                if (4 * t + r >= n0 && 4 * t + r < n1)
+                    for (int i = 0; i < mr; i++)
+                        C[(size_t)(m + i) * ldc + (4 * t + r - n0)] = out[r * 4 + i];
+        }
+    }
+    if (ndone >= nx.g.wrow && nx.g.wrow) {
+        lf_tail_w = nx.g.w;
+        lf_tail_rows = (int)(ndone / nx.g.wrow);
+    }
+}
+
+/* ---------------------------------------------------------------------------
  * Q4_K x Q8_K. Per 256-input block and row, with the nibbles of qs bytes
  * 0..63 / 64..127 in two registers (low nibbles: groups 0, 2 / 4, 6; high:
  * 1, 3 / 5, 7) against the activation codes gathered in the same order:

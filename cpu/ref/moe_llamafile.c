@@ -35,6 +35,7 @@
  * the count for the next call.
  */
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kt_config.h"
@@ -70,6 +71,13 @@ static size_t blk_arr(int K)
     return align64((size_t)(K / 32) * 4);
 }
 
+/* The Q40X codes after R40's per-block arrays: per step of 4 blocks the low and
+ * the high nibbles' codes, 64 bytes each, placed as kt__q40x_group says. */
+static size_t x40_bytes(int K)
+{
+    return (size_t)(K / 32 + 3) / 4 * 128;
+}
+
 static act_layout layout(unsigned mask, int K)
 {
     act_layout L;
@@ -88,7 +96,7 @@ static act_layout layout(unsigned mask, int K)
     L.q8x = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) : 0;
     L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) : 0;
+    o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_R80) ? 3 * raw_rp(K, 34) + 2 * blk_arr(K) : 0;
     L.total = o ? o : 64;
@@ -172,6 +180,29 @@ static void raw_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, bool q4, ui
     }
 }
 
+/* The Q40X codes of blocks [b0, b1) of nb (x: the section's codes): block b's
+ * piece p (4 codes of the low nibbles, 4 of the high) to lane l of step s as
+ * the weights' nibble bytes lie (moe_kernels.h); the steps' lanes past the row
+ * zero. */
+static void x40_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, uint8_t *x)
+{
+    for (int b = b0; b < b1; b++) {
+        int gb, g = kt__q40x_group(b, nb, &gb), per = 16 / g;
+        for (int p = 0; p < 4; p++) {
+            uint8_t *d = x + (size_t)(gb / 4 + p / per) * 128 + 4 * (b - gb + g * (p % per));
+            memcpy(d, q[b].qs + 4 * p, 4);
+            memcpy(d + 64, q[b].qs + 16 + 4 * p, 4);
+        }
+    }
+    int gb, g = kt__q40x_group(nb - 1, nb, &gb);
+    if (b1 == nb && nb - gb < g) /* the padded group: its missing blocks' lanes */
+        for (int b = nb; b < gb + g; b++)
+            for (int p = 0; p < 4; p++) {
+                memset(x + (size_t)(gb / 4) * 128 + 4 * (b - gb + 4 * p), 0, 4);
+                memset(x + (size_t)(gb / 4) * 128 + 64 + 4 * (b - gb + 4 * p), 0, 4);
+            }
+}
+
 /* Q8_0 / Q8_1 blocks of n inputs (the AVX-512 set: the same bytes, vectorised). */
 static void quant_q8(kt_ggml_isa isa, kt_type t, const float *x, void *y, int n)
 {
@@ -201,9 +232,12 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
     if (L.q81 != SIZE_MAX && b1 > b0)
         quant_q8(isa, KT_TYPE_Q8_1, x + 32 * b0, (kt_block_q8_1 *)(r + L.q81) + b0,
                  (b1 - b0) * 32);
-    if (L.r40 != SIZE_MAX && b1 > b0)
+    if (L.r40 != SIZE_MAX && b1 > b0) {
         raw_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32, true, r + L.r40,
                  raw_rp(K, 18));
+        x40_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32,
+                 r + L.r40 + 4 * raw_rp(K, 18) + 2 * blk_arr(K));
+    }
     if (L.r80 != SIZE_MAX && b1 > b0)
         raw_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32, false, r + L.r80,
                  raw_rp(K, 34));
@@ -278,6 +312,26 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                       int k1, const void *A, size_t a_stride, const int32_t *rows, int M,
                       float *C, int ldc, void *scratch)
 {
+    if (W->type == KT__LF_Q40X) { /* decode from the repacked tiles, else the Q4_0 rows */
+#if KT_HAVE_ISA_AVX512
+        act_layout L = layout(mask, W->cols);
+        static int xmax = -1;
+        if (xmax < 0)
+            xmax = getenv("KT_LF_XMAX") ? atoi(getenv("KT_LF_XMAX")) : LF_PANEL_MIN - 1;
+        if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
+            L.r40 != SIZE_MAX) {
+            const void *act[256];
+            for (int m = 0; m < M; m++)
+                act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + L.r40 +
+                         4 * raw_rp(W->cols, 18);
+            kt__lf_gemm_q40x_avx512(W, n0, n1, act, blk_arr(W->cols), M, C, ldc);
+            return;
+        }
+#endif
+        kt__wmat src = {W->scale, NULL, W->rows, W->cols, KT_TYPE_Q4_0, 0};
+        gemm_ggml(mask, isa, &src, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
     const kt_ggml_traits *tr = kt__ggml_traits((kt_type)W->type);
     size_t wrow = kt__ggml_row_bytes((kt_type)W->type, W->cols);
     size_t wofs = (size_t)(k0 / (int)tr->block_size) * tr->block_bytes;
@@ -367,6 +421,31 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     }
 }
 
+kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
+{
+    const int K = W->cols, nb = K / 32;
+    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q4_0, K), tb = kt__q40x_tile_bytes(K);
+    memset(dst, 0, kt__q40x_bytes(W->rows, K));
+    for (int n = 0; n < W->rows; n++) {
+        const kt_block_q4_0 *q = (const kt_block_q4_0 *)((const uint8_t *)W->w + n * wrow);
+        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb;
+        size_t go = 0; /* the group's offset in the tile */
+        for (int b0 = 0; b0 < nb;) {
+            int gb, g = kt__q40x_group(b0, nb, &gb), per = 16 / g;
+            for (int b = gb; b < gb + g && b < nb; b++) {
+                for (int p = 0; p < 4; p++)
+                    memcpy(t + go + (size_t)(p / per) * 256 + (n % 4) * 64 +
+                               4 * (b - gb + g * (p % per)),
+                           q[b].qs + 4 * p, 4);
+                memcpy(t + go + (size_t)g * 64 + (n % 4) * 2 * g + 2 * (b - gb), &q[b].d, 2);
+            }
+            go += kt__q40x_group_bytes(g);
+            b0 = gb + g;
+        }
+    }
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q40X, 0};
+}
+
 /* One kernel set per (ISA level, section mask): the quant and gemm function
  * pointers carry no context, so each pair gets its own small wrappers. */
 #define LF_SET(ISA, MASK)                                                                      \
@@ -403,6 +482,14 @@ LF_ISA(2)
  * AVX-512 panels or decode tiles). */
 static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 {
+    if (W->type == KT__LF_Q40X && M < LF_PANEL_MIN) { /* the tiles: one stream */
+        size_t tb = kt__q40x_tile_bytes(W->cols);
+        kt__lf_hint_avx512(W->w, tb, n0 / 4, (n1 + 3) / 4, tb);
+        return;
+    }
+    kt__wmat src = {W->scale, NULL, W->rows, W->cols, KT_TYPE_Q4_0, 0};
+    if (W->type == KT__LF_Q40X)
+        W = &src;
     unsigned sec = kt__ggml_act_section(W->type);
     if (M >= 1 && M <= 256 && sec && sec != KT__GGML_ACT_F32)
         kt__lf_hint_avx512(W->w, kt__ggml_row_bytes((kt_type)W->type, W->cols), n0, n1,
@@ -456,6 +543,12 @@ static const kt__moe_kernels lf_sets[2][16] = {
 };
 static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml");
 
+
+bool kt__lf_repacks(const kt__moe_kernels *k)
+{
+    return KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
+           ((unsigned)(k->act - KT__ACT_GGML) & KT__GGML_ACT_R40);
+}
 
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
 {

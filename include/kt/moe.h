@@ -306,7 +306,8 @@ typedef struct kt_moe_info {
     uint64_t expert_bytes;    /* bytes one expert's weights and scales occupy            */
     uint64_t workspace_bytes; /* host memory of the workspaces                            */
     /* Several pools: each holds a copy of its slice of every expert, in memory
-     * of its NUMA node. Since 0.1. */
+     * of its NUMA node; LLAMAFILE Q4_0 experts (AVX-512) also a repacked copy
+     * for decode, with one pool too (KT_LF_REPACK=0: none). Since 0.1. */
     uint64_t pool_bytes;      /* bytes of those copies, all pools (0: one pool, in place) */
     const char *pool_memory;  /* "in place" (one pool), "numa_alloc_onnode" (libnuma, more
                                  than one node), "aligned" (one node: ordinary memory)   */

@@ -90,6 +90,7 @@ struct kt_moe_backend {
     size_t pool_bytes[64];
     bool pool_numa;                /* pool_mem from numa_alloc_onnode (else aligned)    */
     bool int4_tiled;               /* pool_mem: RAWINT4 in 4-row tiles (int4_tiled)      */
+    bool lf_repack;                /* pool_mem: LLAMAFILE Q4_0 also repacked (lf_slices)  */
     float *acc;                    /* [n_pools][max_t * H]: see acc_item */
     int32_t *cnt, *off, *cur;      /* [E], [E + 1], [E]                 */
     int32_t *active;               /* [E]                               */
@@ -594,12 +595,62 @@ static size_t round64(size_t b)
     return (b + 63) & ~(size_t)63;
 }
 
+/* LLAMAFILE Q4_0 experts repacked at create time for the AVX-512 decode
+ * (KT__LF_Q40X: one stream of 4-row tiles, one scale product per 16 blocks;
+ * docs/moe.md); KT_LF_REPACK=0 turns it off. Costs the Q4_0 experts' size once
+ * more: the rows stay (mapped) for the prefill panels. */
+static bool lf_repack(const kt_moe_backend *moe)
+{
+    const char *e = getenv("KT_LF_REPACK");
+    if (moe->d.method != KT_METHOD_LLAMAFILE || (e && !strcmp(e, "0")) ||
+        !kt__lf_repacks(moe->kern))
+        return false;
+    for (uint32_t l = 0; l < moe->n_layers; l++)
+        for (int e2 = 0; e2 < moe->E; e2++)
+            if (moe->layers[l].gate[e2].w && (moe->layers[l].gate[e2].type == KT_TYPE_Q4_0 ||
+                                              moe->layers[l].up[e2].type == KT_TYPE_Q4_0 ||
+                                              moe->layers[l].down[e2].type == KT_TYPE_Q4_0))
+                return true;
+    return false;
+}
+
+/* lf_repack: gate, up, down of expert e for pool p: the matrices (one pool) or
+ * the pool's slice copies (more), each Q4_0 one followed by its Q40X copy.
+ * Returns the bytes at dst; dst NULL: counts only, else makes them and their
+ * views v[3]. */
+static size_t lf_slices(const kt_moe_backend *moe, const moe_layer *L, int e, int p,
+                        uint8_t *dst, kt__wmat *v)
+{
+    int m = moe->d.method, i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1], H = moe->H;
+    const kt__wmat *src[3] = {&L->gate[e], &L->up[e], &L->down[e]};
+    const int r0[3] = {i0, i0, 0}, r1[3] = {i1, i1, H}, c0[3] = {0, 0, i0}, c1[3] = {H, H, i1};
+    size_t o = 0;
+    for (int j = 0; j < 3; j++) {
+        kt__wmat w = *src[j];
+        if (moe->n_pools > 1) {
+            if (dst)
+                w = kt__moe_slice_copy(m, src[j], r0[j], r1[j], c0[j], c1[j], dst + o);
+            o += round64(kt__moe_slice_bytes(m, src[j], r0[j], r1[j], c0[j], c1[j]));
+        }
+        if (src[j]->type == KT_TYPE_Q4_0) {
+            if (dst)
+                w = kt__lf_q40x_repack(&w, dst + o);
+            o += round64(kt__q40x_bytes(r1[j] - r0[j], c1[j] - c0[j]));
+        }
+        if (v)
+            v[j] = w;
+    }
+    return o;
+}
+
 /* The three slices of expert e of layer L for pool p: gate, up [r][H], down [H][r]. */
 static size_t slice_bytes(const kt_moe_backend *moe, const moe_layer *L, int e, int p)
 {
     int m = moe->d.method, i0 = moe->pool_i0[p], i1 = moe->pool_i0[p + 1];
     if (!L->gate[e].w)
         return 0;
+    if (moe->lf_repack)
+        return lf_slices(moe, L, e, p, NULL, NULL);
     if (moe->int4_tiled) /* gate, up and down repacked (the up of fused experts too) */
         return 2 * round64(kt__int4t_bytes(i1 - i0, moe->H)) +
                round64(kt__int4t_bytes(moe->H, i1 - i0));
@@ -631,6 +682,10 @@ static void copy_slices(void *ctx, int tid)
             continue;
         uint8_t *dst = moe->pool_mem[p] + job->offsets[(size_t)p * n + i];
         kt__wmat up = L->up[e].w ? L->up[e] : L->gate[e];
+        if (moe->lf_repack) {
+            lf_slices(moe, L, e, p, dst, v);
+            continue;
+        }
         if (moe->int4_tiled) {
             size_t gb = round64(kt__int4t_bytes(i1 - i0, moe->H));
             v[0] = kt__moe_int4_tile(&L->gate[e], i0, i1, 0, moe->H, dst);
@@ -663,7 +718,8 @@ static kt_status make_pool_views(kt_moe_backend *moe)
         }
     }
     moe->int4_tiled = int4_tiled(moe);
-    if (P == 1 && !moe->int4_tiled)
+    moe->lf_repack = lf_repack(moe);
+    if (P == 1 && !moe->int4_tiled && !moe->lf_repack)
         return KT_OK;
     size_t n = (size_t)moe->n_layers * E;
     size_t *offsets = kt__malloc_array((size_t)P * n, sizeof(size_t));
@@ -1115,7 +1171,7 @@ kt_status kt_moe_backend_info(const kt_moe_backend *moe, kt_moe_info *info)
             }
     }
     i.workspace_bytes = moe->workspace_bytes;
-    for (int p = 0; p < moe->n_pools && moe->n_pools > 1; p++)
+    for (int p = 0; p < moe->n_pools && moe->pool_mem[0]; p++) /* copies or repacks */
         i.pool_bytes += moe->pool_bytes[p];
     i.pool_memory = !moe->pool_mem[0] ? "in place" : moe->pool_numa ? "numa_alloc_onnode"
                                                                     : "aligned";

@@ -157,6 +157,91 @@ static void test_kernels(void **state)
     free(C);
 }
 
+/* Q4_0 repacked at load time (KT__LF_Q40X): the AVX-512 decode on the repack
+ * against dequantize-then-F32 for row lengths with every group kind (16s, an
+ * 8, a 4, a padded last 4), 1-5 tokens, row ranges off the tiles; 6 tokens
+ * (the prefill panels) and the scalar / AVX2 sets read the Q4_0 rows kept in
+ * W->scale: the same figures as on the rows themselves. */
+static void test_repack_q40(void **state)
+{
+    (void)state;
+    enum { N = 37, MMAX = 6 };
+    static const int Ks[] = {2048, 768, 1472, 416, 160, 96, 32};
+    int32_t rows[MMAX] = {4, 0, 5, 2, 1, 3};
+    uint64_t rng0 = rng; /* the later tests' data as without this test */
+    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+        int K = Ks[ki];
+        uint8_t *q;
+        float *deq;
+        make_weights(KT_TYPE_Q4_0, N, K, 0.5f, &q, &deq);
+        void *rp = malloc(kt__q40x_bytes(N, K));
+        kt__wmat W = {.w = q, .rows = N, .cols = K, .type = KT_TYPE_Q4_0};
+        kt__wmat X = kt__lf_q40x_repack(&W, rp);
+        assert_int_equal(X.type, KT__LF_Q40X);
+        assert_ptr_equal(X.scale, q);
+        float *x = malloc((size_t)MMAX * K * sizeof(float));
+        float *xr = malloc((size_t)MMAX * K * sizeof(float));
+        float *C = malloc((size_t)MMAX * N * sizeof(float));
+        float *C0 = malloc((size_t)MMAX * N * sizeof(float));
+        for (int isa = 0; isa <= 2; isa++) {
+            if (kt__ggml_isa_best() < (kt_ggml_isa)isa)
+                continue;
+            const kt__moe_kernels *kern =
+                kt__moe_llamafile_kernels(isa, kt__ggml_act_section(KT_TYPE_Q4_0));
+            assert_int_equal(kt__lf_repacks(kern), isa == 2);
+            size_t rowb = kt__moe_act_row_bytes(kern->act, K);
+            uint8_t *A = calloc(MMAX, rowb);
+            void *scratch = kern->scratch_bytes ? malloc(kern->scratch_bytes) : NULL;
+            for (int m = 0; m < MMAX; m++) {
+                for (int k = 0; k < K; k++)
+                    x[m * K + k] = frand() * (1.0f + (float)m);
+                for (int k0 = 0; k0 < K; k0 += 64) /* in pieces, as phase 1 writes it */
+                    kern->quant(x + (size_t)m * K, k0, k0 + 64 < K ? k0 + 64 : K, K,
+                                A + m * rowb);
+                partner_roundtrip(KT_TYPE_Q4_0, x + (size_t)m * K, K, xr + (size_t)m * K);
+            }
+            for (int M = 1; M <= MMAX; M++) {
+                for (int n0 = 0; n0 <= 3; n0 += 3) {
+                    int n1 = n0 ? N - 2 : N;
+                    if (kern->prefetch) { /* as the backend: the next call named first */
+                        kern->prefetch(&X, n0, n1, M);
+                        kern->prefetch(&X, 0, N, M);
+                    }
+                    kern->gemm(&X, n0, n1, 0, K, A, rowb, rows, M, C, N, scratch);
+                    kern->gemm(&W, n0, n1, 0, K, A, rowb, rows, M, C0, N, scratch);
+                    for (int m = 0; m < M; m++)
+                        for (int n = n0; n < n1; n++) {
+                            double ref = 0, mag = 0;
+                            for (int k = 0; k < K; k++) {
+                                double p = (double)deq[n * K + k] * xr[rows[m] * K + k];
+                                ref += p;
+                                mag += fabs(p);
+                            }
+                            double got = C[m * N + n - n0], raw = C0[m * N + n - n0];
+                            if (fabs(got - ref) > 1e-4 * mag + 1e-6 ||
+                                fabs(got - raw) > 1e-4 * mag + 1e-6) {
+                                fprintf(stderr, "K %d isa %d M %d m %d n %d: got %g rows %g "
+                                        "want %g (mag %g)\n", K, isa, M, m, n, got, raw, ref,
+                                        mag);
+                                fail();
+                            }
+                        }
+                }
+            }
+            free(A);
+            free(scratch);
+        }
+        free(x);
+        free(xr);
+        free(C);
+        free(C0);
+        free(rp);
+        free(q);
+        free(deq);
+    }
+    rng = rng0;
+}
+
 typedef struct layer_data {
     uint8_t *g[8], *u[8], *d[8];
     float *gf[8], *uf[8], *df[8];
@@ -199,6 +284,8 @@ static void moe_ref(const layer_data *L, int H, int I, int T, int k, const float
 /* One layer of E experts, types (tg, tg, td), T tokens, at an ISA cap;
  * returns the relative RMS error vs the F32 reference. */
 static int layer_max_tokens = 16; /* T above: chunked */
+static int layer_pools = 0;        /* kt_moe_options.n_pools */
+static uint64_t layer_pool_bytes;  /* kt_moe_info.pool_bytes of the last layer */
 
 static double run_layer(kt_type tg, kt_type td, int T, uint64_t cap, int n_threads)
 {
@@ -221,6 +308,7 @@ static double run_layer(kt_type tg, kt_type td, int T, uint64_t cap, int n_threa
     lw.gate_type = lw.up_type = tg;
     lw.down_type = td;
     kt_moe_options o = tst_moe_options(n_threads, layer_max_tokens);
+    o.n_pools = layer_pools;
     kt__moe_set_isa_cap(cap);
     kt_moe_backend *moe = NULL;
     kt_status st = kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o);
@@ -244,6 +332,9 @@ static double run_layer(kt_type tg, kt_type td, int T, uint64_t cap, int n_threa
     int32_t n_tok = T;
     kt_moe_io io = tst_moe_io_f32(&n_tok, K, x, ids, w, out);
     assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+    kt_moe_info info = KT_MOE_INFO_INIT;
+    assert_int_equal(kt_moe_backend_info(moe, &info), KT_OK);
+    layer_pool_bytes = info.pool_bytes;
     moe_ref(&L, H, I, T, K, x, ids, w, ref);
     double num = 0, den = 0;
     for (int i = 0; i < T * H; i++) {
@@ -320,6 +411,38 @@ static void test_backend_mixed(void **state)
  * bytes (ggml's from_float, the Q8_K reference quantizer): random scales from
  * 1e-30 to 1e4, zero blocks, codes on exact halves (amax 127: x * 127 / amax =
  * x), ties of +-max, pieces of 64 as phase 1 writes. */
+/* The backend with its Q4_0 experts repacked (the AVX-512 decode's default):
+ * one pool (the repacks beside the matrices in place) and two (each pool's
+ * slice copies and their repacks), decode and prefill (which reads the rows),
+ * a Q4_0 gate / up with a Q8_0 down; KT_LF_REPACK=0 keeps the experts in place. */
+static void test_backend_repack(void **state)
+{
+    (void)state;
+    if (kt__ggml_isa_best() < KT_GGML_AVX512)
+        skip();
+    static const int Ts[] = {1, 3, 17};
+    /* 6 experts of gate, up [256][512] and down [512][256] Q4_0 */
+    const uint64_t q40 = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q4_0, 512) * 256;
+    for (int pools = 1; pools <= 2; pools++)
+        for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+            layer_pools = pools;
+            double err = run_layer(KT_TYPE_Q4_0, KT_TYPE_Q4_0, Ts[i], ~UINT64_C(0), 2);
+            if (err > 0.02 || layer_pool_bytes < (pools == 1 ? q40 : 2 * q40)) {
+                fprintf(stderr, "pools %d T %d: rel rms err %g, pool bytes %llu\n", pools,
+                        Ts[i], err, (unsigned long long)layer_pool_bytes);
+                fail();
+            }
+            err = run_layer(KT_TYPE_Q4_0, KT_TYPE_Q8_0, Ts[i], ~UINT64_C(0), 2);
+            assert_true(err < 0.02);
+        }
+    setenv("KT_LF_REPACK", "0", 1);
+    layer_pools = 1;
+    assert_true(run_layer(KT_TYPE_Q4_0, KT_TYPE_Q4_0, 1, ~UINT64_C(0), 2) < 0.02);
+    assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
+    unsetenv("KT_LF_REPACK");
+    layer_pools = 0;
+}
+
 static void test_quant_exact(void **state)
 {
     (void)state;
@@ -767,9 +890,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels),
+        cmocka_unit_test(test_repack_q40),
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_tokens),
         cmocka_unit_test(test_backend_mixed),
+        cmocka_unit_test(test_backend_repack),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
