@@ -14,6 +14,11 @@
 # - scripts/amx_tile_peak.c when PEAK=1, $OUT/tile-peak.txt.
 # Where the time goes: ROUNDS=0 PEAK=1 VARIANTS="KT_AMX_PROBE=1 KT_AMX_PROBE=2 KT_AMX_PROBE=4"
 # (the probes drop the INT4 rescale, the tile products, the weight prefetches).
+# METHODS (default AMXINT8,AMXINT4) names the kt-bench methods; AB="ENV1 ENV2 ..."
+# (',' between the variables of one environment, '-' for none) replaces the
+# new / OLD rounds by ROUNDS rounds over those environments in turn, DeepSeek-V3
+# only (Q3=1: Qwen3 too); TEST_ENV is set for the tests (KT_TEST_TILES=real:
+# the emulated tiles' checks left out).
 set -u
 . scripts/device-env.sh
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
@@ -26,13 +31,13 @@ else
             > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 fi
 for t in ${TESTS:-test_int8_act test_amx test_amx_backend_packed}; do
-    (cd "$B" && KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD \
+    (cd "$B" && env ${TEST_ENV:-} KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD \
         LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH KT_TEST_FILTER=$t \
         timeout 100 ./tests/unit/test_moe_kernels) >> "$OUT/tests.txt" 2>&1
     echo "$t rc=$?"; grep -E "^\[  (PASSED|FAILED)|^\[  ERROR|ERROR:" "$OUT/tests.txt" | tail -2
 done
 f=$OUT/moe.txt; date -u +%H:%M:%S > "$f"
-bench="$B/tools/kt-bench/kt-bench moe --no-onednn --min-time 0.5 --method AMXINT8,AMXINT4"
+bench="$B/tools/kt-bench/kt-bench moe --no-onednn --min-time 0.5 --method ${METHODS:-AMXINT8,AMXINT4}"
 dsb="--model deepseek-v3 --group-size 128 --layers 2"; ds="$dsb --tokens 1024,4096"
 q3="--model qwen3-30b-a3b --group-size 128 --layers 4 --tokens 1024"
 old=${OLD:-KT_AMX_PF=t1 KT_AMX_WIDE=0 KT_AMX_PASSES=0}
@@ -40,6 +45,14 @@ row() { # ENV... -- bench arguments: one block, headed by the environment
     echo "### $*" >> "$f"; env "$@" >> "$f" 2>&1; echo "rc=$?" >> "$f"
 }
 for r in $(seq "${ROUNDS:-2}"); do
+    if [ -n "${AB:-}" ]; then
+        for v in $AB; do
+            row KT_X=$v $(echo "$v" | tr , ' ' | sed 's/^-$//') timeout 60 $bench $ds
+            [ "${Q3:-0}" = 1 ] && row KT_X=$v $(echo "$v" | tr , ' ' | sed 's/^-$//') \
+                timeout 60 $bench $q3
+        done
+        continue
+    fi
     for shape in "$ds" "$q3"; do
         row KT_X=new timeout 60 $bench $shape
         row $old timeout 60 $bench $shape

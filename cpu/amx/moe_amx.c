@@ -133,7 +133,8 @@ typedef struct amx_scratch {
                                                   factors [NB][groups]                 */
     _Alignas(64) int8_t panel[NB * (256 + 8) * 64]; /* INT4 rows rescaled over the whole
                                                   K (KTMAX8 steps, chunks of up to
-                                                  KQ_MAX), tiles_i8_rows' passes      */
+                                                  KQ_MAX; KT_AMX_COLS: 64 bytes
+                                                  more a chunk), tiles_i8_rows' passes */
     _Alignas(64) uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2];
                                                   INT8: [M/16][K/64][16 quads][16 tok][4] */
 } amx_scratch;
@@ -573,14 +574,20 @@ static void token_scales(const void *A, size_t a_stride, const int32_t *rows, si
 
 /* Input orders of a packed 64-input step: as is, or as the INT4 decoder
  * leaves the weights (low nibbles = even inputs first, then the odd ones)
- * per 64 or per 32 inputs. */
-enum { PERM_NONE = 0, PERM_EO64 = 1, PERM_EO32 = 2 };
+ * per 64 or per 32 inputs; or (EO128) per pair of steps, the even inputs of
+ * its 128 in the first step and the odd ones in the second (the rescale's
+ * 64-byte loads: one per 128 inputs). */
+enum { PERM_NONE = 0, PERM_EO64 = 1, PERM_EO32 = 2, PERM_EO128 = 3 };
 
-static __m512i perm_index(int perm)
+/* The byte permute of a step (EO128: of the pair's first step from two
+ * 64-input vectors; `odd` its second's) */
+static __m512i perm_index(int perm, int odd)
 {
     uint8_t idx[64];
     for (int j = 0; j < 64; j++) {
-        if (perm == PERM_EO64) {
+        if (perm == PERM_EO128) {
+            idx[j] = (uint8_t)(2 * j + odd);
+        } else if (perm == PERM_EO64) {
             idx[j] = (uint8_t)(j < 32 ? 2 * j : 2 * (j - 32) + 1);
         } else {
             int h = j / 32, i = j % 32;
@@ -588,6 +595,18 @@ static __m512i perm_index(int perm)
         }
     }
     return _mm512_loadu_si512(idx);
+}
+
+/* 64 BF16 inputs (`left` of them there, zero past) times s, rounded to even,
+ * saturated to int8. */
+ALWAYS_INLINE __m512i q8_step(const uint16_t *x, int left, __m512 s)
+{
+    __m512i a = _mm512_maskz_loadu_epi16(q8t_mask32(left), x);
+    __m512i b = _mm512_maskz_loadu_epi16(q8t_mask32(left - 32), x + 32);
+    __m512i v = _mm512_castsi128_si512(q8t_q16(_mm512_castsi512_si256(a), s));
+    v = _mm512_inserti32x4(v, q8t_q16(_mm512_extracti64x4_epi64(a, 1), s), 1);
+    v = _mm512_inserti32x4(v, q8t_q16(_mm512_castsi512_si256(b), s), 2);
+    return _mm512_inserti32x4(v, q8t_q16(_mm512_extracti64x4_epi64(b, 1), s), 3);
 }
 
 /* Quantize and pack tokens [m0, m0 + mn) x inputs [kb, kb + kn) into VNNI
@@ -599,7 +618,9 @@ static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_
                       int perm)
 {
     int kt_n = (kn + 63) / 64, mb_n = (mn + 15) / 16;
-    const __m512i pidx = perm ? perm_index(perm) : _mm512_setzero_si512();
+    const __m512i pidx = perm ? perm_index(perm, 0) : _mm512_setzero_si512();
+    const __m512i pidx1 = perm == PERM_EO128 ? perm_index(perm, 1) : _mm512_setzero_si512();
+    __m512i odd[16]; /* EO128: the pair's second step, made with its first */
     for (int mb = 0; mb < mb_n; mb++) {
         const uint16_t *src[16];
         __m512 s[16];
@@ -612,20 +633,24 @@ static void pack_x_i8(const void *A, size_t a_stride, const int32_t *rows, size_
         }
         for (int kt = 0; kt < kt_n; kt++) {
             int left = kn - kt * 64;
-            __mmask32 k0m = q8t_mask32(left), k1m = q8t_mask32(left - 32);
             __m512i r[16];
             for (int c = 0; c < 16; c++) {
                 if (!src[c]) {
                     r[c] = _mm512_setzero_si512();
                     continue;
                 }
-                __m512i a = _mm512_maskz_loadu_epi16(k0m, src[c] + kt * 64);
-                __m512i b = _mm512_maskz_loadu_epi16(k1m, src[c] + kt * 64 + 32);
-                __m512i v = _mm512_castsi128_si512(q8t_q16(_mm512_castsi512_si256(a), s[c]));
-                v = _mm512_inserti32x4(v, q8t_q16(_mm512_extracti64x4_epi64(a, 1), s[c]), 1);
-                v = _mm512_inserti32x4(v, q8t_q16(_mm512_castsi512_si256(b), s[c]), 2);
-                v = _mm512_inserti32x4(v, q8t_q16(_mm512_extracti64x4_epi64(b, 1), s[c]), 3);
-                r[c] = perm ? _mm512_permutexvar_epi8(pidx, v) : v;
+                if (perm == PERM_EO128 && (kt & 1)) {
+                    r[c] = odd[c];
+                    continue;
+                }
+                __m512i v = q8_step(src[c] + kt * 64, left, s[c]);
+                if (perm == PERM_EO128) {
+                    __m512i h = q8_step(src[c] + kt * 64 + 64, left - 64, s[c]);
+                    odd[c] = _mm512_permutex2var_epi8(v, pidx1, h);
+                    r[c] = _mm512_permutex2var_epi8(v, pidx, h);
+                } else {
+                    r[c] = perm ? _mm512_permutexvar_epi8(pidx, v) : v;
+                }
             }
             transpose16(r);
             uint8_t *dst = xpack + ((size_t)mb * kt_stride + kt) * XSTEP;
@@ -689,6 +714,7 @@ typedef struct i8_src {
     const uint16_t *sc;    /* BF16 scales of the first row's group at k0           */
     size_t lds;            /* scales between rows                                  */
     int g, ng, kn, nr;     /* group; groups, inputs (k1 - k0) and rows present     */
+    int eo128;             /* 1: in PERM_EO128 order (g >= 64), else EO64 / EO32   */
     const float *inv16;    /* [NB] 16 / max |s| of each row (0: a zero row)        */
     const int8_t *e;       /* [NB][ng] the factors e = rint(16 s / max |s|) of the
                               rows in int_rows                                      */
@@ -733,6 +759,42 @@ ALWAYS_INLINE __m512i lut_i4_i32(const float *f)
     const __m512 v = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(v, _mm512_set1_ps(*f)));
     return _mm512_min_epi32(q, _mm512_set1_epi32(127));
+}
+
+/* One row's 64-input steps [st, st + sn) (st, sn even) in PERM_EO128 order,
+ * g = 1 << lg >= 64, its groups from g0 on: integer factors e (NULL: the
+ * factors f). Per 128 inputs one 64-byte load, a shift and two vpermb (EO64
+ * takes two 32-byte loads and shifts for them): the low nibbles are the even
+ * inputs, step j; the high ones the odd, step j + 1. g >= 128: one table of 4
+ * equal lanes, so vpermb's index bits 4-5 (the next nibble) do not matter;
+ * g = 64: lanes 0-1 the first group's table, 2-3 the second's, the index
+ * masked to its nibble and bit 5 set in the upper half. */
+ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, int lg,
+                                   const int8_t *e, const float *f, int8_t *d)
+{
+    const __m512i low4 = _mm512_loadu_si512(lut_low4), low2 = _mm512_loadu_si512(lut_low2);
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const __m512i half = _mm512_mask_set1_epi8(_mm512_setzero_si512(), 0xffffffff00000000ull,
+                                               0x20);
+    __m512i lut = _mm512_setzero_si512();
+    for (int j = 0; j < sn; j += 2) {
+        int k = (st + j) * 64, gi = (k >> lg) - g0;
+        __m512i b = _mm512_loadu_si512(row + k / 2);
+        __m512i h = _mm512_srli_epi16(b, 4);
+        if (lg == 6) { /* (v & 0x0f) | half: ternary logic 0xEA = (A & B) | C */
+            lut = e ? _mm512_mask_blend_epi64(0xF0, _mm512_load_si512(lut_int[e[gi]]),
+                                              _mm512_load_si512(lut_int[e[gi + 1]]))
+                    : _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2,
+                                               lut_i4_i32(f + gi + 1));
+            b = _mm512_ternarylogic_epi32(b, nib, half, 0xEA);
+            h = _mm512_ternarylogic_epi32(h, nib, half, 0xEA);
+        } else if (j == 0 || !(k & ((1 << lg) - 1))) {
+            lut = e ? _mm512_load_si512(lut_int[e[gi]])
+                    : _mm512_permutexvar_epi8(low4, lut_i4_i32(f + gi));
+        }
+        _mm512_storeu_si512(d + (size_t)j * 64, _mm512_permutexvar_epi8(b, lut));
+        _mm512_storeu_si512(d + (size_t)j * 64 + 64, _mm512_permutexvar_epi8(h, lut));
+    }
 }
 
 /* Rows [r0, r1) x 64-input steps [st, st + sn) of the block rescaled (above)
@@ -789,6 +851,10 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
                 v = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, _mm512_set1_epi8(0x0f)));
                 _mm512_storeu_si512(d + (size_t)j * 64, v);
             }
+            continue;
+        }
+        if (src->eo128) {
+            decode_i4_pairs(row, st, sn, g0, lg, e, f, d);
             continue;
         }
         const int gs = lg - 6, gmask = (1 << gs) - 1; /* steps per group: 1 << gs */
@@ -848,6 +914,40 @@ static int wide_on = 1;
  * DeepSeek-V3 T=4096, same call (09:24, KT_AMX_PF=t1t0): AMXINT8 9.11-9.87
  * against 8.65 TFLOP/s, AMXINT4 g128 8.57-8.70 against 8.75 */
 static int passes_on = 1;
+/* INT4 rows rescaled 128 inputs a load (PERM_EO128) where they can be;
+ * KT_AMX_EO128=0: 64 (EO64), for measuring */
+static int eo128_on = 1;
+/* KT_AMX_PF4 (t1, t1t0, t0): pf_mode for INT4 blocks of one token pass (where
+ * the rescale, not the tiles, reads the weights first), for measuring; -1:
+ * pf_mode */
+static int pf4_mode = -1;
+/* KT_AMX_PF_PAIRS=1: INT4's L2 prefetch two chunks a row at once (4 lines of
+ * each row, as AMXINT8's chunks: the rows' DRAM pages and the L2 streamer see
+ * runs twice as long), issued every other chunk 4 chunks on; for measuring */
+static int pf_pairs;
+/* KT_AMX_SPLIT=1: each step's share of the INT4 rescale in two halves, one
+ * after each half of the step's tile products (instead of all after them);
+ * for measuring (no profile split of the rescale then) */
+static int split_on;
+/* KT_AMX_COLS=1: the INT4 rescale of a chunk of 4 steps by column pairs, 16
+ * rows a step (cols_pair), instead of 8 rows a step over all 4 columns; for
+ * measuring */
+static int cols_on;
+
+/* Which column pair (steps 2p, 2p + 1) of the next chunk, at wn, step kt of
+ * 4 rescales (rows 16 (kt & 1) on) while the tiles read column kt of the
+ * current chunk, at wc (rows 256 bytes apart): a load whose address matches a
+ * pending store's in bits 0-11 waits for it (4K aliasing), and row by row
+ * each step's stores covered half of the lines the next step's tile loads
+ * read. With the chunks d lines apart modulo 4 (in 0 .. 3), a pair's lines
+ * modulo 4 KiB are those of columns d + 2p and d + 2p + 1 of the current
+ * chunk: never column kt + 1 for d = 1 and pairs 1, 1, 0, 0, or d = 3 and
+ * pairs 0, 0, 1, 1. -1: other d (the row by row order). */
+static int cols_pair(const int8_t *wn, const int8_t *wc, int kt)
+{
+    unsigned d = (unsigned)(((uintptr_t)wn - (uintptr_t)wc) >> 6) & 3u;
+    return d == 1 ? !(kt >> 1) : d == 3 ? kt >> 1 : -1;
+}
 
 /* Chunk c (kq steps each) of the block's chunks followed by the next block's:
  * its first byte, and *lines the 64-byte lines of each row (0: none). */
@@ -916,17 +1016,23 @@ ALWAYS_INLINE void pf_issue(pf_stream *p, const int t0)
  * apart) against the token tiles at x (x_mb_stride bytes per 16 tokens):
  * 2 x 2 C tiles (two_x: the second token tile present) or, wide, 2 x 3. */
 ALWAYS_INLINE void i8_step(const int8_t *wk, size_t ldt, const uint8_t *x, size_t x_mb_stride,
-                           int two_x, int wide)
+                           int two_x, int wide, const int part)
 {
+    /* part 0: the first half of the products (2 x 2: C00 C10; 2 x 3: W0's),
+     * 1: the rest, 2: all */
     if (wide) {
         /* 6 products, 7 loads: W0 x X0 X1 X2, then W1 x X2 X1 X0 */
-        _tile_loadd(TWX, wk, ldt);
-        _tile_loadd(TXX, x, 64);
-        _tile_dpbssd(TC00, TWX, TXX);
-        _tile_loadd(TXX, x + x_mb_stride, 64);
-        _tile_dpbssd(TC01, TWX, TXX);
-        _tile_loadd(TXX, x + 2 * x_mb_stride, 64);
-        _tile_dpbssd(TC02, TWX, TXX);
+        if (part != 1) {
+            _tile_loadd(TWX, wk, ldt);
+            _tile_loadd(TXX, x, 64);
+            _tile_dpbssd(TC00, TWX, TXX);
+            _tile_loadd(TXX, x + x_mb_stride, 64);
+            _tile_dpbssd(TC01, TWX, TXX);
+            _tile_loadd(TXX, x + 2 * x_mb_stride, 64);
+            _tile_dpbssd(TC02, TWX, TXX);
+        }
+        if (part == 0)
+            return;
         _tile_loadd(TWX, wk + 16 * ldt, ldt);
         _tile_dpbssd(TC12, TWX, TXX);
         _tile_loadd(TXX, x + x_mb_stride, 64);
@@ -935,14 +1041,16 @@ ALWAYS_INLINE void i8_step(const int8_t *wk, size_t ldt, const uint8_t *x, size_
         _tile_dpbssd(TC10, TWX, TXX);
         return;
     }
-    _tile_loadd(TW0, wk, ldt);
-    _tile_loadd(TX0, x, 64);
-    if (!(probe & 2))
-        _tile_dpbssd(TC00, TW0, TX0);
-    _tile_loadd(TW1, wk + 16 * ldt, ldt);
-    if (!(probe & 2))
-        _tile_dpbssd(TC10, TW1, TX0);
-    if (two_x) {
+    if (part != 1) {
+        _tile_loadd(TW0, wk, ldt);
+        _tile_loadd(TX0, x, 64);
+        if (!(probe & 2))
+            _tile_dpbssd(TC00, TW0, TX0);
+        _tile_loadd(TW1, wk + 16 * ldt, ldt);
+        if (!(probe & 2))
+            _tile_dpbssd(TC10, TW1, TX0);
+    }
+    if (two_x && part != 0) {
         _tile_loadd(TX1, x + x_mb_stride, 64);
         if (!(probe & 2)) {
             _tile_dpbssd(TC01, TW0, TX1);
@@ -1001,11 +1109,15 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
     int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
     int dec = src->sc != NULL;
     int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec, n_ch = (kt_n + kq - 1) / kq;
+    int pfm = dec && !passes && pf4_mode >= 0 ? pf4_mode : pf_mode;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
     /* INT4: chunk c of the block in half (base + c) & 1 of s->wdec; with
      * passes chunk 0 there, the others in the panel */
-    int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld};
-#define I4_CHUNK(c) (passes && (c) ? s->panel + (size_t)(c) * NB * dld \
+    /* KT_AMX_COLS=1 (EO128, chunks of 4 steps): the rescale by column pairs
+     * (cols_pair) into buffers whose lines lie one line apart modulo 4 KiB */
+    const int coff = cols_on && src->eo128 && kq == 4 ? 64 : 0;
+    int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld + coff};
+#define I4_CHUNK(c) (passes && (c) ? s->panel + (size_t)(c) * (NB * dld + coff) \
                                    : buf[(src->base + (c)) & 1])
     amx_prof *pr = prof_here();
     uint64_t t = prof_tsc(pr), td = 0;
@@ -1045,13 +1157,19 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
              * with passes the first pass takes the block's chunks and the
              * others the next block's rows (into L2) */
             if (p == 0) {
-                int steps = passes ? kn : n_mb * kn, fc = ci + ahead + (pf_mode == 1);
+                int steps = passes ? kn : n_mb * kn, fc = ci + ahead + (pfm == 1);
                 int nc = ci + 1 + dec; /* (passes: not past the block, chunk 2 n_ch: none) */
-                pf_start(&far, src, kt_n, kq, passes && fc >= n_ch ? 2 * n_ch : fc, steps);
+                if (!(dec && pf_pairs)) {
+                    pf_start(&far, src, kt_n, kq, passes && fc >= n_ch ? 2 * n_ch : fc, steps);
+                } else if (!(ci & 1)) { /* pair (ci + 4) / 2, over this chunk and the next */
+                    int c2 = (ci + 4) / 2, n2 = (n_ch + 1) / 2;
+                    pf_start(&far, src, kt_n, 2 * kq, passes && c2 >= n2 ? 2 * n2 : c2,
+                             2 * steps);
+                }
                 pf_start(&near, src, kt_n, kq, passes && nc >= n_ch ? 2 * n_ch : nc, steps);
-                if (pf_mode == 0 || (probe & 4))
+                if (pfm == 0 || (probe & 4))
                     near.row = NULL;
-                if (pf_mode == 2 || (probe & 4))
+                if (pfm == 2 || (probe & 4))
                     far.row = NULL;
             } else if (passes && p == 1 && ci == 0) {
                 pf_rows(&far, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64,
@@ -1068,16 +1186,31 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
             const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride + (size_t)kc * XSTEP;
             /* hot loop: 4 (2 x 2) or 6 (2 x 3) tile products per 64 inputs */
             for (int kt = 0; kt < kn; kt++) {
+                const int8_t *wk = wc + (size_t)kt * 64;
+                const uint8_t *xk = x0 + (size_t)kt * XSTEP;
+                int ra = kt * rps, rb = imin(NB, ra + rps);
                 pf_issue(&far, 0);
                 pf_issue(&near, 1);
-                i8_step(wc + (size_t)kt * 64, ldt, x0 + (size_t)kt * XSTEP, x_mb_stride, two_x,
-                        blk_wide);
+                if (nk && split_on && !(probe & 1)) { /* KT_AMX_SPLIT=1 */
+                    int rm = imin(rb, ra + (rps + 1) / 2);
+                    i8_step(wk, ldt, xk, x_mb_stride, two_x, blk_wide, 0);
+                    decode_i4_rescaled(ns, nst, nk, ra, rm, wn, dld);
+                    i8_step(wk, ldt, xk, x_mb_stride, two_x, blk_wide, 1);
+                    decode_i4_rescaled(ns, nst, nk, rm, rb, wn, dld);
+                    continue;
+                }
+                i8_step(wk, ldt, xk, x_mb_stride, two_x, blk_wide, 2);
                 /* after the products: their tile loads issue before these
                  * stores, so the tiles compute while the vector units decode
                  * (before them: 8% slower, scripts/amx_tile_peak.c dec / dec2) */
                 if (nk && !(probe & 1)) {
                     uint64_t t1 = prof_tsc(pr);
-                    decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
+                    int p = coff && kn == 4 && nk == 4 ? cols_pair(wn, wc, kt) : -1;
+                    if (p >= 0) /* rows 16 (kt & 1) on, steps 2p, 2p + 1 */
+                        decode_i4_rescaled(ns, nst + 2 * p, 2, (kt & 1) * 16, (kt & 1) * 16 + 16,
+                                           wn + 128 * p, dld);
+                    else
+                        decode_i4_rescaled(ns, nst, nk, ra, rb, wn, dld);
                     prof_add(pr, AP_DEC, &t1);
                 }
             }
@@ -1315,7 +1448,7 @@ static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float
  * rescaled during the block before; the activations as for amx_i8_packed. */
 static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
                             size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
-                            amx_scratch *s, int g)
+                            amx_scratch *s, int g, int perm)
 {
     i8_src blk[2];
     float *rs[2] = {s->gsc, s->gsc + 2 * NB}, *inv16[2] = {s->gsc + NB, s->gsc + 3 * NB};
@@ -1326,7 +1459,8 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
     for (int i = 0; i < 2; i++)
         blk[i] = (i8_src){.ldw = (size_t)W->cols / 2, .bps = 32,
                           .lds = (size_t)W->cols / (size_t)g, .g = g,
-                          .ng = (k1 - k0 + g - 1) / g, .kn = k1 - k0};
+                          .ng = (k1 - k0 + g - 1) / g, .kn = k1 - k0,
+                          .eo128 = perm == PERM_EO128};
     configure_tiles(64);
     amx_prof *pr = prof_here();
     uint64_t t = prof_tsc(pr);
@@ -1357,7 +1491,7 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
 {
     int na = n0;
     if (decode == decode_i8_int4 && !int4_exact) {
-        amx_i4_rescaled(W, n0, n1, k0, k1, xw, x_mb_stride, ts, mn, Cm, ldc, s, g);
+        amx_i4_rescaled(W, n0, n1, k0, k1, xw, x_mb_stride, ts, mn, Cm, ldc, s, g, perm);
         return;
     }
     if (!decode && (k1 - k0) % 64 == 0) {
@@ -1381,10 +1515,21 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
                          decode ? g : KCH);
 }
 
-/* Input order of the int8 copy for a decoder and group size. */
-static int perm_of(decode_i8_fn decode, int g)
+/* Input order of the int8 copy for a decoder, group size and kx inputs a
+ * call: INT4 groups of 64 and more in PERM_EO128 where the rescaled rows run
+ * (whole 128-input pairs, whole-K copy, chunks of whole pairs), else EO64.
+ * The same for g 64 and 128, so that the shared packing (which does not know
+ * the group) agrees. */
+static int perm_of(decode_i8_fn decode, int g, int kx)
 {
-    return decode != decode_i8_int4 ? PERM_NONE : g == 32 ? PERM_EO32 : PERM_EO64;
+    if (decode != decode_i8_int4)
+        return PERM_NONE;
+    if (g == 32)
+        return PERM_EO32;
+    return eo128_on && !int4_exact && kx % 128 == 0 && kx / 64 <= KTMAX8 &&
+                   !(imin(kc8, KQ_MAX) & 1)
+               ? PERM_EO128
+               : PERM_EO64;
 }
 
 /* C = A W^T on INT8 tiles. `view`: byte offset of the BF16 activations in a
@@ -1396,7 +1541,7 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
 {
     int kt_all = (k1 - k0 + 63) / 64;
     int whole_k = kt_all <= KTMAX8;
-    int perm = perm_of(decode, g);
+    int perm = perm_of(decode, g, k1 - k0);
     prof_set = W->rows > W->cols; /* the down products (H > I) */
     uint8_t *xpack = (uint8_t *)s->xpack;
     for (int m0 = 0; m0 < M; m0 += MMAX) {
@@ -1472,7 +1617,7 @@ static void gemm_packed_i8(const kt__wmat *W, int n0, int n1, int K, const void 
     for (int mb = 0; mb < M; mb += MMAX)
         amx_i8_packed(W, n0, n1, 0, K, x + (size_t)(mb / 16) * stride, stride, ts + mb,
                       imin(MMAX, M - mb), C + (size_t)mb * ldc, ldc, s, decode, g,
-                      perm_of(decode, g));
+                      perm_of(decode, g, K));
 }
 
 /* ---- BF16X2 activations on AMX-BF16 tiles ------------------------------------
@@ -1809,7 +1954,7 @@ static void pack_int4(const void *A, size_t a_stride, const int32_t *rows, int M
 static void pack_int4g(const void *A, size_t a_stride, const int32_t *rows, int M, int K,
                        void *P)
 {
-    pack_i8(A, a_stride, rows, M, K, P, 0, PERM_EO64);
+    pack_i8(A, a_stride, rows, M, K, P, 0, perm_of(decode_i8_int4, 64, K));
 }
 
 static void gemm_packed_int8(const kt__wmat *W, int n0, int n1, const void *P, int Mtot, int m0,
@@ -1916,6 +2061,17 @@ static void init_sets(void)
     env = getenv("KT_AMX_PF");
     if (env)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
+    env = getenv("KT_AMX_PF4");
+    if (env)
+        pf4_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
+    env = getenv("KT_AMX_PF_PAIRS");
+    pf_pairs = env && !strcmp(env, "1");
+    env = getenv("KT_AMX_SPLIT");
+    split_on = env && !strcmp(env, "1");
+    env = getenv("KT_AMX_COLS");
+    cols_on = env && !strcmp(env, "1");
+    env = getenv("KT_AMX_EO128");
+    eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
     amx_profile_on = env && !strcmp(env, "1");
     prof_tsc0 = __rdtsc();
@@ -2034,13 +2190,15 @@ size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
 }
 
 #ifdef KT_AMX_EMULATE
-/* Tests: INT4 on the tiles from now on by exact group folds (exact 1) or
- * rescaled rows (0, the default). */
-void kt__amx_int4_mode_emulated(int exact);
-void kt__amx_int4_mode_emulated(int exact)
+/* Tests: INT4 on the tiles from now on by exact group folds (mode 1) or
+ * rescaled rows (0, the default: 128 inputs a load where they can be; 2: 64,
+ * KT_AMX_EO128=0). */
+void kt__amx_int4_mode_emulated(int mode);
+void kt__amx_int4_mode_emulated(int mode)
 {
     pthread_once(&init_once, init_sets);
-    int4_exact = exact;
+    int4_exact = mode == 1;
+    eo128_on = mode != 2;
 }
 #endif
 
