@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn_mma.cuh"
 #include "check.cuh"
 #include "kt_cuda.h"
 
@@ -60,7 +61,8 @@ struct kt__cuda_rt {
     int32_t sms;          /* multiprocessors: how many blocks fill the device */
     int32_t cc_major;     /* compute capability: BF16 tensor cores (WMMA) from 8 */
     int pdl;              /* programmatic dependent launch of the decode kernels (sm_90+) */
-    int attn_tile;        /* prefill attention in tiles (KT_GPU_ATTN_TILE=0: k_attention) */
+    int attn_tile;        /* prefill attention: KT_GPU_ATTN_TILE 0: k_attention, 1: F32 tiles,
+                           * 2: tensor-core tiles (cuda/attn_mma.cu) where they apply */
     int gemv;             /* KT_GPU_GEMV bits, GEMV_* below (default all) */
     int upp_blocks;       /* k_expert_up_p's resident blocks a multiprocessor (0: not yet asked) */
     size_t upp_smem;      /* ... with this much dynamic shared memory */
@@ -175,7 +177,7 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     const char *pdl = getenv("KT_GPU_PDL");
     rt->pdl = rt->cc_major >= 9 && !(pdl && !strcmp(pdl, "0"));
     const char *tile = getenv("KT_GPU_ATTN_TILE");
-    rt->attn_tile = !(tile && !strcmp(tile, "0"));
+    rt->attn_tile = tile ? atoi(tile) : 1;
     const char *fuse = getenv("KT_GPU_FUSE");
     rt->fuse = fuse ? atoi(fuse) : 0;
     const char *gemv = getenv("KT_GPU_GEMV");
@@ -2669,7 +2671,10 @@ extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32
             return 0;
         qk_post_launch(rt, &rt->post);
     }
-    if (a->T > 0 && (attn_split(rt, a, max_pos, NULL) || attn_tile(rt, a)))
+    if (a->T > 0 && (attn_split(rt, a, max_pos, NULL) ||
+                     (rt->attn_tile == 2 && a->T > KT__CUDA_ATTN_SPLIT_T &&
+                      kt__cuda_attn_mma(rt->stream, a)) ||
+                     attn_tile(rt, a)))
         return 0;
     size_t smem = sizeof(float) * ((size_t)max_pos + ((qd + 3) & ~3));
     if (a->T > 0)

@@ -8,7 +8,7 @@ set -eu
 src=$1; dst=${BIN:-.lead}
 rm -rf "$dst"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for f in lib/libkt.so.0 tools/kt-bench/kt-bench tools/kt-convert/kt-convert tools/kt-run/kt-run \
-         tests/unit/test_gpu tests/unit/test_mover \
+         tests/unit/test_gpu tests/unit/test_gpu_attn tests/unit/test_mover \
          tests/unit/test_moe_kernels tests/unit/test_moe tests/unit/test_llamafile; do
     [ -e "$src/$f" ] || continue
     mkdir -p "$tmp/$(dirname "$f")" && cp -L "$src/$f" "$tmp/$f"
