@@ -1,0 +1,160 @@
+/*
+ * moe_port_probe: cycles per zmm instruction of the operations the AVX-512
+ * MoE decode kernels are made of, alone and in pairs, on one thread (CPU
+ * seconds at the clock in KT_BENCH_GHZ, default 3.65). Eight independent
+ * chains per operation, so the figures are throughputs: 1.00 = one per
+ * cycle, 0.50 = two; a pair at 0.50 runs on separate pipes, at 1.00 on one.
+ * A developer's probe (docs/moe.md, session 8), not a kernel.
+ *
+ *   gcc -O2 -march=native scripts/moe_port_probe.c -o moe_port_probe
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define N 100000000L
+
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* one operation on 8 chains: a = OP(a) with loop-invariant t, u */
+#define ONE(NAME, OP)                                                                          \
+    __attribute__((noinline)) static void NAME(__m512i *io)                                    \
+    {                                                                                          \
+        __m512i a[8], t = io[8], u = io[9];                                                    \
+        for (int i = 0; i < 8; i++)                                                            \
+            a[i] = io[i];                                                                      \
+        (void)t, (void)u;                                                                      \
+        for (long n = 0; n < N / 8; n++)                                                       \
+            _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] = OP(a[i], t, u);         \
+        for (int i = 0; i < 8; i++)                                                            \
+            io[i] = a[i];                                                                      \
+    }
+/* two operations, 4 chains each, issued alternately */
+#define TWO(NAME, OP1, OP2)                                                                    \
+    __attribute__((noinline)) static void NAME(__m512i *io)                                    \
+    {                                                                                          \
+        __m512i a[8], t = io[8], u = io[9];                                                    \
+        for (int i = 0; i < 8; i++)                                                            \
+            a[i] = io[i];                                                                      \
+        for (long n = 0; n < N / 8; n++)                                                       \
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                              \
+                a[i] = OP1(a[i], t, u);                                                        \
+                a[i + 4] = OP2(a[i + 4], t, u);                                                \
+            }                                                                                  \
+        for (int i = 0; i < 8; i++)                                                            \
+            io[i] = a[i];                                                                      \
+    }
+
+#define DPBUSD(a, t, u) _mm512_dpbusd_epi32(a, t, u)
+#define DPBF16(a, t, u) ((__m512i)_mm512_dpbf16_ps((__m512)(a), (__m512bh)(t), (__m512bh)(u)))
+#define PERMT2B(a, t, u) _mm512_permutex2var_epi8(t, a, u)
+#define PERMB(a, t, u) _mm512_permutexvar_epi8(a, t)
+#define UNPCK(a, t, u) _mm512_unpacklo_epi8(a, t)
+#define SRLW(a, t, u) _mm512_srli_epi16(a, 4)
+#define AND(a, t, u) _mm512_and_si512(a, t)
+#define TERN(a, t, u) _mm512_ternarylogic_epi32(a, t, u, 0x78)
+#define GF2P8(a, t, u) _mm512_gf2p8affine_epi64_epi8(a, t, 0)
+#define CVT(a, t, u) _mm512_castps_si512(_mm512_cvtepi32_ps(a))
+#define FMA(a, t, u)                                                                           \
+    _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(t),        \
+                                        _mm512_castsi512_ps(u)))
+
+ONE(o_dpbusd, DPBUSD)
+ONE(o_dpbf16, DPBF16)
+ONE(o_permt2b, PERMT2B)
+ONE(o_permb, PERMB)
+ONE(o_unpck, UNPCK)
+ONE(o_srlw, SRLW)
+ONE(o_and, AND)
+ONE(o_tern, TERN)
+ONE(o_gf2p8, GF2P8)
+ONE(o_cvt, CVT)
+ONE(o_fma, FMA)
+TWO(p_dpbusd_and, DPBUSD, AND)
+TWO(p_dpbusd_unpck, DPBUSD, UNPCK)
+TWO(p_dpbusd_srlw, DPBUSD, SRLW)
+TWO(p_dpbusd_gf2p8, DPBUSD, GF2P8)
+TWO(p_dpbusd_fma, DPBUSD, FMA)
+TWO(p_permt2b_dpbf16, PERMT2B, DPBF16)
+TWO(p_permt2b_unpck, PERMT2B, UNPCK)
+
+/* The FP8 decode's sequence per 64 weights (cpu/avx512/moe_avx512.c
+ * fp8x64_bf16 and one token's two dot products), weights and activations in
+ * L1: cycles per 64 weights. */
+static uint8_t l1_w[16384] __attribute__((aligned(64)));
+static uint16_t l1_x[8192] __attribute__((aligned(64)));
+
+__attribute__((noinline)) static float fp8_sequence(long reps)
+{
+    const __m512i h0 = _mm512_set1_epi8(0x3c), h1 = _mm512_set1_epi8(0x40);
+    const __m512i l0 = _mm512_set1_epi8(0x10), l1 = _mm512_set1_epi8(0x20);
+    const __m512i sign = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (long r = 0; r < reps; r++)
+        for (int i = 0; i < 16384; i += 128)
+            for (int j = 0; j < 2; j++) {
+                __m512i v = _mm512_load_si512(l1_w + i + 64 * j);
+                __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
+                __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
+                hi = _mm512_ternarylogic_epi32(hi, v, sign, 0x78);
+                const uint16_t *x = l1_x + (i + 64 * j) % 8192;
+                acc[2 * j] = _mm512_dpbf16_ps(acc[2 * j], (__m512bh)_mm512_unpacklo_epi8(lo, hi),
+                                              (__m512bh)_mm512_load_si512(x));
+                acc[2 * j + 1] =
+                    _mm512_dpbf16_ps(acc[2 * j + 1], (__m512bh)_mm512_unpackhi_epi8(lo, hi),
+                                     (__m512bh)_mm512_load_si512(x + 32));
+            }
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+int main(void)
+{
+    static const struct {
+        const char *name;
+        void (*f)(__m512i *);
+    } rows[] = {{"vpdpbusd", o_dpbusd},          {"vdpbf16ps", o_dpbf16},
+                {"vpermt2b", o_permt2b},         {"vpermb", o_permb},
+                {"vpunpcklbw", o_unpck},         {"vpsrlw", o_srlw},
+                {"vpandd", o_and},               {"vpternlogd", o_tern},
+                {"vgf2p8affineqb", o_gf2p8},     {"vcvtdq2ps", o_cvt},
+                {"vfmadd", o_fma},               {"vpdpbusd + vpandd", p_dpbusd_and},
+                {"vpdpbusd + vpunpck", p_dpbusd_unpck}, {"vpdpbusd + vpsrlw", p_dpbusd_srlw},
+                {"vpdpbusd + gf2p8", p_dpbusd_gf2p8},   {"vpdpbusd + vfmadd", p_dpbusd_fma},
+                {"vpermt2b + vdpbf16ps", p_permt2b_dpbf16},
+                {"vpermt2b + vpunpck", p_permt2b_unpck}};
+    const char *ghz = getenv("KT_BENCH_GHZ");
+    double hz = (ghz ? atof(ghz) : 3.65) * 1e9;
+    __m512i io[10];
+    for (int i = 0; i < 10; i++)
+        io[i] = _mm512_set1_epi32(0x01020304 + i);
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        double best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = cpu_now();
+            rows[r].f(io);
+            double t = cpu_now() - t0;
+            best = t < best ? t : best;
+        }
+        printf("%-22s %.2f cycles per instruction\n", rows[r].name, best * hz / (double)N);
+    }
+    double best = 1e30;
+    float sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = cpu_now();
+        sink += fp8_sequence(20000);
+        double t = cpu_now() - t0;
+        best = t < best ? t : best;
+    }
+    printf("%-22s %.2f cycles per 64 weights\n", "FP8 decode sequence",
+           best * hz / (20000.0 * 16384 / 64));
+    return _mm512_reduce_add_epi32(io[0]) == 7 || sink == 1.0f;
+}
