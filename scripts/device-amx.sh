@@ -17,7 +17,7 @@
 # METHODS (default AMXINT8,AMXINT4) names the kt-bench methods; AB="ENV1 ENV2 ..."
 # (',' between the variables of one environment, '-' for none) replaces the
 # new / OLD rounds by ROUNDS rounds over those environments in turn, DeepSeek-V3
-# only (Q3=1: Qwen3 too); TEST_ENV is set for the tests (KT_TEST_TILES=real:
+# (then Qwen3-30B-A3B over ABQ3's); TEST_ENV is set for the tests (KT_TEST_TILES=real:
 # the emulated tiles' checks left out).
 set -u
 . scripts/device-env.sh
@@ -48,8 +48,9 @@ for r in $(seq "${ROUNDS:-2}"); do
     if [ -n "${AB:-}" ]; then
         for v in $AB; do
             row KT_X=$v $(echo "$v" | tr , ' ' | sed 's/^-$//') timeout 60 $bench $ds
-            [ "${Q3:-0}" = 1 ] && row KT_X=$v $(echo "$v" | tr , ' ' | sed 's/^-$//') \
-                timeout 60 $bench $q3
+        done
+        for v in ${ABQ3:-}; do
+            row KT_X=$v $(echo "$v" | tr , ' ' | sed 's/^-$//') timeout 60 $bench $q3
         done
         continue
     fi

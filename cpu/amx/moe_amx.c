@@ -133,8 +133,7 @@ typedef struct amx_scratch {
                                                   factors [NB][groups]                 */
     _Alignas(64) int8_t panel[NB * (256 + 8) * 64]; /* INT4 rows rescaled over the whole
                                                   K (KTMAX8 steps, chunks of up to
-                                                  KQ_MAX; KT_AMX_COLS: 64 bytes
-                                                  more a chunk), tiles_i8_rows' passes */
+                                                  KQ_MAX), tiles_i8_rows' passes      */
     _Alignas(64) uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2];
                                                   INT8: [M/16][K/64][16 quads][16 tok][4] */
 } amx_scratch;
@@ -146,7 +145,9 @@ typedef struct amx_scratch {
  * down; with the calls' token counts. kt__moe_amx_profile() reports and
  * clears them (the backend logs it with KT_MOE_PROFILE). KT_AMX_PROBE (bits,
  * for measuring; the results are wrong): 1 no INT4 rescale in the loop, 2 no
- * tile products (the 2 x 2 loop), 4 no weight prefetches. */
+ * tile products (the 2 x 2 loop), 4 no weight prefetches, 8 the rescale reads
+ * every row's nibbles from the block's first row (in L1: the rescale's work
+ * without its share of the weight stream). */
 enum { AP_BLOCK, AP_DEC0, AP_LOOP, AP_DEC, AP_PARK, AP_EPI, AP_N };
 #define AP_HIST 17      /* calls by tokens: 1-16, 17-32, ..., 241-256, more */
 #define AP_THREADS 256  /* slots (threads past it share one: measuring only) */
@@ -761,14 +762,14 @@ ALWAYS_INLINE __m512i lut_i4_i32(const float *f)
     return _mm512_min_epi32(q, _mm512_set1_epi32(127));
 }
 
-/* One row's 64-input steps [st, st + sn) (st, sn even) in PERM_EO128 order,
- * g = 1 << lg >= 64, its groups from g0 on: integer factors e (NULL: the
- * factors f). Per 128 inputs one 64-byte load, a shift and two vpermb (EO64
- * takes two 32-byte loads and shifts for them): the low nibbles are the even
- * inputs, step j; the high ones the odd, step j + 1. g >= 128: one table of 4
- * equal lanes, so vpermb's index bits 4-5 (the next nibble) do not matter;
- * g = 64: lanes 0-1 the first group's table, 2-3 the second's, the index
- * masked to its nibble and bit 5 set in the upper half. */
+/* One row's 64-input steps [st, st + sn) (st, sn even) in PERM_EO128 order
+ * into d, g = 1 << lg >= 64, its groups from g0 on: integer factors e (NULL:
+ * the factors f). Per 128 inputs one 64-byte load, a shift, two vpermb and
+ * two stores (EO64: two 32-byte loads, shifts, vpermb and stores): the low
+ * nibbles are the even inputs, step j; the high ones the odd, step j + 1.
+ * g >= 128: one table of 4 equal lanes, so vpermb's index bits 4-5 (the next
+ * nibble) do not matter; g = 64: lanes 0-1 the first group's table, 2-3 the
+ * second's, the index masked to its nibble and bit 5 set in the upper half. */
 ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, int lg,
                                    const int8_t *e, const float *f, int8_t *d)
 {
@@ -819,7 +820,7 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
             memset(d, 0, (size_t)sn * 64);
             continue;
         }
-        const uint8_t *row = src->w + (size_t)r * src->ldw;
+        const uint8_t *row = src->w + (probe & 8 ? 0 : (size_t)r * src->ldw);
         /* integer factors e[j] of groups g0 + j (i4_block), or f[j] = s_(g0 + j)
          * * (16 / max |s|), 0 past the groups */
         const int ints = (src->int_rows >> r) & 1u;
@@ -917,37 +918,6 @@ static int passes_on = 1;
 /* INT4 rows rescaled 128 inputs a load (PERM_EO128) where they can be;
  * KT_AMX_EO128=0: 64 (EO64), for measuring */
 static int eo128_on = 1;
-/* KT_AMX_PF4 (t1, t1t0, t0): pf_mode for INT4 blocks of one token pass (where
- * the rescale, not the tiles, reads the weights first), for measuring; -1:
- * pf_mode */
-static int pf4_mode = -1;
-/* KT_AMX_PF_PAIRS=1: INT4's L2 prefetch two chunks a row at once (4 lines of
- * each row, as AMXINT8's chunks: the rows' DRAM pages and the L2 streamer see
- * runs twice as long), issued every other chunk 4 chunks on; for measuring */
-static int pf_pairs;
-/* KT_AMX_SPLIT=1: each step's share of the INT4 rescale in two halves, one
- * after each half of the step's tile products (instead of all after them);
- * for measuring (no profile split of the rescale then) */
-static int split_on;
-/* KT_AMX_COLS=1: the INT4 rescale of a chunk of 4 steps by column pairs, 16
- * rows a step (cols_pair), instead of 8 rows a step over all 4 columns; for
- * measuring */
-static int cols_on;
-
-/* Which column pair (steps 2p, 2p + 1) of the next chunk, at wn, step kt of
- * 4 rescales (rows 16 (kt & 1) on) while the tiles read column kt of the
- * current chunk, at wc (rows 256 bytes apart): a load whose address matches a
- * pending store's in bits 0-11 waits for it (4K aliasing), and row by row
- * each step's stores covered half of the lines the next step's tile loads
- * read. With the chunks d lines apart modulo 4 (in 0 .. 3), a pair's lines
- * modulo 4 KiB are those of columns d + 2p and d + 2p + 1 of the current
- * chunk: never column kt + 1 for d = 1 and pairs 1, 1, 0, 0, or d = 3 and
- * pairs 0, 0, 1, 1. -1: other d (the row by row order). */
-static int cols_pair(const int8_t *wn, const int8_t *wc, int kt)
-{
-    unsigned d = (unsigned)(((uintptr_t)wn - (uintptr_t)wc) >> 6) & 3u;
-    return d == 1 ? !(kt >> 1) : d == 3 ? kt >> 1 : -1;
-}
 
 /* Chunk c (kq steps each) of the block's chunks followed by the next block's:
  * its first byte, and *lines the 64-byte lines of each row (0: none). */
@@ -1016,23 +986,17 @@ ALWAYS_INLINE void pf_issue(pf_stream *p, const int t0)
  * apart) against the token tiles at x (x_mb_stride bytes per 16 tokens):
  * 2 x 2 C tiles (two_x: the second token tile present) or, wide, 2 x 3. */
 ALWAYS_INLINE void i8_step(const int8_t *wk, size_t ldt, const uint8_t *x, size_t x_mb_stride,
-                           int two_x, int wide, const int part)
+                           int two_x, int wide)
 {
-    /* part 0: the first half of the products (2 x 2: C00 C10; 2 x 3: W0's),
-     * 1: the rest, 2: all */
     if (wide) {
         /* 6 products, 7 loads: W0 x X0 X1 X2, then W1 x X2 X1 X0 */
-        if (part != 1) {
-            _tile_loadd(TWX, wk, ldt);
-            _tile_loadd(TXX, x, 64);
-            _tile_dpbssd(TC00, TWX, TXX);
-            _tile_loadd(TXX, x + x_mb_stride, 64);
-            _tile_dpbssd(TC01, TWX, TXX);
-            _tile_loadd(TXX, x + 2 * x_mb_stride, 64);
-            _tile_dpbssd(TC02, TWX, TXX);
-        }
-        if (part == 0)
-            return;
+        _tile_loadd(TWX, wk, ldt);
+        _tile_loadd(TXX, x, 64);
+        _tile_dpbssd(TC00, TWX, TXX);
+        _tile_loadd(TXX, x + x_mb_stride, 64);
+        _tile_dpbssd(TC01, TWX, TXX);
+        _tile_loadd(TXX, x + 2 * x_mb_stride, 64);
+        _tile_dpbssd(TC02, TWX, TXX);
         _tile_loadd(TWX, wk + 16 * ldt, ldt);
         _tile_dpbssd(TC12, TWX, TXX);
         _tile_loadd(TXX, x + x_mb_stride, 64);
@@ -1041,16 +1005,14 @@ ALWAYS_INLINE void i8_step(const int8_t *wk, size_t ldt, const uint8_t *x, size_
         _tile_dpbssd(TC10, TWX, TXX);
         return;
     }
-    if (part != 1) {
-        _tile_loadd(TW0, wk, ldt);
-        _tile_loadd(TX0, x, 64);
-        if (!(probe & 2))
-            _tile_dpbssd(TC00, TW0, TX0);
-        _tile_loadd(TW1, wk + 16 * ldt, ldt);
-        if (!(probe & 2))
-            _tile_dpbssd(TC10, TW1, TX0);
-    }
-    if (two_x && part != 0) {
+    _tile_loadd(TW0, wk, ldt);
+    _tile_loadd(TX0, x, 64);
+    if (!(probe & 2))
+        _tile_dpbssd(TC00, TW0, TX0);
+    _tile_loadd(TW1, wk + 16 * ldt, ldt);
+    if (!(probe & 2))
+        _tile_dpbssd(TC10, TW1, TX0);
+    if (two_x) {
         _tile_loadd(TX1, x + x_mb_stride, 64);
         if (!(probe & 2)) {
             _tile_dpbssd(TC01, TW0, TX1);
@@ -1109,15 +1071,11 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
     int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
     int dec = src->sc != NULL;
     int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec, n_ch = (kt_n + kq - 1) / kq;
-    int pfm = dec && !passes && pf4_mode >= 0 ? pf4_mode : pf_mode;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
     /* INT4: chunk c of the block in half (base + c) & 1 of s->wdec; with
      * passes chunk 0 there, the others in the panel */
-    /* KT_AMX_COLS=1 (EO128, chunks of 4 steps): the rescale by column pairs
-     * (cols_pair) into buffers whose lines lie one line apart modulo 4 KiB */
-    const int coff = cols_on && src->eo128 && kq == 4 ? 64 : 0;
-    int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld + coff};
-#define I4_CHUNK(c) (passes && (c) ? s->panel + (size_t)(c) * (NB * dld + coff) \
+    int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld};
+#define I4_CHUNK(c) (passes && (c) ? s->panel + (size_t)(c) * NB * dld \
                                    : buf[(src->base + (c)) & 1])
     amx_prof *pr = prof_here();
     uint64_t t = prof_tsc(pr), td = 0;
@@ -1157,19 +1115,13 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
              * with passes the first pass takes the block's chunks and the
              * others the next block's rows (into L2) */
             if (p == 0) {
-                int steps = passes ? kn : n_mb * kn, fc = ci + ahead + (pfm == 1);
+                int steps = passes ? kn : n_mb * kn, fc = ci + ahead + (pf_mode == 1);
                 int nc = ci + 1 + dec; /* (passes: not past the block, chunk 2 n_ch: none) */
-                if (!(dec && pf_pairs)) {
-                    pf_start(&far, src, kt_n, kq, passes && fc >= n_ch ? 2 * n_ch : fc, steps);
-                } else if (!(ci & 1)) { /* pair (ci + 4) / 2, over this chunk and the next */
-                    int c2 = (ci + 4) / 2, n2 = (n_ch + 1) / 2;
-                    pf_start(&far, src, kt_n, 2 * kq, passes && c2 >= n2 ? 2 * n2 : c2,
-                             2 * steps);
-                }
+                pf_start(&far, src, kt_n, kq, passes && fc >= n_ch ? 2 * n_ch : fc, steps);
                 pf_start(&near, src, kt_n, kq, passes && nc >= n_ch ? 2 * n_ch : nc, steps);
-                if (pfm == 0 || (probe & 4))
+                if (pf_mode == 0 || (probe & 4))
                     near.row = NULL;
-                if (pfm == 2 || (probe & 4))
+                if (pf_mode == 2 || (probe & 4))
                     far.row = NULL;
             } else if (passes && p == 1 && ci == 0) {
                 pf_rows(&far, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64,
@@ -1186,31 +1138,16 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
             const uint8_t *x0 = xpack + (size_t)(mb / 16) * x_mb_stride + (size_t)kc * XSTEP;
             /* hot loop: 4 (2 x 2) or 6 (2 x 3) tile products per 64 inputs */
             for (int kt = 0; kt < kn; kt++) {
-                const int8_t *wk = wc + (size_t)kt * 64;
-                const uint8_t *xk = x0 + (size_t)kt * XSTEP;
-                int ra = kt * rps, rb = imin(NB, ra + rps);
                 pf_issue(&far, 0);
                 pf_issue(&near, 1);
-                if (nk && split_on && !(probe & 1)) { /* KT_AMX_SPLIT=1 */
-                    int rm = imin(rb, ra + (rps + 1) / 2);
-                    i8_step(wk, ldt, xk, x_mb_stride, two_x, blk_wide, 0);
-                    decode_i4_rescaled(ns, nst, nk, ra, rm, wn, dld);
-                    i8_step(wk, ldt, xk, x_mb_stride, two_x, blk_wide, 1);
-                    decode_i4_rescaled(ns, nst, nk, rm, rb, wn, dld);
-                    continue;
-                }
-                i8_step(wk, ldt, xk, x_mb_stride, two_x, blk_wide, 2);
+                i8_step(wc + (size_t)kt * 64, ldt, x0 + (size_t)kt * XSTEP, x_mb_stride, two_x,
+                        blk_wide);
                 /* after the products: their tile loads issue before these
                  * stores, so the tiles compute while the vector units decode
                  * (before them: 8% slower, scripts/amx_tile_peak.c dec / dec2) */
                 if (nk && !(probe & 1)) {
                     uint64_t t1 = prof_tsc(pr);
-                    int p = coff && kn == 4 && nk == 4 ? cols_pair(wn, wc, kt) : -1;
-                    if (p >= 0) /* rows 16 (kt & 1) on, steps 2p, 2p + 1 */
-                        decode_i4_rescaled(ns, nst + 2 * p, 2, (kt & 1) * 16, (kt & 1) * 16 + 16,
-                                           wn + 128 * p, dld);
-                    else
-                        decode_i4_rescaled(ns, nst, nk, ra, rb, wn, dld);
+                    decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
                     prof_add(pr, AP_DEC, &t1);
                 }
             }
@@ -2061,15 +1998,6 @@ static void init_sets(void)
     env = getenv("KT_AMX_PF");
     if (env)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
-    env = getenv("KT_AMX_PF4");
-    if (env)
-        pf4_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
-    env = getenv("KT_AMX_PF_PAIRS");
-    pf_pairs = env && !strcmp(env, "1");
-    env = getenv("KT_AMX_SPLIT");
-    split_on = env && !strcmp(env, "1");
-    env = getenv("KT_AMX_COLS");
-    cols_on = env && !strcmp(env, "1");
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
@@ -2077,7 +2005,7 @@ static void init_sets(void)
     prof_tsc0 = __rdtsc();
     prof_sec0 = prof_now();
     env = getenv("KT_AMX_PROBE");
-    probe = env ? atoi(env) & 7 : 0;
+    probe = env ? atoi(env) & 15 : 0;
     env = getenv("KT_AMX_KC");
     if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
         kc8 = atoi(env);
