@@ -57,6 +57,9 @@ static double cpu_now(void)
 #define PERMT2B(a, t, u) _mm512_permutex2var_epi8(t, a, u)
 #define PERMB(a, t, u) _mm512_permutexvar_epi8(a, t)
 #define UNPCK(a, t, u) _mm512_unpacklo_epi8(a, t)
+#define PERMW(a, t, u) _mm512_permutexvar_epi16(a, t)
+#define PERMPS(a, t, u) _mm512_castps_si512(_mm512_permutexvar_ps(a, _mm512_castsi512_ps(t)))
+#define ZXBW(a, t, u) _mm512_cvtepu8_epi16(_mm512_castsi512_si256(a))
 #define SRLW(a, t, u) _mm512_srli_epi16(a, 4)
 #define AND(a, t, u) _mm512_and_si512(a, t)
 #define TERN(a, t, u) _mm512_ternarylogic_epi32(a, t, u, 0x78)
@@ -71,6 +74,9 @@ ONE(o_dpbf16, DPBF16)
 ONE(o_permt2b, PERMT2B)
 ONE(o_permb, PERMB)
 ONE(o_unpck, UNPCK)
+ONE(o_permw, PERMW)
+ONE(o_permps, PERMPS)
+ONE(o_zxbw, ZXBW)
 ONE(o_srlw, SRLW)
 ONE(o_and, AND)
 ONE(o_tern, TERN)
@@ -84,6 +90,7 @@ TWO(p_dpbusd_gf2p8, DPBUSD, GF2P8)
 TWO(p_dpbusd_fma, DPBUSD, FMA)
 TWO(p_permt2b_dpbf16, PERMT2B, DPBF16)
 TWO(p_permt2b_unpck, PERMT2B, UNPCK)
+TWO(p_permw_dpbf16, PERMW, DPBF16)
 
 /* The FP8 decode's sequence per 64 weights (cpu/avx512/moe_avx512.c
  * fp8x64_bf16 and one token's two dot products), weights and activations in
@@ -124,13 +131,16 @@ int main(void)
     } rows[] = {{"vpdpbusd", o_dpbusd},          {"vdpbf16ps", o_dpbf16},
                 {"vpermt2b", o_permt2b},         {"vpermb", o_permb},
                 {"vpunpcklbw", o_unpck},         {"vpsrlw", o_srlw},
+                {"vpermw", o_permw},             {"vpermps", o_permps},
+                {"vpmovzxbw", o_zxbw},
                 {"vpandd", o_and},               {"vpternlogd", o_tern},
                 {"vgf2p8affineqb", o_gf2p8},     {"vcvtdq2ps", o_cvt},
                 {"vfmadd", o_fma},               {"vpdpbusd + vpandd", p_dpbusd_and},
                 {"vpdpbusd + vpunpck", p_dpbusd_unpck}, {"vpdpbusd + vpsrlw", p_dpbusd_srlw},
                 {"vpdpbusd + gf2p8", p_dpbusd_gf2p8},   {"vpdpbusd + vfmadd", p_dpbusd_fma},
                 {"vpermt2b + vdpbf16ps", p_permt2b_dpbf16},
-                {"vpermt2b + vpunpck", p_permt2b_unpck}};
+                {"vpermt2b + vpunpck", p_permt2b_unpck},
+                {"vpermw + vdpbf16ps", p_permw_dpbf16}};
     const char *ghz = getenv("KT_BENCH_GHZ");
     double hz = (ghz ? atof(ghz) : 3.65) * 1e9;
     __m512i io[10];
