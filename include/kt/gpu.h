@@ -50,6 +50,14 @@ extern "C" {
  * activations split into two BF16 halves (hi + lo, so about F32's accuracy:
  * two GEMMs; FP8 weights dequantized into halves too: three). Since 0.1. */
 #define KT_GPU_F_NO_CUBLAS (1u << 4)
+/* Decode steps (one token) run their CPU-resident experts on the CPU MoE
+ * backend's BF16 activations (its fastest format) instead of the context's
+ * (by default two BF16 halves, about F32's accuracy); prompt chunks keep the
+ * context's. Faster hybrid decode; the logits then move like
+ * KT_CONTEXT_F_MOE_BF16's (near-tied experts of later layers may flip at single
+ * positions). No effect with every expert on the GPU. The environment variable
+ * KT_GPU_DECODE_ACT=bf16 / bf16x2 overrides it. Since 0.1. */
+#define KT_GPU_F_DECODE_BF16 (1u << 5)
 
 typedef struct kt_gpu_options {
     uint32_t struct_size;  /* sizeof(kt_gpu_options); set by the INIT macro               */

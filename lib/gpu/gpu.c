@@ -805,23 +805,24 @@ static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 static bool feed_submit(void *arg, int32_t layer);
 static void feed_served(void *arg, int32_t layer, double t_open);
 
-/* KT_GPU_DECODE_ACT=bf16: the CPU experts of one-token steps on the backend's
- * BF16 activations (its fastest; decode is bound by their run) while chunks keep
- * the context's F32-accurate BF16X2; bf16x2 (the default): the context's for
- * both. Only for a backend of this context alone; put back by gpu_destroy. */
-static kt_status decode_act(kt__gpu *g)
+/* KT_GPU_F_DECODE_BF16, or KT_GPU_DECODE_ACT=bf16 (bf16x2: off, whatever the
+ * flag): the CPU experts of one-token steps on the backend's BF16 activations
+ * (its fastest; hybrid decode is bound by their run) while chunks keep the
+ * context's F32-accurate BF16X2. Only for a backend of this context alone; put
+ * back by gpu_destroy. */
+static kt_status decode_act(kt__gpu *g, bool flag)
 {
     kt_context *ctx = g->ctx;
     const char *a = getenv("KT_GPU_DECODE_ACT");
-    if (!a || !strcmp(a, "bf16x2"))
-        return KT_OK;
-    if (strcmp(a, "bf16"))
+    if (a && strcmp(a, "bf16") && strcmp(a, "bf16x2"))
         return kt__error(KT_ERR_INVALID_ARG, "GPU runtime: KT_GPU_DECODE_ACT=%s: expected bf16 "
                          "or bf16x2", a);
+    if (a ? strcmp(a, "bf16") != 0 : !flag)
+        return KT_OK;
     if (ctx->moe_precision == KT_MOE_PREC_DEFAULT || ctx->borrowed || ctx->n_sharers)
         return KT_OK;
     if (kt__moe_set_decode_precision(ctx->moe, KT_MOE_PREC_DEFAULT) < 0) {
-        kt__log(ctx->rt, KT_LOG_WARN, "GPU runtime: KT_GPU_DECODE_ACT=bf16 not taken: %s",
+        kt__log(ctx->rt, KT_LOG_WARN, "GPU runtime: BF16 decode activations not taken: %s",
                 kt_last_error());
         return KT_OK;
     }
@@ -957,7 +958,7 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     if (rs < 0)
         return rs;
     if (o.flags & ~(KT_GPU_F_NO_GRAPH | KT_GPU_F_MLA_ABSORB | KT_GPU_F_CUBLAS |
-                    KT_GPU_F_MLA_NAIVE | KT_GPU_F_NO_CUBLAS))
+                    KT_GPU_F_MLA_NAIVE | KT_GPU_F_NO_CUBLAS | KT_GPU_F_DECODE_BF16))
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: unknown flags 0x%x", o.flags);
     if (o.layerwise_tokens < -1)
         return kt__error(KT_ERR_INVALID_ARG, "kt_context_use_gpu: layerwise_tokens %d must be "
@@ -1129,7 +1130,8 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
     }
     if (ctx->moe && want < E && n_moe > 0 && (st = feeder_start(g)) < 0)
         goto fail;
-    if (ctx->moe && want < E && n_moe > 0 && (st = decode_act(g)) < 0)
+    if (ctx->moe && want < E && n_moe > 0 &&
+        (st = decode_act(g, (o.flags & KT_GPU_F_DECODE_BF16) != 0)) < 0)
         goto fail;
     if (ctx->moe && want < E && n_moe > 0 && ctx->moe_index && (st = observe_routes(g)) < 0)
         goto fail;
@@ -1758,6 +1760,7 @@ static kt_status attn_gqa(kt__gpu *g, int32_t l, int32_t T)
     a.scale = hp->attn_scale, a.sinks = G->sinks, a.pos0 = g->pos;
     a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
     a.rows_final = 1;
+    a.tc = g->ctx->precision == KT_PRECISION_FAST;
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");
     mark(g, PH_ATTN);
@@ -1821,6 +1824,7 @@ static kt_status attn_mla(kt__gpu *g, int32_t l, int32_t T, int32_t P)
     a.o = g->o, a.o_st = nh * vd, a.o_sh = vd;
     a.scale = hp->attn_scale, a.pos0 = g->pos;
     a.work = g->attn_work, a.work_elems = g->attn_work_elems, a.splits = g->attn_splits;
+    a.tc = g->ctx->precision == KT_PRECISION_FAST;
     mark(g, PH_QKV);
     if (kt__cuda_attention(rt, &a, g->ctx->n_ctx, g->err, sizeof g->err) < 0)
         return cuda_error(g, "attention");

@@ -930,6 +930,29 @@ static size_t act_stride(size_t row_bytes)
     return row_bytes % 4096 ? row_bytes : row_bytes + 64;
 }
 
+/* The largest pool's I slice (at least 1). */
+static int widest_slice(const kt_moe_backend *moe)
+{
+    int widest = 1;
+    for (int p = 0; p < moe->n_pools; p++)
+        if (moe->pool_i0[p + 1] - moe->pool_i0[p] > widest)
+            widest = moe->pool_i0[p + 1] - moe->pool_i0[p];
+    return widest;
+}
+
+/* *ws (of old_bytes) replaced by a zeroed block of bytes; false: out of memory,
+ * *ws kept. */
+static bool regrow_ws(kt_moe_backend *moe, uint8_t **ws, size_t old_bytes, size_t bytes)
+{
+    uint8_t *p = alloc_ws(moe, bytes);
+    if (!p)
+        return false;
+    moe->workspace_bytes -= (old_bytes + 63) & ~(size_t)63;
+    kt__free_aligned(*ws);
+    *ws = p;
+    return true;
+}
+
 kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_moe_desc *desc,
                                 const kt_moe_layer_weights *layers, uint32_t n_layers,
                                 const kt_moe_options *opts)
@@ -1033,10 +1056,7 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
 
     int H = moe->H, I = moe->I, E = moe->E, T = moe->max_t, K = moe->max_k;
     size_t pairs = (size_t)T * K;
-    int widest = 1;
-    for (int p = 0; p < moe->n_pools; p++)
-        if (moe->pool_i0[p + 1] - moe->pool_i0[p] > widest)
-            widest = moe->pool_i0[p + 1] - moe->pool_i0[p];
+    int widest = widest_slice(moe);
     moe->xrow = act_stride(kt__moe_act_row_bytes(moe->kern->act, H));
     moe->hrow = act_stride(kt__moe_act_row_bytes(moe->kern->act, widest));
     /* prefill items of RB1 / RB2 rows (KT_MOE_PREFILL_ROWS / _ROWS2, multiples of
@@ -1829,21 +1849,27 @@ kt_status kt__moe_set_decode_precision(kt_moe_backend *moe, int32_t act_precisio
     const kt__moe_kernels *k = pick_set(&moe->d, act_precision);
     if (!k || k == moe->kern)
         return KT_OK;
-    /* the one-token rows go to the workspaces made for the creation's set */
-    int H = moe->H, I = moe->I;
-    if (kt__moe_act_row_bytes(k->act, H) > kt__moe_act_row_bytes(moe->kern->act, H) ||
-        kt__moe_act_row_bytes(k->act, I) > kt__moe_act_row_bytes(moe->kern->act, I))
-        return kt__error(KT_ERR_UNSUPPORTED, "moe: %s's activation rows are wider than %s's",
-                         k->name, moe->kern->name);
+    /* wider rows or more scratch than the creation's set: the workspaces grow
+     * (both sets then use the wider row strides) */
+    size_t xrow = act_stride(kt__moe_act_row_bytes(k->act, moe->H));
+    size_t hrow = act_stride(kt__moe_act_row_bytes(k->act, widest_slice(moe)));
+    size_t tq = (size_t)moe->max_t, pq = (size_t)moe->n_pools * moe->max_t * moe->max_k;
+    if (xrow > moe->xrow) {
+        if (!regrow_ws(moe, &moe->xq, tq * moe->xrow, tq * xrow))
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for %s's rows", k->name);
+        moe->xrow = xrow;
+    }
+    if (hrow > moe->hrow) {
+        if (!regrow_ws(moe, &moe->hq, pq * moe->hrow, pq * hrow))
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for %s's rows", k->name);
+        moe->hrow = hrow;
+    }
     if (k->scratch_bytes > moe->kern->scratch_bytes) {
         size_t stride = moe->scratch_stride + ((k->scratch_bytes - moe->kern->scratch_bytes +
                                                 63) & ~(size_t)63);
-        uint8_t *scr = alloc_ws(moe, (size_t)moe->nth * stride);
-        if (!scr)
+        if (!regrow_ws(moe, &moe->scratch, (size_t)moe->nth * moe->scratch_stride,
+                       (size_t)moe->nth * stride))
             return kt__error(KT_ERR_NOMEM, "moe: out of memory for %s's scratch", k->name);
-        moe->workspace_bytes -= (size_t)moe->nth * moe->scratch_stride;
-        kt__free_aligned(moe->scratch);
-        moe->scratch = scr;
         moe->scratch_stride = stride;
     }
     moe->kern1 = k;

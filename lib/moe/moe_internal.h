@@ -71,9 +71,10 @@ void kt__moe_backend_own(kt_moe_backend *moe, void (*release)(void *), void *own
 /* One-token calls (decode) on the kernel set of act_precision (kt_moe_precision)
  * instead of the creation's, e.g. BF16 activations for the GPU runtime's hybrid
  * decode while its prefill chunks stay F32-accurate. Waits for the pending
- * tasks first; call between calls from the submitting thread. KT_OK also when
- * that set is the creation's; KT_ERR_UNSUPPORTED (nothing changed) for
- * LLAMAFILE, tiled RAWINT4, forced kernels or rows wider than the workspaces. */
+ * tasks first; call between calls from the submitting thread; the activation
+ * workspaces and scratch grow when that set needs more. KT_OK also when that
+ * set is the creation's; KT_ERR_UNSUPPORTED (nothing changed) for LLAMAFILE,
+ * tiled RAWINT4 or forced kernels; KT_ERR_NOMEM. */
 kt_status kt__moe_set_decode_precision(kt_moe_backend *moe, int32_t act_precision);
 
 /* Task timing (KT_GPU_TRACE): from kt__moe_stamp_enable() on (it waits for

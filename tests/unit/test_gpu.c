@@ -104,6 +104,7 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
                   variant ? variant : "bf16", prec == KT_PRECISION_F32 ? "f32" : "fast",
                   g_gpu_flags & KT_GPU_F_MLA_NAIVE ? " (naive MLA decode)" :
                   g_gpu_flags & KT_GPU_F_NO_CUBLAS ? " (own kernels)" :
+                  g_gpu_flags & KT_GPU_F_DECODE_BF16 ? " (BF16 decode experts)" :
                   g_lw_tokens ? " (layerwise prefill)" : "",
                   kt_context_gpu_experts(ctx), ctx->hp.n_expert, dp,
                   rows_within(pre, r.logits, r.T, r.V, 5e-2f), r.T, dd,
@@ -226,6 +227,23 @@ static void test_layerwise(void **s)
     unsetenv("KT_GPU_LW_STREAM");
     unsetenv("KT_GPU_LW_COPY");
     g_lw_tokens = 0;
+}
+
+/* KT_GPU_F_DECODE_BF16: decode's CPU experts on the backend's BF16 activations
+ * (prompt chunks keep BF16X2), held to transformers as the hybrid runs are (the
+ * H200, 12:16, by KT_GPU_DECODE_ACT=bf16 over the fixture tests: 80/81 or 81/81
+ * decode positions within 5e-2, greedy identical). INT4 at 50 %: the AMX sets'
+ * one-token rows are wider than BF16X2's (the backend's workspaces grow). */
+static void test_decode_bf16(void **s)
+{
+    (void)s;
+    g_gpu_flags = KT_GPU_F_DECODE_BF16;
+    check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.0f);
+    check("qwen3_moe_tiny", NULL, KT_PRECISION_FAST, 0.5f);
+    check("deepseek_v3_tiny", "fp8", KT_PRECISION_FAST, 0.0f);
+    check("deepseek_v3_tiny", "int4", KT_PRECISION_FAST, 0.5f);
+    check("gpt_oss_tiny", NULL, KT_PRECISION_FAST, 0.0f);
+    g_gpu_flags = 0;
 }
 
 /* Device limits measured through the public API (kt-bench e2e's yardsticks) */
@@ -860,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_deepseek_v3_naive),
         cmocka_unit_test(test_own_kernels),
         cmocka_unit_test(test_layerwise),
+        cmocka_unit_test(test_decode_bf16),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_demo_model),
         cmocka_unit_test(test_expert_moves),

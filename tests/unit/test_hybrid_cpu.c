@@ -225,7 +225,8 @@ static void forward_n(kt_moe_backend *moe, int32_t n, const float *x, const int3
 /* kt__moe_set_decode_precision: a BF16X2 backend's one-token calls give what a
  * BF16-activation backend of the same weights gives, bit for bit, its calls of
  * more tokens stay its own, and setting BF16X2 back restores its one-token
- * results; bad arguments change nothing. */
+ * results; bad arguments change nothing; a BF16 backend taking BF16X2 for one
+ * token (wider rows: its workspaces grow) gives the BF16X2 backend's. */
 static void test_decode_precision(void **state)
 {
     (void)state;
@@ -266,6 +267,16 @@ static void test_decode_precision(void **state)
     assert_int_equal(kt__moe_set_decode_precision(b16, KT_MOE_PREC_DEFAULT), KT_OK);
     forward_n(b16, 1, x, ids, rw, out);
     assert_memory_equal(out, one_b16, sizeof one_b16);
+    /* the other way round: BF16X2's rows are wider than the BF16 backend's
+     * workspaces were made for, so they grow; its calls of more tokens keep
+     * their results on the wider rows */
+    float three_b16[T * H];
+    forward_n(b16, T, x, ids, rw, three_b16);
+    assert_int_equal(kt__moe_set_decode_precision(b16, KT_MOE_PREC_BF16X2), KT_OK);
+    forward_n(b16, 1, x, ids, rw, out);
+    assert_memory_equal(out, one_x2, sizeof one_x2);
+    forward_n(b16, T, x, ids, rw, out);
+    assert_memory_equal(out, three_b16, sizeof three_b16);
     kt_moe_backend_free(x2);
     kt_moe_backend_free(b16);
     free(w);

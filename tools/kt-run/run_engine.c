@@ -56,6 +56,8 @@ const char run_engine_help[] =
     "                           position (default: latent space, as a CUDA graph)\n"
     "  --gpu-no-cublas          every GPU product on libkt's own kernels (default:\n"
     "                           chunks of 16+ tokens on the tensor cores via cuBLAS)\n"
+    "  --gpu-decode-bf16        decode steps run their CPU experts on BF16 activations\n"
+    "                           (faster hybrid decode; prompts keep --moe-precision)\n"
     "  -v, --verbose            log at INFO level\n";
 
 void run_engine_opts_init(run_engine_opts *o)
@@ -201,6 +203,10 @@ int run_engine_opt(run_engine_opts *o, const char *tool, int argc, char **argv, 
         o->no_cublas = true;
         return 1;
     }
+    if (!strcmp(argv[*i], "--gpu-decode-bf16")) {
+        o->decode_bf16 = true;
+        return 1;
+    }
     if (!strcmp(argv[*i], "--dense-workers")) {
         o->dense_workers = true;
         return 1;
@@ -317,6 +323,8 @@ bool run_engine_open(run_engine *e, const run_engine_opts *o, const char *tool)
         go.layerwise_tokens = o->layerwise_tokens;
         if (o->no_cublas)
             go.flags |= KT_GPU_F_NO_CUBLAS;
+        if (o->decode_bf16)
+            go.flags |= KT_GPU_F_DECODE_BF16;
         if (kt_context_use_gpu(e->ctx, &go) < 0) {
             fprintf(stderr, "%s: %s: %s%s\n", tool, path, kt_last_error(),
                     o->device < 0 ? " (--device cpu runs without the GPU)" : "");

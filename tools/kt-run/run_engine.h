@@ -27,6 +27,7 @@ typedef struct run_engine_opts {
     double mem_fraction;      /* --mem-fraction-static (0: 0.9)                */
     bool mla_absorb;          /* --gpu-mla-absorb (the default now)            */
     bool mla_naive;           /* --gpu-mla-naive                               */
+    bool decode_bf16;         /* --gpu-decode-bf16                             */
     bool no_cublas;           /* --gpu-no-cublas                               */
     int32_t layerwise_tokens; /* --kt-gpu-prefill-token-threshold (-1 auto)    */
     int64_t rebalance;        /* --gpu-rebalance N (tokens between plans; 0 off) */
