@@ -176,6 +176,9 @@ typedef struct kt__cuda_attn {
      * step writes (the split kernel may read them before it waits); 0: scratch
      * rewritten each step (naive MLA's expansion) */
     int32_t rows_final;
+    /* 1: a chunk may attend on the tensor cores with BF16 hi + lo operands
+     * (precision fast; cuda/attn_mma.cu, KT_GPU_ATTN_TILE); 0: F32 only */
+    int32_t tc;
 } kt__cuda_attn;
 /* Chunks of up to this many tokens attend through the split kernel: each block
  * serves up to 8 query heads of one kv head over 1/S of the positions (S up to

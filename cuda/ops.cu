@@ -62,7 +62,9 @@ struct kt__cuda_rt {
     int32_t cc_major;     /* compute capability: BF16 tensor cores (WMMA) from 8 */
     int pdl;              /* programmatic dependent launch of the decode kernels (sm_90+) */
     int attn_tile;        /* prefill attention: KT_GPU_ATTN_TILE 0: k_attention, 1: F32 tiles,
-                           * 2: tensor-core tiles (cuda/attn_mma.cu) where they apply */
+                           * 2 (default): tensor-core tiles on BF16 hi + lo halves where
+                           * they apply and the call allows (kt__cuda_attn.tc), 3: the
+                           * same on BF16 alone (cuda/attn_mma.cu) */
     int gemv;             /* KT_GPU_GEMV bits, GEMV_* below (default all) */
     int upp_blocks;       /* k_expert_up_p's resident blocks a multiprocessor (0: not yet asked) */
     size_t upp_smem;      /* ... with this much dynamic shared memory */
@@ -177,7 +179,7 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     const char *pdl = getenv("KT_GPU_PDL");
     rt->pdl = rt->cc_major >= 9 && !(pdl && !strcmp(pdl, "0"));
     const char *tile = getenv("KT_GPU_ATTN_TILE");
-    rt->attn_tile = tile ? atoi(tile) : 1;
+    rt->attn_tile = tile ? atoi(tile) : 2;
     const char *fuse = getenv("KT_GPU_FUSE");
     rt->fuse = fuse ? atoi(fuse) : 0;
     const char *gemv = getenv("KT_GPU_GEMV");
@@ -2672,8 +2674,8 @@ extern "C" int kt__cuda_attention(kt__cuda_rt *rt, const kt__cuda_attn *a, int32
         qk_post_launch(rt, &rt->post);
     }
     if (a->T > 0 && (attn_split(rt, a, max_pos, NULL) ||
-                     (rt->attn_tile == 2 && a->T > KT__CUDA_ATTN_SPLIT_T &&
-                      kt__cuda_attn_mma(rt->stream, a)) ||
+                     (rt->attn_tile >= 2 && a->tc && a->T > KT__CUDA_ATTN_SPLIT_T &&
+                      kt__cuda_attn_mma(rt->stream, a, rt->attn_tile == 2)) ||
                      attn_tile(rt, a)))
         return 0;
     size_t smem = sizeof(float) * ((size_t)max_pos + ((qd + 3) & ~3));
