@@ -47,6 +47,22 @@
 #            prompts 2048 and 8192 (--warmup 2048, --gen 32, layerwise auto),
 #            no trace; checkpoints written and removed one model at a time;
 #            $OUT/table.json
+#   decab    48-layer Qwen3-30B-A3B at $HB % (default 50), decode after a
+#            512-token prompt (--gen 48), KT_GPU_TRACE=1: the CPU experts of
+#            one-token steps on BF16X2 and on BF16 activations alternating
+#            (KT_GPU_DECODE_ACT in $DEC_VALS, default "bf16x2 bf16 bf16x2 bf16"),
+#            then with every core a worker (--threads 16) for each value in
+#            $DEC16_VALS (default "bf16 bf16x2")
+#   demo     the trained demo models: the qwen3_moe one's weights unpacked
+#            from $BIN/qwen3demo (xz; not in the repository) into
+#            tests/data/models/qwen3_moe_demo, test_gpu's test_demo_model,
+#            kt-run's greedy text with --device cpu and 0 / 50 / 100 % of the
+#            experts on the GPU, and 256 tokens at 50 % with --gpu-rebalance
+#            0 and 8 alternating; $OUT/demo.log
+#   bf16test the whole test_gpu with KT_GPU_DECODE_ACT=bf16 (the decode's CPU
+#            experts on BF16 activations), started in the background so that
+#            it runs beside racepar; waited for at the end
+#            ($OUT/test_gpu_bf16.log)
 #   racepar  racecheck over every test of test_gpu at once, $RACE_PAR processes
 #            (default 12) at a time, each cut at what is left of $LIMIT, with
 #            $RACE_ENV (default KT_GPU_GEMM_MIN_TOKENS=100000: no cuBLAS
@@ -169,19 +185,59 @@ for stage in ${STAGES:-base phases profile extra}; do
             --layerwise auto --warmup 2048 --gen 32 --budgets 100,50,25,0 --prompts 2048,8192 \
             --model qwen3-30b-a3b --model deepseek-v3 --model deepseek-v3-int4 \
             --time-limit "$lim" --json "$OUT/table.json" ;;
+    decab)
+        D="$K e2e --dir /mnt/kt --keep --model qwen3-30b-a3b --no-cpu-row --budgets ${HB:-50}
+          --prompts 512 --warmup 16 --gen 48"
+        for v in ${DEC_VALS:-bf16x2 bf16 bf16x2 bf16}; do
+            row "KT_GPU_DECODE_ACT=$v" KT_GPU_TRACE=1 KT_GPU_DECODE_ACT=$v timeout 70 $D
+        done
+        for v in ${DEC16_VALS:-bf16 bf16x2}; do
+            row "threads 16 KT_GPU_DECODE_ACT=$v" KT_GPU_TRACE=1 KT_GPU_DECODE_ACT=$v \
+                timeout 40 $D --threads 16
+        done
+        rm -rf /mnt/kt/kt-e2e-qwen3-30b-a3b-48 ;;
+    demo)
+        q=tests/data/models/qwen3_moe_demo
+        if [ -d "$BIN/qwen3demo" ]; then
+            cp "$BIN"/qwen3demo/*.json "$q"/ &&
+                for f in "$BIN"/qwen3demo/*.xz; do xz -dc "$f" >"$q/$(basename "$f" .xz)"; done
+        fi
+        KT_TEST_FILTER=test_demo_model timeout 90 "$BIN/tests/unit/test_gpu" >"$OUT/demo.log" 2>&1
+        echo "# test_demo_model rc=$? ($(date -u +%T))" >>"$log"
+        R="$BIN/tools/kt-run/kt-run generate -p \"The json module can be used to\" --print-ids"
+        for m in models/kimi-k2-demo $q; do
+            [ -f "$m/model-00001-of-00002.safetensors" ] || continue
+            for d in "--device cpu" "--gpu-experts 0" "--gpu-experts 0.5" "--gpu-experts 1" \
+                     "--gpu-experts 0.5 --gpu-rebalance 8 -n 256" "--gpu-experts 0.5 -n 256" \
+                     "--gpu-experts 0.5 --gpu-rebalance 8 -n 256" "--gpu-experts 0.5 -n 256"; do
+                echo "## $m $d" >>"$OUT/demo.log"
+                eval timeout 30 $R --model "$m" -n 48 $d >>"$OUT/demo.log" 2>&1
+            done
+        done
+        grep -E "^##|^  |tok/s|moved|PASSED|FAILED" "$OUT/demo.log" >>"$log" ;;
+    bf16test)
+        [ "$(left)" -gt 40 ] || continue
+        (KT_GPU_DECODE_ACT=bf16 timeout $(($(left) - 10)) "$BIN/tests/unit/test_gpu" \
+            >"$OUT/test_gpu_bf16.log" 2>&1; echo "# rc=$?" >>"$OUT/test_gpu_bf16.log") &
+        bgpid=$! ;;
     racepar)
         [ "$(left)" -gt 40 ] || continue
-        rl=$(($(left) - 15)); : >"$OUT/racepar.log"
+        : >"$OUT/racepar.log"
         tests=$(grep -o 'cmocka_unit_test(test_[a-z0-9_]*)' tests/unit/test_gpu.c |
             sed 's/.*(\(.*\))/\1/')
-        renv=${RACE_ENV:-KT_GPU_GEMM_MIN_TOKENS=100000}
-        echo "$tests" | xargs -P "${RACE_PAR:-12}" -I{} sh -c "env $renv KT_TEST_FILTER={} \
-            timeout $rl compute-sanitizer --tool racecheck \
-            ${SAN_ARGS:---kernel-name kns=k_} $BIN/tests/unit/test_gpu >$OUT/race-{}.tmp 2>&1;
-            echo \"== {}: rc=\$?\" >$OUT/race-{}.sum"
+        # every process cut at the same deadline, however late it started
+        export RACE_END=$(($(date +%s) + $(left) - 15)) RACE_BIN=$BIN RACE_OUT=$OUT
+        export RACE_ENVS="${RACE_ENV:-KT_GPU_GEMM_MIN_TOKENS=100000}"
+        export RACE_SAN="${SAN_ARGS:---kernel-name kns=k_}"
+        echo "$tests" | xargs -P "${RACE_PAR:-12}" -I{} sh -c 't=$((RACE_END - $(date +%s)));
+            if [ $t -gt 5 ]; then env $RACE_ENVS KT_TEST_FILTER={} timeout $t \
+                compute-sanitizer --tool racecheck $RACE_SAN $RACE_BIN/tests/unit/test_gpu \
+                >$RACE_OUT/race-{}.tmp 2>&1; echo "== {}: rc=$?, $t s left at its start" \
+                >$RACE_OUT/race-{}.sum; else echo "== {}: not started" >$RACE_OUT/race-{}.sum; fi'
         for t in $tests; do
             cat "$OUT/race-$t.sum" >>"$OUT/racepar.log"
-            grep -E "experts on the GPU|Internal|hazard|SUMMARY|PASSED|FAILED|ERROR" \
+            [ -f "$OUT/race-$t.tmp" ] && grep -E \
+                "experts on the GPU|Internal|hazard|SUMMARY|PASSED|FAILED|ERROR|Error" \
                 "$OUT/race-$t.tmp" | head -60 >>"$OUT/racepar.log"
         done
         rm -f "$OUT"/race-*.tmp "$OUT"/race-*.sum ;;
@@ -192,8 +248,13 @@ for stage in ${STAGES:-base phases profile extra}; do
             ${EXTRA:---model deepseek-v3-int4 --gen 16 --budgets 100,50,25,0} ;;
     esac
 done
+if [ -n "${bgpid:-}" ]; then
+    wait "$bgpid"
+    grep -E "^\[  (PASSED|FAILED)|^\[  +FAILED|Failure|DIFFERENT|^# rc" "$OUT/test_gpu_bf16.log" \
+        | sed 's/^/bf16test: /' >>"$log"
+fi
 date -u +%T >>"$log"
-grep -E "^# [a-zA-Z_=0-9 ]+ \(|^qwen3|^deepseek|trace|phases|moe profile|test_gpu|PASSED|FAIL" \
+grep -E "^# [a-zA-Z_=0-9 ]+ \(|^qwen3|^deepseek|trace|phases|moe prof|test_|PASSED|FAIL|^##|^bf16" \
     "$log" | cut -c1-420
 [ -f "$OUT/racecheck.log" ] && grep "^==" "$OUT/racecheck.log"
 [ -f "$OUT/isolate.log" ] && cat "$OUT/isolate.log"
