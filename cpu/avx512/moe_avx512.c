@@ -989,17 +989,16 @@ ALWAYS_INLINE void tile_int4(const uint8_t *const *w, const uint16_t *const *s,
  * KT_MOE_INT4_PF bytes (0 to 64 KiB) overrides it, for measuring. */
 #define INT4T_PF 6144
 
+static long parse_int4t_pf(const char *e)
+{
+    long n = e ? atol(e) : 0;
+    return e && n >= 0 && n <= 65536 ? n : INT4T_PF;
+}
+
 static size_t int4t_pf(void)
 {
-    static size_t cached;
-    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!v) {
-        const char *e = getenv("KT_MOE_INT4_PF");
-        long n = e ? atol(e) : 0;
-        v = e && n >= 0 && n <= 65536 ? (size_t)n + 1 : INT4T_PF + 1;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v - 1;
+    static long cached;
+    return (size_t)env_knob(&cached, "KT_MOE_INT4_PF", parse_int4t_pf);
 }
 
 /* out[m * 4 + r] for the 4 rows of the tile holding row n (KT__INT4_TILED)
@@ -1351,16 +1350,15 @@ static void prefill_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
 #define INT4_QUARTER_PF 768
 
 /* KT_MOE_INT4_QUARTERS=0: adjacent rows as before (for measuring). */
+static long parse_int4_quarters(const char *e)
+{
+    return !(e && *e == '0');
+}
+
 static int int4_quarters(void)
 {
-    static int cached;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!v) {
-        const char *e = getenv("KT_MOE_INT4_QUARTERS");
-        v = e && *e == '0' ? 2 : 1;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v == 1;
+    static long cached;
+    return (int)env_knob(&cached, "KT_MOE_INT4_QUARTERS", parse_int4_quarters);
 }
 
 /* C = A W^T, W = (nibble - 8) * scale[n][k / 32]; A in Q8P128 format. */

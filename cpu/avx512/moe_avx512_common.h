@@ -90,6 +90,18 @@ ALWAYS_INLINE lut8 lut_load(void)
     return L;
 }
 
+/* An environment knob read once per process: *cache holds parse(value) + 1
+ * (0: not read yet); parse gets NULL when the variable is unset. */
+static inline long env_knob(long *cache, const char *name, long (*parse)(const char *))
+{
+    long v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (!v) {
+        v = parse(getenv(name)) + 1;
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v - 1;
+}
+
 /* Decode (rows read start to end): the software prefetch distance in bytes.
  * The best one depends on the memory system, measured:
  *  - Zen 4 (2-core EPYC VM, one core, K 7168 FP8 rows): 1 KiB 0.84 of a read
@@ -101,35 +113,32 @@ ALWAYS_INLINE lut8 lut_load(void)
 #define DEC_PF 1024
 #define DEC_PF_INTEL 8192
 
+static inline long parse_dec_pf(const char *e)
+{
+    long n = e ? atol(e) : 0;
+    __builtin_cpu_init();
+    return n >= 64 && n <= (1L << 20) ? n : (__builtin_cpu_is("intel") ? DEC_PF_INTEL : DEC_PF);
+}
+
 static inline size_t dec_pf(void)
 {
-    static size_t cached;
-    size_t v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!v) {
-        const char *e = getenv("KT_MOE_DEC_PF");
-        long n = e ? atol(e) : 0;
-        __builtin_cpu_init();
-        v = n >= 64 && n <= (1L << 20) ? (size_t)n
-                                       : (__builtin_cpu_is("intel") ? DEC_PF_INTEL : DEC_PF);
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static long cached;
+    return (size_t)env_knob(&cached, "KT_MOE_DEC_PF", parse_dec_pf);
 }
 
 /* Decode (one token): weight rows read side by side, 1 (default: one
  * sequential stream per item, the prefetchers' best case on Zen 4), 2 or 4;
  * KT_MOE_DEC_ROWS, for measuring. */
+static inline long parse_dec_rows(const char *e)
+{
+    int n = e ? atoi(e) : 0;
+    return n == 2 || n == 4 ? n : 1;
+}
+
 static inline int dec_rows(void)
 {
-    static int cached;
-    int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!v) {
-        const char *e = getenv("KT_MOE_DEC_ROWS");
-        int n = e ? atoi(e) : 0;
-        v = n == 2 || n == 4 ? n : 1;
-        __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    static long cached;
+    return (int)env_knob(&cached, "KT_MOE_DEC_ROWS", parse_dec_rows);
 }
 
 #endif
