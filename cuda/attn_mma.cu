@@ -13,39 +13,12 @@
 #include <stdint.h>
 
 #include "attn_mma.cuh"
+#include "mma.cuh"
 
 #define AM_ROWS 64    /* query rows a block: 4 warps of 16 */
 #define AM_BK 64      /* positions a staged tile */
 #define AM_THREADS 128
 #define AM_VLD (AM_BK + 8) /* BF16 pitch of a transposed value row (banks skewed) */
-
-/* d[16 x 8] += a[16 x 16] · b[16 x 8]: a row-major, b col-major, both BF16 */
-__device__ __forceinline__ void mma_bf16(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* two consecutive BF16 of shared memory as one register (the lower index low) */
-__device__ __forceinline__ uint32_t ld2(const __nv_bfloat16 *p)
-{
-    return *(const uint32_t *)p;
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-/* x = hi + lo: hi = bf16(x), lo = bf16(x - hi) */
-__device__ __forceinline__ float lo_part(float x)
-{
-    return x - __bfloat162float(__float2bfloat16_rn(x));
-}
 
 /* four values at p (and their low halves at p + lo_off when SPLIT) */
 template <bool SPLIT> __device__ __forceinline__ void st4(__nv_bfloat16 *p, int lo_off, float4 v)

@@ -19,6 +19,7 @@
 #include "attn_mma.cuh"
 #include "check.cuh"
 #include "kt_cuda.h"
+#include "mma.cuh"
 
 /* A residual row's RMSNorm left to the next one-token product that reads it
  * (GEMV_NORM_IN): x already holds the residual sum (the kernel that made the
@@ -61,6 +62,7 @@ struct kt__cuda_rt {
     int32_t sms;          /* multiprocessors: how many blocks fill the device */
     int32_t cc_major;     /* compute capability: BF16 tensor cores (WMMA) from 8 */
     int pdl;              /* programmatic dependent launch of the decode kernels (sm_90+) */
+    int group_mma;        /* KT_GPU_GROUP_MMA=1: grouped experts as k_group_mma */
     int attn_tile;        /* prefill attention: KT_GPU_ATTN_TILE 0: k_attention, 1: F32 tiles,
                            * 2 (default): tensor-core tiles on BF16 hi + lo halves where
                            * they apply and the call allows (kt__cuda_attn.tc), 3: the
@@ -180,6 +182,8 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     rt->pdl = rt->cc_major >= 9 && !(pdl && !strcmp(pdl, "0"));
     const char *tile = getenv("KT_GPU_ATTN_TILE");
     rt->attn_tile = tile ? atoi(tile) : 2;
+    const char *gm = getenv("KT_GPU_GROUP_MMA");
+    rt->group_mma = gm && !strcmp(gm, "1");
     const char *fuse = getenv("KT_GPU_FUSE");
     rt->fuse = fuse ? atoi(fuse) : 0;
     const char *gemv = getenv("KT_GPU_GEMV");
@@ -3802,6 +3806,31 @@ __global__ void k_group_route(const int32_t *ids, int32_t n, int32_t E, int32_t 
     }
 }
 
+/* Block blockIdx.x's tile of the route: its expert e and rows m0 ..< m1 (false:
+ * past the last tile). The expert is the last one whose first tile is <= the
+ * block's (an empty expert starts where the next one does, so the search lands
+ * on the one that owns the tile). */
+__device__ __forceinline__ bool group_tile(const int32_t *route, int32_t E, int32_t *e,
+                                           int32_t *m0, int32_t *m1)
+{
+    const int32_t *tstart = route + E + 1;
+    int32_t tile = blockIdx.x;
+    if (tile >= tstart[E])
+        return false;
+    int32_t lo = 0, hi = E - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (tstart[mid] <= tile)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    *e = lo;
+    *m0 = route[lo] + (tile - tstart[lo]) * GRP_BM;
+    *m1 = route[lo + 1];
+    return true;
+}
+
 /* Y[r][0..N) = X[row(r)] · W_eᵀ over the rows r of every expert e (BF16 W_e
  * [N][K]; row(r) = perm[r] / div with perm, else r), or with act: Y[r] =
  * act(Y[r], X[row(r)] · W_eᵀ) (the gate's product already in Y). The F32
@@ -3815,22 +3844,9 @@ k_group_gemm(const float *X, int32_t xs, const int32_t *perm, int32_t div,
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     using namespace nvcuda;
-    const int32_t *tstart = route + E + 1;
-    int32_t tile = blockIdx.x;
-    if (tile >= tstart[E])
+    int32_t e, m0, m1;
+    if (!group_tile(route, E, &e, &m0, &m1))
         return;
-    /* the last expert whose first tile is <= tile (an empty expert starts where
-     * the next one does, so the search lands on the one that owns the tile) */
-    int32_t lo = 0, hi = E - 1;
-    while (lo < hi) {
-        int32_t mid = (lo + hi + 1) / 2;
-        if (tstart[mid] <= tile)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    int32_t e = lo;
-    int32_t m0 = route[e] + (tile - tstart[e]) * GRP_BM, m1 = route[e + 1];
     int32_t n0 = blockIdx.y * GRP_BN;
     const __nv_bfloat16 *W = (const __nv_bfloat16 *)tab[e].data;
     __shared__ __align__(32) unsigned char smem[GRP_SMEM];
@@ -3909,6 +3925,114 @@ k_group_gemm(const float *X, int32_t xs, const int32_t *perm, int32_t div,
 #endif
 }
 
+/* k_group_gemm's product on mma.sync with a staged pipeline (KT_GPU_GROUP_MMA=1):
+ * the next step's x rows (F32, split into BF16 hi + lo) and weight rows are
+ * loaded into registers while the tensor cores work on this step's, then
+ * stored into the other of two shared buffers (one barrier a step). 8 warps as
+ * 2 x 4, each [32 rows][32 columns] = 2 x 4 fragments of m16n8:
+ *   acc += x_hi · Wᵀ + x_lo · Wᵀ   (W exact in BF16; x to 2^-16) */
+#define GM_LD (GRP_BK + 8) /* BF16 pitch of a staged row: 80 bytes, banks skewed */
+__global__ void __launch_bounds__(256)
+k_group_mma(const float *X, int32_t xs, const int32_t *perm, int32_t div,
+            const kt__cuda_mat *tab, const int32_t *route, int32_t E, int32_t N, int32_t K,
+            float *Y, int32_t act, int32_t oai, float alpha, float limit)
+{
+    int32_t e, m0, m1;
+    if (!group_tile(route, E, &e, &m0, &m1))
+        return;
+    const int32_t n0 = blockIdx.y * GRP_BN;
+    const __nv_bfloat16 *W = (const __nv_bfloat16 *)tab[e].data;
+    __shared__ __align__(16) __nv_bfloat16 Ah[2][GRP_BM * GM_LD], Al[2][GRP_BM * GM_LD];
+    __shared__ __align__(16) __nv_bfloat16 Bs[2][GRP_BN * GM_LD];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+    const int wm = warp / 4, wn = warp % 4;
+    /* staging: x rows ar, ar + 32 at inputs ac..ac+3; weight rows br, br + 64 at bc..bc+7 */
+    const int ar = tid / 8, ac = (tid % 8) * 4, br = tid / 4, bc = (tid % 4) * 8;
+    const float *xrow[2];
+    const __nv_bfloat16 *wrow[2];
+    for (int u = 0; u < 2; u++) {
+        int32_t r = m0 + ar + 32 * u;
+        xrow[u] = r < m1 ? X + (size_t)(perm ? perm[r] / div : r) * xs : NULL;
+        int32_t c = n0 + br + 64 * u;
+        wrow[u] = c < N ? W + (size_t)c * K : NULL;
+    }
+    float4 xv[2];
+    uint4 wv[2];
+    auto load = [&](int32_t k0) {
+        for (int u = 0; u < 2; u++) {
+            xv[u] = xrow[u] && k0 + ac < K ? *(const float4 *)(xrow[u] + k0 + ac)
+                                           : make_float4(0.f, 0.f, 0.f, 0.f);
+            wv[u] = wrow[u] && k0 + bc < K ? *(const uint4 *)(wrow[u] + k0 + bc)
+                                           : make_uint4(0, 0, 0, 0);
+        }
+    };
+    auto store = [&](int b) {
+        for (int u = 0; u < 2; u++) {
+            float4 v = xv[u];
+            __nv_bfloat16 *h = &Ah[b][(ar + 32 * u) * GM_LD + ac];
+            __nv_bfloat16 *l = &Al[b][(ar + 32 * u) * GM_LD + ac];
+            *(uint2 *)h = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+            *(uint2 *)l = make_uint2(pack2(lo_part(v.x), lo_part(v.y)),
+                                     pack2(lo_part(v.z), lo_part(v.w)));
+            *(uint4 *)&Bs[b][(br + 64 * u) * GM_LD + bc] = wv[u];
+        }
+    };
+    float acc[2][4][4];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    const int32_t steps = (K + GRP_BK - 1) / GRP_BK;
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int32_t st = 0; st < steps; st++) {
+        const int b = st & 1;
+        if (st + 1 < steps)
+            load((st + 1) * GRP_BK);
+#pragma unroll
+        for (int kk = 0; kk < GRP_BK; kk += 16) {
+            uint32_t ah[2][4], al[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const __nv_bfloat16 *ph = &Ah[b][(wm * 32 + i * 16 + g) * GM_LD + kk + 2 * q];
+                const __nv_bfloat16 *pl = &Al[b][(wm * 32 + i * 16 + g) * GM_LD + kk + 2 * q];
+                ah[i][0] = ld2(ph), ah[i][1] = ld2(ph + 8 * GM_LD);
+                ah[i][2] = ld2(ph + 8), ah[i][3] = ld2(ph + 8 * GM_LD + 8);
+                al[i][0] = ld2(pl), al[i][1] = ld2(pl + 8 * GM_LD);
+                al[i][2] = ld2(pl + 8), al[i][3] = ld2(pl + 8 * GM_LD + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const __nv_bfloat16 *pb = &Bs[b][(wn * 32 + j * 8 + g) * GM_LD + kk + 2 * q];
+                uint32_t b0 = ld2(pb), b1 = ld2(pb + 8);
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    mma_bf16(acc[i][j], ah[i][0], ah[i][1], ah[i][2], ah[i][3], b0, b1);
+                    mma_bf16(acc[i][j], al[i][0], al[i][1], al[i][2], al[i][3], b0, b1);
+                }
+            }
+        }
+        if (st + 1 < steps)
+            store(b ^ 1);
+        __syncthreads();
+    }
+    /* rows g and g + 8 of each fragment, columns 2q and 2q + 1 */
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 2; h++) {
+                int32_t r = m0 + wm * 32 + i * 16 + g + 8 * h;
+                int32_t c = n0 + wn * 32 + j * 8 + 2 * q;
+                if (r >= m1 || c >= N)
+                    continue;
+                float *y = Y + (size_t)r * N + c;
+                float p0 = acc[i][j][2 * h], p1 = acc[i][j][2 * h + 1];
+                if (act)
+                    p0 = act_value(y[0], p0, oai, alpha, limit),
+                    p1 = act_value(y[1], p1, oai, alpha, limit);
+                *(float2 *)y = make_float2(p0, p1);
+            }
+}
+
 extern "C" int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_args *a)
 {
     flush_pending(rt);
@@ -3924,13 +4048,13 @@ extern "C" int kt__cuda_experts_grouped(kt__cuda_rt *rt, const kt__cuda_group_ar
     unsigned tiles = (unsigned)((n + GRP_BM - 1) / GRP_BM + E);
     dim3 gi(tiles, (unsigned)((a->I + GRP_BN - 1) / GRP_BN));
     dim3 go(tiles, (unsigned)((a->H + GRP_BN - 1) / GRP_BN));
-    k_group_gemm<<<gi, 256, 0, rt->stream>>>(a->x, a->x_stride, a->perm, a->k, a->gate,
-                                              a->route, E, a->I, a->H, a->h, 0, 0, 0.f, 0.f);
-    k_group_gemm<<<gi, 256, 0, rt->stream>>>(a->x, a->x_stride, a->perm, a->k, a->up, a->route,
-                                              E, a->I, a->H, a->h, 1, a->oai, a->alpha,
-                                              a->limit);
-    k_group_gemm<<<go, 256, 0, rt->stream>>>(a->h, a->I, NULL, 1, a->down, a->route, E, a->H,
-                                              a->I, a->y, 0, 0, 0.f, 0.f);
+    auto gemm = rt->group_mma ? k_group_mma : k_group_gemm;
+    gemm<<<gi, 256, 0, rt->stream>>>(a->x, a->x_stride, a->perm, a->k, a->gate, a->route, E,
+                                      a->I, a->H, a->h, 0, 0, 0.f, 0.f);
+    gemm<<<gi, 256, 0, rt->stream>>>(a->x, a->x_stride, a->perm, a->k, a->up, a->route, E,
+                                      a->I, a->H, a->h, 1, a->oai, a->alpha, a->limit);
+    gemm<<<go, 256, 0, rt->stream>>>(a->h, a->I, NULL, 1, a->down, a->route, E, a->H, a->I,
+                                      a->y, 0, 0, 0.f, 0.f);
     k_combine<<<a->T, 256, 0, rt->stream>>>(a->out, a->H, a->k, a->y, a->slot, a->w);
     return 0;
 }
