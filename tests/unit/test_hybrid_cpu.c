@@ -165,13 +165,21 @@ static kt_moe_backend *bf16_backend(const uint16_t *w, int n_experts, int top_k)
     return bf16_backend_at(w, n_experts, top_k, KT_MOE_PREC_BF16X2);
 }
 
-static void test_task_stamps(void **state)
+/* E experts' gate, up, down [H*I] one after another, BF16 about 0.008 .. 0.016;
+ * free() them */
+static uint16_t *test_weights(void)
 {
-    (void)state;
     uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
     assert_non_null(w);
     for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
-        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256)); /* BF16 about 0.008 .. 0.016 */
+        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256));
+    return w;
+}
+
+static void test_task_stamps(void **state)
+{
+    (void)state;
+    uint16_t *w = test_weights();
     kt_moe_backend *moe = bf16_backend(w, E, K);
 
     float x[T * H], out[T * H], rw[T * K];
@@ -230,10 +238,7 @@ static void forward_n(kt_moe_backend *moe, int32_t n, const float *x, const int3
 static void test_decode_precision(void **state)
 {
     (void)state;
-    uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
-    assert_non_null(w);
-    for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
-        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256));
+    uint16_t *w = test_weights();
     kt_moe_backend *x2 = bf16_backend(w, E, K);
     kt_moe_backend *b16 = bf16_backend_at(w, E, K, KT_MOE_PREC_DEFAULT);
     /* activations BF16 cannot hold exactly, so that the two formats differ */
@@ -347,10 +352,7 @@ static void feed_step(feed_case *c, kt__feeder *f, uint32_t *go, uint32_t *done,
 static void test_feeder(void **state)
 {
     (void)state;
-    uint16_t *w = calloc((size_t)E * 3 * H * I, sizeof(uint16_t));
-    assert_non_null(w);
-    for (size_t i = 0; i < (size_t)E * 3 * H * I; i++)
-        w[i] = (uint16_t)(0x3c00 + (i * 7919 % 256));
+    uint16_t *w = test_weights();
     feed_case *c = calloc(1, sizeof *c);
     assert_non_null(c);
     c->moe = bf16_backend(w, E, K);
