@@ -74,6 +74,14 @@ struct kt__cuda_rt {
     kt__cuda_qk_post post;
     int post_pending;
     norm_in pn; /* GEMV_NORM_IN: the pending norm (pn.x NULL: none) */
+    /* GEMV_ROUTE_UP: a one-token router's selection left to the expert kernels
+     * (rp_on 0: none); launched by flush_pending when anything else comes first */
+    kt__cuda_router_desc rp;
+    const float *rp_logits;
+    int32_t *rp_ids;
+    float *rp_w;
+    int rp_on;
+    int skip; /* KT_GPU_SKIP bits, SKIP_* below: decode launches left out, for timing */
     /* KT_GPU_TRACE=2: timing events between phases, and the stream held while a
      * step is queued */
     cudaEvent_t *prof_ev;
@@ -156,9 +164,35 @@ static void flush_pending(kt__cuda_rt *rt);
 /* 2048: k_expert_down_w also for I up to 2048 (4 rows a warp to 1536, 3 to
  * 2048; else k_expert_down_p); not yet run on a device */
 #define GEMV_DOWNW_WIDE 2048
-#define GEMV_ALL 4095
+/* 4096: the one-token router launch computes the logits only; the top-k and
+ * its weights are computed from them by every block of the expert-up kernel
+ * (after its wait, block 0 also stores them) and of the expert-down kernel
+ * (before its wait: the router finished before the up kernel let it start),
+ * a rank a thread in shared memory (route_block): no ticket, no last block
+ * selecting while the rest of the device waits (k_expert_up_p with
+ * k_expert_down_w, routers without group limits, E <= ROUTE_MAXE; anything
+ * else launches the selection, flush_pending). H200 11-30 12:20: Qwen3-30B-A3B
+ * decode 910-913 against 854-869 tok/s at 12 layers, 279.3 against 261.0 at 48
+ * (default 13151 = 863 + 4096 + 8192 from then) */
+#define GEMV_ROUTE_UP 4096
+/* 8192: the router's last block selects by route_block's ranks (every thread
+ * of it) instead of router_select's k rounds of a warp arg-max (same routers;
+ * the paths 4096 leaves to it: CPU experts, k_expert_up8 / down_p / down8).
+ * 12:20, all experts on the GPU, 8192 alone: 899-902 tok/s against 854-869 */
+#define GEMV_ROUTE_RANK 8192
+#define GEMV_ALL 16383
 /* the default: what measured fastest (KT_GPU_GEMV overrides) */
 #define GEMV_DEFAULT (GEMV_ALL & ~(GEMV_L2 | GEMV_UP1 | GEMV_QKV2 | GEMV_DOWNW_WIDE))
+
+/* KT_GPU_SKIP bits (for timing only: the step's results are wrong): one-token
+ * launches left out of a decode step, so that a step's time without them says
+ * what they cost inside the captured graph, where PDL overlaps the kernels
+ * (KT_GPU_TRACE=2's phases run eagerly, each with its launch gap): the split
+ * attention, its merge, the expert-down product (the launches before and after
+ * them read only finite stale rows, so the step still runs) */
+#define SKIP_SPLIT 2
+#define SKIP_MERGE 4
+#define SKIP_DOWN 16
 
 /* ------------------------------------------------------------- runtime --- */
 
@@ -188,6 +222,8 @@ extern "C" int kt__cuda_rt_create(kt__cuda_rt **out, int32_t device, char *err, 
     rt->fuse = fuse ? atoi(fuse) : 0;
     const char *gemv = getenv("KT_GPU_GEMV");
     rt->gemv = gemv ? atoi(gemv) & GEMV_ALL : GEMV_DEFAULT;
+    const char *skip = getenv("KT_GPU_SKIP");
+    rt->skip = skip ? atoi(skip) : 0;
     cudaError_t e = cudaStreamCreateWithFlags(&rt->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         free(rt);
@@ -1432,8 +1468,10 @@ static void flush_norm(kt__cuda_rt *rt)
     }
 }
 
+static void flush_route(kt__cuda_rt *rt);
 static void flush_pending(kt__cuda_rt *rt)
 {
+    flush_route(rt); /* GEMV_ROUTE_UP: set by the router, before anything else pending */
     if (rt->post_pending) {
         rt->post_pending = 0;
         qk_post_launch(rt, &rt->post);
@@ -2396,9 +2434,10 @@ static bool attn_split(kt__cuda_rt *rt, const kt__cuda_attn *a, int32_t max_pos,
                 (size_t)a->n_head / sh.nhb * a->T <= TK_COUNT - TK_ATTN;
     kt__cuda_qk_post none;
     memset(&none, 0, sizeof none);
-    launch_pdl(rt, k_attn_split, dim3(a->n_head / sh.nhb, S, a->T), AS_THREADS, smem, *a, sh,
-               qp ? *qp : none, a->work, fold ? rt->ticket + TK_ATTN : (unsigned *)NULL);
-    if (!fold)
+    if (!(rt->skip & SKIP_SPLIT))
+        launch_pdl(rt, k_attn_split, dim3(a->n_head / sh.nhb, S, a->T), AS_THREADS, smem, *a,
+                   sh, qp ? *qp : none, a->work, fold ? rt->ticket + TK_ATTN : (unsigned *)NULL);
+    if (!fold && !(rt->skip & SKIP_MERGE))
         launch_pdl(rt, k_attn_merge, dim3(a->n_head, a->T), AS_THREADS, 0, *a, S, a->T,
                    (const float *)a->work);
     return true;
@@ -2849,13 +2888,13 @@ __global__ void k_router(kt__cuda_router_desc r, const float *logit, int32_t T, 
  * topk_group groups kept, the others' experts at 0); then each of the k rounds
  * takes the warp's best not-taken expert (the larger value, the lower index on
  * ties). */
+/* one warp: lane l's scores and selection values of experts l + 32 i from the
+ * logits lg (read through L2: other blocks' rows), before any group limit */
 template <int RW>
-__device__ void router_select(const kt__cuda_router_desc &r, const float *logit, int32_t t,
-                              int32_t *ids, float *wts)
+__device__ __forceinline__ void router_scores(const kt__cuda_router_desc &r, const float *lg,
+                                              float score[RW], float sel[RW])
 {
-    const int32_t lane = threadIdx.x % 32, E = r.n_expert, k = r.k;
-    const float *lg = logit + (size_t)t * E;
-    float sel[RW], score[RW];
+    const int32_t lane = threadIdx.x % 32, E = r.n_expert;
     float mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < RW; i++) {
@@ -2889,7 +2928,22 @@ __device__ void router_select(const kt__cuda_router_desc &r, const float *logit,
         for (int i = 0; i < RW; i++)
             sel[i] = score[i];
     }
-    if (r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS && r.n_group > 1 && r.topk_group < r.n_group) {
+}
+
+/* whether the router limits its choice to the best groups (DeepSeek's) */
+__host__ __device__ __forceinline__ bool router_grouped(const kt__cuda_router_desc &r)
+{
+    return r.kind == KT__CUDA_ROUTER_SIGMOID_BIAS && r.n_group > 1 && r.topk_group < r.n_group;
+}
+
+template <int RW>
+__device__ void router_select(const kt__cuda_router_desc &r, const float *logit, int32_t t,
+                              int32_t *ids, float *wts)
+{
+    const int32_t lane = threadIdx.x % 32, E = r.n_expert, k = r.k;
+    float sel[RW], score[RW];
+    router_scores<RW>(r, logit + (size_t)t * E, score, sel);
+    if (router_grouped(r)) {
         int32_t gs = E / r.n_group;
         float gscore[64];
         for (int32_t g = 0; g < r.n_group; g++) {
@@ -2954,6 +3008,11 @@ __device__ void router_select(const kt__cuda_router_desc &r, const float *logit,
             bv = other ? ov : bv;
             bi = other ? oi : bi;
         }
+        /* lane 0's pick for all: NaN values order nothing, so the lanes could end
+         * on different picks, each owner marked its own, and after RW rounds
+         * none was left: id E, read past the expert tables (H200 11-30, a
+         * decode step on NaN activations: an illegal address) */
+        bi = __shfl_sync(0xffffffffu, bi, 0);
         /* the owner marks it taken and hands over its score */
         float mine = 0.0f;
 #pragma unroll
@@ -2982,18 +3041,97 @@ __global__ void k_router_warp(kt__cuda_router_desc r, const float *logit, int32_
         router_select<RW>(r, logit, t, ids, wts);
 }
 
+/* GEMV_ROUTE_UP: the selection of router_select (no group limits) by a whole
+ * block into shared memory: warp 0 scores (router_scores, the same values),
+ * then each thread ranks its experts e among all by (value, lower index on
+ * ties) against the others in shared memory:
+ *   rank(e) = #{j : sel_j > sel_e or (sel_j = sel_e and j < e)}
+ * and rank(e) < k puts e into slot rank(e), best first, as router_select's k
+ * rounds do; the weights by router_weights (thread 0). A slot no expert took
+ * (NaN logits) stays -1 (skipped by the expert kernels). Every thread calls it
+ * (barriers inside). */
+#define ROUTE_MAXE 256
+#define ROUTE_MAXK 32 /* the expert kernels' limit (UPP_MAXK, DOWN8_MAXK) */
+struct __align__(16) route_smem {
+    float sel[ROUTE_MAXE], score[ROUTE_MAXE], w[ROUTE_MAXK];
+    int32_t id[ROUTE_MAXK];
+};
+
+/* #{j : u_j > v or (u_j = v and j < e)} over one float4 u of sel, its first j0 */
+__device__ __forceinline__ int32_t rank4(float4 u, float v, int32_t j0, int32_t e)
+{
+    return ((u.x > v) | ((u.x == v) & (j0 < e))) + ((u.y > v) | ((u.y == v) & (j0 + 1 < e))) +
+           ((u.z > v) | ((u.z == v) & (j0 + 2 < e))) + ((u.w > v) | ((u.w == v) & (j0 + 3 < e)));
+}
+
+template <int RW>
+__device__ void route_block_t(const kt__cuda_router_desc &r, const float *lg, route_smem &rs)
+{
+    const int32_t tid = threadIdx.x, E = r.n_expert, k = r.k;
+    if (tid < 32) {
+        float score[RW], sel[RW];
+        router_scores<RW>(r, lg, score, sel);
+        /* past E: -inf, which ranks no expert lower */
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            rs.score[tid + 32 * i] = score[i];
+            rs.sel[tid + 32 * i] = tid + 32 * i < E ? sel[i] : -INFINITY;
+        }
+    }
+    if (tid < k)
+        rs.id[tid] = -1, rs.w[tid] = 0.0f;
+    __syncthreads();
+    const float4 *s4 = (const float4 *)rs.sel; /* the same address for a warp: broadcasts */
+    const int32_t n4 = (E + 3) / 4;
+    for (int32_t e = tid; e < E; e += blockDim.x) {
+        const float v = rs.sel[e];
+        /* four sums in flight: the loop is the latency of its loads and adds */
+        int32_t r0 = 0, r1 = 0, r2 = 0, r3 = 0, j4 = 0;
+        for (; j4 + 4 <= n4; j4 += 4) {
+            r0 += rank4(s4[j4], v, 4 * j4, e);
+            r1 += rank4(s4[j4 + 1], v, 4 * j4 + 4, e);
+            r2 += rank4(s4[j4 + 2], v, 4 * j4 + 8, e);
+            r3 += rank4(s4[j4 + 3], v, 4 * j4 + 12, e);
+        }
+        for (; j4 < n4; j4++)
+            r0 += rank4(s4[j4], v, 4 * j4, e);
+        const int32_t rank = r0 + r1 + r2 + r3;
+        if (rank < k) {
+            rs.id[rank] = e;
+            rs.w[rank] = rs.score[e];
+        }
+    }
+    __syncthreads();
+    if (tid == 0)
+        router_weights(r, rs.w);
+    __syncthreads();
+}
+
+__device__ __forceinline__ void route_block(const kt__cuda_router_desc &r, const float *lg,
+                                            route_smem &rs)
+{
+    if (r.n_expert <= 128)
+        route_block_t<4>(r, lg, rs);
+    else
+        route_block_t<8>(r, lg, rs);
+}
+
 /* One token: the router's logits (k_gemv1's rows, 16 a block) and the selection
  * in one launch: the last block to finish (a ticket in device memory, put back
- * to 0 by that block for the next step) selects */
+ * to 0 by that block for the next step) selects (rank: by route_block); ticket
+ * NULL: the logits only (GEMV_ROUTE_UP) */
 template <int RW, int NB>
 __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
     k_router_gemv1(const float *__restrict__ x, kt__cuda_mat W, const float *b, float *logit,
                    kt__cuda_router_desc r, int32_t *ids, float *wts, unsigned *ticket,
-                   norm_in ni)
+                   norm_in ni, int rank)
 {
     extern __shared__ float4 xs4[];
     __shared__ bool last;
+    __shared__ route_smem rs;
     gemv1_block<NB>((float *)xs4, x, W, b, logit, 0, NULL, ni);
+    if (!ticket)
+        return;
     __threadfence(); /* this block's logits visible device-wide before its ticket */
     __syncthreads();
     if (threadIdx.x == 0)
@@ -3002,8 +3140,13 @@ __global__ void __launch_bounds__(GEMV1_THREADS, NB == 8 ? 2 : 0)
     if (!last)
         return;
     __threadfence();
-    if (threadIdx.x < 32)
+    if (rank) {
+        route_block(r, logit, rs);
+        if (threadIdx.x < r.k)
+            ids[threadIdx.x] = rs.id[threadIdx.x], wts[threadIdx.x] = rs.w[threadIdx.x];
+    } else if (threadIdx.x < 32) {
         router_select<RW>(r, logit, 0, ids, wts);
+    }
     if (threadIdx.x == 0)
         *ticket = 0;
 }
@@ -3015,12 +3158,10 @@ static bool router_warp_ok(const kt__cuda_router_desc *r)
            r->k <= r->n_expert;
 }
 
-extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
-                               int32_t T, int32_t *ids, float *w)
+/* the selection of one token's logits as its own launch (a warp) */
+static void router_launch(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
+                          int32_t T, int32_t *ids, float *w)
 {
-    flush_pending(rt);
-    if (T <= 0)
-        return 0;
     unsigned g = (T + 3) / 4;
     if (!router_warp_ok(r))
         k_router<<<(T + 63) / 64, 64, 0, rt->stream>>>(*r, logits, T, ids, w);
@@ -3030,6 +3171,23 @@ extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, c
         k_router_warp<8><<<g, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
     else
         k_router_warp<16><<<g, 128, 0, rt->stream>>>(*r, logits, T, ids, w);
+}
+
+/* GEMV_ROUTE_UP's pending selection, launched now (flush_pending) */
+static void flush_route(kt__cuda_rt *rt)
+{
+    if (rt->rp_on) {
+        rt->rp_on = 0;
+        router_launch(rt, &rt->rp, rt->rp_logits, 1, rt->rp_ids, rt->rp_w);
+    }
+}
+
+extern "C" int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
+                               int32_t T, int32_t *ids, float *w)
+{
+    flush_pending(rt);
+    if (T > 0)
+        router_launch(rt, r, logits, T, ids, w);
     return 0;
 }
 
@@ -3045,7 +3203,7 @@ extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc 
     size_t xs = sizeof(float) * (size_t)W->cols;
     int nb = gemv_pre_nb(rt, W);
     void (*k)(const float *, kt__cuda_mat, const float *, float *, kt__cuda_router_desc,
-              int32_t *, float *, unsigned *, norm_in) =
+              int32_t *, float *, unsigned *, norm_in, int) =
         r->n_expert <= 128   ? (nb == 8    ? k_router_gemv1<4, 8>
                                 : nb == 16 ? k_router_gemv1<4, 16>
                                            : k_router_gemv1<4, 0>)
@@ -3055,8 +3213,17 @@ extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc 
                              : (nb == 8    ? k_router_gemv1<16, 8>
                                 : nb == 16 ? k_router_gemv1<16, 16>
                                            : k_router_gemv1<16, 0>);
-    launch_pdl(rt, k, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r, ids, w, rt->ticket,
-               ni);
+    /* GEMV_ROUTE_UP: the selection left to the expert kernels (kt__cuda_experts) */
+    const bool ranks = !router_grouped(*r) && r->n_expert <= ROUTE_MAXE && r->k <= ROUTE_MAXK;
+    const bool defer = (rt->gemv & GEMV_ROUTE_UP) && ranks;
+    launch_pdl(rt, k, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r, ids, w,
+               defer ? (unsigned *)NULL : rt->ticket, ni,
+               (rt->gemv & GEMV_ROUTE_RANK) && ranks ? 1 : 0);
+    if (defer) {
+        rt->rp = *r;
+        rt->rp_logits = logits, rt->rp_ids = ids, rt->rp_w = w;
+        rt->rp_on = 1;
+    }
     return 0;
 }
 
@@ -3214,15 +3381,23 @@ __device__ __forceinline__ void down_prefetch(const char *const *Dp, const uint3
     }
 }
 
+/* GEMV_ROUTE_UP: the router's logits the expert kernels select from (logits
+ * NULL: the ids and weights are in memory) */
+struct route_in {
+    kt__cuda_router_desc r;
+    const float *logits;
+};
+
 __global__ void __launch_bounds__(UPP_THREADS)
     k_expert_up_p(const kt__cuda_mat *gate, const kt__cuda_mat *up, const kt__cuda_mat *down,
-                  const float *x, int32_t H, const int32_t *ids, int32_t k, int32_t I, float *h,
-                  int oai, float alpha, float limit, int l2)
+                  const float *x, int32_t H, int32_t *ids, int32_t k, int32_t I, float *h,
+                  int oai, float alpha, float limit, int l2, route_in ri, float *wts)
 {
     extern __shared__ float4 xs4[];
     __shared__ kt__cuda_mat Gs[UPP_MAXK], Us[UPP_MAXK];
     __shared__ const char *Dp[UPP_MAXK];
     __shared__ uint32_t Db[UPP_MAXK];
+    __shared__ route_smem rs;
     const int32_t tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n4 = H / 4;
     pdl_wait();
     /* x: the first 4 float4s a thread in flight before the descriptors' chain */
@@ -3230,8 +3405,14 @@ __global__ void __launch_bounds__(UPP_THREADS)
 #pragma unroll
     for (int j = 0; j < 4; j++)
         xr[j] = __ldg((const float4 *)x + min(tid + j * UPP_THREADS, n4 - 1));
+    if (ri.logits) {
+        /* GEMV_ROUTE_UP: the top-k here (block 0 stores it for later readers) */
+        route_block(ri.r, ri.logits, rs);
+        if (blockIdx.x == 0 && tid < k)
+            ids[tid] = rs.id[tid], wts[tid] = rs.w[tid];
+    }
     if (warp == 0 && lane < k) {
-        int32_t e = ids[lane];
+        int32_t e = ri.logits ? rs.id[lane] : ids[lane];
         if (e >= 0) {
             Gs[lane] = gate[e];
             Us[lane] = up[e];
@@ -3545,16 +3726,21 @@ __device__ __forceinline__ void downw_dot(const uint4 raw[R][NC], int32_t n16, c
 template <int R, int NC>
 __global__ void __launch_bounds__(DOWN8_THREADS, 2)
     k_expert_down_w(const kt__cuda_mat *down, const int32_t *ids, const float *wts, int32_t k,
-                    const float *h, int32_t H, float *out, int assign, float *res)
+                    const float *h, int32_t H, float *out, int assign, float *res, route_in ri)
 {
     static_assert(R >= 1 && R <= 8 && R * NC <= 24, "a lane's loads");
     __shared__ kt__cuda_mat D[DOWN8_MAXK];
     __shared__ float wj[DOWN8_MAXK], part[DOWN8_MAXK][8];
     __shared__ int32_t hj[DOWN8_MAXK], kg_s;
+    __shared__ route_smem rs;
     const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = blockIdx.x * R;
     const int32_t warps = DOWN8_THREADS / 32;
-    if (warp == 0) /* before the wait: the router finished (k_expert_down_p) */
-        down_pack(down, ids, wts, k, 0, D, wj, hj, &kg_s);
+    /* before the wait: the router finished (k_expert_down_p); GEMV_ROUTE_UP: the
+     * top-k from its logits here too */
+    if (ri.logits)
+        route_block(ri.r, ri.logits, rs);
+    if (warp == 0)
+        down_pack(down, ri.logits ? rs.id : ids, ri.logits ? rs.w : wts, k, 0, D, wj, hj, &kg_s);
     __syncthreads();
     const int32_t kg = kg_s;
     bool bf = true;
@@ -3605,7 +3791,7 @@ __global__ void __launch_bounds__(DOWN8_THREADS, 2)
 /* k_expert_down_w's instance for nc chunks a lane a row (its rows a block in
  * *rows), NULL: none (more than 3 without wide, more than 8) */
 typedef void (*downw_fn)(const kt__cuda_mat *, const int32_t *, const float *, int32_t,
-                         const float *, int32_t, float *, int, float *);
+                         const float *, int32_t, float *, int, float *, route_in);
 static downw_fn downw_pick(int nc, bool wide, int32_t *rows)
 {
     *rows = nc <= DOWNW_MAXNC ? DOWNW_ROWS : nc <= 6 ? 4 : 3;
@@ -3636,45 +3822,60 @@ static int upp_blocks(kt__cuda_rt *rt, size_t smem)
 
 extern "C" int kt__cuda_experts(kt__cuda_rt *rt, const kt__cuda_experts_args *a)
 {
-    flush_pending(rt);
-    if (a->T <= 0)
-        return 0;
     /* every GPU expert matrix was uploaded 256-byte aligned; FP8 blocks of 128 */
     bool vec = a->H % 8 == 0 && a->I % 8 == 0 && a->vec8 && ((uintptr_t)a->x & 15) == 0 &&
                ((uintptr_t)a->h & 15) == 0 && a->k <= DOWN8_MAXK;
     dim3 g1((a->I + 7) / 8, a->T * a->k);
     dim3 g2((a->H + 7) / 8, a->T);
     const int nc = (a->I / 8 + 31) / 32;
+    const bool upp = (rt->gemv & GEMV_UP) && a->T == 1 && a->k <= UPP_MAXK &&
+                     a->H <= GEMV1_MAX_COLS;
+    norm_tail nt;
+    memset(&nt, 0, sizeof nt);
+    bool fold = a->res && a->T <= DOWN_FOLD_T &&
+                tail_ok(rt, a->H, a->res, a->out, a->res_norm, a->norm_w);
+    if (fold) {
+        nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
+        nt.ticket = rt->ticket + TK_DOWN;
+    }
+    int32_t wr = 0;
+    downw_fn dw = downw_pick(nc, (rt->gemv & GEMV_DOWNW_WIDE) != 0, &wr);
+    const bool downw = (rt->gemv & GEMV_DOWNW) && a->T == 1 && !fold && dw;
+    /* GEMV_ROUTE_UP: the router's pending selection taken over by the up and
+     * down kernels when both are these ids' readers (else launched first) */
+    route_in ri;
+    memset(&ri, 0, sizeof ri);
+    if (rt->rp_on && vec && upp && downw && rt->rp_ids == a->ids && rt->rp_w == a->w &&
+        rt->rp.k == a->k) {
+        ri.r = rt->rp, ri.logits = rt->rp_logits;
+        rt->rp_on = 0;
+    }
+    flush_pending(rt);
+    if (a->T <= 0)
+        return 0;
     if (vec) {
         size_t xs = sizeof(float) * (size_t)a->H, hs = sizeof(float) * (size_t)a->k * a->I;
-        if ((rt->gemv & GEMV_UP) && a->T == 1 && a->k <= UPP_MAXK && a->H <= GEMV1_MAX_COLS) {
+        if (upp) {
             /* one resident wave: at most a warp a row */
             int64_t want = ((int64_t)a->k * a->I + UPP_THREADS / 32 - 1) / (UPP_THREADS / 32);
             int64_t fit = (int64_t)((rt->gemv & GEMV_UP1) ? 1 : upp_blocks(rt, xs)) * rt->sms;
             launch_pdl(rt, k_expert_up_p, (unsigned)(want < fit ? want : fit), UPP_THREADS, xs,
-                       a->gate, a->up, a->down, a->x, a->H, a->ids, a->k, a->I, a->h, a->oai,
-                       a->alpha, a->limit, (rt->gemv & GEMV_L2) ? 1 : 0);
+                       a->gate, a->up, a->down, a->x, a->H,
+                       ri.logits ? rt->rp_ids : (int32_t *)a->ids, a->k, a->I, a->h, a->oai,
+                       a->alpha, a->limit, (rt->gemv & GEMV_L2) ? 1 : 0, ri,
+                       ri.logits ? rt->rp_w : (float *)NULL);
         } else {
             /* x (and h) in shared memory when they fit (48 KB default, D and wj too) */
             launch_pdl(rt, a->H <= GEMV1_MAX_COLS ? k_expert_up8<true> : k_expert_up8<false>,
                        g1, 256, a->H <= GEMV1_MAX_COLS ? xs : 0, a->gate, a->up, a->x, a->H,
                        a->ids, a->k, a->I, a->h, a->oai, a->alpha, a->limit);
         }
-        norm_tail nt;
-        memset(&nt, 0, sizeof nt);
-        bool fold = a->res && a->T <= DOWN_FOLD_T &&
-                    tail_ok(rt, a->H, a->res, a->out, a->res_norm, a->norm_w);
-        if (fold) {
-            nt.x = a->res, nt.xn = a->res_norm, nt.w = a->norm_w, nt.eps = a->eps;
-            nt.ticket = rt->ticket + TK_DOWN;
-        }
-        int32_t wr = 0;
-        downw_fn dw = downw_pick(nc, (rt->gemv & GEMV_DOWNW_WIDE) != 0, &wr);
-        if ((rt->gemv & GEMV_DOWNW) && a->T == 1 && !fold && dw) {
+        if (downw) {
             bool res = a->res && norm_in_ok(rt, a->H, a->res, a->res_norm, a->norm_w);
-            launch_pdl(rt, dw, (a->H + wr - 1) / wr, DOWN8_THREADS, 0, a->down, a->ids, a->w,
-                       a->k, (const float *)a->h, a->H, a->out, a->assign,
-                       res ? a->res : (float *)NULL);
+            if (!(rt->skip & SKIP_DOWN))
+                launch_pdl(rt, dw, (a->H + wr - 1) / wr, DOWN8_THREADS, 0, a->down, a->ids,
+                           a->w, a->k, (const float *)a->h, a->H, a->out, a->assign,
+                           res ? a->res : (float *)NULL, ri);
             if (res) {
                 rt->pn = {a->res, a->res_norm, a->norm_w, a->eps, a->H};
                 return 0;

@@ -4,7 +4,8 @@
  * separate allocations (as lib/gpu uploads them), each timed call on another
  * layer and 8 other random experts, so L2 (60 MB) holds nothing of it.
  *   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -Icuda \
- *        scripts/gpu_decode_probe.cu -lcublas -o gpu_decode_probe && ./gpu_decode_probe
+ *        scripts/gpu_decode_probe.cu cuda/attn_mma.cu -lcublas -o gpu_decode_probe &&
+ *   ./gpu_decode_probe
  * Each row: microseconds a call (the median of 7 replays of a CUDA graph of 64
  * calls), and the bytes over that time. `./gpu_decode_probe wide` adds
  * Qwen3-235B-A22B's (4096 x 1536) and DeepSeek-V3's (7168 x 2048) expert shapes
@@ -306,6 +307,156 @@ static void wide_probe(probe &P, int32_t H, int32_t I)
     cudaFree(xn), cudaFree(nw), cudaFree(out), cudaFree(h);
 }
 
+/* The router (128 x 2048 BF16, softmax, top 8 renormed; another of 4 layers'
+ * copies a call) followed by the expert products it chose, as a decode layer
+ * runs them: GEMV_ROUTE_UP (the top-k in the expert kernels) and
+ * GEMV_ROUTE_RANK (the router's last block selecting by ranks) against the
+ * last block's k warp rounds; the chosen ids and the down product of one call
+ * compared */
+static void route_probe(probe &P, double mb)
+{
+    kt__cuda_mat wr[PL];
+    for (int l = 0; l < PL; l++)
+        wr[l] = bf16_mat(P, PE, PH, 700 + l);
+    float *lg, *rw;
+    int32_t *rid;
+    PCK(cudaMalloc(&lg, 4 * PE));
+    PCK(cudaMalloc(&rw, 4 * PK));
+    PCK(cudaMalloc(&rid, 4 * PK));
+    kt__cuda_router_desc r = {KT__CUDA_ROUTER_SOFTMAX_TOPK, PE, PK, 0, 0, 1, 1.0f, NULL};
+    auto call = [&](int c) {
+        kt__cuda_router_gemv(P.rt, &r, P.x, &wr[c % PL], NULL, lg, 1, rid, rw);
+        kt__cuda_experts_args a = args(P, c);
+        a.ids = rid, a.w = rw;
+        kt__cuda_experts(P.rt, &a);
+        flush_pending(P.rt);
+    };
+    const int s7 = GEMV_DEFAULT & ~(GEMV_ROUTE_UP | GEMV_ROUTE_RANK); /* 863 */
+    const int modes[3] = {s7, s7 | GEMV_ROUTE_UP, s7 | GEMV_ROUTE_RANK};
+    std::vector<float> o[3];
+    std::vector<int32_t> id[3];
+    for (int m = 0; m < 3; m++) {
+        P.rt->pdl = 1;
+        P.rt->gemv = modes[m];
+        call(1);
+        o[m].resize(PH), id[m].resize(PK);
+        PCK(cudaMemcpyAsync(o[m].data(), P.out, 4 * PH, cudaMemcpyDeviceToHost, P.s));
+        PCK(cudaMemcpyAsync(id[m].data(), rid, 4 * PK, cudaMemcpyDeviceToHost, P.s));
+        PCK(cudaStreamSynchronize(P.s));
+    }
+    for (int m = 1; m < 3; m++) {
+        double d = 0;
+        for (int c = 0; c < PH; c++)
+            d = std::max(d, (double)fabsf(o[0][c] - o[m][c]));
+        printf("# router + experts, gemv %d vs %d: ids %s, down product max|diff| %.3g\n",
+               modes[m], modes[0], id[0] == id[m] ? "equal" : "DIFFER", d);
+    }
+    for (int rep = 0; rep < 2; rep++)
+        for (int mode : modes) {
+            P.rt->gemv = mode;
+            char name[64];
+            snprintf(name, sizeof name, "router + up + down, gemv %d", mode);
+            row(name, time_calls(P, call), mb + PE * PH * 2 / 1e6);
+        }
+    for (int l = 0; l < PL; l++)
+        cudaFree((void *)wr[l].data);
+    cudaFree(lg), cudaFree(rw), cudaFree(rid);
+}
+
+/* One decode layer's attention part for Qwen3's shapes after 2048 positions
+ * (32 query heads, 4 kv heads of 128, F32 KV cache of 2560 rows, another of
+ * the 4 layers' weights and caches a call): q / k / v with the pending norm,
+ * the split attention with the q / k norm, RoPE and cache rows in it, merge,
+ * the output product adding into the residual (its norm left pending), as
+ * lib/gpu queues them. Rows: the whole part, the part without the attention
+ * call (what the attention adds), the attention alone. */
+static void attn_probe(probe &P, const kt__cuda_mat *wq, const kt__cuda_mat *wk,
+                       const kt__cuda_mat *wv, const kt__cuda_mat *wo)
+{
+    const int32_t NH = 32, NKV = 4, HD = 128, QD = NH * HD, KVD = NKV * HD, CTX = 2560;
+    float *q, *k, *v, *o, *qn, *kn, *freq, *work, *kc[PL], *vc[PL];
+    int32_t *pos;
+    const size_t work_n = as_po_off(1, NH, KT__CUDA_ATTN_SPLITS) +
+                          (size_t)NH * KT__CUDA_ATTN_SPLITS * HD;
+    PCK(cudaMalloc(&q, 4 * QD));
+    PCK(cudaMalloc(&k, 4 * KVD));
+    PCK(cudaMalloc(&v, 4 * KVD));
+    PCK(cudaMalloc(&o, 4 * QD));
+    PCK(cudaMalloc(&qn, 4 * HD));
+    PCK(cudaMalloc(&kn, 4 * HD));
+    PCK(cudaMalloc(&freq, 4 * HD / 2));
+    PCK(cudaMalloc(&work, 4 * work_n));
+    PCK(cudaMalloc(&pos, 4 * 2));
+    for (int l = 0; l < PL; l++) {
+        PCK(cudaMalloc(&kc[l], 4 * (size_t)CTX * KVD));
+        PCK(cudaMalloc(&vc[l], 4 * (size_t)CTX * KVD));
+        PCK(cudaMemset(kc[l], 0, 4 * (size_t)CTX * KVD));
+        PCK(cudaMemset(vc[l], 0, 4 * (size_t)CTX * KVD));
+    }
+    std::vector<float> ones(HD, 1.0f), fr(HD / 2);
+    for (int i = 0; i < HD / 2; i++)
+        fr[i] = powf(1e6f, -2.0f * i / HD);
+    const int32_t hp[2] = {2048, 1};
+    PCK(cudaMemcpy(qn, ones.data(), 4 * HD, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(kn, ones.data(), 4 * HD, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(freq, fr.data(), 4 * HD / 2, cudaMemcpyHostToDevice));
+    PCK(cudaMemcpy(pos, hp, sizeof hp, cudaMemcpyHostToDevice));
+    bool attend = true, qkv_o = true;
+    auto call = [&](int c) {
+        const int l = c % PL;
+        if (qkv_o) {
+            const kt__cuda_mat *W[3] = {&wq[l], &wk[l], &wv[l]};
+            const float *b[3] = {NULL, NULL, NULL};
+            float *y[3] = {q, k, v};
+            const int32_t ys[3] = {QD, KVD, KVD};
+            kt__cuda_qk_post p = {q, k, v, 1, NH, NKV, HD, QD, KVD, qn, kn, 1e-6f, 1.0f, HD, 0,
+                                  freq, pos, kc[l], vc[l]};
+            if (kt__cuda_qkv_post(P.rt, P.xn, 1, PH, W, b, y, ys, &p))
+                kt__cuda_qk_post_run(P.rt, &p);
+        }
+        if (attend) {
+            kt__cuda_attn a;
+            memset(&a, 0, sizeof a);
+            a.q = q, a.T = 1, a.n_head = NH, a.q_st = QD, a.q_sh = HD;
+            a.ka = kc[l], a.ka_dim = HD, a.ka_sp = KVD, a.ka_sh = HD, a.group = NH / NKV;
+            a.v = vc[l], a.v_dim = HD, a.v_sp = KVD, a.v_sh = HD;
+            a.o = o, a.o_st = QD, a.o_sh = HD, a.scale = 1.0f / sqrtf((float)HD), a.pos0 = pos;
+            a.work = work, a.work_elems = work_n, a.rows_final = 1;
+            char err[128];
+            kt__cuda_attention(P.rt, &a, CTX, err, sizeof err);
+        }
+        if (qkv_o)
+            kt__cuda_linear_add_norm(P.rt, o, 1, QD, &wo[l], NULL, P.out, P.res, P.xn, P.nw,
+                                     1e-6f);
+    };
+    auto timed = [&](const char *what, int gemv) {
+        P.rt->gemv = gemv;
+        char name[80];
+        snprintf(name, sizeof name, "%s, gemv %d", what, gemv);
+        row(name, time_calls(P, [&](int c) {
+                call(c);
+                if (c == CALLS - 1)
+                    flush_pending(P.rt);
+            }), (attend ? 2049.0 * KVD * 4 * 2 : 0.0) / 1e6 +
+                    (qkv_o ? ((double)(QD + 2 * KVD) * PH + (double)PH * QD) * 2 / 1e6 : 0.0));
+    };
+    P.rt->pdl = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        attend = true, qkv_o = true;
+        timed("q/k/v + attention + output", GEMV_DEFAULT);
+        attend = false;
+        timed("q/k/v + output (no attention)", GEMV_DEFAULT);
+        attend = true, qkv_o = false;
+        timed("attention alone (split + merge)", GEMV_DEFAULT);
+    }
+    P.rt->gemv = 351;
+    PCK(cudaDeviceSynchronize());
+    for (int l = 0; l < PL; l++)
+        cudaFree(kc[l]), cudaFree(vc[l]);
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(o), cudaFree(qn), cudaFree(kn);
+    cudaFree(freq), cudaFree(work), cudaFree(pos);
+}
+
 int main(int argc, char **argv)
 {
     probe P;
@@ -366,7 +517,7 @@ int main(int argc, char **argv)
         std::vector<float> o1(PH), o2(PH), hh(PK * PI);
         PCK(cudaMemcpyAsync(o1.data(), P.out, 4 * PH, cudaMemcpyDeviceToHost, P.s));
         k_expert_down_w<DOWNW_ROWS, 3><<<PH / DOWNW_ROWS, DOWN8_THREADS, 0, P.s>>>(
-            a.down, a.ids, a.w, PK, a.h, PH, a.out, 1, (float *)NULL);
+            a.down, a.ids, a.w, PK, a.h, PH, a.out, 1, (float *)NULL, route_in{});
         PCK(cudaMemcpyAsync(o2.data(), P.out, 4 * PH, cudaMemcpyDeviceToHost, P.s));
         PCK(cudaMemcpyAsync(hh.data(), P.h, 4 * PK * PI, cudaMemcpyDeviceToHost, P.s));
         PCK(cudaStreamSynchronize(P.s));
@@ -423,6 +574,7 @@ int main(int argc, char **argv)
                 }), up_mb + down_mb);
         }
     }
+    route_probe(P, up_mb + down_mb);
     /* the attention's products of one token: q / k / v in one launch (5120 x
      * 2048), the output (2048 x 4096), each on another of 4 layers' copies */
     {
@@ -476,6 +628,7 @@ int main(int argc, char **argv)
         row("output product (16.8 MB), pdl 1", time_calls(P, [&](int c) {
                 kt__cuda_linear(P.rt, xa, 1, 4096, &wo[c % PL], NULL, yo, PH, 0);
             }), 2048.0 * 4096 * 2 / 1e6);
+        attn_probe(P, wq, wk, wv, wo);
     }
 
     /* each product alone (no PDL overlap between calls) */
@@ -485,7 +638,8 @@ int main(int argc, char **argv)
     row("up alone (k_expert_up_p)", time_calls(P, [&](int c) {
             kt__cuda_experts_args a = args(P, c);
             k_expert_up_p<<<upb * P.rt->sms, UPP_THREADS, xs, P.s>>>(
-                a.gate, a.up, a.down, a.x, PH, a.ids, PK, PI, a.h, 0, 0.0f, 0.0f, 0);
+                a.gate, a.up, a.down, a.x, PH, (int32_t *)a.ids, PK, PI, a.h, 0, 0.0f, 0.0f, 0,
+                route_in{}, (float *)NULL);
         }), up_mb);
     norm_tail nt;
     memset(&nt, 0, sizeof nt);
@@ -497,7 +651,7 @@ int main(int argc, char **argv)
     row("down alone (k_expert_down_w)", time_calls(P, [&](int c) {
             kt__cuda_experts_args a = args(P, c);
             k_expert_down_w<DOWNW_ROWS, 3><<<PH / DOWNW_ROWS, DOWN8_THREADS, 0, P.s>>>(
-                a.down, a.ids, a.w, PK, a.h, PH, a.out, 1, a.res);
+                a.down, a.ids, a.w, PK, a.h, PH, a.out, 1, a.res, route_in{});
         }), down_mb);
     PCK(cudaDeviceSynchronize());
     printf("# upp_blocks %d a multiprocessor\n", upb);

@@ -859,6 +859,23 @@ static void test_expert_moves_layerwise(void **state)
     ref_free(&r);
 }
 
+/* KT_GPU_GEMV bits 4096 (4959 = 863 + 4096: the one-token router launch
+ * computes the logits only, the expert-up and expert-down kernels each select
+ * the top-k from them) and 8192 (9055: the router's last block selects by
+ * ranks, a thread an expert in shared memory; 13151 both, the default since
+ * session 8) against 863 (the last block selecting by k rounds of a warp
+ * arg-max): the same selection rule and the same weight arithmetic, so the
+ * same logits. Softmax then top-k renormed (qwen3_moe), top-k then softmax
+ * (gpt_oss, mixtral); the other paths launch the selection first: CPU experts
+ * (qwen3_moe 50 %, int4 50 %: the hand-over to the CPU needs the ids) and
+ * DeepSeek's group limits (deepseek_v3 fp8). */
+static void test_router_decode(void **state)
+{
+    (void)state;
+    static const char *const gemv[4] = {"863", "4959", "9055", "13151"};
+    gemv_variants(gemv, 4);
+}
+
 int main(void)
 {
     if (kt_gpu_count() < 1) {
@@ -891,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_expert_moves_async),
         cmocka_unit_test(test_gpu_rebalance),
         cmocka_unit_test(test_expert_moves_layerwise),
+        cmocka_unit_test(test_router_decode),
     };
     /* KT_TEST_FILTER=test_qwen3*: a subset (compute-sanitizer runs are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
