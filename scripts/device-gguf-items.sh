@@ -12,7 +12,8 @@
 # runs; "nohint": KT_LF_NOHINT=1) and each KT_LF_DEC_ORDER of ORDERS (one-token
 # raw tiles' rows "side" by side or "seq" one after another; "default" = side;
 # AHEADS may hold 0: no software prefetch), each KT_MOE_DECODE_TAIL of TAILS (0 / 1: the
-# decode tail off / on; "default" = off), at the T of DEC_T (1,4) for DEC_TIME
+# decode tail off / on; "default" = the backend's choice), each KT_LF_REPACK of REPACKS
+# (Q4_0 repacked for decode: 1 / 0; "default" = on), at the T of DEC_T (1,4) for DEC_TIME
 # (0.5) s, with KT_MOE_PROFILE's per-phase times; then,
 # for each T of PREFILL, a prefill row with and without the hints (PREFILL_HINTS;
 # ONEDNN=1: oneDNN beside the first). Steps past DEADLINE seconds are skipped. With
@@ -44,22 +45,25 @@ for t in ${GGUF_TYPES:-Q4_0 Q4_K Q8_0}; do
     [ "$t" = "${GGUF_TYPES:-Q4_0}" ] || [ "$t" = Q4_0 ] || items=${ITEMS2:-default 64:4}
     for it in $items; do for d in ${AHEADS:-default}; do for rw in ${ROWS:-default}; do
     for h in ${HINTS:-hint}; do for o in ${ORDERS:-default}; do for tl in ${TAILS:-default}; do
-        late && { echo "skipped $t $it $d $rw $h $o $tl (deadline)"; continue; }
+    for rp in ${REPACKS:-default}; do
+        late && { echo "skipped $t $it $d $rw $h $o $tl $rp (deadline)"; continue; }
         if [ "$it" = default ]; then g=; n=; else g=${it%%:*}; n=${it##*:}; fi
         [ "$d" = default ] && pf= || pf=$d
         [ "$rw" = default ] && nr= || nr=$rw
         [ "$h" = hint ] && nh= || nh=1
         [ "$o" = default ] && od= || od=$o
         [ "$tl" = default ] && ot= || ot=$tl
-        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw-$h-$o-$tl.log
+        [ "$rp" = default ] && orp= || orp=$rp
+        log=$OUT/items-$t-$(echo "$it" | tr : x)-$d-$rw-$h-$o-$tl-$rp-$(date +%s).log
         KT_MOE_DECODE_GRAIN=$g KT_MOE_DECODE_ITEMS=$n KT_LF_AHEAD=$pf KT_LF_DEC_ROWS=$nr \
-            KT_LF_NOHINT=$nh KT_LF_DEC_ORDER=$od KT_MOE_DECODE_TAIL=$ot KT_MOE_PROFILE=1 \
+            KT_LF_NOHINT=$nh KT_LF_DEC_ORDER=$od KT_MOE_DECODE_TAIL=$ot KT_LF_REPACK=$orp \
+            KT_MOE_PROFILE=1 \
             timeout 40 \
             "$B/tools/kt-bench/kt-bench" moe --gguf /dev/shm/q3_$t.gguf --tokens "${DEC_T:-1,4}" \
             --no-onednn --min-time "${DEC_TIME:-0.5}" > "$log" 2>&1
-        echo "== $t items $it ahead $d rows $rw $h order $o tail $tl rc=$?"
-        grep -E "T=|profile" "$log" | sed 's/libkt: warning: moe profile: //'
-    done; done; done; done; done; done
+        echo "== $t items $it ahead $d rows $rw $h order $o tail $tl repack $rp rc=$?"
+        grep -E "T=|profile|repacked" "$log" | sed 's/libkt: warning: moe profile: //'
+    done; done; done; done; done; done; done
     # prefill (PREFILL="512 ..." token counts): as it runs, then without the backend's
     # next-call hints (KT_LF_NOHINT=1); ONEDNN=1 adds oneDNN's BF16 matmuls to the first
     for T in ${PREFILL:-}; do for h in ${PREFILL_HINTS:-hint nohint}; do

@@ -739,13 +739,18 @@ static kt_status make_pool_views(kt_moe_backend *moe)
             moe->pool_mem[p] = numa_alloc_onnode(moe->pool_bytes[p], node >= 0 ? node : 0);
         else
 #endif
-            moe->pool_mem[p] = kt__malloc_aligned(moe->pool_bytes[p], 4096);
+            moe->pool_mem[p] = kt__malloc_aligned(moe->pool_bytes[p], (size_t)2 << 20);
         if (!moe->pool_mem[p]) {
             kt__free(offsets);
             return kt__error(KT_ERR_NOMEM,
                              "moe: out of memory for pool %d's expert slices (%zu MiB, node %d)",
                              p, moe->pool_bytes[p] >> 20, node);
         }
+#ifdef MADV_HUGEPAGE
+        /* written once, streamed at every call: 2 MiB pages (THP "madvise"), not one
+         * fault per 4 KiB (a 648 MiB Q4_0 repack: 166k faults, 2.5 s of system time) */
+        madvise(moe->pool_mem[p], moe->pool_bytes[p], MADV_HUGEPAGE);
+#endif
     }
     slice_job job = {moe, offsets};
     kt__pool_run(moe->pool, copy_slices, &job);

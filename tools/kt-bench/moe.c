@@ -626,9 +626,6 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
         if (info.n_pools > 1 && info.pool_memory)
             printf("  %d pools: expert slices copied per pool (%s, %.1f MiB)\n",
                    (int)info.n_pools, info.pool_memory, (double)info.pool_bytes / 1048576.0);
-        else if (info.pool_bytes) /* LLAMAFILE Q4_0: repacked for decode */
-            printf("  expert copies beside the weights (repacked, %.1f MiB)\n",
-                   (double)info.pool_bytes / 1048576.0);
         if (info.expert_bytes && info.expert_bytes != lay.bytes)
             fprintf(stderr, "kt-bench moe: note: backend reports %llu bytes per expert, "
                             "kt-bench counts %llu\n", (unsigned long long)info.expert_bytes,

@@ -138,6 +138,10 @@ int bench_moe_gguf(int argc, char **argv)
     printf("%s: %d MoE layers, H %d, I %d, E %d, k %d, %.2f MiB per expert, %s, %d threads\n",
            path, n_layers, H, I, E, k, (double)info.expert_bytes / 1048576.0, info.isa,
            info.n_threads);
+    if (info.pool_bytes) /* Q4_0 repacked for decode (KT_LF_REPACK), pools' slices */
+        printf("  expert copies beside the file: %.1f MiB (%s, %d pool%s)\n",
+               (double)info.pool_bytes / 1048576.0, info.pool_memory, (int)info.n_pools,
+               info.n_pools > 1 ? "s" : "");
     bench_team *team = team_create(info.n_threads);
     float *x = malloc((size_t)t_max * H * sizeof(float));
     float *out = malloc((size_t)t_max * H * sizeof(float));
