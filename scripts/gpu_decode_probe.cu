@@ -402,6 +402,7 @@ static void attn_probe(probe &P, const kt__cuda_mat *wq, const kt__cuda_mat *wk,
     PCK(cudaMemcpy(freq, fr.data(), 4 * HD / 2, cudaMemcpyHostToDevice));
     PCK(cudaMemcpy(pos, hp, sizeof hp, cudaMemcpyHostToDevice));
     bool attend = true, qkv_o = true;
+    int32_t splits = 0; /* 0: the device's count (64 on 132 multiprocessors) */
     auto call = [&](int c) {
         const int l = c % PL;
         if (qkv_o) {
@@ -421,7 +422,7 @@ static void attn_probe(probe &P, const kt__cuda_mat *wq, const kt__cuda_mat *wk,
             a.ka = kc[l], a.ka_dim = HD, a.ka_sp = KVD, a.ka_sh = HD, a.group = NH / NKV;
             a.v = vc[l], a.v_dim = HD, a.v_sp = KVD, a.v_sh = HD;
             a.o = o, a.o_st = QD, a.o_sh = HD, a.scale = 1.0f / sqrtf((float)HD), a.pos0 = pos;
-            a.work = work, a.work_elems = work_n, a.rows_final = 1;
+            a.work = work, a.work_elems = work_n, a.rows_final = 1, a.splits = splits;
             char err[128];
             kt__cuda_attention(P.rt, &a, CTX, err, sizeof err);
         }
@@ -448,7 +449,27 @@ static void attn_probe(probe &P, const kt__cuda_mat *wq, const kt__cuda_mat *wk,
         timed("q/k/v + output (no attention)", GEMV_DEFAULT);
         attend = true, qkv_o = false;
         timed("attention alone (split + merge)", GEMV_DEFAULT);
+        attend = true, qkv_o = true;
     }
+    /* which part of the attention's chain costs (not yet run on a device) */
+    for (int32_t sp : {32, 16}) {
+        splits = sp;
+        char what[64];
+        snprintf(what, sizeof what, "q/k/v + attention + output, %d splits", sp);
+        timed(what, GEMV_DEFAULT);
+    }
+    splits = 0;
+    timed("... no early tile, no L2 prefetch", GEMV_DEFAULT & ~(GEMV_ATTN | GEMV_ATTN_EARLY));
+    timed("... q / k post as a launch of its own", GEMV_DEFAULT & ~GEMV_QK_ATTN);
+    P.rt->fuse |= FUSE_ATTN_MERGE;
+    timed("... merge in the last split blocks", GEMV_DEFAULT);
+    P.rt->fuse &= ~FUSE_ATTN_MERGE;
+    qkv_o = false;
+    P.rt->skip = SKIP_MERGE;
+    timed("split attention alone", GEMV_DEFAULT);
+    P.rt->skip = SKIP_SPLIT;
+    timed("merge alone", GEMV_DEFAULT);
+    P.rt->skip = 0;
     P.rt->gemv = 351;
     PCK(cudaDeviceSynchronize());
     for (int l = 0; l < PL; l++)
