@@ -571,7 +571,7 @@ ALWAYS_INLINE void x40_tile(const int NR, const int MT, const uint8_t *t, const 
 
 /* Rows 0..3 of the tile at t . tokens act[0 .. mr - 1] into out[r * 4 + m]: one
  * token 4 rows at once, more 2 rows x mr tokens twice (pf: the first pass only). */
-static void x40_tiles(int mr, const uint8_t *t, const uint8_t *pf, int nb,
+ALWAYS_INLINE void x40_tiles(int mr, const uint8_t *t, const uint8_t *pf, int nb,
                       const uint8_t *const *act, size_t xs, float *out)
 {
     if (mr == 1)
@@ -621,7 +621,10 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
             for (int i = 0; i < 4; i++)
                 ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)];
             float out[16];
-            x40_tiles(mr, tp, m == 0 ? pf : NULL, nb, ar, xs, out);
+            if (mr == 1) /* the decode's case compiled apart */
+                x40_tile(4, 1, tp, m == 0 ? pf : NULL, 0, nb, ar, xs, out);
+            else
+                x40_tiles(mr, tp, m == 0 ? pf : NULL, nb, ar, xs, out);
             for (int r = 0; r < 4; r++)
                 if (4 * t + r >= n0 && 4 * t + r < n1)
                     for (int i = 0; i < mr; i++)
