@@ -315,9 +315,14 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     if (W->type == KT__LF_Q40X) { /* decode from the repacked tiles, else the Q4_0 rows */
 #if KT_HAVE_ISA_AVX512
         act_layout L = layout(mask, W->cols);
-        static int xmax = -1;
-        if (xmax < 0)
-            xmax = getenv("KT_LF_XMAX") ? atoi(getenv("KT_LF_XMAX")) : LF_PANEL_MIN - 1;
+        /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
+        static int xmax_1; /* xmax + 1, 0 until read (threads store the same value) */
+        int xmax = __atomic_load_n(&xmax_1, __ATOMIC_RELAXED) - 1;
+        if (xmax < 0) {
+            const char *e = getenv("KT_LF_XMAX");
+            xmax = e && atoi(e) > 0 ? atoi(e) : LF_PANEL_MIN - 1;
+            __atomic_store_n(&xmax_1, xmax + 1, __ATOMIC_RELAXED);
+        }
         if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
             L.r40 != SIZE_MAX) {
             const void *act[256];
