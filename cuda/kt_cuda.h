@@ -251,6 +251,10 @@ typedef struct kt__cuda_router {
     int32_t kind, n_expert, k, n_group, topk_group, renorm;
     float scale;
     const float *e_bias; /* device [E] or NULL */
+    /* 1: the next call is kt__cuda_experts on these ids with every expert on the
+     * GPU, so the one-token selection may be left to its kernels (KT_GPU_GEMV
+     * bit 4096); 0: the ids are selected here */
+    int32_t experts_next;
 } kt__cuda_router_desc;
 int kt__cuda_router(kt__cuda_rt *rt, const kt__cuda_router_desc *r, const float *logits,
                     int32_t T, int32_t *ids, float *w);

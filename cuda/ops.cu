@@ -170,8 +170,9 @@ static void flush_pending(kt__cuda_rt *rt);
  * (before its wait: the router finished before the up kernel let it start),
  * a rank a thread in shared memory (route_block): no ticket, no last block
  * selecting while the rest of the device waits (k_expert_up_p with
- * k_expert_down_w, routers without group limits, E <= ROUTE_MAXE; anything
- * else launches the selection, flush_pending). H200 11-30 12:20: Qwen3-30B-A3B
+ * k_expert_down_w, routers without group limits, E <= ROUTE_MAXE, the caller
+ * saying the expert kernels come next: experts_next; anything else between
+ * them launches the selection, flush_pending). H200 11-30 12:20: Qwen3-30B-A3B
  * decode 910-913 against 854-869 tok/s at 12 layers, 279.3 against 261.0 at 48
  * (default 13151 = 863 + 4096 + 8192 from then) */
 #define GEMV_ROUTE_UP 4096
@@ -3215,7 +3216,7 @@ extern "C" int kt__cuda_router_gemv(kt__cuda_rt *rt, const kt__cuda_router_desc 
                                            : k_router_gemv1<16, 0>);
     /* GEMV_ROUTE_UP: the selection left to the expert kernels (kt__cuda_experts) */
     const bool ranks = !router_grouped(*r) && r->n_expert <= ROUTE_MAXE && r->k <= ROUTE_MAXK;
-    const bool defer = (rt->gemv & GEMV_ROUTE_UP) && ranks;
+    const bool defer = (rt->gemv & GEMV_ROUTE_UP) && ranks && r->experts_next;
     launch_pdl(rt, k, blocks, GEMV1_THREADS, xs, x, *W, bias, logits, *r, ids, w,
                defer ? (unsigned *)NULL : rt->ticket, ni,
                (rt->gemv & GEMV_ROUTE_RANK) && ranks ? 1 : 0);

@@ -323,7 +323,7 @@ static void route_probe(probe &P, double mb)
     PCK(cudaMalloc(&lg, 4 * PE));
     PCK(cudaMalloc(&rw, 4 * PK));
     PCK(cudaMalloc(&rid, 4 * PK));
-    kt__cuda_router_desc r = {KT__CUDA_ROUTER_SOFTMAX_TOPK, PE, PK, 0, 0, 1, 1.0f, NULL};
+    kt__cuda_router_desc r = {KT__CUDA_ROUTER_SOFTMAX_TOPK, PE, PK, 0, 0, 1, 1.0f, NULL, 1};
     auto call = [&](int c) {
         kt__cuda_router_gemv(P.rt, &r, P.x, &wr[c % PL], NULL, lg, 1, rid, rw);
         kt__cuda_experts_args a = args(P, c);

@@ -2238,8 +2238,10 @@ static kt_status moe(kt__gpu *g, int32_t l, int32_t T, const float *next_norm)
                                                             : KT__CUDA_ROUTER_TOPK_SOFTMAX;
     int32_t renorm = hp->norm_topk || hp->family == KT__FAM_MIXTRAL ||
                      hp->family == KT__FAM_MINIMAX_M2;
+    /* with every expert on the GPU and no shared expert the expert kernels come
+     * next and may select the top-k themselves */
     kt__cuda_router_desc r = {kind, E, k, hp->n_group, hp->topk_group, renorm, hp->routed_scale,
-                              G->e_bias};
+                              G->e_bias, !cpu && g->n_gpu_experts > 0 && !G->sh_gate.data};
     int32_t *ids = route_ids(g, T);
     float *w = route_w(g, T);
     if (kt__cuda_router_gemv(rt, &r, g->xn, &G->router, G->router_b, g->rlogit, T, ids, w)) {
