@@ -784,8 +784,9 @@ static void usage(FILE *f)
             "  --batch N          prefill chunk (default 2048)\n"
             "  --warmup N         tokens of the warm-up prefill before each budget's\n"
             "                     rows (default 16; at most the longest prompt)\n"
-            "  --layerwise N|auto layerwise prefill for chunks of N+ tokens, or when the\n"
-            "                     measured copy beats the measured CPU (rows marked L)\n"
+            "  --layerwise N|auto|off  layerwise prefill for chunks of N+ tokens, or when\n"
+            "                     the measured copy beats the measured CPU (auto, the\n"
+            "                     default, as in kt-run), or never (rows marked L)\n"
             "  --dir DIR          where checkpoints are written, then removed\n"
             "                     (default /dev/shm; needs the model's size free)\n"
             "  --keep             keep the checkpoints (DIR/kt-e2e-NAME-LAYERS) and reuse\n"
@@ -830,6 +831,7 @@ int cmd_e2e(int argc, char **argv)
     e2e_opts o;
     memset(&o, 0, sizeof o);
     o.gen = 32, o.batch = 2048, o.cpu_row = true, o.warmup = 16;
+    o.lw_tokens = -1; /* auto, the library's and kt-run's default */
     o.t_start = bench_now();
     int64_t defb[] = {0, 25, 50, 100}, defp[] = {2048, 8192};
     memcpy(o.budgets, defb, sizeof defb), o.n_budgets = 4;
@@ -888,8 +890,10 @@ int cmd_e2e(int argc, char **argv)
             json_path = v;
         } else if (opt_match(argc, argv, &i, "--layerwise", true, &v, &bad)) {
             int64_t n = -1;
-            if (!bad && strcmp(v, "auto") &&
-                !opt_parse_i64(BENCH_TOOL, "--layerwise", v, 1, 1 << 20, &n))
+            if (!bad && !strcmp(v, "off"))
+                n = 0;
+            else if (!bad && strcmp(v, "auto") &&
+                     !opt_parse_i64(BENCH_TOOL, "--layerwise", v, 1, 1 << 20, &n))
                 return 2;
             o.lw_tokens = (int32_t)n;
         } else if (!strcmp(argv[i], "--no-cpu-row")) {
