@@ -1369,7 +1369,6 @@ static int item1_at(const kt_moe_backend *moe, int p, int slice, int it, int *a,
     return blocks * na;
 }
 
-/* Phase 0 of a chunk of T (<= max_tokens) tokens. */
 /* The kernel set and hint of a call of T tokens: kern1 for one token when
  * set (every worker picks the same from T; the call's rows fit both sets) */
 static const kt__moe_kernels *kern_for(const kt_moe_backend *moe, int T)
@@ -1382,6 +1381,7 @@ static kt__moe_prefetch_fn kpf_for(const kt_moe_backend *moe, int T)
     return T == 1 && moe->kern1 ? moe->kpf1 : moe->kpf;
 }
 
+/* Phase 0 of a chunk of T (<= max_tokens) tokens. */
 static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, float *xf)
 {
     const kt_moe_io *io = &task->io;
