@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kt/core.h"
@@ -79,6 +80,19 @@ typedef struct kt__wmat {
 #define KT__INT4_TILED 1
 #define KT__INT4T_ROWS 4
 #define KT__INT4T_BLOCK (128 + 4 * 256) /* bytes of a whole block           */
+
+/* An environment knob of the kernels (tuning, for measuring) read once per
+ * process: *cache holds parse(value) + 1 (0: not read yet); parse gets NULL
+ * when the variable is unset. */
+static inline long env_knob(long *cache, const char *name, long (*parse)(const char *))
+{
+    long v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (!v) {
+        v = parse(getenv(name)) + 1;
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v - 1;
+}
 
 static inline size_t kt__int4t_tile_bytes(int K)
 {

@@ -90,18 +90,6 @@ ALWAYS_INLINE lut8 lut_load(void)
     return L;
 }
 
-/* An environment knob read once per process: *cache holds parse(value) + 1
- * (0: not read yet); parse gets NULL when the variable is unset. */
-static inline long env_knob(long *cache, const char *name, long (*parse)(const char *))
-{
-    long v = __atomic_load_n(cache, __ATOMIC_RELAXED);
-    if (!v) {
-        v = parse(getenv(name)) + 1;
-        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
-    }
-    return v - 1;
-}
-
 /* Decode (rows read start to end): the software prefetch distance in bytes.
  * The best one depends on the memory system, measured:
  *  - Zen 4 (2-core EPYC VM, one core, K 7168 FP8 rows): 1 KiB 0.84 of a read

@@ -306,6 +306,13 @@ static float dot_float_row(const kt_ggml_traits *tr, const uint8_t *w, const flo
     return (float)acc;
 }
 
+#if KT_HAVE_ISA_AVX512
+static long parse_lf_xmax(const char *e)
+{
+    return e && atoi(e) > 0 ? atoi(e) : LF_PANEL_MIN - 1;
+}
+#endif
+
 /* C[m][n - n0] = sum_{k0 <= k < k1} a_m[k] W[n][k], one vec_dot per (row, token);
  * rows outer so a weight row is read from memory once for all M tokens. */
 static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0, int n1, int k0,
@@ -316,13 +323,8 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #if KT_HAVE_ISA_AVX512
         act_layout L = layout(mask, W->cols);
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
-        static int xmax_1; /* xmax + 1, 0 until read (threads store the same value) */
-        int xmax = __atomic_load_n(&xmax_1, __ATOMIC_RELAXED) - 1;
-        if (xmax < 0) {
-            const char *e = getenv("KT_LF_XMAX");
-            xmax = e && atoi(e) > 0 ? atoi(e) : LF_PANEL_MIN - 1;
-            __atomic_store_n(&xmax_1, xmax + 1, __ATOMIC_RELAXED);
-        }
+        static long xmax_cache;
+        int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
         if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
             L.r40 != SIZE_MAX) {
             const void *act[256];
