@@ -23,10 +23,9 @@
 /* four values at p (and their low halves at p + lo_off when SPLIT) */
 template <bool SPLIT> __device__ __forceinline__ void st4(__nv_bfloat16 *p, int lo_off, float4 v)
 {
-    *(uint2 *)p = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+    *(uint2 *)p = pack4(v);
     if (SPLIT)
-        *(uint2 *)(p + lo_off) = make_uint2(pack2(lo_part(v.x), lo_part(v.y)),
-                                            pack2(lo_part(v.z), lo_part(v.w)));
+        *(uint2 *)(p + lo_off) = pack4(lo4(v));
 }
 
 template <bool SPLIT> __device__ __forceinline__ void st1(__nv_bfloat16 *p, int lo_off, float v)

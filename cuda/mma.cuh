@@ -40,4 +40,16 @@ __device__ __forceinline__ float lo_part(float x)
     return x - __bfloat162float(__float2bfloat16_rn(x));
 }
 
+/* four values as four BF16 (8 bytes, for one store) */
+__device__ __forceinline__ uint2 pack4(float4 v)
+{
+    return make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
+}
+
+/* the four values' low halves, before their own rounding to BF16 */
+__device__ __forceinline__ float4 lo4(float4 v)
+{
+    return make_float4(lo_part(v.x), lo_part(v.y), lo_part(v.z), lo_part(v.w));
+}
+
 #endif /* KT_CUDA_MMA_CUH */

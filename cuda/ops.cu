@@ -4175,9 +4175,8 @@ k_group_mma(const float *X, int32_t xs, const int32_t *perm, int32_t div,
             float4 v = xv[u];
             __nv_bfloat16 *h = &Ah[b][(ar + 32 * u) * GM_LD + ac];
             __nv_bfloat16 *l = &Al[b][(ar + 32 * u) * GM_LD + ac];
-            *(uint2 *)h = make_uint2(pack2(v.x, v.y), pack2(v.z, v.w));
-            *(uint2 *)l = make_uint2(pack2(lo_part(v.x), lo_part(v.y)),
-                                     pack2(lo_part(v.z), lo_part(v.w)));
+            *(uint2 *)h = pack4(v);
+            *(uint2 *)l = pack4(lo4(v));
             *(uint4 *)&Bs[b][(br + 64 * u) * GM_LD + bc] = wv[u];
         }
     };

@@ -1128,12 +1128,10 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         st = cuda_error(g, "cuBLAS");
         goto fail;
     }
-    if (ctx->moe && want < E && n_moe > 0 && (st = feeder_start(g)) < 0)
-        goto fail;
-    if (ctx->moe && want < E && n_moe > 0 &&
-        (st = decode_act(g, (o.flags & KT_GPU_F_DECODE_BF16) != 0)) < 0)
-        goto fail;
-    if (ctx->moe && want < E && n_moe > 0 && ctx->moe_index && (st = observe_routes(g)) < 0)
+    if (ctx->moe && want < E && n_moe > 0 && /* some experts stay on the CPU */
+        ((st = feeder_start(g)) < 0 ||
+         (st = decode_act(g, (o.flags & KT_GPU_F_DECODE_BF16) != 0)) < 0 ||
+         (ctx->moe_index && (st = observe_routes(g)) < 0)))
         goto fail;
     /* the attention kernel's shared memory for n_ctx scores, set outside any capture */
     kt__cuda_attn none;

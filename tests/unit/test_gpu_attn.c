@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "kt/gpu.h"
 #include "kt_cuda.h"
 #include "kt_internal.h"
 
@@ -176,13 +177,6 @@ static double run_case(const attn_case *c, const char *tile)
     return worst / top;
 }
 
-static int have_device(void)
-{
-    int32_t n = 0;
-    char err[256];
-    return kt__cuda_built() && kt__cuda_device_count(&n, err, sizeof err) == 0 && n > 0;
-}
-
 static void test_prefill_attention(void **state)
 {
     (void)state;
@@ -203,7 +197,7 @@ static void test_prefill_attention(void **state)
 
 int main(void)
 {
-    if (!have_device()) {
+    if (kt_gpu_count() < 1) {
         printf("no CUDA build or device: skipped\n");
         return 77;
     }
