@@ -346,12 +346,29 @@ static inline size_t kt__q40x_bytes(int rows, int K)
 {
     return (size_t)(rows + 3) / 4 * kt__q40x_tile_bytes(K);
 }
-/* Whether the LLAMAFILE set k reads Q40X repacks in decode (AVX-512 with R40). */
-_Bool kt__lf_repacks(const kt__moe_kernels *k);
-/* The Q4_0 matrix W (K a multiple of 32) repacked into dst (kt__q40x_bytes). */
+/* LLAMAFILE Q4_K repacked at load time (W->type == KT__LF_Q4KX; K a multiple of 256):
+ * the Q40X geometry over Q4_K's sub-blocks of 32 (groups of 16, at most one last 8),
+ * sub-block b's codes as a Q4_0 block's nibble bytes (byte i: code i low, code i + 16
+ * high); per group after its steps [4 rows][g] 6-bit scales, [4 rows][g] mins as
+ * bytes (72 g bytes a group, 64-byte aligned); after the groups per row [K / 256]
+ * (d, dmin) f16 pairs; the tile rounded up to 64 bytes. W->scale: the Q4_K rows. */
+#define KT__LF_Q4KX 0x4067
+static inline size_t kt__q4kx_tile_bytes(int K)
+{
+    return ((size_t)(K / 32) * 74 + 63) & ~(size_t)63;
+}
+/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K) from their
+ * load-time repack (the AVX-512 set; Q4_0: with R40). */
+_Bool kt__lf_repacks(const kt__moe_kernels *k, int type);
+/* Bytes of a rows x K matrix of type once repacked; 0: the type has no repack. */
+size_t kt__lf_repack_bytes(int type, int rows, int K);
+/* The Q4_0 (K a multiple of 32) or Q4_K matrix W repacked into dst
+ * (kt__lf_repack_bytes): a Q40X / Q4KX view whose scale is W->w. */
+kt__wmat kt__lf_repack(const kt__wmat *W, void *dst);
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
-/* C[m][n - n0] = row n of a Q40X matrix . token m (M <= 4 a pass): act[m] is token
- * m's R40 per-block offsets, its block scales xs bytes on, its Q40X codes 2 xs on. */
+/* C[m][n - n0] = row n of a Q40X / Q4KX matrix . token m (M <= 4 a pass): act[m] is
+ * token m's R40 per-block offsets (Q4KX: the Q8_K section's d x sum per 32), its
+ * block scales xs bytes on, its codes in the Q40X order 2 xs on. */
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):

@@ -23,8 +23,9 @@
  * Run:
  *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 AVX-512 VNNI
- *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: Q4_0 read from its load-time
- *   repack (KT__LF_Q40X, as the backend's decode does by default).
+ *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: Q4_0 / Q4_K read from their
+ *   load-time repack (KT__LF_Q40X / KT__LF_Q4KX, as the backend's decode does by
+ *   default).
  * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
  */
 #define _GNU_SOURCE
@@ -94,13 +95,14 @@ int main(int argc, char **argv)
     void *scratch = ks->scratch_bytes ? malloc(ks->scratch_bytes) : NULL;
     kt__wmat wm = {.rows = rows, .cols = K, .type = tr->type};
     const char *rpk = getenv("KT_BENCH_REPACK");
-    size_t xper = kt__q40x_bytes(rows, K);
+    size_t xper = kt__lf_repack_bytes(tr->type, rows, K);
     uint8_t *X = NULL;
-    if (rpk && !strcmp(rpk, "1") && tr->type == KT_TYPE_Q4_0) {
+    int xtype = 0;
+    if (rpk && !strcmp(rpk, "1") && xper) {
         X = aligned_alloc(64, (xper * nmat + 63) / 64 * 64);
         for (size_t i = 0; i < nmat; i++) {
-            kt__wmat src = {W + i * per, NULL, rows, K, KT_TYPE_Q4_0, 0};
-            kt__lf_q40x_repack(&src, X + i * xper);
+            kt__wmat src = {W + i * per, NULL, rows, K, tr->type, 0};
+            xtype = kt__lf_repack(&src, X + i * xper).type;
         }
     }
     long calls = 0;
@@ -109,8 +111,7 @@ int main(int argc, char **argv)
     do {
         wm.w = W + (size_t)(calls % (long)nmat) * per;
         if (X)
-            wm = (kt__wmat){X + (size_t)(calls % (long)nmat) * xper, wm.w, rows, K,
-                            KT__LF_Q40X, 0};
+            wm = (kt__wmat){X + (size_t)(calls % (long)nmat) * xper, wm.w, rows, K, xtype, 0};
         if (hint && mib) { /* as the backend: the next call's rows named before this one */
             kt__wmat nx = wm;
             nx.w = (X ? X + (size_t)((calls + 1) % (long)nmat) * xper

@@ -464,14 +464,57 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
  * per 16 blocks one conversion, scale product and FMA. The tile's 4 rows
  * lie in one stream, prefetched lf_ahead bytes on (into the hinted next
  * call's tiles at the end).
+ *
+ * Q4_K repacked (KT__LF_Q4KX) runs the same steps over its sub-blocks of 32
+ * (unsigned codes: no bias), then per group of 16 sub-blocks
+ *
+ *   acc += float(d) * (d_w sc) * da - (dmin_w m) * (da sum_a)   16 lanes
+ *
+ * with sc, m the sub-blocks' 6-bit scale and min (bytes in the tile), d_w,
+ * dmin_w their block's f16, da sum_a the Q8_K section's d x (sum of the codes).
  */
+
+/* The Q4KX group's weight factors of rows r0 .. r0 + NR - 1: ws = d_w sc, wm =
+ * dmin_w m per lane (S 2: lanes 8-15 repeat 0-7 in ws, zero in wm). */
+ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size_t go, int r0,
+                               int gb, int nb, __m512 ws[4], __m512 wm[4])
+{
+    const int g = 4 * S;
+    /* lanes 0-7 take the first block's (d, dmin), 8-15 the second's (S 2: the one) */
+    const __m512i di = _mm512_set_epi32(2 * (S / 4), 2 * (S / 4), 2 * (S / 4), 2 * (S / 4),
+                                        2 * (S / 4), 2 * (S / 4), 2 * (S / 4), 2 * (S / 4),
+                                        0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i mi = _mm512_add_epi32(di, _mm512_set1_epi32(1));
+    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *p = t + go + (size_t)g * 64 + (size_t)(r0 + r) * g;
+        __m128i sc, mn;
+        if (S == 4) {
+            sc = _mm_loadu_si128((const __m128i *)p);
+            mn = _mm_loadu_si128((const __m128i *)(p + 4 * g));
+        } else {
+            sc = _mm_loadl_epi64((const __m128i *)p);
+            sc = _mm_unpacklo_epi64(sc, sc);
+            mn = _mm_loadl_epi64((const __m128i *)(p + 4 * g));
+        }
+        long long q = 0;
+        memcpy(&q, dd + (size_t)(r0 + r) * (nb / 2), 8 - 4 * (S < 4));
+        __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(q)));
+        ws[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)),
+                              _mm512_permutexvar_ps(di, f));
+        wm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
+                              _mm512_permutexvar_ps(mi, f));
+    }
+}
 
 /* acc[r][m] += rows r0 .. r0 + NR - 1 of the tile at t . tokens act[m], over the
  * group at byte go of S steps (g = 4 S blocks from block gb of nb; S 1: maybe
- * the padded last); pf: where to prefetch the tile's byte 0 (NULL: none). */
-ALWAYS_INLINE void x40_group(const int S, const int NR, const int MT, const uint8_t *t,
-                             size_t go, const uint8_t *pf, int r0, int gb, int nb,
-                             const uint8_t *const *act, size_t xs, __m512 acc[4][4])
+ * the padded last; k4: a Q4KX tile); pf: where to prefetch the tile's byte 0
+ * (NULL: none). */
+ALWAYS_INLINE void x40_group(const bool k4, const int S, const int NR, const int MT,
+                             const uint8_t *t, size_t go, const uint8_t *pf, int r0, int gb,
+                             int nb, const uint8_t *const *act, size_t xs, __m512 acc[4][4])
 {
     const int g = 4 * S;
     const __m512i low4 = _mm512_set1_epi8(15);
@@ -480,8 +523,9 @@ ALWAYS_INLINE void x40_group(const int S, const int NR, const int MT, const uint
     __m512i d[4][4];
     #pragma GCC unroll 4
     for (int m = 0; m < MT; m++) {
-        __m512i bias = S == 4 ? _mm512_loadu_si512((const void *)(act[m] + 4 * gb))
-                              : _mm512_maskz_loadu_epi32(bm, act[m] + 4 * gb);
+        __m512i bias = k4       ? _mm512_setzero_si512()
+                       : S == 4 ? _mm512_loadu_si512((const void *)(act[m] + 4 * gb))
+                                : _mm512_maskz_loadu_epi32(bm, act[m] + 4 * gb);
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
             d[r][m] = bias;
@@ -517,6 +561,22 @@ ALWAYS_INLINE void x40_group(const int S, const int NR, const int MT, const uint
         if (S == 4)
             _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
     }
+    if (k4) {
+        __m512 ws[4], wm[4];
+        k4x_factors(S, NR, t, go, r0, gb, nb, ws, wm);
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const float *sa = (const float *)act[m] + gb, *da = (const float *)(act[m] + xs) + gb;
+            __m512 vs = S == 4 ? _mm512_loadu_ps(sa) : _mm512_broadcast_f32x8(_mm256_loadu_ps(sa));
+            __m512 va = S == 4 ? _mm512_loadu_ps(da) : _mm512_broadcast_f32x8(_mm256_loadu_ps(da));
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                acc[r][m] = _mm512_fnmadd_ps(wm[r], vs,
+                                             _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r][m]),
+                                                             _mm512_mul_ps(ws[r], va), acc[r][m]));
+        }
+        return;
+    }
     __m512 dw[4];
     #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
@@ -547,51 +607,58 @@ ALWAYS_INLINE void x40_group(const int S, const int NR, const int MT, const uint
 }
 
 /* out[(r0 + r) * 4 + m] = row r0 + r of the tile at t . token act[m], r < NR, m < MT. */
-ALWAYS_INLINE void x40_tile(const int NR, const int MT, const uint8_t *t, const uint8_t *pf,
-                            int r0, int nb, const uint8_t *const *act, size_t xs, float *out)
+ALWAYS_INLINE void x40_tile(const bool k4, const int NR, const int MT, const uint8_t *t,
+                            const uint8_t *pf, int r0, int nb, const uint8_t *const *act,
+                            size_t xs, float *out)
 {
     __m512 acc[4][4];
     acc_zero(NR, MT, acc);
     size_t go = 0;
     int b = 0;
-    for (; b + 16 <= nb; b += 16, go += kt__q40x_group_bytes(16))
-        x40_group(4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    for (; b + 16 <= nb; b += 16, go += k4 ? 72 * 16 : kt__q40x_group_bytes(16))
+        x40_group(k4, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     if (nb - b >= 8) {
-        x40_group(2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
-        go += kt__q40x_group_bytes(8), b += 8;
+        x40_group(k4, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        go += k4 ? 72 * 8 : kt__q40x_group_bytes(8), b += 8;
     }
-    if (nb - b >= 4) {
-        x40_group(1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    if (k4 && pf) /* the (d, dmin) lines after the groups */
+        for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
+            _mm_prefetch((const char *)pf + o, LF_HINT);
+    if (!k4 && nb - b >= 4) {
+        x40_group(false, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += kt__q40x_group_bytes(4), b += 4;
     }
-    if (nb > b)
-        x40_group(1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    if (!k4 && nb > b)
+        x40_group(false, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     tile_store(NR, MT, acc, out + r0 * 4);
 }
 
 /* Rows 0..3 of the tile at t . tokens act[0 .. mr - 1] into out[r * 4 + m]: one
  * token 4 rows at once, more 2 rows x mr tokens twice (pf: the first pass only). */
-ALWAYS_INLINE void x40_tiles(int mr, const uint8_t *t, const uint8_t *pf, int nb,
-                      const uint8_t *const *act, size_t xs, float *out)
+ALWAYS_INLINE void x40_tiles(const bool k4, int mr, const uint8_t *t, const uint8_t *pf, int nb,
+                             const uint8_t *const *act, size_t xs, float *out)
 {
     if (mr == 1)
-        x40_tile(4, 1, t, pf, 0, nb, act, xs, out);
+        x40_tile(k4, 4, 1, t, pf, 0, nb, act, xs, out);
     for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
         if (mr == 2)
-            x40_tile(2, 2, t, pf, r0, nb, act, xs, out);
+            x40_tile(k4, 2, 2, t, pf, r0, nb, act, xs, out);
         else if (mr == 3)
-            x40_tile(2, 3, t, pf, r0, nb, act, xs, out);
+            x40_tile(k4, 2, 3, t, pf, r0, nb, act, xs, out);
         else
-            x40_tile(2, 4, t, pf, r0, nb, act, xs, out);
+            x40_tile(k4, 2, 4, t, pf, r0, nb, act, xs, out);
     }
 }
+
 
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc)
 {
     pthread_once(&idx_once, idx_init); /* lf_ahead */
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const size_t tb = kt__q40x_tile_bytes(W->cols), ahead = (size_t)lf_ahead;
+    const bool k4 = W->type == KT__LF_Q4KX;
+    const size_t tb = k4 ? kt__q4kx_tile_bytes(W->cols) : kt__q40x_tile_bytes(W->cols);
+    const size_t ahead = (size_t)lf_ahead;
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;
     /* the first lf_ahead bytes at once, less what the last call's tail started */
@@ -621,10 +688,15 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
             for (int i = 0; i < 4; i++)
                 ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)];
             float out[16];
-            if (mr == 1) /* the decode's case compiled apart */
-                x40_tile(4, 1, tp, m == 0 ? pf : NULL, 0, nb, ar, xs, out);
+            const uint8_t *p1 = m == 0 ? pf : NULL;
+            if (mr == 1 && !k4) /* the decode's cases compiled apart */
+                x40_tile(false, 4, 1, tp, p1, 0, nb, ar, xs, out);
+            else if (mr == 1)
+                x40_tile(true, 4, 1, tp, p1, 0, nb, ar, xs, out);
+            else if (!k4)
+                x40_tiles(false, mr, tp, p1, nb, ar, xs, out);
             else
-                x40_tiles(mr, tp, m == 0 ? pf : NULL, nb, ar, xs, out);
+                x40_tiles(true, mr, tp, p1, nb, ar, xs, out);
             for (int r = 0; r < 4; r++)
                 if (4 * t + r >= n0 && 4 * t + r < n1)
                     for (int i = 0; i < mr; i++)

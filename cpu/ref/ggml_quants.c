@@ -570,7 +570,7 @@ static void iq4_xs_to_float(const void *vx, float *y, int64_t n)
 /* Q4_K / Q5_K: 8 (scale, min) pairs of 6 bits in 12 bytes. Pairs 0..3: low 6
  * bits of bytes 0..3 (scale) and 4..7 (min); pairs 4..7: nibbles of bytes
  * 8..11 plus the top 2 bits of bytes 0..3 (scale) and 4..7 (min). */
-static void k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
+void kt__ggml_k4_scale_min(int j, const uint8_t *s, int *sc, int *m)
 {
     if (j < 4) {
         *sc = s[j] & 63;
@@ -673,7 +673,7 @@ static void k45_to_float(uint16_t hd, uint16_t hdmin, const uint8_t *scales, con
     float d = F16(hd), dmin = F16(hdmin);
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        k4_scale_min(g, scales, &sc, &m);
+        kt__ggml_k4_scale_min(g, scales, &sc, &m);
         float d1 = d * (float)sc, m1 = dmin * (float)m;
         for (int l = 0; l < 32; l++)
             y[32 * g + l] = d1 * (float)k45_code(qs, qh, g, l) - m1;
@@ -1008,7 +1008,7 @@ static void k45_codes(const float *x, int nmax, float rmin, int nstep, uint8_t *
     *dmin_out = TO_F16(max_min / 63.0f);
     for (int g = 0; g < 8; g++) {
         int sc, m;
-        k4_scale_min(g, scales12, &sc, &m);
+        kt__ggml_k4_scale_min(g, scales12, &sc, &m);
         float d = F16(*d_out) * (float)sc;
         if (d == 0.0f)
             continue;
@@ -1265,7 +1265,7 @@ static double k45_dot(uint16_t d, uint16_t dmin, const uint8_t *scales, const ui
     int64_t isum = 0, msum = 0;
     for (int g = 0; g < 8; g++) {
         int sc, m, dot = 0;
-        k4_scale_min(g, scales, &sc, &m);
+        kt__ggml_k4_scale_min(g, scales, &sc, &m);
         for (int l = 0; l < 32; l++)
             dot += k45_code(qs, qh, g, l) * y->qs[32 * g + l];
         isum += (int64_t)sc * dot;

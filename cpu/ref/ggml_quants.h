@@ -122,6 +122,9 @@ float kt__ggml_vec_dot_q8_0_avx512(int64_t n, const void *x, const void *y);
 float kt__ggml_vec_dot_q4_K_avx512(int64_t n, const void *x, const void *y);
 float kt__ggml_vec_dot_q6_K_avx512(int64_t n, const void *x, const void *y);
 
+/* Q4_K / Q5_K: scale and min of sub-block j (0..7) from a block's 12 scale bytes. */
+void kt__ggml_k4_scale_min(int j, const uint8_t *s, int *sc, int *m);
+
 /* Where the SIMD variants come from. */
 typedef enum kt_ggml_isa { KT_GGML_SCALAR = 0, KT_GGML_AVX2 = 1, KT_GGML_AVX512 = 2 } kt_ggml_isa;
 

@@ -26,7 +26,8 @@
  * arrays, per block of 32: int32 -8 (R40) / -128 (R80) * (sum of the block's
  * codes), then float the block's scale (the prefill GEMM's offset and scale).
  * The Q8_K section is followed by float d * (sum of the codes) and float d per
- * 32 inputs (for Q4_K's minimum term in the prefill GEMM).
+ * 32 inputs (for Q4_K's minimum term in the prefill GEMM and the Q4KX decode),
+ * then the codes in the Q40X order (the Q4KX decode's).
  *
  * The backend writes an activation row in pieces ([k0, k1), 32-aligned, from
  * several threads). Q8_0 / Q8_1 blocks are whole in a piece; a Q8_K block (256)
@@ -94,7 +95,7 @@ static act_layout layout(unsigned mask, int K)
     L.cnt = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256 + 1) * 4) : 0;
     L.q8x = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) : 0;
+    o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
@@ -180,20 +181,24 @@ static void raw_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, bool q4, ui
     }
 }
 
-/* The Q40X codes of blocks [b0, b1) of nb (x: the section's codes): block b's
+/* The 32 codes qs of block b of nb in the Q40X order (x: the section's codes):
  * piece p (4 codes of the low nibbles, 4 of the high) to lane l of step s as
- * the weights' nibble bytes lie (moe_kernels.h); the steps' lanes past the row
- * zero. */
+ * the weights' nibble bytes lie (moe_kernels.h). */
+static void x40_put(const int8_t *qs, int b, int nb, uint8_t *x)
+{
+    int gb, g = kt__q40x_group(b, nb, &gb), per = 16 / g;
+    for (int p = 0; p < 4; p++) {
+        uint8_t *d = x + (size_t)(gb / 4 + p / per) * 128 + 4 * (b - gb + g * (p % per));
+        memcpy(d, qs + 4 * p, 4);
+        memcpy(d + 64, qs + 16 + 4 * p, 4);
+    }
+}
+
+/* The Q40X codes of blocks [b0, b1) of nb; the steps' lanes past the row zero. */
 static void x40_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, uint8_t *x)
 {
-    for (int b = b0; b < b1; b++) {
-        int gb, g = kt__q40x_group(b, nb, &gb), per = 16 / g;
-        for (int p = 0; p < 4; p++) {
-            uint8_t *d = x + (size_t)(gb / 4 + p / per) * 128 + 4 * (b - gb + g * (p % per));
-            memcpy(d, q[b].qs + 4 * p, 4);
-            memcpy(d + 64, q[b].qs + 16 + 4 * p, 4);
-        }
-    }
+    for (int b = b0; b < b1; b++)
+        x40_put(q[b].qs, b, nb, x);
     int gb, g = kt__q40x_group(nb - 1, nb, &gb);
     if (b1 == nb && nb - gb < g) /* the padded group: its missing blocks' lanes */
         for (int b = nb; b < gb + g; b++)
@@ -263,6 +268,8 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
                 for (int j = 0; j < 8; j++) {
                     ds[8 * b + j] = q[b].d * (float)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
                     d32[8 * b + j] = q[b].d;
+                    /* the Q4KX decode's codes (every set: one row layout) */
+                    x40_put(q[b].qs + 32 * j, 8 * b + j, K / 32, r + L.q8x + 2 * blk_arr(K));
                 }
                 atomic_store_explicit(&cnt[b], 0, memory_order_relaxed);
             }
@@ -319,23 +326,25 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                       int k1, const void *A, size_t a_stride, const int32_t *rows, int M,
                       float *C, int ldc, void *scratch)
 {
-    if (W->type == KT__LF_Q40X) { /* decode from the repacked tiles, else the Q4_0 rows */
+    if (W->type == KT__LF_Q40X || W->type == KT__LF_Q4KX) {
+        /* decode from the repacked tiles, else the rows they were made from */
+        bool q4 = W->type == KT__LF_Q40X;
 #if KT_HAVE_ISA_AVX512
         act_layout L = layout(mask, W->cols);
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
         if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
-            L.r40 != SIZE_MAX) {
+            (q4 ? L.r40 : L.q8x) != SIZE_MAX) {
             const void *act[256];
             for (int m = 0; m < M; m++)
-                act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + L.r40 +
-                         4 * raw_rp(W->cols, 18);
+                act[m] = (const uint8_t *)arow(A, a_stride, rows, m) +
+                         (q4 ? L.r40 + 4 * raw_rp(W->cols, 18) : L.q8x);
             kt__lf_gemm_q40x_avx512(W, n0, n1, act, blk_arr(W->cols), M, C, ldc);
             return;
         }
 #endif
-        kt__wmat src = {W->scale, NULL, W->rows, W->cols, KT_TYPE_Q4_0, 0};
+        kt__wmat src = {W->scale, NULL, W->rows, W->cols, q4 ? KT_TYPE_Q4_0 : KT_TYPE_Q4_K, 0};
         gemm_ggml(mask, isa, &src, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
         return;
     }
@@ -453,6 +462,50 @@ kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
     return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q40X, 0};
 }
 
+/* Q4_K into Q4KX (moe_kernels.h): sub-block b (block b / 8, j = b % 8) holds the
+ * low (j even) or high nibbles of qs bytes 32 (j / 2) .. + 31. */
+static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
+{
+    const int K = W->cols, nb = K / 32;
+    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q4_K, K), tb = kt__q4kx_tile_bytes(K);
+    memset(dst, 0, kt__lf_repack_bytes(KT_TYPE_Q4_K, W->rows, K));
+    for (int n = 0; n < W->rows; n++) {
+        const kt_block_q4_K *q = (const kt_block_q4_K *)((const uint8_t *)W->w + n * wrow);
+        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb, *dd = t + (size_t)nb * 72;
+        for (int b = 0; b < nb; b++) {
+            int gb = b & ~15, g = nb - gb >= 16 ? 16 : 8, per = 16 / g, j = b % 8, sc, mn;
+            const kt_block_q4_K *k = q + b / 8;
+            uint8_t *grp = t + (size_t)gb * 72, code[32];
+            for (int e = 0; e < 32; e++)
+                code[e] = (uint8_t)(k->qs[32 * (j / 2) + e] >> (4 * (j % 2)) & 15);
+            for (int p = 0; p < 4; p++)
+                for (int i = 0; i < 4; i++)
+                    grp[(p / per) * 256 + (n % 4) * 64 + 4 * (b - gb + g * (p % per)) + i] =
+                        (uint8_t)(code[4 * p + i] | code[4 * p + i + 16] << 4);
+            kt__ggml_k4_scale_min(j, k->scales, &sc, &mn);
+            grp[(size_t)g * 64 + (n % 4) * g + (b - gb)] = (uint8_t)sc;
+            grp[(size_t)g * 68 + (n % 4) * g + (b - gb)] = (uint8_t)mn;
+            if (j == 0) /* (d, dmin) of the block */
+                memcpy(dd + (size_t)(n % 4) * (nb / 2) + 4 * (b / 8), &k->d, 4);
+        }
+    }
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0};
+}
+
+size_t kt__lf_repack_bytes(int type, int rows, int K)
+{
+    if (type == KT_TYPE_Q4_0 && K > 0 && K % 32 == 0)
+        return kt__q40x_bytes(rows, K);
+    if (type == KT_TYPE_Q4_K && K > 0 && K % 256 == 0)
+        return (size_t)(rows + 3) / 4 * kt__q4kx_tile_bytes(K);
+    return 0;
+}
+
+kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
+{
+    return W->type == KT_TYPE_Q4_K ? q4kx_repack(W, dst) : kt__lf_q40x_repack(W, dst);
+}
+
 /* One kernel set per (ISA level, section mask): the quant and gemm function
  * pointers carry no context, so each pair gets its own small wrappers. */
 #define LF_SET(ISA, MASK)                                                                      \
@@ -489,13 +542,14 @@ LF_ISA(2)
  * AVX-512 panels or decode tiles). */
 static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 {
-    if (W->type == KT__LF_Q40X && M < LF_PANEL_MIN) { /* the tiles: one stream */
-        size_t tb = kt__q40x_tile_bytes(W->cols);
+    bool x4k = W->type == KT__LF_Q4KX;
+    if ((W->type == KT__LF_Q40X || x4k) && M < LF_PANEL_MIN) { /* the tiles: one stream */
+        size_t tb = x4k ? kt__q4kx_tile_bytes(W->cols) : kt__q40x_tile_bytes(W->cols);
         kt__lf_hint_avx512(W->w, tb, n0 / 4, (n1 + 3) / 4, tb);
         return;
     }
-    kt__wmat src = {W->scale, NULL, W->rows, W->cols, KT_TYPE_Q4_0, 0};
-    if (W->type == KT__LF_Q40X)
+    kt__wmat src = {W->scale, NULL, W->rows, W->cols, x4k ? KT_TYPE_Q4_K : KT_TYPE_Q4_0, 0};
+    if (W->type == KT__LF_Q40X || x4k)
         W = &src;
     unsigned sec = kt__ggml_act_section(W->type);
     if (M >= 1 && M <= 256 && sec && sec != KT__GGML_ACT_F32)
@@ -551,10 +605,13 @@ static const kt__moe_kernels lf_sets[2][16] = {
 static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml");
 
 
-bool kt__lf_repacks(const kt__moe_kernels *k)
+bool kt__lf_repacks(const kt__moe_kernels *k, int type)
 {
-    return KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
-           ((unsigned)(k->act - KT__ACT_GGML) & KT__GGML_ACT_R40);
+    unsigned need = type == KT_TYPE_Q4_0   ? KT__GGML_ACT_R40
+                    : type == KT_TYPE_Q4_K ? KT__GGML_ACT_Q8K
+                                           : 0;
+    return KT_HAVE_ISA_AVX512 && need && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
+           ((unsigned)(k->act - KT__ACT_GGML) & need);
 }
 
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)

@@ -595,27 +595,35 @@ static size_t round64(size_t b)
     return (b + 63) & ~(size_t)63;
 }
 
-/* LLAMAFILE Q4_0 experts repacked at create time for the AVX-512 decode
- * (KT__LF_Q40X: one stream of 4-row tiles, one scale product per 16 blocks;
- * docs/moe.md); KT_LF_REPACK=0 turns it off. Costs the Q4_0 experts' size once
- * more: the rows stay (mapped) for the prefill panels. */
-static bool lf_repack(const kt_moe_backend *moe)
+/* LLAMAFILE Q4_0 / Q4_K experts repacked at create time for the AVX-512 decode
+ * (KT__LF_Q40X / KT__LF_Q4KX: one stream of 4-row tiles, one scale product per
+ * 16 blocks of 32; docs/moe.md); KT_LF_REPACK=0 turns it off, =q4_0 / =q4_K
+ * keeps one type's. Costs those experts' size once more (Q4_K: +2.8 %): the
+ * rows stay (mapped) for the prefill panels. */
+static bool lf_repack_type(const kt_moe_backend *moe, int type)
 {
     const char *e = getenv("KT_LF_REPACK");
-    if (moe->d.method != KT_METHOD_LLAMAFILE || (e && !strcmp(e, "0")) ||
-        !kt__lf_repacks(moe->kern))
+    if (e && (!strcmp(e, "0") || ((!strcmp(e, "q4_0") || !strcmp(e, "q4_K")) &&
+                                  strcmp(e, type == KT_TYPE_Q4_0 ? "q4_0" : "q4_K"))))
         return false;
+    return moe->d.method == KT_METHOD_LLAMAFILE && kt__lf_repacks(moe->kern, type);
+}
+
+static bool lf_repack(const kt_moe_backend *moe)
+{
     for (uint32_t l = 0; l < moe->n_layers; l++)
-        for (int e2 = 0; e2 < moe->E; e2++)
-            if (moe->layers[l].gate[e2].w && (moe->layers[l].gate[e2].type == KT_TYPE_Q4_0 ||
-                                              moe->layers[l].up[e2].type == KT_TYPE_Q4_0 ||
-                                              moe->layers[l].down[e2].type == KT_TYPE_Q4_0))
+        for (int e2 = 0; e2 < moe->E; e2++) {
+            const moe_layer *L = &moe->layers[l];
+            if (L->gate[e2].w && (lf_repack_type(moe, L->gate[e2].type) ||
+                                  lf_repack_type(moe, L->up[e2].type) ||
+                                  lf_repack_type(moe, L->down[e2].type)))
                 return true;
+        }
     return false;
 }
 
 /* lf_repack: gate, up, down of expert e for pool p: the matrices (one pool) or
- * the pool's slice copies (more), each Q4_0 one followed by its Q40X copy.
+ * the pool's slice copies (more), each Q4_0 / Q4_K one followed by its repack.
  * Returns the bytes at dst; dst NULL: counts only, else makes them and their
  * views v[3]. */
 static size_t lf_slices(const kt_moe_backend *moe, const moe_layer *L, int e, int p,
@@ -632,10 +640,11 @@ static size_t lf_slices(const kt_moe_backend *moe, const moe_layer *L, int e, in
                 w = kt__moe_slice_copy(m, src[j], r0[j], r1[j], c0[j], c1[j], dst + o);
             o += round64(kt__moe_slice_bytes(m, src[j], r0[j], r1[j], c0[j], c1[j]));
         }
-        if (src[j]->type == KT_TYPE_Q4_0) {
+        size_t rb = kt__lf_repack_bytes(src[j]->type, r1[j] - r0[j], c1[j] - c0[j]);
+        if (rb && lf_repack_type(moe, src[j]->type)) {
             if (dst)
-                w = kt__lf_q40x_repack(&w, dst + o);
-            o += round64(kt__q40x_bytes(r1[j] - r0[j], c1[j] - c0[j]));
+                w = kt__lf_repack(&w, dst + o);
+            o += round64(rb);
         }
         if (v)
             v[j] = w;

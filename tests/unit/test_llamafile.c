@@ -157,27 +157,28 @@ static void test_kernels(void **state)
     free(C);
 }
 
-/* Q4_0 repacked at load time (KT__LF_Q40X): the AVX-512 decode on the repack
- * against dequantize-then-F32 for row lengths with every group kind (16s, an
- * 8, a 4, a padded last 4), 1-5 tokens, row ranges off the tiles; 6 tokens
- * (the prefill panels) and the scalar / AVX2 sets read the Q4_0 rows kept in
- * W->scale: the same figures as on the rows themselves. */
-static void test_repack_q40(void **state)
+/* Q4_0 / Q4_K repacked at load time (KT__LF_Q40X / KT__LF_Q4KX): the AVX-512
+ * decode on the repack against dequantize-then-F32 for row lengths with every
+ * group kind (Q4_0: 16s, an 8, a 4, a padded last 4; Q4_K: 16s, a last 8), 1-5
+ * tokens, row ranges off the tiles; 6 tokens (the prefill panels) and the
+ * scalar / AVX2 sets read the rows kept in W->scale: the same figures as on the
+ * rows themselves. */
+static void repack_case(kt_type type, const int *Ks, size_t nk)
 {
-    (void)state;
     enum { N = 37, MMAX = 6 };
-    static const int Ks[] = {2048, 768, 1472, 416, 160, 96, 32};
     int32_t rows[MMAX] = {4, 0, 5, 2, 1, 3};
     uint64_t rng0 = rng; /* the later tests' data as without this test */
-    for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+    for (size_t ki = 0; ki < nk; ki++) {
         int K = Ks[ki];
         uint8_t *q;
         float *deq;
-        make_weights(KT_TYPE_Q4_0, N, K, 0.5f, &q, &deq);
-        void *rp = malloc(kt__q40x_bytes(N, K));
-        kt__wmat W = {.w = q, .rows = N, .cols = K, .type = KT_TYPE_Q4_0};
-        kt__wmat X = kt__lf_q40x_repack(&W, rp);
-        assert_int_equal(X.type, KT__LF_Q40X);
+        make_weights(type, N, K, 0.5f, &q, &deq);
+        size_t rpb = kt__lf_repack_bytes(type, N, K);
+        assert_true(rpb > 0);
+        void *rp = malloc(rpb);
+        kt__wmat W = {.w = q, .rows = N, .cols = K, .type = type};
+        kt__wmat X = kt__lf_repack(&W, rp);
+        assert_int_equal(X.type, type == KT_TYPE_Q4_0 ? KT__LF_Q40X : KT__LF_Q4KX);
         assert_ptr_equal(X.scale, q);
         float *x = malloc((size_t)MMAX * K * sizeof(float));
         float *xr = malloc((size_t)MMAX * K * sizeof(float));
@@ -187,8 +188,8 @@ static void test_repack_q40(void **state)
             if (kt__ggml_isa_best() < (kt_ggml_isa)isa)
                 continue;
             const kt__moe_kernels *kern =
-                kt__moe_llamafile_kernels(isa, kt__ggml_act_section(KT_TYPE_Q4_0));
-            assert_int_equal(kt__lf_repacks(kern), isa == 2);
+                kt__moe_llamafile_kernels(isa, kt__ggml_act_section(type));
+            assert_int_equal(kt__lf_repacks(kern, type), isa == 2);
             size_t rowb = kt__moe_act_row_bytes(kern->act, K);
             uint8_t *A = calloc(MMAX, rowb);
             void *scratch = kern->scratch_bytes ? malloc(kern->scratch_bytes) : NULL;
@@ -198,7 +199,7 @@ static void test_repack_q40(void **state)
                 for (int k0 = 0; k0 < K; k0 += 64) /* in pieces, as phase 1 writes it */
                     kern->quant(x + (size_t)m * K, k0, k0 + 64 < K ? k0 + 64 : K, K,
                                 A + m * rowb);
-                partner_roundtrip(KT_TYPE_Q4_0, x + (size_t)m * K, K, xr + (size_t)m * K);
+                partner_roundtrip(type, x + (size_t)m * K, K, xr + (size_t)m * K);
             }
             for (int M = 1; M <= MMAX; M++) {
                 for (int n0 = 0; n0 <= 3; n0 += 3) {
@@ -240,6 +241,20 @@ static void test_repack_q40(void **state)
         free(deq);
     }
     rng = rng0;
+}
+
+static void test_repack_q40(void **state)
+{
+    (void)state;
+    static const int Ks[] = {2048, 768, 1472, 416, 160, 96, 32};
+    repack_case(KT_TYPE_Q4_0, Ks, sizeof Ks / sizeof Ks[0]);
+}
+
+static void test_repack_q4k(void **state)
+{
+    (void)state;
+    static const int Ks[] = {2048, 768, 1280, 512, 256};
+    repack_case(KT_TYPE_Q4_K, Ks, sizeof Ks / sizeof Ks[0]);
 }
 
 typedef struct layer_data {
@@ -423,6 +438,7 @@ static void test_backend_repack(void **state)
     static const int Ts[] = {1, 3, 17};
     /* 6 experts of gate, up [256][512] and down [512][256] Q4_0 */
     const uint64_t q40 = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q4_0, 512) * 256;
+    const uint64_t q4k = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q4_K, 512) * 256;
     for (int pools = 1; pools <= 2; pools++)
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
             layer_pools = pools;
@@ -434,10 +450,29 @@ static void test_backend_repack(void **state)
             }
             err = run_layer(KT_TYPE_Q4_0, KT_TYPE_Q8_0, Ts[i], ~UINT64_C(0), 2);
             assert_true(err < 0.02);
+            /* Q4_K: every matrix repacked with one pool; with two, down's 128-input
+             * slices (not a multiple of 256) read as stored. The same layer without
+             * the repack: the same error (its size is the draw's: 0.013-0.024) */
+            uint64_t rng1 = rng;
+            setenv("KT_LF_REPACK", "0", 1);
+            double err0 = run_layer(KT_TYPE_Q4_K, KT_TYPE_Q4_K, Ts[i], ~UINT64_C(0), 2);
+            unsetenv("KT_LF_REPACK");
+            rng = rng1;
+            err = run_layer(KT_TYPE_Q4_K, KT_TYPE_Q4_K, Ts[i], ~UINT64_C(0), 2);
+            if (err > 0.03 || fabs(err - err0) > 1e-3 * err0 ||
+                (pools == 1 && layer_pool_bytes < q4k)) {
+                fprintf(stderr, "Q4_K pools %d T %d: rel rms err %g (as stored %g), pool "
+                        "bytes %llu\n", pools, Ts[i], err, err0,
+                        (unsigned long long)layer_pool_bytes);
+                fail();
+            }
         }
     setenv("KT_LF_REPACK", "0", 1);
     layer_pools = 1;
     assert_true(run_layer(KT_TYPE_Q4_0, KT_TYPE_Q4_0, 1, ~UINT64_C(0), 2) < 0.02);
+    assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
+    setenv("KT_LF_REPACK", "q4_0", 1); /* Q4_0's only */
+    assert_true(run_layer(KT_TYPE_Q4_K, KT_TYPE_Q4_K, 1, ~UINT64_C(0), 2) < 0.02);
     assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
     unsetenv("KT_LF_REPACK");
     layer_pools = 0;
@@ -891,6 +926,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_repack_q40),
+        cmocka_unit_test(test_repack_q4k),
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_tokens),
         cmocka_unit_test(test_backend_mixed),
