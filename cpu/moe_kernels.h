@@ -357,18 +357,32 @@ static inline size_t kt__q4kx_tile_bytes(int K)
 {
     return ((size_t)(K / 32) * 74 + 63) & ~(size_t)63;
 }
-/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K) from their
- * load-time repack (the AVX-512 set; Q4_0: with R40). */
+/* LLAMAFILE Q8_0 repacked at load time (W->type == KT__LF_Q80X): the Q40X groups
+ * (kt__q40x_group) with [g / 2 steps][4 rows][64] code bytes (code + 128), step s
+ * lane l holding codes 4p..4p+3 of block l % g, p = s 16 / g + l / g, then the
+ * Q40X group's scales (kt__q80x_group_bytes). W->scale: the Q8_0 rows. */
+#define KT__LF_Q80X 0x4068
+static inline size_t kt__q80x_group_bytes(int g)
+{
+    return kt__q40x_group_bytes(g) + (size_t)g * 64;
+}
+static inline size_t kt__q80x_tile_bytes(int K)
+{
+    return kt__q40x_tile_bytes(K) + (size_t)((K / 32 + 3) & ~3) * 64;
+}
+/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0) from
+ * their load-time repack (the AVX-512 set; Q4_0: with R40, Q8_0: with R80). */
 _Bool kt__lf_repacks(const kt__moe_kernels *k, int type);
 /* Bytes of a rows x K matrix of type once repacked; 0: the type has no repack. */
 size_t kt__lf_repack_bytes(int type, int rows, int K);
-/* The Q4_0 (K a multiple of 32) or Q4_K matrix W repacked into dst
- * (kt__lf_repack_bytes): a Q40X / Q4KX view whose scale is W->w. */
+/* The Q4_0, Q8_0 (K a multiple of 32) or Q4_K matrix W repacked into dst
+ * (kt__lf_repack_bytes): a Q40X / Q80X / Q4KX view whose scale is W->w. */
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst);
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
-/* C[m][n - n0] = row n of a Q40X / Q4KX matrix . token m (M <= 4 a pass): act[m] is
- * token m's R40 per-block offsets (Q4KX: the Q8_K section's d x sum per 32), its
- * block scales xs bytes on, its codes in the Q40X order 2 xs on. */
+/* C[m][n - n0] = row n of a Q40X / Q80X / Q4KX matrix . token m (M <= 4 a pass):
+ * act[m] is token m's R40 / R80 per-block offsets (Q4KX: the Q8_K section's d x
+ * sum per 32), its block scales xs bytes on, its codes in the layout's order 2 xs
+ * on. */
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):

@@ -472,6 +472,11 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
  *
  * with sc, m the sub-blocks' 6-bit scale and min (bytes in the tile), d_w,
  * dmin_w their block's f16, da sum_a the Q8_K section's d x (sum of the codes).
+ *
+ * Q8_0 repacked (KT__LF_Q80X): twice the steps, the codes stored + 128:
+ *
+ *   d    = bias + (w + 128) . a     per step (one vpdpbusd), bias -128 x sum_a
+ *   acc += float(d) * dw * da       per group, as Q40X
  */
 
 /* The Q4KX group's weight factors of rows r0 .. r0 + NR - 1: ws = d_w sc, wm =
@@ -508,15 +513,19 @@ ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size
     }
 }
 
+/* The repacked layouts (moe_kernels.h). */
+enum { X40, X4K, X80 };
+
 /* acc[r][m] += rows r0 .. r0 + NR - 1 of the tile at t . tokens act[m], over the
- * group at byte go of S steps (g = 4 S blocks from block gb of nb; S 1: maybe
- * the padded last; k4: a Q4KX tile); pf: where to prefetch the tile's byte 0
- * (NULL: none). */
-ALWAYS_INLINE void x40_group(const bool k4, const int S, const int NR, const int MT,
+ * group at byte go of g = 4 S blocks from block gb of nb (S 1: maybe the padded
+ * last) in layout kind: S steps of 64 bytes a row (X80: 2 S); pf: where to
+ * prefetch the tile's byte 0 (NULL: none). */
+ALWAYS_INLINE void x40_group(const int kind, const int S, const int NR, const int MT,
                              const uint8_t *t, size_t go, const uint8_t *pf, int r0, int gb,
                              int nb, const uint8_t *const *act, size_t xs, __m512 acc[4][4])
 {
-    const int g = 4 * S;
+    const bool k4 = kind == X4K;
+    const int g = 4 * S, NS = kind == X80 ? 2 * S : S;
     const __m512i low4 = _mm512_set1_epi8(15);
     const __mmask16 bm = S == 4 ? (__mmask16)0xffff
                                 : (__mmask16)((1u << (nb - gb < g ? nb - gb : g)) - 1);
@@ -530,8 +539,29 @@ ALWAYS_INLINE void x40_group(const bool k4, const int S, const int NR, const int
         for (int r = 0; r < NR; r++)
             d[r][m] = bias;
     }
+    #pragma GCC unroll 8
+    for (int s = 0; s < NS && kind == X80; s++) { /* d += (w + 128) . a */
+        __m512i v[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            v[r] = _mm512_loadu_si512((const void *)(t + go + s * 256 + (r0 + r) * 64));
+            __asm__("" : "+v"(v[r]));
+        }
+        if (pf)
+            #pragma GCC unroll 4
+            for (int l = 0; l < 4; l++)
+                _mm_prefetch((const char *)pf + go + s * 256 + 64 * l, LF_HINT);
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            __m512i a = _mm512_loadu_si512(
+                (const void *)(act[m] + 2 * xs + (size_t)(gb / 2 + s) * 64));
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                d[r][m] = _mm512_dpbusd_epi32(d[r][m], v[r], a);
+        }
+    }
     #pragma GCC unroll 4
-    for (int s = 0; s < S; s++) {
+    for (int s = 0; s < S && kind != X80; s++) {
         __m512i lo[4], hi[4];
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
@@ -555,11 +585,11 @@ ALWAYS_INLINE void x40_group(const bool k4, const int S, const int NR, const int
                                               ahi);
         }
     }
-    const uint8_t *sc = t + go + S * 256;
+    const uint8_t *sc = t + go + NS * 256;
     if (pf) { /* the scale lines: 128 bytes (g 16) or 64 */
-        _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
+        _mm_prefetch((const char *)pf + go + NS * 256, LF_HINT);
         if (S == 4)
-            _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
+            _mm_prefetch((const char *)pf + go + NS * 256 + 64, LF_HINT);
     }
     if (k4) {
         __m512 ws[4], wm[4];
@@ -606,8 +636,15 @@ ALWAYS_INLINE void x40_group(const bool k4, const int S, const int NR, const int
     }
 }
 
+/* Bytes of a group of g blocks in layout kind. */
+ALWAYS_INLINE size_t x_group_bytes(const int kind, int g)
+{
+    return kind == X4K ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
+                                                      : kt__q40x_group_bytes(g);
+}
+
 /* out[(r0 + r) * 4 + m] = row r0 + r of the tile at t . token act[m], r < NR, m < MT. */
-ALWAYS_INLINE void x40_tile(const bool k4, const int NR, const int MT, const uint8_t *t,
+ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const uint8_t *t,
                             const uint8_t *pf, int r0, int nb, const uint8_t *const *act,
                             size_t xs, float *out)
 {
@@ -615,40 +652,45 @@ ALWAYS_INLINE void x40_tile(const bool k4, const int NR, const int MT, const uin
     acc_zero(NR, MT, acc);
     size_t go = 0;
     int b = 0;
-    for (; b + 16 <= nb; b += 16, go += k4 ? 72 * 16 : kt__q40x_group_bytes(16))
-        x40_group(k4, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    for (; b + 16 <= nb; b += 16, go += x_group_bytes(kind, 16))
+        x40_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     if (nb - b >= 8) {
-        x40_group(k4, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
-        go += k4 ? 72 * 8 : kt__q40x_group_bytes(8), b += 8;
+        x40_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        go += x_group_bytes(kind, 8), b += 8;
     }
-    if (k4 && pf) /* the (d, dmin) lines after the groups */
+    if (kind == X4K && pf) /* the (d, dmin) lines after the groups */
         for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
             _mm_prefetch((const char *)pf + o, LF_HINT);
-    if (!k4 && nb - b >= 4) {
-        x40_group(false, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
-        go += kt__q40x_group_bytes(4), b += 4;
+    if (kind != X4K && nb - b >= 4) {
+        x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        go += x_group_bytes(kind, 4), b += 4;
     }
-    if (!k4 && nb > b)
-        x40_group(false, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+    if (kind != X4K && nb > b)
+        x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     tile_store(NR, MT, acc, out + r0 * 4);
 }
 
 /* Rows 0..3 of the tile at t . tokens act[0 .. mr - 1] into out[r * 4 + m]: one
  * token 4 rows at once, more 2 rows x mr tokens twice (pf: the first pass only). */
-ALWAYS_INLINE void x40_tiles(const bool k4, int mr, const uint8_t *t, const uint8_t *pf, int nb,
-                             const uint8_t *const *act, size_t xs, float *out)
+ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uint8_t *pf,
+                             int nb, const uint8_t *const *act, size_t xs, float *out)
 {
     if (mr == 1)
-        x40_tile(k4, 4, 1, t, pf, 0, nb, act, xs, out);
+        x40_tile(kind, 4, 1, t, pf, 0, nb, act, xs, out);
     for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
         if (mr == 2)
-            x40_tile(k4, 2, 2, t, pf, r0, nb, act, xs, out);
+            x40_tile(kind, 2, 2, t, pf, r0, nb, act, xs, out);
         else if (mr == 3)
-            x40_tile(k4, 2, 3, t, pf, r0, nb, act, xs, out);
+            x40_tile(kind, 2, 3, t, pf, r0, nb, act, xs, out);
         else
-            x40_tile(k4, 2, 4, t, pf, r0, nb, act, xs, out);
+            x40_tile(kind, 2, 4, t, pf, r0, nb, act, xs, out);
     }
 }
+
+/* One tile of layout KIND at the call loop's position (the one-token tile apart). */
+#define X_CALL_TILE(KIND) \
+    (mr == 1 ? x40_tile(KIND, 4, 1, tp, p1, 0, nb, ar, xs, out) \
+             : x40_tiles(KIND, mr, tp, p1, nb, ar, xs, out))
 
 
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
@@ -656,8 +698,10 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
 {
     pthread_once(&idx_once, idx_init); /* lf_ahead */
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const bool k4 = W->type == KT__LF_Q4KX;
-    const size_t tb = k4 ? kt__q4kx_tile_bytes(W->cols) : kt__q40x_tile_bytes(W->cols);
+    const int kind = W->type == KT__LF_Q4KX ? X4K : W->type == KT__LF_Q80X ? X80 : X40;
+    const size_t tb = kind == X4K   ? kt__q4kx_tile_bytes(W->cols)
+                      : kind == X80 ? kt__q80x_tile_bytes(W->cols)
+                                    : kt__q40x_tile_bytes(W->cols);
     const size_t ahead = (size_t)lf_ahead;
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;
@@ -689,14 +733,12 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
                 ar[i] = (const uint8_t *)act[m + (i < mr ? i : mr - 1)];
             float out[16];
             const uint8_t *p1 = m == 0 ? pf : NULL;
-            if (mr == 1 && !k4) /* the decode's cases compiled apart */
-                x40_tile(false, 4, 1, tp, p1, 0, nb, ar, xs, out);
-            else if (mr == 1)
-                x40_tile(true, 4, 1, tp, p1, 0, nb, ar, xs, out);
-            else if (!k4)
-                x40_tiles(false, mr, tp, p1, nb, ar, xs, out);
+            if (kind == X40) /* each layout's tiles compiled apart */
+                X_CALL_TILE(X40);
+            else if (kind == X4K)
+                X_CALL_TILE(X4K);
             else
-                x40_tiles(true, mr, tp, p1, nb, ar, xs, out);
+                X_CALL_TILE(X80);
             for (int r = 0; r < 4; r++)
                 if (4 * t + r >= n0 && 4 * t + r < n1)
                     for (int i = 0; i < mr; i++)

@@ -20,7 +20,8 @@
  *   R80   3 arrays [rp]      Q8_0 on AVX-512: the same for a Q8_0 row (one code
  *                            array; -128 * sum: the weights go in as w + 128)
  *
- * (rp: the weight row's bytes rounded up to 64, plus 64.) With these the
+ * (rp: the weight row's bytes rounded up to 64, plus 64.) R80 ends with the codes
+ * in the Q80X order (the Q8_0 decode's from the load-time repack). With these the
  * AVX-512 kernel reads 64 weight bytes at a time as they lie in the file: no
  * per-block unpacking, every 4-byte lane belongs to one block. After the
  * arrays, per block of 32: int32 -8 (R40) / -128 (R80) * (sum of the block's
@@ -99,7 +100,7 @@ static act_layout layout(unsigned mask, int K)
     L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_R80) ? 3 * raw_rp(K, 34) + 2 * blk_arr(K) : 0;
+    o += (mask & KT__GGML_ACT_R80) ? 3 * raw_rp(K, 34) + 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.total = o ? o : 64;
     return L;
 }
@@ -208,6 +209,23 @@ static void x40_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, uint8_t *x)
             }
 }
 
+/* The Q80X codes of blocks [b0, b1) of nb: block b's codes 4p..4p+3 to lane l of
+ * step s as the weights' lie (moe_kernels.h); the padded group's missing lanes zero. */
+static void x80_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, uint8_t *x)
+{
+    for (int b = b0; b < b1; b++) {
+        int gb, g = kt__q40x_group(b, nb, &gb), per = 16 / g;
+        for (int p = 0; p < 8; p++)
+            memcpy(x + (size_t)(gb / 2 + p / per) * 64 + 4 * (b - gb + g * (p % per)),
+                   q[b].qs + 4 * p, 4);
+    }
+    int gb, g = kt__q40x_group(nb - 1, nb, &gb);
+    if (b1 == nb && nb - gb < g)
+        for (int b = nb; b < gb + g; b++)
+            for (int p = 0; p < 8; p++)
+                memset(x + (size_t)(gb / 2 + p / 4) * 64 + 4 * (b - gb + 4 * (p % 4)), 0, 4);
+}
+
 /* Q8_0 / Q8_1 blocks of n inputs (the AVX-512 set: the same bytes, vectorised). */
 static void quant_q8(kt_ggml_isa isa, kt_type t, const float *x, void *y, int n)
 {
@@ -243,9 +261,12 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
         x40_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32,
                  r + L.r40 + 4 * raw_rp(K, 18) + 2 * blk_arr(K));
     }
-    if (L.r80 != SIZE_MAX && b1 > b0)
+    if (L.r80 != SIZE_MAX && b1 > b0) {
         raw_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32, false, r + L.r80,
                  raw_rp(K, 34));
+        x80_fill((const kt_block_q8_0 *)(r + L.q80), b0, b1, K / 32,
+                 r + L.r80 + 3 * raw_rp(K, 34) + 2 * blk_arr(K));
+    }
     if (L.q8k != SIZE_MAX) {
         const float *stage = (const float *)(r + L.f32);
         _Atomic int *cnt = (_Atomic int *)(r + L.cnt);
@@ -313,6 +334,15 @@ static float dot_float_row(const kt_ggml_traits *tr, const uint8_t *w, const flo
     return (float)acc;
 }
 
+/* The block type a load-time repack (KT__LF_*X) was made from; 0: not one. */
+static int x_stored(int type)
+{
+    return type == KT__LF_Q40X   ? KT_TYPE_Q4_0
+           : type == KT__LF_Q80X ? KT_TYPE_Q8_0
+           : type == KT__LF_Q4KX ? KT_TYPE_Q4_K
+                                 : 0;
+}
+
 #if KT_HAVE_ISA_AVX512
 static long parse_lf_xmax(const char *e)
 {
@@ -326,25 +356,30 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                       int k1, const void *A, size_t a_stride, const int32_t *rows, int M,
                       float *C, int ldc, void *scratch)
 {
-    if (W->type == KT__LF_Q40X || W->type == KT__LF_Q4KX) {
-        /* decode from the repacked tiles, else the rows they were made from */
-        bool q4 = W->type == KT__LF_Q40X;
+    int stored = x_stored(W->type);
+    if (stored) { /* decode from the repacked tiles, else the rows they were made from */
 #if KT_HAVE_ISA_AVX512
         act_layout L = layout(mask, W->cols);
+        /* the per-block arrays before the codes (moe_kernels.h) */
+        size_t x = stored == KT_TYPE_Q4_0   ? L.r40 + 4 * raw_rp(W->cols, 18)
+                   : stored == KT_TYPE_Q8_0 ? L.r80 + 3 * raw_rp(W->cols, 34)
+                                            : L.q8x;
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
+        bool have = (stored == KT_TYPE_Q4_0   ? L.r40
+                     : stored == KT_TYPE_Q8_0 ? L.r80
+                                              : L.q8x) != SIZE_MAX;
         if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
-            (q4 ? L.r40 : L.q8x) != SIZE_MAX) {
+            have) {
             const void *act[256];
             for (int m = 0; m < M; m++)
-                act[m] = (const uint8_t *)arow(A, a_stride, rows, m) +
-                         (q4 ? L.r40 + 4 * raw_rp(W->cols, 18) : L.q8x);
+                act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + x;
             kt__lf_gemm_q40x_avx512(W, n0, n1, act, blk_arr(W->cols), M, C, ldc);
             return;
         }
 #endif
-        kt__wmat src = {W->scale, NULL, W->rows, W->cols, q4 ? KT_TYPE_Q4_0 : KT_TYPE_Q4_K, 0};
+        kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0};
         gemm_ggml(mask, isa, &src, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
         return;
     }
@@ -492,10 +527,38 @@ static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
     return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0};
 }
 
+/* Q8_0 into Q80X (moe_kernels.h). */
+static kt__wmat q80x_repack(const kt__wmat *W, void *dst)
+{
+    const int K = W->cols, nb = K / 32;
+    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q8_0, K), tb = kt__q80x_tile_bytes(K);
+    memset(dst, 0, kt__lf_repack_bytes(KT_TYPE_Q8_0, W->rows, K));
+    for (int n = 0; n < W->rows; n++) {
+        const kt_block_q8_0 *q = (const kt_block_q8_0 *)((const uint8_t *)W->w + n * wrow);
+        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb;
+        size_t go = 0; /* the group's offset in the tile */
+        for (int b0 = 0; b0 < nb;) {
+            int gb, g = kt__q40x_group(b0, nb, &gb), per = 16 / g;
+            for (int b = gb; b < gb + g && b < nb; b++) {
+                for (int p = 0; p < 8; p++)
+                    for (int i = 0; i < 4; i++)
+                        t[go + (size_t)(p / per) * 256 + (n % 4) * 64 +
+                          4 * (b - gb + g * (p % per)) + i] = (uint8_t)(q[b].qs[4 * p + i] ^ 0x80);
+                memcpy(t + go + (size_t)g * 128 + (n % 4) * 2 * g + 2 * (b - gb), &q[b].d, 2);
+            }
+            go += kt__q80x_group_bytes(g);
+            b0 = gb + g;
+        }
+    }
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q80X, 0};
+}
+
 size_t kt__lf_repack_bytes(int type, int rows, int K)
 {
     if (type == KT_TYPE_Q4_0 && K > 0 && K % 32 == 0)
         return kt__q40x_bytes(rows, K);
+    if (type == KT_TYPE_Q8_0 && K > 0 && K % 32 == 0)
+        return (size_t)(rows + 3) / 4 * kt__q80x_tile_bytes(K);
     if (type == KT_TYPE_Q4_K && K > 0 && K % 256 == 0)
         return (size_t)(rows + 3) / 4 * kt__q4kx_tile_bytes(K);
     return 0;
@@ -503,7 +566,9 @@ size_t kt__lf_repack_bytes(int type, int rows, int K)
 
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
 {
-    return W->type == KT_TYPE_Q4_K ? q4kx_repack(W, dst) : kt__lf_q40x_repack(W, dst);
+    return W->type == KT_TYPE_Q4_K   ? q4kx_repack(W, dst)
+           : W->type == KT_TYPE_Q8_0 ? q80x_repack(W, dst)
+                                     : kt__lf_q40x_repack(W, dst);
 }
 
 /* One kernel set per (ISA level, section mask): the quant and gemm function
@@ -542,14 +607,16 @@ LF_ISA(2)
  * AVX-512 panels or decode tiles). */
 static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 {
-    bool x4k = W->type == KT__LF_Q4KX;
-    if ((W->type == KT__LF_Q40X || x4k) && M < LF_PANEL_MIN) { /* the tiles: one stream */
-        size_t tb = x4k ? kt__q4kx_tile_bytes(W->cols) : kt__q40x_tile_bytes(W->cols);
+    int stored = x_stored(W->type);
+    if (stored && M < LF_PANEL_MIN) { /* the tiles: one stream */
+        size_t tb = stored == KT_TYPE_Q4_K   ? kt__q4kx_tile_bytes(W->cols)
+                    : stored == KT_TYPE_Q8_0 ? kt__q80x_tile_bytes(W->cols)
+                                             : kt__q40x_tile_bytes(W->cols);
         kt__lf_hint_avx512(W->w, tb, n0 / 4, (n1 + 3) / 4, tb);
         return;
     }
-    kt__wmat src = {W->scale, NULL, W->rows, W->cols, x4k ? KT_TYPE_Q4_K : KT_TYPE_Q4_0, 0};
-    if (W->type == KT__LF_Q40X || x4k)
+    kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0};
+    if (stored)
         W = &src;
     unsigned sec = kt__ggml_act_section(W->type);
     if (M >= 1 && M <= 256 && sec && sec != KT__GGML_ACT_F32)
@@ -608,6 +675,7 @@ static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml")
 bool kt__lf_repacks(const kt__moe_kernels *k, int type)
 {
     unsigned need = type == KT_TYPE_Q4_0   ? KT__GGML_ACT_R40
+                    : type == KT_TYPE_Q8_0 ? KT__GGML_ACT_R80
                     : type == KT_TYPE_Q4_K ? KT__GGML_ACT_Q8K
                                            : 0;
     return KT_HAVE_ISA_AVX512 && need && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&

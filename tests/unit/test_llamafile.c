@@ -157,9 +157,9 @@ static void test_kernels(void **state)
     free(C);
 }
 
-/* Q4_0 / Q4_K repacked at load time (KT__LF_Q40X / KT__LF_Q4KX): the AVX-512
- * decode on the repack against dequantize-then-F32 for row lengths with every
- * group kind (Q4_0: 16s, an 8, a 4, a padded last 4; Q4_K: 16s, a last 8), 1-5
+/* Q4_0 / Q8_0 / Q4_K repacked at load time (KT__LF_Q40X / Q80X / Q4KX): the
+ * AVX-512 decode on the repack against dequantize-then-F32 for row lengths with
+ * every group kind (Q4_0, Q8_0: 16s, an 8, a 4, a padded last 4; Q4_K: 16s, a last 8), 1-5
  * tokens, row ranges off the tiles; 6 tokens (the prefill panels) and the
  * scalar / AVX2 sets read the rows kept in W->scale: the same figures as on the
  * rows themselves. */
@@ -178,7 +178,9 @@ static void repack_case(kt_type type, const int *Ks, size_t nk)
         void *rp = malloc(rpb);
         kt__wmat W = {.w = q, .rows = N, .cols = K, .type = type};
         kt__wmat X = kt__lf_repack(&W, rp);
-        assert_int_equal(X.type, type == KT_TYPE_Q4_0 ? KT__LF_Q40X : KT__LF_Q4KX);
+        assert_int_equal(X.type, type == KT_TYPE_Q4_0   ? KT__LF_Q40X
+                                 : type == KT_TYPE_Q8_0 ? KT__LF_Q80X
+                                                        : KT__LF_Q4KX);
         assert_ptr_equal(X.scale, q);
         float *x = malloc((size_t)MMAX * K * sizeof(float));
         float *xr = malloc((size_t)MMAX * K * sizeof(float));
@@ -248,6 +250,13 @@ static void test_repack_q40(void **state)
     (void)state;
     static const int Ks[] = {2048, 768, 1472, 416, 160, 96, 32};
     repack_case(KT_TYPE_Q4_0, Ks, sizeof Ks / sizeof Ks[0]);
+}
+
+static void test_repack_q80(void **state)
+{
+    (void)state;
+    static const int Ks[] = {2048, 768, 1472, 416, 160, 96, 32};
+    repack_case(KT_TYPE_Q8_0, Ks, sizeof Ks / sizeof Ks[0]);
 }
 
 static void test_repack_q4k(void **state)
@@ -430,6 +439,27 @@ static void test_backend_mixed(void **state)
  * one pool (the repacks beside the matrices in place) and two (each pool's
  * slice copies and their repacks), decode and prefill (which reads the rows),
  * a Q4_0 gate / up with a Q8_0 down; KT_LF_REPACK=0 keeps the experts in place. */
+/* A layer of gate / up type tg, down td, T tokens, with its load-time repacks
+ * (KT_LF_REPACK=1) and as stored (=0): the same error (its size is the draw's: Q4_K
+ * 0.013-0.024); one pool's copies at least `least` bytes. */
+static void repack_same_error(kt_type tg, kt_type td, int T, int pools, uint64_t least)
+{
+    uint64_t rng1 = rng;
+    setenv("KT_LF_REPACK", "0", 1);
+    double err0 = run_layer(tg, td, T, ~UINT64_C(0), 2);
+    setenv("KT_LF_REPACK", "1", 1); /* Q8_0's too (not by default) */
+    rng = rng1;
+    double err = run_layer(tg, td, T, ~UINT64_C(0), 2);
+    unsetenv("KT_LF_REPACK");
+    if (err > 0.03 || fabs(err - err0) > 1e-3 * err0 ||
+        (pools == 1 && layer_pool_bytes < least)) {
+        fprintf(stderr, "%s / %s pools %d T %d: rel rms err %g (as stored %g), pool bytes "
+                "%llu\n", kt__ggml_traits(tg)->name, kt__ggml_traits(td)->name, pools, T, err,
+                err0, (unsigned long long)layer_pool_bytes);
+        fail();
+    }
+}
+
 static void test_backend_repack(void **state)
 {
     (void)state;
@@ -439,6 +469,7 @@ static void test_backend_repack(void **state)
     /* 6 experts of gate, up [256][512] and down [512][256] Q4_0 */
     const uint64_t q40 = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q4_0, 512) * 256;
     const uint64_t q4k = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q4_K, 512) * 256;
+    const uint64_t q80 = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q8_0, 512) * 256;
     for (int pools = 1; pools <= 2; pools++)
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
             layer_pools = pools;
@@ -448,33 +479,23 @@ static void test_backend_repack(void **state)
                         Ts[i], err, (unsigned long long)layer_pool_bytes);
                 fail();
             }
-            err = run_layer(KT_TYPE_Q4_0, KT_TYPE_Q8_0, Ts[i], ~UINT64_C(0), 2);
-            assert_true(err < 0.02);
-            /* Q4_K: every matrix repacked with one pool; with two, down's 128-input
-             * slices (not a multiple of 256) read as stored. The same layer without
-             * the repack: the same error (its size is the draw's: 0.013-0.024) */
-            uint64_t rng1 = rng;
-            setenv("KT_LF_REPACK", "0", 1);
-            double err0 = run_layer(KT_TYPE_Q4_K, KT_TYPE_Q4_K, Ts[i], ~UINT64_C(0), 2);
-            unsetenv("KT_LF_REPACK");
-            rng = rng1;
-            err = run_layer(KT_TYPE_Q4_K, KT_TYPE_Q4_K, Ts[i], ~UINT64_C(0), 2);
-            if (err > 0.03 || fabs(err - err0) > 1e-3 * err0 ||
-                (pools == 1 && layer_pool_bytes < q4k)) {
-                fprintf(stderr, "Q4_K pools %d T %d: rel rms err %g (as stored %g), pool "
-                        "bytes %llu\n", pools, Ts[i], err, err0,
-                        (unsigned long long)layer_pool_bytes);
-                fail();
-            }
+            /* Q4_0 + Q8_0; Q8_0; Q4_K: every matrix repacked with one pool; with
+             * two, Q4_K's down slices of 128 inputs (not a multiple of 256) read as
+             * stored */
+            repack_same_error(KT_TYPE_Q4_0, KT_TYPE_Q8_0, Ts[i], pools, 0);
+            repack_same_error(KT_TYPE_Q8_0, KT_TYPE_Q8_0, Ts[i], pools, q80);
+            repack_same_error(KT_TYPE_Q4_K, KT_TYPE_Q4_K, Ts[i], pools, q4k);
         }
     setenv("KT_LF_REPACK", "0", 1);
     layer_pools = 1;
     assert_true(run_layer(KT_TYPE_Q4_0, KT_TYPE_Q4_0, 1, ~UINT64_C(0), 2) < 0.02);
     assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
     setenv("KT_LF_REPACK", "q4_0", 1); /* Q4_0's only */
-    assert_true(run_layer(KT_TYPE_Q4_K, KT_TYPE_Q4_K, 1, ~UINT64_C(0), 2) < 0.02);
+    assert_true(run_layer(KT_TYPE_Q4_K, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
     assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
-    unsetenv("KT_LF_REPACK");
+    unsetenv("KT_LF_REPACK"); /* by default Q8_0 stays as stored */
+    assert_true(run_layer(KT_TYPE_Q8_0, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
+    assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
     layer_pools = 0;
 }
 
@@ -926,6 +947,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_repack_q40),
+        cmocka_unit_test(test_repack_q80),
         cmocka_unit_test(test_repack_q4k),
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_tokens),

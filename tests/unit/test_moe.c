@@ -465,8 +465,8 @@ static void test_pools_every_method(void **state)
             /* AMX machines: INT4 prefill on AMX-INT8 tiles, int8 activations */
             if (info.isa && strstr(info.isa, "amx-int8"))
                 int8_act = true;
-            /* one pool: in place, but for LLAMAFILE Q4_K's decode repack (AVX-512) */
-            bool repacked = method == KT_METHOD_LLAMAFILE && type == KT_TYPE_Q4_K &&
+            /* one pool: in place, but for LLAMAFILE's decode repacks (AVX-512) */
+            bool repacked = method == KT_METHOD_LLAMAFILE &&
                             info.pool_bytes >= (uint64_t)E * info.expert_bytes;
             if (pools == 1 && !repacked) {
                 assert_string_equal(info.pool_memory, "in place");
