@@ -41,6 +41,9 @@ enum {
                           bits(1.0f) (0 where d = 0; d is a power of two)    */
     KT__ACT_BF16X2 = 5, /* KT_MOE_PREC_BF16X2: uint16 hi[Kp], then lo[Kp] (Kp = K padded
                           to 64), x = hi + lo, hi = bf16(x), lo = bf16(x - hi)     */
+    KT__ACT_BF16P64E = 6, /* AVX-512 FP8: the BF16P64 row (Kp = K padded to 64 words),
+                          then bf16(x * 2^64) [Kp], each chunk of 64 inputs as its 32
+                          even inputs, then its 32 odd ones (the shift decode's order) */
     KT__ACT_GGML = 16  /* LLAMAFILE: KT__ACT_GGML + mask of KT__GGML_ACT_* sections
                           (cpu/ref/moe_llamafile.c)                               */
 };
@@ -166,7 +169,7 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
         return kt__ggml_act_row_bytes((unsigned)(act - KT__ACT_GGML), K);
     else if (act == KT__ACT_BF16P64)
         b = (size_t)((K + 63) / 64) * 128;
-    else if (act == KT__ACT_BF16X2)
+    else if (act == KT__ACT_BF16X2 || act == KT__ACT_BF16P64E)
         b = (size_t)((K + 63) / 64) * 256;
     else
         b = (size_t)((K + 127) / 128) * (512 + 32);

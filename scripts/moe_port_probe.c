@@ -43,6 +43,7 @@ static double cpu_now(void)
         __m512i a[8], t = io[8], u = io[9];                                                    \
         for (int i = 0; i < 8; i++)                                                            \
             a[i] = io[i];                                                                      \
+        (void)t, (void)u;                                                                      \
         for (long n = 0; n < N / 8; n++)                                                       \
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                              \
                 a[i] = OP1(a[i], t, u);                                                        \
@@ -61,6 +62,8 @@ static double cpu_now(void)
 #define PERMPS(a, t, u) _mm512_castps_si512(_mm512_permutexvar_ps(a, _mm512_castsi512_ps(t)))
 #define ZXBW(a, t, u) _mm512_cvtepu8_epi16(_mm512_castsi512_si256(a))
 #define SRLW(a, t, u) _mm512_srli_epi16(a, 4)
+#define SRAW(a, t, u) _mm512_srai_epi16(a, 4)
+#define SLLW(a, t, u) _mm512_slli_epi16(a, 8)
 #define AND(a, t, u) _mm512_and_si512(a, t)
 #define TERN(a, t, u) _mm512_ternarylogic_epi32(a, t, u, 0x78)
 #define GF2P8(a, t, u) _mm512_gf2p8affine_epi64_epi8(a, t, 0)
@@ -78,6 +81,8 @@ ONE(o_permw, PERMW)
 ONE(o_permps, PERMPS)
 ONE(o_zxbw, ZXBW)
 ONE(o_srlw, SRLW)
+ONE(o_sraw, SRAW)
+ONE(o_sllw, SLLW)
 ONE(o_and, AND)
 ONE(o_tern, TERN)
 ONE(o_gf2p8, GF2P8)
@@ -91,6 +96,9 @@ TWO(p_dpbusd_fma, DPBUSD, FMA)
 TWO(p_permt2b_dpbf16, PERMT2B, DPBF16)
 TWO(p_permt2b_unpck, PERMT2B, UNPCK)
 TWO(p_permw_dpbf16, PERMW, DPBF16)
+TWO(p_sraw_dpbf16, SRAW, DPBF16)
+TWO(p_and_dpbf16, AND, DPBF16)
+TWO(p_sraw_and, SRAW, AND)
 
 /* The FP8 decode's sequence per 64 weights (cpu/avx512/moe_avx512.c
  * fp8x64_bf16 and one token's two dot products), weights and activations in
@@ -123,6 +131,59 @@ __attribute__((noinline)) static float fp8_sequence(long reps)
         _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
+/* The same with the shift decode (fp8x64_shift: 3 shifts, 2 ands per 64
+ * weights; activations in the even / odd order). */
+__attribute__((noinline)) static float fp8_shift_sequence(long reps)
+{
+    const __m512i keep = _mm512_set1_epi16((short)0x87f0);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (long r = 0; r < reps; r++)
+        for (int i = 0; i < 16384; i += 128)
+            for (int j = 0; j < 2; j++) {
+                __m512i v = _mm512_load_si512(l1_w + i + 64 * j);
+                __asm__("" : "+v"(v));
+                __m512i ev = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), keep);
+                __m512i od = _mm512_and_si512(_mm512_srai_epi16(v, 4), keep);
+                const uint16_t *x = l1_x + (i + 64 * j) % 8192;
+                acc[2 * j] = _mm512_dpbf16_ps(acc[2 * j], (__m512bh)ev,
+                                              (__m512bh)_mm512_load_si512(x));
+                acc[2 * j + 1] = _mm512_dpbf16_ps(acc[2 * j + 1], (__m512bh)od,
+                                                  (__m512bh)_mm512_load_si512(x + 32));
+            }
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+/* The FP8 prefill's chunk decode per 64 weights (a row's bytes to BF16 in an
+ * L1 chunk, 2 stores): through the tables (scale folded in) or the shifts. */
+static uint16_t l1_chunk[8192] __attribute__((aligned(64)));
+
+__attribute__((noinline)) static void fp8_chunk(long reps, int shifts)
+{
+    const __m512i h0 = _mm512_set1_epi8(0x3c), h1 = _mm512_set1_epi8(0x40);
+    const __m512i l0 = _mm512_set1_epi8(0x10), l1 = _mm512_set1_epi8(0x20);
+    const __m512i sign = _mm512_set1_epi8((char)0x80);
+    const __m512i keep = _mm512_set1_epi16((short)0x87f0);
+    for (long r = 0; r < reps; r++)
+        for (int i = 0; i < 16384; i += 64) {
+            __m512i v = _mm512_load_si512(l1_w + i), u0, u1;
+            __asm__("" : "+v"(v));
+            if (shifts) {
+                u0 = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), keep);
+                u1 = _mm512_and_si512(_mm512_srai_epi16(v, 4), keep);
+            } else {
+                __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
+                __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
+                hi = _mm512_ternarylogic_epi32(hi, v, sign, 0x78);
+                u0 = _mm512_unpacklo_epi8(lo, hi);
+                u1 = _mm512_unpackhi_epi8(lo, hi);
+            }
+            _mm512_store_si512(l1_chunk + (i % 8192), u0);
+            _mm512_store_si512(l1_chunk + (i % 8192) + 32, u1);
+        }
+}
+
 int main(void)
 {
     static const struct {
@@ -140,7 +201,11 @@ int main(void)
                 {"vpdpbusd + gf2p8", p_dpbusd_gf2p8},   {"vpdpbusd + vfmadd", p_dpbusd_fma},
                 {"vpermt2b + vdpbf16ps", p_permt2b_dpbf16},
                 {"vpermt2b + vpunpck", p_permt2b_unpck},
-                {"vpermw + vdpbf16ps", p_permw_dpbf16}};
+                {"vpermw + vdpbf16ps", p_permw_dpbf16},
+                {"vpsraw", o_sraw},              {"vpsllw", o_sllw},
+                {"vpsraw + vdpbf16ps", p_sraw_dpbf16},
+                {"vpandd + vdpbf16ps", p_and_dpbf16},
+                {"vpsraw + vpandd", p_sraw_and}};
     const char *ghz = getenv("KT_BENCH_GHZ");
     double hz = (ghz ? atof(ghz) : 3.65) * 1e9;
     __m512i io[10];
@@ -166,5 +231,25 @@ int main(void)
     }
     printf("%-22s %.2f cycles per 64 weights\n", "FP8 decode sequence",
            best * hz / (20000.0 * 16384 / 64));
+    best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = cpu_now();
+        sink += fp8_shift_sequence(20000);
+        double t = cpu_now() - t0;
+        best = t < best ? t : best;
+    }
+    printf("%-22s %.2f cycles per 64 weights\n", "FP8 shift sequence",
+           best * hz / (20000.0 * 16384 / 64));
+    for (int sh = 0; sh < 2; sh++) {
+        best = 1e30;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = cpu_now();
+            fp8_chunk(20000, sh);
+            double t = cpu_now() - t0;
+            best = t < best ? t : best;
+        }
+        printf("%-22s %.2f cycles per 64 weights\n",
+               sh ? "FP8 chunk, shifts" : "FP8 chunk, tables", best * hz / (20000.0 * 16384 / 64));
+    }
     return _mm512_reduce_add_epi32(io[0]) == 7 || sink == 1.0f;
 }

@@ -4,20 +4,22 @@
  *
  *  BF16     vdpbf16ps on BF16 activations; 4 weight rows x up to 4 tokens per
  *           register tile, K in chunks that stay in L1.
- *  FP8      E4M3 bytes -> BF16 with two 128-entry byte tables (vpermt2b on
- *           64 bytes: high and low byte of each BF16, sign or'ed in) and one
- *           interleave; the activations are stored permuted to match. Up to 3
- *           tokens: decoded in registers, block scale applied per 128 inputs
- *           to block partial sums. More tokens: a 4-row chunk is decoded once
- *           through tables with the 128x128 block's scale folded in, then
- *           BF16 tiles reuse it for every token.
+ *  FP8      Up to 3 tokens: E4M3 bytes -> BF16 x 2^-120 by shifts and a mask
+ *           (fp8x64_shift: even and odd bytes of 64 apart, no table), decoded
+ *           in registers against activations x 2^64 stored in the same even /
+ *           odd order; block scale applied per 128 inputs to block partial
+ *           sums; one token reads 4 quarter streams. More tokens: a 4-row
+ *           chunk is decoded once through two 128-entry byte tables
+ *           (vpermt2b) with the 128x128 block's scale folded in, then BF16
+ *           tiles reuse it for every token.
  *  RAWINT4  up to 3 tokens: 128 inputs per step, nibbles (value + 8, unsigned)
  *           x INT8 activations (scale per 32-group) with vpdpbusd, each lane
  *           started at -8 * (sum of its activation bytes) to remove the +8;
  *           4 steps' lanes summed to whole groups before one scale step per
- *           row and token (int4_block4). More tokens: 32 rows x 512 inputs unpacked once to nibble bytes
- *           along the vector, 8 vpdpbusd per 32-group and token on broadcast
- *           activations, one scale step per group (prefill_int4).
+ *           row and token (int4_block4). More tokens: 32 rows x 512 inputs
+ *           unpacked once to nibble bytes along the vector, 8 vpdpbusd per
+ *           32-group and token on broadcast activations, one scale step per
+ *           group (prefill_int4).
  */
 #include "moe_avx512_common.h"
 
@@ -77,6 +79,42 @@ static void quant_bf16p64(const float *x, int k0, int k1, int K, void *row)
     }
     for (; k < k1; k++)
         r[(k & ~63) + p64_pos(k & 63)] = kt__moe_f32_bf16(x[k]);
+}
+
+/* Position of input j (0..63) of a chunk in the even / odd order. */
+static inline int eo_pos(int j)
+{
+    return j % 2 ? 32 + j / 2 : j / 2;
+}
+
+/* BF16P64E row (moe_kernels.h): the BF16P64 row, then bf16(x 2^64) with each
+ * chunk's even inputs first (exact scaling: it keeps the shift decode's
+ * products, e4m3 2^-120 x a 2^64, far from FP32's denormals, which vdpbf16ps
+ * flushes). */
+static void quant_bf16p64e(const float *x, int k0, int k1, int K, void *row)
+{
+    quant_bf16p64(x, k0, k1, K, row);
+    uint16_t *r = (uint16_t *)row + ((K + 63) & ~63);
+    const __m512 two64 = _mm512_set1_ps(0x1p64f);
+    /* word 2i + (0 | 32) of the two converted halves: input 2i, 2i + 1 */
+    const __m512i even = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38,
+                                          36, 34, 32, 30, 28, 26, 24, 22, 20, 18, 16, 14, 12,
+                                          10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+    int k = k0;
+    for (; k < k1 && (k & 63); k++)
+        r[(k & ~63) + eo_pos(k & 63)] = kt__moe_f32_bf16(x[k] * 0x1p64f);
+    for (; k + 64 <= k1; k += 64) {
+        __m512 f[4];
+        for (int j = 0; j < 4; j++)
+            f[j] = _mm512_mul_ps(_mm512_loadu_ps(x + k + 16 * j), two64);
+        __m512i n0 = (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]);
+        __m512i n1 = (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]);
+        _mm512_storeu_si512(r + k, _mm512_permutex2var_epi16(n0, even, n1));
+        _mm512_storeu_si512(r + k + 32, _mm512_permutex2var_epi16(n0, odd, n1));
+    }
+    for (; k < k1; k++)
+        r[(k & ~63) + eo_pos(k & 63)] = kt__moe_f32_bf16(x[k] * 0x1p64f);
 }
 
 /* Q8P128 row (see moe_kernels.h), one 32-group at a time: d = max|x| / 127
@@ -534,15 +572,51 @@ ALWAYS_INLINE void fp8x64_bf16(const lut8 *L, __m512i v, __m512i *u)
     u[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
+/* 64 E4M3 bytes -> 64 BF16 numbers e4m3 x 2^-120, exactly, in the even / odd
+ * order (u[0]: the even bytes, u[1]: the odd ones). A normal E4M3 s eeee mmm is
+ * the BF16 s 0000eeee mmm0000 times 2^120: a 16-bit word's high byte moves to
+ * those bits by an arithmetic shift of 4 (the sign stays), a mask clears the
+ * sign's copies and what the low byte left; the low byte goes up by 8 first.
+ * Subnormal codes (eeee = 0, |q| <= 0.875 2^-6, below E4M3's own rounding
+ * step of its normal range) become BF16 denormals, which vdpbf16ps reads as
+ * zero; the NaN code (S.1111.111) reads as 480. */
+ALWAYS_INLINE void fp8x64_shift(__m512i v, __m512i *u)
+{
+    const __m512i keep = _mm512_set1_epi16((short)0x87f0);
+    __asm__("" : "+v"(v)); /* one load for both halves */
+    u[0] = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), keep);
+    u[1] = _mm512_and_si512(_mm512_srai_epi16(v, 4), keep);
+}
+
+/* 64 bytes at p under msk; a plain load when msk is all ones (constant). */
+ALWAYS_INLINE __m512i load_bytes(__mmask64 msk, const uint8_t *p)
+{
+    return msk == ~(__mmask64)0 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(msk, p);
+}
+
+/* The 64 E4M3 bytes at p under msk -> 64 BF16: the shift decode (SH,
+ * activations in the even / odd order, times 2^64) or the tables (BF16P64
+ * order). */
+ALWAYS_INLINE void fp8x64_dec(const int SH, const lut8 *L, const uint8_t *p, __mmask64 msk,
+                              __m512i *u)
+{
+    if (SH)
+        fp8x64_shift(load_bytes(msk, p), u);
+    else
+        fp8x64_bf16(L, load_bytes(msk, p), u);
+}
+
 /* Decode (up to 3 tokens), NI rows (1, 2 or 4) at a time read side by side: per
  * 128-input block the exact BF16 partial sums (two chains) are scaled by the
  * block's weight_scale_inv:
  *     out[m * 4 + r] = sum_b s_r[b] * sum_{k in b} e4m3(w_r[k]) a_m[k] */
 ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
-                            const uint16_t *const *a, const int MR, const int NI, int k0, int k1,
-                            size_t pf, float *out)
+                            const uint16_t *const *a, const int MR, const int NI, const int SH,
+                            int k0, int k1, size_t pf, float *out)
 {
-    lut8 L = lut_load();
+    lut8 L;
+    if (!SH)
+        L = lut_load();
     __m512 row_sum[3][4];
     #pragma GCC unroll 4
     for (int r0 = 0; r0 < 4; r0 += NI) {
@@ -567,8 +641,8 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
                 __m512i u[2], v[2];
                 _mm_prefetch((const char *)(wr + kb) + pf, _MM_HINT_T1);
                 _mm_prefetch((const char *)(wr + kb) + pf + 64, _MM_HINT_T1);
-                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb), u);
-                fp8x64_bf16(&L, _mm512_loadu_si512(wr + kb + 64), v);
+                fp8x64_dec(SH, &L, wr + kb, ~(__mmask64)0, u);
+                fp8x64_dec(SH, &L, wr + kb + 64, ~(__mmask64)0, v);
                 __m512 sv = _mm512_set1_ps(srow[r0 + i][kb / 128]);
                 #pragma GCC unroll 3
                 for (int m = 0; m < MR; m++) {
@@ -590,7 +664,7 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
                     b0[m] = _mm512_setzero_ps();
                 for (int k = kb; k < k1; k += 64) {
                     __m512i u[2];
-                    fp8x64_bf16(&L, _mm512_maskz_loadu_epi8(tail64(k1 - k), wr + k), u);
+                    fp8x64_dec(SH, &L, wr + k, tail64(k1 - k), u);
                     #pragma GCC unroll 3
                     for (int m = 0; m < MR; m++) {
                         b0[m] = _mm512_dpbf16_ps(b0[m], (__m512bh)u[0],
@@ -609,10 +683,55 @@ ALWAYS_INLINE void rows_fp8(const uint8_t *const *w, const float *const *srow,
                 row_sum[m][r0 + i] = tot[i][m];
         }
     }
+    /* the shift decode's weights are e4m3 2^-120, its activations a 2^64 */
+    const __m128 unscale = _mm_set1_ps(SH ? 0x1p56f : 1.0f);
     #pragma GCC unroll 3
     for (int m = 0; m < MR; m++)
-        _mm_storeu_ps(out + m * 4,
-                      hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2], row_sum[m][3]));
+        _mm_storeu_ps(out + m * 4, _mm_mul_ps(hsum4(row_sum[m][0], row_sum[m][1], row_sum[m][2],
+                                                    row_sum[m][3]),
+                                              unscale));
+}
+
+/* One 4-row tile of rows_fp8 by the tile's shape sel (gemm_fp8). */
+ALWAYS_INLINE void tile_fp8(const int SH, int sel, const uint8_t *const *w,
+                            const float *const *srow, const uint16_t *const *a, int k0, int k1,
+                            size_t pf, float *out)
+{
+    switch (sel) {
+    case 1: rows_fp8(w, srow, a, 1, 1, SH, k0, k1, pf, out); break;
+    case 2: rows_fp8(w, srow, a, 2, 1, SH, k0, k1, pf, out); break;
+    case 3: rows_fp8(w, srow, a, 3, 1, SH, k0, k1, pf, out); break;
+    case 4: rows_fp8(w, srow, a, 1, 2, SH, k0, k1, pf, out); break;
+    default: rows_fp8(w, srow, a, 1, 4, SH, k0, k1, pf, out); break;
+    }
+}
+
+/* FP8 decode's E4M3 -> BF16: the shifts (fp8x64_shift, the default) or the
+ * tables (KT_MOE_FP8_DEC=table, for measuring). */
+static long parse_fp8_dec(const char *e)
+{
+    return !(e && !strcmp(e, "table"));
+}
+
+static int fp8_shift(void)
+{
+    static long cached;
+    return (int)env_knob(&cached, "KT_MOE_FP8_DEC", parse_fp8_dec);
+}
+
+/* One token's rows as 4 quarter streams (the shift decode, 16 rows or more):
+ * one Zen 4 core, 256-row blocks from memory, alternating (14:56): K 768
+ * 0.70-0.72 -> 0.71-0.81 of a read loop, K 2048 0.87-0.91 -> 0.87-0.93.
+ * KT_MOE_FP8_QUARTERS=0: rows one after another (for measuring). */
+static long parse_fp8_quarters(const char *e)
+{
+    return !(e && *e == '0');
+}
+
+static int fp8_quarters(void)
+{
+    static long cached;
+    return (int)env_knob(&cached, "KT_MOE_FP8_QUARTERS", parse_fp8_quarters);
 }
 
 /* The E4M3 tables of one 128x128 block with its scale folded in: t[0..127]
@@ -655,14 +774,39 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
     const float *sc = W->scale;
     int cols = W->cols, cb = (cols + 127) / 128;
     if (M < 4) {
-        const uint16_t *a[3];
+        int sh = fp8_shift();
+        const uint16_t *a[3]; /* the BF16P64E row's second half for the shifts */
         for (int i = 0; i < 3; i++)
-            a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
+            a[i] = (const uint16_t *)arow(A, a_stride, rows, i < M ? i : M - 1) +
+                   (sh ? (cols + 63) & ~63 : 0);
         size_t pf = dec_pf();
+        int nq = (n1 - n0) / 4, nd = n0; /* rows done */
+        if (M == 1 && sh && nq >= 4 && fp8_quarters()) {
+            /* 4 quarter streams of nq rows, one row of each a tile, sharing
+             * the loads of the token's activations; the 0-3 rows left after
+             * them as below */
+            for (int r = 0; r < 4; r++)
+                decode_warmup(w + (size_t)(n0 + r * nq) * cols + k0, (size_t)nq * cols, 256);
+            for (int n = n0; n < n0 + nq; n++) {
+                const uint8_t *wr[4];
+                const float *sr[4];
+                for (int r = 0; r < 4; r++) {
+                    int row = n + r * nq;
+                    wr[r] = w + (size_t)row * cols;
+                    sr[r] = sc + (size_t)(row / 128) * cb;
+                }
+                float t[4];
+                rows_fp8(wr, sr, a, 1, 4, 1, k0, k1, pf, t);
+                for (int r = 0; r < 4; r++)
+                    C[n - n0 + r * nq] = t[r];
+            }
+            nd = n0 + 4 * nq;
+        }
         /* one token: rows side by side (dec_rows: 1, 2 or 4) */
         int sel = M == 1 && dec_rows() > 1 ? 3 + dec_rows() / 2 : M;
-        decode_warmup(w + (size_t)n0 * cols + k0, (size_t)(n1 - n0) * cols, pf);
-        for (int n = n0; n < n1; n += 4) {
+        if (nd < n1)
+            decode_warmup(w + (size_t)nd * cols + k0, (size_t)(n1 - nd) * cols, pf);
+        for (int n = nd; n < n1; n += 4) {
             int nr = imin(4, n1 - n);
             const uint8_t *wr[4];
             const float *sr[4];
@@ -672,13 +816,10 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
                 sr[r] = sc + (size_t)(row / 128) * cb;
             }
             float t[12];
-            switch (sel) {
-            case 1: rows_fp8(wr, sr, a, 1, 1, k0, k1, pf, t); break;
-            case 2: rows_fp8(wr, sr, a, 2, 1, k0, k1, pf, t); break;
-            case 3: rows_fp8(wr, sr, a, 3, 1, k0, k1, pf, t); break;
-            case 4: rows_fp8(wr, sr, a, 1, 2, k0, k1, pf, t); break;
-            default: rows_fp8(wr, sr, a, 1, 4, k0, k1, pf, t); break;
-            }
+            if (sh)
+                tile_fp8(1, sel, wr, sr, a, k0, k1, pf, t);
+            else
+                tile_fp8(0, sel, wr, sr, a, k0, k1, pf, t);
             store_tile(C, ldc, n - n0, t, M, nr);
         }
         return;
@@ -1068,13 +1209,12 @@ static void decode_int4t(const kt__wmat *W, int n0, int n1, int k0, int k1, cons
     const float *dx[3];
     for (int i = 0; i < 3; i++)
         a[i] = arow(A, a_stride, rows, i < M ? i : M - 1);
-    for (int m = 0; m < M; m++) {
-        float *d = scratch + (size_t)m * (b1 - b0) * 16;
-        int4_dx(a[m], K128, 4 * b0, b1 - b0, k1 / 32, d);
+    for (int m = 0; m < 3; m++) { /* tokens past M: the last one's */
+        float *d = scratch + (size_t)imin(m, M - 1) * (b1 - b0) * 16;
+        if (m < M)
+            int4_dx(a[m], K128, 4 * b0, b1 - b0, k1 / 32, d);
         dx[m] = d;
     }
-    for (int m = M; m < 3; m++)
-        dx[m] = dx[M - 1];
     size_t pf = int4t_pf();
     for (int n = n0; n < n1; n += 4) {
         float t[12];
@@ -1507,7 +1647,7 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1, int M)
 
 static const kt__moe_kernels k_bf16 = {"avx512-bf16", KT__ACT_BF16, quant_bf16, gemm_bf16,
                                        sizeof(pblock), NULL};
-static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64, quant_bf16p64, gemm_fp8,
+static const kt__moe_kernels k_fp8 = {"avx512-fp8", KT__ACT_BF16P64E, quant_bf16p64e, gemm_fp8,
                                       4 * DEQ_STRIDE * 2 + FP8_BLKS * 256, NULL};
 static const kt__moe_kernels k_int4 = {"avx512-vnni", KT__ACT_Q8P128, quant_q8p128, gemm_int4,
                                        sizeof(vtile), prefetch_int4};

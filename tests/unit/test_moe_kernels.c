@@ -5,9 +5,10 @@
  * rows and inputs (NUMA slices), gathered activation rows.
  *
  * Tolerance per output: c * sum_k |a_k| |w_k| with c = 1e-5 where the kernel
- * computes the same products as the reference (BF16; FP8 up to 3 tokens; RAWINT4
- * on the AVX-512 VNNI set, INT8 activations per 32-group), c = 8e-3 where it
- * rounds dequantized weights to BF16 (FP8 prefill from 4 tokens, the AMX sets).
+ * computes the same products as the reference (BF16; FP8 up to 3 tokens, plus
+ * the products of E4M3 subnormals, which the AVX-512 shift decode reads as zero;
+ * RAWINT4 on the AVX-512 VNNI set, INT8 activations per 32-group), c = 8e-3 where
+ * it rounds dequantized weights to BF16 (FP8 prefill from 4 tokens, the AMX sets).
  */
 #include <float.h>
 #include <math.h>
@@ -175,12 +176,21 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                                                strstr(ks->name, "avx512-vnni")));
                     if (act_q8)
                         c = 8e-3;
+                    /* the AVX-512 FP8 decode's shifts read E4M3 subnormals (|q| <=
+                     * 0.875 2^-6, a 16th of these random codes, under 1e-4 of a real
+                     * checkpoint's) as BF16 denormals, which vdpbf16ps takes as zero:
+                     * their products may be missing, on top of c */
+                    int fp8_daz = method == KT_METHOD_FP8 && !precise &&
+                                  (!strcmp(ks->name, "avx512-fp8") ||
+                                   !strcmp(ks->name, "amx-bf16+fp8"));
                     for (int m = 0; m < M; m++)
                         for (int n = n0; n < n1; n++) {
-                            double mag = 0, dot = 0, wsum = 0, amax = 0;
+                            double mag = 0, dot = 0, wsum = 0, amax = 0, sub = 0;
                             for (int k = k0; k < k1; k++) {
                                 double a = x[(size_t)rows_idx[m] * K + k];
                                 double p = a * f[(size_t)n * K + k];
+                                if (fp8_daz && !(((const uint8_t *)w)[(size_t)n * K + k] & 0x78))
+                                    sub += fabs(p);
                                 mag += fabs(p);
                                 dot += p;
                                 wsum += fabs(f[(size_t)n * K + k]);
@@ -194,15 +204,15 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                                          ref->name, kt_method_name((kt_method)method), m, n,
                                          cr[at], dot);
                             double d = fabs(ct[at] - cr[at]);
-                            double rel = d / (mag + 1e-30);
+                            double rel = (d > sub ? d - sub : 0) / (mag + 1e-30);
                             if (rel > worst && c < 1e-4)
                                 worst = rel;
-                            if (!(d <= c * mag + 1e-30))
+                            if (!(d <= c * mag + sub + 1e-30))
                                 fail_msg("%s %s N=%d K=%d M=%d rows [%d,%d) inputs [%d,%d): "
                                          "C[%d][%d] = %g, reference %g (tol %g)",
                                          ks->name, kt_method_name((kt_method)method), N, K, M, n0,
                                          n1, k0, k1, m, n, ct[(size_t)m * nb + n - n0],
-                                         cr[(size_t)m * nb + n - n0], c * mag);
+                                         cr[(size_t)m * nb + n - n0], c * mag + sub);
                         }
                     if (!strncmp(ks->name, "amx", 3) && nb > 1) {
                         /* Same epoch, fewer rows: reuses the packed activations
