@@ -100,88 +100,81 @@ TWO(p_sraw_dpbf16, SRAW, DPBF16)
 TWO(p_and_dpbf16, AND, DPBF16)
 TWO(p_sraw_and, SRAW, AND)
 
-/* The FP8 decode's sequence per 64 weights (cpu/avx512/moe_avx512.c
- * fp8x64_bf16 and one token's two dot products), weights and activations in
- * L1: cycles per 64 weights. */
+/* Weights and activations in L1 for the FP8 sequences below. */
 static uint8_t l1_w[16384] __attribute__((aligned(64)));
 static uint16_t l1_x[8192] __attribute__((aligned(64)));
+static uint16_t l1_chunk[8192] __attribute__((aligned(64)));
 
-__attribute__((noinline)) static float fp8_sequence(long reps)
+/* 64 E4M3 bytes -> 64 BF16 (u[0], u[1]): the tables (cpu/avx512/moe_avx512.c
+ * fp8x64_bf16, table contents aside) or the shifts (fp8x64_shift: 3 shifts,
+ * 2 ands; the even / odd order). */
+static inline __attribute__((always_inline)) void decode64(__m512i v, int shifts, __m512i *u)
 {
-    const __m512i h0 = _mm512_set1_epi8(0x3c), h1 = _mm512_set1_epi8(0x40);
-    const __m512i l0 = _mm512_set1_epi8(0x10), l1 = _mm512_set1_epi8(0x20);
-    const __m512i sign = _mm512_set1_epi8((char)0x80);
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                     _mm512_setzero_ps()};
-    for (long r = 0; r < reps; r++)
-        for (int i = 0; i < 16384; i += 128)
-            for (int j = 0; j < 2; j++) {
-                __m512i v = _mm512_load_si512(l1_w + i + 64 * j);
-                __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
-                __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
-                hi = _mm512_ternarylogic_epi32(hi, v, sign, 0x78);
-                const uint16_t *x = l1_x + (i + 64 * j) % 8192;
-                acc[2 * j] = _mm512_dpbf16_ps(acc[2 * j], (__m512bh)_mm512_unpacklo_epi8(lo, hi),
-                                              (__m512bh)_mm512_load_si512(x));
-                acc[2 * j + 1] =
-                    _mm512_dpbf16_ps(acc[2 * j + 1], (__m512bh)_mm512_unpackhi_epi8(lo, hi),
-                                     (__m512bh)_mm512_load_si512(x + 32));
-            }
-    return _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    __asm__("" : "+v"(v)); /* one load, as in the kernels */
+    if (shifts) {
+        const __m512i keep = _mm512_set1_epi16((short)0x87f0);
+        u[0] = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), keep);
+        u[1] = _mm512_and_si512(_mm512_srai_epi16(v, 4), keep);
+    } else {
+        __m512i hi = _mm512_permutex2var_epi8(_mm512_set1_epi8(0x3c), v, _mm512_set1_epi8(0x40));
+        __m512i lo = _mm512_permutex2var_epi8(_mm512_set1_epi8(0x10), v, _mm512_set1_epi8(0x20));
+        hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0x78);
+        u[0] = _mm512_unpacklo_epi8(lo, hi);
+        u[1] = _mm512_unpackhi_epi8(lo, hi);
+    }
 }
 
-/* The same with the shift decode (fp8x64_shift: 3 shifts, 2 ands per 64
- * weights; activations in the even / odd order). */
-__attribute__((noinline)) static float fp8_shift_sequence(long reps)
+/* The FP8 decode's sequence per 64 weights: decode64 and one token's two dot
+ * products. */
+static inline __attribute__((always_inline)) float fp8_sequence(long reps, int shifts)
 {
-    const __m512i keep = _mm512_set1_epi16((short)0x87f0);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                      _mm512_setzero_ps()};
     for (long r = 0; r < reps; r++)
         for (int i = 0; i < 16384; i += 128)
             for (int j = 0; j < 2; j++) {
-                __m512i v = _mm512_load_si512(l1_w + i + 64 * j);
-                __asm__("" : "+v"(v));
-                __m512i ev = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), keep);
-                __m512i od = _mm512_and_si512(_mm512_srai_epi16(v, 4), keep);
+                __m512i u[2];
+                decode64(_mm512_load_si512(l1_w + i + 64 * j), shifts, u);
                 const uint16_t *x = l1_x + (i + 64 * j) % 8192;
-                acc[2 * j] = _mm512_dpbf16_ps(acc[2 * j], (__m512bh)ev,
+                acc[2 * j] = _mm512_dpbf16_ps(acc[2 * j], (__m512bh)u[0],
                                               (__m512bh)_mm512_load_si512(x));
-                acc[2 * j + 1] = _mm512_dpbf16_ps(acc[2 * j + 1], (__m512bh)od,
+                acc[2 * j + 1] = _mm512_dpbf16_ps(acc[2 * j + 1], (__m512bh)u[1],
                                                   (__m512bh)_mm512_load_si512(x + 32));
             }
     return _mm512_reduce_add_ps(
         _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-/* The FP8 prefill's chunk decode per 64 weights (a row's bytes to BF16 in an
- * L1 chunk, 2 stores): through the tables (scale folded in) or the shifts. */
-static uint16_t l1_chunk[8192] __attribute__((aligned(64)));
-
-__attribute__((noinline)) static void fp8_chunk(long reps, int shifts)
+/* The FP8 prefill's chunk decode per 64 weights: decode64 and 2 stores into an
+ * L1 chunk. */
+static inline __attribute__((always_inline)) float fp8_chunk(long reps, int shifts)
 {
-    const __m512i h0 = _mm512_set1_epi8(0x3c), h1 = _mm512_set1_epi8(0x40);
-    const __m512i l0 = _mm512_set1_epi8(0x10), l1 = _mm512_set1_epi8(0x20);
-    const __m512i sign = _mm512_set1_epi8((char)0x80);
-    const __m512i keep = _mm512_set1_epi16((short)0x87f0);
     for (long r = 0; r < reps; r++)
         for (int i = 0; i < 16384; i += 64) {
-            __m512i v = _mm512_load_si512(l1_w + i), u0, u1;
-            __asm__("" : "+v"(v));
-            if (shifts) {
-                u0 = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 4), keep);
-                u1 = _mm512_and_si512(_mm512_srai_epi16(v, 4), keep);
-            } else {
-                __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
-                __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
-                hi = _mm512_ternarylogic_epi32(hi, v, sign, 0x78);
-                u0 = _mm512_unpacklo_epi8(lo, hi);
-                u1 = _mm512_unpackhi_epi8(lo, hi);
-            }
-            _mm512_store_si512(l1_chunk + (i % 8192), u0);
-            _mm512_store_si512(l1_chunk + (i % 8192) + 32, u1);
+            __m512i u[2];
+            decode64(_mm512_load_si512(l1_w + i), shifts, u);
+            _mm512_store_si512(l1_chunk + (i % 8192), u[0]);
+            _mm512_store_si512(l1_chunk + (i % 8192) + 32, u[1]);
         }
+    return (float)l1_chunk[7];
+}
+
+/* each with its decode fixed at compile time */
+__attribute__((noinline)) static float seq_tables(long reps)
+{
+    return fp8_sequence(reps, 0);
+}
+__attribute__((noinline)) static float seq_shifts(long reps)
+{
+    return fp8_sequence(reps, 1);
+}
+__attribute__((noinline)) static float chunk_tables(long reps)
+{
+    return fp8_chunk(reps, 0);
+}
+__attribute__((noinline)) static float chunk_shifts(long reps)
+{
+    return fp8_chunk(reps, 1);
 }
 
 int main(void)
@@ -221,35 +214,24 @@ int main(void)
         }
         printf("%-22s %.2f cycles per instruction\n", rows[r].name, best * hz / (double)N);
     }
-    double best = 1e30;
+    static const struct {
+        const char *name;
+        float (*f)(long);
+    } seqs[] = {{"FP8 decode sequence", seq_tables},
+                {"FP8 shift sequence", seq_shifts},
+                {"FP8 chunk, tables", chunk_tables},
+                {"FP8 chunk, shifts", chunk_shifts}};
     float sink = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = cpu_now();
-        sink += fp8_sequence(20000);
-        double t = cpu_now() - t0;
-        best = t < best ? t : best;
-    }
-    printf("%-22s %.2f cycles per 64 weights\n", "FP8 decode sequence",
-           best * hz / (20000.0 * 16384 / 64));
-    best = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = cpu_now();
-        sink += fp8_shift_sequence(20000);
-        double t = cpu_now() - t0;
-        best = t < best ? t : best;
-    }
-    printf("%-22s %.2f cycles per 64 weights\n", "FP8 shift sequence",
-           best * hz / (20000.0 * 16384 / 64));
-    for (int sh = 0; sh < 2; sh++) {
-        best = 1e30;
+    for (size_t q = 0; q < sizeof seqs / sizeof seqs[0]; q++) {
+        double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
             double t0 = cpu_now();
-            fp8_chunk(20000, sh);
+            sink += seqs[q].f(20000);
             double t = cpu_now() - t0;
             best = t < best ? t : best;
         }
-        printf("%-22s %.2f cycles per 64 weights\n",
-               sh ? "FP8 chunk, shifts" : "FP8 chunk, tables", best * hz / (20000.0 * 16384 / 64));
+        printf("%-22s %.2f cycles per 64 weights\n", seqs[q].name,
+               best * hz / (20000.0 * 16384 / 64));
     }
     return _mm512_reduce_add_epi32(io[0]) == 7 || sink == 1.0f;
 }
