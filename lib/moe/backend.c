@@ -604,7 +604,7 @@ static size_t round64(size_t b)
 static bool lf_repack_type(const kt_moe_backend *moe, int type)
 {
     const char *e = getenv("KT_LF_REPACK");
-    if (!e)
+    if (!e || !*e) /* set but empty as unset (the device scripts pass "default" so) */
         e = "q4_0,q4_K";
     const char *name = type == KT_TYPE_Q4_0 ? "q4_0" : type == KT_TYPE_Q8_0 ? "q8_0" : "q4_K";
     if (e && strcmp(e, "1") && !strstr(e, name))
