@@ -1122,9 +1122,13 @@ kt_status kt_context_use_gpu(kt_context *ctx, const kt_gpu_options *opts)
         st = cuda_error(g, "phase timing");
         goto fail;
     }
+    /* test hook: KT_GPU_BLAS_MIN_TOKENS moves the dense products' cuBLAS threshold
+     * alone, the grouped experts stay (racecheck stops inside cuBLAS's GEMMs) */
+    const char *bt = getenv("KT_GPU_BLAS_MIN_TOKENS");
+    int32_t blas_min_t = bt && atoi(bt) > 0 ? atoi(bt) : g->gemm_min_t;
     if (g->cublas &&
         kt__cuda_gemm_enable(g->rt, g->staging, g->staging_elems, g->wstaging,
-                             g->wstaging_elems, g->gemm_min_t, g->err, sizeof g->err) < 0) {
+                             g->wstaging_elems, blas_min_t, g->err, sizeof g->err) < 0) {
         st = cuda_error(g, "cuBLAS");
         goto fail;
     }

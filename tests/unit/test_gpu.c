@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -24,6 +25,50 @@ static uint32_t g_gpu_flags;  /* kt_gpu_options.flags for the next open_gpu */
 static int32_t g_lw_tokens;   /* kt_gpu_options.layerwise_tokens for the next open_gpu */
 static int32_t g_n_ctx = 256; /* kt_context_options.n_ctx for the next open_gpu */
 static int32_t g_move_slots;  /* kt_gpu_options.move_slots for the next open_gpu */
+
+/* KT_TEST_SHORT=N, for compute-sanitizer passes: under racecheck every launch
+ * costs milliseconds of device time, so a one-token step costs nearly what a
+ * chunk does (the H200, 11-30 14:55, 8 processes sharing the device: 0.7 s a
+ * forward of 17 tokens or one, an 81-token prompt and two steps 3.7 s) and the
+ * token-by-token decode was most of a case. With N, decode runs its first and
+ * last N positions one at a time and the positions between as one chunk on the
+ * cache (their logits held to the same tolerances), greedy N + 1 ids, the steps
+ * during expert moves N. The kernels a case launches stay the same: the
+ * prompt's chunk, the decode graph's capture and replays, the split attention
+ * over one 64-position tile and over two. Unset or 0: the full test. */
+static int32_t short_steps(void)
+{
+    static int32_t n = -1;
+    if (n < 0) {
+        const char *e = getenv("KT_TEST_SHORT");
+        n = e ? KT_MAX(atoi(e), 0) : 0;
+    }
+    return n;
+}
+
+/* greedy ids to generate for a reference of n_greedy */
+static size_t greedy_count(int32_t n_greedy)
+{
+    return (size_t)(short_steps() ? KT_MIN(n_greedy, short_steps() + 1) : n_greedy);
+}
+
+/* decode steps to run while expert moves land, of a prompt of T */
+static int32_t steps_while_moving(int32_t T)
+{
+    return short_steps() ? KT_MIN(short_steps(), T) : T;
+}
+
+/* KT_TEST_TIMES=1: seconds of each case's phases (where sanitizer passes spend them) */
+static double phase_now(void)
+{
+    static int on = -1;
+    if (on < 0)
+        on = getenv("KT_TEST_TIMES") != NULL;
+    struct timespec ts = {0, 0};
+    if (on)
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+    return on ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : -1.0;
+}
 
 static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_model **model)
 {
@@ -50,16 +95,22 @@ static kt_context *open_gpu(const char *dir, kt_precision prec, float frac, kt_m
     return ctx;
 }
 
-/* prefill logits [T][V] (all positions), then decode logits [T][V] token by token */
+/* prefill logits [T][V] (all positions), then decode logits [T][V] token by token
+ * (KT_TEST_SHORT=N: positions [N, T - N) as one chunk) */
 static void run_logits(kt_context *ctx, const ref_data *r, float *pre, float *dec)
 {
     kt_context_reset(ctx);
     assert_int_equal(kt_context_eval(ctx, r->prompt, (size_t)r->T, pre, KT_EVAL_ALL_LOGITS),
                      KT_OK);
     kt_context_reset(ctx);
-    for (int32_t t = 0; t < r->T; t++)
-        assert_int_equal(kt_context_eval(ctx, &r->prompt[t], 1, dec + (size_t)t * r->V, 0),
-                         KT_OK);
+    int32_t head = short_steps() ? KT_MIN(short_steps(), r->T) : r->T;
+    int32_t tail = KT_MAX(head, r->T - short_steps());
+    for (int32_t t = 0; t < r->T;) {
+        int32_t n = t == head && tail > head ? tail - head : 1;
+        assert_int_equal(kt_context_eval(ctx, &r->prompt[t], (size_t)n, dec + (size_t)t * r->V,
+                                         n > 1 ? KT_EVAL_ALL_LOGITS : 0), KT_OK);
+        t += n;
+    }
 }
 
 /* Positions whose logits are within tol of the reference. */
@@ -84,19 +135,22 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
     const char *dir = fixture_path(name, variant);
     ref_data r;
     ref_load(&r, dir);
+    double t0 = phase_now();
     kt_model *model;
     kt_context *ctx = open_gpu(dir, prec, frac, &model);
     size_t TV = (size_t)r.T * r.V;
     float *pre = calloc(TV, sizeof(float)), *dec = calloc(TV, sizeof(float));
+    double t1 = phase_now();
     run_logits(ctx, &r, pre, dec);
+    double t2 = phase_now();
     float dp = max_abs_diff(pre, r.logits, TV), dd = max_abs_diff(dec, r.logits, TV);
     kt_context_reset(ctx);
     int32_t out[64];
-    size_t n = 0;
-    assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, (size_t)r.n_greedy, out, &n),
-                     KT_OK);
-    int same = (int)n == r.n_greedy;
-    for (int32_t i = 0; same && i < r.n_greedy; i++)
+    size_t n = 0, n_want = greedy_count(r.n_greedy);
+    assert_int_equal(kt_context_greedy(ctx, r.prompt, (size_t)r.T, n_want, out, &n), KT_OK);
+    double t3 = phase_now();
+    int same = n == n_want;
+    for (size_t i = 0; same && i < n_want; i++)
         same = out[i] == r.greedy[i];
     bool cpu = ctx->moe && kt_context_gpu_experts(ctx) < ctx->hp.n_expert;
     print_message("  %s/%s %s%s, %d/%d experts on the GPU: prefill max|diff| %.3g (%d/%d "
@@ -116,6 +170,9 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
     int32_t wp = rows_within(pre, r.logits, r.T, r.V, 5e-2f);
     int32_t wd = rows_within(dec, r.logits, r.T, r.V, 5e-2f);
     if (!bf16_act) {
+        if (t0 >= 0)
+            print_message("    times: setup %.2f s, prefill + decode %.2f, greedy %.2f\n",
+                          t1 - t0, t2 - t1, t3 - t2);
         float tol = prec == KT_PRECISION_F32 ? 1e-3f : 5e-2f;
         assert_true(dp <= tol);
         assert_true(dd <= tol);
@@ -137,6 +194,9 @@ static void check(const char *name, const char *variant, kt_precision prec, floa
         }
         print_message("    vs transformers: %d/%d prefill and %d/%d decode positions within "
                       "5e-2\n", wp, r.T, wd, r.T);
+        if (t0 >= 0)
+            print_message("    times: setup %.2f s, prefill + decode %.2f, greedy %.2f, the CPU "
+                          "engine %.2f\n", t1 - t0, t2 - t1, t3 - t2, phase_now() - t3);
         /* a near-tied expert may flip on either side (F32 or BF16 activations), so
          * each is held to transformers position by position */
         assert_true(wp >= r.T - 2);
@@ -277,8 +337,8 @@ static void demo_greedy(const char *dir, const ref_data *r, int gpu, int32_t *id
         go.flags = gpu == 4 ? KT_GPU_F_MLA_NAIVE : 0;
         assert_int_equal(kt_context_use_gpu(ctx, &go), KT_OK);
     }
-    assert_int_equal(kt_context_greedy(ctx, r->prompt, (size_t)r->T, (size_t)r->n_greedy, ids,
-                                       n), KT_OK);
+    assert_int_equal(kt_context_greedy(ctx, r->prompt, (size_t)r->T, greedy_count(r->n_greedy),
+                                       ids, n), KT_OK);
     kt_context_free(ctx);
     kt_model_free(model);
 }
@@ -314,7 +374,8 @@ static void test_demo_model(void **state)
         assert_true(r.n_greedy <= 64);
         for (int gpu = 0; gpu < (m ? 4 : 5); gpu++)
             demo_greedy(dirs[m], &r, gpu, ids[gpu], &n[gpu]);
-        int ref = (int)n[0] == r.n_greedy && !memcmp(ids[0], r.greedy, sizeof(int32_t) * n[0]);
+        int ref = n[0] == greedy_count(r.n_greedy) &&
+                  !memcmp(ids[0], r.greedy, sizeof(int32_t) * n[0]);
         print_message("  %s: CPU engine greedy %zu ids, %s transformers'\n", name, n[0],
                       ref ? "identical to" : "DIFFERENT from");
         assert_true(ref);
@@ -550,10 +611,15 @@ static void variants_check(const char *name, const char *variant, kt_precision p
     for (int pass = 0; pass < n; pass++) {
         dec[pass] = calloc(TV, sizeof(float));
         setenv(env, vals[pass], 1);
+        double t0 = phase_now();
         kt_model *model;
         kt_context *ctx = open_gpu(dir, prec, frac, &model);
         unsetenv(env);
+        double t1 = phase_now();
         run_logits(ctx, &r, pre, dec[pass]);
+        if (t0 >= 0)
+            print_message("    %s=%s times: setup %.2f s, prefill + decode %.2f\n", env,
+                          vals[pass], t1 - t0, phase_now() - t1);
         kt_context_free(ctx);
         kt_model_free(model);
     }
@@ -723,7 +789,7 @@ static void test_expert_moves_async(void **state)
             kt_context_reset(ctx[c]);
             assert_int_equal(kt_context_gpu_move_experts(ctx[c], mv, n), KT_OK);
             /* steps go on while the copies land (either placement is a valid one) */
-            for (int32_t t = 0; t < r.T; t++)
+            for (int32_t t = 0; t < steps_while_moving(r.T); t++)
                 assert_int_equal(kt_context_eval(ctx[c], &r.prompt[t], 1, step, 0), KT_OK);
             if (c == 1 && pass == 0) {
                 /* a second batch first waits for the first: moving the same experts back
