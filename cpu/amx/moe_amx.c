@@ -147,7 +147,9 @@ typedef struct amx_scratch {
  * for measuring; the results are wrong): 1 no INT4 rescale in the loop, 2 no
  * tile products (the 2 x 2 loop), 4 no weight prefetches, 8 the rescale reads
  * every row's nibbles from the block's first row (in L1: the rescale's work
- * without its share of the weight stream). */
+ * without its share of the weight stream), 16 the EO128 rescale without its
+ * stores (its results folded into one store a row), 32 the rescale's stores
+ * into a buffer the tiles do not read (no store-to-tile-load dependency). */
 enum { AP_BLOCK, AP_DEC0, AP_LOOP, AP_DEC, AP_PARK, AP_EPI, AP_N };
 #define AP_HIST 17      /* calls by tokens: 1-16, 17-32, ..., 241-256, more */
 #define AP_THREADS 256  /* slots (threads past it share one: measuring only) */
@@ -777,7 +779,7 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const __m512i half = _mm512_mask_set1_epi8(_mm512_setzero_si512(), 0xffffffff00000000ull,
                                                0x20);
-    __m512i lut = _mm512_setzero_si512();
+    __m512i lut = _mm512_setzero_si512(), sink = lut;
     for (int j = 0; j < sn; j += 2) {
         int k = (st + j) * 64, gi = (k >> lg) - g0;
         __m512i b = _mm512_loadu_si512(row + k / 2);
@@ -793,9 +795,59 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
             lut = e ? _mm512_load_si512(lut_int[e[gi]])
                     : _mm512_permutexvar_epi8(low4, lut_i4_i32(f + gi));
         }
+        if (probe & 16) { /* (measuring: the work without its stores) */
+            sink = _mm512_xor_si512(sink, _mm512_xor_si512(_mm512_permutexvar_epi8(b, lut),
+                                                           _mm512_permutexvar_epi8(h, lut)));
+            continue;
+        }
         _mm512_storeu_si512(d + (size_t)j * 64, _mm512_permutexvar_epi8(b, lut));
         _mm512_storeu_si512(d + (size_t)j * 64 + 64, _mm512_permutexvar_epi8(h, lut));
     }
+    if (probe & 16)
+        _mm512_storeu_si512(d, sink);
+}
+
+/* KT_AMX_LEAN=1: rows on the grid in PERM_EO128 order with g >= 128 through
+ * decode_i4_lean (for measuring against the general code) */
+static int lean_on = 0;
+
+/* decode_i4_pairs for the rows the kernel rescales most (g >= 128, format
+ * version 2's grid, PERM_EO128, rows [r0, r1) all present and on the grid, sn
+ * even) without the general code's choices: per 128 inputs a load, a shift, a
+ * table load, two vpermb and two stores, no branch per row. The general path
+ * compiles (gcc 12 -O3) to about 36 instructions per 128 inputs and 50 more a
+ * row, some 120 per row of a 4-step chunk; this one to 25 (sn 4, unrolled).
+ * A step rescales 8 such rows beside 6-10 tile instructions: about 1,000
+ * instructions against 200, twice what the out-of-order window holds. */
+static void decode_i4_lean(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
+                           size_t dld)
+{
+    const int gs = __builtin_ctz((unsigned)src->g) - 6; /* steps per group: 1 << gs */
+    const size_t ldw = src->ldw, ng = (size_t)src->ng;
+    const uint8_t *row = src->w + (size_t)r0 * ldw + (size_t)st * 32;
+    const int8_t *e = src->e + (size_t)r0 * ng;
+    int8_t *d = dst + (size_t)r0 * dld;
+    if (sn == 4) { /* the default chunk (KT_AMX_KC 4): two pairs a row, unrolled */
+        const int g0 = st >> gs, g1 = (st + 2) >> gs;
+        for (int r = r0; r < r1; r++, row += ldw, e += ng, d += dld) {
+            __m512i b0 = _mm512_loadu_si512(row), b1 = _mm512_loadu_si512(row + 64);
+            __m512i l0 = _mm512_load_si512(lut_int[e[g0]]);
+            __m512i l1 = _mm512_load_si512(lut_int[e[g1]]);
+            _mm512_storeu_si512(d, _mm512_permutexvar_epi8(b0, l0));
+            _mm512_storeu_si512(d + 64, _mm512_permutexvar_epi8(_mm512_srli_epi16(b0, 4), l0));
+            _mm512_storeu_si512(d + 128, _mm512_permutexvar_epi8(b1, l1));
+            _mm512_storeu_si512(d + 192, _mm512_permutexvar_epi8(_mm512_srli_epi16(b1, 4), l1));
+        }
+        return;
+    }
+    for (int r = r0; r < r1; r++, row += ldw, e += ng, d += dld)
+        for (int j = 0; j < sn; j += 2) {
+            __m512i b = _mm512_loadu_si512(row + (size_t)j * 32);
+            __m512i lut = _mm512_load_si512(lut_int[e[(st + j) >> gs]]);
+            _mm512_storeu_si512(d + (size_t)j * 64, _mm512_permutexvar_epi8(b, lut));
+            _mm512_storeu_si512(d + (size_t)j * 64 + 64,
+                                _mm512_permutexvar_epi8(_mm512_srli_epi16(b, 4), lut));
+        }
 }
 
 /* Rows [r0, r1) x 64-input steps [st, st + sn) of the block rescaled (above)
@@ -813,6 +865,12 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
     /* g = 32 << lg: shifts, not divisions (a call rescales as few as 8 rows) */
     const int g = src->g, lg = __builtin_ctz((unsigned)g), g0 = (st * 64) >> lg;
     const int ngc = imin((((st + sn) * 64 - 1) >> lg) + 1, src->ng) - g0; /* <= 16 (sn <= 8) */
+    const uint64_t want = (1ull << (r1 - r0)) - 1u;
+    if (lean_on && src->eo128 && g >= 128 && r1 <= src->nr && !(probe & 24) &&
+        ((src->int_rows >> r0) & want) == want) {
+        decode_i4_lean(src, st, sn, r0, r1, dst, dld);
+        return;
+    }
     const __m512i low4 = _mm512_loadu_si512(lut_low4), low2 = _mm512_loadu_si512(lut_low2);
     for (int r = r0; r < r1; r++) {
         int8_t *d = dst + (size_t)r * dld;
@@ -1109,6 +1167,8 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
                 ns = src->next, nst = 0, nk = imin(kq, kt_n);
                 wn = buf[(src->base + n_ch) & 1];
             }
+            if (wn && (probe & 32) && 3 * NB * dld <= sizeof s->wdec)
+                wn = (int8_t *)s->wdec + 2 * NB * dld; /* (measuring: stores nobody reads) */
             /* what to prefetch, spread over the steps between: into L2 the
              * chunk `ahead` on (pf_mode 1: one further), into L1 (pf_mode >=
              * 1) the one the next chunk's tiles (INT8) or rescale (INT4) read;
@@ -1998,6 +2058,8 @@ static void init_sets(void)
     env = getenv("KT_AMX_PF");
     if (env)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
+    env = getenv("KT_AMX_LEAN");
+    lean_on = env && !strcmp(env, "1");
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
@@ -2005,7 +2067,7 @@ static void init_sets(void)
     prof_tsc0 = __rdtsc();
     prof_sec0 = prof_now();
     env = getenv("KT_AMX_PROBE");
-    probe = env ? atoi(env) & 15 : 0;
+    probe = env ? atoi(env) & 63 : 0;
     env = getenv("KT_AMX_KC");
     if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
         kc8 = atoi(env);
@@ -2120,13 +2182,15 @@ size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
 #ifdef KT_AMX_EMULATE
 /* Tests: INT4 on the tiles from now on by exact group folds (mode 1) or
  * rescaled rows (0, the default: 128 inputs a load where they can be; 2: 64,
- * KT_AMX_EO128=0). */
+ * KT_AMX_EO128=0; 3: as 0, grid rows of g >= 128 through decode_i4_lean,
+ * KT_AMX_LEAN=1). */
 void kt__amx_int4_mode_emulated(int mode);
 void kt__amx_int4_mode_emulated(int mode)
 {
     pthread_once(&init_once, init_sets);
     int4_exact = mode == 1;
     eo128_on = mode != 2;
+    lean_on = mode == 3;
 }
 #endif
 

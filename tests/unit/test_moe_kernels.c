@@ -461,7 +461,8 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
 }
 
 /* cpu/amx/moe_amx.c, emulated build only: INT4 tiles by exact group folds
- * (mode 1) or rescaled rows (0: 128 inputs a load where K allows, 2: 64). */
+ * (mode 1) or rescaled rows (0: 128 inputs a load where K allows, 2: 64, 3: as 0
+ * with the lean rescale of grid rows, g >= 128). */
 void kt__amx_int4_mode_emulated(int mode);
 
 static void test_int8_act(void **state)
@@ -500,6 +501,9 @@ static void test_int8_act(void **state)
         check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
         for (int G = 64; G <= 128; G *= 2)
             check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g), 2);
+        kt__amx_int4_mode_emulated(3); /* KT_AMX_LEAN=1 */
+        check_int8_act(e4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx_emulated(e4g), 2);
+        kt__amx_int4_mode_emulated(0);
         grid_scales = 0;
     }
     for (int G = 64; G <= 128; G *= 2)
