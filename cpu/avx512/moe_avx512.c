@@ -511,7 +511,7 @@ static void decode_bf16(const kt__wmat *W, int n0, int n1, int k0, int k1, const
     const uint16_t *a[4];
     for (int i = 0; i < 4; i++)
         a[i] = (const uint16_t *)arow(A, a_stride, rows, i < M ? i : M - 1);
-    size_t pf = dec_pf();
+    size_t pf = M >= 3 ? dec_pf_slow() : dec_pf();
     /* rows side by side: 1, 2 or 4 (one token), 1 or 2 (two tokens) */
     int ni = dec_rows();
     int sel = M == 1 ? (ni >= 4 ? 6 : ni == 2 ? 5 : 1) : M == 2 && ni >= 2 ? 7 : M;
@@ -779,7 +779,7 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
         for (int i = 0; i < 3; i++)
             a[i] = (const uint16_t *)arow(A, a_stride, rows, i < M ? i : M - 1) +
                    (sh ? (cols + 63) & ~63 : 0);
-        size_t pf = dec_pf();
+        size_t pf = M >= 2 ? dec_pf_slow() : dec_pf();
         int nq = (n1 - n0) / 4, nd = n0; /* rows done */
         if (M == 1 && sh && nq >= 4 && fp8_quarters()) {
             /* 4 quarter streams of nq rows, one row of each a tile, sharing

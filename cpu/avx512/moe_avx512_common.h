@@ -114,6 +114,27 @@ static inline size_t dec_pf(void)
     return (size_t)env_knob(&cached, "KT_MOE_DEC_PF", parse_dec_pf);
 }
 
+/* Decode that spends more time per weight byte (FP8 at 2-3 tokens, BF16 at
+ * 3-4) reads memory best with its prefetch further ahead: one Zen 4 core,
+ * 256-row blocks, x read loop, 1 KiB -> 8 KiB (2026-11-30 15:16, load 7-9):
+ * FP8 K 2048 2 / 3 tokens 0.62 / 0.37 -> 0.87 / 0.73, K 768 0.49 / 0.36 ->
+ * 0.70 / 0.60; BF16 K 2048 3 / 4 tokens 0.76-0.78 / 0.60-0.64 -> 0.86-0.89 /
+ * 0.83-0.88 (at 2 tokens 0.96 -> 0.80: BF16 keeps dec_pf there, and one
+ * token everywhere). KT_MOE_DEC_PF sets both. */
+#define DEC_PF_SLOW 8192
+
+static inline long parse_dec_pf_slow(const char *e)
+{
+    long n = e ? atol(e) : 0;
+    return n >= 64 && n <= (1L << 20) ? n : DEC_PF_SLOW;
+}
+
+static inline size_t dec_pf_slow(void)
+{
+    static long cached;
+    return (size_t)env_knob(&cached, "KT_MOE_DEC_PF", parse_dec_pf_slow);
+}
+
 /* Decode (one token): weight rows read side by side, 1 (default: one
  * sequential stream per item, the prefetchers' best case on Zen 4), 2 or 4;
  * KT_MOE_DEC_ROWS, for measuring. */
