@@ -516,6 +516,22 @@ ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size
 /* The repacked layouts (moe_kernels.h). */
 enum { X40, X4K, X80 };
 
+/* v[r] = the 64 bytes of row r0 + r of the step at st; the step's 256 bytes at pf
+ * started into L2 (pf NULL: none). */
+ALWAYS_INLINE void x_step_rows(const int NR, const uint8_t *st, int r0, const uint8_t *pf,
+                               __m512i v[4])
+{
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        v[r] = _mm512_loadu_si512((const void *)(st + (r0 + r) * 64));
+        __asm__("" : "+v"(v[r])); /* one load: gcc would fold it into each use */
+    }
+    if (pf)
+        #pragma GCC unroll 4
+        for (int l = 0; l < 4; l++)
+            _mm_prefetch((const char *)pf + 64 * l, LF_HINT);
+}
+
 /* acc[r][m] += rows r0 .. r0 + NR - 1 of the tile at t . tokens act[m], over the
  * group at byte go of g = 4 S blocks from block gb of nb (S 1: maybe the padded
  * last) in layout kind: S steps of 64 bytes a row (X80: 2 S); pf: where to
@@ -542,15 +558,7 @@ ALWAYS_INLINE void x40_group(const int kind, const int S, const int NR, const in
     #pragma GCC unroll 8
     for (int s = 0; s < NS && kind == X80; s++) { /* d += (w + 128) . a */
         __m512i v[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            v[r] = _mm512_loadu_si512((const void *)(t + go + s * 256 + (r0 + r) * 64));
-            __asm__("" : "+v"(v[r]));
-        }
-        if (pf)
-            #pragma GCC unroll 4
-            for (int l = 0; l < 4; l++)
-                _mm_prefetch((const char *)pf + go + s * 256 + 64 * l, LF_HINT);
+        x_step_rows(NR, t + go + s * 256, r0, pf ? pf + go + s * 256 : NULL, v);
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
             __m512i a = _mm512_loadu_si512(
@@ -562,18 +570,13 @@ ALWAYS_INLINE void x40_group(const int kind, const int S, const int NR, const in
     }
     #pragma GCC unroll 4
     for (int s = 0; s < S && kind != X80; s++) {
-        __m512i lo[4], hi[4];
+        __m512i v[4], lo[4], hi[4];
+        x_step_rows(NR, t + go + s * 256, r0, pf ? pf + go + s * 256 : NULL, v);
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            __m512i v = _mm512_loadu_si512((const void *)(t + go + s * 256 + (r0 + r) * 64));
-            __asm__("" : "+v"(v)); /* one load: gcc would fold it into each use */
-            lo[r] = _mm512_and_si512(v, low4);
-            hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            lo[r] = _mm512_and_si512(v[r], low4);
+            hi[r] = _mm512_and_si512(_mm512_srli_epi16(v[r], 4), low4);
         }
-        if (pf)
-            #pragma GCC unroll 4
-            for (int l = 0; l < 4; l++)
-                _mm_prefetch((const char *)pf + go + s * 256 + 64 * l, LF_HINT);
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
             const uint8_t *a = act[m] + 2 * xs + (size_t)(gb / 4 + s) * 128;

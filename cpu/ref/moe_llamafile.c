@@ -472,29 +472,40 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     }
 }
 
-kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
+/* Q4_0 / Q8_0 into Q40X / Q80X (moe_kernels.h): block b's pieces p of 4 bytes
+ * (Q4_0: 4 of nibble bytes; Q8_0: 8 of codes, stored + 128) to lane l of step s. */
+static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8)
 {
-    const int K = W->cols, nb = K / 32;
-    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q4_0, K), tb = kt__q40x_tile_bytes(K);
-    memset(dst, 0, kt__q40x_bytes(W->rows, K));
+    const int K = W->cols, nb = K / 32, np = q8 ? 8 : 4;
+    const size_t wrow = kt__ggml_row_bytes(q8 ? KT_TYPE_Q8_0 : KT_TYPE_Q4_0, K);
+    const size_t bb = q8 ? sizeof(kt_block_q8_0) : sizeof(kt_block_q4_0); /* d, then qs */
+    const size_t tb = q8 ? kt__q80x_tile_bytes(K) : kt__q40x_tile_bytes(K);
+    const uint8_t flip = q8 ? 0x80 : 0;
+    memset(dst, 0, (size_t)(W->rows + 3) / 4 * tb);
     for (int n = 0; n < W->rows; n++) {
-        const kt_block_q4_0 *q = (const kt_block_q4_0 *)((const uint8_t *)W->w + n * wrow);
+        const uint8_t *row = (const uint8_t *)W->w + n * wrow;
         uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb;
         size_t go = 0; /* the group's offset in the tile */
         for (int b0 = 0; b0 < nb;) {
             int gb, g = kt__q40x_group(b0, nb, &gb), per = 16 / g;
             for (int b = gb; b < gb + g && b < nb; b++) {
-                for (int p = 0; p < 4; p++)
-                    memcpy(t + go + (size_t)(p / per) * 256 + (n % 4) * 64 +
-                               4 * (b - gb + g * (p % per)),
-                           q[b].qs + 4 * p, 4);
-                memcpy(t + go + (size_t)g * 64 + (n % 4) * 2 * g + 2 * (b - gb), &q[b].d, 2);
+                const uint8_t *blk = row + b * bb;
+                for (int p = 0; p < np; p++)
+                    for (int i = 0; i < 4; i++)
+                        t[go + (size_t)(p / per) * 256 + (n % 4) * 64 +
+                          4 * (b - gb + g * (p % per)) + i] = blk[2 + 4 * p + i] ^ flip;
+                memcpy(t + go + (size_t)g * 16 * np + (n % 4) * 2 * g + 2 * (b - gb), blk, 2);
             }
-            go += kt__q40x_group_bytes(g);
+            go += q8 ? kt__q80x_group_bytes(g) : kt__q40x_group_bytes(g);
             b0 = gb + g;
         }
     }
-    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q40X, 0};
+    return (kt__wmat){dst, W->w, W->rows, K, q8 ? KT__LF_Q80X : KT__LF_Q40X, 0};
+}
+
+kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
+{
+    return x_repack(W, dst, false);
 }
 
 /* Q4_K into Q4KX (moe_kernels.h): sub-block b (block b / 8, j = b % 8) holds the
@@ -527,32 +538,6 @@ static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
     return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0};
 }
 
-/* Q8_0 into Q80X (moe_kernels.h). */
-static kt__wmat q80x_repack(const kt__wmat *W, void *dst)
-{
-    const int K = W->cols, nb = K / 32;
-    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q8_0, K), tb = kt__q80x_tile_bytes(K);
-    memset(dst, 0, kt__lf_repack_bytes(KT_TYPE_Q8_0, W->rows, K));
-    for (int n = 0; n < W->rows; n++) {
-        const kt_block_q8_0 *q = (const kt_block_q8_0 *)((const uint8_t *)W->w + n * wrow);
-        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb;
-        size_t go = 0; /* the group's offset in the tile */
-        for (int b0 = 0; b0 < nb;) {
-            int gb, g = kt__q40x_group(b0, nb, &gb), per = 16 / g;
-            for (int b = gb; b < gb + g && b < nb; b++) {
-                for (int p = 0; p < 8; p++)
-                    for (int i = 0; i < 4; i++)
-                        t[go + (size_t)(p / per) * 256 + (n % 4) * 64 +
-                          4 * (b - gb + g * (p % per)) + i] = (uint8_t)(q[b].qs[4 * p + i] ^ 0x80);
-                memcpy(t + go + (size_t)g * 128 + (n % 4) * 2 * g + 2 * (b - gb), &q[b].d, 2);
-            }
-            go += kt__q80x_group_bytes(g);
-            b0 = gb + g;
-        }
-    }
-    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q80X, 0};
-}
-
 size_t kt__lf_repack_bytes(int type, int rows, int K)
 {
     if (type == KT_TYPE_Q4_0 && K > 0 && K % 32 == 0)
@@ -567,7 +552,7 @@ size_t kt__lf_repack_bytes(int type, int rows, int K)
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
 {
     return W->type == KT_TYPE_Q4_K   ? q4kx_repack(W, dst)
-           : W->type == KT_TYPE_Q8_0 ? q80x_repack(W, dst)
+           : W->type == KT_TYPE_Q8_0 ? x_repack(W, dst, true)
                                      : kt__lf_q40x_repack(W, dst);
 }
 
