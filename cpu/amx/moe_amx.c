@@ -808,7 +808,8 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
 }
 
 /* KT_AMX_LEAN=1: rows on the grid in PERM_EO128 order with g >= 128 through
- * decode_i4_lean (for measuring against the general code) */
+ * decode_i4_lean, and the row loop's L2 prefetches a row at a time (pf_issue);
+ * for measuring against the general code */
 static int lean_on = 0;
 
 /* decode_i4_pairs for the rows the kernel rescales most (g >= 128, format
@@ -1027,6 +1028,25 @@ static void pf_rows(pf_stream *p, const uint8_t *base, size_t ldw, int pn, int s
 /* Issues the stream's next `per` lines into L1 (t0) or L2. */
 ALWAYS_INLINE void pf_issue(pf_stream *p, const int t0)
 {
+    /* KT_AMX_LEAN: the chunks' whole rows of 2 (INT4) or 4 (AMXINT8) lines
+     * without the branches of a line at a time (about 12 instructions a line,
+     * 16 or 32 lines a step), the same lines */
+    if (lean_on && !t0 && p->row && !p->line && (p->pn == 2 || p->pn == 4) &&
+        !(p->per % p->pn)) {
+        int rows = imin(p->per / p->pn, p->rows_left);
+        const char *a = p->row;
+        for (int i = 0; i < rows; i++, a += p->ldw) {
+            _mm_prefetch(a, _MM_HINT_T1);
+            _mm_prefetch(a + 64, _MM_HINT_T1);
+            if (p->pn == 4) {
+                _mm_prefetch(a + 128, _MM_HINT_T1);
+                _mm_prefetch(a + 192, _MM_HINT_T1);
+            }
+        }
+        p->rows_left -= rows;
+        p->row = p->rows_left ? a : NULL;
+        return;
+    }
     for (int i = 0; i < p->per && p->row; i++) {
         const char *a = p->row + (size_t)p->line * 64;
         if (t0)
