@@ -124,8 +124,8 @@ int main(int argc, char **argv)
         t = cpu_now() - t0;
     } while (t < 1.0);
     printf("%s %s%s M %d rows %d K %d %s: %.2f GB/s  %.2f ns per 64 B  %.1f GMAC/s\n", ks->name,
-           tr->name, X ? " repacked" : "", M, rows, K, mib ? "memory" : "resident", (double)per * calls / t * 1e-9,
-           t / calls / ((double)per / 64) * 1e9, (double)rows * K * M * calls / t * 1e-9);
+           tr->name, X ? " repacked" : "", M, rows, K, mib ? "memory" : "resident",
+           (double)per * calls / t * 1e-9, t / calls / ((double)per / 64) * 1e9, (double)rows * K * M * calls / t * 1e-9);
     free(W); free(X); free(x); free(A); free(C); free(scratch);
     return 0;
 }
