@@ -54,6 +54,10 @@
 #define LF_AHEAD_ROWS 12
 #define LF_HINT _MM_HINT_T1
 static int lf_ahead = LF_AHEAD, lf_ahead_rows = LF_AHEAD_ROWS;
+/* The Q80X tiles' distance unless KT_LF_AHEAD sets one: half. One Zen 4 core from
+ * memory, 384 x 2048 one token (load 3-11, docs/bench/epyc2-lf-gguf10.txt): 4 KiB
+ * read more than 8 KiB in 10 of 10 comparisons (13.8-28.2 against 12.5-20.6 GB/s). */
+static int lf_x80_ahead = LF_AHEAD / 2;
 /* Rows side by side in a one-token tile (weight streams per core): Zen 4 VM, one
  * core from memory, 384 x 2048: Q4_0 4 rows 13.4 GB/s, 2 rows 12.7, 1 row 10.8
  * (Q8_0 17.2 / 12.8 / 11.9); the 16-core Xeon (kt-bench moe --gguf, T=1): at
@@ -81,7 +85,7 @@ static void idx_init(void)
 {
     const char *e = getenv("KT_LF_AHEAD"); /* "0": no software prefetch in decode */
     if (e && ((atoi(e) >= 256 && atoi(e) <= 65536) || !strcmp(e, "0")))
-        lf_ahead = atoi(e), lf_ahead_rows = 64;
+        lf_ahead = lf_x80_ahead = atoi(e), lf_ahead_rows = 64;
     e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
     lf_nohint = e && *e && strcmp(e, "0") != 0;
     e = getenv("KT_LF_DEC_ORDER");
@@ -705,7 +709,7 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
     const size_t tb = kind == X4K   ? kt__q4kx_tile_bytes(W->cols)
                       : kind == X80 ? kt__q80x_tile_bytes(W->cols)
                                     : kt__q40x_tile_bytes(W->cols);
-    const size_t ahead = (size_t)lf_ahead;
+    const size_t ahead = (size_t)(kind == X80 ? lf_x80_ahead : lf_ahead);
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;
     /* the first lf_ahead bytes at once, less what the last call's tail started */
