@@ -14,7 +14,7 @@
 # AHEADS may hold 0: no software prefetch), each KT_MOE_DECODE_TAIL of TAILS (0 / 1: the
 # decode tail off / on; "default" = the backend's choice), each KT_LF_REPACK of REPACKS
 # (the types repacked for decode: 1 Q4_0, Q4_K and Q8_0, 0 none, or a list such as
-# q4_0,q8_0; "default" = q4_0,q4_K), at the T of DEC_T (1,4) for DEC_TIME
+# q4_0,q4_K; "default" = 1), at the T of DEC_T (1,4) for DEC_TIME
 # (0.5) s, with KT_MOE_PROFILE's per-phase times; then,
 # for each T of PREFILL, a prefill row with and without the hints (PREFILL_HINTS;
 # ONEDNN=1: oneDNN beside the first). Steps past DEADLINE seconds are skipped. With

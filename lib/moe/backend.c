@@ -595,17 +595,16 @@ static size_t round64(size_t b)
     return (b + 63) & ~(size_t)63;
 }
 
-/* LLAMAFILE Q4_0 / Q4_K (and Q8_0) experts repacked at create time for the AVX-512
+/* LLAMAFILE Q4_0 / Q4_K / Q8_0 experts repacked at create time for the AVX-512
  * decode (KT__LF_Q40X / Q4KX / Q80X: one stream of 4-row tiles, one scale product
- * per 16 blocks of 32; docs/moe.md). KT_LF_REPACK: 0 none, 1 all three, or a list
- * of names (q4_0,q8_0,q4_K); unset: q4_0,q4_K (Q8_0's was behind its rows from
- * memory on the loaded 2-core VM: opt-in until measured). Costs those experts'
- * size once more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill panels. */
+ * per 16 blocks of 32; docs/moe.md). KT_LF_REPACK: 0 none, 1 (or unset, or empty)
+ * all three, or a list of names (q4_0,q8_0,q4_K). Costs those experts' size once
+ * more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill panels. */
 static bool lf_repack_type(const kt_moe_backend *moe, int type)
 {
     const char *e = getenv("KT_LF_REPACK");
     if (!e || !*e) /* set but empty as unset (the device scripts pass "default" so) */
-        e = "q4_0,q4_K";
+        e = "1";
     const char *name = type == KT_TYPE_Q4_0 ? "q4_0" : type == KT_TYPE_Q8_0 ? "q8_0" : "q4_K";
     if (e && strcmp(e, "1") && !strstr(e, name))
         return false;
