@@ -807,10 +807,11 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
         _mm512_storeu_si512(d, sink);
 }
 
-/* KT_AMX_LEAN=1: rows on the grid in PERM_EO128 order with g >= 128 through
- * decode_i4_lean, and the row loop's L2 prefetches a row at a time (pf_issue);
- * for measuring against the general code */
-static int lean_on = 0;
+/* Rows on the grid in PERM_EO128 order with g >= 128 through decode_i4_lean,
+ * and the row loop's L2 prefetches a row at a time (pf_issue): the default
+ * since the Xeon's alternating A/B (11-30 15:56, AMXINT4 T=1024 4.0-4.2 ->
+ * 6.1-6.4 TFLOP/s); KT_AMX_LEAN=0 keeps the general code */
+static int lean_on = 1;
 
 /* decode_i4_pairs for the rows the kernel rescales most (g >= 128, format
  * version 2's grid, PERM_EO128, rows [r0, r1) all present and on the grid, sn
@@ -2079,7 +2080,7 @@ static void init_sets(void)
     if (env)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
     env = getenv("KT_AMX_LEAN");
-    lean_on = env && !strcmp(env, "1");
+    lean_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
@@ -2201,9 +2202,9 @@ size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
 
 #ifdef KT_AMX_EMULATE
 /* Tests: INT4 on the tiles from now on by exact group folds (mode 1) or
- * rescaled rows (0, the default: 128 inputs a load where they can be; 2: 64,
- * KT_AMX_EO128=0; 3: as 0, grid rows of g >= 128 through decode_i4_lean,
- * KT_AMX_LEAN=1). */
+ * rescaled rows (0: 128 inputs a load where they can be, the general code,
+ * KT_AMX_LEAN=0; 2: 64, KT_AMX_EO128=0; 3, the default: as 0, grid rows of
+ * g >= 128 through decode_i4_lean). */
 void kt__amx_int4_mode_emulated(int mode);
 void kt__amx_int4_mode_emulated(int mode)
 {

@@ -482,7 +482,7 @@ static void test_int8_act(void **state)
     const char *tiles = getenv("KT_TEST_TILES");
     if (!(tiles && !strcmp(tiles, "real"))) {
         check_int8_act(e8, KT_METHOD_AMXINT8, 1, 0, kt__moe_packer_amx_emulated(e8), 0);
-        /* INT4 on the tiles: rescaled rows (the default), the exact group folds,
+        /* INT4 on the tiles: rescaled rows (the general code), the exact group folds,
          * rescaled rows 64 inputs a load; tiles from 4 tokens (groups of 32) and
          * from 2 (64, 128) */
         for (int mode = 0; mode < 3; mode++) {
@@ -501,9 +501,8 @@ static void test_int8_act(void **state)
         check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
         for (int G = 64; G <= 128; G *= 2)
             check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g), 2);
-        kt__amx_int4_mode_emulated(3); /* KT_AMX_LEAN=1 */
+        kt__amx_int4_mode_emulated(3); /* the default: decode_i4_lean */
         check_int8_act(e4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx_emulated(e4g), 2);
-        kt__amx_int4_mode_emulated(0);
         grid_scales = 0;
     }
     for (int G = 64; G <= 128; G *= 2)
