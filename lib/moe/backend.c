@@ -611,17 +611,40 @@ static bool lf_repack_type(const kt_moe_backend *moe, int type)
     return moe->d.method == KT_METHOD_LLAMAFILE && kt__lf_repacks(moe->kern, type);
 }
 
+/* Whether the experts are repacked: by default only where the copies take at
+ * most half of the memory available at create time (beyond that they would push
+ * out the file's own pages, which the prefill still reads, or not fit: a
+ * DeepSeek-V3 Q4_K file is ~380 GB); KT_LF_REPACK=1 or a list forces them.
+ * KT_LF_MEM_AVAILABLE (bytes; tests) stands in for the available memory. */
 static bool lf_repack(const kt_moe_backend *moe)
 {
+    size_t need = 0;
+    bool any = false;
     for (uint32_t l = 0; l < moe->n_layers; l++)
         for (int e2 = 0; e2 < moe->E; e2++) {
             const moe_layer *L = &moe->layers[l];
-            if (L->gate[e2].w && (lf_repack_type(moe, L->gate[e2].type) ||
-                                  lf_repack_type(moe, L->up[e2].type) ||
-                                  lf_repack_type(moe, L->down[e2].type)))
-                return true;
+            const kt__wmat *m[3] = {&L->gate[e2], &L->up[e2], &L->down[e2]};
+            for (int j = 0; j < 3 && L->gate[e2].w; j++)
+                if (m[j]->w && lf_repack_type(moe, m[j]->type)) {
+                    any = true;
+                    need += round64(kt__lf_repack_bytes(m[j]->type, m[j]->rows, m[j]->cols));
+                }
         }
-    return false;
+    const char *forced = getenv("KT_LF_REPACK"), *hook = getenv("KT_LF_MEM_AVAILABLE");
+    if (!any || (forced && *forced))
+        return any;
+    kt_hw_info hw = KT_HW_INFO_INIT;
+    uint64_t avail = hook ? strtoull(hook, NULL, 10)
+                          : kt_hw_query(&hw) == KT_OK ? hw.ram_available : 0;
+    if (avail && need > avail / 2) {
+        kt__log(moe->rt, KT_LOG_WARN,
+                "moe: LLAMAFILE experts read as stored, not repacked for the decode: the "
+                "copies would take %.1f GiB, more than half of the %.1f GiB available "
+                "(KT_LF_REPACK=1 forces them)",
+                (double)need / (1 << 30), (double)avail / (1 << 30));
+        return false;
+    }
+    return true;
 }
 
 /* lf_repack: gate, up, down of expert e for pool p: the matrices (one pool) or

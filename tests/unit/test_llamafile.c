@@ -496,6 +496,16 @@ static void test_backend_repack(void **state)
     unsetenv("KT_LF_REPACK"); /* by default Q8_0's too */
     assert_true(run_layer(KT_TYPE_Q8_0, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
     assert_true(layer_pool_bytes >= q80);
+    /* by default not where the copies would take more than half of the memory
+     * available (1 MiB here), unless asked for */
+    setenv("KT_LF_MEM_AVAILABLE", "1048576", 1);
+    assert_true(run_layer(KT_TYPE_Q8_0, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
+    assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
+    setenv("KT_LF_REPACK", "1", 1);
+    assert_true(run_layer(KT_TYPE_Q8_0, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
+    assert_true(layer_pool_bytes >= q80);
+    unsetenv("KT_LF_REPACK");
+    unsetenv("KT_LF_MEM_AVAILABLE");
     layer_pools = 0;
 }
 
