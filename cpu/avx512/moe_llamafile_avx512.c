@@ -1516,11 +1516,50 @@ ALWAYS_INLINE __m512 rows16_f16(const uint8_t *const *p, size_t o)
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
 }
 
+ALWAYS_INLINE int u16_at(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* The same through 16 vpinsrw (no stores to forward; literal lane numbers, as
+ * the -O0 sanitizer build needs). */
+ALWAYS_INLINE __m512 rows16_f16_insert(const uint8_t *const *p, size_t o)
+{
+    __m128i lo = _mm_cvtsi32_si128(u16_at(p[0] + o)), hi = _mm_cvtsi32_si128(u16_at(p[8] + o));
+#define F16_LANE(r)                                       \
+    lo = _mm_insert_epi16(lo, u16_at(p[r] + o), r);       \
+    hi = _mm_insert_epi16(hi, u16_at(p[8 + r] + o), r)
+    F16_LANE(1); F16_LANE(2); F16_LANE(3); F16_LANE(4);
+    F16_LANE(5); F16_LANE(6); F16_LANE(7);
+#undef F16_LANE
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+/* How the panels take the 16 rows' f16 scales: 16 vpinsrw (the default but
+ * for Q8_0) or 16 scalar stores and a vector load over them, which waits on
+ * store forwarding. One Zen 4 core, 64 x 2048, 32 tokens, alternating (load 4-6;
+ * docs/performance.md, "LLAMAFILE, session 9"): Q4_0 +4-9% in 16 of 16 pairs,
+ * Q4_1 / Q5_0 / IQ4_NL +3-10% in 4 of 4, Q8_0 -2..+5% (15 of 16: kept off).
+ * KT_LF_F16=insert / scalar sets it for every type. */
+static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+static void f16_init(void)
+{
+    const char *e = getenv("KT_LF_F16");
+    lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
+}
+
+#define F16_ROWS(o) (f16_insert ? rows16_f16_insert(p, o) : rows16_f16(p, o))
+
 /* Panels of rows [n, n + nr) (nr <= 64) over blocks [kb, kb + nb) of 32. */
 static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, int kb, int nb,
                        uint8_t *codes, float *scale, float *off)
 {
     const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
+    pthread_once(&f16_once, f16_init);
+    const bool f16_insert = lf_f16 < 0 ? type != KT_TYPE_Q8_0 : lf_f16 == 1;
     for (int g = 0; g * 16 < nr; g++) {
         const uint8_t *p[16];
         for (int r = 0; r < 16; r++) {
@@ -1538,7 +1577,7 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 _mm_loadu_si128((const __m128i *)kt__iq4nl_values), _mm_set1_epi8((char)0x80)));
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * bb;
-                _mm512_storeu_ps(sg + 16 * b, rows16_f16(p, o));
+                _mm512_storeu_ps(sg + 16 * b, F16_ROWS(o));
                 uint8_t *cb = cg + (size_t)b * 512;
                 __m512i u[4];
                 rows16_dwords(p, o + 2, u);
@@ -1589,9 +1628,9 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             }
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * bb;
-                _mm512_storeu_ps(sg + 16 * b, rows16_f16(p, o));
+                _mm512_storeu_ps(sg + 16 * b, F16_ROWS(o));
                 if (mn)
-                    _mm512_storeu_ps(og + 16 * b, rows16_f16(p, o + 2));
+                    _mm512_storeu_ps(og + 16 * b, F16_ROWS(o + 2));
                 uint8_t *cb = cg + (size_t)b * 512;
                 __m512i u[4], qh[4];
                 rows16_dwords(p, o + oqs, u);
