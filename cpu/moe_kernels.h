@@ -336,7 +336,7 @@ static inline size_t kt__q40x_group_bytes(int g)
 {
     return (size_t)g * 64 + (g == 4 ? 64 : (size_t)g * 8);
 }
-/* Bytes of a tile of 4 rows of K inputs, of a rows x K matrix. */
+/* Bytes of a tile of 4 rows of K inputs (a rows x K matrix: kt__lf_repack_bytes). */
 static inline size_t kt__q40x_tile_bytes(int K)
 {
     size_t t = 0;
@@ -344,10 +344,6 @@ static inline size_t kt__q40x_tile_bytes(int K)
     for (int b = 0; b < nb; b = gb + g)
         t += kt__q40x_group_bytes(g = kt__q40x_group(b, nb, &gb));
     return t;
-}
-static inline size_t kt__q40x_bytes(int rows, int K)
-{
-    return (size_t)(rows + 3) / 4 * kt__q40x_tile_bytes(K);
 }
 /* LLAMAFILE Q4_K repacked at load time (W->type == KT__LF_Q4KX; K a multiple of 256):
  * the Q40X geometry over Q4_K's sub-blocks of 32 (groups of 16, at most one last 8),
@@ -372,6 +368,14 @@ static inline size_t kt__q80x_group_bytes(int g)
 static inline size_t kt__q80x_tile_bytes(int K)
 {
     return kt__q40x_tile_bytes(K) + (size_t)((K / 32 + 3) & ~3) * 64;
+}
+/* Bytes of one 4-row tile of a load-time repack (xtype KT__LF_Q40X / Q80X / Q4KX)
+ * of rows of K inputs. */
+static inline size_t kt__lf_x_tile_bytes(int xtype, int K)
+{
+    return xtype == KT__LF_Q4KX   ? kt__q4kx_tile_bytes(K)
+           : xtype == KT__LF_Q80X ? kt__q80x_tile_bytes(K)
+                                  : kt__q40x_tile_bytes(K);
 }
 /* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0) from
  * their load-time repack (the AVX-512 set; Q4_0: with R40, Q8_0: with R80). */

@@ -706,9 +706,7 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
     pthread_once(&idx_once, idx_init); /* lf_ahead */
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
     const int kind = W->type == KT__LF_Q4KX ? X4K : W->type == KT__LF_Q80X ? X80 : X40;
-    const size_t tb = kind == X4K   ? kt__q4kx_tile_bytes(W->cols)
-                      : kind == X80 ? kt__q80x_tile_bytes(W->cols)
-                                    : kt__q40x_tile_bytes(W->cols);
+    const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
     const size_t ahead = (size_t)(kind == X80 ? lf_x80_ahead : lf_ahead);
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;

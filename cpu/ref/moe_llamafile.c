@@ -360,18 +360,17 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     if (stored) { /* decode from the repacked tiles, else the rows they were made from */
 #if KT_HAVE_ISA_AVX512
         act_layout L = layout(mask, W->cols);
-        /* the per-block arrays before the codes (moe_kernels.h) */
-        size_t x = stored == KT_TYPE_Q4_0   ? L.r40 + 4 * raw_rp(W->cols, 18)
-                   : stored == KT_TYPE_Q8_0 ? L.r80 + 3 * raw_rp(W->cols, 34)
-                                            : L.q8x;
+        /* the activation section the repack reads, and its codes after the
+         * per-block arrays (moe_kernels.h) */
+        size_t sec = stored == KT_TYPE_Q4_0 ? L.r40 : stored == KT_TYPE_Q8_0 ? L.r80 : L.q8x;
+        size_t x = sec + (stored == KT_TYPE_Q4_0   ? 4 * raw_rp(W->cols, 18)
+                          : stored == KT_TYPE_Q8_0 ? 3 * raw_rp(W->cols, 34)
+                                                   : 0);
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
-        bool have = (stored == KT_TYPE_Q4_0   ? L.r40
-                     : stored == KT_TYPE_Q8_0 ? L.r80
-                                              : L.q8x) != SIZE_MAX;
         if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
-            have) {
+            sec != SIZE_MAX) {
             const void *act[256];
             for (int m = 0; m < M; m++)
                 act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + x;
@@ -479,7 +478,7 @@ static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8)
     const int K = W->cols, nb = K / 32, np = q8 ? 8 : 4;
     const size_t wrow = kt__ggml_row_bytes(q8 ? KT_TYPE_Q8_0 : KT_TYPE_Q4_0, K);
     const size_t bb = q8 ? sizeof(kt_block_q8_0) : sizeof(kt_block_q4_0); /* d, then qs */
-    const size_t tb = q8 ? kt__q80x_tile_bytes(K) : kt__q40x_tile_bytes(K);
+    const size_t tb = kt__lf_x_tile_bytes(q8 ? KT__LF_Q80X : KT__LF_Q40X, K);
     const uint8_t flip = q8 ? 0x80 : 0;
     memset(dst, 0, (size_t)(W->rows + 3) / 4 * tb);
     for (int n = 0; n < W->rows; n++) {
@@ -540,13 +539,13 @@ static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
 
 size_t kt__lf_repack_bytes(int type, int rows, int K)
 {
-    if (type == KT_TYPE_Q4_0 && K > 0 && K % 32 == 0)
-        return kt__q40x_bytes(rows, K);
-    if (type == KT_TYPE_Q8_0 && K > 0 && K % 32 == 0)
-        return (size_t)(rows + 3) / 4 * kt__q80x_tile_bytes(K);
-    if (type == KT_TYPE_Q4_K && K > 0 && K % 256 == 0)
-        return (size_t)(rows + 3) / 4 * kt__q4kx_tile_bytes(K);
-    return 0;
+    int x = type == KT_TYPE_Q4_0 ? KT__LF_Q40X
+            : type == KT_TYPE_Q8_0 ? KT__LF_Q80X
+            : type == KT_TYPE_Q4_K ? KT__LF_Q4KX
+                                   : 0;
+    if (!x || K <= 0 || K % (type == KT_TYPE_Q4_K ? 256 : 32))
+        return 0;
+    return (size_t)(rows + 3) / 4 * kt__lf_x_tile_bytes(x, K);
 }
 
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
@@ -594,9 +593,7 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 {
     int stored = x_stored(W->type);
     if (stored && M < LF_PANEL_MIN) { /* the tiles: one stream */
-        size_t tb = stored == KT_TYPE_Q4_K   ? kt__q4kx_tile_bytes(W->cols)
-                    : stored == KT_TYPE_Q8_0 ? kt__q80x_tile_bytes(W->cols)
-                                             : kt__q40x_tile_bytes(W->cols);
+        size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
         kt__lf_hint_avx512(W->w, tb, n0 / 4, (n1 + 3) / 4, tb);
         return;
     }
