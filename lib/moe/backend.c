@@ -600,11 +600,17 @@ static size_t round64(size_t b)
  * per 16 blocks of 32; docs/moe.md). KT_LF_REPACK: 0 none, 1 (or unset, or empty)
  * all three, or a list of names (q4_0,q8_0,q4_K). Costs those experts' size once
  * more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill panels. */
-static bool lf_repack_type(const kt_moe_backend *moe, int type)
+/* KT_LF_REPACK when it asks for something; set but empty reads as unset (the
+ * device scripts pass "default" so) */
+static const char *lf_repack_asked(void)
 {
     const char *e = getenv("KT_LF_REPACK");
-    if (!e || !*e) /* set but empty as unset (the device scripts pass "default" so) */
-        e = "1";
+    return e && *e ? e : NULL;
+}
+
+static bool lf_repack_type(const kt_moe_backend *moe, int type)
+{
+    const char *e = lf_repack_asked();
     const char *name = type == KT_TYPE_Q4_0 ? "q4_0" : type == KT_TYPE_Q8_0 ? "q8_0" : "q4_K";
     if (e && strcmp(e, "1") && !strstr(e, name))
         return false;
@@ -624,14 +630,16 @@ static bool lf_repack(const kt_moe_backend *moe)
         for (int e2 = 0; e2 < moe->E; e2++) {
             const moe_layer *L = &moe->layers[l];
             const kt__wmat *m[3] = {&L->gate[e2], &L->up[e2], &L->down[e2]};
-            for (int j = 0; j < 3 && L->gate[e2].w; j++)
+            if (!L->gate[e2].w) /* an expert not held here */
+                continue;
+            for (int j = 0; j < 3; j++)
                 if (m[j]->w && lf_repack_type(moe, m[j]->type)) {
                     any = true;
                     need += round64(kt__lf_repack_bytes(m[j]->type, m[j]->rows, m[j]->cols));
                 }
         }
-    const char *forced = getenv("KT_LF_REPACK"), *hook = getenv("KT_LF_MEM_AVAILABLE");
-    if (!any || (forced && *forced))
+    const char *hook = getenv("KT_LF_MEM_AVAILABLE");
+    if (!any || lf_repack_asked())
         return any;
     kt_hw_info hw = KT_HW_INFO_INIT;
     uint64_t avail = hook ? strtoull(hook, NULL, 10)
