@@ -75,6 +75,13 @@ static bool lf_dec_seq;
  * until 11-30 06:30 an empty value counted as set, so scripts/device-gguf-items.sh's
  * prefill "hint" rows ran without them too) */
 static bool lf_nohint;
+/* How the prefill panels take the 16 rows' f16 scales: 16 vpinsrw (the
+ * default but for Q8_0) or 16 scalar stores and a vector load over them, which
+ * waits on store forwarding. One Zen 4 core, 64 x 2048, 32 tokens, alternating
+ * (load 4-6; docs/performance.md, "LLAMAFILE, session 9"): Q4_0 +4-9% in 16 of
+ * 16 pairs, Q4_1 / Q5_0 / IQ4_NL +3-10% in 4 of 4, Q8_0 -2..+5% (15 of 16: kept
+ * off). KT_LF_F16=insert / scalar sets it for every type. */
+static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -90,6 +97,8 @@ static void idx_init(void)
     lf_nohint = e && *e && strcmp(e, "0") != 0;
     e = getenv("KT_LF_DEC_ORDER");
     lf_dec_seq = e && !strcmp(e, "seq");
+    e = getenv("KT_LF_F16");
+    lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
     e = getenv("KT_LF_DEC_ROWS");
     if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
         lf_dec_rows = atoi(e);
@@ -1535,20 +1544,6 @@ ALWAYS_INLINE __m512 rows16_f16_insert(const uint8_t *const *p, size_t o)
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
 }
 
-/* How the panels take the 16 rows' f16 scales: 16 vpinsrw (the default but
- * for Q8_0) or 16 scalar stores and a vector load over them, which waits on
- * store forwarding. One Zen 4 core, 64 x 2048, 32 tokens, alternating (load 4-6;
- * docs/performance.md, "LLAMAFILE, session 9"): Q4_0 +4-9% in 16 of 16 pairs,
- * Q4_1 / Q5_0 / IQ4_NL +3-10% in 4 of 4, Q8_0 -2..+5% (15 of 16: kept off).
- * KT_LF_F16=insert / scalar sets it for every type. */
-static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
-static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
-static void f16_init(void)
-{
-    const char *e = getenv("KT_LF_F16");
-    lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
-}
-
 #define F16_ROWS(o) (f16_insert ? rows16_f16_insert(p, o) : rows16_f16(p, o))
 
 /* Panels of rows [n, n + nr) (nr <= 64) over blocks [kb, kb + nb) of 32. */
@@ -1556,7 +1551,6 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                        uint8_t *codes, float *scale, float *off)
 {
     const __m512i low4 = _mm512_set1_epi8(15), top = _mm512_set1_epi8((char)0x80);
-    pthread_once(&f16_once, f16_init);
     const bool f16_insert = lf_f16 < 0 ? type != KT_TYPE_Q8_0 : lf_f16 == 1;
     for (int g = 0; g * 16 < nr; g++) {
         const uint8_t *p[16];
@@ -1989,6 +1983,7 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int k1, const void *const *act, const void *const *ext, size_t xs,
                               int M, float *C, int ldc, void *scratch)
 {
+    pthread_once(&idx_once, idx_init); /* lf_f16 */
     size_t o0 = kt__ggml_row_bytes((kt_type)type, k0);
     rows_touch(W, wrow, n0, n1, o0, kt__ggml_row_bytes((kt_type)type, k1) - o0);
     lf_walk next;
