@@ -101,11 +101,19 @@ ALWAYS_INLINE lut8 lut_load(void)
 #define DEC_PF 1024
 #define DEC_PF_INTEL 8192
 
-static inline long parse_dec_pf(const char *e)
+/* KT_MOE_DEC_PF's distance, 64 B to 1 MiB; 0: unset or out of that range */
+static inline long dec_pf_env(const char *e)
 {
     long n = e ? atol(e) : 0;
+    return n >= 64 && n <= (1L << 20) ? n : 0;
+}
+
+static inline long parse_dec_pf(const char *e)
+{
+    if (dec_pf_env(e))
+        return dec_pf_env(e);
     __builtin_cpu_init();
-    return n >= 64 && n <= (1L << 20) ? n : (__builtin_cpu_is("intel") ? DEC_PF_INTEL : DEC_PF);
+    return __builtin_cpu_is("intel") ? DEC_PF_INTEL : DEC_PF;
 }
 
 static inline size_t dec_pf(void)
@@ -125,8 +133,7 @@ static inline size_t dec_pf(void)
 
 static inline long parse_dec_pf_slow(const char *e)
 {
-    long n = e ? atol(e) : 0;
-    return n >= 64 && n <= (1L << 20) ? n : DEC_PF_SLOW;
+    return dec_pf_env(e) ? dec_pf_env(e) : DEC_PF_SLOW;
 }
 
 static inline size_t dec_pf_slow(void)
