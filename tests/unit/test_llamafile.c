@@ -431,14 +431,6 @@ static void test_backend_mixed(void **state)
     assert_true(run_layer(KT_TYPE_Q4_1, KT_TYPE_IQ4_NL, 5, 0, 2) < 0.02);
 }
 
-/* The AVX-512 set's Q8_0 / Q8_1 / Q8_K activation blocks are the scalar set's
- * bytes (ggml's from_float, the Q8_K reference quantizer): random scales from
- * 1e-30 to 1e4, zero blocks, codes on exact halves (amax 127: x * 127 / amax =
- * x), ties of +-max, pieces of 64 as phase 1 writes. */
-/* The backend with its Q4_0 experts repacked (the AVX-512 decode's default):
- * one pool (the repacks beside the matrices in place) and two (each pool's
- * slice copies and their repacks), decode and prefill (which reads the rows),
- * a Q4_0 gate / up with a Q8_0 down; KT_LF_REPACK=0 keeps the experts in place. */
 /* A layer of gate / up type tg, down td, T tokens, with its load-time repacks
  * (KT_LF_REPACK=1) and as stored (=0): the same error (its size is the draw's: Q4_K
  * 0.013-0.024); one pool's copies at least `least` bytes. */
@@ -460,6 +452,12 @@ static void repack_same_error(kt_type tg, kt_type td, int T, int pools, uint64_t
     }
 }
 
+/* The backend with its Q4_0, Q8_0 and Q4_K experts repacked (the AVX-512
+ * decode's default): one pool (the repacks beside the matrices in place) and two
+ * (each pool's slice copies and their repacks), decode and prefill (which reads
+ * the rows), a Q4_0 gate / up with a Q8_0 down; KT_LF_REPACK=0 keeps the experts
+ * in place, a list picks types; by default no repack beyond half of the memory
+ * available. */
 static void test_backend_repack(void **state)
 {
     (void)state;
@@ -509,6 +507,10 @@ static void test_backend_repack(void **state)
     layer_pools = 0;
 }
 
+/* The AVX-512 set's Q8_0 / Q8_1 / Q8_K activation blocks are the scalar set's
+ * bytes (ggml's from_float, the Q8_K reference quantizer): random scales from
+ * 1e-30 to 1e4, zero blocks, codes on exact halves (amax 127: x * 127 / amax =
+ * x), ties of +-max, pieces of 64 as phase 1 writes. */
 static void test_quant_exact(void **state)
 {
     (void)state;
