@@ -1134,7 +1134,11 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         return kt__error(KT_ERR_NOMEM, "moe: out of memory for workspaces (max_tokens %d)", T);
     }
 #if KT_HAVE_ISA_AMX
-    moe->packer = kt__moe_packer_amx(moe->kern);
+    /* only where the AMX sets can run: the packer's first call initialises
+     * them, which runs AVX-512 code (SIGILL on an AVX2-only CPU) */
+    if ((kt_hw_isa() & isa_cap & (AVX512_NEED | KT_ISA_AMX_TILE)) ==
+        (AVX512_NEED | KT_ISA_AMX_TILE))
+        moe->packer = kt__moe_packer_amx(moe->kern);
 #endif
     if (forced_kern)
         moe->packer = forced_packer;
