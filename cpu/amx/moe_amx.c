@@ -141,16 +141,18 @@ typedef struct amx_scratch {
 /* ---- KT_AMX_PROFILE=1 (for measuring) ----------------------------------------
  *
  * Per thread TSC cycles of the AMX-INT8 row loop's parts (tiles_i8_rows and
- * the INT4 rescale around it), in two sets: gate / up (W rows < cols) and
- * down; with the calls' token counts. kt__moe_amx_profile() reports and
- * clears them (the backend logs it with KT_MOE_PROFILE). KT_AMX_PROBE (bits,
+ * the INT4 rescale around it; of the loop, the token blocks after the first:
+ * with passes, what reads the block's rows from L2), in two sets: gate / up
+ * (W rows < cols) and down; with the calls' token counts.
+ * kt__moe_amx_profile() reports and clears them (the backend logs it with
+ * KT_MOE_PROFILE). KT_AMX_PROBE (bits,
  * for measuring; the results are wrong): 1 no INT4 rescale in the loop, 2 no
  * tile products (the 2 x 2 loop), 4 no weight prefetches, 8 the rescale reads
  * every row's nibbles from the block's first row (in L1: the rescale's work
  * without its share of the weight stream), 16 the EO128 rescale without its
  * stores (its results folded into one store a row), 32 the rescale's stores
  * into a buffer the tiles do not read (no store-to-tile-load dependency). */
-enum { AP_BLOCK, AP_DEC0, AP_LOOP, AP_DEC, AP_PARK, AP_EPI, AP_N };
+enum { AP_BLOCK, AP_DEC0, AP_LOOP, AP_DEC, AP_LATER, AP_PARK, AP_EPI, AP_N };
 #define AP_HIST 17      /* calls by tokens: 1-16, 17-32, ..., 241-256, more */
 #define AP_THREADS 256  /* slots (threads past it share one: measuring only) */
 
@@ -807,10 +809,11 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
         _mm512_storeu_si512(d, sink);
 }
 
-/* Rows on the grid in PERM_EO128 order with g >= 128 through decode_i4_lean,
- * and the row loop's L2 prefetches a row at a time (pf_issue): the default
- * since the Xeon's alternating A/B (11-30 15:56, AMXINT4 T=1024 4.0-4.2 ->
- * 6.1-6.4 TFLOP/s); KT_AMX_LEAN=0 keeps the general code */
+/* Rows on the grid in PERM_EO128 order through decode_i4_lean (g >= 128) and
+ * decode_i4_lean64 (g = 64), and the row loop's L2 prefetches a row at a time
+ * (pf_issue): the default since the Xeon's alternating A/B (11-30 15:56,
+ * AMXINT4 g128 T=1024 4.0-4.2 -> 6.1-6.4 TFLOP/s); KT_AMX_LEAN=0 keeps the
+ * general code, KT_AMX_LEAN=128 the lean code for g >= 128 only (session 9's) */
 static int lean_on = 1;
 
 /* decode_i4_pairs for the rows the kernel rescales most (g >= 128, format
@@ -852,6 +855,43 @@ static void decode_i4_lean(const i8_src *src, int st, int sn, int r0, int r1, in
         }
 }
 
+/* decode_i4_lean's rows for g = 64. A pair's 128 inputs span two groups: the
+ * first's nibbles in bytes 0-31 of the load, the second's in 32-63, so the
+ * table is the lanes [e_a, e_a, e_b, e_b] (one load and one masked load) and
+ * vpshufb looks each byte up in its own lane. Its index bit 7 zeroes the
+ * byte, so the nibbles are masked first: per 128 inputs a load, a shift, two
+ * ands, two shuffles and two stores besides the table (g >= 128: no ands). */
+ALWAYS_INLINE void lean64_rows(const uint8_t *row, size_t ldw, const int8_t *e, size_t ng,
+                               int8_t *d, size_t dld, int rows, const int sn)
+{
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    for (int r = 0; r < rows; r++, row += ldw, e += ng, d += dld)
+        for (int j = 0; j < sn; j += 2) {
+            __m512i b = _mm512_loadu_si512(row + (size_t)j * 32);
+            __m512i lut = _mm512_mask_load_epi64(_mm512_load_si512(lut_int[e[j]]), 0xF0,
+                                                 lut_int[e[j + 1]]);
+            _mm512_storeu_si512(d + (size_t)j * 64,
+                                _mm512_shuffle_epi8(lut, _mm512_and_si512(b, nib)));
+            _mm512_storeu_si512(
+                d + (size_t)j * 64 + 64,
+                _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), nib)));
+        }
+}
+
+/* decode_i4_lean's contract for g = 64 (step s is group s of the block). */
+static void decode_i4_lean64(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
+                             size_t dld)
+{
+    const size_t ldw = src->ldw, ng = (size_t)src->ng;
+    const uint8_t *row = src->w + (size_t)r0 * ldw + (size_t)st * 32;
+    const int8_t *e = src->e + (size_t)r0 * ng + st;
+    int8_t *d = dst + (size_t)r0 * dld;
+    if (sn == 4) /* the default chunk, unrolled */
+        lean64_rows(row, ldw, e, ng, d, dld, r1 - r0, 4);
+    else
+        lean64_rows(row, ldw, e, ng, d, dld, r1 - r0, sn);
+}
+
 /* Rows [r0, r1) x 64-input steps [st, st + sn) of the block rescaled (above)
  * into dst (dld bytes between rows, step st at 0), in the input order of the
  * packed activations (PERM_EO64; PERM_EO32 for g = 32); zero for rows past nr
@@ -868,9 +908,9 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
     const int g = src->g, lg = __builtin_ctz((unsigned)g), g0 = (st * 64) >> lg;
     const int ngc = imin((((st + sn) * 64 - 1) >> lg) + 1, src->ng) - g0; /* <= 16 (sn <= 8) */
     const uint64_t want = (1ull << (r1 - r0)) - 1u;
-    if (lean_on && src->eo128 && g >= 128 && r1 <= src->nr && !(probe & 24) &&
-        ((src->int_rows >> r0) & want) == want) {
-        decode_i4_lean(src, st, sn, r0, r1, dst, dld);
+    if (lean_on && src->eo128 && g >= (lean_on == 128 ? 128 : 64) && r1 <= src->nr &&
+        !(probe & 24) && ((src->int_rows >> r0) & want) == want) {
+        (g == 64 ? decode_i4_lean64 : decode_i4_lean)(src, st, sn, r0, r1, dst, dld);
         return;
     }
     const __m512i low4 = _mm512_loadu_si512(lut_low4), low2 = _mm512_loadu_si512(lut_low2);
@@ -975,6 +1015,15 @@ static int wide_on = 1;
  * DeepSeek-V3 T=4096, same call (09:24, KT_AMX_PF=t1t0): AMXINT8 9.11-9.87
  * against 8.65 TFLOP/s, AMXINT4 g128 8.57-8.70 against 8.75 */
 static int passes_on = 1;
+/* KT_AMX_TPASS (for measuring): how passes split more than 48 tokens. 0 (the
+ * default): passes of 32 tokens on 2 x 2 C tiles, the last of 16 when the
+ * token tiles are odd (129-144 tokens: 5 passes, the fifth 2 products a step
+ * on 3 tile loads); 1: the fewest passes, those of 48 tokens (2 x 3 C tiles,
+ * 5 of their 7 tile loads a step from L2 against 4 of 4) first, then 32 (9
+ * token tiles: 3 passes); 2: passes of 32 and, when the tiles are odd, one of
+ * 48 instead of the 16 (9 tiles: 48 + 3 x 32). Each later pass reads the
+ * block's whole-K rows again from L2. */
+static int tpass_mode = 0;
 /* INT4 rows rescaled 128 inputs a load (PERM_EO128) where they can be;
  * KT_AMX_EO128=0: 64 (EO64), for measuring */
 static int eo128_on = 1;
@@ -1147,7 +1196,14 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
      * at a time over the whole K (the weights of the later passes from L2, the
      * INT4 ones from the rescaled panel) */
     int wide = wide_on && mn > 32 && mn <= 48, mbw = wide ? 48 : 32;
-    int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
+    int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1;
+    /* token blocks: n3 of 48 tokens (2 x 3 C tiles) first, then of 32 */
+    int n3 = wide, nt = (mn + 15) / 16;
+    if (passes && wide_on && tpass_mode) {
+        n3 = tpass_mode == 1 ? nt - 2 * ((nt + 2) / 3) : nt & 1;
+        n_mb = tpass_mode == 1 ? (nt + 2) / 3 : n3 + (nt - 3 * n3) / 2;
+    }
+    int park = n_mb > 1 && !passes;
     int dec = src->sc != NULL;
     int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec, n_ch = (kt_n + kq - 1) / kq;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
@@ -1170,9 +1226,10 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
     int outer = passes ? n_mb : n_ch, inner = passes ? n_ch : n_mb;
     for (int o = 0; o < outer; o++) {
         for (int i = 0; i < inner; i++) {
-            int ci = passes ? i : o, p = passes ? o : i, mb = p * mbw;
+            int ci = passes ? i : o, p = passes ? o : i;
+            int mb = p < n3 ? 48 * p : 48 * n3 + 32 * (p - n3);
             int kc = ci * kq, kn = imin(kq, kt_n - kc), last = ci == n_ch - 1;
-            int two_x = mn - mb > 16, blk_wide = wide && !p;
+            int two_x = mn - mb > 16, blk_wide = p < n3;
             const int8_t *wc = dec ? I4_CHUNK(ci) : (const int8_t *)src->w + (size_t)kc * 64;
             size_t ldt = dec ? dld : src->ldw;
             /* INT4: rescaled rps rows a step: the next chunk during the first
@@ -1212,6 +1269,7 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
                     far.row = NULL;
             }
             td = prof_tsc(pr);
+            uint64_t tp = td;
             if (ci == 0 || park)
                 c_tiles(ci == 0 ? 0 : 1, cacc, mb, two_x, blk_wide);
             if (pr && ci > 0 && park)
@@ -1232,6 +1290,8 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
                     prof_add(pr, AP_DEC, &t1);
                 }
             }
+            if (pr && p > 0)
+                pr->cyc[AP_LATER] += __rdtsc() - tp;
             prof_add(pr, AP_LOOP, &td); /* (the loop's time, the rescale in it too) */
             if (park || last) {
                 c_tiles(2, cacc, mb, two_x, blk_wide);
@@ -2080,7 +2140,10 @@ static void init_sets(void)
     if (env)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
     env = getenv("KT_AMX_LEAN");
-    lean_on = !(env && !strcmp(env, "0"));
+    lean_on = env && !strcmp(env, "0") ? 0 : env && !strcmp(env, "128") ? 128 : 1;
+    env = getenv("KT_AMX_TPASS");
+    if (env && atoi(env) >= 0 && atoi(env) <= 2)
+        tpass_mode = atoi(env);
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
@@ -2157,7 +2220,7 @@ static void prof_printf(char *buf, size_t n, size_t *at, const char *fmt, ...)
 size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
 {
     static const char *part[AP_N] = {"i4 blocks", "first rescale", "loop", "rescale in it",
-                                     "C tiles", "epilogue"};
+                                     "later token blocks in it", "C tiles", "epilogue"};
     if (!amx_profile_on || !n || calls <= 0)
         return 0;
     double hz = (double)(__rdtsc() - prof_tsc0) / (prof_now() - prof_sec0);
@@ -2204,7 +2267,7 @@ size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
 /* Tests: INT4 on the tiles from now on by exact group folds (mode 1) or
  * rescaled rows (0: 128 inputs a load where they can be, the general code,
  * KT_AMX_LEAN=0; 2: 64, KT_AMX_EO128=0; 3, the default: as 0, grid rows of
- * g >= 128 through decode_i4_lean). */
+ * g >= 64 through decode_i4_lean / decode_i4_lean64). */
 void kt__amx_int4_mode_emulated(int mode);
 void kt__amx_int4_mode_emulated(int mode)
 {
@@ -2235,8 +2298,12 @@ const kt__moe_kernels *AMX_FN(kt__moe_kernels_amx_x2)(int method)
 
 const kt__moe_packer *AMX_FN(kt__moe_packer_amx)(const kt__moe_kernels *k)
 {
+    /* a set not ours (AVX2 on a CPU without AVX-512): no packer, and no
+     * init_sets, which is compiled for AVX-512 (SIGILL on a Zen 3) */
+    if (k != &k_int8 && k != &k_int4 && k != &k_int4g)
+        return NULL;
     pthread_once(&init_once, init_sets);
-    if (!k || !k_int8.gemm || !shared_pack)
+    if (!k_int8.gemm || !shared_pack)
         return NULL;
     if (k == &k_int8)
         return &p_int8;
