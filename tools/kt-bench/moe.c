@@ -868,6 +868,14 @@ int cmd_moe(int argc, char **argv)
         fprintf(stderr, "kt-bench moe: built without oneDNN; prefill ratios are skipped\n");
         c.onednn = false;
     }
+    /* oneDNN's BF16 matmuls need AVX-512 (2.6 has no AVX2 implementation) */
+    const uint64_t avx512_core = KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL |
+                                 KT_ISA_AVX512DQ;
+    if (c.onednn && (kt_hw_isa() & avx512_core) != avx512_core) {
+        fprintf(stderr, "kt-bench moe: this CPU has no AVX-512, so oneDNN has no BF16 matmul "
+                        "here; prefill ratios are skipped\n");
+        c.onednn = false;
+    }
     bench_hw hw;
     c.threads = bench_hw_start(&hw, threads);
     const model_shape *m = c.model;
