@@ -350,6 +350,15 @@ static long parse_lf_xmax(const char *e)
 }
 #endif
 
+#if KT_HAVE_ISA_AVX2
+/* KT_LF_AVX2_PANEL=0: the AVX2 set's prefill as one vec_dot per (row, token), as
+ * before its panel GEMM (for A/B) */
+static long parse_avx2_panel(const char *e)
+{
+    return !(e && !strcmp(e, "0"));
+}
+#endif
+
 /* C[m][n - n0] = sum_{k0 <= k < k1} a_m[k] W[n][k], one vec_dot per (row, token);
  * rows outer so a weight row is read from memory once for all M tokens. */
 static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0, int n1, int k0,
@@ -455,6 +464,20 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
             act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
                                  &absize);
         kt__lf_gemm_k_avx512(W->type, W->w, wrow, n0, n1, k0 / 256, k1 / 256, act, M, C, ldc);
+        return;
+    }
+#endif
+#if KT_HAVE_ISA_AVX2
+    static long avx2_panel_cache;
+    if (isa == KT_GGML_AVX2 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
+        (W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_Q4_K) &&
+        env_knob(&avx2_panel_cache, "KT_LF_AVX2_PANEL", parse_avx2_panel)) {
+        /* prefill: int8 panels of 4-bit codes, vpmaddubsw into int16 block sums */
+        const void *act[256];
+        for (int m = 0; m < M; m++)
+            act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
+                                 &absize);
+        kt__lf_gemm_panel_avx2(W->type, W->w, wrow, n0, n1, k0, k1, act, M, C, ldc, scratch);
         return;
     }
 #endif
@@ -614,7 +637,7 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 
 #define LF_ENTRY(ISA, NAME, MASK)                                              \
     {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK,     \
-     ISA == 2 ? KT__LF_PANEL_SCRATCH : 0, LF_HINT_##ISA}
+     ISA == 2 ? KT__LF_PANEL_SCRATCH : ISA == 1 ? KT__LF_PANEL2_SCRATCH : 0, LF_HINT_##ISA}
 #define LF_ROW(ISA, NAME)                                                                      \
     {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),           \
      LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                   \

@@ -1,0 +1,318 @@
+/* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
+ * Q4_0 and Q4_K, whose codes are 4 bits. Each call repacks 64 rows x 512 inputs
+ * at a time into int8 panels (8 rows per register, 4 inputs per 32-bit lane, the
+ * codes unsigned 0..15) and runs a register-blocked GEMM of 16 rows x 3 tokens
+ * over them; the activation is the token's Q8_0 / Q8_K codes as quantized.
+ *
+ *   per block of 32 inputs b, row r, token t (a: the token's s8 codes):
+ *     p16 = sum_{j < 8} vpmaddubsw(w[r][4j..4j+3], a[t][4j..4j+3])  int16 pairs
+ *     i   = vpmaddwd(p16, 1) + off[t][b]                              int32, exact
+ *     C[t][r] += float(i) * (s[r][b] * da[t][b])        (+ m[r][b] * dsum[t][b]: Q4_K)
+ *
+ * A pair of products is at most 2 x 15 x 127 = 3810 and a block's 8 pairs 30480,
+ * so the int16 sums neither saturate nor wrap and i is ggml's integer block sum.
+ * Q4_0's codes are w + 8: off = -8 x (the token's block code sum). Q4_K: s = d x
+ * scale, m = -dmin x min per row and block, dsum = da x (the block's code sum).
+ * Only the float summation order differs from the ggml vec_dots. It replaces one
+ * vec_dot per (row, token), which read every weight block once per token.
+ */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "moe_kernels.h"
+#include "ref/ggml_quants.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define P2_KS 512  /* inputs per repack segment */
+#define P2_ROWS 64 /* rows per repack */
+#define P2_NB (P2_KS / 32)
+#define P2_TOK 256 /* tokens per call at most */
+
+/* the 16 bytes at p[r] + o of rows r = 0..7 as 4 registers: lane r of u[j] is
+ * row r's bytes 4j..4j+3 */
+ALWAYS_INLINE void rows8_dwords4(const uint8_t *const *p, size_t o, __m256i u[4])
+{
+    __m256i z[4];
+    for (int q = 0; q < 4; q++) /* z[q]: rows q (low half), q + 4 (high) */
+        z[q] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[q] + o))),
+            _mm_loadu_si128((const __m128i *)(p[q + 4] + o)), 1);
+    __m256i t01l = _mm256_unpacklo_epi32(z[0], z[1]), t01h = _mm256_unpackhi_epi32(z[0], z[1]);
+    __m256i t23l = _mm256_unpacklo_epi32(z[2], z[3]), t23h = _mm256_unpackhi_epi32(z[2], z[3]);
+    u[0] = _mm256_unpacklo_epi64(t01l, t23l);
+    u[1] = _mm256_unpackhi_epi64(t01l, t23l);
+    u[2] = _mm256_unpacklo_epi64(t01h, t23h);
+    u[3] = _mm256_unpackhi_epi64(t01h, t23h);
+}
+
+/* the 32 bytes at p[r] + o of rows r = 0..7: lane r of u[j] is row r's bytes
+ * 4j..4j+3 (an 8 x 8 transpose of dwords) */
+ALWAYS_INLINE void rows8_dwords8(const uint8_t *const *p, size_t o, __m256i u[8])
+{
+    __m256i lo[4], hi[4];
+    rows8_dwords4(p, o, lo);
+    rows8_dwords4(p, o + 16, hi);
+    for (int j = 0; j < 4; j++)
+        u[j] = lo[j], u[4 + j] = hi[j];
+}
+
+ALWAYS_INLINE int u16_at(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* the f16 at p[r] + o of rows r = 0..7 as floats */
+ALWAYS_INLINE __m256 rows8_f16(const uint8_t *const *p, size_t o)
+{
+    __m128i h = _mm_cvtsi32_si128(u16_at(p[0] + o));
+    h = _mm_insert_epi16(h, u16_at(p[1] + o), 1);
+    h = _mm_insert_epi16(h, u16_at(p[2] + o), 2);
+    h = _mm_insert_epi16(h, u16_at(p[3] + o), 3);
+    h = _mm_insert_epi16(h, u16_at(p[4] + o), 4);
+    h = _mm_insert_epi16(h, u16_at(p[5] + o), 5);
+    h = _mm_insert_epi16(h, u16_at(p[6] + o), 6);
+    h = _mm_insert_epi16(h, u16_at(p[7] + o), 7);
+    return _mm256_cvtph_ps(h);
+}
+
+/* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (Q4_K: kb, nb
+ * multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
+ * inputs) at + 256 b + 32 j; scales (and Q4_K's minimum terms) at + 8 (g nb + b). */
+static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, int kb, int nb,
+                       uint8_t *codes, float *scale, float *off)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    for (int g = 0; g * 8 < nr; g++) {
+        const uint8_t *p[8];
+        for (int r = 0; r < 8; r++) /* ragged: repeat the last row */
+            p[r] = W + (size_t)(n + (8 * g + r < nr ? 8 * g + r : nr - 1)) * wrow;
+        uint8_t *cg = codes + (size_t)g * nb * 256;
+        float *sg = scale + (size_t)g * nb * 8, *og = off + (size_t)g * nb * 8;
+        if (type == KT_TYPE_Q4_0) {
+            /* qs byte i: input i (low nibble), input 16 + i (high): step j < 4 the
+             * low nibbles of bytes 4j.., step 4 + j the high ones */
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(kb + b) * sizeof(kt_block_q4_0);
+                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
+                __m256i u[4];
+                rows8_dwords4(p, o + 2, u);
+                uint8_t *cb = cg + (size_t)b * 256;
+                for (int j = 0; j < 4; j++) {
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), _mm256_and_si256(u[j], low4));
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * (j + 4)),
+                                        _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4));
+                }
+            }
+        } else { /* Q4_K: qs bytes 32i..32i+31: sub-block 2i (low nibbles), 2i + 1 (high) */
+            for (int b = 0; b < nb; b += 8) {
+                size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_q4_K);
+                for (int i = 0; i < 4; i++) {
+                    __m256i u[8];
+                    rows8_dwords8(p, o + offsetof(kt_block_q4_K, qs) + 32 * (size_t)i, u);
+                    uint8_t *cb = cg + (size_t)(b + 2 * i) * 256;
+                    for (int j = 0; j < 8; j++) {
+                        _mm256_storeu_si256((__m256i *)(cb + 32 * j),
+                                            _mm256_and_si256(u[j], low4));
+                        _mm256_storeu_si256((__m256i *)(cb + 256 + 32 * j),
+                                            _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4));
+                    }
+                }
+                for (int r = 0; r < 8; r++) {
+                    const kt_block_q4_K *x = (const kt_block_q4_K *)(const void *)(p[r] + o);
+                    float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+                    for (int s = 0; s < 8; s++) {
+                        int sc, mn;
+                        kt__ggml_k4_scale_min(s, x->scales, &sc, &mn);
+                        sg[8 * (b + s) + r] = d * (float)sc;
+                        og[8 * (b + s) + r] = -dmin * (float)mn;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Per token and block of the segment: Q4_0 the offset -8 x (code sum) and the
+ * scale; Q4_K the Q8_K block's d and d x (the 32 codes' sum, from bsums). */
+static void token_prep(int type, const void *const *act, int M, int kb, int nb, int32_t *toff,
+                       float *td, float *tds)
+{
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int m = 0; m < M; m++) {
+        for (int b = 0; b < nb; b++) {
+            int k = kb + b;
+            if (type == KT_TYPE_Q4_0) {
+                const kt_block_q8_0 *y = (const kt_block_q8_0 *)act[m] + k;
+                __m256i s = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)y->qs)),
+                    ones16);
+                __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s),
+                                          _mm256_extracti128_si256(s, 1));
+                h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+                h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+                toff[m * P2_NB + b] = -8 * _mm_cvtsi128_si32(h);
+                td[m * P2_NB + b] = _cvtsh_ss(y->d);
+            } else {
+                const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
+                toff[m * P2_NB + b] = 0;
+                td[m * P2_NB + b] = y->d;
+                tds[m * P2_NB + b] =
+                    y->d * (float)(y->bsums[2 * (k % 8)] + y->bsums[2 * (k % 8) + 1]);
+            }
+        }
+    }
+}
+
+/* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
+ * in Q8_K block k / 8. */
+ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
+{
+    if (k4)
+        return ((const kt_block_q8_K *)act)[k / 8].qs + 32 * (k % 8);
+    return ((const kt_block_q8_0 *)act)[k].qs;
+}
+
+/* C[t][16 g' + r] (+)= the tile of G groups x MT tokens over the segment's nb
+ * blocks. nv: valid rows of each group (8 but in a ragged last group). */
+ALWAYS_INLINE void panel_tile(const bool k4, const int G, const int MT, const uint8_t *codes,
+                              const float *scale, const float *off, int nb, int kb,
+                              const void *const *act, const int32_t *toff, const float *td,
+                              const float *tds, float *C, int ldc, const int nv[2], bool first)
+{
+    const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 accf[2][4];
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; g++)
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++)
+            accf[g][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const int8_t *ap[4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++)
+            ap[t] = block_codes(k4, act[t], kb + b);
+        const uint8_t *cb = codes + (size_t)b * 256;
+        __m256i p16[2][4];
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)(cb + 32 * j));
+            __m256i w1 = G == 2 ? _mm256_loadu_si256((const __m256i *)(cb + gstride + 32 * j))
+                                : w0;
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT; t++) {
+                int32_t a4;
+                memcpy(&a4, ap[t] + 4 * j, 4);
+                __m256i a = _mm256_set1_epi32(a4);
+                __m256i q0 = _mm256_maddubs_epi16(w0, a);
+                p16[0][t] = j ? _mm256_add_epi16(p16[0][t], q0) : q0;
+                /* kept a running sum: gcc otherwise reassociates the 8 adds into
+                 * a tree over all 8 products and spills them */
+                __asm__("" : "+x"(p16[0][t]));
+                if (G == 2) {
+                    __m256i q1 = _mm256_maddubs_epi16(w1, a);
+                    p16[1][t] = j ? _mm256_add_epi16(p16[1][t], q1) : q1;
+                    __asm__("" : "+x"(p16[1][t]));
+                }
+            }
+        }
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256 s = _mm256_loadu_ps(scale + g * sstride + 8 * b);
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT; t++) {
+                __m256i i32 = _mm256_madd_epi16(p16[g][t], ones16);
+                if (!k4)
+                    i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(toff[t * P2_NB + b]));
+                __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(td[t * P2_NB + b]));
+                accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sd, accf[g][t]);
+                if (k4)
+                    accf[g][t] = _mm256_fmadd_ps(_mm256_loadu_ps(off + g * sstride + 8 * b),
+                                                 _mm256_set1_ps(tds[t * P2_NB + b]), accf[g][t]);
+            }
+        }
+    }
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv[g]),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++) {
+            float *c = C + (size_t)t * ldc + 8 * g;
+            __m256 v = accf[g][t];
+            if (nv[g] == 8) {
+                if (!first)
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(c));
+                _mm256_storeu_ps(c, v);
+            } else {
+                if (!first)
+                    v = _mm256_add_ps(v, _mm256_maskload_ps(c, keep));
+                _mm256_maskstore_ps(c, keep, v);
+            }
+        }
+    }
+}
+
+#define P2_CASE(K4, G, MT)                                                                    \
+    panel_tile(K4, G, MT, cg, sg, og, nb, kb, act + m, toff + m * P2_NB, td + m * P2_NB,     \
+               tds + m * P2_NB, Cm, ldc, nv, first)
+#define P2_MT(K4, G)                                                                          \
+    do {                                                                                      \
+        switch (mt) {                                                                         \
+        case 1: P2_CASE(K4, G, 1); break;                                                     \
+        case 2: P2_CASE(K4, G, 2); break;                                                     \
+        default: P2_CASE(K4, G, 3); break;                                                    \
+        }                                                                                     \
+    } while (0)
+
+void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1, int k0, int k1,
+                            const void *const *act, int M, float *C, int ldc, void *scratch)
+{
+    const bool k4 = type == KT_TYPE_Q4_K;
+    uint8_t *codes = scratch;
+    float *scale = (float *)(codes + (size_t)P2_ROWS * P2_KS);
+    float *off = scale + P2_ROWS * P2_NB;
+    int32_t *toff = (int32_t *)(off + P2_ROWS * P2_NB);
+    float *td = (float *)(toff + P2_TOK * P2_NB), *tds = td + P2_TOK * P2_NB;
+    for (int ks = k0; ks < k1; ks += P2_KS) {
+        int ke = k1 - ks < P2_KS ? k1 : ks + P2_KS;
+        int kb = ks / 32, nb = (ke - ks) / 32;
+        bool first = ks == k0;
+        token_prep(type, act, M, kb, nb, toff, td, tds);
+        for (int nc = n0; nc < n1; nc += P2_ROWS) {
+            int nr = n1 - nc < P2_ROWS ? n1 - nc : P2_ROWS, ngroups = (nr + 7) / 8;
+            panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off);
+            for (int m = 0; m < M; m += 3) {
+                int mt = M - m < 3 ? M - m : 3;
+                for (int g = 0; g < ngroups; g += 2) {
+                    int G = ngroups - g < 2 ? 1 : 2;
+                    int nv[2] = {nr - 8 * g < 8 ? nr - 8 * g : 8,
+                                 G == 2 ? (nr - 8 * g - 8 < 8 ? nr - 8 * g - 8 : 8) : 0};
+                    const uint8_t *cg = codes + (size_t)g * nb * 256;
+                    const float *sg = scale + (size_t)g * nb * 8, *og = off + (size_t)g * nb * 8;
+                    float *Cm = C + (size_t)m * ldc + (nc - n0) + 8 * g;
+                    if (k4) {
+                        if (G == 2)
+                            P2_MT(true, 2);
+                        else
+                            P2_MT(true, 1);
+                    } else if (G == 2) {
+                        P2_MT(false, 2);
+                    } else {
+                        P2_MT(false, 1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+_Static_assert(KT__LF_PANEL2_SCRATCH ==
+                   P2_ROWS * P2_KS + 2 * P2_ROWS * P2_NB * 4 + 3 * P2_TOK * P2_NB * 4,
+               "AVX2 panel scratch");
