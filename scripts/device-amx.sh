@@ -18,7 +18,8 @@
 # (',' between the variables of one environment, '-' for none) replaces the
 # new / OLD rounds by ROUNDS rounds over those environments in turn, DeepSeek-V3
 # (then Qwen3-30B-A3B over ABQ3's); TEST_ENV is set for the tests (KT_TEST_TILES=real:
-# the emulated tiles' checks left out).
+# the emulated tiles' checks left out), and the tests run once per environment of
+# TEST_ENVS (same syntax as AB) on top of it; GS: the AMXINT4 group size (128).
 set -u
 . scripts/device-env.sh
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
@@ -30,16 +31,19 @@ else
         ninja -C "$B" -j "$(nproc)" tools/kt-bench/kt-bench tests/unit/test_moe_kernels \
             > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 fi
+for te in ${TEST_ENVS:--}; do
 for t in ${TESTS:-test_int8_act test_amx test_amx_backend_packed}; do
-    (cd "$B" && env ${TEST_ENV:-} KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD \
+    echo "## $te $t" >> "$OUT/tests.txt"
+    (cd "$B" && env ${TEST_ENV:-} $(echo "$te" | tr , ' ' | sed 's/^-$//') KT_TEST_DATA=$PWD/../tests/data KT_SOURCE_ROOT=$PWD/.. KT_BUILD_ROOT=$PWD \
         LD_LIBRARY_PATH=$PWD/lib:$LD_LIBRARY_PATH KT_TEST_FILTER=$t \
         timeout 100 ./tests/unit/test_moe_kernels) >> "$OUT/tests.txt" 2>&1
-    echo "$t rc=$?"; grep -E "^\[  (PASSED|FAILED)|^\[  ERROR|ERROR:" "$OUT/tests.txt" | tail -2
+    echo "$te $t rc=$?"; grep -E "^\[  (PASSED|FAILED)|^\[  ERROR|ERROR:" "$OUT/tests.txt" | tail -2
+done
 done
 f=$OUT/moe.txt; date -u +%H:%M:%S > "$f"
 bench="$B/tools/kt-bench/kt-bench moe --no-onednn --min-time 0.5 --method ${METHODS:-AMXINT8,AMXINT4}"
-dsb="--model deepseek-v3 --group-size 128 --layers 2"; ds="$dsb --tokens 1024,4096"
-q3="--model qwen3-30b-a3b --group-size 128 --layers 4 --tokens 1024"
+dsb="--model deepseek-v3 --group-size ${GS:-128} --layers 2"; ds="$dsb --tokens 1024,4096"
+q3="--model qwen3-30b-a3b --group-size ${GS:-128} --layers 4 --tokens 1024"
 old=${OLD:-KT_AMX_PF=t1 KT_AMX_WIDE=0 KT_AMX_PASSES=0}
 row() { # ENV... -- bench arguments: one block, headed by the environment
     echo "### $*" >> "$f"; env "$@" >> "$f" 2>&1; echo "rc=$?" >> "$f"

@@ -1015,15 +1015,6 @@ static int wide_on = 1;
  * DeepSeek-V3 T=4096, same call (09:24, KT_AMX_PF=t1t0): AMXINT8 9.11-9.87
  * against 8.65 TFLOP/s, AMXINT4 g128 8.57-8.70 against 8.75 */
 static int passes_on = 1;
-/* KT_AMX_TPASS (for measuring): how passes split more than 48 tokens. 0 (the
- * default): passes of 32 tokens on 2 x 2 C tiles, the last of 16 when the
- * token tiles are odd (129-144 tokens: 5 passes, the fifth 2 products a step
- * on 3 tile loads); 1: the fewest passes, those of 48 tokens (2 x 3 C tiles,
- * 5 of their 7 tile loads a step from L2 against 4 of 4) first, then 32 (9
- * token tiles: 3 passes); 2: passes of 32 and, when the tiles are odd, one of
- * 48 instead of the 16 (9 tiles: 48 + 3 x 32). Each later pass reads the
- * block's whole-K rows again from L2. */
-static int tpass_mode = 0;
 /* INT4 rows rescaled 128 inputs a load (PERM_EO128) where they can be;
  * KT_AMX_EO128=0: 64 (EO64), for measuring */
 static int eo128_on = 1;
@@ -1196,14 +1187,7 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
      * at a time over the whole K (the weights of the later passes from L2, the
      * INT4 ones from the rescaled panel) */
     int wide = wide_on && mn > 32 && mn <= 48, mbw = wide ? 48 : 32;
-    int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1;
-    /* token blocks: n3 of 48 tokens (2 x 3 C tiles) first, then of 32 */
-    int n3 = wide, nt = (mn + 15) / 16;
-    if (passes && wide_on && tpass_mode) {
-        n3 = tpass_mode == 1 ? nt - 2 * ((nt + 2) / 3) : nt & 1;
-        n_mb = tpass_mode == 1 ? (nt + 2) / 3 : n3 + (nt - 3 * n3) / 2;
-    }
-    int park = n_mb > 1 && !passes;
+    int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
     int dec = src->sc != NULL;
     int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec, n_ch = (kt_n + kq - 1) / kq;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
@@ -1226,10 +1210,9 @@ static void tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_s
     int outer = passes ? n_mb : n_ch, inner = passes ? n_ch : n_mb;
     for (int o = 0; o < outer; o++) {
         for (int i = 0; i < inner; i++) {
-            int ci = passes ? i : o, p = passes ? o : i;
-            int mb = p < n3 ? 48 * p : 48 * n3 + 32 * (p - n3);
+            int ci = passes ? i : o, p = passes ? o : i, mb = p * mbw;
             int kc = ci * kq, kn = imin(kq, kt_n - kc), last = ci == n_ch - 1;
-            int two_x = mn - mb > 16, blk_wide = p < n3;
+            int two_x = mn - mb > 16, blk_wide = wide && !p;
             const int8_t *wc = dec ? I4_CHUNK(ci) : (const int8_t *)src->w + (size_t)kc * 64;
             size_t ldt = dec ? dld : src->ldw;
             /* INT4: rescaled rps rows a step: the next chunk during the first
@@ -2141,9 +2124,6 @@ static void init_sets(void)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
     env = getenv("KT_AMX_LEAN");
     lean_on = env && !strcmp(env, "0") ? 0 : env && !strcmp(env, "128") ? 128 : 1;
-    env = getenv("KT_AMX_TPASS");
-    if (env && atoi(env) >= 0 && atoi(env) <= 2)
-        tpass_mode = atoi(env);
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
