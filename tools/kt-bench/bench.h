@@ -77,7 +77,9 @@ void stream_buf_free(stream_buf *sb);
 
 /* ---- oneDNN matmul yardstick ----------------------------------------------- */
 
-typedef enum gemm_kind { GEMM_BF16 = 0, GEMM_INT8 = 1 } gemm_kind;
+typedef enum gemm_kind { GEMM_BF16 = 0, GEMM_INT8 = 1, GEMM_F32 = 2 } gemm_kind;
+/* "bf16", "int8", "f32" */
+const char *gemm_kind_name(gemm_kind kind);
 
 /* True when this kt-bench was built with oneDNN. */
 bool gemm_available(void);
@@ -87,6 +89,10 @@ void gemm_set_threads(int n);
 /* C[M][N] = A[M][K] * B[K][N] with B pre-packed in oneDNN's preferred layout
  * (as an engine would at load time); best-of-`reps` ops/s (x 1e12). -1 on error. */
 double gemm_measure(gemm_kind kind, int64_t m, int64_t n, int64_t k, int reps);
+/* The compute yardstick of an engine's CPU side: gemm_measure of BF16, or of F32
+ * where oneDNN has no BF16 matmul (oneDNN 2.6 needs AVX-512 for BF16); *kind
+ * says which. -1 when neither runs. */
+double gemm_measure_yardstick(int64_t m, int64_t n, int64_t k, int reps, gemm_kind *kind);
 
 /* A batch of per-expert matmuls over cold weights, the yardstick for MoE
  * prefill: for each expert e with counts[e] > 0 tokens, gate/up [m][H]x[H][I]

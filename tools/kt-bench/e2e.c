@@ -925,10 +925,11 @@ int cmd_e2e(int argc, char **argv)
     if (team && stream_measure(team, (uint64_t)stream_mib << 20, 5, true, &sr))
         o.stream_gbs = sr.read_gbs;
     team_free(team);
+    gemm_kind cpu_kind = GEMM_BF16;
     if (gemm_available()) {
         gemm_set_threads(nth);
         /* an expert-shaped product: 256 tokens x [768 x 2048] */
-        o.cpu_tflops = gemm_measure(GEMM_BF16, 256, 768, 2048, 3);
+        o.cpu_tflops = gemm_measure_yardstick(256, 768, 2048, 3, &cpu_kind);
         if (o.cpu_tflops < 0)
             o.cpu_tflops = 0;
     }
@@ -940,8 +941,8 @@ int cmd_e2e(int argc, char **argv)
             return 1;
         }
     }
-    printf("# yardsticks: stream read %.1f GB/s, oneDNN BF16 [256 x 768 x 2048] %.2f TFLOP/s",
-           o.stream_gbs, o.cpu_tflops);
+    printf("# yardsticks: stream read %.1f GB/s, oneDNN %s [256 x 768 x 2048] %.2f TFLOP/s",
+           o.stream_gbs, gemm_kind_name(cpu_kind), o.cpu_tflops);
     if (o.have_gpu)
         printf("; GPU 0: HBM copy %.0f GB/s, PCIe h2d %.1f GB/s, d2h %.1f GB/s, cuBLAS BF16 "
                "%.0f TFLOP/s", o.gpu.hbm_gbs, o.gpu.h2d_gbs, o.gpu.d2h_gbs, o.gpu.bf16_tflops);

@@ -407,12 +407,13 @@ int cmd_engine(int argc, char **argv)
         stream_gbs = sr.read_gbs;
     team_free(team);
     double tflops = 0;
+    gemm_kind kind = GEMM_BF16;
     if (gemm_available()) {
         gemm_set_threads(nth);
-        tflops = gemm_measure(GEMM_BF16, prompt, 2048, 2048, 3);
+        tflops = gemm_measure_yardstick(prompt, 2048, 2048, 3, &kind);
     }
-    printf("# yardsticks: stream read %.1f GB/s, oneDNN BF16 [%lld x 2048 x 2048] %.3f TFLOP/s\n",
-           stream_gbs, (long long)prompt, tflops > 0 ? tflops : 0.0);
+    printf("# yardsticks: stream read %.1f GB/s, oneDNN %s [%lld x 2048 x 2048] %.3f TFLOP/s\n",
+           stream_gbs, gemm_kind_name(kind), (long long)prompt, tflops > 0 ? tflops : 0.0);
     fflush(stdout);
     bench_json *json = json_path ? json_open(json_path, &hw, nth) : NULL;
     int rc = 0;
