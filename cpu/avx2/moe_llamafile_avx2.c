@@ -1,8 +1,9 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0 and Q4_K, whose codes are 4 bits. Each call repacks 64 rows x 512 inputs
- * at a time into int8 panels (8 rows per register, 4 inputs per 32-bit lane, the
- * codes unsigned 0..15) and runs a register-blocked GEMM of 16 rows x 3 tokens
- * over them; the activation is the token's Q8_0 / Q8_K codes as quantized.
+ * Q4_0, Q4_K and Q8_0. Each call repacks 64 rows x 512 inputs at a time into int8
+ * panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
+ * unsigned 0..15, Q8_0's as stored) and runs a register-blocked GEMM of 16 rows x
+ * 3 tokens (Q8_0: 2) over them; the activation is the token's Q8_0 / Q8_K codes
+ * as quantized.
  *
  *   per block of 32 inputs b, row r, token t (a: the token's s8 codes):
  *     p16 = sum_{j < 8} vpmaddubsw(w[r][4j..4j+3], a[t][4j..4j+3])  int16 pairs
@@ -13,6 +14,9 @@
  * so the int16 sums neither saturate nor wrap and i is ggml's integer block sum.
  * Q4_0's codes are w + 8: off = -8 x (the token's block code sum). Q4_K: s = d x
  * scale, m = -dmin x min per row and block, dsum = da x (the block's code sum).
+ * Q8_0: p16 cannot hold more than one step (2 x 128 x 127 per pair), so each step
+ * goes through vpmaddwd into int32 sums, and the signed weights take ggml's sign
+ * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair.
  * Only the float summation order differs from the ggml vec_dots. It replaces one
  * vec_dot per (row, token), which read every weight block once per token.
  */
@@ -109,6 +113,16 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                                         _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4));
                 }
             }
+        } else if (type == KT_TYPE_Q8_0) { /* qs byte i: input i */
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(kb + b) * sizeof(kt_block_q8_0);
+                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
+                __m256i u[8];
+                rows8_dwords8(p, o + 2, u);
+                uint8_t *cb = cg + (size_t)b * 256;
+                for (int j = 0; j < 8; j++)
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), u[j]);
+            }
         } else { /* Q4_K: qs bytes 32i..32i+31: sub-block 2i (low nibbles), 2i + 1 (high) */
             for (int b = 0; b < nb; b += 8) {
                 size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_q4_K);
@@ -139,7 +153,8 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
 }
 
 /* Per token and block of the segment: Q4_0 the offset -8 x (code sum) and the
- * scale; Q4_K the Q8_K block's d and d x (the 32 codes' sum, from bsums). */
+ * scale; Q8_0 the scale; Q4_K the Q8_K block's d and d x (the 32 codes' sum, from
+ * bsums). */
 static void token_prep(int type, const void *const *act, int M, int kb, int nb, int32_t *toff,
                        float *td, float *tds)
 {
@@ -147,7 +162,11 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
     for (int m = 0; m < M; m++) {
         for (int b = 0; b < nb; b++) {
             int k = kb + b;
-            if (type == KT_TYPE_Q4_0) {
+            if (type == KT_TYPE_Q8_0) {
+                const kt_block_q8_0 *y = (const kt_block_q8_0 *)act[m] + k;
+                toff[m * P2_NB + b] = 0;
+                td[m * P2_NB + b] = _cvtsh_ss(y->d);
+            } else if (type == KT_TYPE_Q4_0) {
                 const kt_block_q8_0 *y = (const kt_block_q8_0 *)act[m] + k;
                 __m256i s = _mm256_madd_epi16(
                     _mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)y->qs)),
@@ -171,6 +190,8 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
+enum { P2_Q40, P2_Q4K, P2_Q80 };
+
 ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 {
     if (k4)
@@ -180,12 +201,13 @@ ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 
 /* C[t][16 g' + r] (+)= the tile of G groups x MT tokens over the segment's nb
  * blocks. nv: valid rows of each group (8 but in a ragged last group). */
-ALWAYS_INLINE void panel_tile(const bool k4, const int G, const int MT, const uint8_t *codes,
+ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const uint8_t *codes,
                               const float *scale, const float *off, int nb, int kb,
                               const void *const *act, const int32_t *toff, const float *td,
                               const float *tds, float *C, int ldc, const int nv[2], bool first)
 {
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
+    const bool k4 = mode == P2_Q4K, q8 = mode == P2_Q80;
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 accf[2][4];
     #pragma GCC unroll 2
@@ -206,7 +228,22 @@ ALWAYS_INLINE void panel_tile(const bool k4, const int G, const int MT, const ui
             __m256i w1 = G == 2 ? _mm256_loadu_si256((const __m256i *)(cb + gstride + 32 * j))
                                 : w0;
             #pragma GCC unroll 4
-            for (int t = 0; t < MT; t++) {
+            for (int t = 0; t < MT && q8; t++) {
+                int32_t a4;
+                memcpy(&a4, ap[t] + 4 * j, 4);
+                __m256i a = _mm256_set1_epi32(a4);
+                #pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    __m256i w = g ? w1 : w0;
+                    __m256i q = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)),
+                        ones16);
+                    p16[g][t] = j ? _mm256_add_epi32(p16[g][t], q) : q; /* int32 here */
+                    __asm__("" : "+x"(p16[g][t]));
+                }
+            }
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT && !q8; t++) {
                 int32_t a4;
                 memcpy(&a4, ap[t] + 4 * j, 4);
                 __m256i a = _mm256_set1_epi32(a4);
@@ -227,8 +264,8 @@ ALWAYS_INLINE void panel_tile(const bool k4, const int G, const int MT, const ui
             __m256 s = _mm256_loadu_ps(scale + g * sstride + 8 * b);
             #pragma GCC unroll 4
             for (int t = 0; t < MT; t++) {
-                __m256i i32 = _mm256_madd_epi16(p16[g][t], ones16);
-                if (!k4)
+                __m256i i32 = q8 ? p16[g][t] : _mm256_madd_epi16(p16[g][t], ones16);
+                if (mode == P2_Q40)
                     i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(toff[t * P2_NB + b]));
                 __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(td[t * P2_NB + b]));
                 accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sd, accf[g][t]);
@@ -259,22 +296,31 @@ ALWAYS_INLINE void panel_tile(const bool k4, const int G, const int MT, const ui
     }
 }
 
-#define P2_CASE(K4, G, MT)                                                                    \
-    panel_tile(K4, G, MT, cg, sg, og, nb, kb, act + m, toff + m * P2_NB, td + m * P2_NB,     \
+#define P2_CASE(MODE, G, MT)                                                                  \
+    panel_tile(MODE, G, MT, cg, sg, og, nb, kb, act + m, toff + m * P2_NB, td + m * P2_NB,     \
                tds + m * P2_NB, Cm, ldc, nv, first)
-#define P2_MT(K4, G)                                                                          \
+#define P2_MT(MODE, G)                                                                        \
     do {                                                                                      \
         switch (mt) {                                                                         \
-        case 1: P2_CASE(K4, G, 1); break;                                                     \
-        case 2: P2_CASE(K4, G, 2); break;                                                     \
-        default: P2_CASE(K4, G, 3); break;                                                    \
+        case 1: P2_CASE(MODE, G, 1); break;                                                   \
+        case 2: P2_CASE(MODE, G, 2); break;                                                   \
+        default: P2_CASE(MODE, G, 3); break;                                                  \
         }                                                                                     \
+    } while (0)
+#define P2_G(MODE)                 \
+    do {                           \
+        if (G == 2)                \
+            P2_MT(MODE, 2);        \
+        else                       \
+            P2_MT(MODE, 1);        \
     } while (0)
 
 void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1, int k0, int k1,
                             const void *const *act, int M, float *C, int ldc, void *scratch)
 {
-    const bool k4 = type == KT_TYPE_Q4_K;
+    /* Q8_0: 2 tokens a tile (its int32 step sums need the registers) */
+    const int mode = type == KT_TYPE_Q4_K ? P2_Q4K : type == KT_TYPE_Q8_0 ? P2_Q80 : P2_Q40;
+    const int MTMAX = mode == P2_Q80 ? 2 : 3;
     uint8_t *codes = scratch;
     float *scale = (float *)(codes + (size_t)P2_ROWS * P2_KS);
     float *off = scale + P2_ROWS * P2_NB;
@@ -288,8 +334,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
         for (int nc = n0; nc < n1; nc += P2_ROWS) {
             int nr = n1 - nc < P2_ROWS ? n1 - nc : P2_ROWS, ngroups = (nr + 7) / 8;
             panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off);
-            for (int m = 0; m < M; m += 3) {
-                int mt = M - m < 3 ? M - m : 3;
+            for (int m = 0; m < M; m += MTMAX) {
+                int mt = M - m < MTMAX ? M - m : MTMAX;
                 for (int g = 0; g < ngroups; g += 2) {
                     int G = ngroups - g < 2 ? 1 : 2;
                     int nv[2] = {nr - 8 * g < 8 ? nr - 8 * g : 8,
@@ -297,16 +343,12 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                     const uint8_t *cg = codes + (size_t)g * nb * 256;
                     const float *sg = scale + (size_t)g * nb * 8, *og = off + (size_t)g * nb * 8;
                     float *Cm = C + (size_t)m * ldc + (nc - n0) + 8 * g;
-                    if (k4) {
-                        if (G == 2)
-                            P2_MT(true, 2);
-                        else
-                            P2_MT(true, 1);
-                    } else if (G == 2) {
-                        P2_MT(false, 2);
-                    } else {
-                        P2_MT(false, 1);
-                    }
+                    if (mode == P2_Q4K)
+                        P2_G(P2_Q4K);
+                    else if (mode == P2_Q80)
+                        P2_G(P2_Q80);
+                    else
+                        P2_G(P2_Q40);
                 }
             }
         }
