@@ -44,6 +44,13 @@ enum {
     KT__ACT_BF16P64E = 6, /* AVX-512 FP8: the BF16P64 row (Kp = K padded to 64 words),
                           then bf16(x * 2^64) [Kp], each chunk of 64 inputs as its 32
                           even inputs, then its 32 odd ones (the shift decode's order) */
+    KT__ACT_Q8E64 = 7,  /* AVX2 RAWINT4, K padded to 64 (Kp): per chunk of 64 inputs
+                          (groups 2c, 2c + 1) int8 q[64]: the 32 even inputs, then
+                          the 32 odd (what a 32-byte load's low / high nibbles
+                          meet); then per chunk float d[8] (lanes 0-3 the first
+                          group's scale, 4-7 the second's) and int32 c[8] (-2 x
+                          the lane's group sum: 4 lanes add up to -8 x it); a
+                          group past K has q, d, c zero. Quantized as Q8G32     */
     KT__ACT_GGML = 16  /* LLAMAFILE: KT__ACT_GGML + mask of KT__GGML_ACT_* sections
                           (cpu/ref/moe_llamafile.c)                               */
 };
@@ -171,6 +178,8 @@ static inline size_t kt__moe_act_row_bytes(int act, int K)
         b = (size_t)((K + 63) / 64) * 128;
     else if (act == KT__ACT_BF16X2 || act == KT__ACT_BF16P64E)
         b = (size_t)((K + 63) / 64) * 256;
+    else if (act == KT__ACT_Q8E64)
+        b = (size_t)((K + 63) / 64) * 128;
     else
         b = (size_t)((K + 127) / 128) * (512 + 32);
     return (b + 63) & ~(size_t)63;

@@ -6,6 +6,7 @@
  * activation sums). 4 weight rows x 2 tokens per register tile.
  */
 #include <immintrin.h>
+#include <math.h>
 
 #include "moe_kernels.h"
 
@@ -218,12 +219,314 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
     }
 }
 
+/* ---- RAWINT4 with Q8E64 activations (the default) ----
+ * A row's 32 bytes at chunk c hold inputs 64c .. 64c + 63: low nibbles the
+ * even inputs, high nibbles the odd ones, bytes 0-15 group 2c, 16-31 group
+ * 2c + 1, so the nibble vectors meet the token's even / odd q as loaded:
+ *     p16 = maddubs(lo, q_even) + maddubs(hi, q_odd)  (4 products a word,
+ *                                                     |p16| <= 4 * 15 * 127)
+ *     i32 = madd(p16, 1) + c      lanes 0-3 group 2c, 4-7 group 2c + 1;
+ *                                 c = -2 x group sum: sum (nib - 8) q, exact
+ *     acc += f32(i32) * (s_w * d_x)
+ * where the old kernel widened every byte to a word, recombined the nibbles
+ * in natural order and ran a scalar scale product per group. */
+static void quant_q8e64(const float *x, int k0, int k1, int K, void *row)
+{
+    int nc = (K + 63) / 64;
+    int8_t *q = row;
+    float *dc = (float *)(q + (size_t)nc * 64); /* per chunk d[8], then c[8] */
+    for (int g = k0 / 32; g < k1 / 32; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(x[g * 32 + i]));
+        float dg = kt__moe_q8_pow2() ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
+        float inv = dg > 0.0f ? 1.0f / dg : 0.0f;
+        int8_t *qe = q + (size_t)(g / 2) * 64 + 16 * (g % 2), *qo = qe + 32;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int v = (int)nearbyintf(x[g * 32 + i] * inv);
+            v = v > 127 ? 127 : (v < -127 ? -127 : v);
+            (i % 2 ? qo : qe)[i / 2] = (int8_t)v;
+            sum += v;
+        }
+        float *d = dc + (size_t)(g / 2) * 16 + 4 * (g % 2);
+        int32_t *c = (int32_t *)(d + 8);
+        for (int l = 0; l < 4; l++) {
+            d[l] = dg;
+            c[l] = -2 * sum;
+        }
+    }
+    if (k1 == K && K % 64) { /* the last chunk's second group: zeros */
+        int g = K / 32;
+        memset(q + (size_t)(g / 2) * 64 + 16, 0, 16);
+        memset(q + (size_t)(g / 2) * 64 + 48, 0, 16);
+        memset(dc + (size_t)(g / 2) * 16 + 4, 0, 16);
+        memset(dc + (size_t)(g / 2) * 16 + 12, 0, 16);
+    }
+}
+
+/* acc[m][r] += chunk c of NR rows (w[r], BF16 scales s[r]) x MR tokens a[m];
+ * keep: lanes of the chunk's groups inside the call's range (all ones in the
+ * hot loop); half: only the first group lies inside the row (16 bytes). */
+ALWAYS_INLINE void int4e_chunk(const uint8_t *const *w, const uint16_t *const *s, int cb,
+                               const int8_t *const *a, const int NR, const int MR, int nc, int c,
+                               __m256i keep, const int half, __m256 (*acc)[4])
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    /* a dword pair of BF16 scales -> F32 lanes: 0-3 the first, 4-7 the second */
+    const __m256i sperm = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 0, 1, -1, -1, 0, 1, -1, -1, 0,
+                                           1, -1, -1, 2, 3, -1, -1, 2, 3, -1, -1, 2, 3, -1, -1,
+                                           2, 3);
+    __m256i lo[4], hi[4];
+    __m256 sw[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *wc = w[r] + 32 * (size_t)(c - cb);
+        __m256i b = half ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)wc))
+                         : _mm256_loadu_si256((const __m256i *)wc);
+        lo[r] = _mm256_and_si256(b, m4);
+        hi[r] = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+        int32_t s2;
+        if (half)
+            s2 = s[r][2 * (c - cb)];
+        else
+            memcpy(&s2, s[r] + 2 * (c - cb), 4);
+        __m256i sv = _mm256_shuffle_epi8(_mm256_set1_epi32(s2), sperm);
+        sw[r] = _mm256_castsi256_ps(_mm256_and_si256(sv, keep));
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < MR; m++) {
+        const int8_t *q = a[m] + 64 * (size_t)c;
+        const float *dx = (const float *)(a[m] + 64 * (size_t)nc) + 16 * (size_t)c;
+        __m256i qe = _mm256_loadu_si256((const __m256i *)q);
+        __m256i qo = _mm256_loadu_si256((const __m256i *)(q + 32));
+        __m256 d = _mm256_loadu_ps(dx);
+        __m256i cv = _mm256_loadu_si256((const __m256i *)(dx + 8));
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[r], qe),
+                                         _mm256_maddubs_epi16(hi[r], qo));
+            __m256i i = _mm256_add_epi32(_mm256_madd_epi16(p, ones), cv);
+            acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(sw[r], d),
+                                        acc[m][r]);
+        }
+    }
+}
+
+/* out[m * 4 + r] for NR rows x MR tokens over groups [g0, g1); w[r] and
+ * s[r] hold the rows from chunk cb (inputs 64 cb) on. */
+ALWAYS_INLINE void tile_int4e(const uint8_t *const *w, const uint16_t *const *s, int cb,
+                              const int8_t *const *a, const int NR, const int MR, int K, int g0,
+                              int g1, float *out)
+{
+    int nc = (K + 63) / 64;
+    __m256 acc[4][4];
+    #pragma GCC unroll 4
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            acc[m][r] = _mm256_setzero_ps();
+    const __m256i all = _mm256_set1_epi32(-1);
+    const __m256i first = _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+    int c = g0 / 2;
+    if (g0 % 2 && g0 < g1) { /* the first chunk's second group only */
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, _mm256_andnot_si256(first, all), 0, acc);
+        c++;
+    }
+    /* hot loop: whole chunks, two at a time into two sets of accumulators
+     * (one FMA chain per row and token is 4 cycles a chunk) */
+    __m256 acc2[4][4];
+    #pragma GCC unroll 4
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            acc2[m][r] = _mm256_setzero_ps();
+    for (; 2 * c + 4 <= g1; c += 2) {
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c + 1, all, 0, acc2);
+    }
+    for (; 2 * c + 2 <= g1; c++)
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
+    #pragma GCC unroll 4
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            acc[m][r] = _mm256_add_ps(acc[m][r], acc2[m][r]);
+    if (2 * c < g1) /* the last chunk's first group only */
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, first, 2 * c + 1 >= K / 32, acc);
+    #pragma GCC unroll 4
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            out[m * 4 + r] = hsum(acc[m][r]);
+}
+
+/* KT_MOE_AVX2_ROWS: rows a tile shares each activation load with (1, 2 or 4;
+ * for measuring; more than one token takes at most 2). One Zen 3 core, one
+ * token, 256-row calls from memory, x read loop: K 2048 1 / 2 / 4 rows 0.55 /
+ * 0.76 / 0.81, K 768 0.47 / 0.65 / 0.78 (the Q8G32 kernel 0.44 / 0.37). */
+static long parse_int4e_rows(const char *e)
+{
+    int n = e ? atoi(e) : 0;
+    return n == 1 || n == 2 ? n : 4;
+}
+
+/* KT_MOE_AVX2_SPLIT=0: a tile's rows adjacent instead of one from each
+ * part of the call's rows (for measuring). */
+static long parse_int4e_split(const char *e)
+{
+    return !(e && *e == '0');
+}
+
+/* Rows as NR streams: tile j takes row n0 + r * q + j from each of the NR
+ * parts of q rows (adjacent rows read 32 bytes of each of NR rows in turn,
+ * a pattern the hardware prefetchers do not follow); the rows past NR * q
+ * one at a time. One token. */
+ALWAYS_INLINE void int4e_split(const kt__wmat *W, int n0, int n1, int g0, int g1,
+                               const int8_t *const *a, const int NR, float *C)
+{
+    int K = W->cols, q = (n1 - n0) / NR;
+    const uint8_t *w[4];
+    const uint16_t *s[4];
+    for (int j = 0; j < q; j++) {
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            w[r] = (const uint8_t *)W->w + (size_t)(n0 + r * q + j) * (K / 2);
+            s[r] = (const uint16_t *)W->scale + (size_t)(n0 + r * q + j) * (K / 32);
+        }
+        float t[16];
+        tile_int4e(w, s, 0, a, NR, 1, K, g0, g1, t);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            C[r * q + j] = t[r];
+    }
+    for (int n = n0 + NR * q; n < n1; n++) {
+        w[0] = (const uint8_t *)W->w + (size_t)n * (K / 2);
+        s[0] = (const uint16_t *)W->scale + (size_t)n * (K / 32);
+        float t[16];
+        tile_int4e(w, s, 0, a, 1, 1, K, g0, g1, t);
+        C[n - n0] = t[0];
+    }
+}
+
+static void gemm_int4e(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                       void *scratch)
+{
+    (void)scratch;
+    static long rows_knob;
+    int K = W->cols, g0 = k0 / 32, g1 = k1 / 32;
+    int nr_tile = (int)env_knob(&rows_knob, "KT_MOE_AVX2_ROWS", parse_int4e_rows);
+    static long split_knob;
+    if (M == 1 && nr_tile > 1 && env_knob(&split_knob, "KT_MOE_AVX2_SPLIT", parse_int4e_split)) {
+        const int8_t *a[1] = {arow(A, a_stride, rows, 0)};
+        if (nr_tile == 4)
+            int4e_split(W, n0, n1, g0, g1, a, 4, C);
+        else
+            int4e_split(W, n0, n1, g0, g1, a, 2, C);
+        return;
+    }
+    if (M > 1 && nr_tile > 2)
+        nr_tile = 2;
+    for (int n = n0; n < n1; n += nr_tile) {
+        int nr = imin(nr_tile, n1 - n);
+        const uint8_t *w[4];
+        const uint16_t *s[4];
+        for (int r = 0; r < 4; r++) {
+            int row = n + imin(r, nr - 1);
+            w[r] = (const uint8_t *)W->w + (size_t)row * (K / 2);
+            s[r] = (const uint16_t *)W->scale + (size_t)row * (K / 32);
+        }
+        for (int m = 0; m < M; m += 3) {
+            int mr = imin(3, M - m);
+            const int8_t *a[3];
+            for (int i = 0; i < 3; i++)
+                a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1));
+            float t[16];
+            if (nr_tile == 4)
+                tile_int4e(w, s, 0, a, 4, 1, K, g0, g1, t);
+            else if (nr_tile == 1)
+                switch (mr) {
+                case 1: tile_int4e(w, s, 0, a, 1, 1, K, g0, g1, t); break;
+                case 2: tile_int4e(w, s, 0, a, 1, 2, K, g0, g1, t); break;
+                default: tile_int4e(w, s, 0, a, 1, 3, K, g0, g1, t); break;
+                }
+            else
+                switch (mr) {
+                case 1: tile_int4e(w, s, 0, a, 2, 1, K, g0, g1, t); break;
+                case 2: tile_int4e(w, s, 0, a, 2, 2, K, g0, g1, t); break;
+                default: tile_int4e(w, s, 0, a, 2, 3, K, g0, g1, t); break;
+                }
+            for (int i = 0; i < mr; i++)
+                for (int r = 0; r < nr; r++)
+                    C[(size_t)(m + i) * ldc + (n - n0) + r] = t[i * 4 + r];
+        }
+    }
+}
+
+/* The repacked layout (KT__INT4_TILED, opt-in, made for the AVX-512 set): a
+ * row's block of 512 inputs copied back to the stored order, then the same
+ * tiles, one row at a time (correct, not fast). */
+static void gemm_int4e_tiled(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                             size_t a_stride, const int32_t *rows, int M, float *C, int ldc)
+{
+    int K = W->cols;
+    uint8_t wb[256];
+    uint16_t sb[16];
+    for (int n = n0; n < n1; n++)
+        for (int b = k0 / 512; b < (k1 + 511) / 512; b++) {
+            int c0 = 8 * b, ng = imin(16, K / 32 - 16 * b); /* chunks, groups of the block */
+            for (int ch = 0; ch < (ng + 1) / 2; ch++)
+                memcpy(wb + 32 * ch, kt__int4t_step(W, n, 4 * b + ch / 2) + 32 * (ch % 2), 32);
+            for (int g = 0; g < ng; g++)
+                sb[g] = kt__int4t_scale(W, n, 16 * b + g);
+            const uint8_t *w[4] = {wb, wb, wb, wb};
+            const uint16_t *s[4] = {sb, sb, sb, sb};
+            int g0 = k0 / 32 > 16 * b ? k0 / 32 : 16 * b;
+            int g1 = imin(k1 / 32, 16 * b + 16);
+            for (int m = 0; m < M; m += 3) {
+                int mr = imin(3, M - m);
+                const int8_t *a[3];
+                for (int i = 0; i < 3; i++)
+                    a[i] = arow(A, a_stride, rows, m + imin(i, mr - 1));
+                float t[16];
+                switch (mr) {
+                case 1: tile_int4e(w, s, c0, a, 1, 1, K, g0, g1, t); break;
+                case 2: tile_int4e(w, s, c0, a, 1, 2, K, g0, g1, t); break;
+                default: tile_int4e(w, s, c0, a, 1, 3, K, g0, g1, t); break;
+                }
+                for (int i = 0; i < mr; i++) {
+                    float *c = C + (size_t)(m + i) * ldc + (n - n0);
+                    *c = (b == k0 / 512 ? 0.0f : *c) + t[i * 4];
+                }
+            }
+        }
+}
+
+static void gemm_int4_any(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                          size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                          void *scratch)
+{
+    if (W->type == KT__INT4_TILED)
+        gemm_int4e_tiled(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc);
+    else
+        gemm_int4e(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+}
+
 static const kt__moe_kernels k_bf16 = {"avx2-bf16", KT__ACT_F32, kt__moe_quant_f32, gemm_bf16, 0,
                                        NULL};
 static const kt__moe_kernels k_fp8 = {"avx2-fp8", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8, 0,
                                       NULL};
 static const kt__moe_kernels k_int4 = {"avx2-int8", KT__ACT_Q8G32, kt__moe_quant_q8g32,
                                        gemm_int4, 0, NULL};
+static const kt__moe_kernels k_int4e = {"avx2-int4e", KT__ACT_Q8E64, quant_q8e64,
+                                        gemm_int4_any, 0, NULL};
+
+/* KT_MOE_AVX2_INT4=old: the Q8G32 kernel (for measuring). */
+static long parse_int4_old(const char *e)
+{
+    return e && !strcmp(e, "old");
+}
 
 const kt__moe_kernels *kt__moe_kernels_avx2(int method)
 {
@@ -232,8 +535,10 @@ const kt__moe_kernels *kt__moe_kernels_avx2(int method)
         return &k_bf16;
     case KT_METHOD_FP8:
         return &k_fp8;
-    case KT_METHOD_RAWINT4:
-        return &k_int4;
+    case KT_METHOD_RAWINT4: {
+        static long old_knob;
+        return env_knob(&old_knob, "KT_MOE_AVX2_INT4", parse_int4_old) ? &k_int4 : &k_int4e;
+    }
     case KT_METHOD_AMXINT8:
         return kt__moe_int8_avx2();
     default:

@@ -148,9 +148,14 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                 for (int m = 0; m < M; m++)
                     rows_idx[m] = (m * 5 + 2) % n_act;
                 /* full range, then a slice of rows and inputs */
-                for (int part = 0; part < 2; part++) {
+                /* part 2 (the AVX2 RAWINT4 set, which reads 2 groups a step):
+                 * inputs from an odd group on */
+                int parts = !strcmp(ks->name, "avx2-int4e") ? 3 : 2;
+                for (int part = 0; part < parts; part++) {
                     int n0 = part ? N / 3 : 0, n1 = N;
                     int k0 = (part && K > 128) ? 128 : 0, k1 = K;
+                    if (part == 2)
+                        k0 = K > 32 ? 32 * (K / 64 > 1 ? 3 : 1) : 0;
                     if (n1 <= n0)
                         continue;
                     int nb = n1 - n0;
