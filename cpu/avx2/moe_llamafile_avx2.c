@@ -85,6 +85,41 @@ ALWAYS_INLINE __m256 rows8_f16(const uint8_t *const *p, size_t o)
     return _mm256_cvtph_ps(h);
 }
 
+/* Q4_K's 8 6-bit scales and minimums of a block (12 bytes at s), one byte each */
+ALWAYS_INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    *sc = (u0 & 0x3f3f3f3fu) | (uint64_t)sc_hi << 32;
+    *mn = (u1 & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
+}
+
+/* out[8 s + r] = v[r][s]: an 8 x 8 transpose */
+ALWAYS_INLINE void transpose8_store(const __m256 v[8], float *out)
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int h = 0; h < 2; h++) {
+            u[4 * i + h] = _mm256_shuffle_ps(t[4 * i + h], t[4 * i + 2 + h], 0x44);
+            u[4 * i + 2 + h] = _mm256_shuffle_ps(t[4 * i + h], t[4 * i + 2 + h], 0xee);
+        }
+    /* u[q]: rows 0-3 (q < 4) or 4-7 of columns {c, c + 4}, c = (0, 2, 1, 3)[q % 4] */
+    static const int col[4] = {0, 2, 1, 3};
+    for (int q = 0; q < 4; q++) {
+        int c = col[q];
+        _mm256_storeu_ps(out + 8 * c, _mm256_permute2f128_ps(u[q], u[4 + q], 0x20));
+        _mm256_storeu_ps(out + 8 * (c + 4), _mm256_permute2f128_ps(u[q], u[4 + q], 0x31));
+    }
+}
+
 /* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (Q4_K: kb, nb
  * multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
  * inputs) at + 256 b + 32 j; scales (and Q4_K's minimum terms) at + 8 (g nb + b). */
@@ -137,16 +172,20 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                                             _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4));
                     }
                 }
+                __m256 vs[8], vm[8]; /* row r: d x scale, -dmin x min over the 8 blocks */
                 for (int r = 0; r < 8; r++) {
                     const kt_block_q4_K *x = (const kt_block_q4_K *)(const void *)(p[r] + o);
-                    float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
-                    for (int s = 0; s < 8; s++) {
-                        int sc, mn;
-                        kt__ggml_k4_scale_min(s, x->scales, &sc, &mn);
-                        sg[8 * (b + s) + r] = d * (float)sc;
-                        og[8 * (b + s) + r] = -dmin * (float)mn;
-                    }
+                    uint64_t s8, m8;
+                    k4_scales(x->scales, &s8, &m8);
+                    vs[r] = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x->d)),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                              _mm_cvtsi64_si128((long long)s8))));
+                    vm[r] = _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(x->dmin)),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                              _mm_cvtsi64_si128((long long)m8))));
                 }
+                transpose8_store(vs, sg + 8 * b);
+                transpose8_store(vm, og + 8 * b);
             }
         }
     }
