@@ -341,10 +341,11 @@ ALWAYS_INLINE void tile_int4e(const uint8_t *const *w, const uint16_t *const *s,
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
             acc2[m][r] = _mm256_setzero_ps();
-    for (; 2 * c + 4 <= g1; c += 2) {
-        int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
-        int4e_chunk(w, s, cb, a, NR, MR, nc, c + 1, all, 0, acc2);
-    }
+    if (NR * MR < 4) /* (more chains already; the second set would spill) */
+        for (; 2 * c + 4 <= g1; c += 2) {
+            int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
+            int4e_chunk(w, s, cb, a, NR, MR, nc, c + 1, all, 0, acc2);
+        }
     for (; 2 * c + 2 <= g1; c++)
         int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
     #pragma GCC unroll 4
@@ -381,9 +382,10 @@ static long parse_int4e_split(const char *e)
 /* Rows as NR streams: tile j takes row n0 + r * q + j from each of the NR
  * parts of q rows (adjacent rows read 32 bytes of each of NR rows in turn,
  * a pattern the hardware prefetchers do not follow); the rows past NR * q
- * one at a time. One token. */
+ * one at a time. MR tokens (rows of C ldc apart). */
 ALWAYS_INLINE void int4e_split(const kt__wmat *W, int n0, int n1, int g0, int g1,
-                               const int8_t *const *a, const int NR, float *C)
+                               const int8_t *const *a, const int NR, const int MR, float *C,
+                               int ldc)
 {
     int K = W->cols, q = (n1 - n0) / NR;
     const uint8_t *w[4];
@@ -395,17 +397,21 @@ ALWAYS_INLINE void int4e_split(const kt__wmat *W, int n0, int n1, int g0, int g1
             s[r] = (const uint16_t *)W->scale + (size_t)(n0 + r * q + j) * (K / 32);
         }
         float t[16];
-        tile_int4e(w, s, 0, a, NR, 1, K, g0, g1, t);
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-            C[r * q + j] = t[r];
+        tile_int4e(w, s, 0, a, NR, MR, K, g0, g1, t);
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                C[(size_t)m * ldc + r * q + j] = t[m * 4 + r];
     }
     for (int n = n0 + NR * q; n < n1; n++) {
         w[0] = (const uint8_t *)W->w + (size_t)n * (K / 2);
         s[0] = (const uint16_t *)W->scale + (size_t)n * (K / 32);
         float t[16];
-        tile_int4e(w, s, 0, a, 1, 1, K, g0, g1, t);
-        C[n - n0] = t[0];
+        tile_int4e(w, s, 0, a, 1, MR, K, g0, g1, t);
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            C[(size_t)m * ldc + n - n0] = t[m * 4];
     }
 }
 
@@ -418,12 +424,18 @@ static void gemm_int4e(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
     int K = W->cols, g0 = k0 / 32, g1 = k1 / 32;
     int nr_tile = (int)env_knob(&rows_knob, "KT_MOE_AVX2_ROWS", parse_int4e_rows);
     static long split_knob;
-    if (M == 1 && nr_tile > 1 && env_knob(&split_knob, "KT_MOE_AVX2_SPLIT", parse_int4e_split)) {
-        const int8_t *a[1] = {arow(A, a_stride, rows, 0)};
-        if (nr_tile == 4)
-            int4e_split(W, n0, n1, g0, g1, a, 4, C);
+    if (M <= 3 && nr_tile > 1 && env_knob(&split_knob, "KT_MOE_AVX2_SPLIT", parse_int4e_split)) {
+        const int8_t *a[3];
+        for (int i = 0; i < 3; i++)
+            a[i] = arow(A, a_stride, rows, imin(i, M - 1));
+        if (M == 1 && nr_tile == 4)
+            int4e_split(W, n0, n1, g0, g1, a, 4, 1, C, ldc);
+        else if (M == 1)
+            int4e_split(W, n0, n1, g0, g1, a, 2, 1, C, ldc);
+        else if (M == 2)
+            int4e_split(W, n0, n1, g0, g1, a, 2, 2, C, ldc);
         else
-            int4e_split(W, n0, n1, g0, g1, a, 2, C);
+            int4e_split(W, n0, n1, g0, g1, a, 2, 3, C, ldc);
         return;
     }
     if (M > 1 && nr_tile > 2)
