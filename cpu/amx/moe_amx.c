@@ -131,10 +131,9 @@ typedef struct amx_scratch {
     float tscale[MMAX], tinv[MMAX];            /* INT8 tiles: token scale, 1 / scale  */
     int8_t i4e[2][NB * I4E_GROUPS];            /* INT4 rescale: two blocks' integer
                                                   factors [NB][groups]                 */
-    _Alignas(64) int8_t panel[2][NB * (256 + 8) * 64]; /* INT4 rows rescaled over the
-                                                  whole K (KTMAX8 steps, chunks of up to
-                                                  KQ_MAX), tiles_i8_rows' passes; two:
-                                                  KT_AMX_LATER fills the next block's   */
+    _Alignas(64) int8_t panel[NB * (256 + 8) * 64]; /* INT4 rows rescaled over the whole
+                                                  K (KTMAX8 steps, chunks of up to
+                                                  KQ_MAX), tiles_i8_rows' passes      */
     _Alignas(64) uint16_t xpack[(MMAX / 16) * KTMAX * 512]; /* [M/16][K/32][16 pairs][16 tok][2];
                                                   INT8: [M/16][K/64][16 quads][16 tok][4] */
 } amx_scratch;
@@ -730,9 +729,6 @@ typedef struct i8_src {
     int base, ready;       /* chunks rescaled before this block's first (the two
                               halves of s->wdec alternate); 1: that first chunk is
                               rescaled already                                     */
-    int whole, pi;         /* whole: every chunk rescaled already, into s->panel[pi]
-                              (during the block before's later passes); pi: the
-                              panel this block's passes use                         */
     int in_l2;             /* the block before's later passes prefetched these rows */
 } i8_src;
 
@@ -1020,16 +1016,13 @@ static int wide_on = 1;
  * DeepSeek-V3 T=4096, same call (09:24, KT_AMX_PF=t1t0): AMXINT8 9.11-9.87
  * against 8.65 TFLOP/s, AMXINT4 g128 8.57-8.70 against 8.75 */
 static int passes_on = 1;
-/* INT4 with passes: the later passes of a block rescale the whole next block
- * into the other panel, so that its first pass reads a panel like a later one
- * (KT_AMX_LATER=1; 0, the default: the first pass rescales its own next
- * chunk). amx11's T=4096 profile: a first pass cost 1.6x a later one without
- * its rescale, and the later passes ran at 0.6 of the L2 tile rate, leaving
- * the vector units room for the rescale. */
-static int later_on = 0;
 /* KT_AMX_FIRST_PF=0: a first pass issues no L2 prefetches of its own chunks
  * where the later passes of the block before prefetched its rows whole
- * (in_l2); 1, the default: it does (L2 hits), for measuring */
+ * (in_l2; those prefetches then hit L2). Xeon 18:55, alternating, DeepSeek-V3
+ * T=4096: AMXINT8 +2-3% in 3 of 3 pairs, AMXINT4 g128 2 of 3 (-3.5% in one):
+ * not default. The later passes rescaling the whole next block instead of its
+ * first pass (KT_AMX_LATER, 2087017) read AMXINT4 T=4096 6-16% lower in 3 of 3
+ * pairs (docs/bench/h200-xeon16-amx12-1849-later-rescale.txt): removed. */
 static int first_pf = 1;
 /* INT4 rows rescaled 128 inputs a load (PERM_EO128) where they can be;
  * KT_AMX_EO128=0: 64 (EO64), for measuring */
@@ -1192,35 +1185,7 @@ static void c_tiles(int op, int32_t *cacc, int mb, int two_x, int wide)
     }
 }
 
-/* KT_AMX_LATER: the next block's rescale units [u0, u1) (unit u: chunk u / NB,
- * row u % NB) into panel pn, chunks of kq steps over kt_n. */
-static void rescale_units(const i8_src *nx, int kt_n, int kq, int u0, int u1, int8_t *pn,
-                          size_t dld)
-{
-    while (u0 < u1) {
-        int c = u0 / NB, r0 = u0 % NB, r1 = imin(NB, r0 + (u1 - u0));
-        decode_i4_rescaled(nx, c * kq, imin(kq, kt_n - c * kq), r0, r1,
-                           pn + (size_t)c * NB * dld, dld);
-        u0 += r1 - r0;
-    }
-}
-
-/* KT_AMX_LATER: the raw rows of those units into L2 (2 lines each at kq 4). */
-static void prefetch_units(const i8_src *nx, int kt_n, int kq, int u0, int u1)
-{
-    int un = ((kt_n + kq - 1) / kq) * NB;
-    for (int u = u0; u < imin(u1, un); u++) {
-        int c = u / NB, r = u % NB, kn = imin(kq, kt_n - c * kq);
-        const char *a = (const char *)nx->w + (size_t)r * nx->ldw + (size_t)c * kq * nx->bps;
-        for (int l = 0; l < (kn * nx->bps + 63) / 64; l++)
-            _mm_prefetch(a + (size_t)l * 64, _MM_HINT_T1);
-    }
-}
-
-/* Returns TI_WHOLE where the next block was rescaled whole into
- * s->panel[src->pi ^ 1] (KT_AMX_LATER), TI_IN_L2 where its rows were
- * prefetched into L2. */
-enum { TI_WHOLE = 1, TI_IN_L2 = 2 };
+/* Returns 1 where the next block's rows were prefetched into L2 whole. */
 static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_stride, int mn,
                          int kt_n, const float *rs, const float *ts, int nr, float *C, int ldc,
                          int n_off, amx_scratch *s)
@@ -1239,15 +1204,9 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
     /* INT4: chunk c of the block in half (base + c) & 1 of s->wdec; with
      * passes chunk 0 there, the others in the panel */
     int8_t *buf[2] = {(int8_t *)s->wdec, (int8_t *)s->wdec + (size_t)NB * dld};
-    /* KT_AMX_LATER: whole, this block's chunks all in its panel already;
-     * later, its later passes rescale the next block's U units (chunk, row)
-     * into the other panel, spread evenly over their L steps, and prefetch
-     * them D units (two chunks) ahead, the first D during the first pass */
-    int whole = dec && src->whole, later = dec && passes && later_on && src->next;
-    int8_t *pan = s->panel[src->pi], *pan_nx = s->panel[src->pi ^ 1];
-    int U = n_ch * NB, L = (n_mb - 1) * kt_n, D = imin(2 * NB, U), next_in_l2 = 0;
-#define I4_CHUNK(c) (whole || (passes && (c)) ? pan + (size_t)(c) * NB * dld \
-                                              : buf[(src->base + (c)) & 1])
+    int next_in_l2 = 0;
+#define I4_CHUNK(c) (passes && (c) ? s->panel + (size_t)(c) * NB * dld \
+                                   : buf[(src->base + (c)) & 1])
     amx_prof *pr = prof_here();
     uint64_t t = prof_tsc(pr), td = 0;
     if (pr) {
@@ -1255,7 +1214,7 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
         pr->hist[imin((mn - 1) / 16, AP_HIST - 1)]++;
         pr->products += (uint64_t)kt_n * (size_t)((mn + 15) / 16) * (size_t)((nr + 15) / 16);
     }
-    if (dec && !src->ready && !whole && !(probe & 1))
+    if (dec && !src->ready && !(probe & 1))
         decode_i4_rescaled(src, 0, imin(kq, kt_n), 0, NB, buf[src->base & 1], dld);
     prof_add(pr, AP_DEC0, &t);
     pf_stream far = {0}, near = {0};
@@ -1273,10 +1232,10 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
             const i8_src *ns = src;
             int nst = kc + kq, nk = 0, rps = (NB + kn - 1) / kn;
             int8_t *wn = NULL;
-            if (dec && !whole && !last && p == 0) {
+            if (dec && !last && p == 0) {
                 nk = imin(kq, kt_n - kc - kq);
                 wn = I4_CHUNK(ci + 1);
-            } else if (dec && !later && last && src->next && p == n_mb - 1) {
+            } else if (dec && last && src->next && p == n_mb - 1) {
                 ns = src->next, nst = 0, nk = imin(kq, kt_n);
                 wn = buf[(src->base + n_ch) & 1];
             }
@@ -1294,9 +1253,9 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
                 pf_start(&near, src, kt_n, kq, passes && nc >= n_ch ? 2 * n_ch : nc, steps);
                 if (pf_mode == 0 || (probe & 4))
                     near.row = NULL;
-                if (pf_mode == 2 || whole || (!first_pf && src->in_l2) || (probe & 4))
+                if (pf_mode == 2 || (!first_pf && src->in_l2) || (probe & 4))
                     far.row = NULL;
-            } else if (passes && p == 1 && ci == 0 && !later) {
+            } else if (passes && p == 1 && ci == 0) {
                 pf_rows(&far, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64,
                         (n_mb - 1) * kt_n);
                 next_in_l2 = src->w_next && pf_mode != 2 && !(probe & 4);
@@ -1325,23 +1284,6 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
                     decode_i4_rescaled(ns, nst, nk, kt * rps, imin(NB, kt * rps + rps), wn, dld);
                     prof_add(pr, AP_DEC, &t1);
                 }
-                if (later) {
-                    if (p == 0) { /* the first D units' rows */
-                        int j = kc + kt;
-                        if (!(probe & 4))
-                            prefetch_units(src->next, kt_n, kq, j * D / kt_n, (j + 1) * D / kt_n);
-                        continue;
-                    }
-                    int j = (p - 1) * kt_n + kc + kt;
-                    int u0 = (int)((int64_t)j * U / L), u1 = (int)((int64_t)(j + 1) * U / L);
-                    if (!(probe & 4))
-                        prefetch_units(src->next, kt_n, kq, u0 + D, u1 + D);
-                    if (!(probe & 1)) {
-                        uint64_t t1 = prof_tsc(pr);
-                        rescale_units(src->next, kt_n, kq, u0, u1, pan_nx, dld);
-                        prof_add(pr, AP_DEC, &t1);
-                    }
-                }
             }
             if (pr && p > 0)
                 pr->cyc[AP_LATER] += __rdtsc() - tp;
@@ -1362,7 +1304,7 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
                          n_off + 16, nr - 16, mb, mr, 0);
     }
     prof_add(pr, AP_EPI, &t);
-    return (later ? TI_WHOLE : 0) | (next_in_l2 ? TI_IN_L2 : 0);
+    return next_in_l2;
 }
 
 /* Decoded int8 rows (wdec, [NB][KCH]) x every packed token block, one C
@@ -1608,11 +1550,8 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
             cur->next = nx;
             nx->base = cur->base + (kt_n + kq - 1) / kq;
         }
-        int ti = tiles_i8_rows(cur, xw, x_mb_stride, mn, kt_n, rs[i], ts, cur->nr, Cm, ldc,
-                               nb - n0, s);
-        nx->whole = !!(ti & TI_WHOLE);
-        nx->in_l2 = !!(ti & TI_IN_L2);
-        nx->pi = cur->pi ^ 1;
+        nx->in_l2 = tiles_i8_rows(cur, xw, x_mb_stride, mn, kt_n, rs[i], ts, cur->nr, Cm, ldc,
+                                  nb - n0, s);
         nx->ready = 1;
     }
 }
@@ -1641,9 +1580,8 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
             i8_src src = {.w = (const uint8_t *)w,
                           .w_next = nb + NB < nfull ? (const uint8_t *)(w + NB * ldw) : NULL,
                           .ldw = ldw, .bps = 64, .in_l2 = in_l2};
-            in_l2 = !!(tiles_i8_rows(&src, xw, x_mb_stride, mn, kt_all,
-                                     (const float *)W->scale + nb, ts, NB, Cm, ldc, nb - n0, s) &
-                       TI_IN_L2);
+            in_l2 = tiles_i8_rows(&src, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb,
+                                  ts, NB, Cm, ldc, nb - n0, s);
         }
         na = nfull;
     }
@@ -2201,9 +2139,6 @@ static void init_sets(void)
         pf_mode = !strcmp(env, "t1t0") ? 1 : !strcmp(env, "t0") ? 2 : 0;
     env = getenv("KT_AMX_LEAN");
     lean_on = env && !strcmp(env, "0") ? 0 : env && !strcmp(env, "128") ? 128 : 1;
-    env = getenv("KT_AMX_LATER");
-    if (env)
-        later_on = !strcmp(env, "1");
     env = getenv("KT_AMX_FIRST_PF");
     if (env)
         first_pf = strcmp(env, "0") != 0;
