@@ -267,6 +267,10 @@ const kt__moe_kernels *kt__moe_kernels_avx512(int method);
  * (moe_int8_*.c in cpu/ref, cpu/avx2, cpu/avx512); the getters above return them for KT_METHOD_AMXINT8. */
 const kt__moe_kernels *kt__moe_int8_ref(void);
 const kt__moe_kernels *kt__moe_int8_avx2(void);
+/* The AVX2 FP8 set (cpu/avx2/moe_fp8_avx2.c): E4M3 decoded by shifts, a
+ * decoded chunk reused by every token from 4 tokens; kt__moe_kernels_avx2
+ * returns it unless KT_MOE_AVX2_FP8=old (then this returns NULL). */
+const kt__moe_kernels *kt__moe_fp8_avx2(void);
 const kt__moe_kernels *kt__moe_int8_avx512(void);
 /* KT_MOE_PREC_BF16X2 sets (activations within ~1e-5 of F32): the scalar one
  * with F32 activations for every method (cpu/ref/moe_ref.c), the AVX-512 one

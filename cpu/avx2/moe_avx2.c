@@ -545,8 +545,10 @@ const kt__moe_kernels *kt__moe_kernels_avx2(int method)
     switch (method) {
     case KT_METHOD_BF16:
         return &k_bf16;
-    case KT_METHOD_FP8:
-        return &k_fp8;
+    case KT_METHOD_FP8: {
+        const kt__moe_kernels *k = kt__moe_fp8_avx2(); /* NULL: KT_MOE_AVX2_FP8=old */
+        return k ? k : &k_fp8;
+    }
     case KT_METHOD_RAWINT4: {
         static long old_knob;
         return env_knob(&old_knob, "KT_MOE_AVX2_INT4", parse_int4_old) ? &k_int4 : &k_int4e;

@@ -1,0 +1,479 @@
+/*
+ * AVX2 + FMA FP8 kernels (E4M3 weights, 128x128 block scales, F32
+ * activations): what a CPU without AVX-512 (the Zen 3 VM) runs for FP8.
+ *
+ * E4M3 -> F32 without a table: a byte sign-extended to a dword and shifted
+ * left by 20 puts its eeee mmm on the F32 exponent's low 4 bits and the
+ * mantissa's top 3; an and clears the sign's copies above bit 31. The F32
+ * number is the code's value times 2^-120 exactly, subnormal codes included
+ * (they become F32 denormals with the same factor); E4M3's NaN code reads as
+ * 480. Three integer operations per 8 weights (the old kernel: eleven).
+ *
+ *  up to 3 tokens  rows read start to end, decoded in registers; per
+ *                  128-input block the products e4m3 2^-120 x a 2^64 (a
+ *                  copy of the call's activations times 2^64 keeps them far
+ *                  from F32's denormals) summed exactly as the reference's
+ *                  block sums, then times s 2^56.
+ *  more tokens     a chunk of 4 rows x FP8_KC inputs decoded once to F32
+ *                  weights fl(e4m3 s) (the reference's numbers: one multiply
+ *                  by s 2^120) in L1, then register tiles of 4 rows x FP8_MT
+ *                  tokens reuse it for every token of the call (the old
+ *                  kernel decoded each weight again for every 2 tokens).
+ *
+ * Calls with a block scale above 2^64 (or not finite) are left to the scalar
+ * reference, whose activations are the same F32 rows.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe_kernels.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#define FP8_KC 4096                /* prefill chunk, at most (inputs)                 */
+#define FP8_PS (FP8_KC + 16)       /* its row stride (off 4 KiB, so rows do not alias) */
+#define FP8_DEC_KC 8192            /* decode: inputs per pass (the x 2^64 copy)       */
+#define FP8_DEC_M 3                /* tokens up to which rows decode in registers     */
+
+static inline int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static const void *arow(const void *A, size_t stride, const int32_t *rows, int m)
+{
+    return (const char *)A + (size_t)(rows ? rows[m] : m) * stride;
+}
+
+/* The 4 sums of a, b, c, d's lanes. */
+static inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+/* 8 E4M3 codes (a dword each, sign-extended) -> F32 e4m3 x 2^-120, exactly. */
+ALWAYS_INLINE __m256 e4m3_bits(__m256i v)
+{
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32((int)0x87f00000u)));
+}
+
+/* The 8 codes at p; the last n (< 8) of a row through a zero-padded copy. */
+ALWAYS_INLINE __m256 e4m3x8(const uint8_t *p)
+{
+    return e4m3_bits(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+static inline __m256 e4m3x8_tail(const uint8_t *p, int n)
+{
+    uint8_t b[8] = {0};
+    memcpy(b, p, (size_t)n);
+    return e4m3x8(b);
+}
+
+/* Whether every block scale the call reads is finite with |s| <= 2^64 (so
+ * that s 2^56 stays finite: any checkpoint's weight_scale_inv). */
+static int scales_in_range(const kt__wmat *W, int n0, int n1, int k0, int k1)
+{
+    const float *sc = W->scale;
+    int cb = (W->cols + 127) / 128;
+    for (int rb = n0 / 128; rb <= (n1 - 1) / 128; rb++)
+        for (int b = k0 / 128; b <= (k1 - 1) / 128; b++)
+            if (!(fabsf(sc[(size_t)rb * cb + b]) <= 0x1p64f))
+                return 0;
+    return 1;
+}
+
+/* ---- decode: up to 3 tokens ------------------------------------------------
+ * out[m * 4 + i] = sum_b s_i[b] sum_{k in b} e4m3(w_i[k]) a_m[k] for NI rows
+ * (side by side, sharing each activation load) and MR tokens; xs[m] is token
+ * m's copy times 2^64 from k0 (zeros after k1, to a multiple of 8). */
+ALWAYS_INLINE void rows_dec(const uint8_t *const *w, const float *const *srow,
+                            const float *const *xs, const int MR, const int NI, int k0, int k1,
+                            size_t pf, float *out)
+{
+    /* FMA chains per row and token: at least 4 in flight (an FMA's latency
+     * is 4 cycles; one chain per row read 0.5 of a read loop at one row) */
+    const int CH = NI * MR >= 4 ? 1 : NI * MR == 1 ? 4 : 2;
+    __m256 tot[4][3];
+    #pragma GCC unroll 4
+    for (int i = 0; i < NI; i++)
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            tot[i][m] = _mm256_setzero_ps();
+    for (int kb = k0; kb < k1; kb += 128) {
+        int ke = imin(kb + 128, k1);
+        __m256 blk[4][3][4]; /* e4m3 2^-120 x a 2^64: F32 normal numbers */
+        #pragma GCC unroll 4
+        for (int i = 0; i < NI; i++)
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                #pragma GCC unroll 4
+                for (int c = 0; c < CH; c++)
+                    blk[i][m][c] = _mm256_setzero_ps();
+        int k = kb;
+        if (ke - kb == 128) {
+            /* hot loop: 128 / (8 CH) steps of 8 CH inputs of NI rows */
+            for (; k < ke; k += 8 * CH) {
+                if (pf && !(k & 63))
+                    #pragma GCC unroll 4
+                    for (int i = 0; i < NI; i++)
+                        _mm_prefetch((const char *)(w[i] + k) + pf, _MM_HINT_T0);
+                #pragma GCC unroll 4
+                for (int c = 0; c < CH; c++) {
+                    __m256 x[3];
+                    #pragma GCC unroll 3
+                    for (int m = 0; m < MR; m++)
+                        x[m] = _mm256_loadu_ps(xs[m] + (k + 8 * c - k0));
+                    #pragma GCC unroll 4
+                    for (int i = 0; i < NI; i++) {
+                        __m256 v = e4m3x8(w[i] + k + 8 * c);
+                        #pragma GCC unroll 3
+                        for (int m = 0; m < MR; m++)
+                            blk[i][m][c] = _mm256_fmadd_ps(v, x[m], blk[i][m][c]);
+                    }
+                }
+            }
+        } else { /* the row's last, partial block */
+            for (; k < ke; k += 8) {
+                #pragma GCC unroll 4
+                for (int i = 0; i < NI; i++) {
+                    __m256 v = k + 8 <= ke ? e4m3x8(w[i] + k) : e4m3x8_tail(w[i] + k, ke - k);
+                    #pragma GCC unroll 3
+                    for (int m = 0; m < MR; m++)
+                        blk[i][m][0] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xs[m] + (k - k0)),
+                                                       blk[i][m][0]);
+                }
+            }
+        }
+        #pragma GCC unroll 4
+        for (int i = 0; i < NI; i++) {
+            __m256 s = _mm256_set1_ps(srow[i][kb / 128] * 0x1p56f);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++) {
+                __m256 b = blk[i][m][0];
+                #pragma GCC unroll 4
+                for (int c = 1; c < CH; c++)
+                    b = _mm256_add_ps(b, blk[i][m][c]);
+                tot[i][m] = _mm256_fmadd_ps(b, s, tot[i][m]);
+            }
+        }
+    }
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++) {
+        __m256 z = _mm256_setzero_ps();
+        _mm_storeu_ps(out + m * 4, hsum4(tot[0][m], NI > 1 ? tot[1][m] : z,
+                                         NI > 2 ? tot[2][m] : z, NI > 3 ? tot[3][m] : z));
+    }
+}
+
+/* Software prefetch distance of the decode (bytes ahead in each row; 0 none):
+ * KT_MOE_AVX2_FP8_PF, for measuring. */
+static long parse_pf(const char *e)
+{
+    long v = e ? atol(e) : -1;
+    return v >= 0 && v <= (1 << 20) ? v : 0;
+}
+
+/* Rows side by side in the one-token decode (1, 2 or 4): KT_MOE_AVX2_FP8_ROWS,
+ * for measuring. */
+static long parse_rows(const char *e)
+{
+    int n = e ? atoi(e) : 0;
+    return n == 1 || n == 2 ? n : 4;
+}
+
+/* One token's rows as 4 quarter streams, two tokens' as 2 halves
+ * (KT_MOE_AVX2_FP8_QUARTERS=0: adjacent rows side by side, for measuring). */
+static long parse_quarters(const char *e)
+{
+    return !(e && *e == '0');
+}
+
+static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                       size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                       float *scratch)
+{
+    static long pf_knob, rows_knob, quarters_knob;
+    size_t pf = (size_t)env_knob(&pf_knob, "KT_MOE_AVX2_FP8_PF", parse_pf);
+    int quarters = (int)env_knob(&quarters_knob, "KT_MOE_AVX2_FP8_QUARTERS", parse_quarters);
+    int ni = M == 1 ? (int)env_knob(&rows_knob, "KT_MOE_AVX2_FP8_ROWS", parse_rows) : M == 2 ? 2
+                                                                                             : 1;
+    const uint8_t *w = W->w;
+    const float *sc = W->scale;
+    int cols = W->cols, cb = (cols + 127) / 128;
+    for (int kc = k0; kc < k1; kc += FP8_DEC_KC) {
+        int kn = imin(FP8_DEC_KC, k1 - kc), kn8 = (kn + 7) & ~7;
+        /* [M][kn8] the tokens' inputs [kc, kc + kn) times 2^64, zeros after */
+        const float *xs[3];
+        for (int m = 0; m < 3; m++) {
+            float *d = scratch + (size_t)imin(m, M - 1) * FP8_DEC_KC;
+            xs[m] = d;
+            if (m >= M)
+                continue;
+            const float *x = (const float *)arow(A, a_stride, rows, m) + kc;
+            const __m256 two64 = _mm256_set1_ps(0x1p64f);
+            int k = 0;
+            for (; k + 8 <= kn; k += 8)
+                _mm256_storeu_ps(d + k, _mm256_mul_ps(_mm256_loadu_ps(x + k), two64));
+            for (; k < kn8; k++)
+                d[k] = k < kn ? x[k] * 0x1p64f : 0.0f;
+        }
+        int kend = kc + kn, acc = kc > k0;
+        int nd = n0; /* rows done */
+        /* parts of the call's rows read side by side: 4 at one token, 2 at two */
+        int parts = M == 1 && ni == 4 ? 4 : M == 2 ? 2 : 1;
+        int nq = (n1 - n0) / parts;
+        if (parts > 1 && quarters && nq >= 4) {
+            /* a tile's rows from the parts of the call's rows (j, j + q, ...),
+             * so that each stream reads row after row, which the prefetchers
+             * follow (adjacent rows read 0.39-0.48 of a read loop, quarters
+             * 0.71-0.82 at K 2048, one Zen 3 core) */
+            for (int n = n0; n < n0 + nq; n++) {
+                const uint8_t *wr[4];
+                const float *sr[4];
+                for (int r = 0; r < 4; r++) {
+                    int row = n + imin(r, parts - 1) * nq;
+                    wr[r] = w + (size_t)row * cols;
+                    sr[r] = sc + (size_t)(row / 128) * cb;
+                }
+                float t[8];
+                if (parts == 4)
+                    rows_dec(wr, sr, xs, 1, 4, kc, kend, pf, t);
+                else
+                    rows_dec(wr, sr, xs, 2, 2, kc, kend, pf, t);
+                for (int m = 0; m < M; m++)
+                    for (int r = 0; r < parts; r++) {
+                        float *c = &C[(size_t)m * ldc + (size_t)(n - n0) + (size_t)r * nq];
+                        *c = acc ? *c + t[m * 4 + r] : t[m * 4 + r];
+                    }
+            }
+            nd = n0 + parts * nq;
+        }
+        for (int n = nd; n < n1; n += ni) {
+            int nr = imin(ni, n1 - n);
+            const uint8_t *wr[4];
+            const float *sr[4];
+            for (int r = 0; r < 4; r++) {
+                int row = n + imin(r, nr - 1);
+                wr[r] = w + (size_t)row * cols;
+                sr[r] = sc + (size_t)(row / 128) * cb;
+            }
+            float t[12];
+            if (M == 1 && ni == 4)
+                rows_dec(wr, sr, xs, 1, 4, kc, kend, pf, t);
+            else if (M == 1 && ni == 2)
+                rows_dec(wr, sr, xs, 1, 2, kc, kend, pf, t);
+            else if (M == 1)
+                rows_dec(wr, sr, xs, 1, 1, kc, kend, pf, t);
+            else if (M == 2)
+                rows_dec(wr, sr, xs, 2, 2, kc, kend, pf, t);
+            else
+                rows_dec(wr, sr, xs, 3, 1, kc, kend, pf, t);
+            for (int m = 0; m < M; m++)
+                for (int r = 0; r < nr; r++) {
+                    float *c = &C[(size_t)m * ldc + (n - n0) + r];
+                    *c = acc ? *c + t[m * 4 + r] : t[m * 4 + r];
+                }
+        }
+    }
+}
+
+/* ---- prefill: a decoded chunk reused by every token ------------------------- */
+
+/* Inputs [kc, kc + kn) of row `row` -> pan[0 .. kn rounded up to 8) as F32
+ * fl(e4m3 s), zeros from kn (kc a multiple of 128). One multiply by s 2^120
+ * is exact up to |s| < 2^7; larger scales take 2^64, then s 2^56. */
+static void decode_row_f32(const uint8_t *row, const float *srow, int kc, int kn, float *pan)
+{
+    const __m256 two64 = _mm256_set1_ps(0x1p64f);
+    for (int kb = 0; kb < kn; kb += 128) {
+        int ke = imin(kb + 128, kn);
+        float sb = srow[(kc + kb) / 128];
+        int k = kb;
+        if (fabsf(sb) < 0x1p7f) {
+            __m256 s = _mm256_set1_ps(sb * 0x1p120f);
+            for (; k + 8 <= ke; k += 8)
+                _mm256_storeu_ps(pan + k, _mm256_mul_ps(e4m3x8(row + kc + k), s));
+            if (k < ke)
+                _mm256_storeu_ps(pan + k, _mm256_mul_ps(e4m3x8_tail(row + kc + k, ke - k), s));
+        } else {
+            __m256 s = _mm256_set1_ps(sb * 0x1p56f);
+            for (; k < ke; k += 8) {
+                __m256 v = k + 8 <= ke ? e4m3x8(row + kc + k) : e4m3x8_tail(row + kc + k, ke - k);
+                _mm256_storeu_ps(pan + k, _mm256_mul_ps(_mm256_mul_ps(v, two64), s));
+            }
+        }
+    }
+}
+
+#define TILE_R 8 /* most rows a prefill tile reads */
+
+/* out[m * TILE_R + r] = sum_{k < kn} p_r[k] x_m[k] for R panel rows and MT
+ * tokens (R * MT <= 12 accumulators, MT activation registers and one weight
+ * register: the tokens' vectors are loaded first, then each row's vector
+ * meets them all); the last kn % 8 inputs through masked activation loads
+ * (the rows end at kn, the panel is zero after it). */
+ALWAYS_INLINE void tile_f32(const float *pan, const float *const *x, const int R, const int MT,
+                            int kn, float *out)
+{
+    __m256 acc[TILE_R][3];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 3
+        for (int m = 0; m < MT; m++)
+            acc[r][m] = _mm256_setzero_ps();
+    int k = 0;
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    /* hot loop: MT activation vectors, then R weight vectors against them */
+    for (; k < kn; k += 8) {
+        __m256 xv[3];
+        if (k + 8 <= kn) {
+            #pragma GCC unroll 3
+            for (int m = 0; m < MT; m++)
+                xv[m] = _mm256_loadu_ps(x[m] + k);
+        } else {
+            __m256i msk = _mm256_cmpgt_epi32(_mm256_set1_epi32(kn - k), lane);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MT; m++)
+                xv[m] = _mm256_maskload_ps(x[m] + k, msk);
+        }
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 v = _mm256_loadu_ps(pan + (size_t)r * FP8_PS + k);
+            #pragma GCC unroll 3
+            for (int m = 0; m < MT; m++)
+                acc[r][m] = _mm256_fmadd_ps(v, xv[m], acc[r][m]);
+        }
+    }
+    __m256 z = _mm256_setzero_ps();
+    #pragma GCC unroll 3
+    for (int m = 0; m < MT; m++)
+        #pragma GCC unroll 3
+        for (int r = 0; r < R; r += 4)
+            _mm_storeu_ps(out + m * TILE_R + r,
+                          hsum4(acc[r][m], r + 1 < R ? acc[r + 1][m] : z,
+                                r + 2 < R ? acc[r + 2][m] : z, r + 3 < R ? acc[r + 3][m] : z));
+}
+
+/* The prefill's tile, rows x tokens: 4x3 (default), 6x2, 4x2 or 8x1
+ * (KT_MOE_AVX2_FP8_TILE), and its chunk, 128 to FP8_KC inputs
+ * (KT_MOE_AVX2_FP8_KC, default 2048): for measuring. */
+static const struct {
+    const char *name;
+    int r, m;
+} tiles[] = {{"4x3", 4, 3}, {"6x2", 6, 2}, {"4x2", 4, 2}, {"8x1", 8, 1}};
+
+static long parse_tile(const char *e)
+{
+    for (int i = 0; e && i < (int)(sizeof tiles / sizeof tiles[0]); i++)
+        if (!strcmp(e, tiles[i].name))
+            return i;
+    return 0;
+}
+
+static long parse_kc(const char *e)
+{
+    int n = e ? atoi(e) : 0;
+    return n >= 128 && n <= FP8_KC && n % 128 == 0 ? n : 2048;
+}
+
+/* C[m][n - n0] (+)= rows [n, n + nr) . tokens, R rows (the panel) x MT tokens a tile. */
+ALWAYS_INLINE void prefill_rows(const float *pan, const int R, const int MT, int nr, int n0,
+                                int n, int kc, int kn, int accumulate, const void *A,
+                                size_t a_stride, const int32_t *rows, int M, float *C, int ldc)
+{
+    for (int m = 0; m < M; m += MT) {
+        int mr = imin(MT, M - m);
+        const float *x[3];
+        #pragma GCC unroll 3
+        for (int i = 0; i < MT; i++)
+            x[i] = (const float *)arow(A, a_stride, rows, m + imin(i, mr - 1)) + kc;
+        float t[3 * TILE_R];
+        if (mr == MT)
+            tile_f32(pan, x, R, MT, kn, t);
+        else if (mr == 1)
+            tile_f32(pan, x, R, 1, kn, t);
+        else
+            tile_f32(pan, x, R, 2, kn, t);
+        for (int i = 0; i < mr; i++)
+            for (int r = 0; r < nr; r++) {
+                float *c = &C[(size_t)(m + i) * ldc + (n - n0) + r];
+                *c = accumulate ? *c + t[i * TILE_R + r] : t[i * TILE_R + r];
+            }
+    }
+}
+
+static void prefill_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                        float *pan)
+{
+    static long tile_knob, kc_knob;
+    int shape = (int)env_knob(&tile_knob, "KT_MOE_AVX2_FP8_TILE", parse_tile);
+    int kc_step = (int)env_knob(&kc_knob, "KT_MOE_AVX2_FP8_KC", parse_kc);
+    int R = tiles[shape].r;
+    const uint8_t *w = W->w;
+    const float *sc = W->scale;
+    int cols = W->cols, cb = (cols + 127) / 128;
+    for (int kc = k0; kc < k1; kc += kc_step) {
+        int kn = imin(kc_step, k1 - kc);
+        for (int n = n0; n < n1; n += R) {
+            int nr = imin(R, n1 - n);
+            /* [R][FP8_PS] rows n..n+R-1 (the last repeated) as F32 */
+            for (int r = 0; r < R; r++) {
+                int row = n + imin(r, nr - 1);
+                decode_row_f32(w + (size_t)row * cols, sc + (size_t)(row / 128) * cb, kc, kn,
+                               pan + (size_t)r * FP8_PS);
+            }
+            int acc = kc > k0;
+            switch (shape) {
+            case 0: prefill_rows(pan, 4, 3, nr, n0, n, kc, kn, acc, A, a_stride, rows, M, C, ldc); break;
+            case 1: prefill_rows(pan, 6, 2, nr, n0, n, kc, kn, acc, A, a_stride, rows, M, C, ldc); break;
+            case 2: prefill_rows(pan, 4, 2, nr, n0, n, kc, kn, acc, A, a_stride, rows, M, C, ldc); break;
+            default: prefill_rows(pan, 8, 1, nr, n0, n, kc, kn, acc, A, a_stride, rows, M, C, ldc); break;
+            }
+        }
+    }
+}
+
+/* C = A W^T, W = e4m3(q) * scale[n / 128][k / 128] (k0 a multiple of 128). */
+static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
+                     size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                     void *scratch)
+{
+    if (n1 <= n0 || k1 <= k0)
+        return;
+    if (!scales_in_range(W, n0, n1, k0, k1)) {
+        kt__moe_kernels_ref(KT_METHOD_FP8)
+            ->gemm(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+        return;
+    }
+    if (M <= FP8_DEC_M)
+        decode_fp8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+    else
+        prefill_fp8(W, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
+}
+
+#define FP8_SCRATCH                                                                        \
+    (3 * FP8_DEC_KC * sizeof(float) > TILE_R * FP8_PS * sizeof(float)                     \
+         ? 3 * FP8_DEC_KC * sizeof(float)                                                  \
+         : TILE_R * FP8_PS * sizeof(float))
+
+static const kt__moe_kernels k_fp8 = {"avx2-fp8", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8,
+                                      FP8_SCRATCH, NULL};
+
+/* KT_MOE_AVX2_FP8=old: the kernel before this one (cpu/avx2/moe_avx2.c), for
+ * measuring. */
+static long parse_old(const char *e)
+{
+    return e && !strcmp(e, "old");
+}
+
+const kt__moe_kernels *kt__moe_fp8_avx2(void)
+{
+    static long old_knob;
+    return env_knob(&old_knob, "KT_MOE_AVX2_FP8", parse_old) ? NULL : &k_fp8;
+}
