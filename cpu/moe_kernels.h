@@ -391,7 +391,7 @@ static inline size_t kt__lf_x_tile_bytes(int xtype, int K)
                                   : kt__q40x_tile_bytes(K);
 }
 /* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0) from
- * their load-time repack (the AVX-512 set; Q4_0: with R40, Q8_0: with R80). */
+ * their load-time repack (the AVX-512 and AVX2 sets; Q4_0: with R40, Q8_0: with R80). */
 _Bool kt__lf_repacks(const kt__moe_kernels *k, int type);
 /* Bytes of a rows x K matrix of type once repacked; 0: the type has no repack. */
 size_t kt__lf_repack_bytes(int type, int rows, int K);
@@ -405,6 +405,10 @@ kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
  * on. */
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc);
+/* The same on AVX2 (cpu/avx2/moe_llamafile_dec_avx2.c), any M: each tile read
+ * from memory once, then from L1 for the other tokens. */
+void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
+                        int M, float *C, int ldc);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):
  * C[m][n - n0] = row n of W . token m over blocks [b0, b1) of 32. act[m] is
  * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */

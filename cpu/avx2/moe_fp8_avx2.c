@@ -224,8 +224,8 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
         }
         int kend = kc + kn, acc = kc > k0;
         int nd = n0; /* rows done */
-        /* parts of the call's rows read side by side: 4 at one token, 2 at two */
-        int parts = M == 1 && ni == 4 ? 4 : M == 2 ? 2 : 1;
+        /* parts of the call's rows read side by side: 4 at one token, 2 at 2-3 */
+        int parts = M == 1 && ni == 4 ? 4 : M >= 2 ? 2 : 1;
         int nq = (n1 - n0) / parts;
         if (parts > 1 && quarters && nq >= 4) {
             /* a tile's rows from the parts of the call's rows (j, j + q, ...),
@@ -240,11 +240,13 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
                     wr[r] = w + (size_t)row * cols;
                     sr[r] = sc + (size_t)(row / 128) * cb;
                 }
-                float t[8];
+                float t[12];
                 if (parts == 4)
                     rows_dec(wr, sr, xs, 1, 4, kc, kend, pf, t);
-                else
+                else if (M == 2)
                     rows_dec(wr, sr, xs, 2, 2, kc, kend, pf, t);
+                else
+                    rows_dec(wr, sr, xs, 3, 2, kc, kend, pf, t);
                 for (int m = 0; m < M; m++)
                     for (int r = 0; r < parts; r++) {
                         float *c = &C[(size_t)m * ldc + (size_t)(n - n0) + (size_t)r * nq];
