@@ -28,7 +28,8 @@
  * codes), then float the block's scale (the prefill GEMM's offset and scale).
  * The Q8_K section is followed by float d * (sum of the codes) and float d per
  * 32 inputs (for Q4_K's minimum term in the prefill GEMM and the Q4KX decode),
- * then the codes in the Q40X order (the Q4KX decode's).
+ * then the codes in the Q40X order (the Q4KX decode's), then int16 code sums per 32
+ * (the AVX2 Q4KX decode's).
  *
  * The backend writes an activation row in pieces ([k0, k1), 32-aligned, from
  * several threads). Q8_0 / Q8_1 blocks are whole in a piece; a Q8_K block (256)
@@ -96,7 +97,8 @@ static act_layout layout(unsigned mask, int K)
     L.cnt = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256 + 1) * 4) : 0;
     L.q8x = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) + x40_bytes(K) : 0;
+    o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) + x40_bytes(K) + align64((size_t)K / 16)
+                                   : 0;
     L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
@@ -286,7 +288,10 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
 #endif
                     kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
                 float *ds = (float *)(r + L.q8x), *d32 = (float *)(r + L.q8x + blk_arr(K));
+                int16_t *bs = (int16_t *)(r + L.q8x + 2 * blk_arr(K) + x40_bytes(K));
                 for (int j = 0; j < 8; j++) {
+                    /* the AVX2 Q4KX decode's int16 code sums per 32 */
+                    bs[8 * b + j] = (int16_t)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
                     ds[8 * b + j] = q[b].d * (float)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
                     d32[8 * b + j] = q[b].d;
                     /* the Q4KX decode's codes (every set: one row layout) */
@@ -343,7 +348,7 @@ static int x_stored(int type)
                                  : 0;
 }
 
-#if KT_HAVE_ISA_AVX512
+#if KT_HAVE_ISA_AVX512 || KT_HAVE_ISA_AVX2
 static long parse_lf_xmax(const char *e)
 {
     return e && atoi(e) > 0 ? atoi(e) : LF_PANEL_MIN - 1;
@@ -367,7 +372,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 {
     int stored = x_stored(W->type);
     if (stored) { /* decode from the repacked tiles, else the rows they were made from */
-#if KT_HAVE_ISA_AVX512
+#if KT_HAVE_ISA_AVX512 || KT_HAVE_ISA_AVX2
         act_layout L = layout(mask, W->cols);
         /* the activation section the repack reads, and its codes after the
          * per-block arrays (moe_kernels.h) */
@@ -378,13 +383,23 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
-        if (isa == KT_GGML_AVX512 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
+        if (isa >= KT_GGML_AVX2 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
             sec != SIZE_MAX) {
             const void *act[256];
             for (int m = 0; m < M; m++)
                 act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + x;
-            kt__lf_gemm_q40x_avx512(W, n0, n1, act, blk_arr(W->cols), M, C, ldc);
-            return;
+#if KT_HAVE_ISA_AVX512
+            if (isa == KT_GGML_AVX512) {
+                kt__lf_gemm_q40x_avx512(W, n0, n1, act, blk_arr(W->cols), M, C, ldc);
+                return;
+            }
+#endif
+#if KT_HAVE_ISA_AVX2
+            if (isa == KT_GGML_AVX2) {
+                kt__lf_gemm_x_avx2(W, n0, n1, act, blk_arr(W->cols), M, C, ldc);
+                return;
+            }
+#endif
         }
 #endif
         kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0};
@@ -595,7 +610,15 @@ kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
     LF_SET(ISA, 1) LF_SET(ISA, 2) LF_SET(ISA, 3) LF_SET(ISA, 4) LF_SET(ISA, 5) LF_SET(ISA, 6) \
     LF_SET(ISA, 7) LF_SET(ISA, 8) LF_SET(ISA, 9) LF_SET(ISA, 10) LF_SET(ISA, 11)              \
     LF_SET(ISA, 12) LF_SET(ISA, 13) LF_SET(ISA, 14) LF_SET(ISA, 15)
-/* the AVX-512 set also reads the R40 / R80 sections (mask bits 16 and 32) */
+/* the AVX2 and AVX-512 sets also read the R40 / R80 sections (mask bits 16 and 32) */
+LF_SET(1, 16) LF_SET(1, 17) LF_SET(1, 18) LF_SET(1, 19) LF_SET(1, 20) LF_SET(1, 21)
+LF_SET(1, 22) LF_SET(1, 23) LF_SET(1, 24) LF_SET(1, 25) LF_SET(1, 26) LF_SET(1, 27)
+LF_SET(1, 28) LF_SET(1, 29) LF_SET(1, 30) LF_SET(1, 31) LF_SET(1, 32) LF_SET(1, 33)
+LF_SET(1, 34) LF_SET(1, 35) LF_SET(1, 36) LF_SET(1, 37) LF_SET(1, 38) LF_SET(1, 39)
+LF_SET(1, 40) LF_SET(1, 41) LF_SET(1, 42) LF_SET(1, 43) LF_SET(1, 44) LF_SET(1, 45)
+LF_SET(1, 46) LF_SET(1, 47) LF_SET(1, 48) LF_SET(1, 49) LF_SET(1, 50) LF_SET(1, 51)
+LF_SET(1, 52) LF_SET(1, 53) LF_SET(1, 54) LF_SET(1, 55) LF_SET(1, 56) LF_SET(1, 57)
+LF_SET(1, 58) LF_SET(1, 59) LF_SET(1, 60) LF_SET(1, 61) LF_SET(1, 62) LF_SET(1, 63)
 LF_SET(2, 16) LF_SET(2, 17) LF_SET(2, 18) LF_SET(2, 19) LF_SET(2, 20) LF_SET(2, 21)
 LF_SET(2, 22) LF_SET(2, 23) LF_SET(2, 24) LF_SET(2, 25) LF_SET(2, 26) LF_SET(2, 27)
 LF_SET(2, 28) LF_SET(2, 29) LF_SET(2, 30) LF_SET(2, 31) LF_SET(2, 32) LF_SET(2, 33)
@@ -645,36 +668,34 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
      LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                 \
      LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                \
      LF_ENTRY(ISA, NAME, 15)}
-#define LF_ROW_RAW(NAME)                                                                       \
-    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(2, NAME, 1), LF_ENTRY(2, NAME, 2),               \
-     LF_ENTRY(2, NAME, 3), LF_ENTRY(2, NAME, 4), LF_ENTRY(2, NAME, 5),                         \
-     LF_ENTRY(2, NAME, 6), LF_ENTRY(2, NAME, 7), LF_ENTRY(2, NAME, 8),                         \
-     LF_ENTRY(2, NAME, 9), LF_ENTRY(2, NAME, 10), LF_ENTRY(2, NAME, 11),                       \
-     LF_ENTRY(2, NAME, 12), LF_ENTRY(2, NAME, 13), LF_ENTRY(2, NAME, 14),                      \
-     LF_ENTRY(2, NAME, 15),                                                                    \
-     LF_ENTRY(2, NAME, 16), LF_ENTRY(2, NAME, 17), LF_ENTRY(2, NAME, 18),                       \
-     LF_ENTRY(2, NAME, 19), LF_ENTRY(2, NAME, 20), LF_ENTRY(2, NAME, 21),                       \
-     LF_ENTRY(2, NAME, 22), LF_ENTRY(2, NAME, 23), LF_ENTRY(2, NAME, 24),                       \
-     LF_ENTRY(2, NAME, 25), LF_ENTRY(2, NAME, 26), LF_ENTRY(2, NAME, 27),                       \
-     LF_ENTRY(2, NAME, 28), LF_ENTRY(2, NAME, 29), LF_ENTRY(2, NAME, 30),                       \
-     LF_ENTRY(2, NAME, 31), LF_ENTRY(2, NAME, 32), LF_ENTRY(2, NAME, 33),                       \
-     LF_ENTRY(2, NAME, 34), LF_ENTRY(2, NAME, 35), LF_ENTRY(2, NAME, 36),                       \
-     LF_ENTRY(2, NAME, 37), LF_ENTRY(2, NAME, 38), LF_ENTRY(2, NAME, 39),                       \
-     LF_ENTRY(2, NAME, 40), LF_ENTRY(2, NAME, 41), LF_ENTRY(2, NAME, 42),                       \
-     LF_ENTRY(2, NAME, 43), LF_ENTRY(2, NAME, 44), LF_ENTRY(2, NAME, 45),                       \
-     LF_ENTRY(2, NAME, 46), LF_ENTRY(2, NAME, 47), LF_ENTRY(2, NAME, 48),                       \
-     LF_ENTRY(2, NAME, 49), LF_ENTRY(2, NAME, 50), LF_ENTRY(2, NAME, 51),                       \
-     LF_ENTRY(2, NAME, 52), LF_ENTRY(2, NAME, 53), LF_ENTRY(2, NAME, 54),                       \
-     LF_ENTRY(2, NAME, 55), LF_ENTRY(2, NAME, 56), LF_ENTRY(2, NAME, 57),                       \
-     LF_ENTRY(2, NAME, 58), LF_ENTRY(2, NAME, 59), LF_ENTRY(2, NAME, 60),                       \
-     LF_ENTRY(2, NAME, 61), LF_ENTRY(2, NAME, 62), LF_ENTRY(2, NAME, 63)                        \
+#define LF_ROW_RAW(ISA, NAME)                                                                  \
+    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),               \
+     LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                       \
+     LF_ENTRY(ISA, NAME, 6), LF_ENTRY(ISA, NAME, 7), LF_ENTRY(ISA, NAME, 8),                       \
+     LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                     \
+     LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                    \
+     LF_ENTRY(ISA, NAME, 15),                                                                    \
+     LF_ENTRY(ISA, NAME, 16), LF_ENTRY(ISA, NAME, 17), LF_ENTRY(ISA, NAME, 18),                    \
+     LF_ENTRY(ISA, NAME, 19), LF_ENTRY(ISA, NAME, 20), LF_ENTRY(ISA, NAME, 21),                    \
+     LF_ENTRY(ISA, NAME, 22), LF_ENTRY(ISA, NAME, 23), LF_ENTRY(ISA, NAME, 24),                    \
+     LF_ENTRY(ISA, NAME, 25), LF_ENTRY(ISA, NAME, 26), LF_ENTRY(ISA, NAME, 27),                    \
+     LF_ENTRY(ISA, NAME, 28), LF_ENTRY(ISA, NAME, 29), LF_ENTRY(ISA, NAME, 30),                    \
+     LF_ENTRY(ISA, NAME, 31), LF_ENTRY(ISA, NAME, 32), LF_ENTRY(ISA, NAME, 33),                    \
+     LF_ENTRY(ISA, NAME, 34), LF_ENTRY(ISA, NAME, 35), LF_ENTRY(ISA, NAME, 36),                    \
+     LF_ENTRY(ISA, NAME, 37), LF_ENTRY(ISA, NAME, 38), LF_ENTRY(ISA, NAME, 39),                    \
+     LF_ENTRY(ISA, NAME, 40), LF_ENTRY(ISA, NAME, 41), LF_ENTRY(ISA, NAME, 42),                    \
+     LF_ENTRY(ISA, NAME, 43), LF_ENTRY(ISA, NAME, 44), LF_ENTRY(ISA, NAME, 45),                    \
+     LF_ENTRY(ISA, NAME, 46), LF_ENTRY(ISA, NAME, 47), LF_ENTRY(ISA, NAME, 48),                    \
+     LF_ENTRY(ISA, NAME, 49), LF_ENTRY(ISA, NAME, 50), LF_ENTRY(ISA, NAME, 51),                    \
+     LF_ENTRY(ISA, NAME, 52), LF_ENTRY(ISA, NAME, 53), LF_ENTRY(ISA, NAME, 54),                    \
+     LF_ENTRY(ISA, NAME, 55), LF_ENTRY(ISA, NAME, 56), LF_ENTRY(ISA, NAME, 57),                    \
+     LF_ENTRY(ISA, NAME, 58), LF_ENTRY(ISA, NAME, 59), LF_ENTRY(ISA, NAME, 60),                    \
+     LF_ENTRY(ISA, NAME, 61), LF_ENTRY(ISA, NAME, 62), LF_ENTRY(ISA, NAME, 63)                     \
      }
 
-static const kt__moe_kernels lf_sets[2][16] = {
-    LF_ROW(0, "scalar-ggml"),
-    LF_ROW(1, "avx2-ggml"),
-};
-static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW("avx512-vnni-ggml");
+static const kt__moe_kernels lf_sets_scalar[16] = LF_ROW(0, "scalar-ggml");
+static const kt__moe_kernels lf_sets_avx2[64] = LF_ROW_RAW(1, "avx2-ggml");
+static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW(2, "avx512-vnni-ggml");
 
 
 bool kt__lf_repacks(const kt__moe_kernels *k, int type)
@@ -683,19 +704,22 @@ bool kt__lf_repacks(const kt__moe_kernels *k, int type)
                     : type == KT_TYPE_Q8_0 ? KT__GGML_ACT_R80
                     : type == KT_TYPE_Q4_K ? KT__GGML_ACT_Q8K
                                            : 0;
-    return KT_HAVE_ISA_AVX512 && need && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
-           ((unsigned)(k->act - KT__ACT_GGML) & need);
+    bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64;
+    bool avx2 = KT_HAVE_ISA_AVX2 && k >= lf_sets_avx2 && k < lf_sets_avx2 + 64;
+    return need && (avx512 || avx2) && ((unsigned)(k->act - KT__ACT_GGML) & need);
 }
 
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
 {
     if (isa < 0 || isa > 2 || mask == 0 || mask > 63)
         return NULL;
-    if (isa < 2) /* the R40 / R80 sections are the AVX-512 kernel's only */
+    if (isa == 0) /* the R40 / R80 sections are the AVX2 / AVX-512 decode's only */
         mask &= 15;
     if (mask & (KT__GGML_ACT_R40 | KT__GGML_ACT_R80)) /* made from the Q8_0 blocks */
         mask |= KT__GGML_ACT_Q80;
     if (mask == 0)
         mask = KT__GGML_ACT_Q80;
-    return isa == 2 ? &lf_sets_avx512[mask] : &lf_sets[isa][mask];
+    return isa == 2   ? &lf_sets_avx512[mask]
+           : isa == 1 ? &lf_sets_avx2[mask]
+                      : &lf_sets_scalar[mask];
 }

@@ -596,7 +596,7 @@ static size_t round64(size_t b)
 }
 
 /* LLAMAFILE Q4_0 / Q4_K / Q8_0 experts repacked at create time for the AVX-512
- * decode (KT__LF_Q40X / Q4KX / Q80X: one stream of 4-row tiles, one scale product
+ * and AVX2 decodes (KT__LF_Q40X / Q4KX / Q80X: one stream of 4-row tiles, one scale product
  * per 16 blocks of 32; docs/moe.md). KT_LF_REPACK: 0 none, 1 (or unset, or empty)
  * all three, or a list of names (q4_0,q8_0,q4_K). Costs those experts' size once
  * more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill panels. */

@@ -1,0 +1,346 @@
+/* LLAMAFILE decode on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client) from
+ * the load-time repacks the AVX-512 decode reads (moe_kernels.h: KT__LF_Q40X,
+ * KT__LF_Q4KX, KT__LF_Q80X). Until these, an AVX2 machine decoded with one ggml
+ * vec_dot per (row, token): one Zen 3 core, 384 x 2048 in L2, 13.7 / 8.7 / 3.9 ns
+ * per 64 weight bytes for Q4_0 / Q4_K / Q8_0.
+ *
+ * A tile of 4 rows is one stream of groups of g blocks of 32 inputs (Q4_K: its
+ * sub-blocks); per group [steps][4 rows][64 bytes] of codes in which 4-byte lane
+ * l holds codes of block l % g only, then the rows' scales. A row's 64 bytes are
+ * two registers here (lanes 0-7 and 8-15); the activation's codes lie in the
+ * same order (cpu/ref/moe_llamafile.c), so per step and row:
+ *
+ *   Q4_0 / Q4_K   p16 += vpmaddubsw(w & 15, a_lo) + vpmaddubsw(w >> 4 & 15, a_hi)
+ *   Q8_0          i32 += vpmaddwd(vpmaddubsw(|c|, sign(a, c)), 1)    c = w ^ 0x80
+ *
+ * and per group and row (i32 = vpmaddwd(p16, 1) for the 4-bit types):
+ *
+ *   Q4_0   acc += float(i32 + bias) * (dw * da)     bias = -8 x the block's code sum
+ *   Q8_0   acc += float(i32) * (dw * da)
+ *   Q4_K   acc += float(i32 * sc) * (d * da) - float(m) * dmin * (da * sum_a)
+ *
+ * A 4-bit pair is at most 2 x 15 x 128 = 3840, a step's two 7680 and a group's 4
+ * steps 30720, so the int16 sums neither saturate nor wrap and every integer
+ * block sum is ggml's; only the float summation order differs from the vec_dots.
+ * Q8_0's sign trick is ggml's too: a code of -128 (which ggml's quantizer never
+ * writes) would saturate a pair.
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe_kernels.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+enum { X40, X4K, X80 };
+
+/* Prefetch distance in bytes of the tile stream (KT_LF_AHEAD: 0 none, else
+ * 256..65536), into L2. */
+static int x2_ahead = 4096;
+static pthread_once_t x2_once = PTHREAD_ONCE_INIT;
+
+static void x2_init(void)
+{
+    const char *e = getenv("KT_LF_AHEAD");
+    if (e && ((atoi(e) >= 256 && atoi(e) <= 65536) || !strcmp(e, "0")))
+        x2_ahead = atoi(e);
+}
+
+/* The lane sums of a, b, c, d into out[0..3]. */
+ALWAYS_INLINE void sum4_store(__m256 a, __m256 b, __m256 c, __m256 d, float *out)
+{
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
+/* The 4 lines of a 256-byte step at pf started into L2 (pf NULL: none). */
+ALWAYS_INLINE void step_prefetch(const uint8_t *pf)
+{
+    if (pf)
+        for (int l = 0; l < 4; l++)
+            _mm_prefetch((const char *)pf + 64 * l, _MM_HINT_T1);
+}
+
+/* p[r][h] += the int16 pair sums of row r's 4-bit codes in the S steps at st
+ * against the activation's low / high nibble codes at a (128 bytes a step). */
+ALWAYS_INLINE void q4_steps(const int S, const uint8_t *st, const uint8_t *pf, const uint8_t *a,
+                            __m256i p[4][2])
+{
+    const __m256i m4 = _mm256_set1_epi8(15);
+    #pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        const uint8_t *as = a + (size_t)s * 128;
+        step_prefetch(pf ? pf + s * 256 : NULL);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i alo = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
+            __m256i ahi = _mm256_loadu_si256((const __m256i *)(as + 64 + 32 * h));
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(st + s * 256 + r * 64 + 32 * h));
+                __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), alo);
+                __m256i hi =
+                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi);
+                p[r][h] = _mm256_add_epi16(p[r][h], _mm256_add_epi16(lo, hi));
+            }
+        }
+    }
+}
+
+/* The lanes [0, n) of the 8 floats at p, the others 0. */
+ALWAYS_INLINE __m256 load_first(const float *p, int n)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx));
+}
+
+/* Q40X / Q80X group of g = 4 S blocks at byte go of the tile t, block gb of nb:
+ * acc[r] += rows . token (act: the section's per-block int32 biases, their float
+ * scales xs bytes on, the codes 2 xs on). */
+ALWAYS_INLINE void x_group(const int kind, const int S, const uint8_t *t, size_t go,
+                           const uint8_t *pf, int gb, int nb, const uint8_t *act, size_t xs,
+                           __m256 acc[4])
+{
+    const int g = 4 * S;
+    const int nvalid = nb - gb < g ? nb - gb : g; /* the padded last group: fewer */
+    __m256i i32[4][2];
+    int NS;
+    if (kind == X80) { /* 2 S steps of signed codes */
+        NS = 2 * S;
+        const __m256i flip = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi16(1);
+        for (int r = 0; r < 4; r++)
+            i32[r][0] = i32[r][1] = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int s = 0; s < NS; s++) {
+            const uint8_t *as = act + 2 * xs + (size_t)(gb / 2 + s) * 64;
+            step_prefetch(pf ? pf + go + s * 256 : NULL);
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i a = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
+                #pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    __m256i c = _mm256_xor_si256(
+                        _mm256_loadu_si256((const __m256i *)(t + go + s * 256 + r * 64 + 32 * h)),
+                        flip);
+                    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(a, c));
+                    i32[r][h] = _mm256_add_epi32(i32[r][h], _mm256_madd_epi16(p, one));
+                }
+            }
+        }
+    } else {
+        NS = S;
+        __m256i p[4][2];
+        for (int r = 0; r < 4; r++)
+            p[r][0] = p[r][1] = _mm256_setzero_si256();
+        q4_steps(S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, p);
+        const __m256i one = _mm256_set1_epi16(1);
+        for (int r = 0; r < 4; r++)
+            for (int h = 0; h < 2; h++)
+                i32[r][h] = _mm256_madd_epi16(p[r][h], one);
+    }
+    const uint8_t *sc = t + go + (size_t)NS * 256; /* [4 rows][g] f16 */
+    if (pf) /* the scale lines: 128 bytes (g 16) or 64 */
+        for (int o = 0; o < (S == 4 ? 128 : 64); o += 64)
+            _mm_prefetch((const char *)pf + go + NS * 256 + o, _MM_HINT_T1);
+    const int32_t *bias = (const int32_t *)act + gb;
+    const float *bd = (const float *)(act + xs) + gb;
+    /* lanes l of both halves hold block l % g: g 16 two sets, else one (g 4 twice
+     * over) */
+    __m256 da0, da1;
+    __m256i b0 = _mm256_setzero_si256();
+    if (S == 4) {
+        da0 = _mm256_loadu_ps(bd), da1 = _mm256_loadu_ps(bd + 8);
+    } else if (S == 2) {
+        da0 = da1 = _mm256_loadu_ps(bd);
+    } else {
+        __m128 d4 = _mm256_castps256_ps128(load_first(bd, nvalid));
+        da0 = da1 = _mm256_set_m128(d4, d4);
+    }
+    if (kind == X40) {
+        if (S == 4) {
+            b0 = _mm256_loadu_si256((const __m256i *)bias);
+        } else {
+            b0 = _mm256_castps_si256(load_first((const float *)bias, nvalid));
+        }
+    }
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *sr = sc + (size_t)r * 2 * g;
+        if (S == 4) {
+            __m256i i0 = i32[r][0], i1 = i32[r][1];
+            if (kind == X40) {
+                i0 = _mm256_add_epi32(i0, b0);
+                i1 = _mm256_add_epi32(i1, _mm256_loadu_si256((const __m256i *)(bias + 8)));
+            }
+            __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sr));
+            __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sr + 16)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(dw0, da0), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(dw1, da1), acc[r]);
+        } else {
+            __m256i i = _mm256_add_epi32(_mm256_add_epi32(i32[r][0], i32[r][1]), b0);
+            __m128i h;
+            if (S == 2) {
+                h = _mm_loadu_si128((const __m128i *)sr);
+            } else {
+                long long q;
+                memcpy(&q, sr, 8);
+                h = _mm_set1_epi64x(q);
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(_mm256_cvtph_ps(h), da0),
+                                     acc[r]);
+        }
+    }
+}
+
+/* Q4KX group of g = 4 S sub-blocks (S 4 or 2) at byte go of the tile t from
+ * sub-block gb of nb: acc += rows . token, lane r (and r + 4) of acc summing row r
+ * (act: the Q8_K section's d per 32 xs bytes on, the codes in the Q40X order 2 xs
+ * on, then their int16 sums per 32). The 4 rows' integer sums are reduced
+ * together before the float products:
+ *
+ *   T[r][blk] = sum_j sc_j (q_j . a_j)    vpmaddwd by 1, vpmulld by sc, vphaddd
+ *   M[r][blk] = sum_j m_j sum(a_j)         vpmaddwd, vphaddd
+ *   acc      += float(T) (d da) - float(M) (dmin da)    [4 rows][2 blocks] lanes
+ */
+ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uint8_t *pf, int gb,
+                             int nb, const uint8_t *act, size_t xs, __m256 *acc)
+{
+    const int g = 4 * S;
+    __m256i p[4][2];
+    for (int r = 0; r < 4; r++)
+        p[r][0] = p[r][1] = _mm256_setzero_si256();
+    q4_steps(S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, p);
+    if (pf) /* the scale and min lines: 128 bytes (g 16) or 64 */
+        for (int o = 0; o < 8 * g; o += 64)
+            _mm_prefetch((const char *)pf + go + (size_t)g * 64 + o, _MM_HINT_T1);
+    const __m256i one = _mm256_set1_epi16(1);
+    const uint8_t *sc = t + go + (size_t)g * 64, *mn = sc + 4 * g; /* [4 rows][g] bytes */
+    /* ts[h]: [4 rows] x (lanes 0-3: sub-blocks 0-3 of half h, 4-7: 4-7), summed below */
+    __m256i tr[4][2];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        if (S == 4) {
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++)
+                tr[r][h] = _mm256_mullo_epi32(
+                    _mm256_madd_epi16(p[r][h], one),
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + r * g + 8 * h))));
+        } else { /* both halves hold sub-blocks 0-7 (a step's two pieces) */
+            tr[r][0] = _mm256_mullo_epi32(
+                _mm256_madd_epi16(_mm256_add_epi16(p[r][0], p[r][1]), one),
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + r * g))));
+        }
+    }
+    /* lanes [r0 r1 r2 r3 | r0 r1 r2 r3] of half h's sums, then [block A | block B] */
+    __m256i tA = _mm256_hadd_epi32(_mm256_hadd_epi32(tr[0][0], tr[1][0]),
+                                   _mm256_hadd_epi32(tr[2][0], tr[3][0]));
+    __m256i T;
+    if (S == 4) {
+        __m256i tB = _mm256_hadd_epi32(_mm256_hadd_epi32(tr[0][1], tr[1][1]),
+                                       _mm256_hadd_epi32(tr[2][1], tr[3][1]));
+        T = _mm256_add_epi32(_mm256_permute2x128_si256(tA, tB, 0x20),
+                             _mm256_permute2x128_si256(tA, tB, 0x31));
+    } else {
+        T = _mm256_zextsi128_si256(
+            _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
+    }
+    /* the min term: m words . the sub-blocks' code sums, pairs of sub-blocks a lane */
+    const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
+    __m256i b16 = S == 4 ? _mm256_loadu_si256((const __m256i *)bs)
+                         : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)bs));
+    __m256i mr[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m128i m = S == 4 ? _mm_loadu_si128((const __m128i *)(mn + r * g))
+                           : _mm_loadl_epi64((const __m128i *)(mn + r * g));
+        mr[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m), b16);
+    }
+    /* [r0 r1 r2 r3 | r0 r1 r2 r3] of blocks A | B (S 2: B zero) */
+    __m256i Mi = _mm256_hadd_epi32(_mm256_hadd_epi32(mr[0], mr[1]),
+                                   _mm256_hadd_epi32(mr[2], mr[3]));
+    /* the rows' (d, dmin) f16 of blocks A, B into [d: r0..r3 A | r0..r3 B], [dmin: ...] */
+    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
+    __m128i q[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        long long v = 0;
+        memcpy(&v, dd + (size_t)r * (nb / 2), S == 4 ? 8 : 4);
+        q[r] = _mm_cvtsi64_si128(v);
+    }
+    __m128i a01 = _mm_unpacklo_epi16(q[0], q[1]), a23 = _mm_unpacklo_epi16(q[2], q[3]);
+    __m128i c = _mm_unpacklo_epi32(a01, a23), e = _mm_unpackhi_epi32(a01, a23);
+    const float *d32 = (const float *)(act + xs) + gb;
+    __m256 da = S == 4 ? _mm256_set_m128(_mm_set1_ps(d32[8]), _mm_set1_ps(d32[0]))
+                       : _mm256_zextps128_ps256(_mm_set1_ps(d32[0]));
+    __m256 fd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi64(c, e)), da);
+    __m256 fm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi64(c, e)), da);
+    *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(Mi), fm,
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), fd, *acc));
+}
+
+/* out[r] = row r of the tile at t . the token at act (Q4KX: K = 32 nb). */
+ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, int nb,
+                          const uint8_t *act, size_t xs, float *out)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    size_t go = 0;
+    int b = 0;
+    if (kind == X4K) {
+        for (; b + 16 <= nb; b += 16, go += 72 * 16)
+            k4x_group(4, t, go, pf, b, nb, act, xs, &acc[0]);
+        if (nb - b >= 8)
+            k4x_group(2, t, go, pf, b, nb, act, xs, &acc[0]), go += 72 * 8;
+        if (pf) /* the (d, dmin) lines after the groups */
+            for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
+                _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+        _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc[0]),
+                                      _mm256_extractf128_ps(acc[0], 1)));
+        return;
+    } else {
+        const int q8 = kind == X80;
+        for (; b + 16 <= nb; b += 16)
+            x_group(kind, 4, t, go, pf, b, nb, act, xs, acc),
+                go += q8 ? kt__q80x_group_bytes(16) : kt__q40x_group_bytes(16);
+        if (nb - b >= 8)
+            x_group(kind, 2, t, go, pf, b, nb, act, xs, acc),
+                go += q8 ? kt__q80x_group_bytes(8) : kt__q40x_group_bytes(8), b += 8;
+        if (nb - b >= 4)
+            x_group(kind, 1, t, go, pf, b, nb, act, xs, acc),
+                go += q8 ? kt__q80x_group_bytes(4) : kt__q40x_group_bytes(4), b += 4;
+        if (nb > b)
+            x_group(kind, 1, t, go, pf, b, nb, act, xs, acc);
+    }
+    sum4_store(acc[0], acc[1], acc[2], acc[3], out);
+}
+
+void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
+                        int M, float *C, int ldc)
+{
+    pthread_once(&x2_once, x2_init);
+    const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
+    const int kind = W->type == KT__LF_Q4KX ? X4K : W->type == KT__LF_Q80X ? X80 : X40;
+    const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
+    for (int t = t0; t < t1; t++) {
+        const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb;
+        /* the tile's rows are read once from memory, then from L1 for the other tokens */
+        for (int m = 0; m < M; m++) {
+            const uint8_t *pf = m == 0 && x2_ahead ? tp + x2_ahead : NULL;
+            const uint8_t *a = (const uint8_t *)act[m];
+            float out[4];
+            if (kind == X40) /* each layout's tile compiled apart */
+                x_tile(X40, tp, pf, nb, a, xs, out);
+            else if (kind == X4K)
+                x_tile(X4K, tp, pf, nb, a, xs, out);
+            else
+                x_tile(X80, tp, pf, nb, a, xs, out);
+            for (int r = 0; r < 4; r++)
+                if (4 * t + r >= n0 && 4 * t + r < n1)
+                    C[(size_t)m * ldc + (4 * t + r - n0)] = out[r];
+        }
+    }
+}
