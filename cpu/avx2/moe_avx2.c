@@ -266,11 +266,13 @@ static void quant_q8e64(const float *x, int k0, int k1, int K, void *row)
 }
 
 /* acc[m][r] += chunk c of NR rows (w[r], BF16 scales s[r]) x MR tokens a[m];
- * keep: lanes of the chunk's groups inside the call's range (all ones in the
- * hot loop); half: only the first group lies inside the row (16 bytes). */
+ * masked: only the lanes in keep (the chunk's groups inside the call's range)
+ * count, both scales masked (a group outside may hold anything, NaN too);
+ * half: only the first group lies inside the row (16 bytes). */
 ALWAYS_INLINE void int4e_chunk(const uint8_t *const *w, const uint16_t *const *s, int cb,
                                const int8_t *const *a, const int NR, const int MR, int nc, int c,
-                               __m256i keep, const int half, __m256 (*acc)[4])
+                               const int masked, __m256i keep, const int half,
+                               __m256 (*acc)[4])
 {
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     /* a dword pair of BF16 scales -> F32 lanes: 0-3 the first, 4-7 the second */
@@ -292,7 +294,7 @@ ALWAYS_INLINE void int4e_chunk(const uint8_t *const *w, const uint16_t *const *s
         else
             memcpy(&s2, s[r] + 2 * (c - cb), 4);
         __m256i sv = _mm256_shuffle_epi8(_mm256_set1_epi32(s2), sperm);
-        sw[r] = _mm256_castsi256_ps(_mm256_and_si256(sv, keep));
+        sw[r] = _mm256_castsi256_ps(masked ? _mm256_and_si256(sv, keep) : sv);
     }
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++) {
@@ -301,6 +303,8 @@ ALWAYS_INLINE void int4e_chunk(const uint8_t *const *w, const uint16_t *const *s
         __m256i qe = _mm256_loadu_si256((const __m256i *)q);
         __m256i qo = _mm256_loadu_si256((const __m256i *)(q + 32));
         __m256 d = _mm256_loadu_ps(dx);
+        if (masked)
+            d = _mm256_and_ps(d, _mm256_castsi256_ps(keep));
         __m256i cv = _mm256_loadu_si256((const __m256i *)(dx + 8));
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
@@ -330,7 +334,7 @@ ALWAYS_INLINE void tile_int4e(const uint8_t *const *w, const uint16_t *const *s,
     const __m256i first = _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
     int c = g0 / 2;
     if (g0 % 2 && g0 < g1) { /* the first chunk's second group only */
-        int4e_chunk(w, s, cb, a, NR, MR, nc, c, _mm256_andnot_si256(first, all), 0, acc);
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, 1, _mm256_andnot_si256(first, all), 0, acc);
         c++;
     }
     /* hot loop: whole chunks, two at a time into two sets of accumulators
@@ -343,18 +347,18 @@ ALWAYS_INLINE void tile_int4e(const uint8_t *const *w, const uint16_t *const *s,
             acc2[m][r] = _mm256_setzero_ps();
     if (NR * MR < 4) /* (more chains already; the second set would spill) */
         for (; 2 * c + 4 <= g1; c += 2) {
-            int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
-            int4e_chunk(w, s, cb, a, NR, MR, nc, c + 1, all, 0, acc2);
+            int4e_chunk(w, s, cb, a, NR, MR, nc, c, 0, all, 0, acc);
+            int4e_chunk(w, s, cb, a, NR, MR, nc, c + 1, 0, all, 0, acc2);
         }
     for (; 2 * c + 2 <= g1; c++)
-        int4e_chunk(w, s, cb, a, NR, MR, nc, c, all, 0, acc);
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, 0, all, 0, acc);
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
             acc[m][r] = _mm256_add_ps(acc[m][r], acc2[m][r]);
     if (2 * c < g1) /* the last chunk's first group only */
-        int4e_chunk(w, s, cb, a, NR, MR, nc, c, first, 2 * c + 1 >= K / 32, acc);
+        int4e_chunk(w, s, cb, a, NR, MR, nc, c, 1, first, 2 * c + 1 >= K / 32, acc);
     #pragma GCC unroll 4
     for (int m = 0; m < MR; m++)
         #pragma GCC unroll 4

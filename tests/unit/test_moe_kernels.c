@@ -158,6 +158,14 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
                         k0 = K > 32 ? 32 * (K / 64 > 1 ? 3 : 1) : 0;
                     if (n1 <= n0)
                         continue;
+                    if (part == 2 && k0) /* the group before k0 must not count, even
+                                          * NaN (its Q8E64 d lanes 0-3) */
+                        for (int t = 0; t < n_act; t++) {
+                            float *d = (float *)(at + (size_t)t * st + (size_t)(K + 63) / 64 * 64) +
+                                       16 * (k0 / 64);
+                            for (int l = 0; l < 4; l++)
+                                d[l] = NAN;
+                        }
                     int nb = n1 - n0;
                     float *cr = malloc((size_t)M * nb * sizeof(float));
                     float *ct = malloc((size_t)M * nb * sizeof(float));
