@@ -222,10 +222,16 @@ int bench_moe_gguf(int argc, char **argv)
                     if (dt > 0 && dt < best)
                         best = dt;
                 }
-                dnn = 6.0 * H * I * (double)k * T / best * 1e-12;
+                if (best < 1e30)   /* else no run: BF16 has no kernel on this CPU */
+                    dnn = 6.0 * H * I * (double)k * T / best * 1e-12;
             }
-            printf("  T=%-5d %8.4f TFLOP/s  (oneDNN BF16 per-expert matmuls %.4f TFLOP/s: "
-                   "%.2fx)\n", T, med, dnn, dnn > 0 ? med / dnn : 0.0);
+            if (dnn > 0)
+                printf("  T=%-5d %8.4f TFLOP/s  (oneDNN BF16 per-expert matmuls %.4f TFLOP/s: "
+                       "%.2fx)\n", T, med, dnn, med / dnn);
+            else
+                printf("  T=%-5d %8.4f TFLOP/s  (no oneDNN BF16 yardstick: %s)\n", T, med,
+                       !onednn ? "--no-onednn" : gemm_available() ? gemm_last_error()
+                                                                   : "built without oneDNN");
         }
         fflush(stdout);
     }
