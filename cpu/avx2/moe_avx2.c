@@ -96,21 +96,43 @@ ALWAYS_INLINE void tile_plain(const uint16_t *const *wb, const uint8_t *const *w
         }
 }
 
+/* KT_MOE_AVX2_SPLIT=0: a tile's rows adjacent instead of one from each
+ * part of the call's rows (BF16 and RAWINT4; for measuring). */
+static long parse_split(const char *e)
+{
+    return !(e && *e == '0');
+}
+static long split_knob;
+
+/* BF16 tiles take their 4 rows from the 4 quarters of [n0, n1) (tile j: rows
+ * n0 + r q + j), so each row is a sequential stream; 4 adjacent rows read 32
+ * bytes of each in turn, which the hardware prefetchers follow worse (0.63-0.69
+ * of stream in decode on the Zen 3). The rows past 4 q, and FP8, 4 adjacent. */
 static void gemm_plain(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k1, const void *A,
                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc)
 {
     int cols = W->cols, cb = (cols + 127) / 128;
-    for (int n = n0; n < n1; n += 4) {
-        int nr = imin(4, n1 - n);
+    int q = !fp8 && env_knob(&split_knob, "KT_MOE_AVX2_SPLIT", parse_split) ? (n1 - n0) / 4 : 0;
+    int n_adj = n0 + 4 * q, tiles = q + (n1 - n_adj + 3) / 4;
+    for (int j = 0; j < tiles; j++) {
+        int row[4], nr = 4;
+        if (j < q) {
+            for (int r = 0; r < 4; r++)
+                row[r] = n0 + r * q + j;
+        } else {
+            int n = n_adj + 4 * (j - q);
+            nr = imin(4, n1 - n);
+            for (int r = 0; r < 4; r++)
+                row[r] = n + (r < nr ? r : nr - 1);
+        }
         const uint16_t *wb[4];
         const uint8_t *w8[4];
         const float *sr[4];
         #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            int row = n + (r < nr ? r : nr - 1);
-            wb[r] = (const uint16_t *)W->w + (size_t)row * cols;
-            w8[r] = (const uint8_t *)W->w + (size_t)row * cols;
-            sr[r] = fp8 ? (const float *)W->scale + (size_t)(row / 128) * cb : NULL;
+            wb[r] = (const uint16_t *)W->w + (size_t)row[r] * cols;
+            w8[r] = (const uint8_t *)W->w + (size_t)row[r] * cols;
+            sr[r] = fp8 ? (const float *)W->scale + (size_t)(row[r] / 128) * cb : NULL;
         }
         for (int m = 0; m < M; m += 2) {
             int mr = imin(2, M - m);
@@ -127,7 +149,7 @@ static void gemm_plain(const kt__wmat *W, int fp8, int n0, int n1, int k0, int k
             }
             for (int i = 0; i < mr; i++)
                 for (int r = 0; r < nr; r++)
-                    C[(size_t)(m + i) * ldc + (n - n0) + r] = t[i * 4 + r];
+                    C[(size_t)(m + i) * ldc + (row[r] - n0)] = t[i * 4 + r];
         }
     }
 }
@@ -376,13 +398,6 @@ static long parse_int4e_rows(const char *e)
     return n == 1 || n == 2 ? n : 4;
 }
 
-/* KT_MOE_AVX2_SPLIT=0: a tile's rows adjacent instead of one from each
- * part of the call's rows (for measuring). */
-static long parse_int4e_split(const char *e)
-{
-    return !(e && *e == '0');
-}
-
 /* Rows as NR streams: tile j takes row n0 + r * q + j from each of the NR
  * parts of q rows (adjacent rows read 32 bytes of each of NR rows in turn,
  * a pattern the hardware prefetchers do not follow); the rows past NR * q
@@ -427,8 +442,7 @@ static void gemm_int4e(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
     static long rows_knob;
     int K = W->cols, g0 = k0 / 32, g1 = k1 / 32;
     int nr_tile = (int)env_knob(&rows_knob, "KT_MOE_AVX2_ROWS", parse_int4e_rows);
-    static long split_knob;
-    if (M <= 3 && nr_tile > 1 && env_knob(&split_knob, "KT_MOE_AVX2_SPLIT", parse_int4e_split)) {
+    if (M <= 3 && nr_tile > 1 && env_knob(&split_knob, "KT_MOE_AVX2_SPLIT", parse_split)) {
         const int8_t *a[3];
         for (int i = 0; i < 3; i++)
             a[i] = arow(A, a_stride, rows, imin(i, M - 1));
