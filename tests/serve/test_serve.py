@@ -479,6 +479,9 @@ class Pty:
 
 
 
+ANSWER_TIMEOUT = 300
+
+
 def chat_session(label, argv, datadir, expect_history):
     env = dict(os.environ, XDG_DATA_HOME=datadir, TERM="xterm", NO_COLOR="1")
     p = Pty(argv, env)
@@ -486,13 +489,16 @@ def chat_session(label, argv, datadir, expect_history):
     p.send("/help\r")
     check(p.expect(r"/retry") and p.expect(r"/quit"), f"{label}: /help lists the commands")
     p.send("What does the json module do?\r")
-    check(p.expect(r"\[TTFT \d+ ms, TPOT [\d.]+ ms \([\d.]+ tok/s\), .*\d+ tokens"),
+    # a whole answer (up to 400 tokens): 0.35 s on a fast machine, over 70 s on a
+    # 2-core Zen 3 under ASan (183 ms a token), so the answer waits are long
+    check(p.expect(r"\[TTFT \d+ ms, TPOT [\d.]+ ms \([\d.]+ tok/s\), .*\d+ tokens",
+                   timeout=ANSWER_TIMEOUT),
           f"{label}: an answer with TTFT, TPOT and token counts")
     p.send("/history\r")
     check(p.expect(r"user: What does the json module do\?") and p.expect(r"assistant: "),
           f"{label}: /history shows the turn")
     p.send("/retry\r")
-    check(p.expect(r"\[TTFT"), f"{label}: /retry answers again")
+    check(p.expect(r"\[TTFT", timeout=ANSWER_TIMEOUT), f"{label}: /retry answers again")
     p.send("/system You are terse.\r")
     check(p.expect(r"system prompt set"), f"{label}: /system sets the system prompt")
     p.send("/info\r")
