@@ -229,6 +229,10 @@ static inline float kt__moe_pow2_ceil(float v)
  * core, ~1.4x the activation error). The setter is for tests. */
 int kt__moe_q8_pow2(void);
 void kt__moe_q8_set_pow2(int on);
+/* One group of 32 inputs as the Q8G32 reference quantizes it (cpu/ref/moe_ref.c):
+ * *d = max|x| / 127 (KT_MOE_Q8_POW2: the smallest power of two >= it, so
+ * |q| <= 127), q[i] = round(x[i] / *d); returns sum(q). */
+int32_t kt__moe_q8g32_group(const float *x, int8_t *q, float *d);
 
 /* F8_E4M3 (fn) -> f32, exact. */
 static inline float kt__moe_e4m3_f32(uint8_t b)

@@ -258,19 +258,12 @@ static void quant_q8e64(const float *x, int k0, int k1, int K, void *row)
     int8_t *q = row;
     float *dc = (float *)(q + (size_t)nc * 64); /* per chunk d[8], then c[8] */
     for (int g = k0 / 32; g < k1 / 32; g++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(x[g * 32 + i]));
-        float dg = kt__moe_q8_pow2() ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
-        float inv = dg > 0.0f ? 1.0f / dg : 0.0f;
+        int8_t qg[32];
+        float dg;
+        int32_t sum = kt__moe_q8g32_group(x + g * 32, qg, &dg);
         int8_t *qe = q + (size_t)(g / 2) * 64 + 16 * (g % 2), *qo = qe + 32;
-        int32_t sum = 0;
-        for (int i = 0; i < 32; i++) {
-            int v = (int)nearbyintf(x[g * 32 + i] * inv);
-            v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            (i % 2 ? qo : qe)[i / 2] = (int8_t)v;
-            sum += v;
-        }
+        for (int i = 0; i < 32; i++)
+            (i % 2 ? qo : qe)[i / 2] = qg[i];
         float *d = dc + (size_t)(g / 2) * 16 + 4 * (g % 2);
         int32_t *c = (int32_t *)(d + 8);
         for (int l = 0; l < 4; l++) {

@@ -39,27 +39,32 @@ void kt__moe_q8_set_pow2(int on)
     __atomic_store_n(&q8_mode, on ? 2 : 1, __ATOMIC_RELAXED);
 }
 
-/* Per group of 32: d = max|x| / 127 (KT_MOE_Q8_POW2: the smallest power of
- * two >= it, so |q| <= 127), q = round(x / d), s = 8 * sum(q). */
+int32_t kt__moe_q8g32_group(const float *x, int8_t *q, float *d)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float dg = kt__moe_q8_pow2() ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
+    float inv = dg > 0.0f ? 1.0f / dg : 0.0f;
+    int32_t sum = 0;
+    for (int i = 0; i < 32; i++) {
+        int v = (int)nearbyintf(x[i] * inv);
+        v = v > 127 ? 127 : (v < -127 ? -127 : v);
+        q[i] = (int8_t)v;
+        sum += v;
+    }
+    *d = dg;
+    return sum;
+}
+
+/* Per group of 32 (kt__moe_q8g32_group): q, d, s = 8 * sum(q). */
 void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row)
 {
     int8_t *q = row;
     float *d = (float *)(q + K);
     int32_t *s = (int32_t *)(d + K / 32);
     for (int g = k0 / 32; g < k1 / 32; g++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(x[g * 32 + i]));
-        float dg = kt__moe_q8_pow2() ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
-        float inv = dg > 0.0f ? 1.0f / dg : 0.0f;
-        int32_t sum = 0;
-        for (int i = 0; i < 32; i++) {
-            int v = (int)nearbyintf(x[g * 32 + i] * inv);
-            v = v > 127 ? 127 : (v < -127 ? -127 : v);
-            q[g * 32 + i] = (int8_t)v;
-            sum += v;
-        }
-        d[g] = dg;
+        int32_t sum = kt__moe_q8g32_group(x + g * 32, q + g * 32, &d[g]);
         s[g] = 8 * sum;
     }
 }
