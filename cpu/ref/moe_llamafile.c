@@ -661,37 +661,33 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 #define LF_ENTRY(ISA, NAME, MASK)                                              \
     {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK,     \
      ISA == 2 ? KT__LF_PANEL_SCRATCH : ISA == 1 ? KT__LF_PANEL2_SCRATCH : 0, LF_HINT_##ISA}
-#define LF_ROW(ISA, NAME)                                                                      \
-    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),           \
-     LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                   \
-     LF_ENTRY(ISA, NAME, 6), LF_ENTRY(ISA, NAME, 7), LF_ENTRY(ISA, NAME, 8),                   \
-     LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                 \
-     LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                \
-     LF_ENTRY(ISA, NAME, 15)}
+/* Entries 1-15 (the activation section masks every set has); the AVX-512 and
+ * AVX2 sets add 16-63 (the R40 / R80 sections). */
+#define LF_ENTRIES_1_15(ISA, NAME)                                                             \
+    LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2), LF_ENTRY(ISA, NAME, 3),                    \
+    LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5), LF_ENTRY(ISA, NAME, 6),                    \
+    LF_ENTRY(ISA, NAME, 7), LF_ENTRY(ISA, NAME, 8), LF_ENTRY(ISA, NAME, 9),                    \
+    LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11), LF_ENTRY(ISA, NAME, 12),                 \
+    LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14), LF_ENTRY(ISA, NAME, 15)
+#define LF_ROW(ISA, NAME) {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRIES_1_15(ISA, NAME)}
 #define LF_ROW_RAW(ISA, NAME)                                                                  \
-    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRY(ISA, NAME, 1), LF_ENTRY(ISA, NAME, 2),               \
-     LF_ENTRY(ISA, NAME, 3), LF_ENTRY(ISA, NAME, 4), LF_ENTRY(ISA, NAME, 5),                       \
-     LF_ENTRY(ISA, NAME, 6), LF_ENTRY(ISA, NAME, 7), LF_ENTRY(ISA, NAME, 8),                       \
-     LF_ENTRY(ISA, NAME, 9), LF_ENTRY(ISA, NAME, 10), LF_ENTRY(ISA, NAME, 11),                     \
-     LF_ENTRY(ISA, NAME, 12), LF_ENTRY(ISA, NAME, 13), LF_ENTRY(ISA, NAME, 14),                    \
-     LF_ENTRY(ISA, NAME, 15),                                                                    \
-     LF_ENTRY(ISA, NAME, 16), LF_ENTRY(ISA, NAME, 17), LF_ENTRY(ISA, NAME, 18),                    \
-     LF_ENTRY(ISA, NAME, 19), LF_ENTRY(ISA, NAME, 20), LF_ENTRY(ISA, NAME, 21),                    \
-     LF_ENTRY(ISA, NAME, 22), LF_ENTRY(ISA, NAME, 23), LF_ENTRY(ISA, NAME, 24),                    \
-     LF_ENTRY(ISA, NAME, 25), LF_ENTRY(ISA, NAME, 26), LF_ENTRY(ISA, NAME, 27),                    \
-     LF_ENTRY(ISA, NAME, 28), LF_ENTRY(ISA, NAME, 29), LF_ENTRY(ISA, NAME, 30),                    \
-     LF_ENTRY(ISA, NAME, 31), LF_ENTRY(ISA, NAME, 32), LF_ENTRY(ISA, NAME, 33),                    \
-     LF_ENTRY(ISA, NAME, 34), LF_ENTRY(ISA, NAME, 35), LF_ENTRY(ISA, NAME, 36),                    \
-     LF_ENTRY(ISA, NAME, 37), LF_ENTRY(ISA, NAME, 38), LF_ENTRY(ISA, NAME, 39),                    \
-     LF_ENTRY(ISA, NAME, 40), LF_ENTRY(ISA, NAME, 41), LF_ENTRY(ISA, NAME, 42),                    \
-     LF_ENTRY(ISA, NAME, 43), LF_ENTRY(ISA, NAME, 44), LF_ENTRY(ISA, NAME, 45),                    \
-     LF_ENTRY(ISA, NAME, 46), LF_ENTRY(ISA, NAME, 47), LF_ENTRY(ISA, NAME, 48),                    \
-     LF_ENTRY(ISA, NAME, 49), LF_ENTRY(ISA, NAME, 50), LF_ENTRY(ISA, NAME, 51),                    \
-     LF_ENTRY(ISA, NAME, 52), LF_ENTRY(ISA, NAME, 53), LF_ENTRY(ISA, NAME, 54),                    \
-     LF_ENTRY(ISA, NAME, 55), LF_ENTRY(ISA, NAME, 56), LF_ENTRY(ISA, NAME, 57),                    \
-     LF_ENTRY(ISA, NAME, 58), LF_ENTRY(ISA, NAME, 59), LF_ENTRY(ISA, NAME, 60),                    \
-     LF_ENTRY(ISA, NAME, 61), LF_ENTRY(ISA, NAME, 62), LF_ENTRY(ISA, NAME, 63)                     \
-     }
+    {{NULL, 0, NULL, NULL, 0, NULL}, LF_ENTRIES_1_15(ISA, NAME),                               \
+     LF_ENTRY(ISA, NAME, 16), LF_ENTRY(ISA, NAME, 17), LF_ENTRY(ISA, NAME, 18),                \
+     LF_ENTRY(ISA, NAME, 19), LF_ENTRY(ISA, NAME, 20), LF_ENTRY(ISA, NAME, 21),                \
+     LF_ENTRY(ISA, NAME, 22), LF_ENTRY(ISA, NAME, 23), LF_ENTRY(ISA, NAME, 24),                \
+     LF_ENTRY(ISA, NAME, 25), LF_ENTRY(ISA, NAME, 26), LF_ENTRY(ISA, NAME, 27),                \
+     LF_ENTRY(ISA, NAME, 28), LF_ENTRY(ISA, NAME, 29), LF_ENTRY(ISA, NAME, 30),                \
+     LF_ENTRY(ISA, NAME, 31), LF_ENTRY(ISA, NAME, 32), LF_ENTRY(ISA, NAME, 33),                \
+     LF_ENTRY(ISA, NAME, 34), LF_ENTRY(ISA, NAME, 35), LF_ENTRY(ISA, NAME, 36),                \
+     LF_ENTRY(ISA, NAME, 37), LF_ENTRY(ISA, NAME, 38), LF_ENTRY(ISA, NAME, 39),                \
+     LF_ENTRY(ISA, NAME, 40), LF_ENTRY(ISA, NAME, 41), LF_ENTRY(ISA, NAME, 42),                \
+     LF_ENTRY(ISA, NAME, 43), LF_ENTRY(ISA, NAME, 44), LF_ENTRY(ISA, NAME, 45),                \
+     LF_ENTRY(ISA, NAME, 46), LF_ENTRY(ISA, NAME, 47), LF_ENTRY(ISA, NAME, 48),                \
+     LF_ENTRY(ISA, NAME, 49), LF_ENTRY(ISA, NAME, 50), LF_ENTRY(ISA, NAME, 51),                \
+     LF_ENTRY(ISA, NAME, 52), LF_ENTRY(ISA, NAME, 53), LF_ENTRY(ISA, NAME, 54),                \
+     LF_ENTRY(ISA, NAME, 55), LF_ENTRY(ISA, NAME, 56), LF_ENTRY(ISA, NAME, 57),                \
+     LF_ENTRY(ISA, NAME, 58), LF_ENTRY(ISA, NAME, 59), LF_ENTRY(ISA, NAME, 60),                \
+     LF_ENTRY(ISA, NAME, 61), LF_ENTRY(ISA, NAME, 62), LF_ENTRY(ISA, NAME, 63)}
 
 static const kt__moe_kernels lf_sets_scalar[16] = LF_ROW(0, "scalar-ggml");
 static const kt__moe_kernels lf_sets_avx2[64] = LF_ROW_RAW(1, "avx2-ggml");
