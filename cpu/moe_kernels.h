@@ -386,21 +386,41 @@ static inline size_t kt__q80x_tile_bytes(int K)
 {
     return kt__q40x_tile_bytes(K) + (size_t)((K / 32 + 3) & ~3) * 64;
 }
-/* Bytes of one 4-row tile of a load-time repack (xtype KT__LF_Q40X / Q80X / Q4KX)
- * of rows of K inputs. */
+/* LLAMAFILE Q6_K repacked at load time (W->type == KT__LF_Q6KX; K a multiple of 256;
+ * the AVX2 decode only): the Q4KX groups of g sub-blocks of 32 (16s, at most one
+ * last 8), sub-block b (of block b / 8, j = b % 8) split in its lo half (inputs
+ * 32 j .. + 15, Q6_K's scale 2 j) and hi half (+ 16 .. + 31, scale 2 j + 1). Codes
+ * u = q + 32 (6 bits) go where the Q40X order puts the activation's lo / hi codes:
+ * per group [4 rows][g / 4 steps][96 bytes], a step's 64 bytes of nibbles (byte i:
+ * lo code i's low 4 bits low, hi code i's high) and 32 bytes of top bits (byte i:
+ * bits 0-1 lo code i, 2-3 lo code 32 + i, 4-5 hi code i, 6-7 hi code 32 + i); then
+ * [4 rows][g] lo scales, [4 rows][g] hi scales as int8, g 16 in the order 0-3, 8-11,
+ * 4-7, 12-15 (the lanes one load's two epi16 unpacks make), g 8 in order (104 g bytes
+ * a group, 64-byte aligned); after the groups [K / 256][4 rows] f16 d; the tile
+ * rounded up to 64 bytes: exactly Q6_K's 210 bytes per 256 inputs and row.
+ * W->scale: the Q6_K rows. */
+#define KT__LF_Q6KX 0x4069
+static inline size_t kt__q6kx_tile_bytes(int K)
+{
+    return ((size_t)(K / 32) * 105 + 63) & ~(size_t)63;
+}
+/* Bytes of one 4-row tile of a load-time repack (xtype KT__LF_Q40X / Q80X / Q4KX /
+ * Q6KX) of rows of K inputs. */
 static inline size_t kt__lf_x_tile_bytes(int xtype, int K)
 {
     return xtype == KT__LF_Q4KX   ? kt__q4kx_tile_bytes(K)
+           : xtype == KT__LF_Q6KX ? kt__q6kx_tile_bytes(K)
            : xtype == KT__LF_Q80X ? kt__q80x_tile_bytes(K)
                                   : kt__q40x_tile_bytes(K);
 }
-/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0) from
- * their load-time repack (the AVX-512 and AVX2 sets; Q4_0: with R40, Q8_0: with R80). */
+/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0; Q6_K on
+ * AVX2 only) from their load-time repack (the AVX-512 and AVX2 sets; Q4_0: with
+ * R40, Q8_0: with R80). */
 _Bool kt__lf_repacks(const kt__moe_kernels *k, int type);
 /* Bytes of a rows x K matrix of type once repacked; 0: the type has no repack. */
 size_t kt__lf_repack_bytes(int type, int rows, int K);
-/* The Q4_0, Q8_0 (K a multiple of 32) or Q4_K matrix W repacked into dst
- * (kt__lf_repack_bytes): a Q40X / Q80X / Q4KX view whose scale is W->w. */
+/* The Q4_0, Q8_0 (K a multiple of 32), Q4_K or Q6_K matrix W repacked into dst
+ * (kt__lf_repack_bytes): a Q40X / Q80X / Q4KX / Q6KX view whose scale is W->w. */
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst);
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
 /* C[m][n - n0] = row n of a Q40X / Q80X / Q4KX matrix . token m (M <= 4 a pass):
@@ -410,7 +430,8 @@ kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc);
 /* The same on AVX2 (cpu/avx2/moe_llamafile_dec_avx2.c), any M: each tile read
- * from memory once, then from L1 for the other tokens. */
+ * from memory once, then from L1 for the other tokens; also Q6KX (act[m]: the Q8_K
+ * section's arrays as for Q4KX, then its Q6KX biases). */
 void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
                         int M, float *C, int ldc);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):

@@ -1,8 +1,9 @@
 /* LLAMAFILE decode on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client) from
  * the load-time repacks the AVX-512 decode reads (moe_kernels.h: KT__LF_Q40X,
- * KT__LF_Q4KX, KT__LF_Q80X). Until these, an AVX2 machine decoded with one ggml
- * vec_dot per (row, token): one Zen 3 core, 384 x 2048 in L2, 13.7 / 8.7 / 3.9 ns
- * per 64 weight bytes for Q4_0 / Q4_K / Q8_0.
+ * KT__LF_Q4KX, KT__LF_Q80X) and from Q6_K's (KT__LF_Q6KX, this set's only; the
+ * Q6_K tensors of Q4_K_M / Q5_K_M files). Until these, an AVX2 machine decoded with
+ * one ggml vec_dot per (row, token): one Zen 3 core, 384 x 2048 in L2, 13.7 / 8.7 /
+ * 3.9 ns per 64 weight bytes for Q4_0 / Q4_K / Q8_0.
  *
  * A tile of 4 rows is one stream of groups of g blocks of 32 inputs (Q4_K: its
  * sub-blocks); per group [steps][4 rows][64 bytes] of codes in which 4-byte lane
@@ -36,7 +37,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { X40, X4K, X80 };
+enum { X40, X4K, X80, X6K };
 
 /* Prefetch distance in bytes of the tile stream (KT_LF_AHEAD: 0 none, else
  * 256..65536), into L2. */
@@ -282,7 +283,120 @@ ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uin
                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), fd, *acc));
 }
 
-/* out[r] = row r of the tile at t . the token at act (Q4KX: K = 32 nb). */
+/* The 4 rows' int32 lanes T[r] (lanes 0-3 and 4-7 two parts of the same sum) as
+ * [r0 r1 r2 r3 | r0 r1 r2 r3] */
+ALWAYS_INLINE __m256i rows4_hadd(const __m256i T[4])
+{
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(T[0], T[1]), _mm256_hadd_epi32(T[2], T[3]));
+}
+
+/* Q6KX group of g = 4 S sub-blocks (S 4 or 2) at byte go of the tile t from
+ * sub-block gb of nb: acc += rows . token, lane r (and r + 4) of acc summing row r
+ * (act: the Q8_K section's d per 32 xs bytes on, the codes in the Q40X order 2 xs
+ * on, then their int16 sums per 32, then the lo / hi biases). Per row, step and
+ * half h (lanes 0-7: sub-blocks 0-7, 8-15) of the lo and the hi codes:
+ *
+ *   u   = nibble | top 2 bits << 4                    6-bit code, q + 32
+ *   p16 = bias + sum_steps vpmaddubsw(u, a)           int16 pairs, wrapping
+ *   T   = vpmaddwd(p16, (sc, sc))                     int32 per sub-block half
+ *   acc += float(T) (d da)                            [4 rows][2 blocks] lanes
+ *
+ * A pair slot meets 8 codes: sum (u - 32) a is within 8 x 32 x 127 = 32512, so the
+ * wrapping int16 sums end exact (bias: -32 x the slot's activation code sum). */
+ALWAYS_INLINE void k6x_group(const int S, const uint8_t *t, size_t go, const uint8_t *pf, int gb,
+                             int nb, const uint8_t *act, size_t xs, __m256 *acc)
+{
+    const int g = 4 * S;
+    const __m256i m4 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    const uint8_t *codes = act + 2 * xs + (size_t)(gb / 4) * 128;
+    const int16_t *blo = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128 +
+                                           (((size_t)nb * 2 + 63) & ~(size_t)63)) +
+                         2 * gb;
+    const int16_t *bhi = blo + xs / 2;
+    const uint8_t *sc = t + go + (size_t)g * 96; /* [4 rows][g] lo, then hi */
+    __m256i TA[4], TB[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        const uint8_t *w = t + go + (size_t)r * S * 96; /* [S steps][96] */
+        if (pf)
+            for (int o = 0; o < S * 96; o += 64)
+                _mm_prefetch((const char *)pf + go + (size_t)r * S * 96 + o, _MM_HINT_T1);
+        /* [lo, hi][half] */
+        __m256i p[2][2];
+        p[0][0] = _mm256_loadu_si256((const __m256i *)blo);
+        p[1][0] = _mm256_loadu_si256((const __m256i *)bhi);
+        if (S == 4) {
+            p[0][1] = _mm256_loadu_si256((const __m256i *)(blo + 16));
+            p[1][1] = _mm256_loadu_si256((const __m256i *)(bhi + 16));
+        } else {
+            p[0][1] = p[1][1] = _mm256_setzero_si256();
+        }
+        /* the hot loop: 128 codes a step */
+        #pragma GCC unroll 4
+        for (int s = 0; s < S; s++) {
+            const uint8_t *ws = w + s * 96, *as = codes + (size_t)s * 128;
+            __m256i n0 = _mm256_loadu_si256((const __m256i *)ws);
+            __m256i n1 = _mm256_loadu_si256((const __m256i *)(ws + 32));
+            __m256i q = _mm256_loadu_si256((const __m256i *)(ws + 64));
+            __m256i u[2][2];
+            u[0][0] = _mm256_or_si256(_mm256_and_si256(n0, m4),
+                                      _mm256_and_si256(_mm256_slli_epi16(q, 4), m30));
+            u[0][1] = _mm256_or_si256(_mm256_and_si256(n1, m4),
+                                      _mm256_and_si256(_mm256_slli_epi16(q, 2), m30));
+            u[1][0] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n0, 4), m4),
+                                      _mm256_and_si256(q, m30));
+            u[1][1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(n1, 4), m4),
+                                      _mm256_and_si256(_mm256_srli_epi16(q, 2), m30));
+            #pragma GCC unroll 2
+            for (int c = 0; c < 2; c++)
+                #pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+                    p[c][h] = _mm256_add_epi16(
+                        p[c][h],
+                        _mm256_maddubs_epi16(
+                            u[c][h], _mm256_loadu_si256((const __m256i *)(as + 64 * c + 32 * h))));
+        }
+        /* the int8 scales as (sc, sc) int16 pairs, lane l: sub-block l (S 2) or l, 8 + l */
+        if (S == 4) {
+            __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(sc + r * g)));
+            __m256i hi =
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(sc + 4 * g + r * g)));
+            TA[r] = _mm256_add_epi32(_mm256_madd_epi16(p[0][0], _mm256_unpacklo_epi16(lo, lo)),
+                                     _mm256_madd_epi16(p[1][0], _mm256_unpacklo_epi16(hi, hi)));
+            TB[r] = _mm256_add_epi32(_mm256_madd_epi16(p[0][1], _mm256_unpackhi_epi16(lo, lo)),
+                                     _mm256_madd_epi16(p[1][1], _mm256_unpackhi_epi16(hi, hi)));
+        } else {
+            __m128i lo = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sc + r * g)));
+            __m128i hi = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(sc + 4 * g + r * g)));
+            __m256i slo = _mm256_set_m128i(_mm_unpackhi_epi16(lo, lo), _mm_unpacklo_epi16(lo, lo));
+            __m256i shi = _mm256_set_m128i(_mm_unpackhi_epi16(hi, hi), _mm_unpacklo_epi16(hi, hi));
+            TA[r] = _mm256_add_epi32(
+                _mm256_madd_epi16(_mm256_add_epi16(p[0][0], p[0][1]), slo),
+                _mm256_madd_epi16(_mm256_add_epi16(p[1][0], p[1][1]), shi));
+        }
+    }
+    if (pf) /* the scale lines: 128 bytes (g 16) or 64 */
+        for (int o = 0; o < 8 * g; o += 64)
+            _mm_prefetch((const char *)pf + go + (size_t)g * 96 + o, _MM_HINT_T1);
+    __m256i tA = rows4_hadd(TA), T;
+    if (S == 4) {
+        __m256i tB = rows4_hadd(TB);
+        T = _mm256_add_epi32(_mm256_permute2x128_si256(tA, tB, 0x20),
+                             _mm256_permute2x128_si256(tA, tB, 0x31));
+    } else {
+        T = _mm256_zextsi128_si256(
+            _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
+    }
+    /* the rows' d of blocks A, B: [K / 256][4 rows] f16 after the groups */
+    const uint8_t *dd = t + (size_t)nb * 104 + (size_t)(gb / 8) * 8;
+    __m128i h = S == 4 ? _mm_loadu_si128((const __m128i *)dd) : _mm_loadl_epi64((const __m128i *)dd);
+    const float *d32 = (const float *)(act + xs) + gb;
+    __m256 da = S == 4 ? _mm256_set_m128(_mm_set1_ps(d32[8]), _mm_set1_ps(d32[0]))
+                       : _mm256_zextps128_ps256(_mm_set1_ps(d32[0]));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), _mm256_mul_ps(_mm256_cvtph_ps(h), da), *acc);
+}
+
+/* out[r] = row r of the tile at t . the token at act (Q4KX, Q6KX: K = 32 nb). */
 ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, int nb,
                           const uint8_t *act, size_t xs, float *out)
 {
@@ -290,7 +404,18 @@ ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, i
                      _mm256_setzero_ps()};
     size_t go = 0;
     int b = 0;
-    if (kind == X4K) {
+    if (kind == X6K) {
+        for (; b + 16 <= nb; b += 16, go += 104 * 16)
+            k6x_group(4, t, go, pf, b, nb, act, xs, &acc[0]);
+        if (nb - b >= 8)
+            k6x_group(2, t, go, pf, b, nb, act, xs, &acc[0]), go += 104 * 8;
+        if (pf) /* the d lines after the groups */
+            for (size_t o = go; o < kt__q6kx_tile_bytes(32 * nb); o += 64)
+                _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+        _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc[0]),
+                                      _mm256_extractf128_ps(acc[0], 1)));
+        return;
+    } else if (kind == X4K) {
         for (; b + 16 <= nb; b += 16, go += 72 * 16)
             k4x_group(4, t, go, pf, b, nb, act, xs, &acc[0]);
         if (nb - b >= 8)
@@ -323,7 +448,10 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
 {
     pthread_once(&x2_once, x2_init);
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const int kind = W->type == KT__LF_Q4KX ? X4K : W->type == KT__LF_Q80X ? X80 : X40;
+    const int kind = W->type == KT__LF_Q4KX   ? X4K
+                     : W->type == KT__LF_Q6KX ? X6K
+                     : W->type == KT__LF_Q80X ? X80
+                                              : X40;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
     for (int t = t0; t < t1; t++) {
         const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb;
@@ -336,6 +464,8 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
                 x_tile(X40, tp, pf, nb, a, xs, out);
             else if (kind == X4K)
                 x_tile(X4K, tp, pf, nb, a, xs, out);
+            else if (kind == X6K)
+                x_tile(X6K, tp, pf, nb, a, xs, out);
             else
                 x_tile(X80, tp, pf, nb, a, xs, out);
             for (int r = 0; r < 4; r++)

@@ -29,7 +29,10 @@
  * The Q8_K section is followed by float d * (sum of the codes) and float d per
  * 32 inputs (for Q4_K's minimum term in the prefill GEMM and the Q4KX decode),
  * then the codes in the Q40X order (the Q4KX decode's), then int16 code sums per 32
- * (the AVX2 Q4KX decode's).
+ * (the AVX2 Q4KX decode's), then the AVX2 Q6KX decode's biases: per 32 inputs two
+ * int16 pairs, lo (codes 0-15) then hi (16-31) in arrays of their own, pair slot k
+ * -32 x the sum of the codes 4p + 2k, 4p + 2k + 1 (p < 4) of the half: what a
+ * 4-byte lane's two int16 pair sums meet over a group's steps (the Q6_K offset).
  *
  * The backend writes an activation row in pieces ([k0, k1), 32-aligned, from
  * several threads). Q8_0 / Q8_1 blocks are whole in a piece; a Q8_K block (256)
@@ -97,8 +100,9 @@ static act_layout layout(unsigned mask, int K)
     L.cnt = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_Q8K) ? align64((size_t)(K / 256 + 1) * 4) : 0;
     L.q8x = (mask & KT__GGML_ACT_Q8K) ? o : SIZE_MAX;
-    o += (mask & KT__GGML_ACT_Q8K) ? 2 * blk_arr(K) + x40_bytes(K) + align64((size_t)K / 16)
-                                   : 0;
+    o += (mask & KT__GGML_ACT_Q8K)
+             ? 4 * blk_arr(K) + x40_bytes(K) + align64((size_t)K / 16) /* ..., Q6KX biases */
+             : 0;
     L.r40 = (mask & KT__GGML_ACT_R40) ? o : SIZE_MAX;
     o += (mask & KT__GGML_ACT_R40) ? 4 * raw_rp(K, 18) + 2 * blk_arr(K) + x40_bytes(K) : 0;
     L.r80 = (mask & KT__GGML_ACT_R80) ? o : SIZE_MAX;
@@ -289,7 +293,17 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
                     kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
                 float *ds = (float *)(r + L.q8x), *d32 = (float *)(r + L.q8x + blk_arr(K));
                 int16_t *bs = (int16_t *)(r + L.q8x + 2 * blk_arr(K) + x40_bytes(K));
+                int16_t *b6 = (int16_t *)((uint8_t *)bs + align64((size_t)K / 16));
                 for (int j = 0; j < 8; j++) {
+                    /* the Q6KX biases of the sub-block's lo and hi halves */
+                    for (int half = 0; half < 2; half++)
+                        for (int k = 0; k < 2; k++) {
+                            int sum = 0;
+                            for (int p = 0; p < 4; p++)
+                                sum += q[b].qs[32 * j + 16 * half + 4 * p + 2 * k] +
+                                       q[b].qs[32 * j + 16 * half + 4 * p + 2 * k + 1];
+                            b6[half * blk_arr(K) / 2 + 2 * (8 * b + j) + k] = (int16_t)(-32 * sum);
+                        }
                     /* the AVX2 Q4KX decode's int16 code sums per 32 */
                     bs[8 * b + j] = (int16_t)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
                     ds[8 * b + j] = q[b].d * (float)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
@@ -345,6 +359,7 @@ static int x_stored(int type)
     return type == KT__LF_Q40X   ? KT_TYPE_Q4_0
            : type == KT__LF_Q80X ? KT_TYPE_Q8_0
            : type == KT__LF_Q4KX ? KT_TYPE_Q4_K
+           : type == KT__LF_Q6KX ? KT_TYPE_Q6_K
                                  : 0;
 }
 
@@ -383,8 +398,10 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
+        /* Q6KX: the AVX2 decode only (an AVX-512 set reads the rows) */
+        bool tiles = stored != KT_TYPE_Q6_K || isa == KT_GGML_AVX2;
         if (isa >= KT_GGML_AVX2 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
-            sec != SIZE_MAX) {
+            sec != SIZE_MAX && tiles) {
             const void *act[256];
             for (int m = 0; m < M; m++)
                 act[m] = (const uint8_t *)arow(A, a_stride, rows, m) + x;
@@ -575,13 +592,61 @@ static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
     return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0};
 }
 
+/* Q6_K element e's code plus 32 (0..63): in each half h (128 elements), element
+ * 32 s + l has its low 4 bits in ql[64 h + l + 32 (s & 1)] (high nibble when s >= 2)
+ * and its top 2 bits in qh[32 h + l] bits 2 s. */
+static int q6_code(const kt_block_q6_K *k, int e)
+{
+    int h = e / 128, s = e % 128 / 32, l = e % 32;
+    return (k->ql[64 * h + l + 32 * (s & 1)] >> (4 * (s >> 1)) & 15) |
+           (k->qh[32 * h + l] >> (2 * s) & 3) << 4;
+}
+
+/* Q6_K into Q6KX (moe_kernels.h): sub-block b's lo / hi code i (i < 16, inputs
+ * 32 (b % 8) + i and + 16 + i of block b / 8) to the step and byte where the
+ * Q40X order puts the activation's lo / hi code i of block b. */
+static kt__wmat q6kx_repack(const kt__wmat *W, void *dst)
+{
+    const int K = W->cols, nb = K / 32;
+    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q6_K, K), tb = kt__q6kx_tile_bytes(K);
+    memset(dst, 0, kt__lf_repack_bytes(KT_TYPE_Q6_K, W->rows, K));
+    for (int n = 0; n < W->rows; n++) {
+        const kt_block_q6_K *q = (const kt_block_q6_K *)((const uint8_t *)W->w + n * wrow);
+        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb;
+        int r = n % 4;
+        for (int b = 0; b < nb; b++) {
+            int gb, g = kt__q40x_group(b, nb, &gb), per = 16 / g, j = b % 8, S = g / 4;
+            const kt_block_q6_K *k = q + b / 8;
+            uint8_t *grp = t + (size_t)gb * 104;
+            for (int p = 0; p < 4; p++) /* piece p: lo / hi codes 4p..4p+3 */
+                for (int i = 0; i < 4; i++) {
+                    int lo = q6_code(k, 32 * j + 4 * p + i);
+                    int hi = q6_code(k, 32 * j + 16 + 4 * p + i);
+                    int pos = 4 * (b - gb + g * (p % per)) + i; /* byte of the step's 64 */
+                    uint8_t *st = grp + ((size_t)r * S + (size_t)(p / per)) * 96;
+                    st[pos] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                    st[64 + pos % 32] |= (uint8_t)((lo >> 4) << (2 * (pos / 32)) |
+                                                   (hi >> 4) << (4 + 2 * (pos / 32)));
+                }
+            /* g 16: block x's scales at x with bits 2 and 3 swapped */
+            int x = b - gb, at = g == 16 ? (x & 3) | (x & 4) << 1 | (x & 8) >> 1 : x;
+            grp[(size_t)g * 96 + (size_t)r * g + at] = (uint8_t)k->scales[2 * j];
+            grp[(size_t)g * 100 + (size_t)r * g + at] = (uint8_t)k->scales[2 * j + 1];
+            if (j == 0) /* d of the block */
+                memcpy(t + (size_t)nb * 104 + (size_t)(b / 8) * 8 + 2 * r, &k->d, 2);
+        }
+    }
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q6KX, 0};
+}
+
 size_t kt__lf_repack_bytes(int type, int rows, int K)
 {
     int x = type == KT_TYPE_Q4_0 ? KT__LF_Q40X
             : type == KT_TYPE_Q8_0 ? KT__LF_Q80X
             : type == KT_TYPE_Q4_K ? KT__LF_Q4KX
+            : type == KT_TYPE_Q6_K ? KT__LF_Q6KX
                                    : 0;
-    if (!x || K <= 0 || K % (type == KT_TYPE_Q4_K ? 256 : 32))
+    if (!x || K <= 0 || K % (type == KT_TYPE_Q4_K || type == KT_TYPE_Q6_K ? 256 : 32))
         return 0;
     return (size_t)(rows + 3) / 4 * kt__lf_x_tile_bytes(x, K);
 }
@@ -589,6 +654,7 @@ size_t kt__lf_repack_bytes(int type, int rows, int K)
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
 {
     return W->type == KT_TYPE_Q4_K   ? q4kx_repack(W, dst)
+           : W->type == KT_TYPE_Q6_K ? q6kx_repack(W, dst)
            : W->type == KT_TYPE_Q8_0 ? x_repack(W, dst, true)
                                      : kt__lf_q40x_repack(W, dst);
 }
@@ -699,8 +765,11 @@ bool kt__lf_repacks(const kt__moe_kernels *k, int type)
     unsigned need = type == KT_TYPE_Q4_0   ? KT__GGML_ACT_R40
                     : type == KT_TYPE_Q8_0 ? KT__GGML_ACT_R80
                     : type == KT_TYPE_Q4_K ? KT__GGML_ACT_Q8K
+                    : type == KT_TYPE_Q6_K ? KT__GGML_ACT_Q8K
                                            : 0;
-    bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64;
+    /* Q6KX: no AVX-512 decode reads it (that set keeps its Q6_K kernel) */
+    bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
+                  type != KT_TYPE_Q6_K;
     bool avx2 = KT_HAVE_ISA_AVX2 && k >= lf_sets_avx2 && k < lf_sets_avx2 + 64;
     return need && (avx512 || avx2) && ((unsigned)(k->act - KT__ACT_GGML) & need);
 }

@@ -596,10 +596,11 @@ static size_t round64(size_t b)
 }
 
 /* LLAMAFILE Q4_0 / Q4_K / Q8_0 experts repacked at create time for the AVX-512
- * and AVX2 decodes (KT__LF_Q40X / Q4KX / Q80X: one stream of 4-row tiles, one scale product
- * per 16 blocks of 32; docs/moe.md). KT_LF_REPACK: 0 none, 1 (or unset, or empty)
- * all three, or a list of names (q4_0,q8_0,q4_K). Costs those experts' size once
- * more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill panels. */
+ * and AVX2 decodes, Q6_K for the AVX2 one (KT__LF_Q40X / Q4KX / Q80X / Q6KX: one stream
+ * of 4-row tiles, one scale product per 16 blocks of 32; docs/moe.md). KT_LF_REPACK:
+ * 0 none, 1 (or unset, or empty) all, or a list of names (q4_0,q8_0,q4_K,q6_K). Costs
+ * those experts' size once more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill
+ * panels. */
 /* KT_LF_REPACK when it asks for something; set but empty reads as unset (the
  * device scripts pass "default" so) */
 static const char *lf_repack_asked(void)
@@ -611,7 +612,10 @@ static const char *lf_repack_asked(void)
 static bool lf_repack_type(const kt_moe_backend *moe, int type)
 {
     const char *e = lf_repack_asked();
-    const char *name = type == KT_TYPE_Q4_0 ? "q4_0" : type == KT_TYPE_Q8_0 ? "q8_0" : "q4_K";
+    const char *name = type == KT_TYPE_Q4_0   ? "q4_0"
+                       : type == KT_TYPE_Q8_0 ? "q8_0"
+                       : type == KT_TYPE_Q6_K ? "q6_K"
+                                              : "q4_K";
     if (e && strcmp(e, "1") && !strstr(e, name))
         return false;
     return moe->d.method == KT_METHOD_LLAMAFILE && kt__lf_repacks(moe->kern, type);
