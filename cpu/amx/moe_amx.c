@@ -1028,6 +1028,14 @@ static int passes_on = 1;
  * first pass (KT_AMX_LATER, 2087017) read AMXINT4 T=4096 6-16% lower in 3 of 3
  * pairs (docs/bench/h200-xeon16-amx12-1849-later-rescale.txt): removed. */
 static int first_pf = 1;
+/* KT_AMX_WIDE_FIRST=1: a block's first pass over more than 48 tokens (the
+ * pass that rescales the INT4 rows and reads the weights in) takes 48 tokens
+ * on 2 x 3 C tiles, the later passes 32 from token 48 on. The first pass waits
+ * on the rescale and the weight stream, so its tiles have room for a third
+ * product per weight tile; 113-160 tokens then take one pass fewer or a
+ * 16-token last pass instead of a 32 (all passes on 2 x 3 lost: the 2 x 3
+ * loop's own rate; docs/performance.md, session 10). */
+static int wide_first = 0;
 /* KT_AMX_NEXT_CALL=1: a call's last 32-row block prefetches into L2, during
  * its later passes, the first block of the thread's next call, as each block
  * within a call does for the one after it. The backend names that call's rows
@@ -1247,7 +1255,13 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
      * at a time over the whole K (the weights of the later passes from L2, the
      * INT4 ones from the rescaled panel) */
     int wide = wide_on && mn > 32 && mn <= 48, mbw = wide ? 48 : 32;
-    int n_mb = (mn + mbw - 1) / mbw, passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
+    /* KT_AMX_WIDE_FIRST: more than 48 tokens in passes, the first (the one
+     * rescaling) 48 wide, the later ones 32 from token 48 */
+    int first_w = wide_first && passes_on && mn > 48 ? 48 : mbw;
+    int n_mb = 1 + (mn - first_w + mbw - 1) / mbw;
+    if (mn <= first_w)
+        n_mb = 1;
+    int passes = passes_on && n_mb > 1, park = n_mb > 1 && !passes;
     int dec = src->sc != NULL;
     int kq = dec ? imin(kc8, KQ_MAX) : kc8, ahead = ahead8 + dec, n_ch = (kt_n + kq - 1) / kq;
     size_t dld = (size_t)kq * 64; /* INT4: bytes between rescaled rows */
@@ -1272,9 +1286,9 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
     int outer = passes ? n_mb : n_ch, inner = passes ? n_ch : n_mb;
     for (int o = 0; o < outer; o++) {
         for (int i = 0; i < inner; i++) {
-            int ci = passes ? i : o, p = passes ? o : i, mb = p * mbw;
+            int ci = passes ? i : o, p = passes ? o : i, mb = p ? first_w + (p - 1) * mbw : 0;
             int kc = ci * kq, kn = imin(kq, kt_n - kc), last = ci == n_ch - 1;
-            int two_x = mn - mb > 16, blk_wide = wide && !p;
+            int two_x = mn - mb > 16, blk_wide = first_w == 48 && !p;
             const int8_t *wc = dec ? I4_CHUNK(ci) : (const int8_t *)src->w + (size_t)kc * 64;
             size_t ldt = dec ? dld : src->ldw;
             /* INT4: rescaled rps rows a step: the next chunk during the first
@@ -2227,6 +2241,9 @@ static void init_sets(void)
     env = getenv("KT_AMX_FIRST_PF");
     if (env)
         first_pf = strcmp(env, "0") != 0;
+    env = getenv("KT_AMX_WIDE_FIRST");
+    if (env)
+        wide_first = !strcmp(env, "1");
     env = getenv("KT_AMX_NEXT_CALL");
     if (env)
         next_call_on = !strcmp(env, "1");
