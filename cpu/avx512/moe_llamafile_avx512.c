@@ -82,6 +82,10 @@ static bool lf_nohint;
  * 16 pairs, Q4_1 / Q5_0 / IQ4_NL +3-10% in 4 of 4, Q8_0 -2..+5% (15 of 16: kept
  * off). KT_LF_F16=insert / scalar sets it for every type. */
 static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
+/* The Q4KX decode's group kernel: 1 (session 9's) or 2 (k4x2_group: high
+ * nibbles by mask, the minimum term in integers); KT_LF_Q4K=1 / 2, or
+ * kt__lf_set_q4k_avx512 for the tests. */
+static int lf_q4k = 1;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -99,6 +103,9 @@ static void idx_init(void)
     lf_dec_seq = e && !strcmp(e, "seq");
     e = getenv("KT_LF_F16");
     lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
+    e = getenv("KT_LF_Q4K");
+    if (e && (!strcmp(e, "1") || !strcmp(e, "2")))
+        lf_q4k = atoi(e);
     e = getenv("KT_LF_DEC_ROWS");
     if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
         lf_dec_rows = atoi(e);
@@ -111,6 +118,15 @@ static void idx_init(void)
                 tab[p / 4][l] = (uint16_t)(32 + (start - p) / 2);
             }
     }
+}
+
+int kt__lf_set_q4k_avx512(int kernel)
+{
+    pthread_once(&idx_once, idx_init); /* so that the environment does not undo it */
+    int was = lf_q4k;
+    if (kernel == 1 || kernel == 2)
+        lf_q4k = kernel;
+    return was;
 }
 
 /* The lane sums of a, b, c, d. */
@@ -527,7 +543,7 @@ ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size
 }
 
 /* The repacked layouts (moe_kernels.h). */
-enum { X40, X4K, X80 };
+enum { X40, X4K, X80, X4K2 };
 
 /* v[r] = the 64 bytes of row r0 + r of the step at st; the step's 256 bytes at pf
  * started into L2 (pf NULL: none). */
@@ -652,10 +668,142 @@ ALWAYS_INLINE void x40_group(const int kind, const int S, const int NR, const in
     }
 }
 
+/* Q4KX, the second group kernel (KT_LF_Q4K=2; one-token tiles, 4 rows): fewer
+ * instructions per group.
+ * The high nibbles stay in place (v & 0xf0 = 16 x the code) and sum apart, so a
+ * step costs a row a load, two ands and two vpdpbusd (the first kernel: a shift
+ * more); the minimum term is integer, two rows at once: vpmaddwd of their min
+ * bytes as words against the token's int16 code sums per 32, then one float
+ * product per two rows and token (the first kernel: a conversion and product
+ * per row and group, an FMA per row and token):
+ *
+ *   dl, dh = lo(w) . a_lo, (16 hi(w)) . a_hi       per step (vpdpbusd)
+ *   acc   += float(dl + dh >> 4) * (d_w sc) * da    per group, 16 lanes a row
+ *   accm  += float(m . bsum) * dmin_w * da          per group and row pair:
+ *                                                   lanes 0-7 the first row's
+ *
+ * dh's lanes are multiples of 16 (at most 4 x 240 x 128 a step), so the shift is
+ * exact; a lane of m . bsum pairs two sub-blocks of one block (m < 64, |bsum| <=
+ * 32 x 128). accm leaves its rows' sums at the tile's end (k4x2_tile_end). */
+ALWAYS_INLINE void k4x2_group(const int S, const int NR, const int MT, const uint8_t *t,
+                              size_t go, const uint8_t *pf, int r0, int gb, int nb,
+                              const uint8_t *const *act, size_t xs, __m512 acc[4][4],
+                              __m512 accm[2][4])
+{
+    const int g = 4 * S;
+    const __m512i low4 = _mm512_set1_epi8(15), high4 = _mm512_set1_epi8((char)0xf0);
+    __m512i dl[4][4], dh[4][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++)
+            dl[r][m] = dh[r][m] = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        __m512i v[4], lo[4], hi[4];
+        x_step_rows(NR, t + go + s * 256, r0, pf ? pf + go + s * 256 : NULL, v);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            lo[r] = _mm512_and_si512(v[r], low4);
+            hi[r] = _mm512_and_si512(v[r], high4);
+        }
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            const uint8_t *a = act[m] + 2 * xs + (size_t)(gb / 4 + s) * 128;
+            __m512i alo = _mm512_loadu_si512((const void *)a);
+            __m512i ahi = _mm512_loadu_si512((const void *)(a + 64));
+            #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                dl[r][m] = _mm512_dpbusd_epi32(dl[r][m], lo[r], alo);
+                dh[r][m] = _mm512_dpbusd_epi32(dh[r][m], hi[r], ahi);
+            }
+        }
+    }
+    if (pf) { /* the scale and min lines: 128 bytes (g 16) or 64 */
+        _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
+        if (S == 4)
+            _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
+    }
+    /* f[r]: row r0 + r's (d, dmin) f16 pairs of the group's blocks as floats */
+    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
+    const uint8_t *scb = t + go + (size_t)g * 64, *mnb = scb + 4 * g;
+    /* ws lanes 0-7: the first block's d, 8-15 the second's (S 2: the one) */
+    const int k = S / 4;
+    const __m512i di = _mm512_set_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
+                                        0, 0, 0, 0, 0, 0, 0, 0);
+    /* accm lane q: row q / 8 of the pair, block (q % 8) / 4 (S 2: 0): its dmin in
+     * f[a] (0-15) or f[b] (16-31), its da in va */
+    const __m512i mi = _mm512_set_epi32(17 + 2 * k, 17 + 2 * k, 17 + 2 * k, 17 + 2 * k, 17, 17,
+                                        17, 17, 1 + 2 * k, 1 + 2 * k, 1 + 2 * k, 1 + 2 * k, 1, 1,
+                                        1, 1);
+    const __m512i ai = _mm512_set_epi32(8 * k, 8 * k, 8 * k, 8 * k, 0, 0, 0, 0, 8 * k, 8 * k,
+                                        8 * k, 8 * k, 0, 0, 0, 0);
+    __m512 ws[4], f[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        long long q = 0;
+        memcpy(&q, dd + (size_t)(r0 + r) * (nb / 2), 8 - 4 * (S < 4));
+        f[r] = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(q)));
+        const uint8_t *p = scb + (size_t)(r0 + r) * g;
+        __m128i sc = S == 4 ? _mm_loadu_si128((const __m128i *)p)
+                            : _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p),
+                                                 _mm_loadl_epi64((const __m128i *)p));
+        ws[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)),
+                              _mm512_permutexvar_ps(di, f[r]));
+    }
+    /* the pairs' min bytes as words: S 4 row a's 16 then row b's; S 2 row a's 8
+     * in words 0-7, row b's in 16-23 (so that lanes 8-15 are row b's either way) */
+    __m512i mw[2];
+    __m512 dm[2];
+    #pragma GCC unroll 2
+    for (int h = 0; h < NR / 2; h++) {
+        const uint8_t *p = mnb + (size_t)(r0 + 2 * h) * g;
+        __m256i b = S == 4 ? _mm256_loadu_si256((const __m256i *)p)
+                           : _mm256_inserti128_si256(
+                                 _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)p)),
+                                 _mm_loadl_epi64((const __m128i *)(p + 8)), 1);
+        mw[h] = _mm512_cvtepu8_epi16(b);
+        dm[h] = _mm512_permutex2var_ps(f[2 * h], mi, f[2 * h + 1]);
+    }
+    #pragma GCC unroll 4
+    for (int m = 0; m < MT; m++) {
+        const float *da = (const float *)(act[m] + xs) + gb;
+        __m512 va = S == 4 ? _mm512_loadu_ps(da) : _mm512_broadcast_f32x8(_mm256_loadu_ps(da));
+        const int16_t *bs = (const int16_t *)(act[m] + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
+        __m512i bw = S == 4 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bs))
+                            : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs));
+        __m512 vd = _mm512_permutexvar_ps(ai, va);
+        #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512i d = _mm512_add_epi32(dl[r][m], _mm512_srai_epi32(dh[r][m], 4));
+            acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[r], va),
+                                        acc[r][m]);
+        }
+        #pragma GCC unroll 2
+        for (int h = 0; h < NR / 2; h++)
+            accm[h][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(mw[h], bw)),
+                                         _mm512_mul_ps(dm[h], vd), accm[h][m]);
+    }
+}
+
+/* acc[r][m] -= row r's lanes of accm (k4x2_group): lanes 0-7 the pair's first row. */
+ALWAYS_INLINE void k4x2_tile_end(const int NR, const int MT, __m512 acc[4][4],
+                                 __m512 accm[2][4])
+{
+    #pragma GCC unroll 2
+    for (int h = 0; h < NR / 2; h++)
+        #pragma GCC unroll 4
+        for (int m = 0; m < MT; m++) {
+            acc[2 * h][m] = _mm512_mask_sub_ps(acc[2 * h][m], 0x00ff, acc[2 * h][m], accm[h][m]);
+            acc[2 * h + 1][m] =
+                _mm512_mask_sub_ps(acc[2 * h + 1][m], 0xff00, acc[2 * h + 1][m], accm[h][m]);
+        }
+}
+
 /* Bytes of a group of g blocks in layout kind. */
 ALWAYS_INLINE size_t x_group_bytes(const int kind, int g)
 {
-    return kind == X4K ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
+    return kind == X4K || kind == X4K2 ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
                                                       : kt__q40x_group_bytes(g);
 }
 
@@ -664,24 +812,38 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
                             const uint8_t *pf, int r0, int nb, const uint8_t *const *act,
                             size_t xs, float *out)
 {
-    __m512 acc[4][4];
+    __m512 acc[4][4], accm[2][4];
     acc_zero(NR, MT, acc);
+    if (kind == X4K2)
+        #pragma GCC unroll 2
+        for (int h = 0; h < NR / 2; h++)
+            #pragma GCC unroll 4
+            for (int m = 0; m < MT; m++)
+                accm[h][m] = _mm512_setzero_ps();
     size_t go = 0;
     int b = 0;
     for (; b + 16 <= nb; b += 16, go += x_group_bytes(kind, 16))
-        x40_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        if (kind == X4K2)
+            k4x2_group(4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
+        else
+            x40_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     if (nb - b >= 8) {
-        x40_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        if (kind == X4K2)
+            k4x2_group(2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
+        else
+            x40_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += x_group_bytes(kind, 8), b += 8;
     }
-    if (kind == X4K && pf) /* the (d, dmin) lines after the groups */
+    if (kind == X4K2)
+        k4x2_tile_end(NR, MT, acc, accm);
+    if ((kind == X4K || kind == X4K2) && pf) /* the (d, dmin) lines after the groups */
         for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
             _mm_prefetch((const char *)pf + o, LF_HINT);
-    if (kind != X4K && nb - b >= 4) {
+    if (kind != X4K && kind != X4K2 && nb - b >= 4) {
         x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += x_group_bytes(kind, 4), b += 4;
     }
-    if (kind != X4K && nb > b)
+    if (kind != X4K && kind != X4K2 && nb > b)
         x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     tile_store(NR, MT, acc, out + r0 * 4);
 }
@@ -691,15 +853,20 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
 ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uint8_t *pf,
                              int nb, const uint8_t *const *act, size_t xs, float *out)
 {
+    /* 2 rows x 2-4 tokens keep X4K: there X4K2's shift and add per row and token
+     * (and its min products per token) cost more than the shift per row it saves
+     * (objdump, a group of 16: 292 against 264 instructions at 2 x 4; 215 against
+     * 234 at 4 x 1) */
+    const int k2 = kind == X4K2 ? X4K : kind;
     if (mr == 1)
         x40_tile(kind, 4, 1, t, pf, 0, nb, act, xs, out);
     for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
         if (mr == 2)
-            x40_tile(kind, 2, 2, t, pf, r0, nb, act, xs, out);
+            x40_tile(k2, 2, 2, t, pf, r0, nb, act, xs, out);
         else if (mr == 3)
-            x40_tile(kind, 2, 3, t, pf, r0, nb, act, xs, out);
+            x40_tile(k2, 2, 3, t, pf, r0, nb, act, xs, out);
         else
-            x40_tile(kind, 2, 4, t, pf, r0, nb, act, xs, out);
+            x40_tile(k2, 2, 4, t, pf, r0, nb, act, xs, out);
     }
 }
 
@@ -714,7 +881,9 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
 {
     pthread_once(&idx_once, idx_init); /* lf_ahead */
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const int kind = W->type == KT__LF_Q4KX ? X4K : W->type == KT__LF_Q80X ? X80 : X40;
+    const int kind = W->type == KT__LF_Q4KX ? (lf_q4k == 2 ? X4K2 : X4K)
+                     : W->type == KT__LF_Q80X ? X80
+                                              : X40;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
     const size_t ahead = (size_t)(kind == X80 ? lf_x80_ahead : lf_ahead);
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
@@ -751,6 +920,8 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
                 X_CALL_TILE(X40);
             else if (kind == X4K)
                 X_CALL_TILE(X4K);
+            else if (kind == X4K2)
+                X_CALL_TILE(X4K2);
             else
                 X_CALL_TILE(X80);
             for (int r = 0; r < 4; r++)

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "../../cpu/moe_kernels.h"
+#include "kt_config.h"
 #include "../../cpu/ref/ggml_quants.h"
 #include "kt/convert.h"
 #include "kt/engine.h"
@@ -266,6 +267,13 @@ static void test_repack_q4k(void **state)
     (void)state;
     static const int Ks[] = {2048, 768, 1280, 512, 256};
     repack_case(KT_TYPE_Q4_K, Ks, sizeof Ks / sizeof Ks[0]);
+#if KT_HAVE_ISA_AVX512
+    if (kt__ggml_isa_best() >= KT_GGML_AVX512) { /* the second group kernel (KT_LF_Q4K=2) */
+        int was = kt__lf_set_q4k_avx512(2);
+        repack_case(KT_TYPE_Q4_K, Ks, sizeof Ks / sizeof Ks[0]);
+        assert_int_equal(kt__lf_set_q4k_avx512(was), 2);
+    }
+#endif
 }
 
 static void test_repack_q6k(void **state)
