@@ -1034,7 +1034,10 @@ static int first_pf = 1;
  * on the rescale and the weight stream, so its tiles have room for a third
  * product per weight tile; 113-160 tokens then take one pass fewer or a
  * 16-token last pass instead of a 32 (all passes on 2 x 3 lost: the 2 x 3
- * loop's own rate; docs/performance.md, session 10). */
+ * loop's own rate; docs/performance.md, session 10). Xeon 21:38,
+ * alternating, DeepSeek-V3 T=4096: AMXINT4 g128 ahead in 1 of 3 pairs, AMXINT8
+ * 2 of 3 (the first passes 4-10 ms a call and thread longer, the later ones
+ * 6-23 shorter; docs/bench/h200-xeon16-amx13-2138-wide-first.txt): not default. */
 static int wide_first = 0;
 /* KT_AMX_NEXT_CALL=1: a call's last 32-row block prefetches into L2, during
  * its later passes, the first block of the thread's next call, as each block
@@ -1044,7 +1047,11 @@ static int wide_first = 0;
  * down rows), so those hints queue here per thread, oldest first, and each
  * packed call takes one. Without it the first block of every call (half the
  * gate / up blocks of a 64-row item) streams its rows from memory during its
- * first pass with only its first chunk started early. */
+ * first pass with only its first chunk started early. Xeon 21:24 / 21:38,
+ * alternating, DeepSeek-V3 T=4096: AMXINT4 g128 ahead in 2 of 6 pairs,
+ * AMXINT8 3 of 6: not default. KT_AMX_PROFILE showed why: the first passes
+ * of blocks read from memory took no longer than those of blocks in L2
+ * (docs/bench/h200-xeon16-amx13-2124-next-call.txt). */
 static int next_call_on = 0;
 
 /* Rows of a later call that a hint named: the first block's first row at
