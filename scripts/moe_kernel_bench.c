@@ -15,7 +15,10 @@
  *   resident: one matrix of `rows` x K (64: L1 / L2), called over and over
  *            (>= 2e8 weight-token products per pass, best of 5); prints
  *            cycles per 64 weights (all M tokens) at the clock given in
- *            KT_BENCH_GHZ (default 3.65, this VM's), and weight GB/s
+ *            KT_BENCH_GHZ (default 3.65, this VM's), and weight GB/s;
+ *            KT_BENCH_MIN=N: instead the fastest of N single calls in TSC
+ *            cycles (rdtsc around each), which a loaded machine's other
+ *            processes disturb far less than the best of 5 long passes
  *
  * Build (from the repository root, after `ninja -C BUILD`):
  *   B=BUILD; gcc -O2 -march=native -Icpu -Iinclude -I$B/include -I$B \
@@ -36,6 +39,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <x86intrin.h>
 
 #include "kt/core.h"
 #include "moe_kernels.h"
@@ -204,6 +208,20 @@ int main(int argc, char **argv)
     if (resident) { /* one matrix, many calls: the kernel's own speed */
         kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + (tiled ? 0 : wb)) : fp8_scales,
                       rows, K, tiled ? KT__INT4_TILED : 0, 0};
+        if (getenv("KT_BENCH_MIN")) { /* the fastest single call */
+            long n = atol(getenv("KT_BENCH_MIN"));
+            unsigned long long best_c = ~0ull;
+            for (long i = 0; i < n; i++) {
+                kt__moe_new_epoch();
+                unsigned long long c0 = __rdtsc();
+                ks->gemm(&W, 0, rows, 0, K, act, arow, NULL, M, C, rows, scratch);
+                unsigned long long c = __rdtsc() - c0;
+                best_c = c < best_c ? c : best_c;
+            }
+            printf("%-18s K %5d M %d rows %4d: %.2f TSC cycles per 64 weights (fastest of %ld "
+                   "calls)\n", ks->name, K, M, rows, (double)best_c / ((double)rows * K / 64), n);
+            return 0;
+        }
         long calls = (long)(2e8 / ((double)rows * K * M)) + 10;
         double best_t = 1e30;
         for (int rep = 0; rep < 5; rep++) {

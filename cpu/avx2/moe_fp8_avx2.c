@@ -9,7 +9,12 @@
  * (they become F32 denormals with the same factor); E4M3's NaN code reads as
  * 480. Three integer operations per 8 weights (the old kernel: eleven).
  *
- *  up to 3 tokens  rows read start to end, decoded in registers; per
+ *  up to 3 tokens  rows read start to end, decoded in registers (one
+ *                  token: 32 codes a load, each of a dword's 4 bytes making
+ *                  a "plane" of 8 codes: 5 shifts and 4 ands per 32 codes
+ *                  where a sign-extending load a code per dword takes 4
+ *                  loads, 4 shifts and 4 ands; met by the activation copy
+ *                  stored plane by plane); per
  *                  128-input block the products e4m3 2^-120 x a 2^64 (a
  *                  copy of the call's activations times 2^64 keeps them far
  *                  from F32's denormals) summed exactly as the reference's
@@ -74,6 +79,40 @@ static inline __m256 e4m3x8_tail(const uint8_t *p, int n)
     return e4m3x8(b);
 }
 
+/* The 32 codes at p as 4 planes, pl[b][j] = e4m3(p[4 j + b]) 2^-120 (byte b
+ * of dword j): a 16-bit arithmetic shift by 4 sign-extends each word's high
+ * byte to the place e4m3_bits' shift puts it in its dword's high word (odd
+ * bytes); the even bytes first move up a byte; a dword shift by 16 brings
+ * the low words' codes up. */
+ALWAYS_INLINE void e4m3x32_planes(const uint8_t *p, __m256 pl[4])
+{
+    const __m256i keep = _mm256_set1_epi32((int)0x87f00000u);
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    __m256i odd = _mm256_srai_epi16(v, 4);
+    __m256i even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 4);
+    pl[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(even, 16), keep));
+    pl[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(odd, 16), keep));
+    pl[2] = _mm256_castsi256_ps(_mm256_and_si256(even, keep));
+    pl[3] = _mm256_castsi256_ps(_mm256_and_si256(odd, keep));
+}
+
+/* x[0, 32) times 2^64 -> d in the planes' order: d[8 b + j] = x[4 j + b] 2^64. */
+static inline void planes_x32(const float *x, float *d)
+{
+    const __m256 two64 = _mm256_set1_ps(0x1p64f);
+    const __m256i pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256d q[4]; /* q[i] = 64-bit pairs (x[8i + b], x[8i + 4 + b]), b = 0..3 */
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm256_castps_pd(
+            _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), two64), pairs));
+    __m256d b02 = _mm256_unpacklo_pd(q[0], q[1]), b13 = _mm256_unpackhi_pd(q[0], q[1]);
+    __m256d c02 = _mm256_unpacklo_pd(q[2], q[3]), c13 = _mm256_unpackhi_pd(q[2], q[3]);
+    _mm256_storeu_ps(d, _mm256_castpd_ps(_mm256_permute2f128_pd(b02, c02, 0x20)));
+    _mm256_storeu_ps(d + 8, _mm256_castpd_ps(_mm256_permute2f128_pd(b13, c13, 0x20)));
+    _mm256_storeu_ps(d + 16, _mm256_castpd_ps(_mm256_permute2f128_pd(b02, c02, 0x31)));
+    _mm256_storeu_ps(d + 24, _mm256_castpd_ps(_mm256_permute2f128_pd(b13, c13, 0x31)));
+}
+
 /* Whether every block scale the call reads is finite with |s| <= 2^64 (so
  * that s 2^56 stays finite: any checkpoint's weight_scale_inv). */
 static int scales_in_range(const kt__wmat *W, int n0, int n1, int k0, int k1)
@@ -90,14 +129,39 @@ static int scales_in_range(const kt__wmat *W, int n0, int n1, int k0, int k1)
 /* ---- decode: up to 3 tokens ------------------------------------------------
  * out[m * 4 + i] = sum_b s_i[b] sum_{k in b} e4m3(w_i[k]) a_m[k] for NI rows
  * (side by side, sharing each activation load) and MR tokens; xs[m] is token
- * m's copy times 2^64 from k0 (zeros after k1, to a multiple of 8). */
+ * m's copy times 2^64 from k0 (zeros after k1, to a multiple of 8); with
+ * PL, its whole 32-input groups from k0 in the planes' order (planes_x32). */
+
+/* blk[i][m][b % CH] += planes of rows i at k . token m's planes there. */
+ALWAYS_INLINE void group32_dec(const uint8_t *const *w, const float *const *xs, const int MR,
+                               const int NI, const int CH, int k, int k0, __m256 blk[4][3][4])
+{
+    __m256 x[3][4];
+    #pragma GCC unroll 3
+    for (int m = 0; m < MR; m++)
+        #pragma GCC unroll 4
+        for (int b = 0; b < 4; b++)
+            x[m][b] = _mm256_loadu_ps(xs[m] + (k - k0) + 8 * b);
+    #pragma GCC unroll 4
+    for (int i = 0; i < NI; i++) {
+        __m256 pl[4];
+        e4m3x32_planes(w[i] + k, pl);
+        #pragma GCC unroll 4
+        for (int b = 0; b < 4; b++)
+            #pragma GCC unroll 3
+            for (int m = 0; m < MR; m++)
+                blk[i][m][b % CH] = _mm256_fmadd_ps(pl[b], x[m][b], blk[i][m][b % CH]);
+    }
+}
+
 ALWAYS_INLINE void rows_dec(const uint8_t *const *w, const float *const *srow,
-                            const float *const *xs, const int MR, const int NI, int k0, int k1,
-                            size_t pf, float *out)
+                            const float *const *xs, const int MR, const int NI, const int PL,
+                            int k0, int k1, size_t pf, float *out)
 {
     /* FMA chains per row and token: at least 4 in flight (an FMA's latency
-     * is 4 cycles; one chain per row read 0.5 of a read loop at one row) */
-    const int CH = NI * MR >= 4 ? 1 : NI * MR == 1 ? 4 : 2;
+     * is 4 cycles; one chain per row read 0.5 of a read loop at one row);
+     * the planes' decode (one token) is short enough to want 8 */
+    const int CH = PL ? (NI == 4 ? 2 : 4) : (NI * MR >= 4 ? 1 : NI * MR == 1 ? 4 : 2);
     __m256 tot[4][3];
     #pragma GCC unroll 4
     for (int i = 0; i < NI; i++)
@@ -115,7 +179,21 @@ ALWAYS_INLINE void rows_dec(const uint8_t *const *w, const float *const *srow,
                 for (int c = 0; c < CH; c++)
                     blk[i][m][c] = _mm256_setzero_ps();
         int k = kb;
-        if (ke - kb == 128) {
+        if (PL && ke - kb == 128) {
+            /* hot loop: 4 groups of 32 inputs of NI rows */
+            #pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                if (pf && !(g & 1))
+                    #pragma GCC unroll 4
+                    for (int i = 0; i < NI; i++)
+                        _mm_prefetch((const char *)(w[i] + kb + 32 * g) + pf, _MM_HINT_T0);
+                group32_dec(w, xs, MR, NI, CH, kb + 32 * g, k0, blk);
+            }
+            k = ke;
+        } else if (PL) { /* a row's last, partial block: its whole 32s, then 8s below */
+            for (; k + 32 <= ke; k += 32)
+                group32_dec(w, xs, MR, NI, CH, k, k0, blk);
+        } else if (ke - kb == 128) {
             /* hot loop: 128 / (8 CH) steps of 8 CH inputs of NI rows */
             for (; k < ke; k += 8 * CH) {
                 if (pf && !(k & 63))
@@ -137,7 +215,8 @@ ALWAYS_INLINE void rows_dec(const uint8_t *const *w, const float *const *srow,
                     }
                 }
             }
-        } else { /* the row's last, partial block */
+        }
+        if (k < ke) { /* the row's last, partial block (with PL, after its whole 32s) */
             for (; k < ke; k += 8) {
                 #pragma GCC unroll 4
                 for (int i = 0; i < NI; i++) {
@@ -170,6 +249,27 @@ ALWAYS_INLINE void rows_dec(const uint8_t *const *w, const float *const *srow,
     }
 }
 
+/* rows_dec of MR tokens and NI rows (the pairs the decode uses); PL at one token */
+static void tile_dec(const uint8_t *const *w, const float *const *srow, const float *const *xs,
+                     int MR, int NI, int PL, int k0, int k1, size_t pf, float *out)
+{
+#define TILE_DEC(mr, ni, pl)                                                               \
+    if (MR == mr && NI == ni && PL == pl) {                                                \
+        rows_dec(w, srow, xs, mr, ni, pl, k0, k1, pf, out);                                \
+        return;                                                                            \
+    }
+    TILE_DEC(1, 4, 1)
+    TILE_DEC(1, 2, 1)
+    TILE_DEC(1, 1, 1)
+    TILE_DEC(1, 4, 0)
+    TILE_DEC(1, 2, 0)
+    TILE_DEC(1, 1, 0)
+    TILE_DEC(2, 2, 0)
+    TILE_DEC(3, 2, 0)
+    TILE_DEC(3, 1, 0)
+#undef TILE_DEC
+}
+
 /* Software prefetch distance of the decode (bytes ahead in each row; 0 none):
  * KT_MOE_AVX2_FP8_PF, for measuring. */
 static long parse_pf(const char *e)
@@ -193,12 +293,24 @@ static long parse_quarters(const char *e)
     return !(e && *e == '0');
 }
 
+/* The one-token decode's codes 32 a load as planes (KT_MOE_AVX2_FP8_DEC=sx: a
+ * sign-extending load of 8, session 10's kernel, for measuring). From 2
+ * tokens the sign-extending loads stay: with planes (one Zen 3 core,
+ * resident, fastest calls, in alternating pairs) 2 tokens took 14.6-15.1
+ * against 13.8-14.6 TSC cycles per 64 weights, 3 tokens 21.2-21.5 against
+ * 17.7-17.9 (their 12 activation vectors do not fit the registers). */
+static long parse_planes(const char *e)
+{
+    return !(e && !strcmp(e, "sx"));
+}
+
 static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                        float *scratch)
 {
-    static long pf_knob, rows_knob, quarters_knob;
+    static long pf_knob, rows_knob, quarters_knob, planes_knob;
     size_t pf = (size_t)env_knob(&pf_knob, "KT_MOE_AVX2_FP8_PF", parse_pf);
+    int pl = M == 1 && env_knob(&planes_knob, "KT_MOE_AVX2_FP8_DEC", parse_planes);
     int quarters = (int)env_knob(&quarters_knob, "KT_MOE_AVX2_FP8_QUARTERS", parse_quarters);
     int ni = M == 1 ? (int)env_knob(&rows_knob, "KT_MOE_AVX2_FP8_ROWS", parse_rows) : M == 2 ? 2
                                                                                              : 1;
@@ -207,7 +319,8 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
     int cols = W->cols, cb = (cols + 127) / 128;
     for (int kc = k0; kc < k1; kc += FP8_DEC_KC) {
         int kn = imin(FP8_DEC_KC, k1 - kc), kn8 = (kn + 7) & ~7;
-        /* [M][kn8] the tokens' inputs [kc, kc + kn) times 2^64, zeros after */
+        /* [M][kn8] the tokens' inputs [kc, kc + kn) times 2^64, zeros after;
+         * with pl the whole 32s as planes */
         const float *xs[3];
         for (int m = 0; m < 3; m++) {
             float *d = scratch + (size_t)imin(m, M - 1) * FP8_DEC_KC;
@@ -217,6 +330,8 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
             const float *x = (const float *)arow(A, a_stride, rows, m) + kc;
             const __m256 two64 = _mm256_set1_ps(0x1p64f);
             int k = 0;
+            for (; pl && k + 32 <= kn; k += 32)
+                planes_x32(x + k, d + k);
             for (; k + 8 <= kn; k += 8)
                 _mm256_storeu_ps(d + k, _mm256_mul_ps(_mm256_loadu_ps(x + k), two64));
             for (; k < kn8; k++)
@@ -241,12 +356,7 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
                     sr[r] = sc + (size_t)(row / 128) * cb;
                 }
                 float t[12];
-                if (parts == 4)
-                    rows_dec(wr, sr, xs, 1, 4, kc, kend, pf, t);
-                else if (M == 2)
-                    rows_dec(wr, sr, xs, 2, 2, kc, kend, pf, t);
-                else
-                    rows_dec(wr, sr, xs, 3, 2, kc, kend, pf, t);
+                tile_dec(wr, sr, xs, M, parts, pl, kc, kend, pf, t);
                 for (int m = 0; m < M; m++)
                     for (int r = 0; r < parts; r++) {
                         float *c = &C[(size_t)m * ldc + (size_t)(n - n0) + (size_t)r * nq];
@@ -265,16 +375,7 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
                 sr[r] = sc + (size_t)(row / 128) * cb;
             }
             float t[12];
-            if (M == 1 && ni == 4)
-                rows_dec(wr, sr, xs, 1, 4, kc, kend, pf, t);
-            else if (M == 1 && ni == 2)
-                rows_dec(wr, sr, xs, 1, 2, kc, kend, pf, t);
-            else if (M == 1)
-                rows_dec(wr, sr, xs, 1, 1, kc, kend, pf, t);
-            else if (M == 2)
-                rows_dec(wr, sr, xs, 2, 2, kc, kend, pf, t);
-            else
-                rows_dec(wr, sr, xs, 3, 1, kc, kend, pf, t);
+            tile_dec(wr, sr, xs, M, ni, pl, kc, kend, pf, t);
             for (int m = 0; m < M; m++)
                 for (int r = 0; r < nr; r++) {
                     float *c = &C[(size_t)m * ldc + (n - n0) + r];
