@@ -404,8 +404,12 @@ static inline size_t kt__q6kx_tile_bytes(int K)
 {
     return ((size_t)(K / 32) * 105 + 63) & ~(size_t)63;
 }
+/* LLAMAFILE IQ4_NL repacked at load time (W->type == KT__LF_IQ4NLX; the AVX2 decode
+ * only): Q4_0's blocks and bytes, so the Q40X layout of them, each nibble an index
+ * into kt__iq4nl_values instead of a code + 8. W->scale: the IQ4_NL rows. */
+#define KT__LF_IQ4NLX 0x406A
 /* Bytes of one 4-row tile of a load-time repack (xtype KT__LF_Q40X / Q80X / Q4KX /
- * Q6KX) of rows of K inputs. */
+ * Q6KX / IQ4NLX) of rows of K inputs. */
 static inline size_t kt__lf_x_tile_bytes(int xtype, int K)
 {
     return xtype == KT__LF_Q4KX   ? kt__q4kx_tile_bytes(K)
@@ -413,14 +417,15 @@ static inline size_t kt__lf_x_tile_bytes(int xtype, int K)
            : xtype == KT__LF_Q80X ? kt__q80x_tile_bytes(K)
                                   : kt__q40x_tile_bytes(K);
 }
-/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0; Q6_K on
- * AVX2 only) from their load-time repack (the AVX-512 and AVX2 sets; Q4_0: with
- * R40, Q8_0: with R80). */
+/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0; Q6_K and
+ * IQ4_NL on AVX2 only) from their load-time repack (the AVX-512 and AVX2 sets; Q4_0,
+ * IQ4_NL: with R40, Q8_0: with R80). */
 _Bool kt__lf_repacks(const kt__moe_kernels *k, int type);
 /* Bytes of a rows x K matrix of type once repacked; 0: the type has no repack. */
 size_t kt__lf_repack_bytes(int type, int rows, int K);
-/* The Q4_0, Q8_0 (K a multiple of 32), Q4_K or Q6_K matrix W repacked into dst
- * (kt__lf_repack_bytes): a Q40X / Q80X / Q4KX / Q6KX view whose scale is W->w. */
+/* The Q4_0, Q8_0, IQ4_NL (K a multiple of 32), Q4_K or Q6_K matrix W repacked into
+ * dst (kt__lf_repack_bytes): a Q40X / Q80X / IQ4NLX / Q4KX / Q6KX view whose scale is
+ * W->w. */
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst);
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
 /* C[m][n - n0] = row n of a Q40X / Q80X / Q4KX matrix . token m (M <= 4 a pass):
@@ -434,7 +439,7 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
 int kt__lf_set_q4k_avx512(int kernel);
 /* The same on AVX2 (cpu/avx2/moe_llamafile_dec_avx2.c), any M: each tile read
  * from memory once, then from L1 for the other tokens; also Q6KX (act[m]: the Q8_K
- * section's arrays as for Q4KX, then its Q6KX biases). */
+ * section's arrays as for Q4KX, then its Q6KX biases) and IQ4NLX (act[m] as Q40X's). */
 void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
                         int M, float *C, int ldc);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):

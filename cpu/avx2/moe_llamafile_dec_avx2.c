@@ -1,9 +1,10 @@
 /* LLAMAFILE decode on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client) from
  * the load-time repacks the AVX-512 decode reads (moe_kernels.h: KT__LF_Q40X,
- * KT__LF_Q4KX, KT__LF_Q80X) and from Q6_K's (KT__LF_Q6KX, this set's only; the
- * Q6_K tensors of Q4_K_M / Q5_K_M files). Until these, an AVX2 machine decoded with
- * one ggml vec_dot per (row, token): one Zen 3 core, 384 x 2048 in L2, 13.7 / 8.7 /
- * 3.9 ns per 64 weight bytes for Q4_0 / Q4_K / Q8_0.
+ * KT__LF_Q4KX, KT__LF_Q80X) and from Q6_K's and IQ4_NL's (KT__LF_Q6KX,
+ * KT__LF_IQ4NLX, this set's only; the Q6_K tensors of Q4_K_M / Q5_K_M files).
+ * Until these, an AVX2 machine decoded with one ggml vec_dot per (row, token): one
+ * Zen 3 core, 384 x 2048 in L2, 13.7 / 8.7 / 3.9 ns per 64 weight bytes for Q4_0 /
+ * Q4_K / Q8_0.
  *
  * A tile of 4 rows is one stream of groups of g blocks of 32 inputs (Q4_K: its
  * sub-blocks); per group [steps][4 rows][64 bytes] of codes in which 4-byte lane
@@ -13,11 +14,13 @@
  *
  *   Q4_0 / Q4_K   p16 += vpmaddubsw(w & 15, a_lo) + vpmaddubsw(w >> 4 & 15, a_hi)
  *   Q8_0          i32 += vpmaddwd(vpmaddubsw(|c|, sign(a, c)), 1)    c = w ^ 0x80
+ *   IQ4_NL        i32 += the same with c = vpshufb(table, nibble), low and high
+ *   (Q6_K: k6x_group below)
  *
  * and per group and row (i32 = vpmaddwd(p16, 1) for the 4-bit types):
  *
  *   Q4_0   acc += float(i32 + bias) * (dw * da)     bias = -8 x the block's code sum
- *   Q8_0   acc += float(i32) * (dw * da)
+ *   Q8_0, IQ4_NL   acc += float(i32) * (dw * da)
  *   Q4_K   acc += float(i32 * sc) * (d * da) - float(m) * dmin * (da * sum_a)
  *
  * A 4-bit pair is at most 2 x 15 x 128 = 3840, a step's two 7680 and a group's 4
@@ -34,10 +37,11 @@
 #include <string.h>
 
 #include "moe_kernels.h"
+#include "ref/ggml_quants.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { X40, X4K, X80, X6K };
+enum { X40, X4K, X80, X6K, XNL };
 
 /* Prefetch distance in bytes of the tile stream (KT_LF_AHEAD: 0 none, else
  * 256..65536), into L2. */
@@ -92,6 +96,40 @@ ALWAYS_INLINE void q4_steps(const int S, const uint8_t *st, const uint8_t *pf, c
     }
 }
 
+/* i32[r][h] += the int32 lane sums of row r's IQ4_NL values (kt__iq4nl_values[nibble],
+ * -127..113) in the S steps at st against the activation's low / high nibble codes at
+ * a: vpmaddubsw by ggml's sign trick (|w| . a sign(w)), whose pair sums (up to 2 x 127
+ * x 127) leave no room for a second one in int16, so vpmaddwd by 1 at once. */
+ALWAYS_INLINE void nl_steps(const int S, const uint8_t *st, const uint8_t *pf, const uint8_t *a,
+                            __m256i i32[4][2])
+{
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
+    const __m256i tab =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
+    #pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        const uint8_t *as = a + (size_t)s * 128;
+        step_prefetch(pf ? pf + s * 256 : NULL);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i alo = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
+            __m256i ahi = _mm256_loadu_si256((const __m256i *)(as + 64 + 32 * h));
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(st + s * 256 + r * 64 + 32 * h));
+                __m256i wl = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4));
+                __m256i wh =
+                    _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+                __m256i pl = _mm256_maddubs_epi16(_mm256_abs_epi8(wl), _mm256_sign_epi8(alo, wl));
+                __m256i ph = _mm256_maddubs_epi16(_mm256_abs_epi8(wh), _mm256_sign_epi8(ahi, wh));
+                i32[r][h] = _mm256_add_epi32(
+                    i32[r][h],
+                    _mm256_add_epi32(_mm256_madd_epi16(pl, one), _mm256_madd_epi16(ph, one)));
+            }
+        }
+    }
+}
+
 /* The lanes [0, n) of the 8 floats at p, the others 0. */
 ALWAYS_INLINE __m256 load_first(const float *p, int n)
 {
@@ -132,6 +170,11 @@ ALWAYS_INLINE void x_group(const int kind, const int S, const uint8_t *t, size_t
                 }
             }
         }
+    } else if (kind == XNL) {
+        NS = S;
+        for (int r = 0; r < 4; r++)
+            i32[r][0] = i32[r][1] = _mm256_setzero_si256();
+        nl_steps(S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, i32);
     } else {
         NS = S;
         __m256i p[4][2];
@@ -448,10 +491,11 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
 {
     pthread_once(&x2_once, x2_init);
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const int kind = W->type == KT__LF_Q4KX   ? X4K
-                     : W->type == KT__LF_Q6KX ? X6K
-                     : W->type == KT__LF_Q80X ? X80
-                                              : X40;
+    const int kind = W->type == KT__LF_Q4KX     ? X4K
+                     : W->type == KT__LF_Q6KX   ? X6K
+                     : W->type == KT__LF_Q80X   ? X80
+                     : W->type == KT__LF_IQ4NLX ? XNL
+                                                : X40;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
     for (int t = t0; t < t1; t++) {
         const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb;
@@ -466,6 +510,8 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
                 x_tile(X4K, tp, pf, nb, a, xs, out);
             else if (kind == X6K)
                 x_tile(X6K, tp, pf, nb, a, xs, out);
+            else if (kind == XNL)
+                x_tile(XNL, tp, pf, nb, a, xs, out);
             else
                 x_tile(X80, tp, pf, nb, a, xs, out);
             for (int r = 0; r < 4; r++)

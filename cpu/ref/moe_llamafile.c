@@ -360,6 +360,7 @@ static int x_stored(int type)
            : type == KT__LF_Q80X ? KT_TYPE_Q8_0
            : type == KT__LF_Q4KX ? KT_TYPE_Q4_K
            : type == KT__LF_Q6KX ? KT_TYPE_Q6_K
+           : type == KT__LF_IQ4NLX ? KT_TYPE_IQ4_NL
                                  : 0;
 }
 
@@ -391,15 +392,17 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
         act_layout L = layout(mask, W->cols);
         /* the activation section the repack reads, and its codes after the
          * per-block arrays (moe_kernels.h) */
-        size_t sec = stored == KT_TYPE_Q4_0 ? L.r40 : stored == KT_TYPE_Q8_0 ? L.r80 : L.q8x;
-        size_t x = sec + (stored == KT_TYPE_Q4_0   ? 4 * raw_rp(W->cols, 18)
+        bool r40 = stored == KT_TYPE_Q4_0 || stored == KT_TYPE_IQ4_NL;
+        size_t sec = r40 ? L.r40 : stored == KT_TYPE_Q8_0 ? L.r80 : L.q8x;
+        size_t x = sec + (r40                      ? 4 * raw_rp(W->cols, 18)
                           : stored == KT_TYPE_Q8_0 ? 3 * raw_rp(W->cols, 34)
                                                    : 0);
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
-        /* Q6KX: the AVX2 decode only (an AVX-512 set reads the rows) */
-        bool tiles = stored != KT_TYPE_Q6_K || isa == KT_GGML_AVX2;
+        /* Q6KX, IQ4NLX: the AVX2 decode only (an AVX-512 set reads the rows) */
+        bool tiles = (stored != KT_TYPE_Q6_K && stored != KT_TYPE_IQ4_NL) ||
+                     isa == KT_GGML_AVX2;
         if (isa >= KT_GGML_AVX2 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
             sec != SIZE_MAX && tiles) {
             const void *act[256];
@@ -526,9 +529,10 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
     }
 }
 
-/* Q4_0 / Q8_0 into Q40X / Q80X (moe_kernels.h): block b's pieces p of 4 bytes
- * (Q4_0: 4 of nibble bytes; Q8_0: 8 of codes, stored + 128) to lane l of step s. */
-static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8)
+/* Q4_0 / IQ4_NL / Q8_0 into Q40X / IQ4NLX / Q80X (xtype; moe_kernels.h): block b's
+ * pieces p of 4 bytes (Q4_0, IQ4_NL: 4 of nibble bytes; Q8_0: 8 of codes, stored + 128)
+ * to lane l of step s. */
+static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8, int xtype)
 {
     const int K = W->cols, nb = K / 32, np = q8 ? 8 : 4;
     const size_t wrow = kt__ggml_row_bytes(q8 ? KT_TYPE_Q8_0 : KT_TYPE_Q4_0, K);
@@ -554,12 +558,12 @@ static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8)
             b0 = gb + g;
         }
     }
-    return (kt__wmat){dst, W->w, W->rows, K, q8 ? KT__LF_Q80X : KT__LF_Q40X, 0};
+    return (kt__wmat){dst, W->w, W->rows, K, xtype, 0};
 }
 
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
 {
-    return x_repack(W, dst, false);
+    return x_repack(W, dst, false, KT__LF_Q40X);
 }
 
 /* Q4_K into Q4KX (moe_kernels.h): sub-block b (block b / 8, j = b % 8) holds the
@@ -645,6 +649,7 @@ size_t kt__lf_repack_bytes(int type, int rows, int K)
             : type == KT_TYPE_Q8_0 ? KT__LF_Q80X
             : type == KT_TYPE_Q4_K ? KT__LF_Q4KX
             : type == KT_TYPE_Q6_K ? KT__LF_Q6KX
+            : type == KT_TYPE_IQ4_NL ? KT__LF_IQ4NLX
                                    : 0;
     if (!x || K <= 0 || K % (type == KT_TYPE_Q4_K || type == KT_TYPE_Q6_K ? 256 : 32))
         return 0;
@@ -655,7 +660,8 @@ kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
 {
     return W->type == KT_TYPE_Q4_K   ? q4kx_repack(W, dst)
            : W->type == KT_TYPE_Q6_K ? q6kx_repack(W, dst)
-           : W->type == KT_TYPE_Q8_0 ? x_repack(W, dst, true)
+           : W->type == KT_TYPE_Q8_0 ? x_repack(W, dst, true, KT__LF_Q80X)
+           : W->type == KT_TYPE_IQ4_NL ? x_repack(W, dst, false, KT__LF_IQ4NLX)
                                      : kt__lf_q40x_repack(W, dst);
 }
 
@@ -766,10 +772,11 @@ bool kt__lf_repacks(const kt__moe_kernels *k, int type)
                     : type == KT_TYPE_Q8_0 ? KT__GGML_ACT_R80
                     : type == KT_TYPE_Q4_K ? KT__GGML_ACT_Q8K
                     : type == KT_TYPE_Q6_K ? KT__GGML_ACT_Q8K
+                    : type == KT_TYPE_IQ4_NL ? KT__GGML_ACT_R40
                                            : 0;
-    /* Q6KX: no AVX-512 decode reads it (that set keeps its Q6_K kernel) */
+    /* Q6KX, IQ4NLX: no AVX-512 decode reads them (that set keeps its own kernels) */
     bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
-                  type != KT_TYPE_Q6_K;
+                  type != KT_TYPE_Q6_K && type != KT_TYPE_IQ4_NL;
     bool avx2 = KT_HAVE_ISA_AVX2 && k >= lf_sets_avx2 && k < lf_sets_avx2 + 64;
     return need && (avx512 || avx2) && ((unsigned)(k->act - KT__ACT_GGML) & need);
 }
