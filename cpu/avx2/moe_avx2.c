@@ -252,18 +252,72 @@ static void gemm_int4(const kt__wmat *W, int n0, int n1, int k0, int k1, const v
  *     acc += f32(i32) * (s_w * d_x)
  * where the old kernel widened every byte to a word, recombined the nibbles
  * in natural order and ran a scalar scale product per group. */
+
+/* kt__moe_q8g32_group in 8 lanes (the same d, codes and sum: the same
+ * products rounded to nearest even, max ignoring NaN as fmaxf does), the
+ * codes stored even-then-odd: qe[j] = q[2j], qo[j] = q[2j + 1]. */
+static int32_t q8g32_group_eo(const float *x, int8_t *qe, int8_t *qo, float *d)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        mx = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), mx); /* a NaN lane keeps mx */
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    float dg = kt__moe_q8_pow2() ? kt__moe_pow2_ceil(amax / 127.0f) : amax / 127.0f;
+    __m256 inv = _mm256_set1_ps(dg > 0.0f ? 1.0f / dg : 0.0f);
+    __m256i q[4], sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) { /* round to nearest even (MXCSR), clamp to +-127 */
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+        q[i] = _mm256_max_epi32(_mm256_min_epi32(q[i], _mm256_set1_epi32(127)),
+                                _mm256_set1_epi32(-127));
+        sum = _mm256_add_epi32(sum, q[i]);
+    }
+    /* bytes per lane: x 0-3 8-11 16-19 24-27 | 4-7 12-15 20-23 28-31 */
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); /* 0-31 */
+    b = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11,
+                                                13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7,
+                                                9, 11, 13, 15));
+    b = _mm256_permute4x64_epi64(b, 0xd8); /* evens of both halves, then odds */
+    _mm_storeu_si128((__m128i *)qe, _mm256_castsi256_si128(b));
+    _mm_storeu_si128((__m128i *)qo, _mm256_extracti128_si256(b, 1));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    *d = dg;
+    return _mm_cvtsi128_si32(s4);
+}
+
+/* KT_MOE_AVX2_Q8E64=scalar: the groups through kt__moe_q8g32_group (for
+ * measuring; the same bytes). */
+static long parse_q8e64_scalar(const char *e)
+{
+    return e && !strcmp(e, "scalar");
+}
+
 static void quant_q8e64(const float *x, int k0, int k1, int K, void *row)
 {
+    static long scalar_knob;
+    int scalar = (int)env_knob(&scalar_knob, "KT_MOE_AVX2_Q8E64", parse_q8e64_scalar);
     int nc = (K + 63) / 64;
     int8_t *q = row;
     float *dc = (float *)(q + (size_t)nc * 64); /* per chunk d[8], then c[8] */
     for (int g = k0 / 32; g < k1 / 32; g++) {
-        int8_t qg[32];
         float dg;
-        int32_t sum = kt__moe_q8g32_group(x + g * 32, qg, &dg);
+        int32_t sum;
         int8_t *qe = q + (size_t)(g / 2) * 64 + 16 * (g % 2), *qo = qe + 32;
-        for (int i = 0; i < 32; i++)
-            (i % 2 ? qo : qe)[i / 2] = qg[i];
+        if (scalar) {
+            int8_t qg[32];
+            sum = kt__moe_q8g32_group(x + g * 32, qg, &dg);
+            for (int i = 0; i < 32; i++)
+                (i % 2 ? qo : qe)[i / 2] = qg[i];
+        } else {
+            sum = q8g32_group_eo(x + g * 32, qe, qo, &dg);
+        }
         float *d = dc + (size_t)(g / 2) * 16 + 4 * (g % 2);
         int32_t *c = (int32_t *)(d + 8);
         for (int l = 0; l < 4; l++) {

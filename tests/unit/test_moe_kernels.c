@@ -370,6 +370,72 @@ static void test_avx2_fp8_scales(void **state)
 #endif
 }
 
+/* The AVX2 RAWINT4 set's Q8E64 activations (8-lane groups) byte for byte
+ * against kt__moe_q8g32_group laid out even-then-odd: ragged K (a last chunk
+ * of one group), sub-ranges of groups, an all-zero group, a group whose
+ * codes are halves rounding to even. */
+static void test_avx2_q8e64(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX2
+    if ((kt_hw_isa() & AVX2_BITS) != AVX2_BITS) {
+        skip();
+        return;
+    }
+    const kt__moe_kernels *ks = kt__moe_kernels_avx2(KT_METHOD_RAWINT4);
+    assert_int_equal(ks->act, KT__ACT_Q8E64);
+    static const int ks_list[] = {32, 64, 96, 1184, 2048};
+    for (int ki = 0; ki < 5; ki++) {
+        int K = ks_list[ki], ng = K / 32, nc = (K + 63) / 64;
+        float *x = malloc((size_t)K * sizeof(float));
+        for (int i = 0; i < K; i++)
+            x[i] = tst_uniform() * (1 + i % 5);
+        if (ng > 1)
+            for (int i = 32; i < 64; i++) /* group 1: zeros */
+                x[i] = 0.0f;
+        if (ng > 2) /* group 2: d = 2, the others' x / d halves (0.5 -> 0, 1.5 -> 2, -2.5 -> -2) */
+            for (int i = 64; i < 96; i++)
+                x[i] = i == 70 ? 254.0f : i % 3 == 0 ? 1.0f : i % 3 == 1 ? 3.0f : -5.0f;
+        size_t rb = kt__moe_act_row_bytes(KT__ACT_Q8E64, K);
+        uint8_t *got = malloc(rb), *want = malloc(rb);
+        for (int part = 0; part < 3; part++) {
+            int g0 = part == 1 && ng > 2 ? 1 : 0, g1 = part == 2 && ng > 1 ? ng - 1 : ng;
+            memset(got, 0xa5, rb);
+            memset(want, 0xa5, rb);
+            ks->quant(x, 32 * g0, 32 * g1, K, got);
+            float *dc = (float *)(want + (size_t)nc * 64);
+            for (int g = g0; g < g1; g++) {
+                int8_t q[32];
+                float d;
+                int32_t sum = kt__moe_q8g32_group(x + 32 * g, q, &d);
+                int8_t *qe = (int8_t *)want + (size_t)(g / 2) * 64 + 16 * (g % 2);
+                for (int i = 0; i < 32; i++)
+                    qe[(i % 2) * 32 + i / 2] = q[i];
+                for (int l = 0; l < 4; l++) {
+                    dc[(g / 2) * 16 + 4 * (g % 2) + l] = d;
+                    ((int32_t *)dc)[(g / 2) * 16 + 8 + 4 * (g % 2) + l] = -2 * sum;
+                }
+            }
+            if (g1 == ng && ng % 2) { /* the last chunk's second group: zeros */
+                memset(want + (size_t)(ng / 2) * 64 + 16, 0, 16);
+                memset(want + (size_t)(ng / 2) * 64 + 48, 0, 16);
+                memset(dc + (ng / 2) * 16 + 4, 0, 16);
+                memset(dc + (ng / 2) * 16 + 12, 0, 16);
+            }
+            for (size_t i = 0; i < rb; i++)
+                if (got[i] != want[i])
+                    fail_msg("K=%d groups [%d,%d): byte %zu = %d, want %d", K, g0, g1, i,
+                             got[i], want[i]);
+        }
+        free(x);
+        free(got);
+        free(want);
+    }
+#else
+    skip();
+#endif
+}
+
 /* AMX-BF16 prefill (AVX-512 below 8 tokens): on AMX machines for real, and
  * everywhere with AVX-512 through a scalar tile emulation of the same code. */
 static void test_amx(void **state)
@@ -1271,15 +1337,13 @@ static void test_x2_group_backend(void **state)
     }
 }
 
-/* The backend's AVX-512 activation, silu(g) u, against silu in double: within
- * 8 float ulps for g in [-88, 88] (Cephes' expf polynomial, Cody-Waite
- * reduction), every tail length 0..16; NaN stays NaN, +-inf as the formula. */
-static void test_silu_avx512(void **state)
+/* A vector activation of the backend, silu(g) u (lanes wide), against silu in
+ * double: within 8 float ulps for g in [-88, 88] (Cephes' expf polynomial,
+ * Cody-Waite reduction), every tail length 0..lanes; NaN stays NaN, +-inf as
+ * the formula. */
+static void check_silu(void (*silu_mul)(const float *, const float *, float *, int), int lanes,
+                       const char *name)
 {
-    (void)state;
-#if KT_HAVE_ISA_AVX512
-    if (!(kt_hw_isa() & KT_ISA_AVX512F))
-        skip();
     enum { N = 40000 };
     float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
     float *h = malloc((N + 16) * sizeof(float));
@@ -1290,28 +1354,52 @@ static void test_silu_avx512(void **state)
         u[i] = 0.5f + tst_uniform();
     }
     double worst = 0;
-    for (int len = 0; len <= 16; len++) { /* masked tails: h[len] must stay untouched */
+    for (int len = 0; len <= lanes; len++) { /* masked tails: h[len] must stay untouched */
         h[len] = 42.0f;
-        kt__moe_silu_mul_avx512(g + 100, u + 100, h, len);
+        silu_mul(g + 100, u + 100, h, len);
         assert_true(h[len] == 42.0f);
     }
-    kt__moe_silu_mul_avx512(g, u, h, N);
+    silu_mul(g, u, h, N);
     for (int i = 0; i < N; i++) {
         double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
         double err = fabs(h[i] - want) / fmax(fabs(want), 1e-30);
         worst = fmax(worst, err);
         if (!(err <= 8 * FLT_EPSILON))
-            fail_msg("silu(%.9g) * %.9g = %.9g, want %.9g", g[i], u[i], h[i], want);
+            fail_msg("%s: silu(%.9g) * %.9g = %.9g, want %.9g", name, g[i], u[i], h[i], want);
     }
     float sg[4] = {NAN, INFINITY, -INFINITY, -200.0f}, su[4] = {1, 1, 1, 1}, sh[4];
-    kt__moe_silu_mul_avx512(sg, su, sh, 4);
+    silu_mul(sg, su, sh, 4);
     assert_true(isnan(sh[0]));
     assert_true(sh[1] == INFINITY && sh[2] == -INFINITY);
     assert_true(sh[3] <= 0.0f && sh[3] > -1e-30f);
-    printf("  silu avx512: worst relative error %.2g (%.1f ulp)\n", worst, worst / FLT_EPSILON);
+    printf("  silu %s: worst relative error %.2g (%.1f ulp)\n", name, worst,
+           worst / FLT_EPSILON);
     free(g);
     free(u);
     free(h);
+}
+
+static void test_silu_avx512(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if (!(kt_hw_isa() & KT_ISA_AVX512F))
+        skip();
+    check_silu(kt__moe_silu_mul_avx512, 16, "avx512");
+#else
+    skip();
+#endif
+}
+
+/* The same for the AVX2 one (CPUs without AVX-512F). */
+static void test_silu_avx2(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX2
+    uint64_t need = KT_ISA_AVX2 | KT_ISA_FMA;
+    if ((kt_hw_isa() & need) != need)
+        skip();
+    check_silu(kt__moe_silu_mul_avx2, 8, "avx2");
 #else
     skip();
 #endif
@@ -1327,6 +1415,7 @@ int main(void)
         cmocka_unit_test(test_precise),
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_avx2_fp8_scales),
+        cmocka_unit_test(test_avx2_q8e64),
         cmocka_unit_test(test_amx_emulated),
         cmocka_unit_test(test_int8_act),
         cmocka_unit_test(test_group_size_checks),
@@ -1336,6 +1425,7 @@ int main(void)
         cmocka_unit_test(test_amx_x2),
         cmocka_unit_test(test_amx_backend_packed),
         cmocka_unit_test(test_silu_avx512),
+        cmocka_unit_test(test_silu_avx2),
     };
     /* KT_TEST_FILTER=test_amx_backend_packed: a subset (sanitizer builds are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
