@@ -304,6 +304,19 @@ static long parse_planes(const char *e)
     return !(e && !strcmp(e, "sx"));
 }
 
+/* A tile's rows n, n + step, ... (nr of them, the last repeated to 4) and
+ * their block scales' rows. */
+static void tile_rows(const kt__wmat *W, int n, int step, int nr, const uint8_t *wr[4],
+                      const float *sr[4])
+{
+    int cb = (W->cols + 127) / 128;
+    for (int r = 0; r < 4; r++) {
+        int row = n + imin(r, nr - 1) * step;
+        wr[r] = (const uint8_t *)W->w + (size_t)row * W->cols;
+        sr[r] = (const float *)W->scale + (size_t)(row / 128) * cb;
+    }
+}
+
 static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
                        size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
                        float *scratch)
@@ -314,9 +327,6 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
     int quarters = (int)env_knob(&quarters_knob, "KT_MOE_AVX2_FP8_QUARTERS", parse_quarters);
     int ni = M == 1 ? (int)env_knob(&rows_knob, "KT_MOE_AVX2_FP8_ROWS", parse_rows) : M == 2 ? 2
                                                                                              : 1;
-    const uint8_t *w = W->w;
-    const float *sc = W->scale;
-    int cols = W->cols, cb = (cols + 127) / 128;
     for (int kc = k0; kc < k1; kc += FP8_DEC_KC) {
         int kn = imin(FP8_DEC_KC, k1 - kc), kn8 = (kn + 7) & ~7;
         /* [M][kn8] the tokens' inputs [kc, kc + kn) times 2^64, zeros after;
@@ -350,11 +360,7 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
             for (int n = n0; n < n0 + nq; n++) {
                 const uint8_t *wr[4];
                 const float *sr[4];
-                for (int r = 0; r < 4; r++) {
-                    int row = n + imin(r, parts - 1) * nq;
-                    wr[r] = w + (size_t)row * cols;
-                    sr[r] = sc + (size_t)(row / 128) * cb;
-                }
+                tile_rows(W, n, nq, parts, wr, sr);
                 float t[12];
                 tile_dec(wr, sr, xs, M, parts, pl, kc, kend, pf, t);
                 for (int m = 0; m < M; m++)
@@ -369,11 +375,7 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
             int nr = imin(ni, n1 - n);
             const uint8_t *wr[4];
             const float *sr[4];
-            for (int r = 0; r < 4; r++) {
-                int row = n + imin(r, nr - 1);
-                wr[r] = w + (size_t)row * cols;
-                sr[r] = sc + (size_t)(row / 128) * cb;
-            }
+            tile_rows(W, n, 1, nr, wr, sr);
             float t[12];
             tile_dec(wr, sr, xs, M, ni, pl, kc, kend, pf, t);
             for (int m = 0; m < M; m++)
