@@ -442,6 +442,10 @@ int kt__lf_set_q4k_avx512(int kernel);
  * section's arrays as for Q4KX, then its Q6KX biases) and IQ4NLX (act[m] as Q40X's). */
 void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
                         int M, float *C, int ldc);
+/* Hint: this thread's next kt__lf_gemm_x_avx2 call reads tiles [t0, t1) of the
+ * repack at W (tile_bytes each); the call before it runs its prefetches on into
+ * their first bytes (two hints kept, oldest first). */
+void kt__lf_hint_avx2(const void *W, size_t tile_bytes, int t0, int t1);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):
  * C[m][n - n0] = row n of W . token m over blocks [b0, b1) of 32. act[m] is
  * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */
@@ -476,6 +480,8 @@ void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1,
 void kt__lf_quant_q8_avx512(const float *x, void *y, int nblocks, _Bool q81);
 /* nblocks Q8_K blocks of x, bit for bit the reference quantizer. */
 void kt__lf_quant_q8k_avx512(const float *x, void *y, int nblocks);
+/* The same Q8_0 / Q8_1 blocks on AVX2 (cpu/avx2/ggml_avx2.c). */
+void kt__lf_quant_q8_avx2(const float *x, void *y, int nblocks, _Bool q81);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

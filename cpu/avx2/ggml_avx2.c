@@ -2,8 +2,10 @@
  * (LLAMAFILE decode). Same maths as cpu/ref/ggml_quants.c; only the float
  * summation order differs. Runs only after kt_hw_isa() reported AVX2 + FMA. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "avx2/ggml_x86.h"
+#include "moe_kernels.h"
 
 /* 32 x (s8 * s8) summed into 8 int32 lanes: |x| * (y signed like x). */
 static inline __m256i dot_s8(__m256i x, __m256i y)
@@ -358,4 +360,51 @@ float kt__ggml_vec_dot_q3_K_avx2(int64_t n, const void *vx, const void *vy)
         acc = acc_block(acc, isum, -4 * offset, y[i].d * f16(x[i].d));
     }
     return hsum8(acc);
+}
+
+/* Q8_0 (q81: Q8_1) activation blocks, bit for bit ggml's from_float (the scalar
+ * one calls nearbyintf per input: 15 us of the 2048 inputs' R40 row on a Zen 3
+ * core, while the other worker waits at the barrier): per 32 inputs amax, id =
+ * 127 / amax, q = vcvtps2dq(x id) (round to nearest even, as nearbyintf), d =
+ * amax / 127 in f16 by vcvtps2ph (round to nearest even, as the reference). */
+void kt__lf_quant_q8_avx2(const float *x, void *y, int nblocks, _Bool q81)
+{
+    const size_t bytes = q81 ? sizeof(kt_block_q8_1) : sizeof(kt_block_q8_0);
+    const size_t oq = q81 ? 4 : 2;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* vpackssdw / vpacksswb interleave the 128-bit lanes: this puts them back */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int b = 0; b < nblocks; b++, x += 32) {
+        uint8_t *blk = (uint8_t *)y + (size_t)b * bytes;
+        __m256 v[4];
+        for (int i = 0; i < 4; i++)
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]),
+                                               _mm256_andnot_ps(sign, v[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]),
+                                               _mm256_andnot_ps(sign, v[3])));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h), d = amax / 127.0f;
+        __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++)
+            q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+        __m256i q16 = _mm256_packs_epi32(q[0], q[1]), q16b = _mm256_packs_epi32(q[2], q[3]);
+        __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16, q16b), order);
+        _mm256_storeu_si256((__m256i *)(blk + oq), q8);
+        uint16_t hd = (uint16_t)_mm_extract_epi16(
+            _mm_cvtps_ph(_mm_set_ss(d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
+        memcpy(blk, &hd, 2);
+        if (q81) {
+            int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                                _mm256_add_epi32(q[2], q[3])));
+            uint16_t hs = (uint16_t)_mm_extract_epi16(
+                _mm_cvtps_ph(_mm_set_ss(d * (float)sum), _MM_FROUND_TO_NEAREST_INT |
+                                                             _MM_FROUND_NO_EXC),
+                0);
+            memcpy(blk + 2, &hs, 2);
+        }
+    }
 }

@@ -46,6 +46,9 @@ enum { X40, X4K, X80, X6K, XNL };
 /* Prefetch distance in bytes of the tile stream (KT_LF_AHEAD: 0 none, else
  * 256..65536), into L2. */
 static int x2_ahead = 4096;
+/* KT_LF_NOHINT=1: no next-call hints (each call's stream starts cold, and its
+ * prefetches run on past its end, as before the hints) */
+static int x2_nohint;
 static pthread_once_t x2_once = PTHREAD_ONCE_INIT;
 
 static void x2_init(void)
@@ -53,6 +56,50 @@ static void x2_init(void)
     const char *e = getenv("KT_LF_AHEAD");
     if (e && ((atoi(e) >= 256 && atoi(e) <= 65536) || !strcmp(e, "0")))
         x2_ahead = atoi(e);
+    e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
+    x2_nohint = e && *e && strcmp(e, "0") != 0;
+}
+
+/* The backend's hints (kt__lf_hint_avx2): the tile streams of this thread's next
+ * calls (the item's up rows, the next item's gate rows, the next expert's down
+ * rows), oldest first; each call takes the oldest. A call's prefetches, which ran
+ * x2_ahead bytes past its own end into rows it does not read, run on into the
+ * next call's first bytes instead, and that call skips the ones already started:
+ * down items are one call per expert of 256 rows (Q4_0 at K 768: 108 KiB), so
+ * each stream restarted cold 4 KiB in 108. */
+typedef struct x2_region {
+    const uint8_t *w;
+    size_t len;
+} x2_region;
+static _Thread_local x2_region x2_hints[2];
+static _Thread_local int x2_nhints;
+/* where the last call's prefetches into its hinted successor stopped */
+static _Thread_local const uint8_t *x2_tail_w;
+static _Thread_local size_t x2_tail_len;
+
+void kt__lf_hint_avx2(const void *W, size_t tile_bytes, int t0, int t1)
+{
+    pthread_once(&x2_once, x2_init);
+    if (t1 <= t0 || x2_nohint)
+        return;
+    if (x2_nhints == 2) { /* keep the newest two */
+        x2_hints[0] = x2_hints[1];
+        x2_nhints = 1;
+    }
+    x2_hints[x2_nhints++] =
+        (x2_region){(const uint8_t *)W + (size_t)t0 * tile_bytes, (size_t)(t1 - t0) * tile_bytes};
+}
+
+/* The oldest hint, taken off the queue ({NULL, 0}: none). */
+static x2_region x2_hint_take(void)
+{
+    x2_region g = {NULL, 0};
+    if (x2_nhints) {
+        g = x2_hints[0];
+        x2_hints[0] = x2_hints[1];
+        x2_nhints--;
+    }
+    return g;
 }
 
 /* The lane sums of a, b, c, d into out[0..3]. */
@@ -496,12 +543,40 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
                      : W->type == KT__LF_Q80X   ? X80
                      : W->type == KT__LF_IQ4NLX ? XNL
                                                 : X40;
-    const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
+    const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols), ahead = (size_t)x2_ahead;
+    const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
+    const size_t total = (size_t)(t1 - t0) * tb;
+    x2_region nx = {NULL, 0};
+    if (!x2_nohint) {
+        /* the first `ahead` bytes at once, less what the last call's tail started */
+        size_t o = x2_tail_w == start ? x2_tail_len : 0;
+        x2_tail_w = NULL;
+        for (; ahead && o < ahead && o < total; o += 64)
+            _mm_prefetch((const char *)start + o, _MM_HINT_T1);
+        nx = x2_hint_take();
+        nx.len = nx.len < ahead ? nx.len : ahead;
+    }
+    size_t ndone = 0; /* bytes of nx started */
     for (int t = t0; t < t1; t++) {
-        const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb;
+        const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb, *pf = NULL;
+        /* a tile prefetches [v, v + tb) of the stream: this call's bytes, then nx's */
+        size_t v = (size_t)(t - t0) * tb + ahead;
+        if (ahead && (v + tb <= total || x2_nohint)) {
+            pf = start + v;
+        } else if (ahead && v < total) { /* the end: the lines themselves */
+            for (size_t o = v; o < total; o += 64)
+                _mm_prefetch((const char *)start + o, _MM_HINT_T1);
+            for (; ndone < v + tb - total && ndone < nx.len; ndone += 64)
+                _mm_prefetch((const char *)nx.w + ndone, _MM_HINT_T1);
+        } else if (ahead && v - total < nx.len) {
+            for (; ndone < v - total; ndone += 64) /* a call shorter than ahead */
+                _mm_prefetch((const char *)nx.w + ndone, _MM_HINT_T1);
+            pf = nx.w + (v - total);
+            ndone = v - total + tb < nx.len ? v - total + tb : nx.len;
+        }
         /* the tile's rows are read once from memory, then from L1 for the other tokens */
         for (int m = 0; m < M; m++) {
-            const uint8_t *pf = m == 0 && x2_ahead ? tp + x2_ahead : NULL;
+            pf = m == 0 ? pf : NULL;
             const uint8_t *a = (const uint8_t *)act[m];
             float out[4];
             if (kind == X40) /* each layout's tile compiled apart */
@@ -518,5 +593,9 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
                 if (4 * t + r >= n0 && 4 * t + r < n1)
                     C[(size_t)m * ldc + (4 * t + r - n0)] = out[r];
         }
+    }
+    if (ndone) {
+        x2_tail_w = nx.w;
+        x2_tail_len = ndone;
     }
 }

@@ -232,12 +232,29 @@ static void x80_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, uint8_t *x)
                 memset(x + (size_t)(gb / 2 + p / 4) * 64 + 4 * (b - gb + 4 * (p % 4)), 0, 4);
 }
 
-/* Q8_0 / Q8_1 blocks of n inputs (the AVX-512 set: the same bytes, vectorised). */
+#if KT_HAVE_ISA_AVX2
+/* KT_LF_QUANT=scalar: the AVX2 set quantizes Q8_0 / Q8_1 with ggml's scalar
+ * from_float, as before kt__lf_quant_q8_avx2 (the same bytes; for A/B) */
+static long parse_lf_quant(const char *e)
+{
+    return !(e && !strcmp(e, "scalar"));
+}
+#endif
+
+/* Q8_0 / Q8_1 blocks of n inputs (the AVX-512 and AVX2 sets: the same bytes,
+ * vectorised). */
 static void quant_q8(kt_ggml_isa isa, kt_type t, const float *x, void *y, int n)
 {
 #if KT_HAVE_ISA_AVX512
     if (isa == KT_GGML_AVX512) {
         kt__lf_quant_q8_avx512(x, y, n / 32, t == KT_TYPE_Q8_1);
+        return;
+    }
+#endif
+#if KT_HAVE_ISA_AVX2
+    static long vec_cache;
+    if (isa == KT_GGML_AVX2 && env_knob(&vec_cache, "KT_LF_QUANT", parse_lf_quant)) {
+        kt__lf_quant_q8_avx2(x, y, n / 32, t == KT_TYPE_Q8_1);
         return;
     }
 #endif
@@ -727,8 +744,19 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 #else
 #define LF_HINT_2 NULL
 #endif
-#define LF_HINT_0 NULL /* only the AVX-512 sets take a hint */
+#if KT_HAVE_ISA_AVX2
+/* The same for the AVX2 set: its decode tiles only (its other kernels take none). */
+static void lf_hint_avx2(const kt__wmat *W, int n0, int n1, int M)
+{
+    static long xmax_cache;
+    if (x_stored(W->type) && M <= (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax))
+        kt__lf_hint_avx2(W->w, kt__lf_x_tile_bytes(W->type, W->cols), n0 / 4, (n1 + 3) / 4);
+}
+#define LF_HINT_1 lf_hint_avx2
+#else
 #define LF_HINT_1 NULL
+#endif
+#define LF_HINT_0 NULL /* the scalar set takes no hint */
 
 #define LF_ENTRY(ISA, NAME, MASK)                                              \
     {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK,     \

@@ -1166,9 +1166,10 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         moe->prof = kt__calloc((size_t)moe->nth * PROF_N + 1, sizeof(double));
 #if KT_HAVE_ISA_AVX512
     moe->silu16 = (kt_hw_isa() & isa_cap & KT_ISA_AVX512F) != 0;
-    if (moe->silu16) /* the hints are AVX-512 code */
-        moe->kpf = moe->kern->prefetch;
 #endif
+    /* a set's hint is code of the set's own level (the AVX-512 LLAMAFILE sets', the
+     * AVX2 one's for its decode tiles), picked for this CPU as the set was */
+    moe->kpf = moe->kern->prefetch;
     kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
             kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
             moe->n_pools, n_layers);
@@ -1930,10 +1931,7 @@ kt_status kt__moe_set_decode_precision(kt_moe_backend *moe, int32_t act_precisio
         moe->scratch_stride = stride;
     }
     moe->kern1 = k;
-#if KT_HAVE_ISA_AVX512
-    if (moe->silu16)
-        moe->kpf1 = k->prefetch;
-#endif
+    moe->kpf1 = k->prefetch;
     kt__log(moe->rt, KT_LOG_INFO, "moe: one-token calls on %s (the rest on %s)", k->name,
             moe->kern->name);
     return KT_OK;
