@@ -490,5 +490,7 @@ void kt__moe_quant_q8g32(const float *x, int k0, int k1, int K, void *row);
 /* h[n] = silu(g[n]) u[n] for n < len, 16 lanes at a time (AVX-512F; the
  * backend's prefill activation). */
 void kt__moe_silu_mul_avx512(const float *g, const float *u, float *h, int len);
+/* The same 8 lanes at a time (AVX2 + FMA; cpu/avx2/moe_act_avx2.c). */
+void kt__moe_silu_mul_avx2(const float *g, const float *u, float *h, int len);
 
 #endif /* KT_CPU_MOE_KERNELS_H */

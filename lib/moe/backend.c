@@ -111,6 +111,7 @@ struct kt_moe_backend {
     bool dec_tail;                 /* decode: small items end each phase (item_rows) */
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
+    bool silu8;                    /* else on AVX2 (kt__moe_silu_mul_avx2)                */
     kt__moe_prefetch_fn kpf;       /* the kernel set's hint for its next call, or NULL */
     /* one-token calls' kernel set and its hint (kt__moe_set_decode_precision),
      * or NULL: kern and kpf; chosen per call by kern_for / kpf_for */
@@ -1167,6 +1168,12 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
 #if KT_HAVE_ISA_AVX512
     moe->silu16 = (kt_hw_isa() & isa_cap & KT_ISA_AVX512F) != 0;
 #endif
+#if KT_HAVE_ISA_AVX2
+    /* KT_MOE_SILU=scalar: expf per element where there is no AVX-512 (for A/B) */
+    const char *silu = getenv("KT_MOE_SILU");
+    moe->silu8 = !moe->silu16 && (kt_hw_isa() & isa_cap & AVX2_NEED) == AVX2_NEED &&
+                 !(silu && !strcmp(silu, "scalar"));
+#endif
     /* a set's hint is code of the set's own level (the AVX-512 LLAMAFILE sets', the
      * AVX2 one's for its decode tiles), picked for this CPU as the set was */
     moe->kpf = moe->kern->prefetch;
@@ -1583,6 +1590,11 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
 #if KT_HAVE_ISA_AVX512
                     if (moe->silu16)
                         kt__moe_silu_mul_avx512(g, u, hf + n0, nb);
+                    else
+#endif
+#if KT_HAVE_ISA_AVX2
+                    if (moe->silu8)
+                        kt__moe_silu_mul_avx2(g, u, hf + n0, nb);
                     else
 #endif
                         for (int n = 0; n < nb; n++)

@@ -1337,15 +1337,13 @@ static void test_x2_group_backend(void **state)
     }
 }
 
-/* The backend's AVX-512 activation, silu(g) u, against silu in double: within
- * 8 float ulps for g in [-88, 88] (Cephes' expf polynomial, Cody-Waite
- * reduction), every tail length 0..16; NaN stays NaN, +-inf as the formula. */
-static void test_silu_avx512(void **state)
+/* A vector activation of the backend, silu(g) u (lanes wide), against silu in
+ * double: within 8 float ulps for g in [-88, 88] (Cephes' expf polynomial,
+ * Cody-Waite reduction), every tail length 0..lanes; NaN stays NaN, +-inf as
+ * the formula. */
+static void check_silu(void (*silu_mul)(const float *, const float *, float *, int), int lanes,
+                       const char *name)
 {
-    (void)state;
-#if KT_HAVE_ISA_AVX512
-    if (!(kt_hw_isa() & KT_ISA_AVX512F))
-        skip();
     enum { N = 40000 };
     float *g = malloc(N * sizeof(float)), *u = malloc(N * sizeof(float));
     float *h = malloc((N + 16) * sizeof(float));
@@ -1356,28 +1354,52 @@ static void test_silu_avx512(void **state)
         u[i] = 0.5f + tst_uniform();
     }
     double worst = 0;
-    for (int len = 0; len <= 16; len++) { /* masked tails: h[len] must stay untouched */
+    for (int len = 0; len <= lanes; len++) { /* masked tails: h[len] must stay untouched */
         h[len] = 42.0f;
-        kt__moe_silu_mul_avx512(g + 100, u + 100, h, len);
+        silu_mul(g + 100, u + 100, h, len);
         assert_true(h[len] == 42.0f);
     }
-    kt__moe_silu_mul_avx512(g, u, h, N);
+    silu_mul(g, u, h, N);
     for (int i = 0; i < N; i++) {
         double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
         double err = fabs(h[i] - want) / fmax(fabs(want), 1e-30);
         worst = fmax(worst, err);
         if (!(err <= 8 * FLT_EPSILON))
-            fail_msg("silu(%.9g) * %.9g = %.9g, want %.9g", g[i], u[i], h[i], want);
+            fail_msg("%s: silu(%.9g) * %.9g = %.9g, want %.9g", name, g[i], u[i], h[i], want);
     }
     float sg[4] = {NAN, INFINITY, -INFINITY, -200.0f}, su[4] = {1, 1, 1, 1}, sh[4];
-    kt__moe_silu_mul_avx512(sg, su, sh, 4);
+    silu_mul(sg, su, sh, 4);
     assert_true(isnan(sh[0]));
     assert_true(sh[1] == INFINITY && sh[2] == -INFINITY);
     assert_true(sh[3] <= 0.0f && sh[3] > -1e-30f);
-    printf("  silu avx512: worst relative error %.2g (%.1f ulp)\n", worst, worst / FLT_EPSILON);
+    printf("  silu %s: worst relative error %.2g (%.1f ulp)\n", name, worst,
+           worst / FLT_EPSILON);
     free(g);
     free(u);
     free(h);
+}
+
+static void test_silu_avx512(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX512
+    if (!(kt_hw_isa() & KT_ISA_AVX512F))
+        skip();
+    check_silu(kt__moe_silu_mul_avx512, 16, "avx512");
+#else
+    skip();
+#endif
+}
+
+/* The same for the AVX2 one (CPUs without AVX-512F). */
+static void test_silu_avx2(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX2
+    uint64_t need = KT_ISA_AVX2 | KT_ISA_FMA;
+    if ((kt_hw_isa() & need) != need)
+        skip();
+    check_silu(kt__moe_silu_mul_avx2, 8, "avx2");
 #else
     skip();
 #endif
@@ -1403,6 +1425,7 @@ int main(void)
         cmocka_unit_test(test_amx_x2),
         cmocka_unit_test(test_amx_backend_packed),
         cmocka_unit_test(test_silu_avx512),
+        cmocka_unit_test(test_silu_avx2),
     };
     /* KT_TEST_FILTER=test_amx_backend_packed: a subset (sanitizer builds are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
