@@ -23,9 +23,9 @@
  * Run:
  *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 AVX-512 VNNI
- *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: Q4_0 / Q4_K read from their
- *   load-time repack (KT__LF_Q40X / KT__LF_Q4KX, as the backend's decode does by
- *   default).
+ *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: a type with a load-time repack
+ *   (Q4_0, Q4_K, Q8_0; Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X / Q4KX /
+ *   Q80X / Q6KX / IQ4NLX, as the backend's decode does by default).
  * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
  */
 #define _GNU_SOURCE
