@@ -13,7 +13,7 @@
 # lines are printed). TESTS="test_llamafile ..." run first (each cut at 150 s).
 # Steps past DEADLINE (250) seconds are skipped. Logs in $OUT.
 set -u
-[ -n "${NO_ENV:-}" ] || . scripts/device-env.sh
+. scripts/device-env.sh # NO_ENV=1: its functions only
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 T0=$(date +%s)
 late() { [ $(($(date +%s) - T0)) -gt "${DEADLINE:-250}" ]; }

@@ -21,7 +21,7 @@
 # BIN=DIR (release binaries carried in DIR, scripts/device-env.sh's
 # kt_device_bin) nothing is built. Logs in $OUT.
 set -u
-[ -n "${NO_ENV:-}" ] || . scripts/device-env.sh
+. scripts/device-env.sh # NO_ENV=1: its functions only
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 B=${BIN:-${B:-build-device}}
 T0=$(date +%s)
