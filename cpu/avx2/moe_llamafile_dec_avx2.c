@@ -287,6 +287,28 @@ ALWAYS_INLINE void x_group(const int kind, const int S, const uint8_t *t, size_t
     }
 }
 
+/* The 4 rows' int32 lanes T[r] (lanes 0-3 and 4-7 two parts of the same sum) as
+ * [r0 r1 r2 r3 | r0 r1 r2 r3] */
+ALWAYS_INLINE __m256i rows4_hadd(const __m256i T[4])
+{
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(T[0], T[1]), _mm256_hadd_epi32(T[2], T[3]));
+}
+
+/* The 4 rows' sums of a group's blocks as [r0 r1 r2 r3 | r0 r1 r2 r3] of blocks A
+ * | B (S 2: the one block, B zero), from the rows' lanes TA (block A's sub-blocks;
+ * S 2: both halves of the one block) and TB (block B's). */
+ALWAYS_INLINE __m256i rows4_blocks(const int S, const __m256i TA[4], const __m256i TB[4])
+{
+    __m256i tA = rows4_hadd(TA);
+    if (S == 4) {
+        __m256i tB = rows4_hadd(TB);
+        return _mm256_add_epi32(_mm256_permute2x128_si256(tA, tB, 0x20),
+                                _mm256_permute2x128_si256(tA, tB, 0x31));
+    }
+    return _mm256_zextsi128_si256(
+        _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
+}
+
 /* Q4KX group of g = 4 S sub-blocks (S 4 or 2) at byte go of the tile t from
  * sub-block gb of nb: acc += rows . token, lane r (and r + 4) of acc summing row r
  * (act: the Q8_K section's d per 32 xs bytes on, the codes in the Q40X order 2 xs
@@ -310,35 +332,23 @@ ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uin
             _mm_prefetch((const char *)pf + go + (size_t)g * 64 + o, _MM_HINT_T1);
     const __m256i one = _mm256_set1_epi16(1);
     const uint8_t *sc = t + go + (size_t)g * 64, *mn = sc + 4 * g; /* [4 rows][g] bytes */
-    /* ts[h]: [4 rows] x (lanes 0-3: sub-blocks 0-3 of half h, 4-7: 4-7), summed below */
-    __m256i tr[4][2];
+    /* tr[h]: [4 rows] x (lanes 0-3: sub-blocks 0-3 of half h, 4-7: 4-7), summed below */
+    __m256i tr[2][4];
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         if (S == 4) {
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
-                tr[r][h] = _mm256_mullo_epi32(
+                tr[h][r] = _mm256_mullo_epi32(
                     _mm256_madd_epi16(p[r][h], one),
                     _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + r * g + 8 * h))));
         } else { /* both halves hold sub-blocks 0-7 (a step's two pieces) */
-            tr[r][0] = _mm256_mullo_epi32(
+            tr[0][r] = _mm256_mullo_epi32(
                 _mm256_madd_epi16(_mm256_add_epi16(p[r][0], p[r][1]), one),
                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + r * g))));
         }
     }
-    /* lanes [r0 r1 r2 r3 | r0 r1 r2 r3] of half h's sums, then [block A | block B] */
-    __m256i tA = _mm256_hadd_epi32(_mm256_hadd_epi32(tr[0][0], tr[1][0]),
-                                   _mm256_hadd_epi32(tr[2][0], tr[3][0]));
-    __m256i T;
-    if (S == 4) {
-        __m256i tB = _mm256_hadd_epi32(_mm256_hadd_epi32(tr[0][1], tr[1][1]),
-                                       _mm256_hadd_epi32(tr[2][1], tr[3][1]));
-        T = _mm256_add_epi32(_mm256_permute2x128_si256(tA, tB, 0x20),
-                             _mm256_permute2x128_si256(tA, tB, 0x31));
-    } else {
-        T = _mm256_zextsi128_si256(
-            _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
-    }
+    __m256i T = rows4_blocks(S, tr[0], tr[1]);
     /* the min term: m words . the sub-blocks' code sums, pairs of sub-blocks a lane */
     const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
     __m256i b16 = S == 4 ? _mm256_loadu_si256((const __m256i *)bs)
@@ -351,8 +361,7 @@ ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uin
         mr[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m), b16);
     }
     /* [r0 r1 r2 r3 | r0 r1 r2 r3] of blocks A | B (S 2: B zero) */
-    __m256i Mi = _mm256_hadd_epi32(_mm256_hadd_epi32(mr[0], mr[1]),
-                                   _mm256_hadd_epi32(mr[2], mr[3]));
+    __m256i Mi = rows4_hadd(mr);
     /* the rows' (d, dmin) f16 of blocks A, B into [d: r0..r3 A | r0..r3 B], [dmin: ...] */
     const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
     __m128i q[4];
@@ -371,13 +380,6 @@ ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uin
     __m256 fm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi64(c, e)), da);
     *acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(Mi), fm,
                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), fd, *acc));
-}
-
-/* The 4 rows' int32 lanes T[r] (lanes 0-3 and 4-7 two parts of the same sum) as
- * [r0 r1 r2 r3 | r0 r1 r2 r3] */
-ALWAYS_INLINE __m256i rows4_hadd(const __m256i T[4])
-{
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(T[0], T[1]), _mm256_hadd_epi32(T[2], T[3]));
 }
 
 /* Q6KX group of g = 4 S sub-blocks (S 4 or 2) at byte go of the tile t from
@@ -468,15 +470,7 @@ ALWAYS_INLINE void k6x_group(const int S, const uint8_t *t, size_t go, const uin
     if (pf) /* the scale lines: 128 bytes (g 16) or 64 */
         for (int o = 0; o < 8 * g; o += 64)
             _mm_prefetch((const char *)pf + go + (size_t)g * 96 + o, _MM_HINT_T1);
-    __m256i tA = rows4_hadd(TA), T;
-    if (S == 4) {
-        __m256i tB = rows4_hadd(TB);
-        T = _mm256_add_epi32(_mm256_permute2x128_si256(tA, tB, 0x20),
-                             _mm256_permute2x128_si256(tA, tB, 0x31));
-    } else {
-        T = _mm256_zextsi128_si256(
-            _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
-    }
+    __m256i T = rows4_blocks(S, TA, TB);
     /* the rows' d of blocks A, B: [K / 256][4 rows] f16 after the groups */
     const uint8_t *dd = t + (size_t)nb * 104 + (size_t)(gb / 8) * 8;
     __m128i h = S == 4 ? _mm_loadu_si128((const __m128i *)dd) : _mm_loadl_epi64((const __m128i *)dd);
@@ -484,6 +478,17 @@ ALWAYS_INLINE void k6x_group(const int S, const uint8_t *t, size_t go, const uin
     __m256 da = S == 4 ? _mm256_set_m128(_mm_set1_ps(d32[8]), _mm_set1_ps(d32[0]))
                        : _mm256_zextps128_ps256(_mm_set1_ps(d32[0]));
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), _mm256_mul_ps(_mm256_cvtph_ps(h), da), *acc);
+}
+
+/* The Q4KX or Q6KX group kernel (kind X4K / X6K). */
+ALWAYS_INLINE void kx_group(const int kind, const int S, const uint8_t *t, size_t go,
+                            const uint8_t *pf, int gb, int nb, const uint8_t *act, size_t xs,
+                            __m256 *acc)
+{
+    if (kind == X6K)
+        k6x_group(S, t, go, pf, gb, nb, act, xs, acc);
+    else
+        k4x_group(S, t, go, pf, gb, nb, act, xs, acc);
 }
 
 /* out[r] = row r of the tile at t . the token at act (Q4KX, Q6KX: K = 32 nb). */
@@ -494,24 +499,16 @@ ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, i
                      _mm256_setzero_ps()};
     size_t go = 0;
     int b = 0;
-    if (kind == X6K) {
-        for (; b + 16 <= nb; b += 16, go += 104 * 16)
-            k6x_group(4, t, go, pf, b, nb, act, xs, &acc[0]);
+    if (kind == X4K || kind == X6K) {
+        /* tile bytes per sub-block in the groups, then the rows' d (Q4_K: d, dmin) */
+        const size_t sb = kind == X6K ? 104 : 72;
+        const size_t tb = kind == X6K ? kt__q6kx_tile_bytes(32 * nb) : kt__q4kx_tile_bytes(32 * nb);
+        for (; b + 16 <= nb; b += 16, go += sb * 16)
+            kx_group(kind, 4, t, go, pf, b, nb, act, xs, &acc[0]);
         if (nb - b >= 8)
-            k6x_group(2, t, go, pf, b, nb, act, xs, &acc[0]), go += 104 * 8;
+            kx_group(kind, 2, t, go, pf, b, nb, act, xs, &acc[0]), go += sb * 8;
         if (pf) /* the d lines after the groups */
-            for (size_t o = go; o < kt__q6kx_tile_bytes(32 * nb); o += 64)
-                _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
-        _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc[0]),
-                                      _mm256_extractf128_ps(acc[0], 1)));
-        return;
-    } else if (kind == X4K) {
-        for (; b + 16 <= nb; b += 16, go += 72 * 16)
-            k4x_group(4, t, go, pf, b, nb, act, xs, &acc[0]);
-        if (nb - b >= 8)
-            k4x_group(2, t, go, pf, b, nb, act, xs, &acc[0]), go += 72 * 8;
-        if (pf) /* the (d, dmin) lines after the groups */
-            for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
+            for (size_t o = go; o < tb; o += 64)
                 _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
         _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc[0]),
                                       _mm256_extractf128_ps(acc[0], 1)));
