@@ -716,7 +716,6 @@ static int int_tables = 1;
 typedef struct i8_src {
     const uint8_t *w;      /* the block's first row at input k0                   */
     const uint8_t *w_next; /* the next block's (prefetched near the end), or NULL */
-    int nr_next;           /* rows of w_next: NB, or fewer (the next call's block)  */
     size_t ldw;            /* bytes between rows                                   */
     int bps;               /* bytes per 64 inputs: 64 (int8) or 32 (int4)          */
     /* INT4 only */
@@ -1039,55 +1038,12 @@ static int first_pf = 1;
  * 2 of 3 (the first passes 4-10 ms a call and thread longer, the later ones
  * 6-23 shorter; docs/bench/h200-xeon16-amx13-2138-wide-first.txt): not default. */
 static int wide_first = 0;
-/* KT_AMX_NEXT_CALL=1: a call's last 32-row block prefetches into L2, during
- * its later passes, the first block of the thread's next call, as each block
- * within a call does for the one after it. The backend names that call's rows
- * beforehand through the packer's prefetch hint (phase 1: the item's up rows
- * before its gate call, the next item's gate rows; phase 2: the next expert's
- * down rows), so those hints queue here per thread, oldest first, and each
- * packed call takes one. Without it the first block of every call (half the
- * gate / up blocks of a 64-row item) streams its rows from memory during its
- * first pass with only its first chunk started early. Xeon 21:24 / 21:38,
- * alternating, DeepSeek-V3 T=4096: AMXINT4 g128 ahead in 2 of 6 pairs,
- * AMXINT8 3 of 6: not default. KT_AMX_PROFILE showed why: the first passes
- * of blocks read from memory took no longer than those of blocks in L2
- * (docs/bench/h200-xeon16-amx13-2124-next-call.txt). */
-static int next_call_on = 0;
-
-/* Rows of a later call that a hint named: the first block's first row at
- * input 0, bytes between rows, rows (at most NB). */
-typedef struct next_rows {
-    const uint8_t *w;
-    size_t ldw;
-    int rows;
-} next_rows;
-static _Thread_local next_rows hinted[2]; /* oldest first; a third drops the oldest */
-static _Thread_local int n_hinted;
-/* The rows the thread's previous call prefetched whole (its first block's
- * in_l2 when they are this call's), or NULL */
-static _Thread_local const uint8_t *prefetched_rows;
-
-static void hint_push(const void *w, size_t ldw, int n0, int n1)
-{
-    if (n_hinted == 2) {
-        hinted[0] = hinted[1];
-        n_hinted = 1;
-    }
-    hinted[n_hinted++] = (next_rows){(const uint8_t *)w + (size_t)n0 * ldw, ldw,
-                                     imin(NB, n1 - n0)};
-}
-
-/* The oldest hint (the thread's next call), or rows 0 when none. */
-static next_rows hint_pop(void)
-{
-    next_rows h = {0};
-    if (n_hinted) {
-        h = hinted[0];
-        hinted[0] = hinted[1];
-        n_hinted--;
-    }
-    return h;
-}
+/* KT_AMX_NEXT_CALL=1 (amx13, session 11; removed): a call's last 32-row block
+ * prefetched, during its later passes, the first block of the thread's next call
+ * (the packer's hints queued per thread). Xeon 21:24 / 21:38, alternating,
+ * DeepSeek-V3 T=4096: AMXINT4 g128 ahead in 2 of 6 pairs, AMXINT8 3 of 6; the
+ * profile showed why: the first passes of blocks read from memory took no longer
+ * than those of blocks in L2 (docs/bench/h200-xeon16-amx13-2124-next-call.txt). */
 
 /* INT4 rows rescaled 128 inputs a load (PERM_EO128) where they can be;
  * KT_AMX_EO128=0: 64 (EO64), for measuring */
@@ -1129,15 +1085,15 @@ static void pf_start(pf_stream *p, const i8_src *src, int kt_n, int kq, int c, i
         p->row = NULL;
 }
 
-/* A stream over whole rows: `rows` rows of pn lines from base (NULL: none). */
-static void pf_rows(pf_stream *p, const uint8_t *base, size_t ldw, int pn, int rows, int steps)
+/* A stream over whole rows: NB rows of pn lines from base (NULL: none). */
+static void pf_rows(pf_stream *p, const uint8_t *base, size_t ldw, int pn, int steps)
 {
     p->row = (const char *)base;
     p->ldw = ldw;
     p->pn = pn;
     p->line = 0;
-    p->rows_left = rows;
-    p->per = (rows * pn + steps - 1) / steps;
+    p->rows_left = NB;
+    p->per = (NB * pn + steps - 1) / steps;
 }
 
 /* Issues the stream's next `per` lines into L1 (t0) or L2. */
@@ -1329,7 +1285,7 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
                     far.row = NULL;
             } else if (passes && p == 1 && ci == 0) {
                 pf_rows(&far, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64,
-                        src->nr_next, (n_mb - 1) * kt_n);
+                        (n_mb - 1) * kt_n);
                 next_in_l2 = src->w_next && pf_mode != 2 && !(probe & 4);
                 near.row = NULL;
                 if (probe & 4)
@@ -1566,7 +1522,6 @@ static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float
     b->nr = imin(NB, n1 - nb);
     b->w = (const uint8_t *)W->w + (size_t)nb * b->ldw + (size_t)k0 / 2;
     b->w_next = nb + NB < n1 ? b->w + NB * b->ldw : NULL;
-    b->nr_next = NB;
     b->sc = (const uint16_t *)W->scale + (size_t)nb * b->lds + (size_t)k0 / (size_t)b->g;
     b->inv16 = inv16;
     b->e = e;
@@ -1592,23 +1547,12 @@ static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float
     }
 }
 
-/* The last block's next rows: the thread's next call's first block (`after`,
- * KT_AMX_NEXT_CALL) where its rows are as far apart as these; it remembers
- * whether they were prefetched whole. */
-static void next_call_rows(i8_src *last, const next_rows *after)
-{
-    if (after && after->rows > 0 && after->ldw == last->ldw) {
-        last->w_next = after->w;
-        last->nr_next = after->rows;
-    }
-}
-
 /* INT4 rows [n0, n1) rescaled to one scale per row (see "INT4 on one scale
  * per row") through tiles_i8_rows, 32 rows at a time, each block's first chunk
  * rescaled during the block before; the activations as for amx_i8_packed. */
 static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
                             size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
-                            amx_scratch *s, int g, int perm, const next_rows *after)
+                            amx_scratch *s, int g, int perm)
 {
     i8_src blk[2];
     float *rs[2] = {s->gsc, s->gsc + 2 * NB}, *inv16[2] = {s->gsc + NB, s->gsc + 3 * NB};
@@ -1625,8 +1569,6 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
     amx_prof *pr = prof_here();
     uint64_t t = prof_tsc(pr);
     i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0], e[0]);
-    blk[0].in_l2 = blk[0].w == prefetched_rows;
-    prefetched_rows = NULL;
     prof_add(pr, AP_BLOCK, &t);
     for (int nb = n0, i = 0; nb < n1; nb += NB, i ^= 1) {
         i8_src *cur = &blk[i], *nx = &blk[i ^ 1];
@@ -1637,14 +1579,10 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
             prof_add(pr, AP_BLOCK, &t);
             cur->next = nx;
             nx->base = cur->base + (kt_n + kq - 1) / kq;
-        } else {
-            next_call_rows(cur, after);
         }
         nx->in_l2 = tiles_i8_rows(cur, xw, x_mb_stride, mn, kt_n, rs[i], ts, cur->nr, Cm, ldc,
                                   nb - n0, s);
         nx->ready = 1;
-        if (nb + NB >= n1 && nx->in_l2)
-            prefetched_rows = cur->w_next;
     }
 }
 
@@ -1654,12 +1592,11 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
  * int4_exact); the rest decoded. */
 static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, const uint8_t *xw,
                           size_t x_mb_stride, const float *ts, int mn, float *Cm, int ldc,
-                          amx_scratch *s, decode_i8_fn decode, int g, int perm,
-                          const next_rows *after)
+                          amx_scratch *s, decode_i8_fn decode, int g, int perm)
 {
     int na = n0;
     if (decode == decode_i8_int4 && !int4_exact) {
-        amx_i4_rescaled(W, n0, n1, k0, k1, xw, x_mb_stride, ts, mn, Cm, ldc, s, g, perm, after);
+        amx_i4_rescaled(W, n0, n1, k0, k1, xw, x_mb_stride, ts, mn, Cm, ldc, s, g, perm);
         return;
     }
     if (!decode && (k1 - k0) % 64 == 0) {
@@ -1667,19 +1604,14 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
         const int8_t *wq = (const int8_t *)W->w + k0;
         size_t ldw = (size_t)W->cols;
         configure_tiles(64);
-        int in_l2 = (const uint8_t *)(wq + (size_t)n0 * ldw) == prefetched_rows;
-        prefetched_rows = NULL;
+        int in_l2 = 0;
         for (int nb = n0; nb < nfull; nb += NB) {
             const int8_t *w = wq + (size_t)nb * ldw;
             i8_src src = {.w = (const uint8_t *)w,
                           .w_next = nb + NB < nfull ? (const uint8_t *)(w + NB * ldw) : NULL,
-                          .nr_next = NB, .ldw = ldw, .bps = 64, .in_l2 = in_l2};
-            if (nb + NB >= nfull && nfull == n1)
-                next_call_rows(&src, after);
+                          .ldw = ldw, .bps = 64, .in_l2 = in_l2};
             in_l2 = tiles_i8_rows(&src, xw, x_mb_stride, mn, kt_all, (const float *)W->scale + nb,
                                   ts, NB, Cm, ldc, nb - n0, s);
-            if (nb + NB >= nfull && nfull == n1 && in_l2)
-                prefetched_rows = src.w_next;
         }
         na = nfull;
     }
@@ -1736,7 +1668,7 @@ static void amx_gemm_i8(const kt__wmat *W, int n0, int n1, int k0, int k1, const
         }
         if (whole_k) {
             amx_i8_packed(W, n0, n1, k0, k1, xpack, (size_t)kt_all * XSTEP, s->tscale, mn, Cm,
-                          ldc, s, decode, g, perm, NULL);
+                          ldc, s, decode, g, perm);
             continue;
         }
         amx_rows_decoded(W, n0, n1, k0, k1, NULL, (size_t)(KCH / 64) * XSTEP, s->tscale, A,
@@ -1788,14 +1720,10 @@ static void gemm_packed_i8(const kt__wmat *W, int n0, int n1, int K, const void 
     prof_set = W->rows > W->cols; /* the down products (H > I) */
     const uint8_t *x = (const uint8_t *)P + (size_t)((Mtot + 15) / 16) * 64 +
                        (size_t)(m0 / 16) * stride;
-    /* the thread's next call's rows (KT_AMX_NEXT_CALL), for the last batch's
-     * last block; a call's first token batch takes the hint (the backend
-     * hints once per item or expert, not per batch) */
-    next_rows after = next_call_on && m0 == 0 ? hint_pop() : (next_rows){0};
     for (int mb = 0; mb < M; mb += MMAX)
         amx_i8_packed(W, n0, n1, 0, K, x + (size_t)(mb / 16) * stride, stride, ts + mb,
                       imin(MMAX, M - mb), C + (size_t)mb * ldc, ldc, s, decode, g,
-                      perm_of(decode, g, K), mb + MMAX >= M ? &after : NULL);
+                      perm_of(decode, g, K));
 }
 
 /* ---- BF16X2 activations on AMX-BF16 tiles ------------------------------------
@@ -2164,8 +2092,6 @@ static void prefetch_int8(const kt__wmat *W, int n0, int n1)
     if (!prefetch_on)
         return;
     size_t ldw = (size_t)W->cols;
-    if (next_call_on)
-        hint_push(W->w, ldw, n0, n1);
     prefetch_first(W->w, ldw, n0, n1, ldw < (size_t)kc8 * 64 ? ldw : (size_t)kc8 * 64);
 }
 
@@ -2174,8 +2100,6 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1)
     if (!prefetch_on)
         return;
     size_t ldw = (size_t)W->cols / 2;
-    if (next_call_on)
-        hint_push(W->w, ldw, n0, n1);
     prefetch_first(W->w, ldw, n0, n1, ldw < KCH / 2 ? ldw : KCH / 2);
     /* and the rows' scales (contiguous), which i4_block reads at the call's start */
     size_t lds = (size_t)W->cols / (size_t)(W->group > 0 ? W->group : 32) * 2;
@@ -2251,9 +2175,6 @@ static void init_sets(void)
     env = getenv("KT_AMX_WIDE_FIRST");
     if (env)
         wide_first = !strcmp(env, "1");
-    env = getenv("KT_AMX_NEXT_CALL");
-    if (env)
-        next_call_on = !strcmp(env, "1");
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
