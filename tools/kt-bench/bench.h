@@ -96,23 +96,29 @@ double gemm_measure_yardstick(int64_t m, int64_t n, int64_t k, int reps, gemm_ki
 
 /* A batch of per-expert matmuls over cold weights, the yardstick for MoE
  * prefill: for each expert e with counts[e] > 0 tokens, gate/up [m][H]x[H][I]
- * and down [m][I]x[I][H] on BF16 weights stored [out][in] (the same layout the
- * MoE backend reads). Weights of `n_sets` independent copies of the E experts
- * are cycled so each call reads them from memory. */
+ * and down [m][I]x[I][H] on weights stored [out][in] (the same layout the MoE
+ * backend reads): `kind` GEMM_BF16, BF16 weights and activations, F32 out;
+ * GEMM_INT8, s8 weights, u8 activations, s32 out (AMXINT8's codes without
+ * their scales). Weights of `n_sets` independent copies of the E experts are
+ * cycled so each call reads them from memory. */
 typedef struct gemm_moe gemm_moe;
-gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_sets,
-                          const uint16_t *const *gate, const uint16_t *const *up,
-                          const uint16_t *const *down);
+gemm_moe *gemm_moe_create(gemm_kind kind, int64_t h, int64_t inter, int32_t n_experts,
+                          int n_sets, const void *const *gate, const void *const *up,
+                          const void *const *down);
 /* Reorders every expert's weights once into the layout oneDNN prefers for
  * m_hint rows (as an engine would at load time; needs as much memory again)
  * and runs on those copies from then on. False on failure (gemm_last_error). */
 bool gemm_moe_pack(gemm_moe *g, int32_t m_hint);
-/* oneDNN's implementation name of the first primitive run ("brg:avx512_core_bf16"). */
+/* oneDNN's implementation name of the first primitive run ("brg:avx512_core_bf16",
+ * "brg:avx512_core_amx" for INT8 on AMX tiles). */
 const char *gemm_moe_impl(const gemm_moe *g);
 /* Seconds for one layer pass with the given per-expert token counts; -1 on error. */
 double gemm_moe_run(gemm_moe *g, int set, const int32_t *counts);
 void gemm_moe_free(gemm_moe *g);
 const char *gemm_last_error(void);
+/* True when the last failure since gemm_moe_create was oneDNN having no matmul
+ * for the types on this CPU: a fact about the machine, not a failed run. */
+bool gemm_no_impl(void);
 
 /* ---- JSON rows --------------------------------------------------------------- */
 

@@ -42,6 +42,11 @@ const char *gemm_last_error(void)
     return gemm_error[0] ? gemm_error : "no error";
 }
 
+bool gemm_no_impl(void)
+{
+    return no_impl;
+}
+
 #if KT_HAVE_ONEDNN
 
 bool gemm_available(void)
@@ -297,10 +302,11 @@ double gemm_measure_yardstick(int64_t m, int64_t n, int64_t k, int reps, gemm_ki
 /* ---- the per-expert batch (MoE prefill yardstick) ------------------------- */
 
 struct gemm_moe {
+    gemm_kind kind;   /* GEMM_BF16: BF16 weights; GEMM_INT8: s8 weights, u8 src, s32 dst */
     int64_t h, inter;
     int32_t n_experts;
     int n_sets;
-    const uint16_t *const *w_gate, *const *w_up, *const *w_down;   /* [n_sets * E] */
+    const void *const *w_gate, *const *w_up, *const *w_down;   /* [n_sets * E] */
     /* packed: every weight reordered once into oneDNN's preferred layout */
     bool packed;
     dnnl_memory_desc_t md_gate_up, md_down;
@@ -312,10 +318,15 @@ struct gemm_moe {
     matmul *down;      /* [max_m + 1]: [m][I] x [I][H]                       */
 };
 
-gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_sets,
-                          const uint16_t *const *gate, const uint16_t *const *up,
-                          const uint16_t *const *down)
+gemm_moe *gemm_moe_create(gemm_kind kind, int64_t h, int64_t inter, int32_t n_experts,
+                          int n_sets, const void *const *gate, const void *const *up,
+                          const void *const *down)
 {
+    if (kind == GEMM_F32) {
+        set_error("the per-expert batch runs BF16 or INT8 weights, not F32");
+        return NULL;
+    }
+    no_impl = false;
     if (!dnnl_ready())
         return NULL;
     gemm_moe *g = calloc(1, sizeof *g);
@@ -323,6 +334,7 @@ gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_set
         set_error("out of memory");
         return NULL;
     }
+    g->kind = kind;
     g->h = h;
     g->inter = inter;
     g->n_experts = n_experts;
@@ -333,27 +345,29 @@ gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_set
     return g;
 }
 
-/* The layout oneDNN prefers for [K][N] BF16 weights at m rows. */
-static bool preferred_md(int64_t m, int64_t n, int64_t k, dnnl_memory_desc_t *out)
+/* The layout oneDNN prefers for [K][N] weights of `kind` at m rows. */
+static bool preferred_md(gemm_kind kind, int64_t m, int64_t n, int64_t k,
+                         dnnl_memory_desc_t *out)
 {
     matmul probe;
-    if (!matmul_init_md(&probe, GEMM_BF16, m, n, k, dnnl_format_tag_any, NULL, NULL))
+    if (!matmul_init_md(&probe, kind, m, n, k, dnnl_format_tag_any, NULL, NULL))
         return false;
     *out = *dnnl_primitive_desc_query_md(probe.pd, dnnl_query_weights_md, 0);
     matmul_free(&probe);
     return true;
 }
 
-/* dst (layout md) = src ([n][k] plain BF16) through a oneDNN reorder. */
-static bool reorder_into(const void *src, int64_t n, int64_t k, const dnnl_memory_desc_t *md,
-                         dnnl_memory_t *dst)
+/* dst (layout md) = src ([n][k] plain BF16 or s8) through a oneDNN reorder. */
+static bool reorder_into(gemm_kind kind, const void *src, int64_t n, int64_t k,
+                         const dnnl_memory_desc_t *md, dnnl_memory_t *dst)
 {
     dnnl_dims_t wd = {k, n};
     dnnl_memory_desc_t plain;
     dnnl_memory_t from = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_t prim = NULL;
-    bool ok = dnnl_memory_desc_init_by_tag(&plain, 2, wd, dnnl_bf16, dnnl_ba) == dnnl_success &&
+    dnnl_data_type_t wt = kind == GEMM_INT8 ? dnnl_s8 : dnnl_bf16;
+    bool ok = dnnl_memory_desc_init_by_tag(&plain, 2, wd, wt, dnnl_ba) == dnnl_success &&
               dnnl_memory_create(&from, &plain, engine, (void *)src) == dnnl_success &&
               dnnl_memory_create(dst, md, engine, DNNL_MEMORY_ALLOCATE) == dnnl_success &&
               dnnl_reorder_primitive_desc_create(&pd, &plain, engine, md, engine, NULL) ==
@@ -378,8 +392,8 @@ static bool reorder_into(const void *src, int64_t n, int64_t k, const dnnl_memor
 bool gemm_moe_pack(gemm_moe *g, int32_t m_hint)
 {
     size_t total = (size_t)g->n_sets * (size_t)g->n_experts;
-    if (!preferred_md(m_hint, g->inter, g->h, &g->md_gate_up) ||
-        !preferred_md(m_hint, g->h, g->inter, &g->md_down))
+    if (!preferred_md(g->kind, m_hint, g->inter, g->h, &g->md_gate_up) ||
+        !preferred_md(g->kind, m_hint, g->h, g->inter, &g->md_down))
         return false;
     g->p_gate = calloc(total, sizeof *g->p_gate);
     g->p_up = calloc(total, sizeof *g->p_up);
@@ -402,9 +416,9 @@ bool gemm_moe_pack(gemm_moe *g, int32_t m_hint)
             continue;
         }
         dnnl_memory_t *mem = g->p_mem + 3 * i;
-        if (!reorder_into(g->w_gate[i], g->inter, g->h, &g->md_gate_up, &mem[0]) ||
-            !reorder_into(g->w_up[i], g->inter, g->h, &g->md_gate_up, &mem[1]) ||
-            !reorder_into(g->w_down[i], g->h, g->inter, &g->md_down, &mem[2]))
+        if (!reorder_into(g->kind, g->w_gate[i], g->inter, g->h, &g->md_gate_up, &mem[0]) ||
+            !reorder_into(g->kind, g->w_up[i], g->inter, g->h, &g->md_gate_up, &mem[1]) ||
+            !reorder_into(g->kind, g->w_down[i], g->h, g->inter, &g->md_down, &mem[2]))
             return false;
         dnnl_memory_get_data_handle(mem[0], &g->p_gate[i]);
         dnnl_memory_get_data_handle(mem[1], &g->p_up[i]);
@@ -439,11 +453,11 @@ static bool ensure_m(gemm_moe *g, int32_t m)
     if (g->gate_up[m].prim)
         return true;
     /* The weight handle is swapped per expert at run time; start with expert 0. */
-    if (!matmul_init_md(&g->gate_up[m], GEMM_BF16, m, g->inter, g->h, dnnl_ba,
+    if (!matmul_init_md(&g->gate_up[m], g->kind, m, g->inter, g->h, dnnl_ba,
                         g->packed ? &g->md_gate_up : NULL,
                         g->packed ? g->p_gate[0] : (void *)g->w_gate[0]))
         return false;
-    if (!matmul_init_md(&g->down[m], GEMM_BF16, m, g->h, g->inter, dnnl_ba,
+    if (!matmul_init_md(&g->down[m], g->kind, m, g->h, g->inter, dnnl_ba,
                         g->packed ? &g->md_down : NULL,
                         g->packed ? g->p_down[0] : (void *)g->w_down[0])) {
         matmul_free(&g->gate_up[m]);
@@ -532,9 +546,9 @@ double gemm_measure_yardstick(int64_t m, int64_t n, int64_t k, int reps, gemm_ki
     set_error("kt-bench was built without oneDNN");
     return -1;
 }
-gemm_moe *gemm_moe_create(int64_t h, int64_t inter, int32_t n_experts, int n_sets,
-                          const uint16_t *const *gate, const uint16_t *const *up,
-                          const uint16_t *const *down)
+gemm_moe *gemm_moe_create(gemm_kind kind, int64_t h, int64_t inter, int32_t n_experts,
+                          int n_sets, const void *const *gate, const void *const *up,
+                          const void *const *down)
 {
     set_error("kt-bench was built without oneDNN");
     return NULL;

@@ -2,7 +2,8 @@
  * shapes of real models, reported as ratios of this machine's own limits
  * measured in the same run: decode as GB/s of expert weights read next to
  * stream read bandwidth, prefill as TFLOP/s next to oneDNN BF16 matmuls over
- * the same per-expert shapes and routing. */
+ * the same per-expert shapes and routing, and the AMXINT8 / AMXINT4 rows also
+ * next to oneDNN INT8 (u8 x s8 -> s32) matmuls over them. */
 #include "bench.h"
 
 #include <math.h>
@@ -309,6 +310,7 @@ typedef struct run_cfg {
     uint64_t seed;
     bool onednn;
     bool onednn_packed;    /* oneDNN on weights reordered to its layout */
+    bool onednn_bf16, onednn_int8;   /* --onednn-types: the yardsticks to run */
 } run_cfg;
 
 typedef struct row {
@@ -317,6 +319,7 @@ typedef struct row {
     double gbs, tflops;             /* medians of the per-call rates     */
     double gbs_mean, tflops_mean;   /* total work / total time           */
     double stream_gbs, onednn_tflops;
+    double onednn_int8_tops;        /* AMXINT8 / AMXINT4 prefill rows only */
     int64_t calls;
     char isa[48];
     uint32_t layers;
@@ -511,7 +514,8 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
     return true;
 }
 
-/* oneDNN BF16 over the same shapes and routing sequence (same seed per T). */
+/* oneDNN (BF16 or INT8) over the same shapes and routing sequence (same seed
+ * per T); its ops per second (x 1e12) in *tflops. */
 static bool time_onednn(const run_cfg *c, gemm_moe *g, const weight_set *ws, io_bufs *io,
                         int64_t t, double *tflops)
 {
@@ -660,6 +664,98 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     return ok;
 }
 
+static bool is_amx_int(int method)
+{
+    return method == KT_METHOD_AMXINT8 || method == KT_METHOD_AMXINT4;
+}
+
+/* Does the yardstick of `kind` serve row r? BF16 every prefill row (the BF16
+ * figure is printed for the AMX rows too), INT8 the AMXINT8 / AMXINT4 ones. */
+static bool yardstick_serves(gemm_kind kind, const row *r)
+{
+    return r->t > 16 && (kind == GEMM_BF16 || is_amx_int(r->method));
+}
+
+/* One oneDNN yardstick: the per-expert batch of `kind` (BF16 weights, or s8
+ * weights with u8 activations and s32 out) on its own weight set, sized and
+ * cycled like the backend's, timed for every prefill T some row needs; the
+ * figures land in those rows. Where it did not run *why says why (for the
+ * summary lines); false when that is a failure, not oneDNN lacking the types
+ * on this CPU. */
+static bool run_onednn(const run_cfg *c, const bench_hw *hw, bench_team *team, io_bufs *io,
+                       gemm_kind kind, row *rows, int n_rows, char *why, size_t why_size)
+{
+    const model_shape *m = c->model;
+    const char *type = kind == GEMM_INT8 ? "INT8" : "BF16";
+    bool wanted[MAX_TOKEN_COUNTS] = {false}, any = false;
+    for (int i = 0; i < c->n_tokens; i++)
+        for (int r = 0; r < n_rows; r++)
+            if (rows[r].t == c->tokens[i] && yardstick_serves(kind, &rows[r]))
+                wanted[i] = any = true;
+    if (!any)
+        return true;
+    /* The INT8 set has AMXINT8's bytes: int8 [out][in] codes (the per-row
+     * scales beside them are not read: oneDNN's s32 sums stop before them). */
+    int method = kind == GEMM_INT8 ? KT_METHOD_AMXINT8 : KT_METHOD_BF16;
+    expert_layout lay;
+    layout_for(method, m->h, m->inter, &lay);
+    uint32_t n_layers;
+    int64_t n_slots;
+    char note[256];
+    weight_set ws;
+    run_cfg plan = *c;
+    if (c->onednn_packed)
+        plan.mem_fraction /= 2;   /* the packed copy needs as much again */
+    if (!plan_memory(&plan, hw, &lay, &n_layers, &n_slots, note, sizeof note) ||
+        !weight_set_alloc(&ws, team, method, m, n_layers, n_slots,
+                          c->seed + (kind == GEMM_INT8 ? 98 : 99))) {
+        snprintf(why, why_size, "cannot allocate its %s weights", type);
+        fprintf(stderr, "kt-bench moe: oneDNN %s: %s\n", type, why);
+        return false;
+    }
+    gemm_set_threads(c->threads);
+    gemm_moe *g = gemm_moe_create(kind, m->h, m->inter, m->n_experts, (int)ws.n_layers,
+                                  (const void *const *)ws.ptr[0],
+                                  (const void *const *)ws.ptr[1],
+                                  (const void *const *)ws.ptr[2]);
+    if (!g || (c->onednn_packed && !gemm_moe_pack(g, 32))) {   /* 32: a typical prefill m */
+        snprintf(why, why_size, "%s", gemm_last_error());
+        fprintf(stderr, "kt-bench moe: oneDNN %s: %s\n", type, why);
+        gemm_moe_free(g);
+        weight_set_free(&ws);
+        return gemm_no_impl();
+    }
+    printf("oneDNN %s matmul per expert (%s, %d threads, %s weights, %u layers), same "
+           "shapes and routing:\n", type,
+           kind == GEMM_INT8 ? "u8 x s8 -> s32" : "bf16 x bf16 -> f32", c->threads,
+           c->onednn_packed ? "packed" : "plain", ws.n_layers);
+    bool ok = true;
+    for (int i = 0; i < c->n_tokens; i++) {
+        if (!wanted[i])
+            continue;
+        double tf;
+        if (!time_onednn(c, g, &ws, io, c->tokens[i], &tf)) {
+            snprintf(why, why_size, "%s", gemm_last_error());
+            fprintf(stderr, "kt-bench moe: oneDNN %s: %s\n", type, why);
+            ok = gemm_no_impl();
+            break;
+        }
+        printf("  T=%-5lld %8.4f %s  [%s]\n", (long long)c->tokens[i], tf,
+               kind == GEMM_INT8 ? "TOP/s  " : "TFLOP/s", gemm_moe_impl(g));
+        fflush(stdout);
+        for (int r = 0; r < n_rows; r++)
+            if (rows[r].t == c->tokens[i] && yardstick_serves(kind, &rows[r])) {
+                if (kind == GEMM_INT8)
+                    rows[r].onednn_int8_tops = tf;
+                else
+                    rows[r].onednn_tflops = tf;
+            }
+    }
+    gemm_moe_free(g);
+    weight_set_free(&ws);
+    return ok;
+}
+
 /* ---- kt-bench moe ---------------------------------------------------------- */
 
 static void moe_usage(FILE *f)
@@ -674,7 +770,11 @@ static void moe_usage(FILE *f)
             "    distinct experts each call touches, scales included, over its time),\n"
             "    next to the stream read bandwidth sampled between the calls;\n"
             "  prefill: TFLOP/s (2*3*H*I*k*T per call) next to oneDNN BF16 matmuls over\n"
-            "    the same per-expert shapes, routing and thread count.\n"
+            "    the same per-expert shapes, routing and thread count; AMXINT8 and\n"
+            "    AMXINT4 also next to oneDNN INT8 matmuls (u8 activations x s8 weights\n"
+            "    -> s32, TOP/s on the same count) over the same work: 'x oneDNN INT8'.\n"
+            "    Each yardstick streams its own weights, cycled over layers like the\n"
+            "    backend's, and runs after the backend's rows for the prefill T only.\n"
             "Routing is uniform random, k distinct experts per token. The weights span\n"
             "at least 8x the L3 cache and calls cycle through the layers, so every call\n"
             "reads cold weights. The last lines state the ratios.\n"
@@ -701,15 +801,18 @@ static void moe_usage(FILE *f)
             "                     (default: 8x L3, at least 256)\n"
             "  --onednn-weights W packed (default): oneDNN runs on a copy of the weights\n"
             "                     reordered once into its preferred layout, as an engine\n"
-            "                     would at load time; plain: on the [out][in] BF16\n"
-            "                     matrices as stored\n"
+            "                     would at load time; plain: on the [out][in] BF16 or\n"
+            "                     int8 matrices as stored\n"
+            "  --onednn-types L   the yardsticks to run: bf16, int8 or bf16,int8 (default;\n"
+            "                     INT8 runs only for AMXINT8 / AMXINT4 rows, BF16 for all)\n"
             "  --no-onednn        skip the oneDNN comparison\n"
             "  --group-size G     AMXINT4 inputs per scale: 32 (default), 64, 128\n"
             "  --gguf FILE        LLAMAFILE on a GGUF's routed experts instead of synthetic\n"
             "                     weights (kt-bench moe --gguf FILE --help)\n"
             "  --seed N           routing and weight seed (default 1)\n"
             "  --json FILE        write every row as JSON (method, shape, T, GB/s, stream\n"
-            "                     GB/s, TFLOP/s, oneDNN TFLOP/s, threads, ISA path)\n");
+            "                     GB/s, TFLOP/s, oneDNN BF16 TFLOP/s onednn_tflops, oneDNN\n"
+            "                     INT8 TOP/s onednn_int8_tops (0: not run), threads, ISA)\n");
 }
 
 static bool parse_methods(const char *text, run_cfg *c)
@@ -742,6 +845,34 @@ static bool parse_methods(const char *text, run_cfg *c)
     return c->n_methods > 0;
 }
 
+/* --onednn-types: bf16, int8 or both, comma-separated. */
+static bool parse_onednn_types(const char *text, run_cfg *c)
+{
+    char buf[64];
+    if (strlen(text) >= sizeof buf) {
+        fprintf(stderr, "kt-bench moe: --onednn-types: expected bf16, int8 or bf16,int8\n");
+        return false;
+    }
+    strcpy(buf, text);
+    c->onednn_bf16 = c->onednn_int8 = false;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (!strcasecmp(tok, "bf16")) {
+            c->onednn_bf16 = true;
+        } else if (!strcasecmp(tok, "int8")) {
+            c->onednn_int8 = true;
+        } else {
+            fprintf(stderr, "kt-bench moe: --onednn-types: '%s' is not bf16 or int8\n", tok);
+            return false;
+        }
+    }
+    if (!c->onednn_bf16 && !c->onednn_int8) {
+        fprintf(stderr, "kt-bench moe: --onednn-types: empty list (--no-onednn runs none)\n");
+        return false;
+    }
+    return true;
+}
+
 int bench_moe_gguf(int argc, char **argv); /* moe_gguf.c */
 
 int cmd_moe(int argc, char **argv)
@@ -764,6 +895,7 @@ int cmd_moe(int argc, char **argv)
     c.seed = 1;
     c.onednn = true;
     c.onednn_packed = true;
+    c.onednn_bf16 = c.onednn_int8 = true;
     int64_t threads = 0, seed = 1;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -851,6 +983,9 @@ int cmd_moe(int argc, char **argv)
             }
         } else if (opt_match(argc, argv, &i, "--no-onednn", false, &v, &bad)) {
             c.onednn = false;
+        } else if (opt_match(argc, argv, &i, "--onednn-types", true, &v, &bad)) {
+            if (bad || !parse_onednn_types(v, &c))
+                return 2;
         } else if (opt_match(argc, argv, &i, "--group-size", true, &v, &bad)) {
             if (bad)
                 return 2;
@@ -864,17 +999,28 @@ int cmd_moe(int argc, char **argv)
             return 2;
         }
     }
-    if (c.onednn && !gemm_available()) {
+    /* why a yardstick did not run, for the summary lines */
+    char why_bf16[256] = "not in --onednn-types", why_int8[256] = "not in --onednn-types";
+    if (!c.onednn) {
+        snprintf(why_bf16, sizeof why_bf16, "--no-onednn");
+        snprintf(why_int8, sizeof why_int8, "--no-onednn");
+    } else if (!gemm_available()) {
         fprintf(stderr, "kt-bench moe: built without oneDNN; prefill ratios are skipped\n");
+        snprintf(why_bf16, sizeof why_bf16, "built without oneDNN");
+        snprintf(why_int8, sizeof why_int8, "built without oneDNN");
         c.onednn = false;
     }
-    /* oneDNN's BF16 matmuls need AVX-512 (2.6 has no AVX2 implementation) */
+    c.onednn_bf16 &= c.onednn;
+    c.onednn_int8 &= c.onednn;
+    /* oneDNN's BF16 matmuls need AVX-512 (2.6 has no AVX2 implementation); its
+     * u8 x s8 ones run on AVX2 too */
     const uint64_t avx512_core = KT_ISA_AVX512F | KT_ISA_AVX512BW | KT_ISA_AVX512VL |
                                  KT_ISA_AVX512DQ;
-    if (c.onednn && (kt_hw_isa() & avx512_core) != avx512_core) {
+    if (c.onednn_bf16 && (kt_hw_isa() & avx512_core) != avx512_core) {
         fprintf(stderr, "kt-bench moe: this CPU has no AVX-512, so oneDNN has no BF16 matmul "
-                        "here; prefill ratios are skipped\n");
-        c.onednn = false;
+                        "here; the BF16 ratios are skipped\n");
+        snprintf(why_bf16, sizeof why_bf16, "oneDNN 2.6 has no BF16 matmul without AVX-512");
+        c.onednn_bf16 = false;
     }
     bench_hw hw;
     c.threads = bench_hw_start(&hw, threads);
@@ -937,54 +1083,14 @@ int cmd_moe(int argc, char **argv)
         if (!run_method(&c, &hw, team, sb, &io, c.methods[i], rows, &n_rows))
             rc = 1;
 
-    /* oneDNN yardstick: BF16 weights sized like the BF16 run, same routings. */
-    if (c.onednn && n_rows > 0) {
-        expert_layout lay;
-        layout_for(KT_METHOD_BF16, m->h, m->inter, &lay);
-        uint32_t n_layers;
-        int64_t n_slots;
-        char note[256];
-        weight_set ws;
-        run_cfg plan = c;
-        if (c.onednn_packed)
-            plan.mem_fraction /= 2;   /* the packed copy needs as much again */
-        gemm_moe *g = NULL;
-        if (!plan_memory(&plan, &hw, &lay, &n_layers, &n_slots, note, sizeof note) ||
-            !weight_set_alloc(&ws, team, KT_METHOD_BF16, m, n_layers, n_slots, c.seed + 99)) {
-            fprintf(stderr, "kt-bench moe: oneDNN: cannot allocate its BF16 weights\n");
-            rc = 1;
-        } else if (gemm_set_threads(c.threads),
-                   !(g = gemm_moe_create(m->h, m->inter, m->n_experts, (int)ws.n_layers,
-                                         (const uint16_t *const *)ws.ptr[0],
-                                         (const uint16_t *const *)ws.ptr[1],
-                                         (const uint16_t *const *)ws.ptr[2])) ||
-                   (c.onednn_packed &&
-                    !gemm_moe_pack(g, 32))) {   /* a typical prefill m */
-            fprintf(stderr, "kt-bench moe: oneDNN: %s\n", gemm_last_error());
-            gemm_moe_free(g);
-            weight_set_free(&ws);
-            rc = 1;
-        } else {
-            printf("oneDNN BF16 matmul per expert (%d threads, %s weights, %u layers), same "
-                   "shapes and routing:\n", c.threads, c.onednn_packed ? "packed" : "plain",
-                   ws.n_layers);
-            for (int i = 0; i < c.n_tokens; i++) {
-                double tf;
-                if (!time_onednn(&c, g, &ws, &io, c.tokens[i], &tf)) {
-                    fprintf(stderr, "kt-bench moe: oneDNN: %s\n", gemm_last_error());
-                    rc = 1;
-                    break;
-                }
-                printf("  T=%-5lld %8.4f TFLOP/s  [%s]\n", (long long)c.tokens[i], tf,
-                       gemm_moe_impl(g));
-                for (int r = 0; r < n_rows; r++)
-                    if (rows[r].t == c.tokens[i])
-                        rows[r].onednn_tflops = tf;
-            }
-            gemm_moe_free(g);
-            weight_set_free(&ws);
-        }
-    }
+    /* The oneDNN yardsticks, each on its own weights, after the backend's rows
+     * (so they never share the cores). */
+    if (c.onednn_bf16 && !run_onednn(&c, &hw, team, &io, GEMM_BF16, rows, n_rows, why_bf16,
+                                     sizeof why_bf16))
+        rc = 1;
+    if (c.onednn_int8 && !run_onednn(&c, &hw, team, &io, GEMM_INT8, rows, n_rows, why_int8,
+                                     sizeof why_int8))
+        rc = 1;
 
     printf("\nsummary (%s, %d threads, load average now ", m->name, c.threads);
     double load[1] = {0};
@@ -996,25 +1102,38 @@ int cmd_moe(int argc, char **argv)
             printf("decode T=%lld %s: %.1f GB/s = %.2f x stream (%.1f GB/s) [%s]\n",
                    (long long)x->t, method_name(x->method), x->gbs,
                    x->stream_gbs > 0 ? x->gbs / x->stream_gbs : 0.0, x->stream_gbs, x->isa);
-        else if (x->onednn_tflops > 0)
-            printf("prefill T=%lld %s: %.3f TFLOP/s = %.2f x oneDNN BF16 (%.3f TFLOP/s) [%s]\n",
-                   (long long)x->t, method_name(x->method), x->tflops,
-                   x->tflops / x->onednn_tflops, x->onednn_tflops, x->isa);
-        else
-            printf("prefill T=%lld %s: %.3f TFLOP/s [%s]\n", (long long)x->t,
-                   method_name(x->method), x->tflops, x->isa);
+        else {
+            /* AMXINT8 / AMXINT4 first against oneDNN INT8 (#5's 1.2x), then BF16 */
+            printf("prefill T=%lld %s: %.3f TFLOP/s", (long long)x->t, method_name(x->method),
+                   x->tflops);
+            if (is_amx_int(x->method)) {
+                if (x->onednn_int8_tops > 0)
+                    printf(" = %.2f x oneDNN INT8 (%.3f TOP/s);", x->tflops / x->onednn_int8_tops,
+                           x->onednn_int8_tops);
+                else
+                    printf(" (no oneDNN INT8: %s);", why_int8);
+            }
+            if (x->onednn_tflops > 0)
+                printf(" %s%.2f x oneDNN BF16 (%.3f TFLOP/s)", is_amx_int(x->method) ? "" : "= ",
+                       x->tflops / x->onednn_tflops, x->onednn_tflops);
+            else
+                printf(" (no oneDNN BF16: %s)", why_bf16);
+            printf(" [%s]\n", x->isa);
+        }
         json_row(json,
                  "\"bench\":\"moe\",\"method\":\"%s\",\"model\":\"%s\",\"H\":%lld,\"I\":%lld,"
                  "\"E\":%d,\"k\":%d,\"layers\":%u,\"weight_buffers\":%lld,"
                  "\"expert_bytes\":%llu,\"T\":%lld,\"phase\":\"%s\",\"gbs\":%.3f,"
                  "\"gbs_mean\":%.3f,\"stream_gbs\":%.3f,\"tflops\":%.5f,\"tflops_mean\":%.5f,"
-                 "\"onednn_tflops\":%.5f,\"stream_samples\":%d,\"calls\":%lld,"
+                 "\"onednn_tflops\":%.5f,\"onednn_int8_tops\":%.5f,\"stream_samples\":%d,"
+                 "\"calls\":%lld,"
                  "\"threads\":%d,\"isa\":\"%s\"",
                  method_name(x->method), m->name, (long long)m->h, (long long)m->inter,
                  m->n_experts, m->top_k, x->layers, (long long)x->slots,
                  (unsigned long long)x->expert_bytes, (long long)x->t,
                  x->t <= 16 ? "decode" : "prefill", x->gbs, x->gbs_mean, x->stream_gbs,
-                 x->tflops, x->tflops_mean, x->onednn_tflops, x->stream_samples,
+                 x->tflops, x->tflops_mean, x->onednn_tflops, x->onednn_int8_tops,
+                 x->stream_samples,
                  (long long)x->calls, x->threads,
                  x->isa);
     }

@@ -163,9 +163,8 @@ int bench_moe_gguf(int argc, char **argv)
                 bw[p][q] = (uint16_t)(0x3c00 + (bench_rng(&seed) & 0xff));
         }
         gemm_set_threads(info.n_threads);
-        gm = gemm_moe_create(H, I, E, 1, (const uint16_t *const *)bw,
-                             (const uint16_t *const *)bw + E,
-                             (const uint16_t *const *)bw + 2 * E);
+        gm = gemm_moe_create(GEMM_BF16, H, I, E, 1, (const void *const *)bw,
+                             (const void *const *)bw + E, (const void *const *)bw + 2 * E);
         if (gm && t_max > 16)
             gemm_moe_pack(gm, (int32_t)(t_max * k / E > 0 ? t_max * k / E : 1));
     }
