@@ -493,4 +493,12 @@ void kt__moe_silu_mul_avx512(const float *g, const float *u, float *h, int len);
 /* The same 8 lanes at a time (AVX2 + FMA; cpu/avx2/moe_act_avx2.c). */
 void kt__moe_silu_mul_avx2(const float *g, const float *u, float *h, int len);
 
+/* KT_MOE_DECODE_READ's probe (for measuring): the sum mod 2^64 of the 64-bit
+ * little-endian words of bytes [p, p + n), the last partial word zero-padded;
+ * a plain read of the bytes a kernel would read (scalar in cpu/ref/moe_ref.c,
+ * 8 accumulators of 4 / 8 lanes in moe_act_avx2.c / moe_act_avx512.c). */
+uint64_t kt__moe_read_sum(const void *p, size_t n);
+uint64_t kt__moe_read_sum_avx2(const void *p, size_t n);
+uint64_t kt__moe_read_sum_avx512(const void *p, size_t n);
+
 #endif /* KT_CPU_MOE_KERNELS_H */

@@ -43,3 +43,27 @@ void kt__moe_silu_mul_avx512(const float *g, const float *u, float *h, int len)
         _mm512_mask_storeu_ps(h + n, m, _mm512_mul_ps(s, uv));
     }
 }
+
+/* kt__moe_read_sum 512 bytes a step: eight 64-byte loads into eight sums of 8
+ * words, the rest by the scalar one (word sums mod 2^64: any order). */
+uint64_t kt__moe_read_sum_avx512(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    __m512i s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+    size_t i = 0;
+    for (; i + 512 <= n; i += 512) {
+        const uint8_t *v = b + i;
+        s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(v));
+        s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(v + 64));
+        s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(v + 128));
+        s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(v + 192));
+        s4 = _mm512_add_epi64(s4, _mm512_loadu_si512(v + 256));
+        s5 = _mm512_add_epi64(s5, _mm512_loadu_si512(v + 320));
+        s6 = _mm512_add_epi64(s6, _mm512_loadu_si512(v + 384));
+        s7 = _mm512_add_epi64(s7, _mm512_loadu_si512(v + 448));
+    }
+    s0 = _mm512_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)),
+                          _mm512_add_epi64(_mm512_add_epi64(s4, s5), _mm512_add_epi64(s6, s7)));
+    return (uint64_t)_mm512_reduce_add_epi64(s0) + kt__moe_read_sum(b + i, n - i);
+}

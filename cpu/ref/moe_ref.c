@@ -261,3 +261,19 @@ const kt__moe_kernels *kt__moe_kernels_ref(int method)
         return NULL;
     }
 }
+
+uint64_t kt__moe_read_sum(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t s = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        s += w;
+    }
+    uint64_t last = 0; /* bytes past n read as zero */
+    if (i < n)
+        memcpy(&last, b + i, n - i);
+    return s + last;
+}

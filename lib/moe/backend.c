@@ -113,6 +113,9 @@ struct kt_moe_backend {
     bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
     bool silu8;                    /* else on AVX2 (kt__moe_silu_mul_avx2)                */
     kt__moe_prefetch_fn kpf;       /* the kernel set's hint for its next call, or NULL */
+    /* KT_MOE_DECODE_READ=1 (for measuring): decode items read their weight bytes
+     * with this plain loop instead of running the kernel (read_items); NULL: off */
+    uint64_t (*dec_read)(const void *p, size_t n);
     /* one-token calls' kernel set and its hint (kt__moe_set_decode_precision),
      * or NULL: kern and kpf; chosen per call by kern_for / kpf_for */
     const kt__moe_kernels *kern1;
@@ -1177,6 +1180,20 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     /* a set's hint is code of the set's own level (the AVX-512 LLAMAFILE sets', the
      * AVX2 one's for its decode tiles), picked for this CPU as the set was */
     moe->kpf = moe->kern->prefetch;
+    const char *dr = getenv("KT_MOE_DECODE_READ");
+    if (dr && !strcmp(dr, "1")) {
+        moe->dec_read = kt__moe_read_sum;
+#if KT_HAVE_ISA_AVX2
+        if ((kt_hw_isa() & isa_cap & KT_ISA_AVX2) == KT_ISA_AVX2)
+            moe->dec_read = kt__moe_read_sum_avx2;
+#endif
+#if KT_HAVE_ISA_AVX512
+        if (moe->silu16)
+            moe->dec_read = kt__moe_read_sum_avx512;
+#endif
+        kt__log(rt, KT_LOG_WARN, "moe: KT_MOE_DECODE_READ=1: decode calls read the weights, "
+                "they do not compute (outputs are wrong)");
+    }
     kt__log(rt, KT_LOG_INFO, "moe: %s %s, H %d I %d E %d k %d, %d threads, %d pools, %u layers",
             kt_method_name((kt_method)d.method), moe->kern->name, H, I, E, K, moe->nth,
             moe->n_pools, n_layers);
@@ -1515,6 +1532,23 @@ static void pack_phase(kt_moe_backend *moe, int tid, bool down)
     }
 }
 
+/* KT_MOE_DECODE_READ: whether this call's items read instead of computing
+ * (decode: no expert has more than 4 tokens, as item_rows); then rows [n0, n1)
+ * of W are read by moe->dec_read, the sum kept in *sink so no load is dropped. */
+static bool read_items(const kt_moe_backend *moe)
+{
+    return moe->dec_read && moe->max_cnt <= 4 && !moe->pk_on;
+}
+
+static void read_rows(const kt_moe_backend *moe, const kt__wmat *W, int n0, int n1,
+                      volatile uint64_t *sink)
+{
+    kt__moe_span sp[2];
+    int n = kt__moe_row_spans(moe->d.method, W, n0, n1, sp);
+    for (int i = 0; i < n; i++)
+        *sink += moe->dec_read(sp[i].p, sp[i].n);
+}
+
 /* Phase 1: h = act(gate x, up x) for items (active expert, RB1 rows of the
  * pool's I slice). */
 static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *scr)
@@ -1535,6 +1569,10 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;    /* this pool's h slices */
     const kt__moe_kernels *kern = kern_for(moe, moe->cur_t);
     kt__moe_prefetch_fn kpf = kpf_for(moe, moe->cur_t);
+    bool reading = read_items(moe);
+    volatile uint64_t sink = 0;
+    if (reading)
+        kpf = NULL;
     /* packed prefill takes its next item one ahead, to start that item's gate
      * rows into L2 while this one computes (and the up rows before the gate) */
     int next = atomic_fetch_add(&moe->item1[p], 1);
@@ -1572,7 +1610,10 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
         for (int mc = 0; mc < cnt; mc += mch) {
             int M = cnt - mc < mch ? cnt - mc : mch;
             const int32_t *rows = moe->pair_tok + base + mc;
-            if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0) {
+            if (reading) {
+                read_rows(moe, &v[0], n0 - i0, n1 - i0, &sink);
+                read_rows(moe, &v[1], n0 - i0, n1 - i0, &sink);
+            } else if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0) {
                 const uint8_t *P = pk_region(moe, p, a_it, base, false);
                 moe->packer->gemm(&v[0], n0 - i0, n1 - i0, P, cnt, mc, M, cg, rb, kscr);
                 moe->packer->gemm(&v[1], n0 - i0, n1 - i0, P, cnt, mc, M, cu, rb, kscr);
@@ -1659,6 +1700,10 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
     const uint8_t *hq = moe->hq + (size_t)p * pairs * moe->hrow;
     const kt__moe_kernels *kern = kern_for(moe, T);
     kt__moe_prefetch_fn kpf = kpf_for(moe, T);
+    bool reading = read_items(moe);
+    volatile uint64_t sink = 0;
+    if (reading)
+        kpf = NULL;
     for (;;) {
         int it = atomic_fetch_add(&moe->item2[p], 1);
         if (it >= n_items)
@@ -1676,8 +1721,10 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                     int M = cnt - mc < mch ? cnt - mc : mch;
                     /* the pool's down columns [k0, k1) as [0, k1 - k0) */
                     const kt__wmat *v = L->view + ((size_t)p * moe->E + e) * 3;
-                    if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0 &&
-                        v[2].cols == k1 - k0) {
+                    if (reading) {
+                        read_rows(moe, &v[2], n0, n1, &sink);
+                    } else if (moe->pk_on && cnt >= moe->packer->min_m && mch % 16 == 0 &&
+                               v[2].cols == k1 - k0) {
                         if (mc == 0 && a + 1 < moe->n_active) /* the next expert's rows */
                             moe->packer->prefetch(
                                 &L->view[((size_t)p * moe->E + moe->active[a + 1]) * 3 + 2], n0,

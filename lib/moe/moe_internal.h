@@ -28,6 +28,16 @@ size_t kt__moe_slice_bytes(int method, const kt__wmat *W, int r0, int r1, int c0
 kt__wmat kt__moe_slice_copy(int method, const kt__wmat *W, int r0, int r1, int c0, int c1,
                             void *dst);
 
+/* The bytes a decode kernel reads for rows [r0, r1) of W, all of its columns (a
+ * pool's view), as at most two spans: the weights (rows, or the 4-row tiles of a
+ * load-time repack), then the scales when stored apart. Returns how many.
+ * KT_MOE_DECODE_READ reads them in place of the kernel (lib/moe/slices.c). */
+typedef struct kt__moe_span {
+    const uint8_t *p;
+    size_t n;
+} kt__moe_span;
+int kt__moe_row_spans(int method, const kt__wmat *W, int r0, int r1, kt__moe_span out[2]);
+
 /* Expert weights of a model handed over in place (lib/moe/from_model.c). */
 /* The method a view's storage is read with directly; KT_METHOD_NONE if there is none. */
 kt_method kt__moe_method_of_view(const kt_tensor_view *v);

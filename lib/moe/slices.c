@@ -119,3 +119,43 @@ kt__wmat kt__moe_slice_copy(int method, const kt__wmat *W, int r0, int r1, int c
     }
     return out;
 }
+
+/* Bytes of a 4-row tile of a LLAMAFILE load-time repack; 0: rows as stored. */
+static size_t tile4_bytes(const kt__wmat *W)
+{
+    switch (W->type) {
+    case KT__LF_Q40X:
+    case KT__LF_Q80X:
+    case KT__LF_Q4KX:
+    case KT__LF_Q6KX:
+    case KT__LF_IQ4NLX:
+        return kt__lf_x_tile_bytes(W->type, W->cols);
+    default:
+        return 0;
+    }
+}
+
+int kt__moe_row_spans(int method, const kt__wmat *W, int r0, int r1, kt__moe_span out[2])
+{
+    if (!W->w || r1 <= r0)
+        return 0;
+    const uint8_t *w = W->w;
+    size_t tile = method == KT_METHOD_LLAMAFILE ? tile4_bytes(W)
+                  : (method == KT_METHOD_RAWINT4 || method == KT_METHOD_AMXINT4) &&
+                          W->type == KT__INT4_TILED
+                      ? kt__int4t_tile_bytes(W->cols)
+                      : 0;
+    if (tile) { /* the scales inside the tiles */
+        out[0] = (kt__moe_span){w + (size_t)(r0 / 4) * tile, (size_t)((r1 + 3) / 4 - r0 / 4) * tile};
+        return 1;
+    }
+    size_t row = col_bytes(method, W, W->cols);
+    out[0] = (kt__moe_span){w + (size_t)r0 * row, (size_t)(r1 - r0) * row};
+    scale_shape s = scale_slice(method, W, r0, r1, 0, W->cols);
+    if (!s.srows || !W->scale)
+        return 1;
+    size_t srow = (size_t)s.scols * (size_t)s.elem;
+    out[1] = (kt__moe_span){(const uint8_t *)W->scale + (size_t)s.r0 * srow,
+                            (size_t)(s.r1 - s.r0) * srow};
+    return 2;
+}

@@ -948,6 +948,212 @@ static void test_fixtures(void **state)
         fixture_run(&fixtures[i]);
 }
 
+/* KT_MOE_DECODE_READ reads kt__moe_row_spans' bytes in place of a decode
+ * kernel. For every layout the decode reads (BF16, FP8 with a partial scale
+ * block, RAWINT4, AMXINT4 g128, AMXINT8, RAWINT4 in 4-row tiles, LLAMAFILE Q8_0
+ * rows and, where there is AVX2, the Q4_0 repack's tiles): the spans of rows
+ * [r0, r1) lie inside the matrix, are as long as those rows' bytes, and hold
+ * everything the one-token kernel reads: with every other byte of a copy
+ * (weights and scales) set to 0xff, the kernel's outputs for those rows stay
+ * bit for bit the same. */
+typedef struct span_case {
+    int method, type, group;
+    bool tiled, repack;
+    const char *what;
+} span_case;
+
+/* dst = 0xff bytes but where a span of src's spans falls in [src, src + n). */
+static void keep_spans(uint8_t *dst, const uint8_t *src, size_t n, const kt__moe_span *sp,
+                       int ns)
+{
+    memset(dst, 0xff, n);
+    for (int i = 0; i < ns; i++)
+        if (sp[i].p >= src && sp[i].p < src + n) {
+            assert_true(sp[i].p + sp[i].n <= src + n);
+            memcpy(dst + (sp[i].p - src), sp[i].p, sp[i].n);
+        }
+}
+
+static void span_check(const span_case *c)
+{
+    const int rows = 320, cols = 256, H = cols;
+    int m = c->method;
+    void *w = NULL, *sc = NULL;
+    pool_matrix(m, c->type, rows, cols, &w, &sc);
+    kt__wmat W = {w, m == KT_METHOD_BF16 || m == KT_METHOD_LLAMAFILE ? NULL : sc, rows, cols,
+                  c->type, c->group};
+    size_t row_bytes = m == KT_METHOD_BF16      ? 2 * (size_t)cols
+                       : m == KT_METHOD_LLAMAFILE ? kt__ggml_row_bytes((kt_type)c->type, cols)
+                       : m == KT_METHOD_RAWINT4 || m == KT_METHOD_AMXINT4 ? (size_t)cols / 2
+                                                                          : (size_t)cols;
+    size_t wb = (size_t)rows * row_bytes, sb = 0;
+    if (m == KT_METHOD_FP8)
+        sb = (size_t)((rows + 127) / 128) * ((cols + 127) / 128) * 4;
+    else if (m == KT_METHOD_RAWINT4 || m == KT_METHOD_AMXINT4)
+        sb = (size_t)rows * (cols / (c->group ? c->group : 32)) * 2;
+    else if (m == KT_METHOD_AMXINT8)
+        sb = (size_t)rows * 4;
+    const kt__moe_kernels *k = m == KT_METHOD_LLAMAFILE
+                                   ? kt__moe_llamafile_kernels(c->repack ? 1 : 0,
+                                                               kt__ggml_act_section(c->type))
+                               : c->group > 32 ? kt__moe_int4g_ref()
+                                               : kt__moe_kernels_ref(m);
+    uint8_t *lay = NULL; /* a load-time layout of w: its bytes are the weights then */
+    if (c->tiled) {
+        lay = malloc(kt__int4t_bytes(rows, cols));
+        W = kt__moe_int4_tile(&W, 0, rows, 0, cols, lay);
+        wb = kt__int4t_bytes(rows, cols);
+        sb = 0;
+    } else if (c->repack) {
+        lay = malloc(kt__lf_repack_bytes(c->type, rows, cols));
+        W = kt__lf_repack(&W, lay);
+        wb = kt__lf_repack_bytes(c->type, rows, cols);
+    }
+    kt__moe_span all[2];
+    int na = kt__moe_row_spans(m, &W, 0, rows, all);
+    assert_true(na >= 1 && all[0].p == (const uint8_t *)W.w && all[0].n == wb);
+    if (sb && !c->repack)
+        assert_true(na == 2 && all[1].p == (const uint8_t *)W.scale && all[1].n == sb);
+    else
+        assert_int_equal(na, 1);
+
+    float *x = malloc((size_t)H * sizeof(float));
+    for (int i = 0; i < H; i++)
+        x[i] = tst_uniform();
+    size_t ab = kt__moe_act_row_bytes(k->act, H);
+    uint8_t *act = calloc(1, ab), *scr = calloc(1, k->scratch_bytes + 64);
+    k->quant(x, 0, H, H, act);
+    static const int ranges[][2] = {{64, 192}, {128, 320}, {0, 64}};
+    for (int r = 0; r < 3; r++) {
+        int r0 = ranges[r][0], r1 = ranges[r][1];
+        kt__moe_span sp[2];
+        int ns = kt__moe_row_spans(m, &W, r0, r1, sp);
+        size_t want = c->tiled || c->repack ? wb / (rows / 4) * (size_t)((r1 - r0) / 4)
+                                            : (size_t)(r1 - r0) * row_bytes;
+        assert_true(ns >= 1 && sp[0].n == want);
+        uint8_t *w2 = malloc(wb), *s2 = NULL;
+        keep_spans(w2, W.w, wb, sp, ns);
+        kt__wmat W2 = W;
+        W2.w = w2;
+        if (c->tiled) {
+            W2.scale = w2;
+        } else if (c->repack) { /* the Q4_0 rows behind the repack: the prefill's */
+            s2 = malloc((size_t)rows * row_bytes);
+            memset(s2, 0xff, (size_t)rows * row_bytes);
+            W2.scale = s2;
+        } else if (sb) {
+            s2 = malloc(sb);
+            keep_spans(s2, W.scale, sb, sp, ns);
+            W2.scale = s2;
+        }
+        float *c1 = calloc((size_t)rows, sizeof(float)), *c2 = calloc((size_t)rows, sizeof(float));
+        k->gemm(&W, r0, r1, 0, H, act, ab, NULL, 1, c1, rows, scr);
+        k->gemm(&W2, r0, r1, 0, H, act, ab, NULL, 1, c2, rows, scr);
+        if (memcmp(c1, c2, (size_t)(r1 - r0) * sizeof(float)))
+            fail_msg("%s rows [%d, %d): the kernel read bytes outside the spans", c->what, r0,
+                     r1);
+        free(c1);
+        free(c2);
+        free(w2);
+        free(s2);
+    }
+    printf("  %-18s spans of rows [64, 192), [128, 320), [0, 64): the kernel's bytes\n", c->what);
+    free(x);
+    free(act);
+    free(scr);
+    free(lay);
+    free(w);
+    free(sc);
+}
+
+static void test_decode_read_spans(void **state)
+{
+    (void)state;
+    static const span_case cases[] = {
+        {KT_METHOD_BF16, 0, 0, false, false, "BF16"},
+        {KT_METHOD_FP8, 0, 0, false, false, "FP8"},
+        {KT_METHOD_RAWINT4, 0, 0, false, false, "RAWINT4"},
+        {KT_METHOD_AMXINT4, 0, 128, false, false, "AMXINT4 g128"},
+        {KT_METHOD_AMXINT8, 0, 0, false, false, "AMXINT8"},
+        {KT_METHOD_RAWINT4, 0, 0, true, false, "RAWINT4 tiled"},
+        {KT_METHOD_LLAMAFILE, KT_TYPE_Q8_0, 0, false, false, "LLAMAFILE Q8_0"},
+        {KT_METHOD_LLAMAFILE, KT_TYPE_Q4_0, 0, false, true, "LLAMAFILE Q4_0 repack"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].repack && !(kt_hw_isa() & KT_ISA_AVX2))
+            continue; /* the repacks' decode is AVX2 / AVX-512 code */
+        span_check(&cases[i]);
+    }
+}
+
+/* The backend with KT_MOE_DECODE_READ=1: one-token calls run (their outputs are
+ * not the layer's, by design) for every method, and calls with more than 4 tokens
+ * an expert (prefill) are computed as without it, bit for bit. */
+static void test_decode_read_backend(void **state)
+{
+    (void)state;
+    static const int methods[] = {KT_METHOD_BF16, KT_METHOD_FP8, KT_METHOD_RAWINT4,
+                                  KT_METHOD_AMXINT8};
+    const int H = 256, I = 512, E = 4, k = 2, T = 12;
+    for (size_t c = 0; c < sizeof methods / sizeof methods[0]; c++) {
+        int method = methods[c];
+        void *g[4], *u[4], *dn[4], *gs[4], *us[4], *ds[4];
+        for (int e = 0; e < E; e++) {
+            pool_matrix(method, 0, I, H, &g[e], &gs[e]);
+            pool_matrix(method, 0, I, H, &u[e], &us[e]);
+            pool_matrix(method, 0, H, I, &dn[e], &ds[e]);
+        }
+        kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+        lw.gate = (const void *const *)g;
+        lw.up = (const void *const *)u;
+        lw.down = (const void *const *)dn;
+        if (method != KT_METHOD_BF16) {
+            lw.gate_scale = (const void *const *)gs;
+            lw.up_scale = (const void *const *)us;
+            lw.down_scale = (const void *const *)ds;
+        }
+        kt_moe_desc d = tst_moe_desc(method, H, I, E, k);
+        float *x = malloc((size_t)T * H * sizeof(float)), w[12 * 2];
+        float *out[2] = {calloc((size_t)T * H, sizeof(float)), calloc((size_t)T * H, sizeof(float))};
+        int32_t ids[12 * 2];
+        for (int i = 0; i < T * H; i++)
+            x[i] = tst_uniform();
+        for (int i = 0; i < T * k; i++) {
+            ids[i] = (i / k + i % k) % E; /* 6 tokens an expert: prefill */
+            w[i] = 0.5f;
+        }
+        for (int on = 0; on < 2; on++) {
+            if (on)
+                setenv("KT_MOE_DECODE_READ", "1", 1);
+            kt_moe_backend *moe = NULL;
+            kt_moe_options o = tst_moe_options(2, T);
+            kt_status st = kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o);
+            unsetenv("KT_MOE_DECODE_READ");
+            if (st < 0)
+                fail_msg("method %d: create: %s", method, kt_last_error());
+            int32_t one = 1, all = T;
+            kt_moe_io io1 = tst_moe_io_f32(&one, k, x, ids, w, out[on]);
+            assert_int_equal(kt_moe_forward(moe, 0, &io1), KT_OK);
+            kt_moe_io io = tst_moe_io_f32(&all, k, x, ids, w, out[on]);
+            assert_int_equal(kt_moe_forward(moe, 0, &io), KT_OK);
+            kt_moe_backend_free(moe);
+        }
+        if (memcmp(out[0], out[1], (size_t)T * H * sizeof(float)))
+            fail_msg("method %d: KT_MOE_DECODE_READ changed a prefill call", method);
+        for (int e = 0; e < E; e++) {
+            free(g[e]);
+            free(u[e]);
+            free(dn[e]);
+            free(gs[e]);
+            free(us[e]);
+            free(ds[e]);
+        }
+        free(x);
+        free(out[0]);
+        free(out[1]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -959,6 +1165,12 @@ int main(void)
         cmocka_unit_test(test_syn_int4),
         cmocka_unit_test(test_syn_pools),
         cmocka_unit_test(test_pools_every_method),
+        cmocka_unit_test(test_decode_read_spans),
+        cmocka_unit_test(test_decode_read_backend),
     };
+    /* KT_TEST_FILTER=test_decode_read_spans: a subset (sanitizer builds are slow) */
+    const char *filter = getenv("KT_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,6 +51,31 @@ bench_team *team_create(int n);
 void team_run(bench_team *t, team_fn fn, void *arg);
 void team_free(bench_team *t);
 int team_size(const bench_team *t);
+/* The CPU worker i is pinned to. */
+int team_cpu(const bench_team *t, int i);
+/* Every worker's clock at once (GHz of dependent integer adds, one a cycle:
+ * lower when the host runs the cores slower or takes them away): the slowest
+ * worker's and the median. */
+void team_clock(bench_team *t, double *lo, double *median);
+
+/* ---- where memory and threads are ----------------------------------------- */
+
+/* The mappings (/proc/self/smaps) that overlap [p, p + n): how many, their
+ * size, resident bytes and bytes in transparent huge pages; and over the whole
+ * process, anonymous resident bytes and huge-page bytes. */
+typedef struct bench_pages {
+    int vmas;
+    uint64_t vma_bytes, rss, huge;
+    uint64_t all_rss, all_huge;
+} bench_pages;
+bool bench_mem_pages(const void *p, size_t n, bench_pages *out);
+/* "THP enabled madvise, defrag madvise" (/sys/kernel/mm/transparent_hugepage). */
+void bench_thp_mode(char *buf, size_t n);
+/* This process's thread ids, ascending (/proc/self/task); how many (<= max). */
+int bench_thread_ids(int *tids, int max);
+/* Thread tid's allowed CPUs as the kernel lists them ("0-3,8"). */
+bool bench_thread_cpus(int tid, char *buf, size_t n);
+
 
 /* ---- stream bandwidth ------------------------------------------------------ */
 

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "bench.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -320,6 +321,149 @@ void team_free(bench_team *t)
     free(t->threads);
     free(t->cpus);
     free(t);
+}
+
+int team_cpu(const bench_team *t, int i)
+{
+    return t->cpus[i];
+}
+
+/* Each worker's clock: 8 dependent adds an iteration, one cycle each. */
+typedef struct clock_job {
+    double ghz[CPU_SETSIZE];
+} clock_job;
+
+static void clock_worker(int tid, int n, void *arg)
+{
+    (void)n;
+    clock_job *job = arg;
+    const long iters = 2500000;
+    uint64_t x = 0;
+    double t0 = bench_now();
+    for (long i = 0; i < iters; i++)
+        __asm__ volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                         "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                         : "+r"(x));
+    double dt = bench_now() - t0;
+    if (tid < CPU_SETSIZE)
+        job->ghz[tid] = dt > 0 ? 8.0 * (double)iters / dt * 1e-9 : 0;
+}
+
+static int cmp_ghz(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void team_clock(bench_team *t, double *lo, double *median)
+{
+    static clock_job job;
+    int n = t->n < CPU_SETSIZE ? t->n : CPU_SETSIZE;
+    team_run(t, clock_worker, &job);
+    qsort(job.ghz, (size_t)n, sizeof job.ghz[0], cmp_ghz);
+    *lo = job.ghz[0];
+    *median = job.ghz[n / 2];
+}
+
+/* ---- where memory and threads are (/proc, /sys) -------------------------------- */
+
+bool bench_mem_pages(const void *p, size_t n, bench_pages *out)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return false;
+    uintptr_t lo = (uintptr_t)p, hi = lo + n;
+    bool in = false, anon = false;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long a, b, kb;
+        char name[256] = "";
+        if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %255s", &a, &b, name) >= 2) {
+            in = a < hi && b > lo;
+            anon = name[0] == '\0' || name[0] == '[';   /* no file: anonymous */
+            if (in) {
+                out->vmas++;
+                out->vma_bytes += b - a;
+            }
+        } else if (sscanf(line, "Rss: %llu kB", &kb) == 1) {
+            if (in)
+                out->rss += kb << 10;
+            if (anon)
+                out->all_rss += kb << 10;
+        } else if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1) {
+            if (in)
+                out->huge += kb << 10;
+            out->all_huge += kb << 10;
+        }
+    }
+    fclose(f);
+    return true;
+}
+
+/* The bracketed word of a /sys/kernel/mm/transparent_hugepage file; "?". */
+static void thp_word(const char *file, char *buf, size_t n)
+{
+    char path[128], line[256];
+    snprintf(path, sizeof path, "/sys/kernel/mm/transparent_hugepage/%s", file);
+    snprintf(buf, n, "?");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fgets(line, sizeof line, f)) {
+        char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+        if (a && b)
+            snprintf(buf, n, "%.*s", (int)(b - a - 1), a + 1);
+    }
+    fclose(f);
+}
+
+void bench_thp_mode(char *buf, size_t n)
+{
+    char en[32], df[32];
+    thp_word("enabled", en, sizeof en);
+    thp_word("defrag", df, sizeof df);
+    snprintf(buf, n, "THP enabled %s, defrag %s", en, df);
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+int bench_thread_ids(int *tids, int max)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < max;)
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+            tids[n++] = atoi(e->d_name);
+    closedir(d);
+    qsort(tids, (size_t)n, sizeof *tids, cmp_int);
+    return n;
+}
+
+bool bench_thread_cpus(int tid, char *buf, size_t n)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool ok = false;
+    while (!ok && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+            char *v = line + 18;
+            v += strspn(v, " \t");
+            v[strcspn(v, "\n")] = '\0';
+            snprintf(buf, n, "%s", v);
+            ok = true;
+        }
+    fclose(f);
+    return ok;
 }
 
 /* ---- JSON rows ---------------------------------------------------------------- */

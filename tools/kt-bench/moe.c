@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 
 #include <kt/kt.h>
 #include <kt/moe.h>
@@ -231,6 +232,12 @@ static bool weight_set_alloc(weight_set *ws, bench_team *team, int method, const
     ws->n_experts = m->n_experts;
     ws->map_bytes = (size_t)n_slots * ws->lay.stride;
     ws->base = bench_alloc_big(ws->map_bytes);
+#ifdef MADV_DONTDUMP
+    /* a flag the stream buffer lacks: the weights stay one mapping of their own
+     * (not merged with a neighbour), so smaps tells their pages apart */
+    if (ws->base)
+        madvise(ws->base, ws->map_bytes, MADV_DONTDUMP);
+#endif
     size_t n_ptr = (size_t)n_layers * (size_t)m->n_experts;
     for (int i = 0; i < 6; i++)
         ws->ptr[i] = calloc(n_ptr, sizeof(void *));
@@ -286,6 +293,76 @@ static int64_t route(uint64_t *s, int32_t t, int32_t k, int32_t n_experts, int32
             }
         }
     return distinct;
+}
+
+/* ---- where the weights and the threads are ------------------------------------ */
+
+#define MAX_TIDS 1024
+
+/* cpus[0..n) as "0-3,8,(0-15)": runs of consecutive CPUs joined, a worker
+ * allowed more than one CPU in brackets. */
+static void cpu_list(char cpus[][64], int n, char *buf, size_t cap)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && at + 1 < cap;) {
+        char *end = NULL;
+        long c = strtol(cpus[i], &end, 10);
+        if (!end || *end || end == cpus[i]) { /* not one CPU */
+            at += (size_t)snprintf(buf + at, cap - at, "%s(%s)", i ? "," : "", cpus[i]);
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < n && strtol(cpus[j], &end, 10) == c + (j - i) && end && !*end)
+            j++;
+        if (j - i > 1)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%ld-%ld", i ? "," : "", c, c + (j - i) - 1);
+        else
+            at += (size_t)snprintf(buf + at, cap - at, "%s%ld", i ? "," : "", c);
+        i = j;
+    }
+}
+
+/* The backend's workers (threads that appeared while it was created, before[]
+ * being the ones before) and the stream team, by CPU in worker order. */
+static void print_threads(bench_team *team, const int *before, int n_before)
+{
+    static int now[MAX_TIDS];
+    static char cpus[MAX_TIDS][64];
+    int n = bench_thread_ids(now, MAX_TIDS), k = 0;
+    for (int i = 0; i < n; i++) {
+        bool old = false;
+        for (int j = 0; j < n_before && !old; j++)
+            old = now[i] == before[j];
+        if (!old && !bench_thread_cpus(now[i], cpus[k++], sizeof cpus[0]))
+            snprintf(cpus[k - 1], sizeof cpus[0], "?");
+    }
+    char pool[1024], mine[1024];
+    cpu_list(cpus, k, pool, sizeof pool);
+    int m = team_size(team) < MAX_TIDS ? team_size(team) : MAX_TIDS;
+    for (int i = 0; i < m; i++)
+        snprintf(cpus[i], sizeof cpus[0], "%d", team_cpu(team, i));
+    cpu_list(cpus, m, mine, sizeof mine);
+    printf("  threads: %d backend workers on CPUs %s; stream team on %s\n", k, pool, mine);
+}
+
+/* The share of the weights (one pool reads them in place) in huge pages. */
+static void print_pages(const weight_set *ws)
+{
+    bench_pages pg;
+    char thp[96];
+    bench_thp_mode(thp, sizeof thp);
+    if (!bench_mem_pages(ws->base, ws->map_bytes, &pg)) {
+        printf("  pages: /proc/self/smaps unreadable; %s\n", thp);
+        return;
+    }
+    const double gib = 1073741824.0;
+    printf("  pages: weights %.2f GiB resident (%d mapping, %.2f GiB), %.2f GiB = %.1f%% in "
+           "huge pages; process %.2f GiB anonymous, %.1f%% huge; %s\n",
+           (double)pg.rss / gib, pg.vmas, (double)pg.vma_bytes / gib, (double)pg.huge / gib,
+           pg.rss ? 100.0 * (double)pg.huge / (double)pg.rss : 0.0, (double)pg.all_rss / gib,
+           pg.all_rss ? 100.0 * (double)pg.all_huge / (double)pg.all_rss : 0.0, thp);
 }
 
 /* ---- the run ------------------------------------------------------------------ */
@@ -613,6 +690,8 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     o.act_precision = c->precision;
     o.max_tokens = (int32_t)t_max;
     kt_moe_backend *moe = NULL;
+    static int tids[MAX_TIDS];
+    int n_tids = bench_thread_ids(tids, MAX_TIDS);
     kt_status st = kt_moe_backend_create(&moe, NULL, &d, lw, n_layers, &o);
     free(lw);   /* the backend copies the pointer arrays */
     if (st < 0) {
@@ -636,6 +715,8 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
                     (unsigned long long)lay.bytes);
     }
     bool ok = true;
+    double clk_lo[2], clk[2];
+    team_clock(team, &clk_lo[0], &clk[0]);
     for (int i = 0; i < c->n_tokens && ok; i++) {
         int64_t t = c->tokens[i];
         row *r = &rows[(*n_rows)];
@@ -659,6 +740,12 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
             (*n_rows)++;
         }
     }
+    team_clock(team, &clk_lo[1], &clk[1]);
+    print_pages(&ws);
+    print_threads(team, tids, n_tids);
+    printf("  clock: %.2f / %.2f GHz (median / slowest of the team, dependent adds) before the "
+           "rows, %.2f / %.2f after\n", clk[0], clk_lo[0], clk[1], clk_lo[1]);
+    fflush(stdout);
     kt_moe_backend_free(moe);
     weight_set_free(&ws);
     return ok;
