@@ -41,7 +41,14 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { X40, X4K, X80, X6K, XNL };
+/* The layouts, by their repack type (W->type). */
+enum {
+    X40 = KT__LF_Q40X,
+    X4K = KT__LF_Q4KX,
+    X80 = KT__LF_Q80X,
+    X6K = KT__LF_Q6KX,
+    XNL = KT__LF_IQ4NLX
+};
 
 /* Prefetch distance in bytes of the tile stream (KT_LF_AHEAD: 0 none, else
  * 256..65536), into L2. */
@@ -535,11 +542,7 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
 {
     pthread_once(&x2_once, x2_init);
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const int kind = W->type == KT__LF_Q4KX     ? X4K
-                     : W->type == KT__LF_Q6KX   ? X6K
-                     : W->type == KT__LF_Q80X   ? X80
-                     : W->type == KT__LF_IQ4NLX ? XNL
-                                                : X40;
+    const int kind = W->type;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols), ahead = (size_t)x2_ahead;
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;

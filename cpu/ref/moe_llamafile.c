@@ -370,15 +370,34 @@ static float dot_float_row(const kt_ggml_traits *tr, const uint8_t *w, const flo
     return (float)acc;
 }
 
-/* The block type a load-time repack (KT__LF_*X) was made from; 0: not one. */
-static int x_stored(int type)
+/* The load-time repacks (moe_kernels.h): each block type that has one, the
+ * repack type it is made into, and whether only the AVX2 decode reads it (the
+ * AVX-512 set keeps its own kernels on the rows). Every type <-> repack question
+ * is answered here. */
+typedef struct lf_x {
+    int type, xtype;
+    bool avx2_only;
+} lf_x;
+static const lf_x lf_xs[] = {
+    {KT_TYPE_Q4_0, KT__LF_Q40X, false},  {KT_TYPE_Q8_0, KT__LF_Q80X, false},
+    {KT_TYPE_Q4_K, KT__LF_Q4KX, false},  {KT_TYPE_Q6_K, KT__LF_Q6KX, true},
+    {KT_TYPE_IQ4_NL, KT__LF_IQ4NLX, true},
+};
+
+/* The entry of block type v (by_x: of repack type v); NULL: none. */
+static const lf_x *lf_x_find(int v, bool by_x)
 {
-    return type == KT__LF_Q40X   ? KT_TYPE_Q4_0
-           : type == KT__LF_Q80X ? KT_TYPE_Q8_0
-           : type == KT__LF_Q4KX ? KT_TYPE_Q4_K
-           : type == KT__LF_Q6KX ? KT_TYPE_Q6_K
-           : type == KT__LF_IQ4NLX ? KT_TYPE_IQ4_NL
-                                 : 0;
+    for (size_t i = 0; i < sizeof lf_xs / sizeof *lf_xs; i++)
+        if ((by_x ? lf_xs[i].xtype : lf_xs[i].type) == v)
+            return &lf_xs[i];
+    return NULL;
+}
+
+/* The block type a load-time repack (KT__LF_*X) was made from; 0: not one. */
+static int x_stored(int xtype)
+{
+    const lf_x *x = lf_x_find(xtype, true);
+    return x ? x->type : 0;
 }
 
 #if KT_HAVE_ISA_AVX512 || KT_HAVE_ISA_AVX2
@@ -403,8 +422,9 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
                       int k1, const void *A, size_t a_stride, const int32_t *rows, int M,
                       float *C, int ldc, void *scratch)
 {
-    int stored = x_stored(W->type);
-    if (stored) { /* decode from the repacked tiles, else the rows they were made from */
+    const lf_x *xr = lf_x_find(W->type, true);
+    if (xr) { /* decode from the repacked tiles, else the rows they were made from */
+        int stored = xr->type;
 #if KT_HAVE_ISA_AVX512 || KT_HAVE_ISA_AVX2
         act_layout L = layout(mask, W->cols);
         /* the activation section the repack reads, and its codes after the
@@ -417,9 +437,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
         /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
         static long xmax_cache;
         int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
-        /* Q6KX, IQ4NLX: the AVX2 decode only (an AVX-512 set reads the rows) */
-        bool tiles = (stored != KT_TYPE_Q6_K && stored != KT_TYPE_IQ4_NL) ||
-                     isa == KT_GGML_AVX2;
+        bool tiles = !xr->avx2_only || isa == KT_GGML_AVX2;
         if (isa >= KT_GGML_AVX2 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
             sec != SIZE_MAX && tiles) {
             const void *act[256];
@@ -549,8 +567,9 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 /* Q4_0 / IQ4_NL / Q8_0 into Q40X / IQ4NLX / Q80X (xtype; moe_kernels.h): block b's
  * pieces p of 4 bytes (Q4_0, IQ4_NL: 4 of nibble bytes; Q8_0: 8 of codes, stored + 128)
  * to lane l of step s. */
-static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8, int xtype)
+static kt__wmat x_repack(const kt__wmat *W, void *dst, int xtype)
 {
+    const bool q8 = xtype == KT__LF_Q80X;
     const int K = W->cols, nb = K / 32, np = q8 ? 8 : 4;
     const size_t wrow = kt__ggml_row_bytes(q8 ? KT_TYPE_Q8_0 : KT_TYPE_Q4_0, K);
     const size_t bb = q8 ? sizeof(kt_block_q8_0) : sizeof(kt_block_q4_0); /* d, then qs */
@@ -580,7 +599,7 @@ static kt__wmat x_repack(const kt__wmat *W, void *dst, bool q8, int xtype)
 
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
 {
-    return x_repack(W, dst, false, KT__LF_Q40X);
+    return x_repack(W, dst, KT__LF_Q40X);
 }
 
 /* Q4_K into Q4KX (moe_kernels.h): sub-block b (block b / 8, j = b % 8) holds the
@@ -662,24 +681,19 @@ static kt__wmat q6kx_repack(const kt__wmat *W, void *dst)
 
 size_t kt__lf_repack_bytes(int type, int rows, int K)
 {
-    int x = type == KT_TYPE_Q4_0 ? KT__LF_Q40X
-            : type == KT_TYPE_Q8_0 ? KT__LF_Q80X
-            : type == KT_TYPE_Q4_K ? KT__LF_Q4KX
-            : type == KT_TYPE_Q6_K ? KT__LF_Q6KX
-            : type == KT_TYPE_IQ4_NL ? KT__LF_IQ4NLX
-                                   : 0;
-    if (!x || K <= 0 || K % (type == KT_TYPE_Q4_K || type == KT_TYPE_Q6_K ? 256 : 32))
+    const lf_x *x = lf_x_find(type, false);
+    if (!x || K <= 0 || K % (int)kt__ggml_traits((kt_type)type)->block_size)
         return 0;
-    return (size_t)(rows + 3) / 4 * kt__lf_x_tile_bytes(x, K);
+    return (size_t)(rows + 3) / 4 * kt__lf_x_tile_bytes(x->xtype, K);
 }
 
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
 {
-    return W->type == KT_TYPE_Q4_K   ? q4kx_repack(W, dst)
-           : W->type == KT_TYPE_Q6_K ? q6kx_repack(W, dst)
-           : W->type == KT_TYPE_Q8_0 ? x_repack(W, dst, true, KT__LF_Q80X)
-           : W->type == KT_TYPE_IQ4_NL ? x_repack(W, dst, false, KT__LF_IQ4NLX)
-                                     : kt__lf_q40x_repack(W, dst);
+    const lf_x *x = lf_x_find(W->type, false);
+    const int xtype = x ? x->xtype : KT__LF_Q40X;
+    return xtype == KT__LF_Q4KX   ? q4kx_repack(W, dst)
+           : xtype == KT__LF_Q6KX ? q6kx_repack(W, dst)
+                                  : x_repack(W, dst, xtype);
 }
 
 /* One kernel set per (ISA level, section mask): the quant and gemm function
@@ -796,15 +810,11 @@ static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW(2, "avx512-vnni-ggm
 
 bool kt__lf_repacks(const kt__moe_kernels *k, int type)
 {
-    unsigned need = type == KT_TYPE_Q4_0   ? KT__GGML_ACT_R40
-                    : type == KT_TYPE_Q8_0 ? KT__GGML_ACT_R80
-                    : type == KT_TYPE_Q4_K ? KT__GGML_ACT_Q8K
-                    : type == KT_TYPE_Q6_K ? KT__GGML_ACT_Q8K
-                    : type == KT_TYPE_IQ4_NL ? KT__GGML_ACT_R40
-                                           : 0;
-    /* Q6KX, IQ4NLX: no AVX-512 decode reads them (that set keeps its own kernels) */
-    bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 &&
-                  type != KT_TYPE_Q6_K && type != KT_TYPE_IQ4_NL;
+    const lf_x *x = lf_x_find(type, false);
+    /* the section the decode tiles read: R40 (Q4_0, IQ4_NL), R80 (Q8_0), Q8K */
+    unsigned need = x ? kt__ggml_act_section(type) & ~KT__GGML_ACT_Q80 : 0;
+    bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 && x &&
+                  !x->avx2_only;
     bool avx2 = KT_HAVE_ISA_AVX2 && k >= lf_sets_avx2 && k < lf_sets_avx2 + 64;
     return need && (avx512 || avx2) && ((unsigned)(k->act - KT__ACT_GGML) & need);
 }
