@@ -807,11 +807,25 @@ ALWAYS_INLINE size_t x_group_bytes(const int kind, int g)
                                                       : kt__q40x_group_bytes(g);
 }
 
+/* The group kernel of layout kind (X4K2: k4x2_group, its min sums in accm). */
+ALWAYS_INLINE void x_any_group(const int kind, const int S, const int NR, const int MT,
+                               const uint8_t *t, size_t go, const uint8_t *pf, int r0, int gb,
+                               int nb, const uint8_t *const *act, size_t xs, __m512 acc[4][4],
+                               __m512 accm[2][4])
+{
+    if (kind == X4K2)
+        k4x2_group(S, NR, MT, t, go, pf, r0, gb, nb, act, xs, acc, accm);
+    else
+        x40_group(kind, S, NR, MT, t, go, pf, r0, gb, nb, act, xs, acc);
+}
+
 /* out[(r0 + r) * 4 + m] = row r0 + r of the tile at t . token act[m], r < NR, m < MT. */
 ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const uint8_t *t,
                             const uint8_t *pf, int r0, int nb, const uint8_t *const *act,
                             size_t xs, float *out)
 {
+    /* Q4KX: groups of 16 and 8 sub-blocks (K a multiple of 256), then the rows' d */
+    const bool k4 = kind == X4K || kind == X4K2;
     __m512 acc[4][4], accm[2][4];
     acc_zero(NR, MT, acc);
     if (kind == X4K2)
@@ -823,27 +837,21 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
     size_t go = 0;
     int b = 0;
     for (; b + 16 <= nb; b += 16, go += x_group_bytes(kind, 16))
-        if (kind == X4K2)
-            k4x2_group(4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
-        else
-            x40_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        x_any_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
     if (nb - b >= 8) {
-        if (kind == X4K2)
-            k4x2_group(2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
-        else
-            x40_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
+        x_any_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
         go += x_group_bytes(kind, 8), b += 8;
     }
     if (kind == X4K2)
         k4x2_tile_end(NR, MT, acc, accm);
-    if ((kind == X4K || kind == X4K2) && pf) /* the (d, dmin) lines after the groups */
+    if (k4 && pf) /* the (d, dmin) lines after the groups */
         for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
             _mm_prefetch((const char *)pf + o, LF_HINT);
-    if (kind != X4K && kind != X4K2 && nb - b >= 4) {
+    if (!k4 && nb - b >= 4) {
         x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += x_group_bytes(kind, 4), b += 4;
     }
-    if (kind != X4K && kind != X4K2 && nb > b)
+    if (!k4 && nb > b)
         x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     tile_store(NR, MT, acc, out + r0 * 4);
 }
