@@ -388,6 +388,7 @@ typedef struct run_cfg {
     bool onednn;
     bool onednn_packed;    /* oneDNN on weights reordered to its layout */
     bool onednn_bf16, onednn_int8;   /* --onednn-types: the yardsticks to run */
+    int32_t onednn_pack_m;           /* rows oneDNN's packed layout is chosen for */
 } run_cfg;
 
 typedef struct row {
@@ -793,6 +794,7 @@ static bool run_onednn(const run_cfg *c, const bench_hw *hw, bench_team *team, i
     run_cfg plan = *c;
     if (c->onednn_packed)
         plan.mem_fraction /= 2;   /* the packed copy needs as much again */
+    double t0 = bench_now();
     if (!plan_memory(&plan, hw, &lay, &n_layers, &n_slots, note, sizeof note) ||
         !weight_set_alloc(&ws, team, method, m, n_layers, n_slots,
                           c->seed + (kind == GEMM_INT8 ? 98 : 99))) {
@@ -805,17 +807,22 @@ static bool run_onednn(const run_cfg *c, const bench_hw *hw, bench_team *team, i
                                   (const void *const *)ws.ptr[0],
                                   (const void *const *)ws.ptr[1],
                                   (const void *const *)ws.ptr[2]);
-    if (!g || (c->onednn_packed && !gemm_moe_pack(g, 32))) {   /* 32: a typical prefill m */
+    if (!g || (c->onednn_packed && !gemm_moe_pack(g, c->onednn_pack_m))) {
         snprintf(why, why_size, "%s", gemm_last_error());
         fprintf(stderr, "kt-bench moe: oneDNN %s: %s\n", type, why);
         gemm_moe_free(g);
         weight_set_free(&ws);
         return gemm_no_impl();
     }
-    printf("oneDNN %s matmul per expert (%s, %d threads, %s weights, %u layers), same "
-           "shapes and routing:\n", type,
-           kind == GEMM_INT8 ? "u8 x s8 -> s32" : "bf16 x bf16 -> f32", c->threads,
-           c->onednn_packed ? "packed" : "plain", ws.n_layers);
+    char packed[48] = "plain";
+    if (c->onednn_packed)
+        snprintf(packed, sizeof packed, "packed for m %d", (int)c->onednn_pack_m);
+    printf("oneDNN %s matmul per expert (%s, %d threads, weights %s, %u layers, %.2f GiB, "
+           "ready in %.1f s), same shapes and routing:\n", type,
+           kind == GEMM_INT8 ? "u8 x s8 -> s32" : "bf16 x bf16 -> f32", c->threads, packed,
+           ws.n_layers, (double)n_slots * (double)lay.bytes / 1073741824.0, bench_now() - t0);
+    if (note[0])
+        printf("  note: %s\n", note);
     bool ok = true;
     for (int i = 0; i < c->n_tokens; i++) {
         if (!wanted[i])
@@ -890,6 +897,7 @@ static void moe_usage(FILE *f)
             "                     reordered once into its preferred layout, as an engine\n"
             "                     would at load time; plain: on the [out][in] BF16 or\n"
             "                     int8 matrices as stored\n"
+            "  --onednn-pack-m M  the rows oneDNN's packed layout is chosen for (default 32)\n"
             "  --onednn-types L   the yardsticks to run: bf16, int8 or bf16,int8 (default;\n"
             "                     INT8 runs only for AMXINT8 / AMXINT4 rows, BF16 for all)\n"
             "  --no-onednn        skip the oneDNN comparison\n"
@@ -983,6 +991,7 @@ int cmd_moe(int argc, char **argv)
     c.onednn = true;
     c.onednn_packed = true;
     c.onednn_bf16 = c.onednn_int8 = true;
+    c.onednn_pack_m = 32;   /* a typical prefill m (T 1024, k 8, E 256) */
     int64_t threads = 0, seed = 1;
     const char *json_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -1070,6 +1079,11 @@ int cmd_moe(int argc, char **argv)
             }
         } else if (opt_match(argc, argv, &i, "--no-onednn", false, &v, &bad)) {
             c.onednn = false;
+        } else if (opt_match(argc, argv, &i, "--onednn-pack-m", true, &v, &bad)) {
+            int64_t pm = 0;
+            if (bad || !opt_parse_i64(BENCH_TOOL, "--onednn-pack-m", v, 1, 65536, &pm))
+                return 2;
+            c.onednn_pack_m = (int32_t)pm;
         } else if (opt_match(argc, argv, &i, "--onednn-types", true, &v, &bad)) {
             if (bad || !parse_onednn_types(v, &c))
                 return 2;
