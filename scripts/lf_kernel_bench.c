@@ -105,7 +105,8 @@ int main(int argc, char **argv)
             xtype = kt__lf_repack(&src, X + i * xper).type;
         }
     }
-    long calls = 0;
+    /* KT_BENCH_CALLS=N: exactly N calls (for instruction counts under callgrind) */
+    long calls = 0, ncalls = getenv("KT_BENCH_CALLS") ? atol(getenv("KT_BENCH_CALLS")) : 0;
     double t0 = cpu_now(), t;
     kt__moe_prefetch_fn hint = ks->prefetch;
     do {
@@ -122,7 +123,7 @@ int main(int argc, char **argv)
         ks->gemm(&wm, 0, rows, 0, K, A, xrow, NULL, M, C, rows, scratch);
         calls++;
         t = cpu_now() - t0;
-    } while (t < 1.0);
+    } while (ncalls ? calls < ncalls : t < 1.0);
     printf("%s %s%s M %d rows %d K %d %s: %.2f GB/s  %.2f ns per 64 B  %.1f GMAC/s\n", ks->name,
            tr->name, X ? " repacked" : "", M, rows, K, mib ? "memory" : "resident",
            (double)per * calls / t * 1e-9, t / calls / ((double)per / 64) * 1e9, (double)rows * K * M * calls / t * 1e-9);

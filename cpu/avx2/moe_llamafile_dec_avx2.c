@@ -124,62 +124,59 @@ ALWAYS_INLINE void step_prefetch(const uint8_t *pf)
             _mm_prefetch((const char *)pf + 64 * l, _MM_HINT_T1);
 }
 
-/* p[r][h] += the int16 pair sums of row r's 4-bit codes in the S steps at st
- * against the activation's low / high nibble codes at a (128 bytes a step). */
-ALWAYS_INLINE void q4_steps(const int S, const uint8_t *st, const uint8_t *pf, const uint8_t *a,
-                            __m256i p[4][2])
-{
-    const __m256i m4 = _mm256_set1_epi8(15);
-    #pragma GCC unroll 4
-    for (int s = 0; s < S; s++) {
-        const uint8_t *as = a + (size_t)s * 128;
-        step_prefetch(pf ? pf + s * 256 : NULL);
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i alo = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
-            __m256i ahi = _mm256_loadu_si256((const __m256i *)(as + 64 + 32 * h));
-            #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(st + s * 256 + r * 64 + 32 * h));
-                __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), alo);
-                __m256i hi =
-                    _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi);
-                p[r][h] = _mm256_add_epi16(p[r][h], _mm256_add_epi16(lo, hi));
-            }
-        }
-    }
-}
-
-/* i32[r][h] += the int32 lane sums of row r's IQ4_NL values (kt__iq4nl_values[nibble],
- * -127..113) in the S steps at st against the activation's low / high nibble codes at
- * a: vpmaddubsw by ggml's sign trick (|w| . a sign(w)), whose pair sums (up to 2 x 127
- * x 127) leave no room for a second one in int16, so vpmaddwd by 1 at once. */
-ALWAYS_INLINE void nl_steps(const int S, const uint8_t *st, const uint8_t *pf, const uint8_t *a,
-                            __m256i i32[4][2])
+/* acc += one row's 32 code bytes v of a step against the activation's codes at the
+ * same positions (alo; the 4-bit layouts: alo the low nibbles', ahi the high ones'):
+ *
+ *   X40, X4K   int16 pairs   vpmaddubsw(v & 15, alo) + vpmaddubsw(v >> 4 & 15, ahi)
+ *   XNL        int32 lanes   w = kt__iq4nl_values[nibble], -127..113, by ggml's sign
+ *                            trick (|w| . a sign(w)); its pair sums (up to 2 x 127 x 127)
+ *                            leave no room for a second one in int16: vpmaddwd by 1
+ *   X80        int32 lanes   the same with c = v ^ 0x80 (the codes are stored + 128) */
+ALWAYS_INLINE __m256i step_row(const int kind, __m256i v, __m256i alo, __m256i ahi, __m256i acc)
 {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1);
-    const __m256i tab =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
-    #pragma GCC unroll 4
-    for (int s = 0; s < S; s++) {
-        const uint8_t *as = a + (size_t)s * 128;
+    if (kind == X80) {
+        __m256i c = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+        __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(alo, c));
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(p, one));
+    }
+    if (kind == XNL) {
+        const __m256i tab =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
+        __m256i wl = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4));
+        __m256i wh = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        __m256i pl = _mm256_maddubs_epi16(_mm256_abs_epi8(wl), _mm256_sign_epi8(alo, wl));
+        __m256i ph = _mm256_maddubs_epi16(_mm256_abs_epi8(wh), _mm256_sign_epi8(ahi, wh));
+        return _mm256_add_epi32(
+            acc, _mm256_add_epi32(_mm256_madd_epi16(pl, one), _mm256_madd_epi16(ph, one)));
+    }
+    __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), alo);
+    __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi);
+    return _mm256_add_epi16(acc, _mm256_add_epi16(lo, hi));
+}
+
+/* acc[r][h] += step_row over the NS steps of 4 rows x 64 bytes at st (row r's half h
+ * the 32 bytes at r 64 + 32 h) against the activation's codes at a: a step 64 bytes
+ * (X80) or the low nibbles' 64 then the high ones' (the 4-bit layouts). */
+ALWAYS_INLINE void tile_steps(const int kind, const int NS, const uint8_t *st, const uint8_t *pf,
+                              const uint8_t *a, __m256i acc[4][2])
+{
+    const size_t astep = kind == X80 ? 64 : 128;
+    /* the hot loop */
+    #pragma GCC unroll 8
+    for (int s = 0; s < NS; s++) {
+        const uint8_t *as = a + (size_t)s * astep;
         step_prefetch(pf ? pf + s * 256 : NULL);
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i alo = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
-            __m256i ahi = _mm256_loadu_si256((const __m256i *)(as + 64 + 32 * h));
+            __m256i ahi = kind == X80 ? alo
+                                      : _mm256_loadu_si256((const __m256i *)(as + 64 + 32 * h));
             #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(st + s * 256 + r * 64 + 32 * h));
-                __m256i wl = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, m4));
-                __m256i wh =
-                    _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-                __m256i pl = _mm256_maddubs_epi16(_mm256_abs_epi8(wl), _mm256_sign_epi8(alo, wl));
-                __m256i ph = _mm256_maddubs_epi16(_mm256_abs_epi8(wh), _mm256_sign_epi8(ahi, wh));
-                i32[r][h] = _mm256_add_epi32(
-                    i32[r][h],
-                    _mm256_add_epi32(_mm256_madd_epi16(pl, one), _mm256_madd_epi16(ph, one)));
-            }
+            for (int r = 0; r < 4; r++)
+                acc[r][h] = step_row(
+                    kind, _mm256_loadu_si256((const __m256i *)(st + s * 256 + r * 64 + 32 * h)),
+                    alo, ahi, acc[r][h]);
         }
     }
 }
@@ -200,45 +197,18 @@ ALWAYS_INLINE void x_group(const int kind, const int S, const uint8_t *t, size_t
 {
     const int g = 4 * S;
     const int nvalid = nb - gb < g ? nb - gb : g; /* the padded last group: fewer */
+    /* X80: 2 S steps of the codes; X40: int16 pair sums, widened after the group */
+    const int NS = kind == X80 ? 2 * S : S;
     __m256i i32[4][2];
-    int NS;
-    if (kind == X80) { /* 2 S steps of signed codes */
-        NS = 2 * S;
-        const __m256i flip = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi16(1);
-        for (int r = 0; r < 4; r++)
-            i32[r][0] = i32[r][1] = _mm256_setzero_si256();
-        #pragma GCC unroll 8
-        for (int s = 0; s < NS; s++) {
-            const uint8_t *as = act + 2 * xs + (size_t)(gb / 2 + s) * 64;
-            step_prefetch(pf ? pf + go + s * 256 : NULL);
-            #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i a = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
-                #pragma GCC unroll 4
-                for (int r = 0; r < 4; r++) {
-                    __m256i c = _mm256_xor_si256(
-                        _mm256_loadu_si256((const __m256i *)(t + go + s * 256 + r * 64 + 32 * h)),
-                        flip);
-                    __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(a, c));
-                    i32[r][h] = _mm256_add_epi32(i32[r][h], _mm256_madd_epi16(p, one));
-                }
-            }
-        }
-    } else if (kind == XNL) {
-        NS = S;
-        for (int r = 0; r < 4; r++)
-            i32[r][0] = i32[r][1] = _mm256_setzero_si256();
-        nl_steps(S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, i32);
-    } else {
-        NS = S;
-        __m256i p[4][2];
-        for (int r = 0; r < 4; r++)
-            p[r][0] = p[r][1] = _mm256_setzero_si256();
-        q4_steps(S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, p);
+    for (int r = 0; r < 4; r++)
+        i32[r][0] = i32[r][1] = _mm256_setzero_si256();
+    tile_steps(kind, NS, t + go, pf ? pf + go : NULL,
+               act + 2 * xs + (size_t)(kind == X80 ? gb / 2 * 64 : gb / 4 * 128), i32);
+    if (kind == X40) {
         const __m256i one = _mm256_set1_epi16(1);
         for (int r = 0; r < 4; r++)
             for (int h = 0; h < 2; h++)
-                i32[r][h] = _mm256_madd_epi16(p[r][h], one);
+                i32[r][h] = _mm256_madd_epi16(i32[r][h], one);
     }
     const uint8_t *sc = t + go + (size_t)NS * 256; /* [4 rows][g] f16 */
     if (pf) /* the scale lines: 128 bytes (g 16) or 64 */
@@ -333,7 +303,7 @@ ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uin
     __m256i p[4][2];
     for (int r = 0; r < 4; r++)
         p[r][0] = p[r][1] = _mm256_setzero_si256();
-    q4_steps(S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, p);
+    tile_steps(X4K, S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, p);
     if (pf) /* the scale and min lines: 128 bytes (g 16) or 64 */
         for (int o = 0; o < 8 * g; o += 64)
             _mm_prefetch((const char *)pf + go + (size_t)g * 64 + o, _MM_HINT_T1);
