@@ -53,9 +53,9 @@ void team_free(bench_team *t);
 int team_size(const bench_team *t);
 /* The CPU worker i is pinned to. */
 int team_cpu(const bench_team *t, int i);
-/* Every worker's clock at once (GHz of dependent integer adds, one a cycle:
- * lower when the host runs the cores slower or takes them away): the slowest
- * worker's and the median. */
+/* Every worker's clock at once (GHz of dependent integer multiplies, 3 cycles
+ * each: lower when the host runs the cores slower or takes them away): the
+ * slowest worker's and the median. */
 void team_clock(bench_team *t, double *lo, double *median);
 
 /* ---- where memory and threads are ----------------------------------------- */
@@ -75,7 +75,6 @@ void bench_thp_mode(char *buf, size_t n);
 int bench_thread_ids(int *tids, int max);
 /* Thread tid's allowed CPUs as the kernel lists them ("0-3,8"). */
 bool bench_thread_cpus(int tid, char *buf, size_t n);
-
 
 /* ---- stream bandwidth ------------------------------------------------------ */
 
@@ -98,6 +97,12 @@ typedef struct stream_buf stream_buf;
 stream_buf *stream_buf_create(bench_team *team, uint64_t bytes);
 /* GB/s of one multi-threaded read pass over the buffer. */
 double stream_buf_read(bench_team *team, stream_buf *sb);
+/* The last pass's threads, each timed over its own slice: the thread count
+ * times the slowest one's GB/s and times their median's (the pass waits for the
+ * slowest of its fixed slices; the median's figure is what it would read with
+ * every thread as fast as the median one). */
+void stream_buf_threads(const bench_team *team, const stream_buf *sb, double *slowest,
+                        double *median);
 void stream_buf_free(stream_buf *sb);
 
 /* ---- oneDNN matmul yardstick ----------------------------------------------- */

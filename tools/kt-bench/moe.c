@@ -397,6 +397,7 @@ typedef struct row {
     double gbs, tflops;             /* medians of the per-call rates     */
     double gbs_mean, tflops_mean;   /* total work / total time           */
     double stream_gbs, onednn_tflops;
+    double stream_thr_gbs, stream_slow_gbs; /* its threads: median, slowest (x threads) */
     double onednn_int8_tops;        /* AMXINT8 / AMXINT4 prefill rows only */
     int64_t calls;
     char isa[48];
@@ -539,13 +540,17 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
     int warm = t <= 16 ? (int)ws->n_layers : 1;
     double busy = 0, flops = 0, bytes = 0;
     int64_t calls = 0;
-    rates gbs = {0}, tfl = {0}, bw = {0};
+    rates gbs = {0}, tfl = {0}, bw = {0}, bw_med = {0}, bw_slow = {0};
     double since_sample = 0;
     for (int64_t call = 0;; call++) {
         /* Decode: stream read samples taken between the calls, every ~50 ms,
          * so that both figures see the same neighbours. */
         if (sb && call >= warm && (bw.n == 0 || since_sample >= 0.05)) {
+            double slow, med;
             if (!rates_add(&bw, stream_buf_read(team, sb)))
+                break;
+            stream_buf_threads(team, sb, &slow, &med);
+            if (!rates_add(&bw_med, med) || !rates_add(&bw_slow, slow))
                 break;
             since_sample = 0;
         }
@@ -577,8 +582,12 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
             break;
     }
     r->stream_gbs = rates_median(&bw);
+    r->stream_thr_gbs = rates_median(&bw_med);
+    r->stream_slow_gbs = rates_median(&bw_slow);
     r->stream_samples = (int32_t)bw.n;
     free(bw.v);
+    free(bw_med.v);
+    free(bw_slow.v);
     if (!out_finite(io->out, t * m->h))
         fprintf(stderr, "kt-bench moe: warning: %s T=%lld produced NaN/Inf outputs\n",
                 method_name(ws->method), (long long)t);
@@ -734,8 +743,10 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
             printf("  T=%-5lld %8.2f GB/s  %8.4f TFLOP/s  (median of %lld calls; mean %.2f GB/s)",
                    (long long)t, r->gbs, r->tflops, (long long)r->calls, r->gbs_mean);
             if (r->stream_samples)
-                printf("  stream %.2f GB/s (median of %d reads between the calls)",
-                       r->stream_gbs, r->stream_samples);
+                printf("  stream %.2f GB/s (median of %d reads between the calls; its "
+                       "threads on their own x %d: median %.1f, slowest %.1f)",
+                       r->stream_gbs, r->stream_samples, team_size(team), r->stream_thr_gbs,
+                       r->stream_slow_gbs);
             printf("\n");
             fflush(stdout);
             (*n_rows)++;
@@ -744,7 +755,7 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
     team_clock(team, &clk_lo[1], &clk[1]);
     print_pages(&ws);
     print_threads(team, tids, n_tids);
-    printf("  clock: %.2f / %.2f GHz (median / slowest of the team, dependent adds) before the "
+    printf("  clock: %.2f / %.2f GHz (median / slowest of the team, dependent multiplies) before the "
            "rows, %.2f / %.2f after\n", clk[0], clk_lo[0], clk[1], clk_lo[1]);
     fflush(stdout);
     kt_moe_backend_free(moe);

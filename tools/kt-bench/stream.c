@@ -17,6 +17,7 @@ typedef struct stream_job {
     int op;                 /* 0 read, 1 copy, 2 triad, 3 init   */
     const char *path;
     double sink[256];       /* per-thread sums (keeps loads live) */
+    double secs[256];       /* read: per-thread seconds of its own slice */
 } stream_job;
 
 static void slice(size_t n, int tid, int nt, size_t *lo, size_t *hi)
@@ -117,12 +118,15 @@ static void stream_worker(int tid, int nt, void *arg)
     bool avx512 = !strcmp(job->path, "avx512");
     bool avx2 = !strcmp(job->path, "avx2");
     switch (job->op) {
-    case 0:   /* read: all three arrays are one contiguous buffer */
+    case 0: { /* read: all three arrays are one contiguous buffer */
         slice(job->n * 3, tid, nt, &lo, &hi);
+        double t0 = bench_now();
         job->sink[tid % 256] += avx512 ? read_avx512(job->a + lo, hi - lo)
                                 : avx2 ? read_avx2(job->a + lo, hi - lo)
                                        : read_scalar(job->a + lo, hi - lo);
+        job->secs[tid % 256] = bench_now() - t0;
         break;
+    }
     case 1:
         slice(job->n, tid, nt, &lo, &hi);
         if (avx512)
@@ -238,6 +242,24 @@ double stream_buf_read(bench_team *team, stream_buf *sb)
 {
     double t = time_op(team, sb->job, 0, 1);
     return (double)sb->bytes / t * 1e-9;
+}
+
+static int cmp_secs(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void stream_buf_threads(const bench_team *team, const stream_buf *sb, double *slowest,
+                        double *median)
+{
+    int n = team_size(team) < 256 ? team_size(team) : 256;
+    double s[256];
+    memcpy(s, sb->job->secs, (size_t)n * sizeof s[0]);
+    qsort(s, (size_t)n, sizeof s[0], cmp_secs);
+    double per = (double)sb->bytes / team_size(team); /* one slice, about */
+    *slowest = s[n - 1] > 0 ? n * per / s[n - 1] * 1e-9 : 0;
+    *median = s[n / 2] > 0 ? n * per / s[n / 2] * 1e-9 : 0;
 }
 
 void stream_buf_free(stream_buf *sb)
