@@ -2,7 +2,8 @@
 """kt-bench moe's oneDNN yardsticks on a tiny shape: the AMXINT8 / AMXINT4 prefill
 rows carry a oneDNN INT8 (u8 x s8 -> s32) figure in the summary and the JSON, the
 BF16 row none; a BF16 figure, or the reason there is none, on every prefill row;
-bad --onednn-types values fail with status 2. Usage: moe_yardstick_test.py KT_BENCH DIR"""
+bad --onednn-types / --onednn-pack-m values fail with status 2.
+Usage: moe_yardstick_test.py KT_BENCH DIR"""
 import json
 import os
 import subprocess
@@ -41,6 +42,15 @@ for r in rows:
     else:
         assert r["onednn_int8_tops"] == 0, r
 
+# the packed layout chosen for another m, and plain weights: the INT8 yardstick runs
+for opt in (("--onednn-pack-m", "8"), ("--onednn-weights", "plain")):
+    res = run("--shape", "256,128,16,4", "--method", "AMXINT8", "--tokens", "40", "--layers",
+              "2", "--min-time", "0.01", "--onednn-types", "int8", *opt)
+    assert res.returncode == 0, res.stdout + res.stderr
+    want = "weights packed for m 8" if opt[1] == "8" else "weights plain"
+    assert want in res.stdout, res.stdout
+    assert " x oneDNN INT8 (" in res.stdout, res.stdout
+
 # BF16 alone: the INT8 yardstick serves no row, so it does not run
 res = run("--shape", "256,128,16,4", "--method", "BF16", "--tokens", "40", "--layers", "2",
           "--min-time", "0.01", "--onednn-types", "int8")
@@ -48,8 +58,9 @@ assert res.returncode == 0, res.stdout + res.stderr
 assert "oneDNN INT8 matmul" not in res.stdout, res.stdout
 assert "(no oneDNN BF16: not in --onednn-types)" in res.stdout, res.stdout
 
-for bad in ("fp8", "", "int8,q4"):
-    res = run("--onednn-types", bad)
-    assert res.returncode == 2, (bad, res.returncode, res.stderr)
-    assert "--onednn-types" in res.stderr, res.stderr
+for flag, bad in (("--onednn-types", "fp8"), ("--onednn-types", ""),
+                  ("--onednn-types", "int8,q4"), ("--onednn-pack-m", "0")):
+    res = run(flag, bad)
+    assert res.returncode == 2, (flag, bad, res.returncode, res.stderr)
+    assert flag in res.stderr, res.stderr
 print("ok")
