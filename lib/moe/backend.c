@@ -364,7 +364,8 @@ static kt_status load_relayout(moe_layer *L, const kt_moe_layer_weights *lw, int
 }
 
 /* Decode item sizes (item_rows): about dec_items items per worker, rows a
- * multiple of dec_grain: 4 items of multiples of 64 rows. Finer items were
+ * multiple of dec_grain: 4 (8 with 8 or more workers, but LLAMAFILE) items of
+ * multiples of 64 rows. Finer items were
  * measured for LLAMAFILE on the 16-core Xeon (Qwen3-30B-A3B shape, 32 rows x
  * 16 per worker against 64 x 4): the barrier waits fall (0.07-0.10 -> 0.04-0.07
  * ms a call) but the kernels' time grows by about as much (more calls, each
@@ -375,7 +376,15 @@ static kt_status load_relayout(moe_layer *L, const kt_moe_layer_weights *lw, int
 static void decode_items(kt_moe_backend *moe)
 {
     bool lf = moe->d.method == KT_METHOD_LLAMAFILE;
-    moe->dec_items = 4;
+    /* 8 items a worker with 8 or more workers (not LLAMAFILE, measured apart
+     * above): the cores' memory shares differ (on the 16-core Xeon a stream
+     * pass's median thread read its slice 1.6x as fast as the slowest), and the
+     * smaller last items cut the barrier waits there, DeepSeek-V3 T=1 FP8 0.40-0.47
+     * -> 0.28-0.36 ms a call, RAWINT4 0.25-0.30 -> 0.12-0.18: 95-106 GB/s
+     * against 88-98 (FP8), 106-119 against 87-99 (RAWINT4), BF16 level, in 4
+     * of 4 alternating processes (12-01 00:58, docs/bench/h200-xeon16-cpu15-0057-*).
+     * KT_MOE_DECODE_ITEMS=4 is the old split. */
+    moe->dec_items = !lf && moe->nth >= 8 ? 8 : 4;
     moe->dec_grain = 64;
     /* The decode tail: each decode phase ends with a round of quarter items
      * (item_rows), so that workers finish together. On by default for LLAMAFILE
