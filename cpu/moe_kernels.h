@@ -480,8 +480,17 @@ void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1,
 void kt__lf_quant_q8_avx512(const float *x, void *y, int nblocks, _Bool q81);
 /* nblocks Q8_K blocks of x, bit for bit the reference quantizer. */
 void kt__lf_quant_q8k_avx512(const float *x, void *y, int nblocks);
-/* The same Q8_0 / Q8_1 blocks on AVX2 (cpu/avx2/ggml_avx2.c). */
+/* The same Q8_0 / Q8_1 and Q8_K blocks on AVX2 (cpu/avx2/ggml_avx2.c). */
 void kt__lf_quant_q8_avx2(const float *x, void *y, int nblocks, _Bool q81);
+void kt__lf_quant_q8k_avx2(const float *x, void *y, int nblocks);
+/* The decode's per-32 arrays and Q40X codes beside Q8_K block q8k (sub-blocks sb0 ..
+ * sb0 + 7 of nb; cpu/ref/moe_llamafile.c's Q8_K section), the Q6KX biases included. */
+void kt__lf_q8k_extras_avx2(const void *q8k, int sb0, int nb, float *ds, float *d32,
+                            int16_t *bs, uint8_t *codes, int16_t *b6lo, int16_t *b6hi);
+/* Whether the AVX2 set quantizes with the two above (1, the default) or with the
+ * scalar reference quantizers (0, KT_LF_QUANT=scalar); returns the setting before,
+ * for the tests. */
+int kt__lf_set_quant_avx2(int vec);
 
 /* Shared scalar helpers (cpu/ref), used by every set for the Q8G32 format. */
 void kt__moe_quant_f32(const float *x, int k0, int k1, int K, void *row);

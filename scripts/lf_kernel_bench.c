@@ -26,6 +26,8 @@
  *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: a type with a load-time repack
  *   (Q4_0, Q4_K, Q8_0; Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X / Q4KX /
  *   Q80X / Q6KX / IQ4NLX, as the backend's decode does by default).
+ *   KT_BENCH_QUANT=1: times the set's activation quantizer instead (ks->quant of
+ *   one row of K inputs into the sections TYPE needs), us per row.
  * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
  */
 #define _GNU_SOURCE
@@ -76,7 +78,9 @@ int main(int argc, char **argv)
     size_t rb = kt__ggml_row_bytes(tr->type, K), per = rb * (size_t)rows;
     size_t nmat = mib ? (mib << 20) / per + 1 : 1;
     uint8_t *W = malloc(per * nmat);
-    float *x = malloc((size_t)K * sizeof(float));
+    /* 64-byte aligned as the backend's rows (a calloc'd row at 16 bytes mod 64 made
+     * the Q8_K quantizer of K 2048 2.5x slower) */
+    float *x = aligned_alloc(64, ((size_t)K * sizeof(float) + 63) & ~(size_t)63);
     for (size_t r = 0; r < (size_t)rows * nmat; r++) {
         for (int k = 0; k < K; k++)
             x[k] = frand();
@@ -85,11 +89,26 @@ int main(int argc, char **argv)
     unsigned mask = kt__ggml_act_section(tr->type);
     const kt__moe_kernels *ks = kt__moe_llamafile_kernels(isa, mask);
     size_t xrow = kt__moe_act_row_bytes(ks->act, K);
-    uint8_t *A = calloc((size_t)M, xrow);
+    uint8_t *A = aligned_alloc(64, ((size_t)M * xrow + 63) & ~(size_t)63);
+    memset(A, 0, (size_t)M * xrow);
     for (int m = 0; m < M; m++) {
         for (int k = 0; k < K; k++)
             x[k] = frand();
         ks->quant(x, 0, K, K, A + (size_t)m * xrow);
+    }
+    const char *qb = getenv("KT_BENCH_QUANT");
+    if (qb && !strcmp(qb, "1")) {
+        long n = 0;
+        double q0 = cpu_now(), dt;
+        do {
+            for (int i = 0; i < 100; i++, n++)
+                ks->quant(x, 0, K, K, A);
+            dt = cpu_now() - q0;
+        } while (dt < 0.5);
+        printf("%s %s quant K %d: %.2f us per row (act row %zu bytes)\n", ks->name, tr->name, K,
+               dt / n * 1e6, xrow);
+        free(W); free(x); free(A);
+        return 0;
     }
     float *C = malloc(sizeof(float) * (size_t)M * (size_t)rows);
     void *scratch = ks->scratch_bytes ? malloc(ks->scratch_bytes) : NULL;

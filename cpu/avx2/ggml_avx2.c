@@ -408,3 +408,133 @@ void kt__lf_quant_q8_avx2(const float *x, void *y, int nblocks, _Bool q81)
         }
     }
 }
+
+/* Q8_K activation blocks (the partner of Q2_K..Q6_K and IQ4_XS), bit for bit the
+ * reference quantizer (cpu/ref/ggml_quants.c, which spends most of the AVX2 set's
+ * Q8_K section in round_even per input): per 256 inputs
+ *
+ *   max = the input of largest magnitude (the first one on ties), iscale = -127 / max
+ *   q   = min(vcvtps2dq(iscale x), 127)     round to nearest even, as round_even
+ *   bsums[g] = sum of codes 16 g .. 16 g + 15,  d = 1 / iscale
+ *
+ * and all zero when every input is. */
+void kt__lf_quant_q8k_avx2(const float *x, void *y, int nblocks)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i cap = _mm256_set1_epi32(127);
+    /* vpackssdw / vpacksswb interleave the 128-bit lanes: this puts them back */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int b = 0; b < nblocks; b++, x += 256) {
+        kt_block_q8_K *blk = (kt_block_q8_K *)y + b;
+        /* [256] inputs: max |x| in 4 running maxima */
+        __m256 m[4];
+        for (int j = 0; j < 4; j++)
+            m[j] = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * j));
+        for (int i = 4; i < 32; i++)
+            m[i % 4] = _mm256_max_ps(m[i % 4], _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)));
+        __m256 mm = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mm), _mm256_extractf128_ps(mm, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float amax = _mm_cvtss_f32(h);
+        if (amax == 0.0f) {
+            memset(blk, 0, sizeof *blk);
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int i = 0; i < 32; i++) {
+            int k = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)), am, _CMP_EQ_OQ));
+            if (k) {
+                max = x[8 * i + __builtin_ctz((unsigned)k)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        for (int i = 0; i < 8; i++) { /* codes 32 i .. + 31: bsums 2 i, 2 i + 1 */
+            __m256i q[4];
+            for (int j = 0; j < 4; j++)
+                q[j] = _mm256_min_epi32(
+                    _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(x + 32 * i + 8 * j))),
+                    cap);
+            __m256i q8 = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+                order);
+            _mm256_storeu_si256((__m256i *)(blk->qs + 32 * i), q8);
+            /* [q0+q1 lanes 0+1, 2+3, q2+q3 0+1, 2+3 | 4+5, 6+7, ...], then both sums twice */
+            __m256i t =
+                _mm256_hadd_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            t = _mm256_hadd_epi32(t, t);
+            __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+            blk->bsums[2 * i] = (int16_t)_mm_cvtsi128_si32(s2);
+            blk->bsums[2 * i + 1] = (int16_t)_mm_extract_epi32(s2, 1);
+        }
+        blk->d = 1 / iscale;
+    }
+}
+
+/* What the decode kernels read beside Q8_K block q, sub-blocks sb0 .. sb0 + 7 of
+ * the row's nb (cpu/ref/moe_llamafile.c's Q8_K section; its scalar loop is the
+ * reference), from its codes in 8 registers. Per sub-block j of 32 codes:
+ *
+ *   d32[j] = d,  bs[j] = the codes' sum,  ds[j] = d x bs[j]
+ *   codes: dword p of the sub-block (codes 4p..4p+3; p 4..7 the second 16's) where
+ *          the Q40X order puts it: an 8 x 8 transpose of dwords, lane j sub-block j
+ *   b6lo / b6hi[2 j + k] = -32 x the sum of codes 4p + 2k, 4p + 2k + 1 (p < 4) of the
+ *          first / second 16 (the Q6KX biases)
+ *
+ * (arrays indexed by the row's sub-block: ds[sb0 + j] etc.; b6lo / b6hi by 2 sb0). */
+void kt__lf_q8k_extras_avx2(const void *q8k, int sb0, int nb, float *ds, float *d32,
+                            int16_t *bs, uint8_t *codes, int16_t *b6lo, int16_t *b6hi)
+{
+    const kt_block_q8_K *q = q8k;
+    __m256i c[8]; /* [8 sub-blocks][8 dwords] */
+    for (int j = 0; j < 8; j++)
+        c[j] = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
+    /* bs, ds, d32 from the bsums' pairs */
+    __m128i b16 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)q->bsums),
+                                 _mm_loadu_si128((const __m128i *)(q->bsums + 8)));
+    _mm_storeu_si128((__m128i *)(bs + sb0), b16);
+    const __m256 d = _mm256_set1_ps(q->d);
+    _mm256_storeu_ps(ds + sb0, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(b16))));
+    _mm256_storeu_ps(d32 + sb0, d);
+    /* t[2i], t[2i + 1]: dwords 0, 1, 4, 5 / 2, 3, 6, 7 of sub-blocks 2i, 2i + 1 interleaved */
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(c[2 * i], c[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(c[2 * i], c[2 * i + 1]);
+    }
+    /* u[4h + p]: dword p (lane 0) and p + 4 (lane 1) of sub-blocks 4h .. 4h + 3 */
+    for (int h = 0; h < 2; h++) {
+        u[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    int gb, g = kt__q40x_group(sb0, nb, &gb), per = 16 / g;
+    for (int p = 0; p < 4; p++) { /* the lo piece p and the hi piece p */
+        uint8_t *dst = codes + (size_t)(gb / 4 + p / per) * 128 + 4 * (sb0 - gb + g * (p % per));
+        _mm256_storeu_si256((__m256i *)dst, _mm256_permute2x128_si256(u[p], u[4 + p], 0x20));
+        _mm256_storeu_si256((__m256i *)(dst + 64),
+                            _mm256_permute2x128_si256(u[p], u[4 + p], 0x31));
+    }
+    /* the biases: pair sums, then per 16 the even pairs' and the odd pairs' sums in
+     * its first dword (lane 0: the first 16, lane 1: the second) */
+    const __m256i ones = _mm256_set1_epi8(1), m32 = _mm256_set1_epi16(-32);
+    __m256i e[8];
+    for (int j = 0; j < 8; j++) {
+        __m256i pr = _mm256_maddubs_epi16(ones, c[j]);
+        pr = _mm256_add_epi16(pr, _mm256_shuffle_epi32(pr, 0x4e));
+        pr = _mm256_add_epi16(pr, _mm256_shuffle_epi32(pr, 0xb1));
+        e[j] = _mm256_mullo_epi16(pr, m32);
+    }
+    /* dword 0 of each lane of e[0..7] into [lo of 0..7], [hi of 0..7] */
+    __m256i f[4];
+    for (int i = 0; i < 4; i++)
+        f[i] = _mm256_unpacklo_epi32(e[2 * i], e[2 * i + 1]);
+    __m256i g03 = _mm256_unpacklo_epi64(f[0], f[1]), g47 = _mm256_unpacklo_epi64(f[2], f[3]);
+    _mm256_storeu_si256((__m256i *)(b6lo + 2 * sb0), _mm256_permute2x128_si256(g03, g47, 0x20));
+    _mm256_storeu_si256((__m256i *)(b6hi + 2 * sb0), _mm256_permute2x128_si256(g03, g47, 0x31));
+}

@@ -29,7 +29,8 @@
  * The Q8_K section is followed by float d * (sum of the codes) and float d per
  * 32 inputs (for Q4_K's minimum term in the prefill GEMM and the Q4KX decode),
  * then the codes in the Q40X order (the Q4KX decode's), then int16 code sums per 32
- * (the AVX2 Q4KX decode's), then the AVX2 Q6KX decode's biases: per 32 inputs two
+ * (the AVX2 Q4KX decode's), then the AVX2 Q6KX decode's biases (the AVX2 set's rows
+ * only; the other sets leave them as they were): per 32 inputs two
  * int16 pairs, lo (codes 0-15) then hi (16-31) in arrays of their own, pair slot k
  * -32 x the sum of the codes 4p + 2k, 4p + 2k + 1 (p < 4) of the half: what a
  * 4-byte lane's two int16 pair sums meet over a group's steps (the Q6_K offset).
@@ -233,13 +234,33 @@ static void x80_fill(const kt_block_q8_0 *q, int b0, int b1, int nb, uint8_t *x)
 }
 
 #if KT_HAVE_ISA_AVX2
-/* KT_LF_QUANT=scalar: the AVX2 set quantizes Q8_0 / Q8_1 with ggml's scalar
- * from_float, as before kt__lf_quant_q8_avx2 (the same bytes; for A/B) */
+/* KT_LF_QUANT=scalar: the AVX2 set quantizes Q8_0 / Q8_1 / Q8_K with the scalar
+ * reference quantizers, as before kt__lf_quant_q8_avx2 / kt__lf_quant_q8k_avx2 (the
+ * same bytes; for A/B) */
 static long parse_lf_quant(const char *e)
 {
     return !(e && !strcmp(e, "scalar"));
 }
+static long lf_quant_vec_cache;
+
+/* Whether the AVX2 set's quantizers are the vector ones. */
+static bool lf_quant_vec(void)
+{
+    return env_knob(&lf_quant_vec_cache, "KT_LF_QUANT", parse_lf_quant);
+}
 #endif
+
+int kt__lf_set_quant_avx2(int vec)
+{
+#if KT_HAVE_ISA_AVX2
+    int old = lf_quant_vec();
+    __atomic_store_n(&lf_quant_vec_cache, (long)(vec != 0) + 1, __ATOMIC_RELAXED);
+    return old;
+#else
+    (void)vec;
+    return 0;
+#endif
+}
 
 /* Q8_0 / Q8_1 blocks of n inputs (the AVX-512 and AVX2 sets: the same bytes,
  * vectorised). */
@@ -252,14 +273,29 @@ static void quant_q8(kt_ggml_isa isa, kt_type t, const float *x, void *y, int n)
     }
 #endif
 #if KT_HAVE_ISA_AVX2
-    static long vec_cache;
-    if (isa == KT_GGML_AVX2 && env_knob(&vec_cache, "KT_LF_QUANT", parse_lf_quant)) {
+    if (isa == KT_GGML_AVX2 && lf_quant_vec()) {
         kt__lf_quant_q8_avx2(x, y, n / 32, t == KT_TYPE_Q8_1);
         return;
     }
 #endif
     (void)isa;
     kt__ggml_traits(t)->from_float(x, y, n);
+}
+
+/* The Q6KX biases of Q8_K block q (layout above): lo[2 j + k] / hi[2 j + k] = -32 x
+ * the sum of codes 4 p + 2 k, 4 p + 2 k + 1 (p < 4) of sub-block j's first / second
+ * 16 codes. */
+static void q6x_biases(const kt_block_q8_K *q, int16_t *lo, int16_t *hi)
+{
+    for (int j = 0; j < 8; j++)
+        for (int half = 0; half < 2; half++)
+            for (int k = 0; k < 2; k++) {
+                int sum = 0;
+                for (int p = 0; p < 4; p++)
+                    sum += q->qs[32 * j + 16 * half + 4 * p + 2 * k] +
+                           q->qs[32 * j + 16 * half + 4 * p + 2 * k + 1];
+                (half ? hi : lo)[2 * j + k] = (int16_t)(-32 * sum);
+            }
 }
 
 /* Writes elements [k0, k1) of a row of length K (k0, k1 multiples of 32 or
@@ -307,26 +343,33 @@ static void quant_row(kt_ggml_isa isa, unsigned mask, const float *x, int k0, in
                     kt__lf_quant_q8k_avx512(stage + 256 * b, q + b, 1);
                 else
 #endif
+#if KT_HAVE_ISA_AVX2
+                if (isa == KT_GGML_AVX2 && lf_quant_vec())
+                    kt__lf_quant_q8k_avx2(stage + 256 * b, q + b, 1);
+                else
+#endif
                     kt__ggml_traits(KT_TYPE_Q8_K)->from_float(stage + 256 * b, q + b, 256);
                 float *ds = (float *)(r + L.q8x), *d32 = (float *)(r + L.q8x + blk_arr(K));
                 int16_t *bs = (int16_t *)(r + L.q8x + 2 * blk_arr(K) + x40_bytes(K));
                 int16_t *b6 = (int16_t *)((uint8_t *)bs + align64((size_t)K / 16));
+                uint8_t *codes = r + L.q8x + 2 * blk_arr(K);
+#if KT_HAVE_ISA_AVX2
+                if (isa == KT_GGML_AVX2 && lf_quant_vec()) {
+                    kt__lf_q8k_extras_avx2(q + b, 8 * b, K / 32, ds, d32, bs, codes, b6,
+                                           b6 + blk_arr(K) / 2);
+                    atomic_store_explicit(&cnt[b], 0, memory_order_relaxed);
+                    continue;
+                }
+#endif
+                if (isa == KT_GGML_AVX2) /* the only set whose decode reads Q6KX */
+                    q6x_biases(&q[b], b6 + 16 * b, b6 + blk_arr(K) / 2 + 16 * b);
                 for (int j = 0; j < 8; j++) {
-                    /* the Q6KX biases of the sub-block's lo and hi halves */
-                    for (int half = 0; half < 2; half++)
-                        for (int k = 0; k < 2; k++) {
-                            int sum = 0;
-                            for (int p = 0; p < 4; p++)
-                                sum += q[b].qs[32 * j + 16 * half + 4 * p + 2 * k] +
-                                       q[b].qs[32 * j + 16 * half + 4 * p + 2 * k + 1];
-                            b6[half * blk_arr(K) / 2 + 2 * (8 * b + j) + k] = (int16_t)(-32 * sum);
-                        }
                     /* the AVX2 Q4KX decode's int16 code sums per 32 */
                     bs[8 * b + j] = (int16_t)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
                     ds[8 * b + j] = q[b].d * (float)(q[b].bsums[2 * j] + q[b].bsums[2 * j + 1]);
                     d32[8 * b + j] = q[b].d;
                     /* the Q4KX decode's codes (every set: one row layout) */
-                    x40_put(q[b].qs + 32 * j, 8 * b + j, K / 32, r + L.q8x + 2 * blk_arr(K));
+                    x40_put(q[b].qs + 32 * j, 8 * b + j, K / 32, codes);
                 }
                 atomic_store_explicit(&cnt[b], 0, memory_order_relaxed);
             }

@@ -549,52 +549,67 @@ static void test_backend_repack(void **state)
     layer_pools = 0;
 }
 
-/* The AVX-512 set's Q8_0 / Q8_1 / Q8_K activation blocks are the scalar set's
- * bytes (ggml's from_float, the Q8_K reference quantizer): random scales from
- * 1e-30 to 1e4, zero blocks, codes on exact halves (amax 127: x * 127 / amax =
- * x), ties of +-max, pieces of 64 as phase 1 writes. */
-/* The vector quantizers of each set this CPU runs (AVX2: Q8_0 / Q8_1; AVX-512: also
- * Q8_K) write the scalar reference's bytes. */
+/* The vector quantizers of each set this CPU runs (Q8_0 / Q8_1 / Q8_K blocks and
+ * what the sets make from them) write the scalar reference's bytes: random scales
+ * from 1e-30 to 1e4, zero blocks of 32 and of 256, codes on exact halves (amax 127:
+ * x * 127 / amax = x), ties of +-max; rows of 256 to 2816 inputs written in ragged
+ * pieces (multiples of 32, a Q8_K block completed by its last piece) as phase 1
+ * does. The reference: AVX-512 against the scalar set (neither writes the AVX2
+ * decode's Q6KX biases); AVX2 against itself with KT_LF_QUANT=scalar (its scalar
+ * quantizers, and the biases from them). */
 static void quant_exact(int level)
 {
-    enum { K = 1024 };
     const unsigned mask = KT__GGML_ACT_Q80 | KT__GGML_ACT_Q81 | KT__GGML_ACT_Q8K;
-    const kt__moe_kernels *ref = kt__moe_llamafile_kernels(0, mask);
+    const kt__moe_kernels *ref = kt__moe_llamafile_kernels(level == 1 ? 1 : 0, mask);
     const kt__moe_kernels *vec = kt__moe_llamafile_kernels(level, mask);
-    size_t rowb = kt__moe_act_row_bytes(ref->act, K);
-    assert_int_equal(rowb, kt__moe_act_row_bytes(vec->act, K));
-    uint8_t *a = calloc(1, rowb), *b = calloc(1, rowb);
-    float *x = malloc(K * sizeof(float));
-    for (int trial = 0; trial < 200; trial++) {
-        for (int k = 0; k < K; k++) {
-            int blk = k / 32;
-            float scale = powf(10.0f, (float)((trial * 7 + blk * 13) % 35) - 30.0f);
-            if ((trial + blk) % 9 == 0)
-                x[k] = 0.0f;
-            else if ((trial + blk) % 5 == 0) /* halves: amax 127 */
-                x[k] = k % 32 == 0 ? 127.0f : (float)((k * 37 + trial) % 254 - 127) * 0.5f;
-            else
-                x[k] = frand() * scale;
+    const int Ks[] = {256, 768, 1024, 2816};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+        const int K = Ks[ki];
+        size_t rowb = kt__moe_act_row_bytes(ref->act, K);
+        assert_int_equal(rowb, kt__moe_act_row_bytes(vec->act, K));
+        uint8_t *a = calloc(1, rowb), *b = calloc(1, rowb);
+        float *x = malloc((size_t)K * sizeof(float));
+        for (int trial = 0; trial < 100; trial++) {
+            for (int k = 0; k < K; k++) {
+                int blk = k / 32;
+                float scale = powf(10.0f, (float)((trial * 7 + blk * 13) % 35) - 30.0f);
+                if ((trial + blk) % 9 == 0 || (trial % 4 == 1 && k / 256 == trial % (K / 256)))
+                    x[k] = 0.0f;
+                else if ((trial + blk) % 5 == 0) /* halves: amax 127 */
+                    x[k] = k % 32 == 0 ? 127.0f : (float)((k * 37 + trial) % 254 - 127) * 0.5f;
+                else
+                    x[k] = frand() * scale;
+            }
+            if (trial % 3 == 0) /* a tie of magnitudes: the first one's sign wins */
+                x[(trial * 11) % K] = -(x[(trial * 11 + 40) % K] = 1e5f);
+            int vec_before = kt__lf_set_quant_avx2(0);
+            for (int k0 = 0, n = 0; k0 < K; k0 += 32 * n) {
+                n = 1 + (trial + k0 / 32) % 7; /* pieces of 32 to 224 inputs */
+                int k1 = k0 + 32 * n < K ? k0 + 32 * n : K;
+                ref->quant(x, k0, k1, K, a);
+            }
+            kt__lf_set_quant_avx2(1);
+            for (int k0 = 0, n = 0; k0 < K; k0 += 32 * n) {
+                n = 1 + (trial * 3 + k0 / 32) % 5;
+                int k1 = k0 + 32 * n < K ? k0 + 32 * n : K;
+                vec->quant(x, k0, k1, K, b);
+            }
+            kt__lf_set_quant_avx2(vec_before);
+            if (memcmp(a, b, rowb)) {
+                for (size_t i = 0; i < rowb; i++)
+                    if (a[i] != b[i]) {
+                        fprintf(stderr, "K %d trial %d: byte %zu: %s %u, %s %u\n", K, trial, i,
+                                level == 1 ? "scalar quantizers" : "scalar set", a[i],
+                                vec->name, b[i]);
+                        break;
+                    }
+                fail();
+            }
         }
-        if (trial % 3 == 0) /* a tie of magnitudes: the first one's sign wins */
-            x[(trial * 11) % K] = -(x[(trial * 11 + 40) % K] = 1e5f);
-        for (int k0 = 0; k0 < K; k0 += 64) {
-            ref->quant(x, k0, k0 + 64, K, a);
-            vec->quant(x, k0, k0 + 64, K, b);
-        }
-        if (memcmp(a, b, rowb)) {
-            for (size_t i = 0; i < rowb; i++)
-                if (a[i] != b[i]) {
-                    fprintf(stderr, "trial %d: byte %zu: scalar %u, %s %u\n", trial, i,
-                            a[i], vec->name, b[i]);
-                    break;
-                }
-            fail();
-        }
+        free(a);
+        free(b);
+        free(x);
     }
-    free(a);
-    free(b);
-    free(x);
 }
 
 static void test_quant_exact(void **state)
