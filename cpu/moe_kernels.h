@@ -408,24 +408,40 @@ static inline size_t kt__q6kx_tile_bytes(int K)
  * only): Q4_0's blocks and bytes, so the Q40X layout of them, each nibble an index
  * into kt__iq4nl_values instead of a code + 8. W->scale: the IQ4_NL rows. */
 #define KT__LF_IQ4NLX 0x406A
+/* LLAMAFILE Q5_K repacked at load time (W->type == KT__LF_Q5KX; K a multiple of 256;
+ * the AVX2 decode only): Q4KX's groups with the 5th bits beside the nibbles. Per group
+ * of g sub-blocks: [g / 4 steps][4 rows][64] bytes of the codes' low 4 bits exactly as
+ * Q4KX's, then [g / 4 steps][4 rows][16] bytes of 5th bits: for the nibble byte at
+ * position 32 h + 16 L + k of the row's 64 (h, L < 2, k < 16), bit 2 h + L of byte k
+ * the low nibble's code's, bit 4 + 2 h + L the high one's (so a 16-byte load broadcast
+ * to both 128-bit lanes and shifted per lane by vpsllvd / vpsrlvd puts each code's bit
+ * at 16); then [4 rows][g] 6-bit scales, [4 rows][g] mins as bytes (88 g bytes a
+ * group, 64-byte aligned); after the groups per row [K / 256] (d, dmin) f16 pairs; the
+ * tile rounded up to 64 bytes: Q5_K's bytes times 90 / 88. W->scale: the Q5_K rows. */
+#define KT__LF_Q5KX 0x406B
+static inline size_t kt__q5kx_tile_bytes(int K)
+{
+    return ((size_t)(K / 32) * 90 + 63) & ~(size_t)63;
+}
 /* Bytes of one 4-row tile of a load-time repack (xtype KT__LF_Q40X / Q80X / Q4KX /
- * Q6KX / IQ4NLX) of rows of K inputs. */
+ * Q5KX / Q6KX / IQ4NLX) of rows of K inputs. */
 static inline size_t kt__lf_x_tile_bytes(int xtype, int K)
 {
     return xtype == KT__LF_Q4KX   ? kt__q4kx_tile_bytes(K)
+           : xtype == KT__LF_Q5KX ? kt__q5kx_tile_bytes(K)
            : xtype == KT__LF_Q6KX ? kt__q6kx_tile_bytes(K)
            : xtype == KT__LF_Q80X ? kt__q80x_tile_bytes(K)
                                   : kt__q40x_tile_bytes(K);
 }
-/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0; Q6_K and
- * IQ4_NL on AVX2 only) from their load-time repack (the AVX-512 and AVX2 sets; Q4_0,
+/* Whether the LLAMAFILE set k decodes weights of type (Q4_0, Q4_K, Q8_0; Q5_K, Q6_K
+ * and IQ4_NL on AVX2 only) from their load-time repack (the AVX-512 and AVX2 sets; Q4_0,
  * IQ4_NL: with R40, Q8_0: with R80). */
 _Bool kt__lf_repacks(const kt__moe_kernels *k, int type);
 /* Bytes of a rows x K matrix of type once repacked; 0: the type has no repack. */
 size_t kt__lf_repack_bytes(int type, int rows, int K);
-/* The Q4_0, Q8_0, IQ4_NL (K a multiple of 32), Q4_K or Q6_K matrix W repacked into
- * dst (kt__lf_repack_bytes): a Q40X / Q80X / IQ4NLX / Q4KX / Q6KX view whose scale is
- * W->w. */
+/* The Q4_0, Q8_0, IQ4_NL (K a multiple of 32), Q4_K, Q5_K or Q6_K matrix W repacked
+ * into dst (kt__lf_repack_bytes): a Q40X / Q80X / IQ4NLX / Q4KX / Q5KX / Q6KX view whose
+ * scale is W->w. */
 kt__wmat kt__lf_repack(const kt__wmat *W, void *dst);
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
 /* C[m][n - n0] = row n of a Q40X / Q80X / Q4KX matrix . token m (M <= 4 a pass):
@@ -439,7 +455,8 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
 int kt__lf_set_q4k_avx512(int kernel);
 /* The same on AVX2 (cpu/avx2/moe_llamafile_dec_avx2.c), any M: each tile read
  * from memory once, then from L1 for the other tokens; also Q6KX (act[m]: the Q8_K
- * section's arrays as for Q4KX, then its Q6KX biases) and IQ4NLX (act[m] as Q40X's). */
+ * section's arrays as for Q4KX, then its Q6KX biases; Q5KX the same) and IQ4NLX (act[m]
+ * as Q40X's). */
 void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
                         int M, float *C, int ldc);
 /* Hint: this thread's next kt__lf_gemm_x_avx2 call reads tiles [t0, t1) of the

@@ -1,7 +1,8 @@
 /* LLAMAFILE decode on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client) from
  * the load-time repacks the AVX-512 decode reads (moe_kernels.h: KT__LF_Q40X,
- * KT__LF_Q4KX, KT__LF_Q80X) and from Q6_K's and IQ4_NL's (KT__LF_Q6KX,
- * KT__LF_IQ4NLX, this set's only; the Q6_K tensors of Q4_K_M / Q5_K_M files).
+ * KT__LF_Q4KX, KT__LF_Q80X) and from Q5_K's, Q6_K's and IQ4_NL's (KT__LF_Q5KX,
+ * KT__LF_Q6KX, KT__LF_IQ4NLX, this set's only; the Q5_K / Q6_K tensors of Q4_K_M /
+ * Q5_K_M files).
  * Until these, an AVX2 machine decoded with one ggml vec_dot per (row, token): one
  * Zen 3 core, 384 x 2048 in L2, 13.7 / 8.7 / 3.9 ns per 64 weight bytes for Q4_0 /
  * Q4_K / Q8_0.
@@ -15,7 +16,7 @@
  *   Q4_0 / Q4_K   p16 += vpmaddubsw(w & 15, a_lo) + vpmaddubsw(w >> 4 & 15, a_hi)
  *   Q8_0          i32 += vpmaddwd(vpmaddubsw(|c|, sign(a, c)), 1)    c = w ^ 0x80
  *   IQ4_NL        i32 += the same with c = vpshufb(table, nibble), low and high
- *   (Q6_K: k6x_group below)
+ *   (Q5_K: k5x_steps, Q6_K: k6x_group below)
  *
  * and per group and row (i32 = vpmaddwd(p16, 1) for the 4-bit types):
  *
@@ -47,7 +48,8 @@ enum {
     X4K = KT__LF_Q4KX,
     X80 = KT__LF_Q80X,
     X6K = KT__LF_Q6KX,
-    XNL = KT__LF_IQ4NLX
+    XNL = KT__LF_IQ4NLX,
+    X5K = KT__LF_Q5KX
 };
 
 /* Prefetch distance in bytes of the tile stream (KT_LF_AHEAD: 0 none, else
@@ -286,29 +288,103 @@ ALWAYS_INLINE __m256i rows4_blocks(const int S, const __m256i TA[4], const __m25
         _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
 }
 
-/* Q4KX group of g = 4 S sub-blocks (S 4 or 2) at byte go of the tile t from
- * sub-block gb of nb: acc += rows . token, lane r (and r + 4) of acc summing row r
- * (act: the Q8_K section's d per 32 xs bytes on, the codes in the Q40X order 2 xs
- * on, then their int16 sums per 32). The 4 rows' integer sums are reduced
- * together before the float products:
+/* The Q6KX biases of the token's sub-blocks gb.. (k6x_group) halved and summed: per
+ * pair slot -16 x the sum of the 16 activation codes it meets in a Q5KX group (lo and
+ * hi halves; each bias a multiple of 32, so the halves are exact). */
+ALWAYS_INLINE __m256i q5_bias(const int16_t *blo, const int16_t *bhi)
+{
+    return _mm256_add_epi16(_mm256_srai_epi16(_mm256_loadu_si256((const __m256i *)blo), 1),
+                            _mm256_srai_epi16(_mm256_loadu_si256((const __m256i *)bhi), 1));
+}
+
+/* p[r][h] = the int16 pair sums of a Q5KX group's S steps (st: [S][4 rows][64] nibble
+ * bytes, then [S][4 rows][16] 5th bits; a: the activation's codes in the Q40X order),
+ * started at the biases b[h]:
+ *
+ *   u    = nibble | (5th bit << 4)              code q, 0..31
+ *   p16 += vpmaddubsw(u_lo, a_lo) + vpmaddubsw(u_hi, a_hi)
+ *
+ * A pair slot meets 16 codes: with the bias of -16 x their activation codes' sum it
+ * holds sum (q - 16) a, within 16 x 16 x 127 = 32512, so the int16 sums wrap on the
+ * way but end exact. The 16 bytes of 5th bits of a row and step, broadcast to both
+ * 128-bit lanes, hold bit 2 h + L (low nibbles) and 4 + 2 h + L (high) for lane L of
+ * half h: vpsllvd / vpsrlvd by per-lane counts move it to bit 4. */
+ALWAYS_INLINE void k5x_steps(const int S, const uint8_t *st, const uint8_t *pf, const uint8_t *a,
+                             const __m256i b[2], __m256i p[4][2])
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
+    const __m256i sl[2] = {_mm256_setr_epi32(4, 4, 4, 4, 3, 3, 3, 3),
+                           _mm256_setr_epi32(2, 2, 2, 2, 1, 1, 1, 1)};
+    const __m256i sr[2] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+                           _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)};
+    const uint8_t *bits = st + (size_t)S * 256;
+    for (int r = 0; r < 4; r++)
+        p[r][0] = b[0], p[r][1] = b[1];
+    /* the hot loop: 128 codes a row and step */
+    #pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        const uint8_t *as = a + (size_t)s * 128;
+        step_prefetch(pf ? pf + s * 256 : NULL);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i alo = _mm256_loadu_si256((const __m256i *)(as + 32 * h));
+            __m256i ahi = _mm256_loadu_si256((const __m256i *)(as + 64 + 32 * h));
+            #pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(st + s * 256 + r * 64 + 32 * h));
+                __m256i q = _mm256_broadcastsi128_si256(
+                    _mm_loadu_si128((const __m128i *)(bits + (4 * s + r) * 16)));
+                __m256i ulo = _mm256_or_si256(_mm256_and_si256(v, m4),
+                                              _mm256_and_si256(_mm256_sllv_epi32(q, sl[h]), m16));
+                __m256i uhi =
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                    _mm256_and_si256(_mm256_srlv_epi32(q, sr[h]), m16));
+                __m256i d = _mm256_add_epi16(_mm256_maddubs_epi16(ulo, alo),
+                                             _mm256_maddubs_epi16(uhi, ahi));
+                p[r][h] = _mm256_add_epi16(p[r][h], d);
+            }
+        }
+    }
+}
+
+/* Q4KX (kind X4K) or Q5KX (X5K) group of g = 4 S sub-blocks (S 4 or 2) at byte go
+ * of the tile t from sub-block gb of nb: acc += rows . token, lane r (and r + 4) of
+ * acc summing row r (act: the Q8_K section's d per 32 xs bytes on, the codes in the
+ * Q40X order 2 xs on, then their int16 sums per 32; Q5KX: then the Q6KX biases). The
+ * 4 rows' integer sums are reduced together before the float products:
  *
  *   T[r][blk] = sum_j sc_j (q_j . a_j)    vpmaddwd by 1, vpmulld by sc, vphaddd
+ *                                         (Q5KX: q_j - 16, then + 16 sum_j sc_j sum(a_j))
  *   M[r][blk] = sum_j m_j sum(a_j)         vpmaddwd, vphaddd
  *   acc      += float(T) (d da) - float(M) (dmin da)    [4 rows][2 blocks] lanes
  */
-ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uint8_t *pf, int gb,
-                             int nb, const uint8_t *act, size_t xs, __m256 *acc)
+ALWAYS_INLINE void k4x_group(const int kind, const int S, const uint8_t *t, size_t go,
+                             const uint8_t *pf, int gb, int nb, const uint8_t *act, size_t xs,
+                             __m256 *acc)
 {
     const int g = 4 * S;
+    /* code bytes per sub-block and tile: nibbles (Q5KX: and 5th bits) */
+    const size_t cb = kind == X5K ? 80 : 64;
+    const uint8_t *codes = act + 2 * xs + (size_t)(gb / 4) * 128;
     __m256i p[4][2];
-    for (int r = 0; r < 4; r++)
-        p[r][0] = p[r][1] = _mm256_setzero_si256();
-    tile_steps(X4K, S, t + go, pf ? pf + go : NULL, act + 2 * xs + (size_t)(gb / 4) * 128, p);
-    if (pf) /* the scale and min lines: 128 bytes (g 16) or 64 */
-        for (int o = 0; o < 8 * g; o += 64)
-            _mm_prefetch((const char *)pf + go + (size_t)g * 64 + o, _MM_HINT_T1);
+    if (kind == X5K) {
+        const int16_t *blo = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128 +
+                                               (((size_t)nb * 2 + 63) & ~(size_t)63)) +
+                             2 * gb;
+        const int16_t *bhi = blo + xs / 2;
+        const __m256i b[2] = {q5_bias(blo, bhi),
+                              S == 4 ? q5_bias(blo + 16, bhi + 16) : _mm256_setzero_si256()};
+        k5x_steps(S, t + go, pf ? pf + go : NULL, codes, b, p);
+    } else {
+        for (int r = 0; r < 4; r++)
+            p[r][0] = p[r][1] = _mm256_setzero_si256();
+        tile_steps(X4K, S, t + go, pf ? pf + go : NULL, codes, p);
+    }
+    if (pf) /* Q5KX: the 5th-bit lines; the scale and min lines: 128 bytes (g 16) or 64 */
+        for (size_t o = (size_t)g * 64; o < (size_t)g * (cb + 8); o += 64)
+            _mm_prefetch((const char *)pf + go + o, _MM_HINT_T1);
     const __m256i one = _mm256_set1_epi16(1);
-    const uint8_t *sc = t + go + (size_t)g * 64, *mn = sc + 4 * g; /* [4 rows][g] bytes */
+    const uint8_t *sc = t + go + (size_t)g * cb, *mn = sc + 4 * g; /* [4 rows][g] bytes */
     /* tr[h]: [4 rows] x (lanes 0-3: sub-blocks 0-3 of half h, 4-7: 4-7), summed below */
     __m256i tr[2][4];
     #pragma GCC unroll 4
@@ -339,8 +415,18 @@ ALWAYS_INLINE void k4x_group(const int S, const uint8_t *t, size_t go, const uin
     }
     /* [r0 r1 r2 r3 | r0 r1 r2 r3] of blocks A | B (S 2: B zero) */
     __m256i Mi = rows4_hadd(mr);
+    if (kind == X5K) { /* T += 16 sum_j sc_j sum(a_j): the codes' -16 back */
+        __m256i sr[4];
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m128i s8 = S == 4 ? _mm_loadu_si128((const __m128i *)(sc + r * g))
+                                : _mm_loadl_epi64((const __m128i *)(sc + r * g));
+            sr[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(s8), b16);
+        }
+        T = _mm256_add_epi32(T, _mm256_slli_epi32(rows4_hadd(sr), 4));
+    }
     /* the rows' (d, dmin) f16 of blocks A, B into [d: r0..r3 A | r0..r3 B], [dmin: ...] */
-    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
+    const uint8_t *dd = t + (size_t)nb * (cb + 8) + (size_t)(gb / 8) * 4;
     __m128i q[4];
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
@@ -457,7 +543,7 @@ ALWAYS_INLINE void k6x_group(const int S, const uint8_t *t, size_t go, const uin
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), _mm256_mul_ps(_mm256_cvtph_ps(h), da), *acc);
 }
 
-/* The Q4KX or Q6KX group kernel (kind X4K / X6K). */
+/* The Q4KX, Q5KX or Q6KX group kernel (kind X4K / X5K / X6K). */
 ALWAYS_INLINE void kx_group(const int kind, const int S, const uint8_t *t, size_t go,
                             const uint8_t *pf, int gb, int nb, const uint8_t *act, size_t xs,
                             __m256 *acc)
@@ -465,10 +551,10 @@ ALWAYS_INLINE void kx_group(const int kind, const int S, const uint8_t *t, size_
     if (kind == X6K)
         k6x_group(S, t, go, pf, gb, nb, act, xs, acc);
     else
-        k4x_group(S, t, go, pf, gb, nb, act, xs, acc);
+        k4x_group(kind, S, t, go, pf, gb, nb, act, xs, acc);
 }
 
-/* out[r] = row r of the tile at t . the token at act (Q4KX, Q6KX: K = 32 nb). */
+/* out[r] = row r of the tile at t . the token at act (Q4KX, Q5KX, Q6KX: K = 32 nb). */
 ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, int nb,
                           const uint8_t *act, size_t xs, float *out)
 {
@@ -476,10 +562,10 @@ ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, i
                      _mm256_setzero_ps()};
     size_t go = 0;
     int b = 0;
-    if (kind == X4K || kind == X6K) {
-        /* tile bytes per sub-block in the groups, then the rows' d (Q4_K: d, dmin) */
-        const size_t sb = kind == X6K ? 104 : 72;
-        const size_t tb = kind == X6K ? kt__q6kx_tile_bytes(32 * nb) : kt__q4kx_tile_bytes(32 * nb);
+    if (kind == X4K || kind == X5K || kind == X6K) {
+        /* tile bytes per sub-block in the groups, then the rows' d (Q4_K, Q5_K: d, dmin) */
+        const size_t sb = kind == X6K ? 104 : kind == X5K ? 88 : 72;
+        const size_t tb = kt__lf_x_tile_bytes(kind, 32 * nb);
         for (; b + 16 <= nb; b += 16, go += sb * 16)
             kx_group(kind, 4, t, go, pf, b, nb, act, xs, &acc[0]);
         if (nb - b >= 8)
@@ -555,6 +641,8 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
                 x_tile(X4K, tp, pf, nb, a, xs, out);
             else if (kind == X6K)
                 x_tile(X6K, tp, pf, nb, a, xs, out);
+            else if (kind == X5K)
+                x_tile(X5K, tp, pf, nb, a, xs, out);
             else if (kind == XNL)
                 x_tile(XNL, tp, pf, nb, a, xs, out);
             else

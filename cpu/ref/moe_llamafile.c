@@ -424,7 +424,7 @@ typedef struct lf_x {
 static const lf_x lf_xs[] = {
     {KT_TYPE_Q4_0, KT__LF_Q40X, false},  {KT_TYPE_Q8_0, KT__LF_Q80X, false},
     {KT_TYPE_Q4_K, KT__LF_Q4KX, false},  {KT_TYPE_Q6_K, KT__LF_Q6KX, true},
-    {KT_TYPE_IQ4_NL, KT__LF_IQ4NLX, true},
+    {KT_TYPE_IQ4_NL, KT__LF_IQ4NLX, true}, {KT_TYPE_Q5_K, KT__LF_Q5KX, true},
 };
 
 /* The entry of block type v (by_x: of repack type v); NULL: none. */
@@ -722,6 +722,45 @@ static kt__wmat q6kx_repack(const kt__wmat *W, void *dst)
     return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q6KX, 0};
 }
 
+/* Q5_K into Q5KX (moe_kernels.h): Q4KX's nibble bytes, scales and mins of the codes'
+ * low 4 bits (code e of sub-block j: qs[32 (j / 2) + e] >> 4 (j % 2), its 5th bit
+ * qh[e] bit j), the 5th bits in their own plane after a group's steps. */
+static kt__wmat q5kx_repack(const kt__wmat *W, void *dst)
+{
+    const int K = W->cols, nb = K / 32;
+    const size_t wrow = kt__ggml_row_bytes(KT_TYPE_Q5_K, K), tb = kt__q5kx_tile_bytes(K);
+    memset(dst, 0, kt__lf_repack_bytes(KT_TYPE_Q5_K, W->rows, K));
+    for (int n = 0; n < W->rows; n++) {
+        const kt_block_q5_K *q = (const kt_block_q5_K *)((const uint8_t *)W->w + n * wrow);
+        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb, *dd = t + (size_t)nb * 88;
+        int r = n % 4;
+        for (int b = 0; b < nb; b++) {
+            int gb = b & ~15, g = nb - gb >= 16 ? 16 : 8, per = 16 / g, j = b % 8, sc, mn;
+            const kt_block_q5_K *k = q + b / 8;
+            uint8_t *grp = t + (size_t)gb * 88, *bits = grp + (size_t)g * 64, code[32];
+            for (int e = 0; e < 32; e++)
+                code[e] = (uint8_t)((k->qs[32 * (j / 2) + e] >> (4 * (j % 2)) & 15) |
+                                    (k->qh[e] >> j & 1) << 4);
+            for (int p = 0; p < 4; p++)
+                for (int i = 0; i < 4; i++) {
+                    int lo = code[4 * p + i], hi = code[4 * p + i + 16];
+                    int step = p / per, pos = 4 * (b - gb + g * (p % per)) + i;
+                    int h = pos / 32, L = pos % 32 / 16;
+                    grp[(size_t)step * 256 + (size_t)r * 64 + pos] =
+                        (uint8_t)((lo & 15) | (hi & 15) << 4);
+                    bits[(size_t)(4 * step + r) * 16 + pos % 16] |=
+                        (uint8_t)((lo >> 4) << (2 * h + L) | (hi >> 4) << (4 + 2 * h + L));
+                }
+            kt__ggml_k4_scale_min(j, k->scales, &sc, &mn);
+            grp[(size_t)g * 80 + (size_t)r * g + (b - gb)] = (uint8_t)sc;
+            grp[(size_t)g * 84 + (size_t)r * g + (b - gb)] = (uint8_t)mn;
+            if (j == 0) /* (d, dmin) of the block */
+                memcpy(dd + (size_t)r * (nb / 2) + 4 * (b / 8), &k->d, 4);
+        }
+    }
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q5KX, 0};
+}
+
 size_t kt__lf_repack_bytes(int type, int rows, int K)
 {
     const lf_x *x = lf_x_find(type, false);
@@ -735,6 +774,7 @@ kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
     const lf_x *x = lf_x_find(W->type, false);
     const int xtype = x ? x->xtype : KT__LF_Q40X;
     return xtype == KT__LF_Q4KX   ? q4kx_repack(W, dst)
+           : xtype == KT__LF_Q5KX ? q5kx_repack(W, dst)
            : xtype == KT__LF_Q6KX ? q6kx_repack(W, dst)
                                   : x_repack(W, dst, xtype);
 }

@@ -609,10 +609,10 @@ static size_t round64(size_t b)
 }
 
 /* LLAMAFILE Q4_0 / Q4_K / Q8_0 experts repacked at create time for the AVX-512
- * and AVX2 decodes, Q6_K and IQ4_NL for the AVX2 one (KT__LF_Q40X / Q4KX / Q80X / Q6KX /
- * IQ4NLX: one stream of 4-row tiles, one scale product per 16 blocks of 32; docs/moe.md).
- * KT_LF_REPACK: 0 none, 1 (or unset, or empty) all, or a list of names
- * (q4_0,q8_0,q4_K,q6_K,iq4_nl). Costs
+ * and AVX2 decodes, Q5_K, Q6_K and IQ4_NL for the AVX2 one (KT__LF_Q40X / Q4KX / Q80X /
+ * Q5KX / Q6KX / IQ4NLX: one stream of 4-row tiles, one scale product per 16 blocks of 32;
+ * docs/moe.md). KT_LF_REPACK: 0 none, 1 (or unset, or empty) all, or a list of names
+ * (q4_0,q8_0,q4_K,q5_K,q6_K,iq4_nl). Costs
  * those experts' size once more (Q4_K: +2.8 %): the rows stay (mapped) for the prefill
  * panels. */
 /* KT_LF_REPACK when it asks for something; set but empty reads as unset (the
@@ -628,6 +628,7 @@ static bool lf_repack_type(const kt_moe_backend *moe, int type)
     const char *e = lf_repack_asked();
     const char *name = type == KT_TYPE_Q4_0   ? "q4_0"
                        : type == KT_TYPE_Q8_0 ? "q8_0"
+                       : type == KT_TYPE_Q5_K ? "q5_K"
                        : type == KT_TYPE_Q6_K ? "q6_K"
                        : type == KT_TYPE_IQ4_NL ? "iq4_nl"
                                               : "q4_K";

@@ -127,6 +127,7 @@ static size_t tile4_bytes(const kt__wmat *W)
     case KT__LF_Q40X:
     case KT__LF_Q80X:
     case KT__LF_Q4KX:
+    case KT__LF_Q5KX:
     case KT__LF_Q6KX:
     case KT__LF_IQ4NLX:
         return kt__lf_x_tile_bytes(W->type, W->cols);

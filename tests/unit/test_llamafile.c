@@ -158,13 +158,13 @@ static void test_kernels(void **state)
     free(C);
 }
 
-/* Q4_0 / Q8_0 / Q4_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X / Q4KX
- * / Q6KX / IQ4NLX): the AVX-512 and AVX2 decodes on the repack (Q6KX, IQ4NLX: AVX2
- * only) against dequantize-then-F32 for row lengths with every group kind (Q4_0, Q8_0,
- * IQ4_NL: 16s, an 8, a 4, a padded last 4; Q4_K, Q6_K: 16s, a last 8), 1-5 tokens, row
- * ranges off the tiles; 6 tokens (the prefill panels), the scalar set (and the AVX-512
- * one for Q6KX, IQ4NLX) read the rows kept in W->scale: the same figures as on the
- * rows themselves. */
+/* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
+ * / Q4KX / Q5KX / Q6KX / IQ4NLX): the AVX-512 and AVX2 decodes on the repack (Q5KX,
+ * Q6KX, IQ4NLX: AVX2 only) against dequantize-then-F32 for row lengths with every group
+ * kind (Q4_0, Q8_0, IQ4_NL: 16s, an 8, a 4, a padded last 4; the K types: 16s, a last
+ * 8), 1-5 tokens, row ranges off the tiles; 6 tokens (the prefill panels), the scalar
+ * set (and the AVX-512 one for Q5KX, Q6KX, IQ4NLX) read the rows kept in W->scale: the
+ * same figures as on the rows themselves. */
 static void repack_case(kt_type type, const int *Ks, size_t nk)
 {
     enum { N = 37, MMAX = 6 };
@@ -183,6 +183,7 @@ static void repack_case(kt_type type, const int *Ks, size_t nk)
         assert_int_equal(X.type, type == KT_TYPE_Q4_0   ? KT__LF_Q40X
                                  : type == KT_TYPE_Q8_0 ? KT__LF_Q80X
                                  : type == KT_TYPE_Q6_K ? KT__LF_Q6KX
+                                 : type == KT_TYPE_Q5_K ? KT__LF_Q5KX
                                  : type == KT_TYPE_IQ4_NL ? KT__LF_IQ4NLX
                                                         : KT__LF_Q4KX);
         assert_ptr_equal(X.scale, q);
@@ -196,8 +197,10 @@ static void repack_case(kt_type type, const int *Ks, size_t nk)
             const kt__moe_kernels *kern =
                 kt__moe_llamafile_kernels(isa, kt__ggml_act_section(type));
             assert_int_equal(kt__lf_repacks(kern, type),
-                             type == KT_TYPE_Q6_K || type == KT_TYPE_IQ4_NL ? isa == 1
-                                                                            : isa >= 1);
+                             type == KT_TYPE_Q6_K || type == KT_TYPE_IQ4_NL ||
+                                     type == KT_TYPE_Q5_K
+                                 ? isa == 1
+                                 : isa >= 1);
             size_t rowb = kt__moe_act_row_bytes(kern->act, K);
             uint8_t *A = calloc(MMAX, rowb);
             void *scratch = kern->scratch_bytes ? malloc(kern->scratch_bytes) : NULL;
@@ -284,6 +287,13 @@ static void test_repack_q6k(void **state)
     (void)state;
     static const int Ks[] = {2048, 768, 1280, 512, 256};
     repack_case(KT_TYPE_Q6_K, Ks, sizeof Ks / sizeof Ks[0]);
+}
+
+static void test_repack_q5k(void **state)
+{
+    (void)state;
+    static const int Ks[] = {2048, 768, 1280, 512, 256};
+    repack_case(KT_TYPE_Q5_K, Ks, sizeof Ks / sizeof Ks[0]);
 }
 
 static void test_repack_iq4nl(void **state)
@@ -496,6 +506,7 @@ static void test_backend_repack(void **state)
     const uint64_t q4k = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q4_K, 512) * 256;
     const uint64_t q80 = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q8_0, 512) * 256;
     const uint64_t q6k = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q6_K, 512) * 256;
+    const uint64_t q5k = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_Q5_K, 512) * 256;
     const uint64_t nl = 6 * 3 * (uint64_t)kt__ggml_row_bytes(KT_TYPE_IQ4_NL, 512) * 256;
     for (int pools = 1; pools <= 2; pools++)
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
@@ -519,6 +530,10 @@ static void test_backend_repack(void **state)
                 repack_same_error(KT_TYPE_Q4_K, KT_TYPE_Q6_K, Ts[i], pools,
                                   (2 * q4k + q6k) / 3);
                 repack_same_error(KT_TYPE_IQ4_NL, KT_TYPE_IQ4_NL, Ts[i], pools, nl);
+                /* Q5_K alone and as Q5_K_M's gate / up (with a Q6_K down) */
+                repack_same_error(KT_TYPE_Q5_K, KT_TYPE_Q5_K, Ts[i], pools, q5k);
+                repack_same_error(KT_TYPE_Q5_K, KT_TYPE_Q6_K, Ts[i], pools,
+                                  (2 * q5k + q6k) / 3);
             }
         }
     setenv("KT_LF_REPACK", "0", 1);
@@ -528,11 +543,17 @@ static void test_backend_repack(void **state)
     setenv("KT_LF_REPACK", "q4_0", 1); /* Q4_0's only */
     assert_true(run_layer(KT_TYPE_Q4_K, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
     assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
-    setenv("KT_LF_REPACK", "q4_0,q4_K,q8_0", 1); /* the types before Q6_K's, IQ4_NL's */
+    setenv("KT_LF_REPACK", "q4_0,q4_K,q8_0", 1); /* the types before Q5_K's, Q6_K's, IQ4_NL's */
     assert_true(run_layer(KT_TYPE_Q6_K, KT_TYPE_Q6_K, 1, ~UINT64_C(0), 2) < 0.03);
     assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
     assert_true(run_layer(KT_TYPE_IQ4_NL, KT_TYPE_IQ4_NL, 1, ~UINT64_C(0), 2) < 0.03);
     assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
+    assert_true(run_layer(KT_TYPE_Q5_K, KT_TYPE_Q5_K, 1, ~UINT64_C(0), 2) < 0.03);
+    assert_true(layer_pool_bytes == 0 || layer_pool_bytes == 64);
+    setenv("KT_LF_REPACK", "q4_K,q6_K", 1); /* not Q5_K's */
+    assert_true(run_layer(KT_TYPE_Q5_K, KT_TYPE_Q6_K, 1, ~UINT64_C(0), 2) < 0.03);
+    if (kt__ggml_isa_best() == KT_GGML_AVX2) /* the Q6_K down's only */
+        assert_true(layer_pool_bytes >= q6k / 3 && layer_pool_bytes < q6k / 3 + q5k / 3);
     unsetenv("KT_LF_REPACK"); /* by default Q8_0's too */
     assert_true(run_layer(KT_TYPE_Q8_0, KT_TYPE_Q8_0, 1, ~UINT64_C(0), 2) < 0.03);
     assert_true(layer_pool_bytes >= q80);
@@ -1028,6 +1049,7 @@ int main(void)
         cmocka_unit_test(test_repack_q80),
         cmocka_unit_test(test_repack_q4k),
         cmocka_unit_test(test_repack_q6k),
+        cmocka_unit_test(test_repack_q5k),
         cmocka_unit_test(test_repack_iq4nl),
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_tokens),
