@@ -78,8 +78,8 @@ int main(int argc, char **argv)
     size_t rb = kt__ggml_row_bytes(tr->type, K), per = rb * (size_t)rows;
     size_t nmat = mib ? (mib << 20) / per + 1 : 1;
     uint8_t *W = malloc(per * nmat);
-    /* 64-byte aligned as the backend's rows (a calloc'd row at 16 bytes mod 64 made
-     * the Q8_K quantizer of K 2048 2.5x slower) */
+    /* 64-byte aligned as the backend's rows (with calloc'd ones the Q8_K quantizer of
+     * K 1024 / 2048 ran 2-2.4x slower per input than K 768 / 1792; cause not isolated) */
     float *x = aligned_alloc(64, ((size_t)K * sizeof(float) + 63) & ~(size_t)63);
     for (size_t r = 0; r < (size_t)rows * nmat; r++) {
         for (int k = 0; k < K; k++)

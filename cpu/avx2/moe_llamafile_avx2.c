@@ -1,5 +1,5 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q4_K and Q8_0. Each call repacks 64 rows x 512 inputs at a time into int8
+ * Q4_0, Q4_K, Q6_K and Q8_0. Each call repacks 64 rows x 512 inputs at a time into int8
  * panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
  * unsigned 0..15, Q8_0's as stored) and runs a register-blocked GEMM of 16 rows x
  * 3 tokens (Q8_0: 2) over them; the activation is the token's Q8_0 / Q8_K codes
@@ -17,6 +17,11 @@
  * Q8_0: p16 cannot hold more than one step (2 x 128 x 127 per pair), so each step
  * goes through vpmaddwd into int32 sums, and the signed weights take ggml's sign
  * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair.
+ * Q6_K: codes u = q + 32 (0..63), a scale per 16 inputs; a pair is at most 2 x 63 x
+ * 127 = 16002, so two steps sum in int16 and vpmaddwd by the rows' (sc, sc) pairs
+ * widens them, scaled (the ints of ggml's Q6_K vec_dot):
+ *     i = sum_h vpmaddwd(p16_h, sc_h) + vpmaddwd((-32 sc0, -32 sc1), (bsum0, bsum1)[t])
+ *     C[t][r] += float(i) * (d[r] * da[t])
  * Only the float summation order differs from the ggml vec_dots. It replaces one
  * vec_dot per (row, token), which read every weight block once per token.
  */
@@ -35,6 +40,7 @@
 #define P2_ROWS 64 /* rows per repack */
 #define P2_NB (P2_KS / 32)
 #define P2_TOK 256 /* tokens per call at most */
+#define P2_S6 96   /* Q6_K: bytes of int16 pairs per group of 8 rows and block of 32 */
 
 /* the 16 bytes at p[r] + o of rows r = 0..7 as 4 registers: lane r of u[j] is
  * row r's bytes 4j..4j+3 */
@@ -120,11 +126,13 @@ ALWAYS_INLINE void transpose8_store(const __m256 v[8], float *out)
     }
 }
 
-/* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (Q4_K: kb, nb
+/* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (Q4_K, Q6_K: kb, nb
  * multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
- * inputs) at + 256 b + 32 j; scales (and Q4_K's minimum terms) at + 8 (g nb + b). */
+ * inputs) at + 256 b + 32 j; scales (Q6_K: d; Q4_K's minimum terms in off) at + 8 (g
+ * nb + b); Q6_K's [8 rows] (sc0, sc0), (sc1, sc1), (-32 sc0, -32 sc1) int16 pairs at
+ * sc6 + P2_S6 (g nb + b). */
 static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, int kb, int nb,
-                       uint8_t *codes, float *scale, float *off)
+                       uint8_t *codes, float *scale, float *off, uint8_t *sc6)
 {
     const __m256i low4 = _mm256_set1_epi8(15);
     for (int g = 0; g * 8 < nr; g++) {
@@ -157,6 +165,44 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 uint8_t *cb = cg + (size_t)b * 256;
                 for (int j = 0; j < 8; j++)
                     _mm256_storeu_si256((__m256i *)(cb + 32 * j), u[j]);
+            }
+        } else if (type == KT_TYPE_Q6_K) {
+            /* block c of 32 in a 256 (half h = c / 4, quarter s = c % 4): input l's low 4
+             * bits in ql[64 h + 32 (s & 1) + l] (high nibble when s >= 2), its top 2 in
+             * qh[32 h + l] bits 2 s */
+            const __m256i m3 = _mm256_set1_epi8(3);
+            uint8_t *s6g = sc6 + (size_t)g * nb * P2_S6;
+            for (int b = 0; b < nb; b++) {
+                const int c = (kb + b) % 8, h = c / 4, sq = c % 4;
+                size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_q6_K);
+                __m256i ql[8], qh[8];
+                rows8_dwords8(p, o + offsetof(kt_block_q6_K, ql) + 64 * h + 32 * (sq & 1), ql);
+                rows8_dwords8(p, o + offsetof(kt_block_q6_K, qh) + 32 * h, qh);
+                const __m128i lsh = _mm_cvtsi32_si128(4 * (sq >> 1));
+                const __m128i hsh = _mm_cvtsi32_si128(2 * sq);
+                uint8_t *cb = cg + (size_t)b * 256;
+                for (int j = 0; j < 8; j++) {
+                    __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql[j], lsh), low4);
+                    __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh[j], hsh), m3);
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * j),
+                                        _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)));
+                }
+                int32_t s0[8], s1[8], so[8];
+                float dr[8];
+                for (int r = 0; r < 8; r++) {
+                    const kt_block_q6_K *x = (const kt_block_q6_K *)(const void *)(p[r] + o);
+                    int a = x->scales[2 * c], e = x->scales[2 * c + 1];
+                    s0[r] = (int32_t)((uint32_t)(uint16_t)a * 0x10001u);
+                    s1[r] = (int32_t)((uint32_t)(uint16_t)e * 0x10001u);
+                    so[r] = (int32_t)((uint32_t)(uint16_t)(-32 * a) |
+                                      (uint32_t)(uint16_t)(-32 * e) << 16);
+                    dr[r] = _cvtsh_ss(x->d);
+                }
+                uint8_t *sb = s6g + (size_t)b * P2_S6;
+                memcpy(sb, s0, 32);
+                memcpy(sb + 32, s1, 32);
+                memcpy(sb + 64, so, 32);
+                memcpy(sg + 8 * b, dr, 32);
             }
         } else { /* Q4_K: qs bytes 32i..32i+31: sub-block 2i (low nibbles), 2i + 1 (high) */
             for (int b = 0; b < nb; b += 8) {
@@ -193,7 +239,7 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
 
 /* Per token and block of the segment: Q4_0 the offset -8 x (code sum) and the
  * scale; Q8_0 the scale; Q4_K the Q8_K block's d and d x (the 32 codes' sum, from
- * bsums). */
+ * bsums); Q6_K its d and the block's two bsums as one int32 of int16s. */
 static void token_prep(int type, const void *const *act, int M, int kb, int nb, int32_t *toff,
                        float *td, float *tds)
 {
@@ -216,6 +262,10 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
                 toff[m * P2_NB + b] = -8 * _mm_cvtsi128_si32(h);
                 td[m * P2_NB + b] = _cvtsh_ss(y->d);
+            } else if (type == KT_TYPE_Q6_K) {
+                const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
+                memcpy(&toff[m * P2_NB + b], &y->bsums[2 * (k % 8)], 4);
+                td[m * P2_NB + b] = y->d;
             } else {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
                 toff[m * P2_NB + b] = 0;
@@ -229,7 +279,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
-enum { P2_Q40, P2_Q4K, P2_Q80 };
+enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K };
 
 ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 {
@@ -241,12 +291,14 @@ ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 /* C[t][16 g' + r] (+)= the tile of G groups x MT tokens over the segment's nb
  * blocks. nv: valid rows of each group (8 but in a ragged last group). */
 ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const uint8_t *codes,
-                              const float *scale, const float *off, int nb, int kb,
+                              const float *scale, const float *off, const uint8_t *sc6, int nb,
+                              int kb,
                               const void *const *act, const int32_t *toff, const float *td,
                               const float *tds, float *C, int ldc, const int nv[2], bool first)
 {
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
-    const bool k4 = mode == P2_Q4K, q8 = mode == P2_Q80;
+    const bool k4 = mode == P2_Q4K, q8 = mode == P2_Q80, q6 = mode == P2_Q6K;
+    const size_t s6stride = (size_t)nb * P2_S6;
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 accf[2][4];
     #pragma GCC unroll 2
@@ -258,9 +310,11 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
         const int8_t *ap[4];
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++)
-            ap[t] = block_codes(k4, act[t], kb + b);
+            ap[t] = block_codes(k4 || q6, act[t], kb + b);
         const uint8_t *cb = codes + (size_t)b * 256;
-        __m256i p16[2][4];
+        __m256i p16[2][4], i6[2][4];
+        const uint8_t *s6b = sc6 + (size_t)b * P2_S6;
+        /* the hot loop: 8 steps of 4 inputs */
         #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             __m256i w0 = _mm256_loadu_si256((const __m256i *)(cb + 32 * j));
@@ -281,6 +335,27 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                     __asm__("" : "+x"(p16[g][t]));
                 }
             }
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT && q6; t++) { /* two steps in int16, then scaled */
+                int32_t a4;
+                memcpy(&a4, ap[t] + 4 * j, 4);
+                __m256i a = _mm256_set1_epi32(a4);
+                #pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    __m256i q = _mm256_maddubs_epi16(g ? w1 : w0, a);
+                    if (j % 2 == 0) {
+                        p16[g][t] = q;
+                        continue;
+                    }
+                    __m256i i = _mm256_madd_epi16(
+                        _mm256_add_epi16(p16[g][t], q),
+                        _mm256_loadu_si256((const __m256i *)(s6b + g * s6stride + 32 * (j / 4))));
+                    i6[g][t] = j == 1 ? i : _mm256_add_epi32(i6[g][t], i);
+                    __asm__("" : "+x"(i6[g][t]));
+                }
+            }
+            if (q6) /* (a loop with no trip drops gcc's unroll pragma with a warning) */
+                continue;
             #pragma GCC unroll 4
             for (int t = 0; t < MT && !q8; t++) {
                 int32_t a4;
@@ -303,9 +378,16 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             __m256 s = _mm256_loadu_ps(scale + g * sstride + 8 * b);
             #pragma GCC unroll 4
             for (int t = 0; t < MT; t++) {
-                __m256i i32 = q8 ? p16[g][t] : _mm256_madd_epi16(p16[g][t], ones16);
+                __m256i i32 = q8   ? p16[g][t]
+                              : q6 ? i6[g][t]
+                                   : _mm256_madd_epi16(p16[g][t], ones16);
                 if (mode == P2_Q40)
                     i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(toff[t * P2_NB + b]));
+                if (q6) /* the -32 offsets: (-32 sc0, -32 sc1) . (bsum0, bsum1) */
+                    i32 = _mm256_add_epi32(
+                        i32, _mm256_madd_epi16(
+                                 _mm256_loadu_si256((const __m256i *)(s6b + g * s6stride + 64)),
+                                 _mm256_set1_epi32(toff[t * P2_NB + b])));
                 __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(td[t * P2_NB + b]));
                 accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sd, accf[g][t]);
                 if (k4)
@@ -336,7 +418,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
 }
 
 #define P2_CASE(MODE, G, MT)                                                                  \
-    panel_tile(MODE, G, MT, cg, sg, og, nb, kb, act + m, toff + m * P2_NB, td + m * P2_NB,     \
+    panel_tile(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB, td + m * P2_NB, \
                tds + m * P2_NB, Cm, ldc, nv, first)
 #define P2_MT(MODE, G)                                                                        \
     do {                                                                                      \
@@ -357,14 +439,19 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
 void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1, int k0, int k1,
                             const void *const *act, int M, float *C, int ldc, void *scratch)
 {
-    /* Q8_0: 2 tokens a tile (its int32 step sums need the registers) */
-    const int mode = type == KT_TYPE_Q4_K ? P2_Q4K : type == KT_TYPE_Q8_0 ? P2_Q80 : P2_Q40;
+    /* Q8_0: 2 tokens a tile (its int32 step sums need the registers); Q6_K 3 (one Zen 3
+     * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs) */
+    const int mode = type == KT_TYPE_Q4_K   ? P2_Q4K
+                     : type == KT_TYPE_Q8_0 ? P2_Q80
+                     : type == KT_TYPE_Q6_K ? P2_Q6K
+                                            : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
     uint8_t *codes = scratch;
     float *scale = (float *)(codes + (size_t)P2_ROWS * P2_KS);
     float *off = scale + P2_ROWS * P2_NB;
     int32_t *toff = (int32_t *)(off + P2_ROWS * P2_NB);
     float *td = (float *)(toff + P2_TOK * P2_NB), *tds = td + P2_TOK * P2_NB;
+    uint8_t *sc6 = (uint8_t *)(tds + P2_TOK * P2_NB);
     for (int ks = k0; ks < k1; ks += P2_KS) {
         int ke = k1 - ks < P2_KS ? k1 : ks + P2_KS;
         int kb = ks / 32, nb = (ke - ks) / 32;
@@ -372,7 +459,7 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
         token_prep(type, act, M, kb, nb, toff, td, tds);
         for (int nc = n0; nc < n1; nc += P2_ROWS) {
             int nr = n1 - nc < P2_ROWS ? n1 - nc : P2_ROWS, ngroups = (nr + 7) / 8;
-            panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off);
+            panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off, sc6);
             for (int m = 0; m < M; m += MTMAX) {
                 int mt = M - m < MTMAX ? M - m : MTMAX;
                 for (int g = 0; g < ngroups; g += 2) {
@@ -381,9 +468,12 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                                  G == 2 ? (nr - 8 * g - 8 < 8 ? nr - 8 * g - 8 : 8) : 0};
                     const uint8_t *cg = codes + (size_t)g * nb * 256;
                     const float *sg = scale + (size_t)g * nb * 8, *og = off + (size_t)g * nb * 8;
+                    const uint8_t *s6 = sc6 + (size_t)g * nb * P2_S6;
                     float *Cm = C + (size_t)m * ldc + (nc - n0) + 8 * g;
                     if (mode == P2_Q4K)
                         P2_G(P2_Q4K);
+                    else if (mode == P2_Q6K)
+                        P2_G(P2_Q6K);
                     else if (mode == P2_Q80)
                         P2_G(P2_Q80);
                     else
@@ -394,6 +484,6 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
     }
 }
 
-_Static_assert(KT__LF_PANEL2_SCRATCH ==
-                   P2_ROWS * P2_KS + 2 * P2_ROWS * P2_NB * 4 + 3 * P2_TOK * P2_NB * 4,
+_Static_assert(KT__LF_PANEL2_SCRATCH == P2_ROWS * P2_KS + 2 * P2_ROWS * P2_NB * 4 +
+                                            3 * P2_TOK * P2_NB * 4 + P2_ROWS / 8 * P2_NB * P2_S6,
                "AVX2 panel scratch");

@@ -583,7 +583,8 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #if KT_HAVE_ISA_AVX2
     static long avx2_panel_cache;
     if (isa == KT_GGML_AVX2 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
-        (W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_Q4_K || W->type == KT_TYPE_Q8_0) &&
+        (W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_Q4_K || W->type == KT_TYPE_Q8_0 ||
+         W->type == KT_TYPE_Q6_K) &&
         env_knob(&avx2_panel_cache, "KT_LF_AVX2_PANEL", parse_avx2_panel)) {
         /* prefill: int8 panels, vpmaddubsw into exact block sums */
         const void *act[256];

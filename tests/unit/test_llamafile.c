@@ -158,6 +158,69 @@ static void test_kernels(void **state)
     free(C);
 }
 
+/* The AVX2 set's Q6_K prefill panels (6 or more tokens; 4 and 5 the decode's) against
+ * the scalar set's vec_dots and dequantize-then-F32: 37 rows (a ragged group of 8),
+ * rows and inputs sliced off the panels (inputs [256, 1280): segments of 512, 512 and
+ * a ragged 256), 4 to 256 tokens (257 and more: test_backend_tokens). */
+static void test_panel_q6k(void **state)
+{
+    (void)state;
+    if (kt__ggml_isa_best() < KT_GGML_AVX2)
+        skip();
+    enum { N = 37, K = 1280, MMAX = 256 };
+    static const int Ms[] = {4, 5, 6, 7, 8, 9, 17, 64, 255, 256};
+    const unsigned mask = KT__GGML_ACT_Q8K | KT__GGML_ACT_Q80;
+    const kt__moe_kernels *ref = kt__moe_llamafile_kernels(0, mask);
+    const kt__moe_kernels *vec = kt__moe_llamafile_kernels(1, mask);
+    uint8_t *q;
+    float *deq;
+    make_weights(KT_TYPE_Q6_K, N, K, 0.5f, &q, &deq);
+    size_t rb0 = kt__moe_act_row_bytes(ref->act, K), rb1 = kt__moe_act_row_bytes(vec->act, K);
+    uint8_t *A0 = calloc(MMAX, rb0), *A1 = calloc(MMAX, rb1);
+    float *x = malloc((size_t)K * sizeof(float)), *xr = malloc((size_t)MMAX * K * sizeof(float));
+    float *C0 = malloc((size_t)MMAX * N * sizeof(float));
+    float *C1 = malloc((size_t)MMAX * N * sizeof(float));
+    void *scratch = malloc(vec->scratch_bytes);
+    for (int m = 0; m < MMAX; m++) {
+        for (int k = 0; k < K; k++)
+            x[k] = frand() * (1.0f + (float)(m % 7));
+        ref->quant(x, 0, K, K, A0 + m * rb0);
+        vec->quant(x, 0, K, K, A1 + m * rb1);
+        partner_roundtrip(KT_TYPE_Q6_K, x, K, xr + (size_t)m * K);
+    }
+    kt__wmat W = {.w = q, .rows = N, .cols = K, .type = KT_TYPE_Q6_K};
+    for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+        for (int k0 = 0; k0 <= 256; k0 += 256) {
+            const int M = Ms[mi], n0 = k0 ? 5 : 0;
+            ref->gemm(&W, n0, N, k0, K, A0, rb0, NULL, M, C0, N, NULL);
+            vec->gemm(&W, n0, N, k0, K, A1, rb1, NULL, M, C1, N, scratch);
+            for (int m = 0; m < M; m++)
+                for (int n = n0; n < N; n++) {
+                    double want = 0, mag = 0;
+                    for (int k = k0; k < K; k++) {
+                        want += (double)deq[(size_t)n * K + k] * xr[(size_t)m * K + k];
+                        mag += fabs((double)deq[(size_t)n * K + k] * xr[(size_t)m * K + k]);
+                    }
+                    double got = C1[m * N + n - n0], dot = C0[m * N + n - n0];
+                    double tol = 1e-4 * mag + 1e-6;
+                    if (fabs(got - want) > tol || fabs(got - dot) > tol) {
+                        fprintf(stderr, "Q6_K panel M %d k0 %d m %d n %d: got %g, vec_dot %g, "
+                                        "want %g\n", M, k0, m, n, got, dot, want);
+                        fail();
+                    }
+                }
+        }
+    free(q);
+    free(deq);
+    free(A0);
+    free(A1);
+    free(x);
+    free(xr);
+    free(C0);
+    free(C1);
+    free(scratch);
+}
+
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
  * / Q4KX / Q5KX / Q6KX / IQ4NLX): the AVX-512 and AVX2 decodes on the repack (Q5KX,
  * Q6KX, IQ4NLX: AVX2 only) against dequantize-then-F32 for row lengths with every group
@@ -442,7 +505,7 @@ static void test_backend_types(void **state)
 static void test_backend_tokens(void **state)
 {
     (void)state;
-    static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K};
+    static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
     static const int Ts[] = {1, 2, 3, 17, 128, 257};
     layer_max_tokens = 512;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
@@ -1055,6 +1118,7 @@ int main(void)
         cmocka_unit_test(test_backend_tokens),
         cmocka_unit_test(test_backend_mixed),
         cmocka_unit_test(test_backend_repack),
+        cmocka_unit_test(test_panel_q6k),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
