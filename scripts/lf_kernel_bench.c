@@ -24,8 +24,8 @@
  *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 AVX-512 VNNI
  *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: a type with a load-time repack
- *   (Q4_0, Q4_K, Q8_0; Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X / Q4KX /
- *   Q80X / Q6KX / IQ4NLX, as the backend's decode does by default).
+ *   (Q4_0, Q4_K, Q8_0; Q5_K, Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X /
+ *   Q4KX / Q80X / Q5KX / Q6KX / IQ4NLX, as the backend's decode does by default).
  *   KT_BENCH_QUANT=1: times the set's activation quantizer instead (ks->quant of
  *   one row of K inputs into the sections TYPE needs), us per row.
  * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
