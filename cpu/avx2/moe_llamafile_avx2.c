@@ -320,7 +320,6 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             __m256i w0 = _mm256_loadu_si256((const __m256i *)(cb + 32 * j));
             __m256i w1 = G == 2 ? _mm256_loadu_si256((const __m256i *)(cb + gstride + 32 * j))
                                 : w0;
-            #pragma GCC unroll 4
             for (int t = 0; t < MT && q8; t++) {
                 int32_t a4;
                 memcpy(&a4, ap[t] + 4 * j, 4);
@@ -335,7 +334,6 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                     __asm__("" : "+x"(p16[g][t]));
                 }
             }
-            #pragma GCC unroll 4
             for (int t = 0; t < MT && q6; t++) { /* two steps in int16, then scaled */
                 int32_t a4;
                 memcpy(&a4, ap[t] + 4 * j, 4);
@@ -356,7 +354,6 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             }
             if (q6) /* (a loop with no trip drops gcc's unroll pragma with a warning) */
                 continue;
-            #pragma GCC unroll 4
             for (int t = 0; t < MT && !q8; t++) {
                 int32_t a4;
                 memcpy(&a4, ap[t] + 4 * j, 4);
