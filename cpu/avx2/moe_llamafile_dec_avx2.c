@@ -288,6 +288,20 @@ ALWAYS_INLINE __m256i rows4_blocks(const int S, const __m256i TA[4], const __m25
         _mm_add_epi32(_mm256_castsi256_si128(tA), _mm256_extracti128_si256(tA, 1)));
 }
 
+/* The 4 rows' bytes p[r g ..] (16 with S 4, else 8) as words . the words b16, pairs
+ * of sub-blocks a lane, as [r0 r1 r2 r3 | r0 r1 r2 r3] of blocks A | B (S 2: B zero). */
+ALWAYS_INLINE __m256i rows4_bytes_dot(const int S, const uint8_t *p, int g, __m256i b16)
+{
+    __m256i d[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __m128i v = S == 4 ? _mm_loadu_si128((const __m128i *)(p + r * g))
+                           : _mm_loadl_epi64((const __m128i *)(p + r * g));
+        d[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(v), b16);
+    }
+    return rows4_hadd(d);
+}
+
 /* The Q6KX biases of the token's sub-blocks gb.. (k6x_group) halved and summed: per
  * pair slot -16 x the sum of the 16 activation codes it meets in a Q5KX group (lo and
  * hi halves; each bias a multiple of 32, so the halves are exact). */
@@ -406,25 +420,9 @@ ALWAYS_INLINE void k4x_group(const int kind, const int S, const uint8_t *t, size
     const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
     __m256i b16 = S == 4 ? _mm256_loadu_si256((const __m256i *)bs)
                          : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)bs));
-    __m256i mr[4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        __m128i m = S == 4 ? _mm_loadu_si128((const __m128i *)(mn + r * g))
-                           : _mm_loadl_epi64((const __m128i *)(mn + r * g));
-        mr[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m), b16);
-    }
-    /* [r0 r1 r2 r3 | r0 r1 r2 r3] of blocks A | B (S 2: B zero) */
-    __m256i Mi = rows4_hadd(mr);
-    if (kind == X5K) { /* T += 16 sum_j sc_j sum(a_j): the codes' -16 back */
-        __m256i sr[4];
-        #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            __m128i s8 = S == 4 ? _mm_loadu_si128((const __m128i *)(sc + r * g))
-                                : _mm_loadl_epi64((const __m128i *)(sc + r * g));
-            sr[r] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(s8), b16);
-        }
-        T = _mm256_add_epi32(T, _mm256_slli_epi32(rows4_hadd(sr), 4));
-    }
+    __m256i Mi = rows4_bytes_dot(S, mn, g, b16);
+    if (kind == X5K) /* T += 16 sum_j sc_j sum(a_j): the codes' -16 back */
+        T = _mm256_add_epi32(T, _mm256_slli_epi32(rows4_bytes_dot(S, sc, g, b16), 4));
     /* the rows' (d, dmin) f16 of blocks A, B into [d: r0..r3 A | r0..r3 B], [dmin: ...] */
     const uint8_t *dd = t + (size_t)nb * (cb + 8) + (size_t)(gb / 8) * 4;
     __m128i q[4];
