@@ -396,6 +396,45 @@ static void pool_matrix(int method, int type, int rows, int cols, void **w, void
     }
 }
 
+/* E experts' gate / up / down of pool_matrix, and the layer weights that point at
+ * them (with the scales where the method has them as arrays of their own). */
+typedef struct {
+    void *g[8], *u[8], *dn[8], *gs[8], *us[8], *ds[8];
+} pool_experts;
+
+static kt_moe_layer_weights pool_experts_make(pool_experts *p, int method, int type, int E,
+                                              int H, int I)
+{
+    assert_true(E <= 8);
+    for (int e = 0; e < E; e++) {
+        pool_matrix(method, type, I, H, &p->g[e], &p->gs[e]);
+        pool_matrix(method, type, I, H, &p->u[e], &p->us[e]);
+        pool_matrix(method, type, H, I, &p->dn[e], &p->ds[e]);
+    }
+    kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
+    lw.gate = (const void *const *)p->g;
+    lw.up = (const void *const *)p->u;
+    lw.down = (const void *const *)p->dn;
+    if (method != KT_METHOD_BF16 && method != KT_METHOD_LLAMAFILE) {
+        lw.gate_scale = (const void *const *)p->gs;
+        lw.up_scale = (const void *const *)p->us;
+        lw.down_scale = (const void *const *)p->ds;
+    }
+    return lw;
+}
+
+static void pool_experts_free(pool_experts *p, int E)
+{
+    for (int e = 0; e < E; e++) {
+        free(p->g[e]);
+        free(p->u[e]);
+        free(p->dn[e]);
+        free(p->gs[e]);
+        free(p->us[e]);
+        free(p->ds[e]);
+    }
+}
+
 /* NUMA pools: with 2 and 3 pools every pool computes its slice of every
  * expert's I from its own copy and the partials are summed; the outputs
  * equal one pool's (which reads the weights in place) up to the order of the
@@ -423,21 +462,8 @@ static void test_pools_every_method(void **state)
     const int T_list[] = {1, 3, 40};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int method = cases[c].method, type = cases[c].type;
-        void *g[6], *u[6], *dn[6], *gs[6], *us[6], *ds[6];
-        for (int e = 0; e < E; e++) {
-            pool_matrix(method, type, I, H, &g[e], &gs[e]);
-            pool_matrix(method, type, I, H, &u[e], &us[e]);
-            pool_matrix(method, type, H, I, &dn[e], &ds[e]);
-        }
-        kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
-        lw.gate = (const void *const *)g;
-        lw.up = (const void *const *)u;
-        lw.down = (const void *const *)dn;
-        if (method != KT_METHOD_BF16 && method != KT_METHOD_LLAMAFILE) {
-            lw.gate_scale = (const void *const *)gs;
-            lw.up_scale = (const void *const *)us;
-            lw.down_scale = (const void *const *)ds;
-        }
+        pool_experts px;
+        kt_moe_layer_weights lw = pool_experts_make(&px, method, type, E, H, I);
         if (method == KT_METHOD_LLAMAFILE)
             lw.gate_type = lw.up_type = lw.down_type = type;
         kt_moe_desc d = tst_moe_desc(method, H, I, E, k);
@@ -505,14 +531,7 @@ static void test_pools_every_method(void **state)
             fail_msg("%s: pools differ from one pool", cases[c].what);
         for (int pools = 1; pools <= 3; pools++)
             free(out[pools]);
-        for (int e = 0; e < E; e++) {
-            free(g[e]);
-            free(u[e]);
-            free(dn[e]);
-            free(gs[e]);
-            free(us[e]);
-            free(ds[e]);
-        }
+        pool_experts_free(&px, E);
         free(x);
     }
 }
@@ -1097,21 +1116,8 @@ static void test_decode_read_backend(void **state)
     const int H = 256, I = 512, E = 4, k = 2, T = 12;
     for (size_t c = 0; c < sizeof methods / sizeof methods[0]; c++) {
         int method = methods[c];
-        void *g[4], *u[4], *dn[4], *gs[4], *us[4], *ds[4];
-        for (int e = 0; e < E; e++) {
-            pool_matrix(method, 0, I, H, &g[e], &gs[e]);
-            pool_matrix(method, 0, I, H, &u[e], &us[e]);
-            pool_matrix(method, 0, H, I, &dn[e], &ds[e]);
-        }
-        kt_moe_layer_weights lw = KT_MOE_LAYER_WEIGHTS_INIT;
-        lw.gate = (const void *const *)g;
-        lw.up = (const void *const *)u;
-        lw.down = (const void *const *)dn;
-        if (method != KT_METHOD_BF16) {
-            lw.gate_scale = (const void *const *)gs;
-            lw.up_scale = (const void *const *)us;
-            lw.down_scale = (const void *const *)ds;
-        }
+        pool_experts px;
+        kt_moe_layer_weights lw = pool_experts_make(&px, method, 0, E, H, I);
         kt_moe_desc d = tst_moe_desc(method, H, I, E, k);
         float *x = malloc((size_t)T * H * sizeof(float)), w[12 * 2];
         float *out[2] = {calloc((size_t)T * H, sizeof(float)), calloc((size_t)T * H, sizeof(float))};
@@ -1140,14 +1146,7 @@ static void test_decode_read_backend(void **state)
         }
         if (memcmp(out[0], out[1], (size_t)T * H * sizeof(float)))
             fail_msg("method %d: KT_MOE_DECODE_READ changed a prefill call", method);
-        for (int e = 0; e < E; e++) {
-            free(g[e]);
-            free(u[e]);
-            free(dn[e]);
-            free(gs[e]);
-            free(us[e]);
-            free(ds[e]);
-        }
+        pool_experts_free(&px, E);
         free(x);
         free(out[0]);
         free(out[1]);
