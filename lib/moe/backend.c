@@ -626,13 +626,8 @@ static const char *lf_repack_asked(void)
 static bool lf_repack_type(const kt_moe_backend *moe, int type)
 {
     const char *e = lf_repack_asked();
-    const char *name = type == KT_TYPE_Q4_0   ? "q4_0"
-                       : type == KT_TYPE_Q8_0 ? "q8_0"
-                       : type == KT_TYPE_Q5_K ? "q5_K"
-                       : type == KT_TYPE_Q6_K ? "q6_K"
-                       : type == KT_TYPE_IQ4_NL ? "iq4_nl"
-                                              : "q4_K";
-    if (e && strcmp(e, "1") && !strstr(e, name))
+    const kt_ggml_traits *tr = kt__ggml_traits((kt_type)type); /* its ggml name: "q5_K" */
+    if (e && strcmp(e, "1") && (!tr || !strstr(e, tr->name)))
         return false;
     return moe->d.method == KT_METHOD_LLAMAFILE && kt__lf_repacks(moe->kern, type);
 }
