@@ -861,7 +861,7 @@ static void test_fixture_ggufs(void **state)
             assert_int_equal(kt__gguf_open_file(&g, src), KT_OK);
             kt_gguf_writer *w = NULL;
             assert_int_equal(kt__gguf_writer_create(&w, 3), KT_OK);
-            char names[3 * 64][64];
+            char names[3 * 64][96]; /* blk.L.ffn_PROJ.E.weight, PROJ up to 31 */
             int nn = 0;
             for (size_t i = 0; i < kt__gguf_tensor_count(g); i++) {
                 const kt_gguf_tensor *t = kt__gguf_tensor_at(g, i);

@@ -80,9 +80,9 @@ static bool parse_bytes(const char *flag, const char *text, uint64_t *out)
 /* One resolved value and where it came from. */
 typedef struct item {
     const char *key;
-    char value[160];
+    char value[4160]; /* room for a path of PATH_MAX bytes */
     const char *source; /* flag, registry, model, hardware, assumed, default */
-    char note[160];
+    char note[4224];  /* and for a command naming one */
 } item;
 
 typedef struct plan {
@@ -359,9 +359,14 @@ int cmd_plan(int argc, char **argv)
         a.model_type, a.n_layers, a.n_moe_layers, a.n_routed_experts, a.n_experts_per_tok);
     item *w = add(&P, "weights", weights_present ? "model" : "registry", "%s%s", weights_dir,
                   weights_present ? "" : " (missing)");
-    if (!weights_present)
-        snprintf(w->note, sizeof w->note, "hf download %s --local-dir %s", reg.hub_id,
-                 weights_dir);
+    if (!weights_present) {
+        /* a long directory would cut the command short: name it instead */
+        int n = snprintf(w->note, sizeof w->note, "hf download %s --local-dir %s", reg.hub_id,
+                         weights_dir);
+        if (n < 0 || (size_t)n >= sizeof w->note)
+            snprintf(w->note, sizeof w->note, "hf download %s --local-dir <the path above>",
+                     reg.hub_id);
+    }
     else if (kt_model_n_tensors(model) == 0)
         snprintf(w->note, sizeof w->note, "a bare config: no weights checked");
     else
@@ -536,7 +541,7 @@ int cmd_plan(int argc, char **argv)
         rc = 1;
     }
     add(&P, "pinned_memory", "model", "%s", human(est.pinned_bytes, hb, sizeof hb));
-    char gkeys[KT_ESTIMATE_MAX_GPUS][16];
+    char gkeys[KT_ESTIMATE_MAX_GPUS][32];
     for (int64_t g = 0; g < n_tp; g++) {
         snprintf(gkeys[g], sizeof gkeys[g], "gpu%" PRId64 "_memory", g);
         it = add(&P, gkeys[g], "model", "%s", human(est.gpu_bytes[g], hb, sizeof hb));
