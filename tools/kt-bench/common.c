@@ -217,6 +217,13 @@ static void pin_to(int cpu)
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *team_main(void *p)
 {
     team_worker *w = p;
@@ -230,8 +237,10 @@ static void *team_main(void *p)
         unsigned gen;
         int spins = 0;
         while ((gen = atomic_load(&t->generation)) == seen && !atomic_load(&t->quit)) {
-            if (++spins < 200000)
+            if (++spins < 200000) {
+                cpu_relax(); /* leaves the core's issue slots to a sibling thread */
                 continue;
+            }
             pthread_mutex_lock(&t->lock);
             if (atomic_load(&t->generation) == seen && !atomic_load(&t->quit))
                 pthread_cond_wait(&t->wake, &t->lock);
