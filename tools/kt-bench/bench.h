@@ -139,8 +139,9 @@ gemm_moe *gemm_moe_create(gemm_kind kind, int64_t h, int64_t inter, int32_t n_ex
  * m_hint rows (as an engine would at load time; needs as much memory again)
  * and runs on those copies from then on. False on failure (gemm_last_error). */
 bool gemm_moe_pack(gemm_moe *g, int32_t m_hint);
-/* oneDNN's implementation name of the first primitive run ("brg:avx512_core_bf16",
- * "brg:avx512_core_amx" for INT8 on AMX tiles). */
+/* oneDNN's implementation names of every primitive run so far, distinct ones
+ * joined by " + " ("brg:avx512_core_bf16", "brg:avx512_core_amx" for INT8 on
+ * AMX tiles, "brg:avx512_core_amx + gemm:jit" when m picked two). */
 const char *gemm_moe_impl(const gemm_moe *g);
 /* Seconds for one layer pass with the given per-expert token counts; -1 on error. */
 double gemm_moe_run(gemm_moe *g, int set, const int32_t *counts);

@@ -312,7 +312,10 @@ struct gemm_moe {
     dnnl_memory_desc_t md_gate_up, md_down;
     void **p_gate, **p_up, **p_down;   /* [n_sets * E], oneDNN-allocated copies */
     dnnl_memory_t *p_mem;              /* [3 * n_sets * E] owners of those copies  */
-    const char *impl;
+    /* every distinct implementation the primitives got, ' + ' between them:
+     * oneDNN picks per m (and per matmul), so the first one alone cannot show
+     * that a cap such as ONEDNN_MAX_CPU_ISA held for all of them */
+    char impls[256];
     int32_t max_m;
     matmul *gate_up;   /* [max_m + 1]: [m][H] x [H][I], created on first use */
     matmul *down;      /* [max_m + 1]: [m][I] x [I][H]                       */
@@ -430,7 +433,22 @@ bool gemm_moe_pack(gemm_moe *g, int32_t m_hint)
 
 const char *gemm_moe_impl(const gemm_moe *g)
 {
-    return g->impl ? g->impl : "?";
+    return g->impls[0] ? g->impls : "?";
+}
+
+/* Adds name to g->impls unless it is there already ("..." once it is full). */
+static void note_impl(gemm_moe *g, const char *name)
+{
+    size_t used = strlen(g->impls), n = strlen(name);
+    for (const char *p = g->impls; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == g->impls || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' '))
+            return;
+    if (used + n + 8 >= sizeof g->impls) {
+        if (!strstr(g->impls, " + ..."))
+            snprintf(g->impls + used, sizeof g->impls - used, " + ...");
+        return;
+    }
+    snprintf(g->impls + used, sizeof g->impls - used, "%s%s", used ? " + " : "", name);
 }
 
 static bool ensure_m(gemm_moe *g, int32_t m)
@@ -463,8 +481,8 @@ static bool ensure_m(gemm_moe *g, int32_t m)
         matmul_free(&g->gate_up[m]);
         return false;
     }
-    if (!g->impl)
-        g->impl = g->gate_up[m].impl;
+    note_impl(g, g->gate_up[m].impl);
+    note_impl(g, g->down[m].impl);
     /* First executions allocate scratchpads and touch buffers: keep them untimed. */
     return matmul_exec(&g->gate_up[m]) && matmul_exec(&g->down[m]);
 }

@@ -782,7 +782,8 @@ static bool yardstick_serves(gemm_kind kind, const row *r)
  * summary lines); false when that is a failure, not oneDNN lacking the types
  * on this CPU. */
 static bool run_onednn(const run_cfg *c, const bench_hw *hw, bench_team *team, io_bufs *io,
-                       gemm_kind kind, row *rows, int n_rows, char *why, size_t why_size)
+                       gemm_kind kind, row *rows, int n_rows, char *why, size_t why_size,
+                       char *impl, size_t impl_size)
 {
     const model_shape *m = c->model;
     const char *type = kind == GEMM_INT8 ? "INT8" : "BF16";
@@ -856,6 +857,10 @@ static bool run_onednn(const run_cfg *c, const bench_hw *hw, bench_team *team, i
                     rows[r].onednn_tflops = tf;
             }
     }
+    /* every implementation the timed m's got (the summary rows name them: with
+     * ONEDNN_MAX_CPU_ISA set, the proof that the cap held) */
+    snprintf(impl, impl_size, "%s", gemm_moe_impl(g));
+    printf("  implementations: %s\n", impl);
     gemm_moe_free(g);
     weight_set_free(&ws);
     return ok;
@@ -918,7 +923,9 @@ static void moe_usage(FILE *f)
             "  --seed N           routing and weight seed (default 1)\n"
             "  --json FILE        write every row as JSON (method, shape, T, GB/s, stream\n"
             "                     GB/s, TFLOP/s, oneDNN BF16 TFLOP/s onednn_tflops, oneDNN\n"
-            "                     INT8 TOP/s onednn_int8_tops (0: not run), threads, ISA)\n");
+            "                     INT8 TOP/s onednn_int8_tops (0: not run), the oneDNN\n"
+            "                     implementations onednn_bf16_impl / onednn_int8_impl,\n"
+            "                     threads, ISA)\n");
 }
 
 static bool parse_methods(const char *text, run_cfg *c)
@@ -1197,11 +1204,12 @@ int cmd_moe(int argc, char **argv)
 
     /* The oneDNN yardsticks, each on its own weights, after the backend's rows
      * (so they never share the cores). */
+    char impl_bf16[256] = "", impl_int8[256] = "";
     if (c.onednn_bf16 && !run_onednn(&c, &hw, team, &io, GEMM_BF16, rows, n_rows, why_bf16,
-                                     sizeof why_bf16))
+                                     sizeof why_bf16, impl_bf16, sizeof impl_bf16))
         rc = 1;
     if (c.onednn_int8 && !run_onednn(&c, &hw, team, &io, GEMM_INT8, rows, n_rows, why_int8,
-                                     sizeof why_int8))
+                                     sizeof why_int8, impl_int8, sizeof impl_int8))
         rc = 1;
 
     printf("\nsummary (%s, %d threads, load average now ", m->name, c.threads);
@@ -1220,14 +1228,15 @@ int cmd_moe(int argc, char **argv)
                    x->tflops);
             if (is_amx_int(x->method)) {
                 if (x->onednn_int8_tops > 0)
-                    printf(" = %.2f x oneDNN INT8 (%.3f TOP/s);", x->tflops / x->onednn_int8_tops,
-                           x->onednn_int8_tops);
+                    printf(" = %.2f x oneDNN INT8 (%.3f TOP/s, %s);",
+                           x->tflops / x->onednn_int8_tops, x->onednn_int8_tops, impl_int8);
                 else
                     printf(" (no oneDNN INT8: %s);", why_int8);
             }
             if (x->onednn_tflops > 0)
-                printf(" %s%.2f x oneDNN BF16 (%.3f TFLOP/s)", is_amx_int(x->method) ? "" : "= ",
-                       x->tflops / x->onednn_tflops, x->onednn_tflops);
+                printf(" %s%.2f x oneDNN BF16 (%.3f TFLOP/s, %s)",
+                       is_amx_int(x->method) ? "" : "= ", x->tflops / x->onednn_tflops,
+                       x->onednn_tflops, impl_bf16);
             else
                 printf(" (no oneDNN BF16: %s)", why_bf16);
             printf(" [%s]\n", x->isa);
@@ -1237,7 +1246,8 @@ int cmd_moe(int argc, char **argv)
                  "\"E\":%d,\"k\":%d,\"layers\":%u,\"weight_buffers\":%lld,"
                  "\"expert_bytes\":%llu,\"T\":%lld,\"phase\":\"%s\",\"gbs\":%.3f,"
                  "\"gbs_mean\":%.3f,\"stream_gbs\":%.3f,\"tflops\":%.5f,\"tflops_mean\":%.5f,"
-                 "\"onednn_tflops\":%.5f,\"onednn_int8_tops\":%.5f,\"stream_samples\":%d,"
+                 "\"onednn_tflops\":%.5f,\"onednn_int8_tops\":%.5f,"
+                 "\"onednn_bf16_impl\":\"%s\",\"onednn_int8_impl\":\"%s\",\"stream_samples\":%d,"
                  "\"calls\":%lld,"
                  "\"threads\":%d,\"isa\":\"%s\"",
                  method_name(x->method), m->name, (long long)m->h, (long long)m->inter,
@@ -1245,6 +1255,7 @@ int cmd_moe(int argc, char **argv)
                  (unsigned long long)x->expert_bytes, (long long)x->t,
                  x->t <= 16 ? "decode" : "prefill", x->gbs, x->gbs_mean, x->stream_gbs,
                  x->tflops, x->tflops_mean, x->onednn_tflops, x->onednn_int8_tops,
+                 x->onednn_tflops > 0 ? impl_bf16 : "", x->onednn_int8_tops > 0 ? impl_int8 : "",
                  x->stream_samples,
                  (long long)x->calls, x->threads,
                  x->isa);

@@ -2,6 +2,7 @@
 """kt-bench moe's oneDNN yardsticks on a tiny shape: the AMXINT8 / AMXINT4 prefill
 rows carry a oneDNN INT8 (u8 x s8 -> s32) figure in the summary and the JSON, the
 BF16 row none; a BF16 figure, or the reason there is none, on every prefill row;
+the rows and the JSON name the oneDNN implementations the figures came from;
 bad --onednn-types / --onednn-pack-m values fail with status 2.
 Usage: moe_yardstick_test.py KT_BENCH DIR"""
 import json
@@ -26,6 +27,10 @@ summary = out[out.index("\nsummary"):]
 for method in ("AMXINT8", "AMXINT4"):
     line = next(l for l in summary.splitlines() if l.startswith(f"prefill T=40 {method}:"))
     assert " x oneDNN INT8 (" in line, line
+    # the row names every implementation oneDNN picked over the timed m's
+    impl = line.split(" x oneDNN INT8 (", 1)[1].split(")", 1)[0].split(", ", 1)[1]
+    assert impl and impl != "?" and ":" in impl, line
+    assert f"  implementations: {impl}" in out, out
     assert " x oneDNN BF16 (" in line or "(no oneDNN BF16: " in line, line
 bf16 = next(l for l in summary.splitlines() if l.startswith("prefill T=40 BF16:"))
 assert "INT8" not in bf16, bf16
@@ -39,8 +44,11 @@ for r in rows:
     amx_prefill = r["method"] in ("AMXINT8", "AMXINT4") and r["phase"] == "prefill"
     if amx_prefill:
         assert r["onednn_int8_tops"] > 0, r
+        assert ":" in r["onednn_int8_impl"], r
     else:
         assert r["onednn_int8_tops"] == 0, r
+        assert r["onednn_int8_impl"] == "", r
+    assert (r["onednn_bf16_impl"] != "") == (r["onednn_tflops"] > 0), r
 
 # the packed layout chosen for another m, and plain weights: the INT8 yardstick runs
 for opt in (("--onednn-pack-m", "8"), ("--onednn-weights", "plain")):
