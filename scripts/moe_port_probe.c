@@ -68,6 +68,8 @@ static double cpu_now(void)
 #define TERN(a, t, u) _mm512_ternarylogic_epi32(a, t, u, 0x78)
 #define GF2P8(a, t, u) _mm512_gf2p8affine_epi64_epi8(a, t, 0)
 #define CVT(a, t, u) _mm512_castps_si512(_mm512_cvtepi32_ps(a))
+#define ADD(a, t, u) _mm512_add_epi32(a, t)
+#define SHUF128(a, t, u) _mm512_shuffle_i32x4(a, t, 0x88)
 #define FMA(a, t, u)                                                                           \
     _mm512_castps_si512(_mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(t),        \
                                         _mm512_castsi512_ps(u)))
@@ -88,11 +90,20 @@ ONE(o_tern, TERN)
 ONE(o_gf2p8, GF2P8)
 ONE(o_cvt, CVT)
 ONE(o_fma, FMA)
+ONE(o_add, ADD)
+ONE(o_shuf128, SHUF128)
 TWO(p_dpbusd_and, DPBUSD, AND)
 TWO(p_dpbusd_unpck, DPBUSD, UNPCK)
 TWO(p_dpbusd_srlw, DPBUSD, SRLW)
 TWO(p_dpbusd_gf2p8, DPBUSD, GF2P8)
 TWO(p_dpbusd_fma, DPBUSD, FMA)
+/* the prefill tiles' other work next to their products: RAWINT4's scale step
+ * (vcvtdq2ps, the exponent add), the transposes' shuffles */
+TWO(p_dpbusd_cvt, DPBUSD, CVT)
+TWO(p_dpbusd_add, DPBUSD, ADD)
+TWO(p_dpbusd_shuf128, DPBUSD, SHUF128)
+TWO(p_dpbf16_unpck, DPBF16, UNPCK)
+TWO(p_dpbf16_tern, DPBF16, TERN)
 TWO(p_permt2b_dpbf16, PERMT2B, DPBF16)
 TWO(p_permt2b_unpck, PERMT2B, UNPCK)
 TWO(p_permw_dpbf16, PERMW, DPBF16)
@@ -189,9 +200,14 @@ int main(void)
                 {"vpmovzxbw", o_zxbw},
                 {"vpandd", o_and},               {"vpternlogd", o_tern},
                 {"vgf2p8affineqb", o_gf2p8},     {"vcvtdq2ps", o_cvt},
-                {"vfmadd", o_fma},               {"vpdpbusd + vpandd", p_dpbusd_and},
+                {"vfmadd", o_fma},               {"vpaddd", o_add},
+                {"vshufi32x4", o_shuf128},       {"vpdpbusd + vpandd", p_dpbusd_and},
                 {"vpdpbusd + vpunpck", p_dpbusd_unpck}, {"vpdpbusd + vpsrlw", p_dpbusd_srlw},
                 {"vpdpbusd + gf2p8", p_dpbusd_gf2p8},   {"vpdpbusd + vfmadd", p_dpbusd_fma},
+                {"vpdpbusd + vcvtdq2ps", p_dpbusd_cvt}, {"vpdpbusd + vpaddd", p_dpbusd_add},
+                {"vpdpbusd + vshufi32x4", p_dpbusd_shuf128},
+                {"vdpbf16ps + vpunpck", p_dpbf16_unpck},
+                {"vdpbf16ps + vpternlogd", p_dpbf16_tern},
                 {"vpermt2b + vdpbf16ps", p_permt2b_dpbf16},
                 {"vpermt2b + vpunpck", p_permt2b_unpck},
                 {"vpermw + vdpbf16ps", p_permw_dpbf16},
