@@ -13,10 +13,15 @@
  *            token; one pool writes out directly, several pools add their
  *            partials after one more barrier.
  *
+ * Decode calls (dec_flow) skip the phase-1 barrier: phase 2 waits per expert
+ * for that expert's h; with a few tokens worker 0 also quantizes them and the
+ * others wait for its plan instead of the phase-0 barrier.
+ *
  * Each expert's weights are streamed once per call for all tokens that
  * chose it. Nothing here allocates after kt_moe_backend_create().
  */
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +45,7 @@
 #define RB2 64    /* H rows per phase-2 item (prefill)                    */
 #define RB_MAX 512 /* decode items: up to this many rows                  */
 #define MCH 256   /* tokens per kernel call (bounds the C tiles [MCH][64]) */
+#define FLOW_T 4  /* dec_flow 2: chunks of at most this many tokens skip the phase-0 barrier */
 
 typedef struct moe_layer {
     kt__wmat *gate, *up, *down;  /* [E]; gate[e].w == NULL: expert absent */
@@ -58,6 +64,7 @@ typedef struct moe_task {
     uint32_t layer;        /* the backend's slot */
     uint32_t asked;        /* the caller's layer index (the route observer's) */
     kt_moe_io io;
+    double posted;         /* KT_MOE_PROFILE: when it was submitted (stamp_now) */
 } moe_task;
 
 struct kt_moe_backend {
@@ -108,7 +115,17 @@ struct kt_moe_backend {
     int pf_rb1, pf_rb2;            /* prefill rows per phase-1 / phase-2 item */
     int tile_rb;                   /* the wider: C tiles [MCH][tile_rb] */
     int dec_items, dec_grain;      /* decode: items per worker, rows a multiple of (item_rows) */
+    int dec_grain2;                /* decode phase 2's rows a multiple of (KT_MOE_DECODE_GRAIN2) */
     bool dec_tail;                 /* decode: small items end each phase (item_rows) */
+    /* decode without the phase barriers (decode_items: KT_MOE_DECODE_FLOW): 1 phase 2
+     * waits for each expert's h instead of for all of phase 1; 2 also: in calls of at
+     * most FLOW_T tokens the first worker to arrive plans, the others wait for its plan
+     * only, not for every worker to arrive */
+    int dec_flow;
+    bool flow_call;                /* this chunk: phase 2 waits per expert (phase0) */
+    int blocks1[64];               /* phase-1 items of each active expert, per pool */
+    _Atomic int *done1;            /* [n_pools][E]: finished phase-1 items of active expert a */
+    unsigned *plan_seen;           /* [nth][16]: chunks each worker has begun (own line) */
     bool pk_on;                    /* this chunk packs shared (prefill, packer) */
     bool silu16;                   /* the activation on AVX-512 (kt__moe_silu_mul_avx512) */
     bool silu8;                    /* else on AVX2 (kt__moe_silu_mul_avx2)                */
@@ -124,6 +141,8 @@ struct kt_moe_backend {
     _Alignas(64) _Atomic int item2[64];
     _Alignas(64) _Atomic int itemx[64]; /* packing items (active experts) */
     _Alignas(64) _Atomic int itemh[64];
+    _Alignas(64) _Atomic unsigned plan_seq; /* chunks planned so far */
+    _Alignas(64) _Atomic uint64_t arrivals; /* dec_flow 2: tickets, nth a chunk (run_chunks) */
 
     _Atomic int err_status;
     char err_msg[256];
@@ -404,6 +423,29 @@ static void decode_items(kt_moe_backend *moe)
     e = getenv("KT_MOE_DECODE_GRAIN");
     if (e && atoi(e) >= 32 && atoi(e) <= RB_MAX && atoi(e) % 32 == 0 && (lf || atoi(e) >= 64))
         moe->dec_grain = atoi(e);
+    /* phase 2's items need no whole activation blocks (their rows are H's, the
+     * kernels take any row range): KT_MOE_DECODE_GRAIN2 (16..512, a multiple of
+     * 16) sizes them apart, for measuring finer last items */
+    moe->dec_grain2 = moe->dec_grain;
+    e = getenv("KT_MOE_DECODE_GRAIN2");
+    if (e && atoi(e) >= 16 && atoi(e) <= RB_MAX && atoi(e) % 16 == 0)
+        moe->dec_grain2 = atoi(e);
+    /* Decode calls are short (a Qwen3-30B-A3B layer is 0.3-0.4 ms on the 16-core
+     * Xeon), and their barriers took 10-20% of them: every worker waits at the end
+     * of phase 1 for the slowest. With the flow, a worker out of phase-1 items
+     * starts its phase-2 items and waits only where an expert's h is not complete
+     * yet (done1; phase 1 hands out its items expert by expert, so the first
+     * experts are long done); the sums keep their order, the outputs their bits.
+     * The 16-core Xeon (12-01 03:53, Qwen3-30B-A3B shape, 16 layers, T=1, 3
+     * alternating processes) read AMXINT8 102.8 / 97.9 / 108.0 GB/s against 92.9 /
+     * 85.6 / 101.2 with the barriers, AMXINT4 86.7 / 85.1 / 87.8 against 82.0 / 77.2
+     * / 81.5, BF16 118.8 / 122.9 / 119.8 against 110.4 / 109.8 / 118.9.
+     * KT_MOE_DECODE_FLOW=0 keeps both barriers; 2 drops the phase-0 one too
+     * (calls of at most FLOW_T tokens, run_chunks). */
+    moe->dec_flow = 1;
+    e = getenv("KT_MOE_DECODE_FLOW");
+    if (e && *e >= '0' && *e <= '2' && !e[1])
+        moe->dec_flow = *e - '0';
 }
 
 /* LLAMAFILE: each projection's block type is a ggml type whose block size
@@ -818,9 +860,12 @@ static kt_status make_pool_views(kt_moe_backend *moe)
 /* KT_MOE_PROFILE (for measuring): where each worker's time of a call goes.
  * Phase 1 and phase 2 are timed whole and their epilogues (activation and
  * quantization of h; the weighted sums into acc) apart; barrier: waiting for
- * the other workers (the imbalance), phase 3 included. */
+ * the other workers (the imbalance), phase 3 included. Apart, the waits' parts:
+ * start (from kt_moe_submit until the worker began the task: the pool's
+ * wake-up), wait0 (after phase 0: the barrier or worker 0's plan), waitx (the
+ * flow's waits for an expert's h inside phase 2, out of phase 2's time). */
 enum { PROF_PHASE0, PROF_PACKX, PROF_PHASE1, PROF_EPI1, PROF_PACKH, PROF_PHASE2, PROF_EPI2,
-       PROF_WAIT, PROF_N };
+       PROF_WAIT, PROF_START, PROF_WAIT0, PROF_WAITX, PROF_N };
 
 static double stamp_now(void);
 
@@ -855,14 +900,33 @@ static void prof_print(const kt_moe_backend *moe)
             "gate/up gemm %.2f, activation %.2f, pack h %.2f, down gemm %.2f, sums %.2f, "
             "barriers %.2f", calls, ms[PROF_PHASE0], ms[PROF_PACKX],
             ms[PROF_PHASE1] - ms[PROF_EPI1], ms[PROF_EPI1], ms[PROF_PACKH],
-            ms[PROF_PHASE2] - ms[PROF_EPI2], ms[PROF_EPI2], ms[PROF_WAIT]);
+            ms[PROF_PHASE2] - ms[PROF_EPI2] - ms[PROF_WAITX], ms[PROF_EPI2],
+            ms[PROF_WAIT] + ms[PROF_WAIT0] + ms[PROF_WAITX]);
+    kt__log(moe->rt, KT_LOG_WARN,
+            "moe profile: waits, ms per call and worker: start %.3f, after phase 0 %.3f, "
+            "after phase 1 %.3f, for an expert in phase 2 %.3f (flow %d)", ms[PROF_START],
+            ms[PROF_WAIT0], ms[PROF_WAIT], ms[PROF_WAITX], moe->dec_flow);
+    /* per worker (the first 32): which one starts late, who waits for it */
+    char line[32 * 24] = "";
+    size_t used = 0;
+    for (int t = 0; t < moe->nth && t < 32 && used < sizeof line; t++) {
+        int n = snprintf(line + used, sizeof line - used, " %.1f/%.1f",
+                         moe->prof[(size_t)t * PROF_N + PROF_START] * 1e6 / calls,
+                         moe->prof[(size_t)t * PROF_N + PROF_WAIT0] * 1e6 / calls);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    kt__log(moe->rt, KT_LOG_WARN, "moe profile: workers' start / wait after phase 0, us:%s",
+            line);
     /* the spread over workers (imbalance), then the AMX loops' split */
     double lo[PROF_N], hi[PROF_N];
     for (int j = 0; j < PROF_N; j++) {
         lo[j] = 1e300;
         hi[j] = 0;
         for (int t = 0; t < moe->nth; t++) {
-            double v = moe->prof[(size_t)t * PROF_N + j] * 1e3 / calls;
+            const double *w = moe->prof + (size_t)t * PROF_N;
+            double v = (j == PROF_PHASE2 ? w[j] - w[PROF_WAITX]
+                        : j == PROF_WAIT ? w[j] + w[PROF_WAIT0] + w[PROF_WAITX]
+                                         : w[j]) * 1e3 / calls;
             lo[j] = v < lo[j] ? v : lo[j];
             hi[j] = v > hi[j] ? v : hi[j];
         }
@@ -895,6 +959,8 @@ void kt_moe_backend_free(kt_moe_backend *moe)
             pool_mem_free(moe, p);
     kt__free_aligned(moe->acc);
     kt__free_aligned(moe->scratch);
+    kt__free_aligned((void *)moe->done1);
+    kt__free_aligned(moe->plan_seen);
     kt__free(moe->cnt);
     kt__free(moe->off);
     kt__free(moe->cur);
@@ -1143,8 +1209,11 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     moe->active = kt__calloc((size_t)E, sizeof(int32_t));
     moe->pair_tok = kt__calloc(pairs, sizeof(int32_t));
     moe->pair_w = kt__calloc(pairs, sizeof(float));
+    moe->done1 = alloc_ws(moe, (size_t)moe->n_pools * E * sizeof *moe->done1);
+    moe->plan_seen = alloc_ws(moe, (size_t)moe->nth * 16 * sizeof *moe->plan_seen);
     if (!moe->xq || !moe->hq || !moe->acc || !moe->scratch || !moe->cnt || !moe->off ||
-        !moe->cur || !moe->active || !moe->pair_tok || !moe->pair_w) {
+        !moe->cur || !moe->active || !moe->pair_tok || !moe->pair_w || !moe->done1 ||
+        !moe->plan_seen) {
         kt_moe_backend_free(moe);
         return kt__error(KT_ERR_NOMEM, "moe: out of memory for workspaces (max_tokens %d)", T);
     }
@@ -1427,7 +1496,7 @@ static void item_rows(kt_moe_backend *moe, int p)
     blocks = (moe->H + RB_MAX - 1) / RB_MAX;
     if (blocks < want)
         blocks = want;
-    moe->rb2[p] = rows_per_item(moe->H, blocks, grain);
+    moe->rb2[p] = rows_per_item(moe->H, blocks, moe->dec_grain2);
     if (moe->dec_tail) { /* one round of quarter items last: a worker waits less for the rest */
         int n = (nth + moe->n_active - 1) / moe->n_active;
         int g = moe->d.method == KT_METHOD_LLAMAFILE ? 32 : 64; /* as decode_items */
@@ -1463,11 +1532,31 @@ static kt__moe_prefetch_fn kpf_for(const kt_moe_backend *moe, int T)
     return T == 1 && moe->kern1 ? moe->kpf1 : moe->kpf;
 }
 
-/* Phase 0 of a chunk of T (<= max_tokens) tokens. */
-static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, float *xf)
+/* Tokens [t0, t1) of x [T][H] -> f32 row -> kernel format (xq), once per token. */
+static void quant_tokens(kt_moe_backend *moe, const kt_moe_io *io, int T, int t0, int t1,
+                         float *xf)
+{
+    int H = moe->H;
+    for (int t = t0; t < t1; t++) {
+        if (io->flags & KT_MOE_IO_X_F32) {
+            memcpy(xf, (const float *)io->x + (size_t)t * H, (size_t)H * sizeof(float));
+        } else {
+            const uint16_t *xb = (const uint16_t *)io->x + (size_t)t * H;
+            for (int h = 0; h < H; h++)
+                xf[h] = kt__moe_bf16_f32(xb[h]);
+        }
+        kern_for(moe, T)->quant(xf, 0, H, H, moe->xq + (size_t)t * moe->xrow);
+    }
+}
+
+/* Phase 0 of a chunk of T (<= max_tokens) tokens: the planner (worker 0, or
+ * with alone the first worker to arrive) groups the pairs; alone it also
+ * quantizes every token (the others wait for its plan only, plan_wait). */
+static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, float *xf,
+                   bool alone, bool planner)
 {
     const kt_moe_io *io = &task->io;
-    if (tid == 0) {
+    if (planner) {
         kt__moe_new_epoch(); /* new activations: kernels drop packed copies */
         moe->cur_t = T;
         moe->n_active = 0;
@@ -1481,22 +1570,54 @@ static void phase0(kt_moe_backend *moe, const moe_task *task, int T, int tid, fl
         }
         /* prefill (the items of 64 rows, see item_rows): pack shared */
         moe->pk_on = moe->packer && moe->max_cnt > 4 && moe->max_cnt >= moe->packer->min_m;
-    }
-    if (T <= 0)
-        return;
-    int H = moe->H;
-    int t0 = (int)((int64_t)T * tid / moe->nth), t1 = (int)((int64_t)T * (tid + 1) / moe->nth);
-    for (int t = t0; t < t1; t++) {
-        /* x [T][H] -> f32 row -> kernel format, once per token */
-        if (io->flags & KT_MOE_IO_X_F32) {
-            memcpy(xf, (const float *)io->x + (size_t)t * H, (size_t)H * sizeof(float));
-        } else {
-            const uint16_t *xb = (const uint16_t *)io->x + (size_t)t * H;
-            for (int h = 0; h < H; h++)
-                xf[h] = kt__moe_bf16_f32(xb[h]);
+        moe->flow_call = moe->dec_flow >= 1 && moe->max_cnt <= 4 && !moe->pk_on;
+        for (int p = 0; p < moe->n_pools && moe->flow_call; p++) {
+            int r0, r1, a;
+            int slice = moe->pool_i0[p + 1] - moe->pool_i0[p];
+            int n = item1_at(moe, p, slice, 0, &a, &r0, &r1);
+            moe->blocks1[p] = moe->n_active ? n / moe->n_active : 0;
+            for (a = 0; a < moe->n_active; a++)
+                atomic_store_explicit(&moe->done1[(size_t)p * moe->E + a], 0,
+                                      memory_order_relaxed);
         }
-        kern_for(moe, T)->quant(xf, 0, H, H, moe->xq + (size_t)t * moe->xrow);
     }
+    if (T > 0) {
+        int t0 = alone ? 0 : (int)((int64_t)T * tid / moe->nth);
+        int t1 = alone ? (planner ? T : 0) : (int)((int64_t)T * (tid + 1) / moe->nth);
+        quant_tokens(moe, io, T, t0, t1, xf);
+    }
+    if (planner) /* the plan (and with alone the tokens) for plan_wait */
+        atomic_store_explicit(&moe->plan_seq, atomic_load(&moe->plan_seq) + 1,
+                              memory_order_release);
+}
+
+/* Waits after phase 0 until every worker is there (barrier), or alone until
+ * the planner has published this chunk's plan; counts the chunks either way. */
+static void plan_wait(kt_moe_backend *moe, int tid, bool alone, double *t)
+{
+    unsigned want = ++moe->plan_seen[(size_t)tid * 16];
+    if (!alone) {
+        kt__pool_barrier(moe->pool, tid);
+    } else {
+        for (int i = 0; (int)(atomic_load_explicit(&moe->plan_seq, memory_order_acquire) -
+                              want) < 0; i++)
+            (i & 1023) == 1023 ? (void)sched_yield() : kt__cpu_relax();
+    }
+    prof_lap(moe, tid, PROF_WAIT0, t);
+}
+
+/* Phase 2 (flow_call): waits until active expert a's phase-1 items of pool p
+ * have all written their h; the wait is profiled as waitx. */
+static void wait_expert(kt_moe_backend *moe, int p, int a, int tid)
+{
+    _Atomic int *c = &moe->done1[(size_t)p * moe->E + a];
+    int need = moe->blocks1[p];
+    if (atomic_load_explicit(c, memory_order_acquire) >= need)
+        return;
+    double t = moe->prof ? stamp_now() : 0.0;
+    for (int i = 0; atomic_load_explicit(c, memory_order_acquire) < need; i++)
+        (i & 1023) == 1023 ? (void)sched_yield() : kt__cpu_relax();
+    prof_lap(moe, tid, PROF_WAITX, &t);
 }
 
 /* The packed tokens of expert a (of the active list; first pair base) in
@@ -1662,6 +1783,9 @@ static void phase1(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
             }
             prof_lap(moe, tid, PROF_EPI1, &te);
         }
+        if (moe->flow_call) /* this item's h is written: for wait_expert */
+            atomic_fetch_add_explicit(&moe->done1[(size_t)p * moe->E + a_it], 1,
+                                      memory_order_release);
     }
 }
 
@@ -1722,6 +1846,8 @@ static void phase2(kt_moe_backend *moe, const moe_task *task, int tid, uint8_t *
                 int e = moe->active[a];
                 int base = moe->off[e], cnt = moe->off[e + 1] - base;
                 const float *db = (L->down_bias && p == 0) ? L->down_bias + (size_t)e * H : NULL;
+                if (moe->flow_call)
+                    wait_expert(moe, p, a, tid);
                 for (int mc = 0; mc < cnt; mc += mch) {
                     int M = cnt - mc < mch ? cnt - mc : mch;
                     /* the pool's down columns [k0, k1) as [0, k1 - k0) */
@@ -1853,9 +1979,19 @@ static void run_chunks(moe_task *task, int tid)
             offset_io(moe, &chunk.io, t0);
         }
         double t = moe->prof ? stamp_now() : 0.0;
-        phase0(moe, &chunk, n, tid, (float *)scr);
+        if (moe->prof && t0 == 0)
+            moe->prof[(size_t)tid * PROF_N + PROF_START] += t - task->posted;
+        /* a few tokens: the first worker to arrive quantizes them beside its
+         * grouping (a few us), and nobody waits for the last one to arrive
+         * (each worker takes one ticket a chunk: a chunk's nth tickets are
+         * all taken before the next chunk's, behind a barrier or the pool's
+         * job order) */
+        bool alone = moe->dec_flow >= 2 && n <= FLOW_T;
+        bool planner = alone ? atomic_fetch_add(&moe->arrivals, 1) % (uint64_t)moe->nth == 0
+                             : tid == 0;
+        phase0(moe, &chunk, n, tid, (float *)scr, alone, planner);
         prof_lap(moe, tid, PROF_PHASE0, &t);
-        barrier_lap(moe, tid, &t);
+        plan_wait(moe, tid, alone, &t);
         if (moe->pk_on) {
             pack_phase(moe, tid, false);
             prof_lap(moe, tid, PROF_PACKX, &t);
@@ -1863,7 +1999,8 @@ static void run_chunks(moe_task *task, int tid)
         }
         phase1(moe, &chunk, tid, scr);
         prof_lap(moe, tid, PROF_PHASE1, &t);
-        barrier_lap(moe, tid, &t);
+        if (!moe->flow_call) /* else phase 2 waits per expert (wait_expert) */
+            barrier_lap(moe, tid, &t);
         if (moe->pk_on) {
             pack_phase(moe, tid, true);
             prof_lap(moe, tid, PROF_PACKH, &t);
@@ -1918,6 +2055,7 @@ kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io
     task->layer = slot;
     task->asked = layer;
     task->io = *io;
+    task->posted = moe->prof ? stamp_now() : 0.0;
     if (!kt__pool_post(moe->pool, run_task, task))
         return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);
     return KT_OK;

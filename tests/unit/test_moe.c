@@ -1153,6 +1153,118 @@ static void test_decode_read_backend(void **state)
     }
 }
 
+/* The decode flow (KT_MOE_DECODE_FLOW, lib/moe/backend.c): without the phase-1
+ * barrier (1; phase 2 waits for each expert's h) and also without the phase-0
+ * one (2; worker 0 quantizes the tokens and publishes the plan), decode calls
+ * (T 1..4) give the outputs of the two-barrier schedule (0) bit for bit, with
+ * and without the decode tail, on 1..3 workers in one and two pools; a call of
+ * more than 4 tokens an expert (T 9: prefill, the flow off) too. Each call runs
+ * several times: a phase-2 item that read an expert's h before its phase-1
+ * items wrote it would show as a difference in some of them. Phase-2 items of
+ * 32 rows (KT_MOE_DECODE_GRAIN2=32, with flow 2) split the same sums at other
+ * rows: within 1e-5 of the largest output (a kernel may take another path for
+ * a row range's remainder). */
+static void test_decode_flow(void **state)
+{
+    (void)state;
+    static const struct {
+        int method, type, group;
+        const char *what;
+    } cases[] = {
+        {KT_METHOD_BF16, 0, 0, "BF16"},
+        {KT_METHOD_FP8, 0, 0, "FP8"},
+        {KT_METHOD_RAWINT4, 0, 0, "RAWINT4"},
+        {KT_METHOD_AMXINT4, 0, 128, "AMXINT4 g128"},
+        {KT_METHOD_AMXINT8, 0, 0, "AMXINT8"},
+        {KT_METHOD_LLAMAFILE, KT_TYPE_Q8_0, 0, "LLAMAFILE Q8_0"},
+    };
+    enum { H = 256, I = 512, E = 8, K = 4, TMAX = 9, REPS = 4 };
+    static const int T_list[] = {1, 2, 3, 4, 9};
+    const int nT = (int)(sizeof T_list / sizeof T_list[0]);
+    float *x = malloc((size_t)TMAX * H * sizeof(float)), w[TMAX * K];
+    int32_t ids[TMAX * K];
+    for (int i = 0; i < TMAX * H; i++)
+        x[i] = tst_uniform();
+    for (int i = 0; i < TMAX * K; i++) {
+        int t = i / K, j = i % K;
+        ids[i] = t < 4 ? (t + 2 * j) % E : j; /* T 9: experts 0..3 get 9 tokens each */
+        w[i] = 0.1f + 0.05f * (float)(i % 7);
+    }
+    size_t per = (size_t)TMAX * H; /* one call's outputs */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pool_experts px;
+        kt_moe_layer_weights lw = pool_experts_make(&px, cases[c].method, cases[c].type, E, H, I);
+        if (cases[c].method == KT_METHOD_LLAMAFILE)
+            lw.gate_type = lw.up_type = lw.down_type = cases[c].type;
+        kt_moe_desc d = tst_moe_desc(cases[c].method, H, I, E, K);
+        d.group_size = (uint32_t)cases[c].group;
+        int compared = 0;
+        double worst_g2 = 0;
+        for (int threads = 1; threads <= 3; threads++)
+            for (int pools = 1; pools <= (threads > 1 ? 2 : 1); pools++)
+                for (int tail = 0; tail <= 1; tail++) {
+                    float *out[4]; /* flows 0, 1, 2; 2 with GRAIN2 32 */
+                    for (int flow = 0; flow <= 3; flow++) {
+                        char fv[2] = {(char)('0' + (flow < 3 ? flow : 2)), 0};
+                        setenv("KT_MOE_DECODE_FLOW", fv, 1);
+                        setenv("KT_MOE_DECODE_TAIL", tail ? "1" : "0", 1);
+                        if (flow == 3)
+                            setenv("KT_MOE_DECODE_GRAIN2", "32", 1);
+                        kt_moe_options o = tst_moe_options(threads, TMAX);
+                        o.n_pools = pools;
+                        kt_moe_backend *moe = NULL;
+                        kt_status st = kt_moe_backend_create(&moe, NULL, &d, &lw, 1, &o);
+                        unsetenv("KT_MOE_DECODE_FLOW");
+                        unsetenv("KT_MOE_DECODE_TAIL");
+                        unsetenv("KT_MOE_DECODE_GRAIN2");
+                        if (st < 0)
+                            fail_msg("%s: create: %s", cases[c].what, kt_last_error());
+                        out[flow] = calloc((size_t)nT * REPS * per, sizeof(float));
+                        for (int ti = 0; ti < nT; ti++)
+                            for (int r = 0; r < REPS; r++) {
+                                int32_t n_tokens = T_list[ti];
+                                float *o1 = out[flow] + ((size_t)ti * REPS + r) * per;
+                                kt_moe_io io = tst_moe_io_f32(&n_tokens, K, x, ids, w, o1);
+                                if (kt_moe_forward(moe, 0, &io) < 0)
+                                    fail_msg("%s: forward: %s", cases[c].what, kt_last_error());
+                            }
+                        kt_moe_backend_free(moe);
+                    }
+                    for (int flow = 1; flow <= 3; flow++)
+                        for (int ti = 0; ti < nT; ti++)
+                            for (int r = 0; r < REPS; r++) {
+                                size_t at = ((size_t)ti * REPS + r) * per;
+                                /* every repetition against the barriers' first */
+                                const float *a = out[flow] + at;
+                                const float *b = out[0] + (size_t)ti * REPS * per;
+                                size_t n = (size_t)T_list[ti] * H;
+                                double maxref = 0, maxerr = 0;
+                                for (size_t i = 0; i < n; i++) {
+                                    maxref = fmax(maxref, fabs(b[i]));
+                                    maxerr = fmax(maxerr, fabs(a[i] - b[i]));
+                                }
+                                if (flow < 3 ? memcmp(a, b, n * sizeof(float)) != 0
+                                             : !(maxerr <= 1e-5 * maxref))
+                                    fail_msg("%s: %d workers, %d pools, tail %d, T %d, call "
+                                             "%d: %s differs from the barriers (%.3g of %.3g)",
+                                             cases[c].what, threads, pools, tail, T_list[ti], r,
+                                             flow == 1 ? "flow 1" : flow == 2 ? "flow 2"
+                                                                              : "GRAIN2 32",
+                                             maxerr, maxref);
+                                worst_g2 = flow == 3 ? fmax(worst_g2, maxerr / maxref) : worst_g2;
+                                compared += flow < 3;
+                            }
+                    for (int flow = 0; flow <= 3; flow++)
+                        free(out[flow]);
+                }
+        printf("  %-15s flows 1 and 2 equal the barriers in %d calls (1-3 workers, 1-2 pools, "
+               "tail 0 / 1, T 1-4 and 9); GRAIN2 32: rel %.2g\n", cases[c].what, compared,
+               worst_g2);
+        pool_experts_free(&px, E);
+    }
+    free(x);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1166,6 +1278,7 @@ int main(void)
         cmocka_unit_test(test_pools_every_method),
         cmocka_unit_test(test_decode_read_spans),
         cmocka_unit_test(test_decode_read_backend),
+        cmocka_unit_test(test_decode_flow),
     };
     /* KT_TEST_FILTER=test_decode_read_spans: a subset (sanitizer builds are slow) */
     const char *filter = getenv("KT_TEST_FILTER");
