@@ -8,9 +8,9 @@
 # DeepSeek-V3 T=1 over METHODS (FP8 again last: a second allocation in the same
 # process), with KT_MOE_PROFILE=1 and /proc/vmstat's THP fault counters around
 # each process. No process starts after STOP seconds. Raw in $OUT/procs.txt,
-# the summary lines on stdout. MODEL, LAYERS, TOKENS and GS (the AMXINT4 group
-# size) change the shape: MODEL=qwen3-30b-a3b LAYERS=16 GS=128 for Qwen3-30B-A3B
-# (16 layers: the bytes many times the L3).
+# the summary lines on stdout. MODEL, LAYERS, TOKENS, GS (the AMXINT4 group
+# size) and THREADS (the workers) change the shape: MODEL=qwen3-30b-a3b
+# LAYERS=16 GS=128 for Qwen3-30B-A3B (16 layers: the bytes many times the L3).
 set -u
 . scripts/device-env.sh
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
@@ -27,7 +27,8 @@ f=$OUT/procs.txt; t0=$(date +%s)
 sed -n '1,8p' "$f"; grep -E "^thp|node|Anon" "$f" | head -8
 thp() { grep -E "^thp_fault_(alloc|fallback) " /proc/vmstat | tr '\n' ' '; }
 bench="$BIN/tools/kt-bench/kt-bench moe --model ${MODEL:-deepseek-v3} --layers ${LAYERS:-2} \
---tokens ${TOKENS:-1} ${GS:+--group-size $GS} --min-time ${MINT:-1} --no-onednn \
+--tokens ${TOKENS:-1} ${GS:+--group-size $GS} ${THREADS:+--threads $THREADS} \
+--min-time ${MINT:-1} --no-onednn \
 --method ${METHODS:-FP8,RAWINT4,BF16,FP8}"
 for r in $(seq "${ROUNDS:-3}"); do
     for v in ${AB:-- KT_MOE_DECODE_READ=1}; do

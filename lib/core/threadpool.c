@@ -49,6 +49,14 @@ struct kt_pool {
     worker *workers;
     hwloc_topology_t topo;
     bool have_topo;
+    /* kt__pool_wait from a thread on a CPU a worker is pinned to (a caller that
+     * shares a core with a worker): sleep at once instead of spinning, which
+     * kept that worker off its core (wait_sleeps). worker_cpu[c]: a worker is
+     * pinned to OS CPU c < n_cpu; wait_mode 0 spin first (KT_POOL_WAIT=spin),
+     * 1 auto (the default), 2 always sleep at once (KT_POOL_WAIT=sleep). */
+    bool *worker_cpu;
+    int n_cpu;
+    int wait_mode;
 
     struct {
         kt_pool_fn fn;
@@ -240,6 +248,15 @@ static int plan_placement(kt_pool *p, int n, int n_pools_req, bool pin, int *cor
     return 0;
 }
 
+/* The OS index of the CPU worker i is pinned to; -1: not pinned. */
+static int worker_os_cpu(const kt_pool *p, int i)
+{
+    if (!p->have_topo || p->workers[i].pu < 0)
+        return -1;
+    hwloc_obj_t pu = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_PU, (unsigned)p->workers[i].pu);
+    return pu ? (int)pu->os_index : -1;
+}
+
 kt_status kt__pool_create(kt_pool **out, const kt_pool_config *cfg)
 {
     KT_CHECK(out != NULL && cfg != NULL);
@@ -276,6 +293,18 @@ kt_status kt__pool_create(kt_pool **out, const kt_pool_config *cfg)
         return kt__error(KT_ERR_NOMEM, "thread pool: out of memory");
     }
     kt__free(core_node);
+    const char *wm = getenv("KT_POOL_WAIT");
+    p->wait_mode = wm && !strcmp(wm, "spin") ? 0 : wm && !strcmp(wm, "sleep") ? 2 : 1;
+    for (int i = 0; i < n; i++)
+        if (worker_os_cpu(p, i) + 1 > p->n_cpu)
+            p->n_cpu = worker_os_cpu(p, i) + 1;
+    if (p->n_cpu > 0 && !(p->worker_cpu = kt__calloc((size_t)p->n_cpu, sizeof(bool)))) {
+        kt__pool_free(p);
+        return kt__error(KT_ERR_NOMEM, "thread pool: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        if (worker_os_cpu(p, i) >= 0)
+            p->worker_cpu[worker_os_cpu(p, i)] = true;
     for (int i = 0; i < n; i++) {
         worker *w = &p->workers[i];
         w->pool = p;
@@ -308,6 +337,7 @@ void kt__pool_free(kt_pool *p)
     }
     kt__free(p->workers);
     kt__free(p->pool_of);
+    kt__free(p->worker_cpu);
     if (p->have_topo)
         hwloc_topology_destroy(p->topo);
     kt__free(p);
@@ -359,9 +389,26 @@ bool kt__pool_post(kt_pool *p, kt_pool_fn fn, void *ctx)
 uint64_t kt__pool_posted(const kt_pool *p) { return atomic_load(&((kt_pool *)p)->posted); }
 uint64_t kt__pool_done(const kt_pool *p) { return atomic_load(&((kt_pool *)p)->done); }
 
+/* Whether kt__pool_wait should sleep at once: the caller's CPU runs a pinned
+ * worker, which the spin (up to SPIN_YIELD_AFTER pauses before its first
+ * yield, tens of us) would keep from starting the job just posted. On the
+ * 16-core Xeon, kt-bench's thread on worker 0's CPU, Qwen3-30B-A3B decode
+ * T=1 (12-01 04:02): worker 0 started 14-27 us after the submit with the spin,
+ * 3-5 us sleeping, the others mostly 1-3 us; the workers' wait after phase 0
+ * fell from 21-30 to 5-8 us a call, and AMXINT4 read 87.4 / 95.2 / 99.2 / 93.6
+ * GB/s against 88.5 / 86.6 / 86.8 / 84.0 (AMXINT8 ahead in 3 of 4 rounds, BF16
+ * in 4 of 4; docs/performance.md, session 13). */
+static bool wait_sleeps(const kt_pool *p)
+{
+    if (p->wait_mode != 1)
+        return p->wait_mode == 2;
+    int cpu = sched_getcpu();
+    return cpu >= 0 && cpu < p->n_cpu && p->worker_cpu[cpu];
+}
+
 void kt__pool_wait(kt_pool *p, uint64_t seq)
 {
-    wait_done(p, seq, SPIN_SYNC);
+    wait_done(p, seq, wait_sleeps(p) ? 0 : SPIN_SYNC);
 }
 
 void kt__pool_run(kt_pool *p, kt_pool_fn fn, void *ctx)

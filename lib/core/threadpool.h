@@ -52,7 +52,9 @@ bool kt__pool_post(kt_pool *pool, kt_pool_fn fn, void *ctx);
 /* Jobs posted so far / finished so far (monotonic counters). */
 uint64_t kt__pool_posted(const kt_pool *pool);
 uint64_t kt__pool_done(const kt_pool *pool);
-/* Blocks until kt__pool_done() >= seq (spin, then sleep). */
+/* Blocks until kt__pool_done() >= seq (spin, then sleep; sleep at once where
+ * the calling thread is on a CPU a worker is pinned to: KT_POOL_WAIT=auto, the
+ * default; spin / sleep force either). */
 void kt__pool_wait(kt_pool *pool, uint64_t seq);
 /* Posts and waits; for callers that are not in a hurry. */
 void kt__pool_run(kt_pool *pool, kt_pool_fn fn, void *ctx);

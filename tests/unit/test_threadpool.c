@@ -1,10 +1,15 @@
 /* Worker pool: every worker runs every job once, jobs run in order, barriers
- * separate phases, posting is bounded, pools partition the workers. */
+ * separate phases, posting is bounded, pools partition the workers, and a
+ * waiter on a worker's CPU gets every job's end in each wait mode. */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -130,12 +135,62 @@ static void test_pool_partition(void **state)
     kt__pool_free(NULL);
 }
 
+static void record_cpu(void *arg, int tid)
+{
+    if (tid == 0)
+        *(int *)arg = sched_getcpu();
+}
+
+/* KT_POOL_WAIT spin / sleep / auto (the default), the waiting thread moved
+ * onto worker 0's CPU (auto's case for sleeping at once: a caller that shares
+ * a worker's core, as kt-bench's on the Xeon): posts and waits 300 two-phase
+ * jobs and checks each one ran fully on every worker before its wait returned. */
+static void test_pool_wait_on_worker_cpu(void **state)
+{
+    (void)state;
+    static const char *modes[] = {"spin", "sleep", NULL};
+    cpu_set_t before;
+    assert_int_equal(sched_getaffinity(0, sizeof before, &before), 0);
+    for (int m = 0; m < 3; m++) {
+        if (modes[m])
+            setenv("KT_POOL_WAIT", modes[m], 1);
+        kt_pool_config cfg = {2, 0, true};
+        kt_pool *pool = NULL;
+        assert_int_equal(kt__pool_create(&pool, &cfg), KT_OK);
+        unsetenv("KT_POOL_WAIT");
+        int cpu = -1;
+        kt__pool_run(pool, record_cpu, &cpu);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        if (cpu >= 0 && cpu < CPU_SETSIZE) /* unpinned (no topology): any CPU will do */
+            CPU_SET(cpu, &one);
+        bool moved = cpu >= 0 && sched_setaffinity(0, sizeof one, &one) == 0;
+        job_ctx c;
+        memset(&c, 0, sizeof c);
+        c.pool = pool;
+        c.n = 2;
+        for (int rep = 0; rep < 300; rep++) {
+            c.id = rep + 1;
+            c.phase_b_ok[0] = c.phase_b_ok[1] = 0;
+            assert_true(kt__pool_post(pool, two_phase, &c));
+            kt__pool_wait(pool, kt__pool_posted(pool));
+            assert_int_equal(atomic_load(&c.runs), 2 * (rep + 1));
+            assert_true(c.phase_b_ok[0] && c.phase_b_ok[1]);
+        }
+        assert_int_equal(sched_setaffinity(0, sizeof before, &before), 0);
+        printf("  KT_POOL_WAIT=%s: 300 jobs, the waiter %s worker 0's CPU %d\n",
+               modes[m] ? modes[m] : "(auto)", moved ? "on" : "not moved to", cpu);
+        kt__pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_runs_every_worker),
         cmocka_unit_test(test_pool_order_and_ring_limit),
         cmocka_unit_test(test_pool_partition),
+        cmocka_unit_test(test_pool_wait_on_worker_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
