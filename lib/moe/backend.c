@@ -14,8 +14,9 @@
  *            partials after one more barrier.
  *
  * Decode calls (dec_flow) skip the phase-1 barrier: phase 2 waits per expert
- * for that expert's h; with a few tokens worker 0 also quantizes them and the
- * others wait for its plan instead of the phase-0 barrier.
+ * for that expert's h. KT_MOE_DECODE_FLOW=2 also skips the phase-0 one for a
+ * few tokens: the first worker to arrive plans and quantizes them, the others
+ * wait for its plan.
  *
  * Each expert's weights are streamed once per call for all tokens that
  * chose it. Nothing here allocates after kt_moe_backend_create().
@@ -862,7 +863,7 @@ static kt_status make_pool_views(kt_moe_backend *moe)
  * quantization of h; the weighted sums into acc) apart; barrier: waiting for
  * the other workers (the imbalance), phase 3 included. Apart, the waits' parts:
  * start (from kt_moe_submit until the worker began the task: the pool's
- * wake-up), wait0 (after phase 0: the barrier or worker 0's plan), waitx (the
+ * wake-up), wait0 (after phase 0: the barrier or the planner's plan), waitx (the
  * flow's waits for an expert's h inside phase 2, out of phase 2's time). */
 enum { PROF_PHASE0, PROF_PACKX, PROF_PHASE1, PROF_EPI1, PROF_PACKH, PROF_PHASE2, PROF_EPI2,
        PROF_WAIT, PROF_START, PROF_WAIT0, PROF_WAITX, PROF_N };
