@@ -28,12 +28,19 @@
  *   Q4KX / Q80X / Q5KX / Q6KX / IQ4NLX, as the backend's decode does by default).
  *   KT_BENCH_QUANT=1: times the set's activation quantizer instead (ks->quant of
  *   one row of K inputs into the sections TYPE needs), us per row.
+ *   KT_BENCH_VS_READ=1 (MIB > 0): moe_kernel_bench's decode yardstick instead: the
+ *   matrices in one huge-page mapping, visited in a fixed shuffle, 11 passes each
+ *   followed by an AVX2 read loop over the same bytes; prints the median of kernel
+ *   GB/s / read loop GB/s (the bytes the kernel reads: repacked ones with
+ *   KT_BENCH_REPACK=1).
  * e.g. decode of a gate item: q4_0 1 384 2048 0; a prefill expert: q4_0 32 64 2048 0
  */
 #define _GNU_SOURCE
+#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "moe_kernels.h"
@@ -53,6 +60,71 @@ static float frand(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* the read loop yardstick: the sum of n floats at a (32-byte aligned) */
+__attribute__((target("avx2"))) static float read_loop(const float *a, size_t n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i));
+        s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_load_ps(a + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_load_ps(a + i + 24));
+    }
+    float v[8];
+    _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* KT_BENCH_VS_READ=1: nmat matrices of `per` bytes at base (each starting on a
+ * 64-byte boundary) in a fixed shuffle, kernel against read loop, 11 passes. */
+static void vs_read(const kt__moe_kernels *ks, uint8_t *base, size_t per, size_t nmat, int rows,
+                    int K, int type, const uint8_t *rows_src, size_t src_per, const uint8_t *A,
+                    size_t xrow, int M, float *C, void *scratch, const char *tname)
+{
+    size_t *order = malloc(nmat * sizeof *order);
+    for (size_t i = 0; i < nmat; i++)
+        order[i] = i;
+    for (size_t i = nmat - 1; i > 0; i--) { /* moe_kernel_bench's fixed shuffle */
+        size_t j = (i * 2654435761u) % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    double ratio[11], best_k = 0, best_r = 0;
+    float sink = 0;
+    for (int rep = 0; rep < 11; rep++) {
+        double t0 = cpu_now();
+        for (size_t m = 0; m < nmat; m++) {
+            kt__wmat W = {base + order[m] * per, (void *)(rows_src + order[m] * src_per), rows, K,
+                          type, 0};
+            if (ks->prefetch && m + 1 < nmat) { /* the next matrix, as the backend names it */
+                kt__wmat nx = W;
+                nx.w = base + order[m + 1] * per;
+                nx.scale = (void *)(rows_src + order[m + 1] * src_per);
+                ks->prefetch(&nx, 0, rows, M);
+            }
+            ks->gemm(&W, 0, rows, 0, K, A, xrow, NULL, M, C, rows, scratch);
+        }
+        double t1 = cpu_now();
+        sink += read_loop((const float *)base, per * nmat / 4);
+        double t2 = cpu_now();
+        double gk = (double)nmat * per / (t1 - t0) * 1e-9, gr = (double)nmat * per / (t2 - t1) * 1e-9;
+        ratio[rep] = gk / gr;
+        best_k = gk > best_k ? gk : best_k;
+        best_r = gr > best_r ? gr : best_r;
+    }
+    qsort(ratio, 11, sizeof ratio[0], cmp_double);
+    printf("%s %s M %d rows %d K %d: %.2f x read loop [%.2f..%.2f], best %.2f GB/s (read %.2f)%s\n",
+           ks->name, tname, M, rows, K, ratio[5], ratio[2], ratio[8], best_k, best_r,
+           sink == 12345.0f ? " " : "");
+    free(order);
 }
 
 int main(int argc, char **argv)
@@ -123,6 +195,23 @@ int main(int argc, char **argv)
             kt__wmat src = {W + i * per, NULL, rows, K, tr->type, 0};
             xtype = kt__lf_repack(&src, X + i * xper).type;
         }
+    }
+    const char *vr = getenv("KT_BENCH_VS_READ");
+    if (vr && !strcmp(vr, "1") && mib) {
+        /* the bytes the kernel reads, each matrix 64-byte aligned, in huge pages */
+        size_t kper = ((X ? xper : per) + 63) & ~(size_t)63;
+        size_t map = (kper * nmat + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+        uint8_t *H = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (H == MAP_FAILED)
+            return 1;
+        madvise(H, map, MADV_HUGEPAGE);
+        for (size_t i = 0; i < nmat; i++)
+            memcpy(H + i * kper, (X ? X + i * xper : W + i * per), X ? xper : per);
+        vs_read(ks, H, kper, nmat, rows, K, X ? xtype : tr->type, W, per, A, xrow, M, C, scratch,
+                X ? "repacked" : tr->name);
+        munmap(H, map);
+        free(W); free(X); free(x); free(A); free(C); free(scratch);
+        return 0;
     }
     /* KT_BENCH_CALLS=N: exactly N calls (for instruction counts under callgrind) */
     long calls = 0, ncalls = getenv("KT_BENCH_CALLS") ? atol(getenv("KT_BENCH_CALLS")) : 0;
