@@ -144,6 +144,7 @@ struct kt_moe_backend {
     _Alignas(64) _Atomic int itemh[64];
     _Alignas(64) _Atomic unsigned plan_seq; /* chunks planned so far */
     _Alignas(64) _Atomic uint64_t arrivals; /* dec_flow 2: tickets, nth a chunk (run_chunks) */
+    _Alignas(64) _Atomic int prof_ended;    /* KT_MOE_PROFILE: workers done with the task */
 
     _Atomic int err_status;
     char err_msg[256];
@@ -864,9 +865,12 @@ static kt_status make_pool_views(kt_moe_backend *moe)
  * the other workers (the imbalance), phase 3 included. Apart, the waits' parts:
  * start (from kt_moe_submit until the worker began the task: the pool's
  * wake-up), wait0 (after phase 0: the barrier or the planner's plan), waitx (the
- * flow's waits for an expert's h inside phase 2, out of phase 2's time). */
+ * flow's waits for an expert's h inside phase 2, out of phase 2's time), end
+ * (from the worker's end of the task to the last worker's: what the call's
+ * caller waits beyond this worker; prof_end). PROF_END_AT holds a worker's last
+ * end time, not a sum. */
 enum { PROF_PHASE0, PROF_PACKX, PROF_PHASE1, PROF_EPI1, PROF_PACKH, PROF_PHASE2, PROF_EPI2,
-       PROF_WAIT, PROF_START, PROF_WAIT0, PROF_WAITX, PROF_N };
+       PROF_WAIT, PROF_START, PROF_WAIT0, PROF_WAITX, PROF_END, PROF_END_AT, PROF_N };
 
 static double stamp_now(void);
 
@@ -905,8 +909,9 @@ static void prof_print(const kt_moe_backend *moe)
             ms[PROF_WAIT] + ms[PROF_WAIT0] + ms[PROF_WAITX]);
     kt__log(moe->rt, KT_LOG_WARN,
             "moe profile: waits, ms per call and worker: start %.3f, after phase 0 %.3f, "
-            "after phase 1 %.3f, for an expert in phase 2 %.3f (flow %d)", ms[PROF_START],
-            ms[PROF_WAIT0], ms[PROF_WAIT], ms[PROF_WAITX], moe->dec_flow);
+            "after phase 1 %.3f, for an expert in phase 2 %.3f, end %.3f (flow %d)",
+            ms[PROF_START], ms[PROF_WAIT0], ms[PROF_WAIT], ms[PROF_WAITX], ms[PROF_END],
+            moe->dec_flow);
     /* per worker (the first 32): which one starts late, who waits for it */
     char line[32 * 24] = "";
     size_t used = 0;
@@ -1944,6 +1949,21 @@ static double stamp_now(void)
 
 static void run_chunks(moe_task *task, int tid);
 
+/* KT_MOE_PROFILE: the task's last worker to end adds to every worker's end
+ * part how long before it that worker ended (the next task starts after all). */
+static void prof_end(kt_moe_backend *moe, int tid)
+{
+    double now = stamp_now();
+    moe->prof[(size_t)tid * PROF_N + PROF_END_AT] = now;
+    if (atomic_fetch_add(&moe->prof_ended, 1) != moe->nth - 1)
+        return;
+    atomic_store(&moe->prof_ended, 0);
+    for (int t = 0; t < moe->nth; t++) {
+        double *w = moe->prof + (size_t)t * PROF_N;
+        w[PROF_END] += now - w[PROF_END_AT];
+    }
+}
+
 static void run_task(void *ctx, int tid)
 {
     moe_task *task = ctx;
@@ -2017,6 +2037,8 @@ static void run_chunks(moe_task *task, int tid)
     }
     if (moe->prof && tid == 0)
         moe->prof[(size_t)moe->nth * PROF_N] += 1;
+    if (moe->prof)
+        prof_end(moe, tid);
 }
 
 static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io,
