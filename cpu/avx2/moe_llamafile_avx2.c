@@ -1,7 +1,7 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q4_K, Q6_K and Q8_0. Each call repacks 64 rows x 512 inputs at a time into int8
- * panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
- * unsigned 0..15, Q8_0's as stored) and runs a register-blocked GEMM of 16 rows x
+ * Q4_0, Q4_K, Q5_K, Q6_K and Q8_0. Each call repacks 64 rows x 512 inputs at a time into
+ * int8 panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
+ * unsigned 0..15, Q5_K's 0..31, Q8_0's as stored) and runs a register-blocked GEMM of 16 rows x
  * 3 tokens (Q8_0: 2) over them; the activation is the token's Q8_0 / Q8_K codes
  * as quantized.
  *
@@ -14,6 +14,9 @@
  * so the int16 sums neither saturate nor wrap and i is ggml's integer block sum.
  * Q4_0's codes are w + 8: off = -8 x (the token's block code sum). Q4_K: s = d x
  * scale, m = -dmin x min per row and block, dsum = da x (the block's code sum).
+ * Q5_K: as Q4_K with the codes' 5th bit from qh; a block's 8 pairs could reach
+ * 8 x 2 x 31 x 127 = 62992, so each 4 steps go through vpmaddwd:
+ *     i = vpmaddwd(sum_{j < 4} p_j, 1) + vpmaddwd(sum_{j >= 4} p_j, 1)
  * Q8_0: p16 cannot hold more than one step (2 x 128 x 127 per pair), so each step
  * goes through vpmaddwd into int32 sums, and the signed weights take ggml's sign
  * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair.
@@ -102,6 +105,14 @@ ALWAYS_INLINE void k4_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn)
     uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
     *sc = (u0 & 0x3f3f3f3fu) | (uint64_t)sc_hi << 32;
     *mn = (u1 & 0x3f3f3f3fu) | (uint64_t)m_hi << 32;
+}
+
+/* v's words shifted so that each byte's bit c (< 8) is at its bit 4; the bits that
+ * cross from the word's other byte land below bit 4 (<<) or above it (>>) */
+ALWAYS_INLINE __m256i bit_to_4(__m256i v, int c)
+{
+    return c <= 4 ? _mm256_sll_epi16(v, _mm_cvtsi32_si128(4 - c))
+                  : _mm256_srl_epi16(v, _mm_cvtsi32_si128(c - 4));
 }
 
 /* out[8 s + r] = v[r][s]: an 8 x 8 transpose */
@@ -204,22 +215,35 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 memcpy(sb + 64, so, 32);
                 memcpy(sg + 8 * b, dr, 32);
             }
-        } else { /* Q4_K: qs bytes 32i..32i+31: sub-block 2i (low nibbles), 2i + 1 (high) */
+        } else { /* Q4_K, Q5_K: qs bytes 32i..32i+31: sub-block 2i (low nibbles), 2i + 1
+                  * (high); Q5_K: bit c of qh[l] is sub-block c's input l's bit 4 */
+            const bool k5 = type == KT_TYPE_Q5_K;
+            const size_t bbytes = k5 ? sizeof(kt_block_q5_K) : sizeof(kt_block_q4_K);
+            const size_t qs = k5 ? offsetof(kt_block_q5_K, qs) : offsetof(kt_block_q4_K, qs);
+            const __m256i bit4 = _mm256_set1_epi8(16);
             for (int b = 0; b < nb; b += 8) {
-                size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_q4_K);
+                size_t o = (size_t)((kb + b) / 8) * bbytes;
+                __m256i qh[8] = {0};
+                if (k5)
+                    rows8_dwords8(p, o + offsetof(kt_block_q5_K, qh), qh);
                 for (int i = 0; i < 4; i++) {
                     __m256i u[8];
-                    rows8_dwords8(p, o + offsetof(kt_block_q4_K, qs) + 32 * (size_t)i, u);
+                    rows8_dwords8(p, o + qs + 32 * (size_t)i, u);
                     uint8_t *cb = cg + (size_t)(b + 2 * i) * 256;
                     for (int j = 0; j < 8; j++) {
-                        _mm256_storeu_si256((__m256i *)(cb + 32 * j),
-                                            _mm256_and_si256(u[j], low4));
-                        _mm256_storeu_si256((__m256i *)(cb + 256 + 32 * j),
-                                            _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4));
+                        __m256i lo = _mm256_and_si256(u[j], low4);
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4);
+                        if (k5) {
+                            lo = _mm256_or_si256(lo, _mm256_and_si256(bit_to_4(qh[j], 2 * i), bit4));
+                            hi = _mm256_or_si256(hi,
+                                                 _mm256_and_si256(bit_to_4(qh[j], 2 * i + 1), bit4));
+                        }
+                        _mm256_storeu_si256((__m256i *)(cb + 32 * j), lo);
+                        _mm256_storeu_si256((__m256i *)(cb + 256 + 32 * j), hi);
                     }
                 }
                 __m256 vs[8], vm[8]; /* row r: d x scale, -dmin x min over the 8 blocks */
-                for (int r = 0; r < 8; r++) {
+                for (int r = 0; r < 8; r++) { /* d, dmin, scales: the same in Q5_K */
                     const kt_block_q4_K *x = (const kt_block_q4_K *)(const void *)(p[r] + o);
                     uint64_t s8, m8;
                     k4_scales(x->scales, &s8, &m8);
@@ -279,7 +303,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
-enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K };
+enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K };
 
 ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 {
@@ -297,7 +321,8 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                               const float *tds, float *C, int ldc, const int nv[2], bool first)
 {
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
-    const bool k4 = mode == P2_Q4K, q8 = mode == P2_Q80, q6 = mode == P2_Q6K;
+    const bool k5 = mode == P2_Q5K, k4 = mode == P2_Q4K || k5, q8 = mode == P2_Q80,
+               q6 = mode == P2_Q6K;
     const size_t s6stride = (size_t)nb * P2_S6;
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 accf[2][4];
@@ -312,7 +337,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
         for (int t = 0; t < MT; t++)
             ap[t] = block_codes(k4 || q6, act[t], kb + b);
         const uint8_t *cb = codes + (size_t)b * 256;
-        __m256i p16[2][4], i6[2][4];
+        __m256i p16[2][4], i6[2][4]; /* i6: Q6_K's scaled sums, Q5_K's first 4 steps */
         const uint8_t *s6b = sc6 + (size_t)b * P2_S6;
         /* the hot loop: 8 steps of 4 inputs */
         #pragma GCC unroll 8
@@ -354,20 +379,26 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             }
             if (q6) /* (a loop with no trip drops gcc's unroll pragma with a warning) */
                 continue;
+            /* Q5_K's codes reach 31: 4 steps fit in int16 (4 x 2 x 31 x 127 = 31496) */
+            const bool restart = k5 ? j % 4 == 0 : j == 0;
             for (int t = 0; t < MT && !q8; t++) {
                 int32_t a4;
                 memcpy(&a4, ap[t] + 4 * j, 4);
                 __m256i a = _mm256_set1_epi32(a4);
                 __m256i q0 = _mm256_maddubs_epi16(w0, a);
-                p16[0][t] = j ? _mm256_add_epi16(p16[0][t], q0) : q0;
+                p16[0][t] = restart ? q0 : _mm256_add_epi16(p16[0][t], q0);
                 /* kept a running sum: gcc otherwise reassociates the 8 adds into
                  * a tree over all 8 products and spills them */
                 __asm__("" : "+x"(p16[0][t]));
                 if (G == 2) {
                     __m256i q1 = _mm256_maddubs_epi16(w1, a);
-                    p16[1][t] = j ? _mm256_add_epi16(p16[1][t], q1) : q1;
+                    p16[1][t] = restart ? q1 : _mm256_add_epi16(p16[1][t], q1);
                     __asm__("" : "+x"(p16[1][t]));
                 }
+                if (k5 && j == 3)
+                    #pragma GCC unroll 2
+                    for (int g = 0; g < G; g++)
+                        i6[g][t] = _mm256_madd_epi16(p16[g][t], ones16);
             }
         }
         #pragma GCC unroll 2
@@ -378,6 +409,8 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                 __m256i i32 = q8   ? p16[g][t]
                               : q6 ? i6[g][t]
                                    : _mm256_madd_epi16(p16[g][t], ones16);
+                if (k5)
+                    i32 = _mm256_add_epi32(i32, i6[g][t]);
                 if (mode == P2_Q40)
                     i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(toff[t * P2_NB + b]));
                 if (q6) /* the -32 offsets: (-32 sc0, -32 sc1) . (bsum0, bsum1) */
@@ -439,6 +472,7 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
     /* Q8_0: 2 tokens a tile (its int32 step sums need the registers); Q6_K 3 (one Zen 3
      * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs) */
     const int mode = type == KT_TYPE_Q4_K   ? P2_Q4K
+                     : type == KT_TYPE_Q5_K ? P2_Q5K
                      : type == KT_TYPE_Q8_0 ? P2_Q80
                      : type == KT_TYPE_Q6_K ? P2_Q6K
                                             : P2_Q40;
@@ -469,6 +503,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                     float *Cm = C + (size_t)m * ldc + (nc - n0) + 8 * g;
                     if (mode == P2_Q4K)
                         P2_G(P2_Q4K);
+                    else if (mode == P2_Q5K)
+                        P2_G(P2_Q5K);
                     else if (mode == P2_Q6K)
                         P2_G(P2_Q6K);
                     else if (mode == P2_Q80)
@@ -481,6 +517,9 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
     }
 }
 
+_Static_assert(offsetof(kt_block_q5_K, scales) == offsetof(kt_block_q4_K, scales) &&
+                   offsetof(kt_block_q5_K, dmin) == offsetof(kt_block_q4_K, dmin),
+               "Q5_K's d, dmin and scales where Q4_K's are");
 _Static_assert(KT__LF_PANEL2_SCRATCH == P2_ROWS * P2_KS + 2 * P2_ROWS * P2_NB * 4 +
                                             3 * P2_TOK * P2_NB * 4 + P2_ROWS / 8 * P2_NB * P2_S6,
                "AVX2 panel scratch");

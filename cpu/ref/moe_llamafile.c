@@ -451,11 +451,26 @@ static long parse_lf_xmax(const char *e)
 #endif
 
 #if KT_HAVE_ISA_AVX2
-/* KT_LF_AVX2_PANEL=0: the AVX2 set's prefill as one vec_dot per (row, token), as
- * before its panel GEMM (for A/B) */
+/* The types the AVX2 set's prefill runs as int8 panels (kt__lf_gemm_panel_avx2) */
+static const kt_type avx2_panel_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q4_K, KT_TYPE_Q5_K,
+                                           KT_TYPE_Q6_K, KT_TYPE_Q8_0};
+
+/* KT_LF_AVX2_PANEL (for A/B): which of them do, as a mask of bits type - 100; the
+ * others' prefill is one vec_dot per (row, token). Unset, empty or 1: all; 0: none;
+ * else a list of ggml names ("q4_0,q4_K,q8_0,q6_K": session 12's, before Q5_K's). */
 static long parse_avx2_panel(const char *e)
 {
-    return !(e && !strcmp(e, "0"));
+    long mask = 0;
+    for (size_t i = 0; i < sizeof avx2_panel_types / sizeof *avx2_panel_types; i++) {
+        const char *name = kt__ggml_traits(avx2_panel_types[i])->name;
+        size_t len = strlen(name);
+        bool on = !e || !*e || !strcmp(e, "1");
+        for (const char *p = e; !on && p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+            on = !strncmp(p, name, len) && (p[len] == ',' || !p[len]);
+        if (on)
+            mask |= 1L << (avx2_panel_types[i] - 100);
+    }
+    return mask;
 }
 #endif
 
@@ -582,10 +597,10 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #endif
 #if KT_HAVE_ISA_AVX2
     static long avx2_panel_cache;
-    if (isa == KT_GGML_AVX2 && M >= LF_PANEL_MIN && M <= 256 && scratch &&
-        (W->type == KT_TYPE_Q4_0 || W->type == KT_TYPE_Q4_K || W->type == KT_TYPE_Q8_0 ||
-         W->type == KT_TYPE_Q6_K) &&
-        env_knob(&avx2_panel_cache, "KT_LF_AVX2_PANEL", parse_avx2_panel)) {
+    if (isa == KT_GGML_AVX2 && M >= LF_PANEL_MIN && M <= 256 && scratch && W->type >= 100 &&
+        W->type < 163 &&
+        (env_knob(&avx2_panel_cache, "KT_LF_AVX2_PANEL", parse_avx2_panel) >> (W->type - 100) &
+         1)) {
         /* prefill: int8 panels, vpmaddubsw into exact block sums */
         const void *act[256];
         for (int m = 0; m < M; m++)

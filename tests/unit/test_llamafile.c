@@ -158,13 +158,13 @@ static void test_kernels(void **state)
     free(C);
 }
 
-/* The AVX2 set's Q6_K prefill panels (6 or more tokens; 4 and 5 the decode's) against
- * the scalar set's vec_dots and dequantize-then-F32: 37 rows (a ragged group of 8),
- * rows and inputs sliced off the panels (inputs [256, 1280): segments of 512, 512 and
- * a ragged 256), 4 to 256 tokens (257 and more: test_backend_tokens). */
-static void test_panel_q6k(void **state)
+/* The AVX2 set's prefill panels of a K type (6 or more tokens; 4 and 5 the decode's)
+ * against the scalar set's vec_dots and dequantize-then-F32: 37 rows (a ragged group of
+ * 8), rows and inputs sliced off the panels (inputs [256, 1280): segments of 512, 512
+ * and a ragged 256), 4 to 256 tokens (257 and more: test_backend_tokens), every 8th
+ * token's inputs all alike (the largest int16 sums). */
+static void panel_case(kt_type type)
 {
-    (void)state;
     if (kt__ggml_isa_best() < KT_GGML_AVX2)
         skip();
     enum { N = 37, K = 1280, MMAX = 256 };
@@ -174,7 +174,7 @@ static void test_panel_q6k(void **state)
     const kt__moe_kernels *vec = kt__moe_llamafile_kernels(1, mask);
     uint8_t *q;
     float *deq;
-    make_weights(KT_TYPE_Q6_K, N, K, 0.5f, &q, &deq);
+    make_weights(type, N, K, 0.5f, &q, &deq);
     size_t rb0 = kt__moe_act_row_bytes(ref->act, K), rb1 = kt__moe_act_row_bytes(vec->act, K);
     uint8_t *A0 = calloc(MMAX, rb0), *A1 = calloc(MMAX, rb1);
     float *x = malloc((size_t)K * sizeof(float)), *xr = malloc((size_t)MMAX * K * sizeof(float));
@@ -182,13 +182,13 @@ static void test_panel_q6k(void **state)
     float *C1 = malloc((size_t)MMAX * N * sizeof(float));
     void *scratch = malloc(vec->scratch_bytes);
     for (int m = 0; m < MMAX; m++) {
-        for (int k = 0; k < K; k++)
-            x[k] = frand() * (1.0f + (float)(m % 7));
+        for (int k = 0; k < K; k++) /* every 8th token all near +1: codes near 127 */
+            x[k] = m % 8 == 5 ? 1.0f + 0.01f * frand() : frand() * (1.0f + (float)(m % 7));
         ref->quant(x, 0, K, K, A0 + m * rb0);
         vec->quant(x, 0, K, K, A1 + m * rb1);
-        partner_roundtrip(KT_TYPE_Q6_K, x, K, xr + (size_t)m * K);
+        partner_roundtrip(type, x, K, xr + (size_t)m * K);
     }
-    kt__wmat W = {.w = q, .rows = N, .cols = K, .type = KT_TYPE_Q6_K};
+    kt__wmat W = {.w = q, .rows = N, .cols = K, .type = type};
     for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
         for (int k0 = 0; k0 <= 256; k0 += 256) {
             const int M = Ms[mi], n0 = k0 ? 5 : 0;
@@ -204,8 +204,9 @@ static void test_panel_q6k(void **state)
                     double got = C1[m * N + n - n0], dot = C0[m * N + n - n0];
                     double tol = 1e-4 * mag + 1e-6;
                     if (fabs(got - want) > tol || fabs(got - dot) > tol) {
-                        fprintf(stderr, "Q6_K panel M %d k0 %d m %d n %d: got %g, vec_dot %g, "
-                                        "want %g\n", M, k0, m, n, got, dot, want);
+                        fprintf(stderr, "%s panel M %d k0 %d m %d n %d: got %g, vec_dot %g, "
+                                        "want %g\n", kt_type_name(type), M, k0, m, n, got, dot,
+                                want);
                         fail();
                     }
                 }
@@ -219,6 +220,20 @@ static void test_panel_q6k(void **state)
     free(C0);
     free(C1);
     free(scratch);
+}
+
+static void test_panel_q6k(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_Q6_K);
+}
+
+/* Q5_K: codes to 31, so the int16 sums are widened every 4 steps (a sum of 8 could
+ * pass int16 where the activation codes are large and alike in sign) */
+static void test_panel_q5k(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_Q5_K);
 }
 
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
@@ -1119,10 +1134,15 @@ int main(void)
         cmocka_unit_test(test_backend_mixed),
         cmocka_unit_test(test_backend_repack),
         cmocka_unit_test(test_panel_q6k),
+        cmocka_unit_test(test_panel_q5k),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
         cmocka_unit_test(test_gguf_tokenizer),
     };
+    /* KT_TEST_FILTER=test_panel_*: a subset (sanitizer builds are slow) */
+    const char *filter = getenv("KT_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
