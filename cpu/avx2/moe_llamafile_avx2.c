@@ -1,9 +1,9 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q4_K, Q5_K, Q6_K and Q8_0. Each call repacks 64 rows x 512 inputs at a time into
- * int8 panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
- * unsigned 0..15, Q5_K's 0..31, Q8_0's as stored) and runs a register-blocked GEMM of 16 rows x
- * 3 tokens (Q8_0: 2) over them; the activation is the token's Q8_0 / Q8_K codes
- * as quantized.
+ * Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 and IQ4_NL. Each call repacks 64 rows x 512 inputs at a
+ * time into int8 panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
+ * unsigned 0..15, Q5_K's 0..31, Q8_0's as stored, IQ4_NL's table values) and runs a
+ * register-blocked GEMM of 16 rows x 3 tokens (Q8_0, IQ4_NL: 2) over them; the activation
+ * is the token's Q8_0 / Q8_K codes as quantized.
  *
  *   per block of 32 inputs b, row r, token t (a: the token's s8 codes):
  *     p16 = sum_{j < 8} vpmaddubsw(w[r][4j..4j+3], a[t][4j..4j+3])  int16 pairs
@@ -19,7 +19,8 @@
  *     i = vpmaddwd(sum_{j < 4} p_j, 1) + vpmaddwd(sum_{j >= 4} p_j, 1)
  * Q8_0: p16 cannot hold more than one step (2 x 128 x 127 per pair), so each step
  * goes through vpmaddwd into int32 sums, and the signed weights take ggml's sign
- * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair.
+ * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair. IQ4_NL: Q8_0's steps on the
+ * nibbles' values (-127..113, vpshufb from the 16-entry table), Q4_0's scales.
  * Q6_K: codes u = q + 32 (0..63), a scale per 16 inputs; a pair is at most 2 x 63 x
  * 127 = 16002, so two steps sum in int16 and vpmaddwd by the rows' (sc, sc) pairs
  * widens them, scaled (the ints of ggml's Q6_K vec_dot):
@@ -152,9 +153,13 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
             p[r] = W + (size_t)(n + (8 * g + r < nr ? 8 * g + r : nr - 1)) * wrow;
         uint8_t *cg = codes + (size_t)g * nb * 256;
         float *sg = scale + (size_t)g * nb * 8, *og = off + (size_t)g * nb * 8;
-        if (type == KT_TYPE_Q4_0) {
+        if (type == KT_TYPE_Q4_0 || type == KT_TYPE_IQ4_NL) {
             /* qs byte i: input i (low nibble), input 16 + i (high): step j < 4 the
-             * low nibbles of bytes 4j.., step 4 + j the high ones */
+             * low nibbles of bytes 4j.., step 4 + j the high ones; IQ4_NL: the
+             * nibbles' values, signed (Q8_0's steps) */
+            const bool nl = type == KT_TYPE_IQ4_NL;
+            const __m256i values =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * sizeof(kt_block_q4_0);
                 _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
@@ -162,9 +167,14 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 rows8_dwords4(p, o + 2, u);
                 uint8_t *cb = cg + (size_t)b * 256;
                 for (int j = 0; j < 4; j++) {
-                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), _mm256_and_si256(u[j], low4));
-                    _mm256_storeu_si256((__m256i *)(cb + 32 * (j + 4)),
-                                        _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4));
+                    __m256i lo = _mm256_and_si256(u[j], low4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4);
+                    if (nl) {
+                        lo = _mm256_shuffle_epi8(values, lo);
+                        hi = _mm256_shuffle_epi8(values, hi);
+                    }
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), lo);
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * (j + 4)), hi);
                 }
             }
         } else if (type == KT_TYPE_Q8_0) { /* qs byte i: input i */
@@ -271,7 +281,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
     for (int m = 0; m < M; m++) {
         for (int b = 0; b < nb; b++) {
             int k = kb + b;
-            if (type == KT_TYPE_Q8_0) {
+            if (type == KT_TYPE_Q8_0 || type == KT_TYPE_IQ4_NL) {
                 const kt_block_q8_0 *y = (const kt_block_q8_0 *)act[m] + k;
                 toff[m * P2_NB + b] = 0;
                 td[m * P2_NB + b] = _cvtsh_ss(y->d);
@@ -473,7 +483,7 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
      * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs) */
     const int mode = type == KT_TYPE_Q4_K   ? P2_Q4K
                      : type == KT_TYPE_Q5_K ? P2_Q5K
-                     : type == KT_TYPE_Q8_0 ? P2_Q80
+                     : type == KT_TYPE_Q8_0 || type == KT_TYPE_IQ4_NL ? P2_Q80
                      : type == KT_TYPE_Q6_K ? P2_Q6K
                                             : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
@@ -517,6 +527,7 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
     }
 }
 
+_Static_assert(sizeof(kt_block_iq4_nl) == sizeof(kt_block_q4_0), "IQ4_NL's blocks are Q4_0's");
 _Static_assert(offsetof(kt_block_q5_K, scales) == offsetof(kt_block_q4_K, scales) &&
                    offsetof(kt_block_q5_K, dmin) == offsetof(kt_block_q4_K, dmin),
                "Q5_K's d, dmin and scales where Q4_K's are");

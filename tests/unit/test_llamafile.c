@@ -158,7 +158,7 @@ static void test_kernels(void **state)
     free(C);
 }
 
-/* The AVX2 set's prefill panels of a K type (6 or more tokens; 4 and 5 the decode's)
+/* The AVX2 set's prefill panels of a type (6 or more tokens; 4 and 5 the decode's)
  * against the scalar set's vec_dots and dequantize-then-F32: 37 rows (a ragged group of
  * 8), rows and inputs sliced off the panels (inputs [256, 1280): segments of 512, 512
  * and a ragged 256), 4 to 256 tokens (257 and more: test_backend_tokens), every 8th
@@ -234,6 +234,13 @@ static void test_panel_q5k(void **state)
 {
     (void)state;
     panel_case(KT_TYPE_Q5_K);
+}
+
+/* IQ4_NL: the table's values as Q8_0's signed steps */
+static void test_panel_iq4nl(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_IQ4_NL);
 }
 
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
@@ -1135,6 +1142,7 @@ int main(void)
         cmocka_unit_test(test_backend_repack),
         cmocka_unit_test(test_panel_q6k),
         cmocka_unit_test(test_panel_q5k),
+        cmocka_unit_test(test_panel_iq4nl),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
