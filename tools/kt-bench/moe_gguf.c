@@ -164,16 +164,27 @@ int bench_moe_gguf(int argc, char **argv)
     int32_t *counts = malloc((size_t)E * sizeof(int32_t));
     double *samples = malloc(100000 * sizeof(double));
     bw = malloc(100000 * sizeof(double));
+    if (!x || !out || !ids || !w || !counts || !samples || !bw) {
+        fprintf(stderr, "kt-bench moe: out of memory for %d tokens' buffers (H %d, k %d)\n",
+                (int)t_max, H, k);
+        free(x); free(out); free(ids); free(w); free(counts); free(samples); free(bw);
+        stream_buf_free(sb);
+        team_free(team);
+        kt_moe_backend_free(moe);
+        return 1;
+    }
     uint64_t seed = 12345;
     for (int64_t i = 0; i < t_max * H; i++)
         x[i] = (float)((int64_t)(bench_rng(&seed) % 2001) - 1000) * 1e-3f;
     /* oneDNN yardstick for prefill: random BF16 experts of the same shape */
     void *gm = NULL;
     uint16_t **bwt = NULL;
-    if (onednn && gemm_available()) {
-        bwt = calloc(3 * (size_t)E, sizeof *bwt);
+    if (onednn && gemm_available() && (bwt = calloc(3 * (size_t)E, sizeof *bwt))) {
         for (int p = 0; p < 3 * E; p++) {
-            bwt[p] = malloc((size_t)H * I * 2);
+            if (!(bwt[p] = malloc((size_t)H * I * 2))) {
+                fprintf(stderr, "kt-bench moe: out of memory for oneDNN's weights\n");
+                return 1;
+            }
             for (size_t q = 0; q < (size_t)H * I; q++)
                 bwt[p][q] = (uint16_t)(0x3c00 + (bench_rng(&seed) & 0xff));
         }
