@@ -16,19 +16,10 @@
 /* Spin iterations (pause) before sleeping on a futex: waiting for the next
  * job (about a millisecond: keeps decode wake-up latency low) and inside a job
  * (barriers, job hand-over: peers normally arrive within microseconds). Past
- * SPIN_YIELD_AFTER iterations a spinner yields now and then, so a peer that
+ * KT__SPIN_YIELD_AFTER iterations a spinner yields now and then, so a peer that
  * shares its core (an oversubscribed machine) gets to run. */
 #define SPIN_IDLE 50000
 #define SPIN_SYNC 4000
-#define SPIN_YIELD_AFTER 1024
-
-static inline void spin_step(int i)
-{
-    if (i >= SPIN_YIELD_AFTER && (i & 255) == 0)
-        sched_yield();
-    else
-        kt__cpu_relax();
-}
 
 #define MAX_POOLS 64
 
@@ -113,7 +104,7 @@ static void wait_done(kt_pool *p, uint64_t seq, int spin)
         if (atomic_load_explicit(&p->done, memory_order_acquire) >= seq)
             return;
         if (i < spin)
-            spin_step(i);
+            kt__spin_step(i);
         else
             sleep_on(&p->done_gen, g, &p->done_sleepers);
     }
@@ -132,7 +123,7 @@ void kt__pool_barrier(kt_pool *p, int tid)
     }
     for (int i = 0; atomic_load(&p->bar_gen) == gen; i++) {
         if (i < SPIN_SYNC)
-            spin_step(i);
+            kt__spin_step(i);
         else
             sleep_on(&p->bar_gen, gen, &p->bar_sleepers);
     }
@@ -157,7 +148,7 @@ static void *worker_main(void *arg)
             if (atomic_load(&p->stop))
                 return NULL;
             if (i < SPIN_IDLE)
-                spin_step(i);
+                kt__spin_step(i);
             else
                 sleep_on(&p->post_gen, g, &p->idle_sleepers);
         }
@@ -390,7 +381,7 @@ uint64_t kt__pool_posted(const kt_pool *p) { return atomic_load(&((kt_pool *)p)-
 uint64_t kt__pool_done(const kt_pool *p) { return atomic_load(&((kt_pool *)p)->done); }
 
 /* Whether kt__pool_wait should sleep at once: the caller's CPU runs a pinned
- * worker, which the spin (up to SPIN_YIELD_AFTER pauses before its first
+ * worker, which the spin (up to KT__SPIN_YIELD_AFTER pauses before its first
  * yield, tens of us) would keep from starting the job just posted. On the
  * 16-core Xeon, kt-bench's thread on worker 0's CPU, Qwen3-30B-A3B decode
  * T=1 (12-01 04:02): worker 0 started 14-27 us after the submit with the spin,

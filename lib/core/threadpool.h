@@ -15,6 +15,7 @@
 #ifndef KT_CORE_THREADPOOL_H
 #define KT_CORE_THREADPOOL_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -74,6 +75,18 @@ static inline void kt__cpu_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+/* Step i of a spin-wait loop: a pause, and past KT__SPIN_YIELD_AFTER steps a
+ * yield every 256, so a peer that shares the core (an oversubscribed machine)
+ * gets to run. */
+#define KT__SPIN_YIELD_AFTER 1024
+static inline void kt__spin_step(int i)
+{
+    if (i >= KT__SPIN_YIELD_AFTER && (i & 255) == 0)
+        sched_yield();
+    else
+        kt__cpu_relax();
 }
 
 /* Barrier of all workers; call only from inside a job, from every worker. */

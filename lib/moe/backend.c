@@ -22,7 +22,6 @@
  * chose it. Nothing here allocates after kt_moe_backend_create().
  */
 #include <math.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1607,7 +1606,7 @@ static void plan_wait(kt_moe_backend *moe, int tid, bool alone, double *t)
     } else {
         for (int i = 0; (int)(atomic_load_explicit(&moe->plan_seq, memory_order_acquire) -
                               want) < 0; i++)
-            (i & 1023) == 1023 ? (void)sched_yield() : kt__cpu_relax();
+            kt__spin_step(i);
     }
     prof_lap(moe, tid, PROF_WAIT0, t);
 }
@@ -1622,7 +1621,7 @@ static void wait_expert(kt_moe_backend *moe, int p, int a, int tid)
         return;
     double t = moe->prof ? stamp_now() : 0.0;
     for (int i = 0; atomic_load_explicit(c, memory_order_acquire) < need; i++)
-        (i & 1023) == 1023 ? (void)sched_yield() : kt__cpu_relax();
+        kt__spin_step(i);
     prof_lap(moe, tid, PROF_WAITX, &t);
 }
 
