@@ -867,9 +867,14 @@ static kt_status make_pool_views(kt_moe_backend *moe)
  * flow's waits for an expert's h inside phase 2, out of phase 2's time), end
  * (from the worker's end of the task to the last worker's: what the call's
  * caller waits beyond this worker; prof_end). PROF_END_AT holds a worker's last
- * end time, not a sum. */
+ * end time, not a sum. PROF_LATE counts the calls a worker started more than
+ * PROF_LATE_US after the submit and PROF_LATE_S sums those starts: an average
+ * start does not tell a few calls held for milliseconds (a thread that took
+ * the worker's CPU) from a slow wake-up in every call. */
 enum { PROF_PHASE0, PROF_PACKX, PROF_PHASE1, PROF_EPI1, PROF_PACKH, PROF_PHASE2, PROF_EPI2,
-       PROF_WAIT, PROF_START, PROF_WAIT0, PROF_WAITX, PROF_END, PROF_END_AT, PROF_N };
+       PROF_WAIT, PROF_START, PROF_WAIT0, PROF_WAITX, PROF_END, PROF_END_AT, PROF_LATE,
+       PROF_LATE_S, PROF_N };
+#define PROF_LATE_US 50
 
 static double stamp_now(void);
 
@@ -922,6 +927,17 @@ static void prof_print(const kt_moe_backend *moe)
     }
     kt__log(moe->rt, KT_LOG_WARN, "moe profile: workers' start / wait after phase 0, us:%s",
             line);
+    line[0] = '\0';
+    used = 0;
+    for (int t = 0; t < moe->nth && t < 32 && used < sizeof line; t++) {
+        const double *w = moe->prof + (size_t)t * PROF_N;
+        int n = w[PROF_LATE] > 0 ? snprintf(line + used, sizeof line - used, " %.0f/%.2f",
+                                            w[PROF_LATE], w[PROF_LATE_S] * 1e3 / w[PROF_LATE])
+                                 : snprintf(line + used, sizeof line - used, " 0/-");
+        used += n > 0 ? (size_t)n : 0;
+    }
+    kt__log(moe->rt, KT_LOG_WARN, "moe profile: workers' calls started over %d us after the "
+            "submit / their mean start, ms (of %.0f calls):%s", PROF_LATE_US, calls, line);
     /* the spread over workers (imbalance), then the AMX loops' split */
     double lo[PROF_N], hi[PROF_N];
     for (int j = 0; j < PROF_N; j++) {
@@ -1999,8 +2015,14 @@ static void run_chunks(moe_task *task, int tid)
             offset_io(moe, &chunk.io, t0);
         }
         double t = moe->prof ? stamp_now() : 0.0;
-        if (moe->prof && t0 == 0)
-            moe->prof[(size_t)tid * PROF_N + PROF_START] += t - task->posted;
+        if (moe->prof && t0 == 0) {
+            double *w = moe->prof + (size_t)tid * PROF_N;
+            w[PROF_START] += t - task->posted;
+            if (t - task->posted > PROF_LATE_US * 1e-6) {
+                w[PROF_LATE] += 1;
+                w[PROF_LATE_S] += t - task->posted;
+            }
+        }
         /* a few tokens: the first worker to arrive quantizes them beside its
          * grouping (a few us), and nobody waits for the last one to arrive
          * (each worker takes one ticket a chunk: a chunk's nth tickets are
