@@ -1,9 +1,9 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 and IQ4_NL. Each call repacks 64 rows x 512 inputs at a
- * time into int8 panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K codes
- * unsigned 0..15, Q5_K's 0..31, Q8_0's as stored, IQ4_NL's table values) and runs a
- * register-blocked GEMM of 16 rows x 3 tokens (Q8_0, IQ4_NL: 2) over them; the activation
- * is the token's Q8_0 / Q8_K codes as quantized.
+ * Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL and IQ4_XS. Each call repacks 64 rows x 512 inputs
+ * at a time into int8 panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_K
+ * codes unsigned 0..15, Q5_K's 0..31, Q8_0's as stored, IQ4_NL's / IQ4_XS's table values)
+ * and runs a register-blocked GEMM of 16 rows x 3 tokens (Q8_0, IQ4_NL: 2) over them; the
+ * activation is the token's Q8_0 / Q8_K codes as quantized (Q8_K codes are -127..127).
  *
  *   per block of 32 inputs b, row r, token t (a: the token's s8 codes):
  *     p16 = sum_{j < 8} vpmaddubsw(w[r][4j..4j+3], a[t][4j..4j+3])  int16 pairs
@@ -26,6 +26,13 @@
  * widens them, scaled (the ints of ggml's Q6_K vec_dot):
  *     i = sum_h vpmaddwd(p16_h, sc_h) + vpmaddwd((-32 sc0, -32 sc1), (bsum0, bsum1)[t])
  *     C[t][r] += float(i) * (d[r] * da[t])
+ * IQ4_XS (panel_tile_sb): IQ4_NL's packed values and signed steps, Q8_K activations, an
+ * integer scale s = ls - 32 (-32..31) per block that the widening vpmaddwd takes in place
+ * of IQ4_NL's ones; a step's pairs are at most 2 x 127 x 127 = 32258 (int16), scaled
+ * 2 x 32258 x 32 per lane, so a superblock's 64 steps stay under 1.33e8 in int32 and
+ * the float update comes once per superblock (d and the token's d are the superblock's):
+ *     isum = sum_{b < 8, j < 8} vpmaddwd(vpmaddubsw(|w|, sign(a, w)), (s, s)[r][b])
+ *     C[t][r] += float(isum) * (d[r] * da[t])
  * Only the float summation order differs from the ggml vec_dots. It replaces one
  * vec_dot per (row, token), which read every weight block once per token.
  */
@@ -138,11 +145,34 @@ ALWAYS_INLINE void transpose8_store(const __m256 v[8], float *out)
     }
 }
 
-/* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (Q4_K, Q6_K: kb, nb
- * multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
- * inputs) at + 256 b + 32 j; scales (Q6_K: d; Q4_K's minimum terms in off) at + 8 (g
- * nb + b); Q6_K's [8 rows] (sc0, sc0), (sc1, sc1), (-32 sc0, -32 sc1) int16 pairs at
- * sc6 + P2_S6 (g nb + b). */
+/* The 16 nibble bytes at p[r] + o of rows r = 0..7 (a Q4_0 / IQ4_NL block's qs: byte i
+ * holds input i in its low nibble, input 16 + i in its high one) as the 8 steps of a
+ * panel block at cb: step j < 4 the low nibbles of bytes 4j.., step 4 + j the high ones;
+ * nl: the nibbles' IQ4_NL values, signed (Q8_0's steps), else the codes 0..15 */
+ALWAYS_INLINE void pack_nibbles(const uint8_t *const *p, size_t o, bool nl, uint8_t *cb)
+{
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i values =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
+    __m256i u[4];
+    rows8_dwords4(p, o, u);
+    for (int j = 0; j < 4; j++) {
+        __m256i lo = _mm256_and_si256(u[j], low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4);
+        if (nl) {
+            lo = _mm256_shuffle_epi8(values, lo);
+            hi = _mm256_shuffle_epi8(values, hi);
+        }
+        _mm256_storeu_si256((__m256i *)(cb + 32 * j), lo);
+        _mm256_storeu_si256((__m256i *)(cb + 32 * (j + 4)), hi);
+    }
+}
+
+/* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (the K types, IQ4_XS: kb,
+ * nb multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
+ * inputs) at + 256 b + 32 j; scales (Q6_K, IQ4_XS: d; Q4_K's minimum terms in off) at
+ * + 8 (g nb + b); Q6_K's [8 rows] (sc0, sc0), (sc1, sc1), (-32 sc0, -32 sc1) int16 pairs
+ * at sc6 + P2_S6 (g nb + b), IQ4_XS's (s, s) there. */
 static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, int kb, int nb,
                        uint8_t *codes, float *scale, float *off, uint8_t *sc6)
 {
@@ -154,28 +184,29 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
         uint8_t *cg = codes + (size_t)g * nb * 256;
         float *sg = scale + (size_t)g * nb * 8, *og = off + (size_t)g * nb * 8;
         if (type == KT_TYPE_Q4_0 || type == KT_TYPE_IQ4_NL) {
-            /* qs byte i: input i (low nibble), input 16 + i (high): step j < 4 the
-             * low nibbles of bytes 4j.., step 4 + j the high ones; IQ4_NL: the
-             * nibbles' values, signed (Q8_0's steps) */
-            const bool nl = type == KT_TYPE_IQ4_NL;
-            const __m256i values =
-                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * sizeof(kt_block_q4_0);
                 _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
-                __m256i u[4];
-                rows8_dwords4(p, o + 2, u);
-                uint8_t *cb = cg + (size_t)b * 256;
-                for (int j = 0; j < 4; j++) {
-                    __m256i lo = _mm256_and_si256(u[j], low4);
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(u[j], 4), low4);
-                    if (nl) {
-                        lo = _mm256_shuffle_epi8(values, lo);
-                        hi = _mm256_shuffle_epi8(values, hi);
-                    }
-                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), lo);
-                    _mm256_storeu_si256((__m256i *)(cb + 32 * (j + 4)), hi);
+                pack_nibbles(p, o + 2, type == KT_TYPE_IQ4_NL, cg + (size_t)b * 256);
+            }
+        } else if (type == KT_TYPE_IQ4_XS) {
+            /* block c of a superblock: IQ4_NL's 16 nibble bytes at qs + 16 c, its 6-bit
+             * scale ls (low 4 bits in scales_l, top 2 in scales_h) as s = ls - 32 */
+            uint8_t *s6g = sc6 + (size_t)g * nb * P2_S6;
+            for (int b = 0; b < nb; b++) {
+                const int c = (kb + b) % 8;
+                size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_iq4_xs);
+                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
+                pack_nibbles(p, o + offsetof(kt_block_iq4_xs, qs) + 16 * (size_t)c, true,
+                             cg + (size_t)b * 256);
+                int32_t s2[8]; /* [8 rows] (s, s) int16 pairs */
+                for (int r = 0; r < 8; r++) {
+                    const kt_block_iq4_xs *x = (const kt_block_iq4_xs *)(const void *)(p[r] + o);
+                    int ls = ((x->scales_l[c / 2] >> (4 * (c % 2))) & 15) |
+                             (((x->scales_h >> (2 * c)) & 3) << 4);
+                    s2[r] = (int32_t)((uint32_t)(uint16_t)(ls - 32) * 0x10001u);
                 }
+                memcpy(s6g + (size_t)b * P2_S6, s2, 32);
             }
         } else if (type == KT_TYPE_Q8_0) { /* qs byte i: input i */
             for (int b = 0; b < nb; b++) {
@@ -300,6 +331,8 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
                 memcpy(&toff[m * P2_NB + b], &y->bsums[2 * (k % 8)], 4);
                 td[m * P2_NB + b] = y->d;
+            } else if (type == KT_TYPE_IQ4_XS) {
+                td[m * P2_NB + b] = ((const kt_block_q8_K *)act[m])[k / 8].d;
             } else {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
                 toff[m * P2_NB + b] = 0;
@@ -313,13 +346,38 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
-enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K };
+enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS };
 
 ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 {
     if (k4)
         return ((const kt_block_q8_K *)act)[k / 8].qs + 32 * (k % 8);
     return ((const kt_block_q8_0 *)act)[k].qs;
+}
+
+/* C[t][8 g + r] (+)= accf[g][t] lane r, for the nv[g] valid rows of group g */
+ALWAYS_INLINE void panel_store(const int G, const int MT, __m256 accf[2][4], float *C, int ldc,
+                               const int nv[2], bool first)
+{
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; g++) {
+        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv[g]),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++) {
+            float *c = C + (size_t)t * ldc + 8 * g;
+            __m256 v = accf[g][t];
+            if (nv[g] == 8) {
+                if (!first)
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(c));
+                _mm256_storeu_ps(c, v);
+            } else {
+                if (!first)
+                    v = _mm256_add_ps(v, _mm256_maskload_ps(c, keep));
+                _mm256_maskstore_ps(c, keep, v);
+            }
+        }
+    }
 }
 
 /* C[t][16 g' + r] (+)= the tile of G groups x MT tokens over the segment's nb
@@ -436,30 +494,92 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             }
         }
     }
+    panel_store(G, MT, accf, C, ldc, nv, first);
+}
+
+/* The superblock types (IQ4_XS): the rows' integer scales of each block go into the
+ * vpmaddwd that widens the steps, so a superblock's 8 blocks sum exactly in int32 and
+ * the float update comes once a superblock (its d, the token's Q8_K d):
+ *     isum += vpmaddwd(vpmaddubsw(|w|, sign(a, w)), (s, s)[r][b])   per step
+ *     C[t][r] += float(isum) * (d[r] * da[t])                       per superblock
+ * nb, kb: multiples of 8. */
+ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, const uint8_t *codes,
+                                 const float *scale, const uint8_t *sc6, int nb, int kb,
+                                 const void *const *act, const float *td, float *C, int ldc,
+                                 const int nv[2], bool first)
+{
+    (void)mode;
+    const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
+    const size_t s6stride = (size_t)nb * P2_S6;
+    __m256 accf[2][4];
+    __m256i isum[2][4];
     #pragma GCC unroll 2
-    for (int g = 0; g < G; g++) {
-        __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nv[g]),
-                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int g = 0; g < G; g++)
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++) {
-            float *c = C + (size_t)t * ldc + 8 * g;
-            __m256 v = accf[g][t];
-            if (nv[g] == 8) {
-                if (!first)
-                    v = _mm256_add_ps(v, _mm256_loadu_ps(c));
-                _mm256_storeu_ps(c, v);
-            } else {
-                if (!first)
-                    v = _mm256_add_ps(v, _mm256_maskload_ps(c, keep));
-                _mm256_maskstore_ps(c, keep, v);
+            accf[g][t] = _mm256_setzero_ps();
+            isum[g][t] = _mm256_setzero_si256();
+        }
+    for (int b = 0; b < nb; b++) {
+        const int8_t *ap[4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < MT; t++)
+            ap[t] = block_codes(true, act[t], kb + b);
+        const uint8_t *cb = codes + (size_t)b * 256;
+        const uint8_t *s6b = sc6 + (size_t)b * P2_S6;
+        __m256i sc[2];
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            sc[g] = _mm256_loadu_si256((const __m256i *)(s6b + g * s6stride));
+        /* the hot loop: 8 steps of 4 inputs */
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            __m256i w[2], wa[2];
+            #pragma GCC unroll 2
+            for (int g = 0; g < G; g++) {
+                w[g] = _mm256_loadu_si256((const __m256i *)(cb + g * gstride + 32 * j));
+                wa[g] = _mm256_abs_epi8(w[g]);
+            }
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT; t++) {
+                int32_t a4;
+                memcpy(&a4, ap[t] + 4 * j, 4);
+                __m256i a = _mm256_set1_epi32(a4);
+                #pragma GCC unroll 2
+                for (int g = 0; g < G; g++) {
+                    __m256i q = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(wa[g], _mm256_sign_epi8(a, w[g])), sc[g]);
+                    isum[g][t] = _mm256_add_epi32(isum[g][t], q);
+                    __asm__("" : "+x"(isum[g][t]));
+                }
+            }
+        }
+        if (b % 8 != 7)
+            continue;
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; g++) {
+            __m256 d = _mm256_loadu_ps(scale + g * sstride + 8 * b);
+            #pragma GCC unroll 4
+            for (int t = 0; t < MT; t++) {
+                accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[g][t]),
+                                             _mm256_mul_ps(d, _mm256_set1_ps(td[t * P2_NB + b])),
+                                             accf[g][t]);
+                isum[g][t] = _mm256_setzero_si256();
             }
         }
     }
+    panel_store(G, MT, accf, C, ldc, nv, first);
 }
 
 #define P2_CASE(MODE, G, MT)                                                                  \
-    panel_tile(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB, td + m * P2_NB, \
-               tds + m * P2_NB, Cm, ldc, nv, first)
+    do {                                                                                      \
+        if (MODE == P2_XS)                                                                    \
+            panel_tile_sb(MODE, G, MT, cg, sg, s6, nb, kb, act + m, td + m * P2_NB, Cm, ldc,  \
+                          nv, first);                                                         \
+        else                                                                                  \
+            panel_tile(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB,        \
+                       td + m * P2_NB, tds + m * P2_NB, Cm, ldc, nv, first);                  \
+    } while (0)
 #define P2_MT(MODE, G)                                                                        \
     do {                                                                                      \
         switch (mt) {                                                                         \
@@ -480,11 +600,13 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                             const void *const *act, int M, float *C, int ldc, void *scratch)
 {
     /* Q8_0: 2 tokens a tile (its int32 step sums need the registers); Q6_K 3 (one Zen 3
-     * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs) */
+     * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs); IQ4_XS 3
+     * (16 / 32 / 128 tokens: ahead of 2 in 10 of 12 pairs) */
     const int mode = type == KT_TYPE_Q4_K   ? P2_Q4K
                      : type == KT_TYPE_Q5_K ? P2_Q5K
                      : type == KT_TYPE_Q8_0 || type == KT_TYPE_IQ4_NL ? P2_Q80
                      : type == KT_TYPE_Q6_K ? P2_Q6K
+                     : type == KT_TYPE_IQ4_XS ? P2_XS
                                             : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
     uint8_t *codes = scratch;
@@ -519,6 +641,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                         P2_G(P2_Q6K);
                     else if (mode == P2_Q80)
                         P2_G(P2_Q80);
+                    else if (mode == P2_XS)
+                        P2_G(P2_XS);
                     else
                         P2_G(P2_Q40);
                 }

@@ -158,17 +158,17 @@ static void test_kernels(void **state)
     free(C);
 }
 
-/* The AVX2 set's prefill panels of a type (6 or more tokens; 4 and 5 the decode's)
- * against the scalar set's vec_dots and dequantize-then-F32: 37 rows (a ragged group of
- * 8), rows and inputs sliced off the panels (inputs [256, 1280): segments of 512, 512
- * and a ragged 256), 4 to 256 tokens (257 and more: test_backend_tokens), every 8th
- * token's inputs all alike (the largest int16 sums). */
+/* The AVX2 set's prefill panels of a type (6 or more tokens; 1 to 5 take the decode tiles
+ * or vec_dots) against the scalar set's vec_dots and dequantize-then-F32: 37 rows (a
+ * ragged group of 8), rows and inputs sliced off the panels (inputs [256, 1280): segments
+ * of 512, 512 and a ragged 256), 1 to 256 tokens (257 and more: test_backend_tokens),
+ * every 8th token's inputs all alike (the largest int16 sums). */
 static void panel_case(kt_type type)
 {
     if (kt__ggml_isa_best() < KT_GGML_AVX2)
         skip();
     enum { N = 37, K = 1280, MMAX = 256 };
-    static const int Ms[] = {4, 5, 6, 7, 8, 9, 17, 64, 255, 256};
+    static const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 255, 256};
     const unsigned mask = KT__GGML_ACT_Q8K | KT__GGML_ACT_Q80;
     const kt__moe_kernels *ref = kt__moe_llamafile_kernels(0, mask);
     const kt__moe_kernels *vec = kt__moe_llamafile_kernels(1, mask);
@@ -241,6 +241,14 @@ static void test_panel_iq4nl(void **state)
 {
     (void)state;
     panel_case(KT_TYPE_IQ4_NL);
+}
+
+/* IQ4_XS: IQ4_NL's values with a 6-bit scale per 32 inputs, Q8_K activations; the
+ * scales go into the widening vpmaddwd and a superblock sums in int32 */
+static void test_panel_iq4xs(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_IQ4_XS);
 }
 
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
@@ -1143,6 +1151,7 @@ int main(void)
         cmocka_unit_test(test_panel_q6k),
         cmocka_unit_test(test_panel_q5k),
         cmocka_unit_test(test_panel_iq4nl),
+        cmocka_unit_test(test_panel_iq4xs),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
