@@ -454,7 +454,7 @@ static long parse_lf_xmax(const char *e)
 /* The types the AVX2 set's prefill runs as int8 panels (kt__lf_gemm_panel_avx2) */
 static const kt_type avx2_panel_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q4_K, KT_TYPE_Q5_K,
                                            KT_TYPE_Q6_K, KT_TYPE_Q8_0, KT_TYPE_IQ4_NL,
-                                           KT_TYPE_IQ4_XS};
+                                           KT_TYPE_IQ4_XS, KT_TYPE_Q3_K};
 
 /* KT_LF_AVX2_PANEL (for A/B): which of them do, as a mask of bits type - 100; the
  * others' prefill is one vec_dot per (row, token). Unset, empty or 1: all; 0: none;

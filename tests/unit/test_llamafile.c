@@ -251,6 +251,14 @@ static void test_panel_iq4xs(void **state)
     panel_case(KT_TYPE_IQ4_XS);
 }
 
+/* Q3_K: codes q + 4 (0..7) from qs and hmask, a 6-bit signed scale per 16 inputs in the
+ * widening vpmaddwd, the -4 offsets through the token's bsums */
+static void test_panel_q3k(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_Q3_K);
+}
+
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
  * / Q4KX / Q5KX / Q6KX / IQ4NLX): the AVX-512 and AVX2 decodes on the repack (Q5KX,
  * Q6KX, IQ4NLX: AVX2 only) against dequantize-then-F32 for row lengths with every group
@@ -1152,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_panel_q5k),
         cmocka_unit_test(test_panel_iq4nl),
         cmocka_unit_test(test_panel_iq4xs),
+        cmocka_unit_test(test_panel_q3k),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
