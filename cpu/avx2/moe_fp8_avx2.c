@@ -14,7 +14,8 @@
  *                  a "plane" of 8 codes: 5 shifts and 4 ands per 32 codes
  *                  where a sign-extending load a code per dword takes 4
  *                  loads, 4 shifts and 4 ands; met by the activation copy
- *                  stored plane by plane); per
+ *                  stored plane by plane; the 4 quarter streams in one
+                  call, quarters_dec1); per
  *                  128-input block the products e4m3 2^-120 x a 2^64 (a
  *                  copy of the call's activations times 2^64 keeps them far
  *                  from F32's denormals) summed exactly as the reference's
@@ -249,6 +250,118 @@ ALWAYS_INLINE void rows_dec(const uint8_t *const *w, const float *const *srow,
     }
 }
 
+/* A tile's rows n, n + step, ... (nr of them, the last repeated to 4) and
+ * their block scales' rows. */
+static void tile_rows(const kt__wmat *W, int n, int step, int nr, const uint8_t *wr[4],
+                      const float *sr[4])
+{
+    int cb = (W->cols + 127) / 128;
+    for (int r = 0; r < 4; r++) {
+        int row = n + imin(r, nr - 1) * step;
+        wr[r] = (const uint8_t *)W->w + (size_t)row * W->cols;
+        sr[r] = (const float *)W->scale + (size_t)(row / 128) * cb;
+    }
+}
+
+/* The one-token decode of 4 rows over whole 128-input blocks [k0, k1)
+ * (planes' xs from k0): tot[i][0..8) += block sums of row i times s 2^56.
+ * rows_dec's version kept 17+ vectors live (8 block chains, 4 totals, 4
+ * activation vectors, the mask) and gcc spilled block chains inside the
+ * 128-input loop; here the totals stay in memory (caller's, which the byte
+ * loads may alias), touched once a block. */
+ALWAYS_INLINE void rows4_dec1(const uint8_t *const *w, const float *const *srow,
+                              const float *xs, int k0, int k1, size_t pf, float *tot)
+{
+    const __m256i keep = _mm256_set1_epi32((int)0x87f00000u);
+    const uint8_t *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+    for (int kb = k0; kb < k1; kb += 128) {
+        /* [4 rows][2 chains]: e4m3 2^-120 x a 2^64 */
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00;
+        __m256 c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            int k = kb + 32 * g;
+            if (pf && !(g & 1)) {
+                _mm_prefetch((const char *)(w0 + k) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char *)(w1 + k) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char *)(w2 + k) + pf, _MM_HINT_T0);
+                _mm_prefetch((const char *)(w3 + k) + pf, _MM_HINT_T0);
+            }
+            const float *x = xs + (k - k0);
+            __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+            __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+/* a row's 32 codes at k as e4m3x32_planes' 4 planes, each met at once by its
+ * activations: plane b into chain b % 2 */
+#define ROW_PLANES(wr, ca, cb)                                                             \
+    do {                                                                                   \
+        __m256i v = _mm256_loadu_si256((const __m256i *)((wr) + k));                       \
+        __m256i odd = _mm256_srai_epi16(v, 4);                                             \
+        __m256i even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 4);                      \
+        ca = _mm256_fmadd_ps(                                                              \
+            _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(even, 16), keep)), x0,  \
+            ca);                                                                           \
+        cb = _mm256_fmadd_ps(                                                              \
+            _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(odd, 16), keep)), x1,   \
+            cb);                                                                           \
+        ca = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(even, keep)), x2, ca);   \
+        cb = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(odd, keep)), x3, cb);    \
+    } while (0)
+            ROW_PLANES(w0, c00, c01);
+            ROW_PLANES(w1, c10, c11);
+            ROW_PLANES(w2, c20, c21);
+            ROW_PLANES(w3, c30, c31);
+#undef ROW_PLANES
+        }
+        int b = kb / 128;
+        _mm256_storeu_ps(tot, _mm256_fmadd_ps(_mm256_add_ps(c00, c01),
+                                              _mm256_set1_ps(srow[0][b] * 0x1p56f),
+                                              _mm256_loadu_ps(tot)));
+        _mm256_storeu_ps(tot + 8, _mm256_fmadd_ps(_mm256_add_ps(c10, c11),
+                                                  _mm256_set1_ps(srow[1][b] * 0x1p56f),
+                                                  _mm256_loadu_ps(tot + 8)));
+        _mm256_storeu_ps(tot + 16, _mm256_fmadd_ps(_mm256_add_ps(c20, c21),
+                                                   _mm256_set1_ps(srow[2][b] * 0x1p56f),
+                                                   _mm256_loadu_ps(tot + 16)));
+        _mm256_storeu_ps(tot + 24, _mm256_fmadd_ps(_mm256_add_ps(c30, c31),
+                                                   _mm256_set1_ps(srow[3][b] * 0x1p56f),
+                                                   _mm256_loadu_ps(tot + 24)));
+    }
+}
+
+/* The one-token decode's quarter streams (decode_fp8): rows n + r nq (r < 4)
+ * for n in [n0, n0 + nq), inputs [k0, k1), into C[n - n0 + r nq] (+= with
+ * acc). The whole loop in one call, so that a 4-row tile costs its blocks and
+ * little else (rows4_dec1 per tile_dec call, 64 rows x K 256 resident: ~65
+ * TSC cycles a tile besides the blocks); tot is scratch memory (32 floats). */
+__attribute__((noinline)) static void quarters_dec1(const kt__wmat *W, int n0, int nq,
+                                                    const float *const *xs, int k0, int k1,
+                                                    size_t pf, float *C, int acc, float *tot)
+{
+    int kw = k0 + (k1 - k0) / 128 * 128;
+    for (int n = n0; n < n0 + nq; n++) {
+        const uint8_t *wr[4];
+        const float *sr[4];
+        tile_rows(W, n, nq, 4, wr, sr);
+        for (int i = 0; i < 32; i += 8)
+            _mm256_storeu_ps(tot + i, _mm256_setzero_ps());
+        rows4_dec1(wr, sr, xs[0], k0, kw, pf, tot);
+        __m128 r = hsum4(_mm256_loadu_ps(tot), _mm256_loadu_ps(tot + 8),
+                         _mm256_loadu_ps(tot + 16), _mm256_loadu_ps(tot + 24));
+        if (kw < k1) { /* a last, partial block: rows_dec's (planes from kw) */
+            const float *xt[3] = {xs[0] + (kw - k0), xs[1], xs[2]};
+            float t[12];
+            rows_dec(wr, sr, xt, 1, 4, 1, kw, k1, pf, t);
+            r = _mm_add_ps(r, _mm_loadu_ps(t));
+        }
+        float o[4];
+        _mm_storeu_ps(o, r);
+        for (int i = 0; i < 4; i++) {
+            float *c = &C[(size_t)(n - n0) + (size_t)i * nq];
+            *c = acc ? *c + o[i] : o[i];
+        }
+    }
+}
+
 /* rows_dec of MR tokens and NI rows (the pairs the decode uses); PL at one token */
 static void tile_dec(const uint8_t *const *w, const float *const *srow, const float *const *xs,
                      int MR, int NI, int PL, int k0, int k1, size_t pf, float *out)
@@ -258,6 +371,7 @@ static void tile_dec(const uint8_t *const *w, const float *const *srow, const fl
         rows_dec(w, srow, xs, mr, ni, pl, k0, k1, pf, out);                                \
         return;                                                                            \
     }
+    PL = PL != 0;
     TILE_DEC(1, 4, 1)
     TILE_DEC(1, 2, 1)
     TILE_DEC(1, 1, 1)
@@ -299,28 +413,18 @@ static long parse_quarters(const char *e)
     return !(e && *e == '0');
 }
 
-/* The one-token decode's codes 32 a load as planes (KT_MOE_AVX2_FP8_DEC=sx: a
- * sign-extending load of 8, session 10's kernel, for measuring). From 2
+/* The one-token decode's codes 32 a load as planes, its quarter streams in
+ * quarters_dec1 (KT_MOE_AVX2_FP8_DEC=planes: session 13's planes through
+ * tile_dec, 3-10% slower resident (spills, ~65 TSC cycles a 4-row tile
+ * outside its blocks); =sx: a sign-extending load of 8, session 10's kernel;
+ * both for measuring). From 2
  * tokens the sign-extending loads stay: with planes (one Zen 3 core,
  * resident, fastest calls, in alternating pairs) 2 tokens took 14.6-15.1
  * against 13.8-14.6 TSC cycles per 64 weights, 3 tokens 21.2-21.5 against
  * 17.7-17.9 (their 12 activation vectors do not fit the registers). */
 static long parse_planes(const char *e)
 {
-    return !(e && !strcmp(e, "sx"));
-}
-
-/* A tile's rows n, n + step, ... (nr of them, the last repeated to 4) and
- * their block scales' rows. */
-static void tile_rows(const kt__wmat *W, int n, int step, int nr, const uint8_t *wr[4],
-                      const float *sr[4])
-{
-    int cb = (W->cols + 127) / 128;
-    for (int r = 0; r < 4; r++) {
-        int row = n + imin(r, nr - 1) * step;
-        wr[r] = (const uint8_t *)W->w + (size_t)row * W->cols;
-        sr[r] = (const float *)W->scale + (size_t)(row / 128) * cb;
-    }
+    return e && !strcmp(e, "sx") ? 0 : e && !strcmp(e, "planes") ? 1 : 2;
 }
 
 static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const void *A,
@@ -328,7 +432,7 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
                        float *scratch)
 {
     static long pf_knob, rows_knob, quarters_knob, planes_knob;
-    int pl = M == 1 && env_knob(&planes_knob, "KT_MOE_AVX2_FP8_DEC", parse_planes);
+    int pl = M == 1 ? (int)env_knob(&planes_knob, "KT_MOE_AVX2_FP8_DEC", parse_planes) : 0;
     long pf_set = env_knob(&pf_knob, "KT_MOE_AVX2_FP8_PF", parse_pf);
     size_t pf = pf_set != PF_UNSET ? (size_t)pf_set : pl ? 512 : 0;
     int quarters = (int)env_knob(&quarters_knob, "KT_MOE_AVX2_FP8_QUARTERS", parse_quarters);
@@ -359,7 +463,10 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
         /* parts of the call's rows read side by side: 4 at one token, 2 at 2-3 */
         int parts = M == 1 && ni == 4 ? 4 : M >= 2 ? 2 : 1;
         int nq = (n1 - n0) / parts;
-        if (parts > 1 && quarters && nq >= 4) {
+        if (parts == 4 && pl == 2 && quarters && nq >= 4) {
+            quarters_dec1(W, n0, nq, xs, kc, kend, pf, C, acc, scratch + 3 * FP8_DEC_KC);
+            nd = n0 + 4 * nq;
+        } else if (parts > 1 && quarters && nq >= 4) {
             /* a tile's rows from the parts of the call's rows (j, j + q, ...),
              * so that each stream reads row after row, which the prefetchers
              * follow (adjacent rows read 0.39-0.48 of a read loop, quarters
@@ -570,8 +677,8 @@ static void gemm_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const vo
 }
 
 #define FP8_SCRATCH                                                                        \
-    (3 * FP8_DEC_KC * sizeof(float) > TILE_R * FP8_PS * sizeof(float)                     \
-         ? 3 * FP8_DEC_KC * sizeof(float)                                                  \
+    ((3 * FP8_DEC_KC + 32) * sizeof(float) > TILE_R * FP8_PS * sizeof(float)              \
+         ? (3 * FP8_DEC_KC + 32) * sizeof(float)                                           \
          : TILE_R * FP8_PS * sizeof(float))
 
 static const kt__moe_kernels k_fp8 = {"avx2-fp8", KT__ACT_F32, kt__moe_quant_f32, gemm_fp8,

@@ -370,6 +370,101 @@ static void test_avx2_fp8_scales(void **state)
 #endif
 }
 
+/* The AVX2 FP8 decode (1-3 tokens) on E4M3's extreme codes, 0x01 / 0x81 (the
+ * smallest subnormals), 0x7e / 0xfe (+-448, the largest), 0x80 (-0), 0x08
+ * (the smallest normal), beside random ones: one-hot activations read each
+ * weight alone, whose product the kernel must give bit for bit as the
+ * reference (e4m3 times its block scale, one rounding); then all inputs at
+ * once within the usual tolerance. 136 rows (the one-token quarter streams
+ * and a remainder), 392 inputs (a last partial block). */
+static void test_avx2_fp8_extreme_codes(void **state)
+{
+    (void)state;
+#if KT_HAVE_ISA_AVX2
+    if ((kt_hw_isa() & AVX2_BITS) != AVX2_BITS) {
+        skip();
+        return;
+    }
+    const kt__moe_kernels *ks = kt__moe_kernels_avx2(KT_METHOD_FP8);
+    const kt__moe_kernels *ref = kt__moe_kernels_ref(KT_METHOD_FP8);
+    static const uint8_t extreme[] = {0x01, 0x81, 0x7e, 0xfe, 0x80, 0x08};
+    const int N = 136, K = 392;
+    void *w, *s;
+    float *f = malloc((size_t)N * K * sizeof(float));
+    tst_fp8_matrix(N, K, fp8_scale, fp8_code, &w, &s, f);
+    uint8_t *q = w;
+    const float *sc = s;
+    for (int n = 0; n < N; n++) /* 3 of 4 weights extreme */
+        for (int k = 0; k < K; k++)
+            if ((n + k) % 4) {
+                uint8_t b = extreme[(n * 7 + k) % 6];
+                q[(size_t)n * K + k] = b;
+                f[(size_t)n * K + k] = tst_e4m3(b) * sc[(n / 128) * 4 + k / 128];
+            }
+    kt__wmat W = {w, s, N, K, 0, 0};
+    static const int hot[] = {0, 37, 130, 255, 391};
+    float *x = malloc((size_t)3 * K * sizeof(float));
+    float *cr = malloc((size_t)3 * N * sizeof(float));
+    float *ct = malloc((size_t)3 * N * sizeof(float));
+    void *scr = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
+    for (int M = 1; M <= 3; M++) {
+        for (int hi = 0; hi < 5; hi++) {
+            /* token m: 1 at input hot[(hi + m) % 5] */
+            memset(x, 0, (size_t)3 * K * sizeof(float));
+            for (int m = 0; m < M; m++)
+                x[(size_t)m * K + hot[(hi + m) % 5]] = 1.0f;
+            size_t sr, st;
+            uint8_t *ar = quant_rows(ref, x, M, K, &sr);
+            uint8_t *at = quant_rows(ks, x, M, K, &st);
+            ref->gemm(&W, 0, N, 0, K, ar, sr, NULL, M, cr, N, NULL);
+            ks->gemm(&W, 0, N, 0, K, at, st, NULL, M, ct, N, scr);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    int k = hot[(hi + m) % 5];
+                    float want = tst_e4m3(q[(size_t)n * K + k]) * sc[(n / 128) * 4 + k / 128];
+                    float c = ct[(size_t)m * N + n], r = cr[(size_t)m * N + n];
+                    if (memcmp(&c, &r, sizeof c) || c != want)
+                        fail_msg("%s M=%d C[%d][%d] (code 0x%02x alone) = %a, reference %a, "
+                                 "e4m3 x s %a", ks->name, M, m, n, q[(size_t)n * K + k],
+                                 (double)c, (double)r, (double)want);
+                }
+            free(ar);
+            free(at);
+        }
+        for (int i = 0; i < M * K; i++)
+            x[i] = tst_uniform();
+        size_t sr, st;
+        uint8_t *ar = quant_rows(ref, x, M, K, &sr);
+        uint8_t *at = quant_rows(ks, x, M, K, &st);
+        ref->gemm(&W, 0, N, 0, K, ar, sr, NULL, M, cr, N, NULL);
+        ks->gemm(&W, 0, N, 0, K, at, st, NULL, M, ct, N, scr);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double mag = 0;
+                for (int k = 0; k < K; k++)
+                    mag += fabs((double)x[(size_t)m * K + k] * f[(size_t)n * K + k]);
+                float c = ct[(size_t)m * N + n], r = cr[(size_t)m * N + n];
+                if (!(fabs((double)c - r) <= 1e-5 * mag + 1e-30))
+                    fail_msg("%s extreme codes M=%d C[%d][%d] = %g, reference %g", ks->name, M,
+                             m, n, (double)c, (double)r);
+            }
+        free(ar);
+        free(at);
+    }
+    printf("  %s: E4M3 codes 0x01 0x81 0x7e 0xfe 0x80 0x08 alone bit for bit, together ok\n",
+           ks->name);
+    free(x);
+    free(cr);
+    free(ct);
+    free(scr);
+    free(w);
+    free(s);
+    free(f);
+#else
+    skip();
+#endif
+}
+
 /* The AVX2 RAWINT4 set's Q8E64 activations (8-lane groups) byte for byte
  * against kt__moe_q8g32_group laid out even-then-odd: ragged K (a last chunk
  * of one group), sub-ranges of groups, an all-zero group, a group whose
@@ -1468,6 +1563,7 @@ int main(void)
         cmocka_unit_test(test_precise),
         cmocka_unit_test(test_avx2),
         cmocka_unit_test(test_avx2_fp8_scales),
+        cmocka_unit_test(test_avx2_fp8_extreme_codes),
         cmocka_unit_test(test_avx2_q8e64),
         cmocka_unit_test(test_amx_emulated),
         cmocka_unit_test(test_int8_act),
