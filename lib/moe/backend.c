@@ -957,8 +957,11 @@ static void prof_print(const kt_moe_backend *moe)
             "barriers %.2f-%.2f", lo[PROF_PHASE1], hi[PROF_PHASE1], lo[PROF_PHASE2],
             hi[PROF_PHASE2], lo[PROF_WAIT], hi[PROF_WAIT]);
 #if KT_HAVE_ISA_AMX
+    /* compiled for AMX: an ASan build's prologue already uses AVX-512 stores
+     * (SIGILL on the Zen 3 with KT_MOE_PROFILE=1) */
+    const uint64_t amx_isa = AVX512_NEED | KT_ISA_AMX_TILE;
     char amx[2048], *save = NULL;
-    if (kt__moe_amx_profile(amx, sizeof amx, calls))
+    if ((kt_hw_isa() & amx_isa) == amx_isa && kt__moe_amx_profile(amx, sizeof amx, calls))
         for (char *line = strtok_r(amx, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
             kt__log(moe->rt, KT_LOG_WARN, "moe profile: %s", line);
 #endif
