@@ -1,8 +1,8 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS and Q3_K. Each call repacks 64 rows x 512
- * inputs at a time into int8 panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 /
- * Q4_K codes unsigned 0..15, Q5_K's 0..31, Q3_K's 0..7, Q8_0's as stored, IQ4_NL's /
- * IQ4_XS's table values)
+ * Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, Q3_K and Q2_K. Each call repacks 64 rows x
+ * 512 inputs at a time into int8 panels (8 rows per register, 4 inputs per 32-bit lane;
+ * Q4_0 / Q4_K codes unsigned 0..15, Q5_K's 0..31, Q3_K's 0..7, Q2_K's 0..3, Q8_0's as
+ * stored, IQ4_NL's / IQ4_XS's table values)
  * and runs a register-blocked GEMM of 16 rows x 3 tokens (Q8_0, IQ4_NL: 2) over them; the
  * activation is the token's Q8_0 / Q8_K codes as quantized (Q8_K codes are -127..127).
  *
@@ -40,6 +40,10 @@
  * from the token's Q8_K bsums at the superblock's end (16 of at most 2 x 128 x 2032):
  *     isum = sum_{b, h < 2} vpmaddwd(sum_{j < 4} p16_{4h+j}, (sc_h, sc_h))
  *          + sum_b vpmaddwd((-4 sc0, -4 sc1)[r][b], (bsum0, bsum1)[t][b])   < 1.2e7
+ * Q2_K: Q3_K's steps on codes 0..3 with 4-bit scales (a scale's 4 steps at most 3048); its
+ * 4-bit minimums m take the offsets' place with their own float scale, dmin:
+ *     imin = sum_b vpmaddwd((-m0, -m1)[r][b], (bsum0, bsum1)[t][b])          < 5e5
+ *     C[t][r] += float(isum) * (d[r] * da[t]) + float(imin) * (dmin[r] * da[t])
  * Only the float summation order differs from the ggml vec_dots. It replaces one
  * vec_dot per (row, token), which read every weight block once per token.
  */
@@ -187,7 +191,8 @@ ALWAYS_INLINE void pack_nibbles(const uint8_t *const *p, size_t o, bool nl, uint
  * nb multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
  * inputs) at + 256 b + 32 j; scales (Q6_K, IQ4_XS: d; Q4_K's minimum terms in off) at
  * + 8 (g nb + b); Q6_K's [8 rows] (sc0, sc0), (sc1, sc1), (-32 sc0, -32 sc1) int16 pairs
- * at sc6 + P2_S6 (g nb + b), Q3_K's with -4 for -32, IQ4_XS's (s, s) there. */
+ * at sc6 + P2_S6 (g nb + b), Q3_K's with -4 for -32, Q2_K's with (-m0, -m1) (its dmin in
+ * off), IQ4_XS's (s, s) there. */
 static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, int kb, int nb,
                        uint8_t *codes, float *scale, float *off, uint8_t *sc6)
 {
@@ -223,36 +228,56 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 }
                 memcpy(s6g + (size_t)b * P2_S6, s2, 32);
             }
-        } else if (type == KT_TYPE_Q3_K) {
+        } else if (type == KT_TYPE_Q3_K || type == KT_TYPE_Q2_K) {
             /* block c of 32 in a 256 (h = c / 4, s = c % 4): input l's 2 low bits in
-             * qs[32 h + l] bits 2 s, its bit 2 in hmask[l] bit c: codes u = q + 4 (0..7) */
+             * qs[32 h + l] bits 2 s; Q3_K: its bit 2 in hmask[l] bit c, codes u = q + 4
+             * (0..7); Q2_K: codes 0..3, scale and minimum nibbles of the 16 inputs in
+             * scales[2 c + i] */
+            const bool k3 = type == KT_TYPE_Q3_K;
+            const size_t bbytes = k3 ? sizeof(kt_block_q3_K) : sizeof(kt_block_q2_K);
+            const size_t qs = k3 ? offsetof(kt_block_q3_K, qs) : offsetof(kt_block_q2_K, qs);
+            const size_t d = k3 ? offsetof(kt_block_q3_K, d) : offsetof(kt_block_q2_K, d);
             const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
             uint8_t *s6g = sc6 + (size_t)g * nb * P2_S6;
             for (int b = 0; b < nb; b++) {
                 const int c = (kb + b) % 8, h = c / 4, sq = c % 4;
-                size_t o = (size_t)((kb + b) / 8) * sizeof(kt_block_q3_K);
+                size_t o = (size_t)((kb + b) / 8) * bbytes;
                 __m256i q2[8], hm[8];
-                rows8_dwords8(p, o + offsetof(kt_block_q3_K, qs) + 32 * h, q2);
-                rows8_dwords8(p, o + offsetof(kt_block_q3_K, hmask), hm);
+                rows8_dwords8(p, o + qs + 32 * h, q2);
+                if (k3)
+                    rows8_dwords8(p, o + offsetof(kt_block_q3_K, hmask), hm);
                 const __m128i qsh = _mm_cvtsi32_si128(2 * sq);
                 const __m256i bitc = _mm256_set1_epi8((char)(1 << c));
                 uint8_t *cb = cg + (size_t)b * 256;
                 for (int j = 0; j < 8; j++) {
-                    __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q2[j], qsh), m3);
-                    __m256i hi = _mm256_and_si256(
-                        _mm256_cmpeq_epi8(_mm256_and_si256(hm[j], bitc), bitc), four);
-                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), _mm256_or_si256(lo, hi));
+                    __m256i u = _mm256_and_si256(_mm256_srl_epi16(q2[j], qsh), m3);
+                    if (k3)
+                        u = _mm256_or_si256(u, _mm256_and_si256(_mm256_cmpeq_epi8(
+                                                   _mm256_and_si256(hm[j], bitc), bitc),
+                                               four));
+                    _mm256_storeu_si256((__m256i *)(cb + 32 * j), u);
                 }
                 int32_t s0[8], s1[8], so[8];
+                float dm[8];
                 for (int r = 0; r < 8; r++) {
-                    const kt_block_q3_K *x = (const kt_block_q3_K *)(const void *)(p[r] + o);
-                    int a = q3k_scale(x->scales, 2 * c), e = q3k_scale(x->scales, 2 * c + 1);
+                    int a, e, oa, oe; /* the scales, and the offsets' multipliers */
+                    if (k3) {
+                        const kt_block_q3_K *x = (const kt_block_q3_K *)(const void *)(p[r] + o);
+                        a = q3k_scale(x->scales, 2 * c), e = q3k_scale(x->scales, 2 * c + 1);
+                        oa = -4 * a, oe = -4 * e;
+                    } else {
+                        const kt_block_q2_K *x = (const kt_block_q2_K *)(const void *)(p[r] + o);
+                        a = x->scales[2 * c] & 15, e = x->scales[2 * c + 1] & 15;
+                        oa = -(x->scales[2 * c] >> 4), oe = -(x->scales[2 * c + 1] >> 4);
+                        dm[r] = _cvtsh_ss(x->dmin);
+                    }
                     s0[r] = (int32_t)((uint32_t)(uint16_t)a * 0x10001u);
                     s1[r] = (int32_t)((uint32_t)(uint16_t)e * 0x10001u);
-                    so[r] = (int32_t)((uint32_t)(uint16_t)(-4 * a) |
-                                      (uint32_t)(uint16_t)(-4 * e) << 16);
+                    so[r] = (int32_t)((uint32_t)(uint16_t)oa | (uint32_t)(uint16_t)oe << 16);
                 }
-                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o + offsetof(kt_block_q3_K, d)));
+                if (!k3)
+                    memcpy(og + 8 * b, dm, 32);
+                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o + d));
                 uint8_t *sb = s6g + (size_t)b * P2_S6;
                 memcpy(sb, s0, 32);
                 memcpy(sb + 32, s1, 32);
@@ -377,7 +402,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
                 toff[m * P2_NB + b] = -8 * _mm_cvtsi128_si32(h);
                 td[m * P2_NB + b] = _cvtsh_ss(y->d);
-            } else if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K) {
+            } else if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K || type == KT_TYPE_Q2_K) {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
                 memcpy(&toff[m * P2_NB + b], &y->bsums[2 * (k % 8)], 4);
                 td[m * P2_NB + b] = y->d;
@@ -396,7 +421,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
-enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS, P2_Q3K };
+enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS, P2_Q3K, P2_Q2K };
 
 ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 {
@@ -547,20 +572,22 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
     panel_store(G, MT, accf, C, ldc, nv, first);
 }
 
-/* The superblock types (IQ4_XS, Q3_K): the rows' integer scales of each block go into the
+/* The superblock types (IQ4_XS, Q3_K, Q2_K): the rows' integer scales of each block go into the
  * vpmaddwd that widens the steps, so a superblock's 8 blocks sum exactly in int32 and
  * the float update comes once a superblock (its d, the token's Q8_K d):
  *     isum += vpmaddwd(vpmaddubsw(|w|, sign(a, w)), (s, s)[r][b])   per step (IQ4_XS)
- *     isum += vpmaddwd(sum_4 vpmaddubsw(u, a), (sc, sc)[r][b][h])   per 4 steps (Q3_K)
- *     isum += sum_b vpmaddwd(offsets[r][b], bsums[t][b])           (Q3_K)
+ *     isum += vpmaddwd(sum_4 vpmaddubsw(u, a), (sc, sc)[r][b][h])   per 4 steps (Q3_K, Q2_K)
+ *     isum += sum_b vpmaddwd(offsets[r][b], bsums[t][b])           (Q3_K; Q2_K: imin)
  *     C[t][r] += float(isum) * (d[r] * da[t])                       per superblock
+ *              (+ float(imin) * (dmin[r] * da[t]): Q2_K)
  * nb, kb: multiples of 8. */
 ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, const uint8_t *codes,
-                                 const float *scale, const uint8_t *sc6, int nb, int kb,
+                                 const float *scale, const float *off, const uint8_t *sc6,
+                                 int nb, int kb,
                                  const void *const *act, const int32_t *toff, const float *td,
                                  float *C, int ldc, const int nv[2], bool first)
 {
-    const bool xs = mode == P2_XS;
+    const bool xs = mode == P2_XS, k2 = mode == P2_Q2K;
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
     const size_t s6stride = (size_t)nb * P2_S6;
     __m256 accf[2][4];
@@ -629,14 +656,22 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
             __m256 d = _mm256_loadu_ps(scale + g * sstride + 8 * b);
             #pragma GCC unroll 4
             for (int t = 0; t < MT; t++) {
-                /* Q3_K's -4 offsets: sum_c (-4 sc0, -4 sc1)[c] . (bsum0, bsum1)[t][c] */
+                /* Q3_K's -4 offsets: sum_c (-4 sc0, -4 sc1)[c] . (bsum0, bsum1)[t][c];
+                 * Q2_K's minimums (-m0, -m1) the same way, on their own (dmin) */
+                __m256i io = _mm256_setzero_si256();
                 for (int c = b - 7; c <= b && !xs; c++)
-                    isum[g][t] = _mm256_add_epi32(
-                        isum[g][t],
-                        _mm256_madd_epi16(
-                            _mm256_loadu_si256(
-                                (const __m256i *)(sc6 + g * s6stride + (size_t)c * P2_S6 + 64)),
-                            _mm256_set1_epi32(toff[t * P2_NB + c])));
+                    io = _mm256_add_epi32(
+                        io, _mm256_madd_epi16(
+                                _mm256_loadu_si256(
+                                    (const __m256i *)(sc6 + g * s6stride + (size_t)c * P2_S6 + 64)),
+                                _mm256_set1_epi32(toff[t * P2_NB + c])));
+                __m256 dt = _mm256_set1_ps(td[t * P2_NB + b]);
+                if (k2)
+                    accf[g][t] = _mm256_fmadd_ps(
+                        _mm256_cvtepi32_ps(io),
+                        _mm256_mul_ps(_mm256_loadu_ps(off + g * sstride + 8 * b), dt), accf[g][t]);
+                else
+                    isum[g][t] = _mm256_add_epi32(isum[g][t], io);
                 accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[g][t]),
                                              _mm256_mul_ps(d, _mm256_set1_ps(td[t * P2_NB + b])),
                                              accf[g][t]);
@@ -649,8 +684,8 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
 
 #define P2_CASE(MODE, G, MT)                                                                  \
     do {                                                                                      \
-        if (MODE == P2_XS || MODE == P2_Q3K)                                                  \
-            panel_tile_sb(MODE, G, MT, cg, sg, s6, nb, kb, act + m, toff + m * P2_NB,         \
+        if (MODE == P2_XS || MODE == P2_Q3K || MODE == P2_Q2K)                                \
+            panel_tile_sb(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB,     \
                           td + m * P2_NB, Cm, ldc, nv, first);                                \
         else                                                                                  \
             panel_tile(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB,        \
@@ -677,13 +712,15 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
 {
     /* Q8_0: 2 tokens a tile (its int32 step sums need the registers); Q6_K 3 (one Zen 3
      * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs); IQ4_XS 3
-     * (16 / 32 / 128 tokens: ahead of 2 in 10 of 12 pairs), Q3_K 3 (8 of 9) */
+     * (16 / 32 / 128 tokens: ahead of 2 in 10 of 12 pairs), Q3_K 3 (8 of 9; Q2_K: its
+     * steps) */
     const int mode = type == KT_TYPE_Q4_K   ? P2_Q4K
                      : type == KT_TYPE_Q5_K ? P2_Q5K
                      : type == KT_TYPE_Q8_0 || type == KT_TYPE_IQ4_NL ? P2_Q80
                      : type == KT_TYPE_Q6_K ? P2_Q6K
                      : type == KT_TYPE_IQ4_XS ? P2_XS
                      : type == KT_TYPE_Q3_K   ? P2_Q3K
+                     : type == KT_TYPE_Q2_K   ? P2_Q2K
                                             : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
     uint8_t *codes = scratch;
@@ -722,6 +759,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                         P2_G(P2_XS);
                     else if (mode == P2_Q3K)
                         P2_G(P2_Q3K);
+                    else if (mode == P2_Q2K)
+                        P2_G(P2_Q2K);
                     else
                         P2_G(P2_Q40);
                 }

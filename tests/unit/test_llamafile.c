@@ -259,6 +259,14 @@ static void test_panel_q3k(void **state)
     panel_case(KT_TYPE_Q3_K);
 }
 
+/* Q2_K: codes 0..3, a 4-bit scale per 16 inputs in the widening vpmaddwd, the 4-bit
+ * minimums through the token's bsums (their own dmin term) */
+static void test_panel_q2k(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_Q2_K);
+}
+
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
  * / Q4KX / Q5KX / Q6KX / IQ4NLX): the AVX-512 and AVX2 decodes on the repack (Q5KX,
  * Q6KX, IQ4NLX: AVX2 only) against dequantize-then-F32 for row lengths with every group
@@ -1161,6 +1169,7 @@ int main(void)
         cmocka_unit_test(test_panel_iq4nl),
         cmocka_unit_test(test_panel_iq4xs),
         cmocka_unit_test(test_panel_q3k),
+        cmocka_unit_test(test_panel_q2k),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
