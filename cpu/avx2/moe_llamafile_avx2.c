@@ -1,8 +1,8 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, Q3_K and Q2_K. Each call repacks 64 rows x
- * 512 inputs at a time into int8 panels (8 rows per register, 4 inputs per 32-bit lane;
- * Q4_0 / Q4_K codes unsigned 0..15, Q5_K's 0..31, Q3_K's 0..7, Q2_K's 0..3, Q8_0's as
- * stored, IQ4_NL's / IQ4_XS's table values)
+ * Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, Q3_K and Q2_K. Each call repacks 64
+ * rows x 512 inputs at a time into int8 panels (8 rows per register, 4 inputs per 32-bit
+ * lane; Q4_0 / Q4_K codes unsigned 0..15, Q5_0's / Q5_K's 0..31, Q3_K's 0..7, Q2_K's 0..3,
+ * Q8_0's as stored, IQ4_NL's / IQ4_XS's table values)
  * and runs a register-blocked GEMM of 16 rows x 3 tokens (Q8_0, IQ4_NL: 2) over them; the
  * activation is the token's Q8_0 / Q8_K codes as quantized (Q8_K codes are -127..127).
  *
@@ -18,6 +18,8 @@
  * Q5_K: as Q4_K with the codes' 5th bit from qh; a block's 8 pairs could reach
  * 8 x 2 x 31 x 127 = 62992, so each 4 steps go through vpmaddwd:
  *     i = vpmaddwd(sum_{j < 4} p_j, 1) + vpmaddwd(sum_{j >= 4} p_j, 1)
+ * Q5_0: Q4_0's steps on codes w + 16 (0..31, the 5th bit from qh) widened each 4 steps
+ * as Q5_K's; off = -16 x (the token's block code sum).
  * Q8_0: p16 cannot hold more than one step (2 x 128 x 127 per pair), so each step
  * goes through vpmaddwd into int32 sums, and the signed weights take ggml's sign
  * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair. IQ4_NL: Q8_0's steps on the
@@ -209,6 +211,30 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
                 pack_nibbles(p, o + 2, type == KT_TYPE_IQ4_NL, cg + (size_t)b * 256);
             }
+        } else if (type == KT_TYPE_Q5_0) {
+            /* Q4_0's nibbles at qs, input i's bit 4 in bit i of the 32-bit qh: step s (inputs
+             * 4s..4s+3 of the panel order, 16 + 4 (s - 4) for s >= 4) takes qh bits 4s..4s+3,
+             * spread to its lane's 4 bytes by a multiply (copies of the 4 bits at 0, 7, 14,
+             * 21: bit i lands on bit 8 i) */
+            const __m256i low4d = _mm256_set1_epi32(15), spread = _mm256_set1_epi32(0x00204081);
+            const __m256i bit0 = _mm256_set1_epi8(1);
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(kb + b) * sizeof(kt_block_q5_0);
+                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
+                uint8_t *cb = cg + (size_t)b * 256;
+                pack_nibbles(p, o + offsetof(kt_block_q5_0, qs), false, cb);
+                uint32_t h[8];
+                for (int r = 0; r < 8; r++)
+                    memcpy(&h[r], p[r] + o + offsetof(kt_block_q5_0, qh), 4);
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)h);
+                for (int j = 0; j < 8; j++) {
+                    __m256i x = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * j), low4d);
+                    __m256i hb = _mm256_slli_epi32(
+                        _mm256_and_si256(_mm256_mullo_epi32(x, spread), bit0), 4);
+                    __m256i *c = (__m256i *)(cb + 32 * j);
+                    _mm256_storeu_si256(c, _mm256_or_si256(_mm256_loadu_si256(c), hb));
+                }
+            }
         } else if (type == KT_TYPE_IQ4_XS) {
             /* block c of a superblock: IQ4_NL's 16 nibble bytes at qs + 16 c, its 6-bit
              * scale ls (low 4 bits in scales_l, top 2 in scales_h) as s = ls - 32 */
@@ -391,7 +417,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                 const kt_block_q8_0 *y = (const kt_block_q8_0 *)act[m] + k;
                 toff[m * P2_NB + b] = 0;
                 td[m * P2_NB + b] = _cvtsh_ss(y->d);
-            } else if (type == KT_TYPE_Q4_0) {
+            } else if (type == KT_TYPE_Q4_0 || type == KT_TYPE_Q5_0) {
                 const kt_block_q8_0 *y = (const kt_block_q8_0 *)act[m] + k;
                 __m256i s = _mm256_madd_epi16(
                     _mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)y->qs)),
@@ -400,7 +426,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                                           _mm256_extracti128_si256(s, 1));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-                toff[m * P2_NB + b] = -8 * _mm_cvtsi128_si32(h);
+                toff[m * P2_NB + b] = (type == KT_TYPE_Q5_0 ? -16 : -8) * _mm_cvtsi128_si32(h);
                 td[m * P2_NB + b] = _cvtsh_ss(y->d);
             } else if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K || type == KT_TYPE_Q2_K) {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
@@ -421,7 +447,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
-enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS, P2_Q3K, P2_Q2K };
+enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS, P2_Q3K, P2_Q2K, P2_Q50 };
 
 ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
 {
@@ -465,7 +491,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
 {
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
     const bool k5 = mode == P2_Q5K, k4 = mode == P2_Q4K || k5, q8 = mode == P2_Q80,
-               q6 = mode == P2_Q6K;
+               q6 = mode == P2_Q6K, w5 = k5 || mode == P2_Q50; /* w5: codes to 31 */
     const size_t s6stride = (size_t)nb * P2_S6;
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 accf[2][4];
@@ -522,8 +548,8 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
             }
             if (q6) /* (a loop with no trip drops gcc's unroll pragma with a warning) */
                 continue;
-            /* Q5_K's codes reach 31: 4 steps fit in int16 (4 x 2 x 31 x 127 = 31496) */
-            const bool restart = k5 ? j % 4 == 0 : j == 0;
+            /* Q5_K's, Q5_0's codes reach 31: 4 steps fit in int16 (4 x 2 x 31 x 127 = 31496) */
+            const bool restart = w5 ? j % 4 == 0 : j == 0;
             for (int t = 0; t < MT && !q8; t++) {
                 int32_t a4;
                 memcpy(&a4, ap[t] + 4 * j, 4);
@@ -538,7 +564,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                     p16[1][t] = restart ? q1 : _mm256_add_epi16(p16[1][t], q1);
                     __asm__("" : "+x"(p16[1][t]));
                 }
-                if (k5 && j == 3)
+                if (w5 && j == 3)
                     #pragma GCC unroll 2
                     for (int g = 0; g < G; g++)
                         i6[g][t] = _mm256_madd_epi16(p16[g][t], ones16);
@@ -552,9 +578,9 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                 __m256i i32 = q8   ? p16[g][t]
                               : q6 ? i6[g][t]
                                    : _mm256_madd_epi16(p16[g][t], ones16);
-                if (k5)
+                if (w5)
                     i32 = _mm256_add_epi32(i32, i6[g][t]);
-                if (mode == P2_Q40)
+                if (mode == P2_Q40 || mode == P2_Q50)
                     i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(toff[t * P2_NB + b]));
                 if (q6) /* the -32 offsets: (-32 sc0, -32 sc1) . (bsum0, bsum1) */
                     i32 = _mm256_add_epi32(
@@ -721,6 +747,7 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                      : type == KT_TYPE_IQ4_XS ? P2_XS
                      : type == KT_TYPE_Q3_K   ? P2_Q3K
                      : type == KT_TYPE_Q2_K   ? P2_Q2K
+                     : type == KT_TYPE_Q5_0   ? P2_Q50
                                             : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
     uint8_t *codes = scratch;
@@ -761,6 +788,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                         P2_G(P2_Q3K);
                     else if (mode == P2_Q2K)
                         P2_G(P2_Q2K);
+                    else if (mode == P2_Q50)
+                        P2_G(P2_Q50);
                     else
                         P2_G(P2_Q40);
                 }

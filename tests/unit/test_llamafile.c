@@ -267,6 +267,14 @@ static void test_panel_q2k(void **state)
     panel_case(KT_TYPE_Q2_K);
 }
 
+/* Q5_0: Q4_0's nibbles with a 5th bit from qh (codes 0..31, 4 steps an int16 sum), the
+ * -16 offsets through the token's code sums */
+static void test_panel_q50(void **state)
+{
+    (void)state;
+    panel_case(KT_TYPE_Q5_0);
+}
+
 /* Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL repacked at load time (KT__LF_Q40X / Q80X
  * / Q4KX / Q5KX / Q6KX / IQ4NLX): the AVX-512 and AVX2 decodes on the repack (Q5KX,
  * Q6KX, IQ4NLX: AVX2 only) against dequantize-then-F32 for row lengths with every group
@@ -1170,6 +1178,7 @@ int main(void)
         cmocka_unit_test(test_panel_iq4xs),
         cmocka_unit_test(test_panel_q3k),
         cmocka_unit_test(test_panel_q2k),
+        cmocka_unit_test(test_panel_q50),
         cmocka_unit_test(test_quant_exact),
         cmocka_unit_test(test_bad_types),
         cmocka_unit_test(test_fixture_ggufs),
