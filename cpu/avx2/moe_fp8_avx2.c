@@ -9,13 +9,13 @@
  * (they become F32 denormals with the same factor); E4M3's NaN code reads as
  * 480. Three integer operations per 8 weights (the old kernel: eleven).
  *
- *  up to 3 tokens  rows read start to end, decoded in registers (one
- *                  token: 32 codes a load, each of a dword's 4 bytes making
- *                  a "plane" of 8 codes: 5 shifts and 4 ands per 32 codes
- *                  where a sign-extending load a code per dword takes 4
- *                  loads, 4 shifts and 4 ands; met by the activation copy
- *                  stored plane by plane; the 4 quarter streams in one
-                  call, quarters_dec1); per
+ *  up to 3 tokens  rows read start to end, decoded in registers (32
+ *                  codes a load, each of a dword's 4 bytes making a "plane"
+ *                  of 8 codes: 5 shifts and 4 ands per 32 codes where a
+ *                  sign-extending load a code per dword takes 4 loads, 4
+ *                  shifts and 4 ands; met by the activation copy stored
+ *                  plane by plane; one token: 4 quarter streams a tile,
+ *                  quarters_dec1; 2-3 tokens: a row a tile, rows_t2/_t3); per
  *                  128-input block the products e4m3 2^-120 x a 2^64 (a
  *                  copy of the call's activations times 2^64 keeps them far
  *                  from F32's denormals) summed exactly as the reference's
@@ -362,6 +362,96 @@ __attribute__((noinline)) static void quarters_dec1(const kt__wmat *W, int n0, i
     }
 }
 
+/* The 2-3 token decode of one row over whole 128-input blocks [k0, k1), its
+ * codes as planes (planes' xs from k0): tot[m][0..8) += block sums of token m
+ * times s 2^56. One row a tile, so that each activation vector is read once
+ * (a memory operand of its FMA) and the registers hold only the chains (4
+ * per token at 2 tokens, 2 at 3), the mask and the decode's temporaries;
+ * rows read one after the other make one stream. */
+ALWAYS_INLINE void row1_dec(const uint8_t *w, const float *srow, const float *const *xs,
+                            const int MR, int k0, int k1, size_t pf, float *tot)
+{
+    const int CH = MR == 2 ? 4 : 2;
+    for (int kb = k0; kb < k1; kb += 128) {
+        __m256 c[3][4]; /* [token][chain]: e4m3 2^-120 x a 2^64 */
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++)
+            #pragma GCC unroll 4
+            for (int j = 0; j < CH; j++)
+                c[m][j] = _mm256_setzero_ps();
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            int k = kb + 32 * g;
+            if (pf && !(g & 1))
+                _mm_prefetch((const char *)(w + k) + pf, _MM_HINT_T0);
+            __m256 pl[4];
+            e4m3x32_planes(w + k, pl);
+            #pragma GCC unroll 4
+            for (int b = 0; b < 4; b++)
+                #pragma GCC unroll 3
+                for (int m = 0; m < MR; m++)
+                    c[m][(b + 4 * g) % CH] = _mm256_fmadd_ps(
+                        pl[b], _mm256_loadu_ps(xs[m] + (k - k0) + 8 * b), c[m][(b + 4 * g) % CH]);
+        }
+        __m256 sc = _mm256_set1_ps(srow[kb / 128] * 0x1p56f);
+        #pragma GCC unroll 3
+        for (int m = 0; m < MR; m++) {
+            __m256 t = c[m][0];
+            #pragma GCC unroll 4
+            for (int j = 1; j < CH; j++)
+                t = _mm256_add_ps(t, c[m][j]);
+            _mm256_storeu_ps(tot + 8 * m, _mm256_fmadd_ps(t, sc, _mm256_loadu_ps(tot + 8 * m)));
+        }
+    }
+}
+
+/* The 2-3 token decode's rows [n0, n1), inputs [k0, k1), row by row (row1_dec,
+ * a last partial block through rows_dec) into C[m ldc + n - n0] (+= with acc);
+ * tot is scratch memory (24 floats). */
+ALWAYS_INLINE void rows_t23(const kt__wmat *W, int n0, int n1, const float *const *xs,
+                            const int MR, int k0, int k1, size_t pf, float *C, int ldc, int acc,
+                            float *tot)
+{
+    int kw = k0 + (k1 - k0) / 128 * 128;
+    for (int n = n0; n < n1; n++) {
+        const uint8_t *wr[4];
+        const float *sr[4];
+        tile_rows(W, n, 1, 1, wr, sr);
+        for (int i = 0; i < 24; i += 8)
+            _mm256_storeu_ps(tot + i, _mm256_setzero_ps());
+        row1_dec(wr[0], sr[0], xs, MR, k0, kw, pf, tot);
+        __m128 r = hsum4(_mm256_loadu_ps(tot), _mm256_loadu_ps(tot + 8),
+                         MR > 2 ? _mm256_loadu_ps(tot + 16) : _mm256_setzero_ps(),
+                         _mm256_setzero_ps());
+        if (kw < k1) { /* a last, partial block (planes from kw) */
+            const float *xt[3] = {xs[0] + (kw - k0), xs[1] + (kw - k0), xs[2] + (kw - k0)};
+            float t[12] = {0};
+            rows_dec(wr, sr, xt, MR, 1, 1, kw, k1, pf, t);
+            r = _mm_add_ps(r, _mm_setr_ps(t[0], t[4], t[8], 0.0f));
+        }
+        float o[4];
+        _mm_storeu_ps(o, r);
+        for (int m = 0; m < MR; m++) {
+            float *c = &C[(size_t)m * ldc + (size_t)(n - n0)];
+            *c = acc ? *c + o[m] : o[m];
+        }
+    }
+}
+
+__attribute__((noinline)) static void rows_t2(const kt__wmat *W, int n0, int n1,
+                                              const float *const *xs, int k0, int k1, size_t pf,
+                                              float *C, int ldc, int acc, float *tot)
+{
+    rows_t23(W, n0, n1, xs, 2, k0, k1, pf, C, ldc, acc, tot);
+}
+
+__attribute__((noinline)) static void rows_t3(const kt__wmat *W, int n0, int n1,
+                                              const float *const *xs, int k0, int k1, size_t pf,
+                                              float *C, int ldc, int acc, float *tot)
+{
+    rows_t23(W, n0, n1, xs, 3, k0, k1, pf, C, ldc, acc, tot);
+}
+
 /* rows_dec of MR tokens and NI rows (the pairs the decode uses); PL at one token */
 static void tile_dec(const uint8_t *const *w, const float *const *srow, const float *const *xs,
                      int MR, int NI, int PL, int k0, int k1, size_t pf, float *out)
@@ -413,15 +503,15 @@ static long parse_quarters(const char *e)
     return !(e && *e == '0');
 }
 
-/* The one-token decode's codes 32 a load as planes, its quarter streams in
- * quarters_dec1 (KT_MOE_AVX2_FP8_DEC=planes: session 13's planes through
- * tile_dec, 3-10% slower resident (spills, ~65 TSC cycles a 4-row tile
- * outside its blocks); =sx: a sign-extending load of 8, session 10's kernel;
- * both for measuring). From 2
- * tokens the sign-extending loads stay: with planes (one Zen 3 core,
- * resident, fastest calls, in alternating pairs) 2 tokens took 14.6-15.1
- * against 13.8-14.6 TSC cycles per 64 weights, 3 tokens 21.2-21.5 against
- * 17.7-17.9 (their 12 activation vectors do not fit the registers). */
+/* The decode's codes 32 a load as planes: one token's 4 quarter streams in
+ * quarters_dec1, 2-3 tokens row by row in rows_t2 / rows_t3.
+ * KT_MOE_AVX2_FP8_DEC=planes: session 13's kernels (one token: planes through
+ * tile_dec, which spilled block chains and spent ~65 TSC cycles a 4-row tile
+ * outside its blocks; 2-3 tokens: sign-extending loads, 2 rows a tile, since
+ * planes with 2 rows a tile held 8-12 activation vectors and spilled, 2
+ * tokens 14.6-15.1 against 13.8-14.6 TSC cycles per 64 weights, 3 tokens
+ * 21.2-21.5 against 17.7-17.9); =sx: session 10's sign-extending load of 8
+ * at every token count. Both for measuring. */
 static long parse_planes(const char *e)
 {
     return e && !strcmp(e, "sx") ? 0 : e && !strcmp(e, "planes") ? 1 : 2;
@@ -432,7 +522,9 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
                        float *scratch)
 {
     static long pf_knob, rows_knob, quarters_knob, planes_knob;
-    int pl = M == 1 ? (int)env_knob(&planes_knob, "KT_MOE_AVX2_FP8_DEC", parse_planes) : 0;
+    int dec = (int)env_knob(&planes_knob, "KT_MOE_AVX2_FP8_DEC", parse_planes);
+    /* planes: 1-2 at one token (tile_dec / quarters_dec1), 3 at 2-3 (rows_t2 / _t3) */
+    int pl = M == 1 ? dec : dec == 2 ? 3 : 0;
     long pf_set = env_knob(&pf_knob, "KT_MOE_AVX2_FP8_PF", parse_pf);
     size_t pf = pf_set != PF_UNSET ? (size_t)pf_set : pl ? 512 : 0;
     int quarters = (int)env_knob(&quarters_knob, "KT_MOE_AVX2_FP8_QUARTERS", parse_quarters);
@@ -463,7 +555,13 @@ static void decode_fp8(const kt__wmat *W, int n0, int n1, int k0, int k1, const 
         /* parts of the call's rows read side by side: 4 at one token, 2 at 2-3 */
         int parts = M == 1 && ni == 4 ? 4 : M >= 2 ? 2 : 1;
         int nq = (n1 - n0) / parts;
-        if (parts == 4 && pl == 2 && quarters && nq >= 4) {
+        if (pl == 3) {
+            if (M == 2)
+                rows_t2(W, n0, n1, xs, kc, kend, pf, C, ldc, acc, scratch + 3 * FP8_DEC_KC);
+            else
+                rows_t3(W, n0, n1, xs, kc, kend, pf, C, ldc, acc, scratch + 3 * FP8_DEC_KC);
+            nd = n1;
+        } else if (parts == 4 && pl == 2 && quarters && nq >= 4) {
             quarters_dec1(W, n0, nq, xs, kc, kend, pf, C, acc, scratch + 3 * FP8_DEC_KC);
             nd = n0 + 4 * nq;
         } else if (parts > 1 && quarters && nq >= 4) {
