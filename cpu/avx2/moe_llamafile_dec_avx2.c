@@ -58,6 +58,9 @@ static int x2_ahead = 4096;
 /* KT_LF_NOHINT=1: no next-call hints (each call's stream starts cold, and its
  * prefetches run on past its end, as before the hints) */
 static int x2_nohint;
+/* KT_LF_STREAMS: a call's tiles read as this many streams side by side (1..4);
+ * 0, unset: 2 for Q4_0 and Q4_K (x2_streams_for) */
+static int x2_streams;
 static pthread_once_t x2_once = PTHREAD_ONCE_INIT;
 
 static void x2_init(void)
@@ -67,6 +70,9 @@ static void x2_init(void)
         x2_ahead = atoi(e);
     e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
     x2_nohint = e && *e && strcmp(e, "0") != 0;
+    e = getenv("KT_LF_STREAMS");
+    if (e && atoi(e) >= 1 && atoi(e) <= 4)
+        x2_streams = atoi(e);
 }
 
 /* The backend's hints (kt__lf_hint_avx2): the tile streams of this thread's next
@@ -85,6 +91,7 @@ static _Thread_local int x2_nhints;
 /* where the last call's prefetches into its hinted successor stopped */
 static _Thread_local const uint8_t *x2_tail_w;
 static _Thread_local size_t x2_tail_len;
+static _Thread_local int x2_tail_streams; /* of that call's streams (KT_LF_STREAMS) */
 
 void kt__lf_hint_avx2(const void *W, size_t tile_bytes, int t0, int t1)
 {
@@ -591,15 +598,105 @@ ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, i
     sum4_store(acc[0], acc[1], acc[2], acc[3], out);
 }
 
+/* Streams a call of this layout reads side by side. Two tile streams, each
+ * prefetched as one was, read more of a read loop than one for Q4_0 and Q4_K,
+ * where an AVX2 core streams at 0.80-0.83 of it with one (RAWINT4's four row
+ * streams 0.84-0.94): one Zen 3 core, 12-01 07:41-07:50, 384 x 2048 Q4_0 0.87 /
+ * 0.88 / 0.89 against 0.82 / 0.82 / 0.83, 256 x 768 0.87 against 0.80, Q4_K 0.88
+ * against 0.80; Q8_0 level (0.84 / 0.83 against 0.84 / 0.85), so it keeps one;
+ * four streams read less (0.76-0.81). The other layouts were not measured. */
+static int x2_streams_for(int kind)
+{
+    return x2_streams ? x2_streams : kind == X40 || kind == X4K ? 2 : 1;
+}
+
+/* Tile t of W for the M tokens into C's rows in [n0, n1): its rows are read once
+ * from memory, then from L1 for the other tokens. */
+ALWAYS_INLINE void x_tile_tokens(const int kind, const kt__wmat *W, int t, const uint8_t *pf,
+                                 int n0, int n1, const void *const *act, size_t xs, int M,
+                                 float *C, int ldc)
+{
+    const int nb = W->cols / 32;
+    const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * kt__lf_x_tile_bytes(kind, W->cols);
+    for (int m = 0; m < M; m++) {
+        pf = m == 0 ? pf : NULL;
+        const uint8_t *a = (const uint8_t *)act[m];
+        float out[4];
+        if (kind == X40) /* each layout's tile compiled apart */
+            x_tile(X40, tp, pf, nb, a, xs, out);
+        else if (kind == X4K)
+            x_tile(X4K, tp, pf, nb, a, xs, out);
+        else if (kind == X6K)
+            x_tile(X6K, tp, pf, nb, a, xs, out);
+        else if (kind == X5K)
+            x_tile(X5K, tp, pf, nb, a, xs, out);
+        else if (kind == XNL)
+            x_tile(XNL, tp, pf, nb, a, xs, out);
+        else
+            x_tile(X80, tp, pf, nb, a, xs, out);
+        for (int r = 0; r < 4; r++)
+            if (4 * t + r >= n0 && 4 * t + r < n1)
+                C[(size_t)m * ldc + (4 * t + r - n0)] = out[r];
+    }
+}
+
 void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *act, size_t xs,
                         int M, float *C, int ldc)
 {
     pthread_once(&x2_once, x2_init);
-    const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
+    const int t0 = n0 / 4, t1 = (n1 + 3) / 4;
     const int kind = W->type;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols), ahead = (size_t)x2_ahead;
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;
+    const int S = x2_streams_for(kind), q = (t1 - t0) / S;
+    if (S > 1 && q >= 2) {
+        /* S streams side by side: stream s is tiles [t0 + s q, t0 + (s + 1) q), read
+         * a tile of each in turn, each prefetched `ahead` bytes on, in its last
+         * tiles the same part of the next call's stream s (its hint, split alike);
+         * then the < S tiles left */
+        const size_t sl = (size_t)q * tb;
+        size_t o0 = x2_tail_w == start ? x2_tail_len : 0; /* started by the last call */
+        int o0_streams = x2_tail_w == start ? x2_tail_streams : 0;
+        x2_tail_w = NULL;
+        for (int s = 0; s < S; s++)
+            for (size_t o = s < o0_streams ? o0 : 0; o < ahead && o < sl; o += 64)
+                _mm_prefetch((const char *)start + s * sl + o, _MM_HINT_T1);
+        for (size_t o = (size_t)S * sl; ahead && o < total; o += 64)
+            _mm_prefetch((const char *)start + o, _MM_HINT_T1);
+        x2_region nx = x2_nohint ? (x2_region){NULL, 0} : x2_hint_take();
+        size_t nq = nx.len / tb / (size_t)S, nsl = nq * tb; /* the next call's streams */
+        int nS = nq >= 2 ? S : 1;
+        if (nS == 1)
+            nsl = nx.len;
+        size_t nlen = nsl < ahead ? nsl : ahead, ndone = 0;
+        for (int i = 0; i < q; i++) {
+            size_t v = (size_t)i * tb + ahead, nto = 0;
+            if (ahead && v + tb > sl) /* past the end: the next call's first bytes */
+                nto = v + tb - sl < nlen ? v + tb - sl : nlen;
+            for (int s = 0; s < S; s++) {
+                const uint8_t *base = start + s * sl, *pf = NULL;
+                if (ahead && v + tb <= sl)
+                    pf = base + v;
+                else if (ahead && v < sl) /* the stream's end: the lines themselves */
+                    for (size_t o = v; o < sl; o += 64)
+                        _mm_prefetch((const char *)base + o, _MM_HINT_T1);
+                if (s < nS)
+                    for (size_t o = ndone; o < nto; o += 64)
+                        _mm_prefetch((const char *)nx.w + (size_t)s * nsl + o, _MM_HINT_T1);
+                x_tile_tokens(kind, W, t0 + s * q + i, pf, n0, n1, act, xs, M, C, ldc);
+            }
+            ndone = nto > ndone ? nto : ndone;
+        }
+        for (int t = t0 + S * q; t < t1; t++)
+            x_tile_tokens(kind, W, t, NULL, n0, n1, act, xs, M, C, ldc);
+        if (ndone) {
+            x2_tail_w = nx.w;
+            x2_tail_len = ndone;
+            x2_tail_streams = nS;
+        }
+        return;
+    }
     x2_region nx = {NULL, 0};
     if (!x2_nohint) {
         /* the first `ahead` bytes at once, less what the last call's tail started */
@@ -612,7 +709,7 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
     }
     size_t ndone = 0; /* bytes of nx started */
     for (int t = t0; t < t1; t++) {
-        const uint8_t *tp = (const uint8_t *)W->w + (size_t)t * tb, *pf = NULL;
+        const uint8_t *pf = NULL;
         /* a tile prefetches [v, v + tb) of the stream: this call's bytes, then nx's */
         size_t v = (size_t)(t - t0) * tb + ahead;
         if (ahead && (v + tb <= total || x2_nohint)) {
@@ -628,30 +725,11 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
             pf = nx.w + (v - total);
             ndone = v - total + tb < nx.len ? v - total + tb : nx.len;
         }
-        /* the tile's rows are read once from memory, then from L1 for the other tokens */
-        for (int m = 0; m < M; m++) {
-            pf = m == 0 ? pf : NULL;
-            const uint8_t *a = (const uint8_t *)act[m];
-            float out[4];
-            if (kind == X40) /* each layout's tile compiled apart */
-                x_tile(X40, tp, pf, nb, a, xs, out);
-            else if (kind == X4K)
-                x_tile(X4K, tp, pf, nb, a, xs, out);
-            else if (kind == X6K)
-                x_tile(X6K, tp, pf, nb, a, xs, out);
-            else if (kind == X5K)
-                x_tile(X5K, tp, pf, nb, a, xs, out);
-            else if (kind == XNL)
-                x_tile(XNL, tp, pf, nb, a, xs, out);
-            else
-                x_tile(X80, tp, pf, nb, a, xs, out);
-            for (int r = 0; r < 4; r++)
-                if (4 * t + r >= n0 && 4 * t + r < n1)
-                    C[(size_t)m * ldc + (4 * t + r - n0)] = out[r];
-        }
+        x_tile_tokens(kind, W, t, pf, n0, n1, act, xs, M, C, ldc);
     }
     if (ndone) {
         x2_tail_w = nx.w;
         x2_tail_len = ndone;
+        x2_tail_streams = 1;
     }
 }
