@@ -1,8 +1,9 @@
 /* LLAMAFILE prefill GEMM on AVX2 without VNNI (Zen 3, Haswell..Ice Lake client):
- * Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, Q3_K and Q2_K. Each call repacks 64
- * rows x 512 inputs at a time into int8 panels (8 rows per register, 4 inputs per 32-bit
- * lane; Q4_0 / Q4_K codes unsigned 0..15, Q5_0's / Q5_K's 0..31, Q3_K's 0..7, Q2_K's 0..3,
- * Q8_0's as stored, IQ4_NL's / IQ4_XS's table values)
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, Q3_K and Q2_K: every
+ * block type but the float ones. Each call repacks 64 rows x 512 inputs at a time into int8
+ * panels (8 rows per register, 4 inputs per 32-bit lane; Q4_0 / Q4_1 / Q4_K codes unsigned
+ * 0..15, Q5_0's / Q5_1's / Q5_K's 0..31, Q3_K's 0..7, Q2_K's 0..3, Q8_0's as stored,
+ * IQ4_NL's / IQ4_XS's table values)
  * and runs a register-blocked GEMM of 16 rows x 3 tokens (Q8_0, IQ4_NL: 2) over them; the
  * activation is the token's Q8_0 / Q8_K codes as quantized (Q8_K codes are -127..127).
  *
@@ -19,7 +20,9 @@
  * 8 x 2 x 31 x 127 = 62992, so each 4 steps go through vpmaddwd:
  *     i = vpmaddwd(sum_{j < 4} p_j, 1) + vpmaddwd(sum_{j >= 4} p_j, 1)
  * Q5_0: Q4_0's steps on codes w + 16 (0..31, the 5th bit from qh) widened each 4 steps
- * as Q5_K's; off = -16 x (the token's block code sum).
+ * as Q5_K's; off = -16 x (the token's block code sum). Q4_1 / Q5_1 (Q8_1 activations):
+ * Q4_0's / Q5_0's steps, s = d, and Q4_K's float minimum term with m[r][b] = the block's
+ * f16 m and dsum[t][b] = the Q8_1 block's s (d x its code sum).
  * Q8_0: p16 cannot hold more than one step (2 x 128 x 127 per pair), so each step
  * goes through vpmaddwd into int32 sums, and the signed weights take ggml's sign
  * trick: vpmaddubsw(|w|, sign(a, w)) = w . a per pair. IQ4_NL: Q8_0's steps on the
@@ -189,6 +192,26 @@ ALWAYS_INLINE void pack_nibbles(const uint8_t *const *p, size_t o, bool nl, uint
     }
 }
 
+/* Or the 5th bits of Q5_0 / Q5_1 blocks (the 32-bit qh at p[r] + o of rows r = 0..7: input
+ * i's in bit i) into the panel block at cb: step s (inputs 4s..4s+3 of the panel order,
+ * 16 + 4 (s - 4) for s >= 4) takes qh bits 4s..4s+3, spread to its lane's 4 bytes by a
+ * multiply (copies of the 4 bits at bits 0, 7, 14, 21: bit i lands on bit 8 i) */
+ALWAYS_INLINE void or_bit4(const uint8_t *const *p, size_t o, uint8_t *cb)
+{
+    const __m256i low4d = _mm256_set1_epi32(15), spread = _mm256_set1_epi32(0x00204081);
+    const __m256i bit0 = _mm256_set1_epi8(1);
+    uint32_t h[8];
+    for (int r = 0; r < 8; r++)
+        memcpy(&h[r], p[r] + o, 4);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)h);
+    for (int j = 0; j < 8; j++) {
+        __m256i x = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * j), low4d);
+        __m256i hb = _mm256_slli_epi32(_mm256_and_si256(_mm256_mullo_epi32(x, spread), bit0), 4);
+        __m256i *c = (__m256i *)(cb + 32 * j);
+        _mm256_storeu_si256(c, _mm256_or_si256(_mm256_loadu_si256(c), hb));
+    }
+}
+
 /* Panels of rows [n, n + nr) over blocks [kb, kb + nb) of 32 (the K types, IQ4_XS: kb,
  * nb multiples of 8): group g of 8 rows at codes + g nb 256, block b's step j (4
  * inputs) at + 256 b + 32 j; scales (Q6_K, IQ4_XS: d; Q4_K's minimum terms in off) at
@@ -211,29 +234,27 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
                 _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
                 pack_nibbles(p, o + 2, type == KT_TYPE_IQ4_NL, cg + (size_t)b * 256);
             }
-        } else if (type == KT_TYPE_Q5_0) {
-            /* Q4_0's nibbles at qs, input i's bit 4 in bit i of the 32-bit qh: step s (inputs
-             * 4s..4s+3 of the panel order, 16 + 4 (s - 4) for s >= 4) takes qh bits 4s..4s+3,
-             * spread to its lane's 4 bytes by a multiply (copies of the 4 bits at 0, 7, 14,
-             * 21: bit i lands on bit 8 i) */
-            const __m256i low4d = _mm256_set1_epi32(15), spread = _mm256_set1_epi32(0x00204081);
-            const __m256i bit0 = _mm256_set1_epi8(1);
+        } else if (type == KT_TYPE_Q5_0) { /* Q4_0's nibbles at qs, the 5th bits in qh */
             for (int b = 0; b < nb; b++) {
                 size_t o = (size_t)(kb + b) * sizeof(kt_block_q5_0);
                 _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
                 uint8_t *cb = cg + (size_t)b * 256;
                 pack_nibbles(p, o + offsetof(kt_block_q5_0, qs), false, cb);
-                uint32_t h[8];
-                for (int r = 0; r < 8; r++)
-                    memcpy(&h[r], p[r] + o + offsetof(kt_block_q5_0, qh), 4);
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)h);
-                for (int j = 0; j < 8; j++) {
-                    __m256i x = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * j), low4d);
-                    __m256i hb = _mm256_slli_epi32(
-                        _mm256_and_si256(_mm256_mullo_epi32(x, spread), bit0), 4);
-                    __m256i *c = (__m256i *)(cb + 32 * j);
-                    _mm256_storeu_si256(c, _mm256_or_si256(_mm256_loadu_si256(c), hb));
-                }
+                or_bit4(p, o + offsetof(kt_block_q5_0, qh), cb);
+            }
+        } else if (type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1) {
+            /* Q4_0's / Q5_0's codes, the f16 d as the scale, the f16 minimum m in off */
+            const bool q51 = type == KT_TYPE_Q5_1;
+            const size_t bbytes = q51 ? sizeof(kt_block_q5_1) : sizeof(kt_block_q4_1);
+            const size_t qs = q51 ? offsetof(kt_block_q5_1, qs) : offsetof(kt_block_q4_1, qs);
+            for (int b = 0; b < nb; b++) {
+                size_t o = (size_t)(kb + b) * bbytes;
+                _mm256_storeu_ps(sg + 8 * b, rows8_f16(p, o));
+                _mm256_storeu_ps(og + 8 * b, rows8_f16(p, o + offsetof(kt_block_q4_1, m)));
+                uint8_t *cb = cg + (size_t)b * 256;
+                pack_nibbles(p, o + qs, false, cb);
+                if (q51)
+                    or_bit4(p, o + offsetof(kt_block_q5_1, qh), cb);
             }
         } else if (type == KT_TYPE_IQ4_XS) {
             /* block c of a superblock: IQ4_NL's 16 nibble bytes at qs + 16 c, its 6-bit
@@ -434,6 +455,10 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                 td[m * P2_NB + b] = y->d;
             } else if (type == KT_TYPE_IQ4_XS) {
                 td[m * P2_NB + b] = ((const kt_block_q8_K *)act[m])[k / 8].d;
+            } else if (type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1) { /* Q8_1: s = d x sum */
+                const kt_block_q8_1 *y = (const kt_block_q8_1 *)act[m] + k;
+                td[m * P2_NB + b] = _cvtsh_ss(y->d);
+                tds[m * P2_NB + b] = _cvtsh_ss(y->s);
             } else {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
                 toff[m * P2_NB + b] = 0;
@@ -447,12 +472,14 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
 
 /* The token's codes of block k (of 32 inputs): Q8_0 block k, or the 32 at 32 (k % 8)
  * in Q8_K block k / 8. */
-enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS, P2_Q3K, P2_Q2K, P2_Q50 };
+enum { P2_Q40, P2_Q4K, P2_Q80, P2_Q6K, P2_Q5K, P2_XS, P2_Q3K, P2_Q2K, P2_Q50, P2_Q41, P2_Q51 };
 
-ALWAYS_INLINE const int8_t *block_codes(const bool k4, const void *act, int k)
+ALWAYS_INLINE const int8_t *block_codes(const bool k4, const bool q81, const void *act, int k)
 {
     if (k4)
         return ((const kt_block_q8_K *)act)[k / 8].qs + 32 * (k % 8);
+    if (q81)
+        return ((const kt_block_q8_1 *)act)[k].qs;
     return ((const kt_block_q8_0 *)act)[k].qs;
 }
 
@@ -491,7 +518,8 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
 {
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
     const bool k5 = mode == P2_Q5K, k4 = mode == P2_Q4K || k5, q8 = mode == P2_Q80,
-               q6 = mode == P2_Q6K, w5 = k5 || mode == P2_Q50; /* w5: codes to 31 */
+               q6 = mode == P2_Q6K, q81 = mode == P2_Q41 || mode == P2_Q51,
+               w5 = k5 || mode == P2_Q50 || mode == P2_Q51; /* w5: codes to 31 */
     const size_t s6stride = (size_t)nb * P2_S6;
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 accf[2][4];
@@ -504,7 +532,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
         const int8_t *ap[4];
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++)
-            ap[t] = block_codes(k4 || q6, act[t], kb + b);
+            ap[t] = block_codes(k4 || q6, q81, act[t], kb + b);
         const uint8_t *cb = codes + (size_t)b * 256;
         __m256i p16[2][4], i6[2][4]; /* i6: Q6_K's scaled sums, Q5_K's first 4 steps */
         const uint8_t *s6b = sc6 + (size_t)b * P2_S6;
@@ -589,7 +617,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                                  _mm256_set1_epi32(toff[t * P2_NB + b])));
                 __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(td[t * P2_NB + b]));
                 accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sd, accf[g][t]);
-                if (k4)
+                if (k4 || q81) /* Q4_1 / Q5_1: m x (the Q8_1 block's s) */
                     accf[g][t] = _mm256_fmadd_ps(_mm256_loadu_ps(off + g * sstride + 8 * b),
                                                  _mm256_set1_ps(tds[t * P2_NB + b]), accf[g][t]);
             }
@@ -629,7 +657,7 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
         const int8_t *ap[4];
         #pragma GCC unroll 4
         for (int t = 0; t < MT; t++)
-            ap[t] = block_codes(true, act[t], kb + b);
+            ap[t] = block_codes(true, false, act[t], kb + b);
         const uint8_t *cb = codes + (size_t)b * 256;
         const uint8_t *s6b = sc6 + (size_t)b * P2_S6;
         __m256i sc[2];
@@ -748,6 +776,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                      : type == KT_TYPE_Q3_K   ? P2_Q3K
                      : type == KT_TYPE_Q2_K   ? P2_Q2K
                      : type == KT_TYPE_Q5_0   ? P2_Q50
+                     : type == KT_TYPE_Q4_1   ? P2_Q41
+                     : type == KT_TYPE_Q5_1   ? P2_Q51
                                             : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
     uint8_t *codes = scratch;
@@ -790,6 +820,10 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                         P2_G(P2_Q2K);
                     else if (mode == P2_Q50)
                         P2_G(P2_Q50);
+                    else if (mode == P2_Q41)
+                        P2_G(P2_Q41);
+                    else if (mode == P2_Q51)
+                        P2_G(P2_Q51);
                     else
                         P2_G(P2_Q40);
                 }

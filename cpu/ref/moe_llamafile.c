@@ -455,13 +455,13 @@ static long parse_lf_xmax(const char *e)
 static const kt_type avx2_panel_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q4_K, KT_TYPE_Q5_K,
                                            KT_TYPE_Q6_K, KT_TYPE_Q8_0, KT_TYPE_IQ4_NL,
                                            KT_TYPE_IQ4_XS, KT_TYPE_Q3_K, KT_TYPE_Q2_K,
-                                           KT_TYPE_Q5_0};
+                                           KT_TYPE_Q5_0, KT_TYPE_Q4_1, KT_TYPE_Q5_1};
 
 /* KT_LF_AVX2_PANEL (for A/B): which of them do, as a mask of bits type - 100; the
  * others' prefill is one vec_dot per (row, token). Unset, empty or 1: all; 0: none;
  * else a list of ggml names ("q4_0,q4_K,q8_0,q6_K": session 12's, before Q5_K's and
  * IQ4_NL's; "q4_0,q4_K,q5_K,q6_K,q8_0,iq4_nl": session 13's, before IQ4_XS's, Q3_K's,
- * Q2_K's and Q5_0's). */
+ * Q2_K's, Q5_0's, Q4_1's and Q5_1's). */
 static long parse_avx2_panel(const char *e)
 {
     long mask = 0;
