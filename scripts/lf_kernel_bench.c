@@ -45,6 +45,7 @@
 
 #include "moe_kernels.h"
 #include "ref/ggml_quants.h"
+#include "bench_read_loop.h"
 
 static double cpu_now(void)
 {
@@ -60,21 +61,6 @@ static float frand(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-/* the read loop yardstick: the sum of n floats at a (32-byte aligned) */
-__attribute__((target("avx2"))) static float read_loop(const float *a, size_t n)
-{
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        s0 = _mm256_add_ps(s0, _mm256_load_ps(a + i));
-        s1 = _mm256_add_ps(s1, _mm256_load_ps(a + i + 8));
-        s2 = _mm256_add_ps(s2, _mm256_load_ps(a + i + 16));
-        s3 = _mm256_add_ps(s3, _mm256_load_ps(a + i + 24));
-    }
-    float v[8];
-    _mm256_storeu_ps(v, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 
 static int cmp_double(const void *a, const void *b)
