@@ -22,8 +22,8 @@
  *   -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ after it)
  * Run:
  *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
- *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 AVX-512 VNNI
- *   (default), 1 AVX2, 0 scalar. KT_BENCH_REPACK=1: a type with a load-time repack
+ *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 / avx512 AVX-512
+ *   VNNI, 1 / avx2 AVX2, 0 / scalar; default the best this CPU runs. KT_BENCH_REPACK=1: a type with a load-time repack
  *   (Q4_0, Q4_K, Q8_0; Q5_K, Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X /
  *   Q4KX / Q80X / Q5KX / Q6KX / IQ4NLX, as the backend's decode does by default).
  *   KT_BENCH_QUANT=1: times the set's activation quantizer instead (ks->quant of
@@ -113,6 +113,16 @@ static void vs_read(const kt__moe_kernels *ks, uint8_t *base, size_t per, size_t
     free(order);
 }
 
+/* ISA as a number (0..2) or a name (scalar, avx2, avx512); -1: neither */
+static int parse_isa(const char *s)
+{
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i]) || (s[0] == '0' + i && !s[1]))
+            return i;
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 6) {
@@ -127,7 +137,12 @@ int main(int argc, char **argv)
     }
     int M = atoi(argv[2]), rows = atoi(argv[3]), K = atoi(argv[4]);
     size_t mib = (size_t)atol(argv[5]);
-    int isa = argc > 6 ? atoi(argv[6]) : 2;
+    /* default: the best set this CPU runs (2 on a Zen 3 died of SIGILL) */
+    int isa = argc > 6 ? parse_isa(argv[6]) : (int)kt__ggml_isa_best();
+    if (isa < 0) {
+        fprintf(stderr, "%s: ISA is 0 / scalar, 1 / avx2 or 2 / avx512\n", argv[0]);
+        return 2;
+    }
     if (!tr || !kt__ggml_act_section(tr->type) || M < 1 || M > 256 || rows < 1 || K < 256 ||
         !kt__ggml_row_bytes(tr->type, K)) {
         fprintf(stderr, "%s: bad type or shape\n", argv[0]);
