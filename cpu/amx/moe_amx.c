@@ -743,6 +743,9 @@ static uint8_t lut_low4[64], lut_low2[64];
 /* The tables of integer factors: lut_int[e][i] = (i % 16 - 8) e, e = 0..16
  * (format version 2's grid: -128 .. 112). */
 static _Alignas(64) int8_t lut_int[17][64];
+/* Two lanes of them: lut_pair[17 a + b] = [lut_int[a] lane, lut_int[b] lane]
+ * (g 32: a pair's 4 groups' table from two 32-byte loads) */
+static _Alignas(64) int8_t lut_pair[17 * 17][32];
 static void init_lut_index(void)
 {
     for (int i = 0; i < 64; i++) {
@@ -751,6 +754,19 @@ static void init_lut_index(void)
         for (int e = 0; e <= 16; e++)
             lut_int[e][i] = (int8_t)((i % 16 - 8) * e);
     }
+    for (int a = 0; a <= 16; a++)
+        for (int b = 0; b <= 16; b++)
+            for (int i = 0; i < 32; i++)
+                lut_pair[17 * a + b][i] = lut_int[i < 16 ? a : b][i];
+}
+
+/* The table of 4 groups of 32 (lane i: lut_int[e[i]]'s) from lut_pair: a
+ * load and an insert from memory. */
+ALWAYS_INLINE __m512i lut_quad(const int8_t *e)
+{
+    __m256i lo = _mm256_load_si256((const __m256i *)lut_pair[17 * e[0] + e[1]]);
+    __m256i hi = _mm256_load_si256((const __m256i *)lut_pair[17 * e[2] + e[3]]);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 /* The factors f_j = s_j * inv16 of n <= 16 groups from their BF16 scales sb
@@ -771,13 +787,14 @@ ALWAYS_INLINE __m512i lut_i4_i32(const float *f)
 }
 
 /* One row's 64-input steps [st, st + sn) (st, sn even) in PERM_EO128 order
- * into d, g = 1 << lg >= 64, its groups from g0 on: integer factors e (NULL:
+ * into d, g = 1 << lg >= 32, its groups from g0 on: integer factors e (NULL:
  * the factors f). Per 128 inputs one 64-byte load, a shift, two vpermb and
  * two stores (EO64: two 32-byte loads, shifts, vpermb and stores): the low
  * nibbles are the even inputs, step j; the high ones the odd, step j + 1.
  * g >= 128: one table of 4 equal lanes, so vpermb's index bits 4-5 (the next
  * nibble) do not matter; g = 64: lanes 0-1 the first group's table, 2-3 the
- * second's, the index masked to its nibble and bit 5 set in the upper half. */
+ * second's, the index masked to its nibble and bit 5 set in the upper half;
+ * g = 32: lane i the table of group i of the pair, lane i's index bits 4-5 = i. */
 ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, int lg,
                                    const int8_t *e, const float *f, int8_t *d)
 {
@@ -785,12 +802,25 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const __m512i half = _mm512_mask_set1_epi8(_mm512_setzero_si512(), 0xffffffff00000000ull,
                                                0x20);
+    const __m512i quarter = _mm512_or_si512(
+        half, _mm512_mask_set1_epi8(_mm512_setzero_si512(), 0xffff0000ffff0000ull, 0x10));
     __m512i lut = _mm512_setzero_si512(), sink = lut;
     for (int j = 0; j < sn; j += 2) {
         int k = (st + j) * 64, gi = (k >> lg) - g0;
         __m512i b = _mm512_loadu_si512(row + k / 2);
         __m512i h = _mm512_srli_epi16(b, 4);
-        if (lg == 6) { /* (v & 0x0f) | half: ternary logic 0xEA = (A & B) | C */
+        if (lg == 5) { /* (v & 0x0f) | quarter */
+            if (e) {
+                lut = lut_quad(e + gi);
+            } else {
+                lut = _mm512_castsi128_si512(_mm512_cvtepi32_epi8(lut_i4_i32(f + gi)));
+                lut = _mm512_inserti32x4(lut, _mm512_cvtepi32_epi8(lut_i4_i32(f + gi + 1)), 1);
+                lut = _mm512_inserti32x4(lut, _mm512_cvtepi32_epi8(lut_i4_i32(f + gi + 2)), 2);
+                lut = _mm512_inserti32x4(lut, _mm512_cvtepi32_epi8(lut_i4_i32(f + gi + 3)), 3);
+            }
+            b = _mm512_ternarylogic_epi32(b, nib, quarter, 0xEA);
+            h = _mm512_ternarylogic_epi32(h, nib, quarter, 0xEA);
+        } else if (lg == 6) { /* (v & 0x0f) | half: ternary logic 0xEA = (A & B) | C */
             lut = e ? _mm512_mask_blend_epi64(0xF0, _mm512_load_si512(lut_int[e[gi]]),
                                               _mm512_load_si512(lut_int[e[gi + 1]]))
                     : _mm512_permutex2var_epi8(lut_i4_i32(f + gi), low2,
@@ -819,6 +849,16 @@ ALWAYS_INLINE void decode_i4_pairs(const uint8_t *row, int st, int sn, int g0, i
  * AMXINT4 g128 T=1024 4.0-4.2 -> 6.1-6.4 TFLOP/s); KT_AMX_LEAN=0 keeps the
  * general code, KT_AMX_LEAN=128 the lean code for g >= 128 only (session 9's) */
 static int lean_on = 1;
+/* INT4 in groups of 32 (RAWINT4's layout, AMXINT4 g32) where K is whole
+ * 128-input pairs: 2 (the default) in PERM_EO128 order, grid rows through
+ * decode_i4_lean32 (a pair's 4 groups are its load's 4 lanes: vpshufb on 4
+ * tables); 1 (KT_AMX_G32=general) EO128 through the general code only; 0
+ * (KT_AMX_G32=eo32) the order before, PERM_EO32 on the general code (a
+ * table pair, broadcast, masked shift and lane shuffle per 64 inputs and
+ * ~50 instructions a row). Xeon, session 15, 5 alternating pairs in two calls,
+ * AMXINT4 g32 DeepSeek-V3 T=1024 / 4096: eo32 3.94-4.74 / 7.97-10.52, lean32
+ * 5.57-7.63 / 9.34-12.09 TFLOP/s (ahead in 10 of 10 pairs) */
+static int g32_mode = 2;
 
 /* decode_i4_pairs for the rows the kernel rescales most (g >= 128, format
  * version 2's grid, PERM_EO128, rows [r0, r1) all present and on the grid, sn
@@ -882,6 +922,41 @@ ALWAYS_INLINE void lean64_rows(const uint8_t *row, size_t ldw, const int8_t *e, 
         }
 }
 
+/* decode_i4_lean's rows for g = 32: a pair's 128 inputs are 4 groups, one a
+ * 16-byte lane of the load (byte b holds inputs 2b and 2b + 1), so the table
+ * is the lanes [e_a, e_b, e_c, e_d] (lut_quad: a load and an insert) and the
+ * rest is lean64_rows': per 128 inputs a load, a shift, two ands, two
+ * shuffles and two stores. */
+ALWAYS_INLINE void lean32_rows(const uint8_t *row, size_t ldw, const int8_t *e, size_t ng,
+                               int8_t *d, size_t dld, int rows, const int sn)
+{
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    for (int r = 0; r < rows; r++, row += ldw, e += ng, d += dld)
+        for (int j = 0; j < sn; j += 2) {
+            __m512i b = _mm512_loadu_si512(row + (size_t)j * 32);
+            __m512i lut = lut_quad(e + 2 * j); /* groups of steps j, j + 1 */
+            _mm512_storeu_si512(d + (size_t)j * 64,
+                                _mm512_shuffle_epi8(lut, _mm512_and_si512(b, nib)));
+            _mm512_storeu_si512(
+                d + (size_t)j * 64 + 64,
+                _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(b, 4), nib)));
+        }
+}
+
+/* decode_i4_lean's contract for g = 32 (steps s, s + 1 are groups 2s .. 2s + 3). */
+static void decode_i4_lean32(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
+                             size_t dld)
+{
+    const size_t ldw = src->ldw, ng = (size_t)src->ng;
+    const uint8_t *row = src->w + (size_t)r0 * ldw + (size_t)st * 32;
+    const int8_t *e = src->e + (size_t)r0 * ng + 2 * (size_t)st;
+    int8_t *d = dst + (size_t)r0 * dld;
+    if (sn == 4) /* the default chunk, unrolled */
+        lean32_rows(row, ldw, e, ng, d, dld, r1 - r0, 4);
+    else
+        lean32_rows(row, ldw, e, ng, d, dld, r1 - r0, sn);
+}
+
 /* decode_i4_lean's contract for g = 64 (step s is group s of the block). */
 static void decode_i4_lean64(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
                              size_t dld)
@@ -898,13 +973,14 @@ static void decode_i4_lean64(const i8_src *src, int st, int sn, int r0, int r1, 
 
 /* Rows [r0, r1) x 64-input steps [st, st + sn) of the block rescaled (above)
  * into dst (dld bytes between rows, step st at 0), in the input order of the
- * packed activations (PERM_EO64; PERM_EO32 for g = 32); zero for rows past nr
- * and inputs past kn. The tables are built with one byte permute each (the low
- * bytes of the int32 values into every lane) and the factors f read from
- * memory, to keep shuffle-port work low: it runs between tile products. Where
- * every factor of the row's chunk is within 1/32 of an integer e (format
- * version 2 rows: all of them) the tables are the constants lut_int[e]
- * instead, the same bytes: |v (f - e)| <= 1/4, so rint(v f) = v e. */
+ * packed activations (PERM_EO64, PERM_EO32 for g = 32, or PERM_EO128 through
+ * decode_i4_pairs); zero for rows past nr and inputs past kn. The tables are
+ * built with one byte permute each (the low bytes of the int32 values into
+ * every lane) and the factors f read from memory, to keep shuffle-port work
+ * low: it runs between tile products. Where every factor of the row's chunk
+ * is within 1/32 of an integer e (format version 2 rows: all of them) the
+ * tables are the constants lut_int[e] instead, the same bytes: |v (f - e)| <=
+ * 1/4, so rint(v f) = v e. */
 static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1, int8_t *dst,
                                size_t dld)
 {
@@ -912,9 +988,12 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
     const int g = src->g, lg = __builtin_ctz((unsigned)g), g0 = (st * 64) >> lg;
     const int ngc = imin((((st + sn) * 64 - 1) >> lg) + 1, src->ng) - g0; /* <= 16 (sn <= 8) */
     const uint64_t want = (1ull << (r1 - r0)) - 1u;
-    if (lean_on && src->eo128 && g >= (lean_on == 128 ? 128 : 64) && r1 <= src->nr &&
-        !(probe & 24) && ((src->int_rows >> r0) & want) == want) {
-        (g == 64 ? decode_i4_lean64 : decode_i4_lean)(src, st, sn, r0, r1, dst, dld);
+    if (lean_on && src->eo128 &&
+        (g >= (lean_on == 128 ? 128 : 64) || (g == 32 && lean_on == 1 && g32_mode == 2)) &&
+        r1 <= src->nr && !(probe & 24) && ((src->int_rows >> r0) & want) == want) {
+        (g == 32   ? decode_i4_lean32
+         : g == 64 ? decode_i4_lean64
+                   : decode_i4_lean)(src, st, sn, r0, r1, dst, dld);
         return;
     }
     const __m512i low4 = _mm512_loadu_si512(lut_low4), low2 = _mm512_loadu_si512(lut_low2);
@@ -937,7 +1016,7 @@ static void decode_i4_rescaled(const i8_src *src, int st, int sn, int r0, int r1
         }
         /* 32 bytes = 64 inputs, loaded into both halves, the upper shifted:
          * low nibbles (even inputs), then high */
-        if (g == 32) {
+        if (g == 32 && !src->eo128) {
             for (int j = 0; j < sn; j++) {
                 int k = (st + j) * 64, gi = k / g - g0;
                 __m256i b = k + 64 <= src->kn
@@ -1622,20 +1701,17 @@ static void amx_i8_packed(const kt__wmat *W, int n0, int n1, int k0, int k1, con
 }
 
 /* Input order of the int8 copy for a decoder, group size and kx inputs a
- * call: INT4 groups of 64 and more in PERM_EO128 where the rescaled rows run
- * (whole 128-input pairs, whole-K copy, chunks of whole pairs), else EO64.
- * The same for g 64 and 128, so that the shared packing (which does not know
- * the group) agrees. */
+ * call: INT4 in PERM_EO128 where the rescaled rows run (whole 128-input
+ * pairs, whole-K copy, chunks of whole pairs; g 32 unless KT_AMX_G32=eo32),
+ * else EO64 (EO32 for g 32). The same for g 64 and 128, so that the shared
+ * packing (which does not know the group) agrees; g 32 has its own set. */
 static int perm_of(decode_i8_fn decode, int g, int kx)
 {
     if (decode != decode_i8_int4)
         return PERM_NONE;
-    if (g == 32)
-        return PERM_EO32;
-    return eo128_on && !int4_exact && kx % 128 == 0 && kx / 64 <= KTMAX8 &&
-                   !(imin(kc8, KQ_MAX) & 1)
-               ? PERM_EO128
-               : PERM_EO64;
+    int eo128 = eo128_on && !int4_exact && kx % 128 == 0 && kx / 64 <= KTMAX8 &&
+                !(imin(kc8, KQ_MAX) & 1) && (g > 32 || g32_mode);
+    return eo128 ? PERM_EO128 : g == 32 ? PERM_EO32 : PERM_EO64;
 }
 
 /* C = A W^T on INT8 tiles. `view`: byte offset of the BF16 activations in a
@@ -2054,7 +2130,8 @@ static void pack_int8(const void *A, size_t a_stride, const int32_t *rows, int M
 
 static void pack_int4(const void *A, size_t a_stride, const int32_t *rows, int M, int K, void *P)
 {
-    pack_i8(A, a_stride, rows, M, K, P, 2 * (size_t)((K + 127) & ~127), PERM_EO32);
+    pack_i8(A, a_stride, rows, M, K, P, 2 * (size_t)((K + 127) & ~127),
+            perm_of(decode_i8_int4, 32, K));
 }
 
 static void pack_int4g(const void *A, size_t a_stride, const int32_t *rows, int M, int K,
@@ -2177,6 +2254,9 @@ static void init_sets(void)
         wide_first = !strcmp(env, "1");
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_G32");
+    if (env)
+        g32_mode = !strcmp(env, "eo32") ? 0 : !strcmp(env, "general") ? 1 : 2;
     env = getenv("KT_AMX_PROFILE");
     amx_profile_on = env && !strcmp(env, "1");
     prof_tsc0 = __rdtsc();
@@ -2301,8 +2381,8 @@ size_t AMX_FN(kt__moe_amx_profile)(char *buf, size_t n, double calls)
 #ifdef KT_AMX_EMULATE
 /* Tests: INT4 on the tiles from now on by exact group folds (mode 1) or
  * rescaled rows (0: 128 inputs a load where they can be, the general code,
- * KT_AMX_LEAN=0; 2: 64, KT_AMX_EO128=0; 3, the default: as 0, grid rows of
- * g >= 64 through decode_i4_lean / decode_i4_lean64). */
+ * KT_AMX_LEAN=0; 2: 64 (g 32: 32), KT_AMX_EO128=0; 3, the default: as 0, grid
+ * rows through decode_i4_lean / decode_i4_lean64 / decode_i4_lean32). */
 void kt__amx_int4_mode_emulated(int mode);
 void kt__amx_int4_mode_emulated(int mode)
 {

@@ -570,13 +570,16 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
 {
     static const int rows_list[] = {5, 32, 67};
     static const int cols_i8[] = {7, 200, 640, 16448};
-    static const int cols_i4[] = {96, 160, 608, 16416};
+    /* (G 32: 640 and, from input 128, 512 are whole 128-input pairs: the
+     * rescale 128 inputs a load, PERM_EO128) */
+    static const int cols_i4[] = {96, 160, 608, 16416, 640};
     /* (G 64: 448, not whole 128-input pairs: the rescale 64 inputs a load) */
     static const int cols_i4g[] = {128, 256, 640, 16896}, cols_i4g64[] = {128, 448, 640, 16896};
     /* 329: batches of 256 and 73 tokens (the AMX-INT8 tiles: 8 passes, and 3 with
      * a last of 9 tokens), with the shared packing 16, 256 and 57 */
     static const int m_list[] = {1, 3, 8, 17, 40, 329};
-    int n_cols = 4; /* the last: longer than the whole-K copy of the AMX tiles */
+    /* the fourth: longer than the whole-K copy of the AMX tiles */
+    int n_cols = method != KT_METHOD_AMXINT8 && G <= 32 ? 5 : 4;
     for (int ri = 0; ri < 3; ri++)
         for (int ci = 0; ci < n_cols; ci++) {
             int N = rows_list[ri];
@@ -747,7 +750,8 @@ static void test_int8_act(void **state)
         check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
         for (int G = 64; G <= 128; G *= 2)
             check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g), 2);
-        kt__amx_int4_mode_emulated(3); /* the default: decode_i4_lean (g 128), _lean64 */
+        kt__amx_int4_mode_emulated(3); /* the default: decode_i4_lean (g 128), _lean64, _lean32 */
+        check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
         for (int G = 64; G <= 128; G *= 2)
             check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g), 2);
         grid_scales = 0;
