@@ -97,6 +97,13 @@ typedef struct stream_buf stream_buf;
 stream_buf *stream_buf_create(bench_team *team, uint64_t bytes);
 /* GB/s of one multi-threaded read pass over the buffer. */
 double stream_buf_read(bench_team *team, stream_buf *sb);
+/* GB/s of one multi-threaded read pass over bytes [off, off + bytes) of it (clamped
+ * to the buffer; off past its end reads from 0): windows about a decode call long,
+ * which a neighbour process leaves undisturbed as often as a call (kt-bench moe's
+ * clean stream figure). */
+double stream_buf_read_part(bench_team *team, stream_buf *sb, uint64_t off, uint64_t bytes);
+/* Its size in bytes. */
+uint64_t stream_buf_bytes(const stream_buf *sb);
 /* The last pass's threads, each timed over its own slice: the thread count
  * times the slowest one's GB/s and times their median's (the pass waits for the
  * slowest of its fixed slices; the median's figure is what it would read with
@@ -104,6 +111,46 @@ double stream_buf_read(bench_team *team, stream_buf *sb);
 void stream_buf_threads(const bench_team *team, const stream_buf *sb, double *slowest,
                         double *median);
 void stream_buf_free(stream_buf *sb);
+
+/* ---- clean decode calls and stream reads (clean.c, runq.h) ------------------ */
+
+/* On a shared machine a neighbour that takes a core for a few ms makes the
+ * decode call or stream read it lands in slow for reasons that are neither the
+ * kernel's nor the memory's. A call (a read) is clean when the threads doing it
+ * waited on run queues for at most limit_ns in all (schedstat's run_delay; the
+ * wake-ups of an undisturbed call take 20-90 us on the 2-core Zen 3 VM, a lost
+ * core 0.5-5 ms). A pass over the whole stream buffer (10-40 ms there) is almost
+ * never clean, so the clean stream figure comes from `windows` reads of
+ * window_bytes (about a call long) after each pass. NULL queues: schedstat is
+ * not readable here (why says why), plain figures only. */
+typedef struct runq runq;
+typedef struct clean_watch {
+    runq *calls;           /* the backend's workers and the calling thread        */
+    runq *stream;          /* the stream team (the calling thread is its worker 0) */
+    double limit_ns;       /* KT_BENCH_CLEAN_US (default 150)                      */
+    int windows;           /* KT_BENCH_CLEAN_WINDOWS (default 4)                   */
+    uint64_t window_bytes; /* KT_BENCH_CLEAN_WINDOW_MIB (default 16)               */
+    bool debug;            /* KT_BENCH_CLEAN_DEBUG=1: each wait on stderr          */
+    char why[192];
+} clean_watch;
+/* The settings from the environment; nothing watched yet. */
+void clean_watch_init(clean_watch *cw);
+/* Watches the stream team's threads: those started since before[0..n_before)
+ * (bench_thread_ids) and this one. False, cw->why saying why, when they cannot
+ * be watched (schedstat unreadable). */
+bool clean_watch_stream(clean_watch *cw, const int *before, int n_before);
+/* The call's threads likewise (a backend's workers: those its creation started). */
+bool clean_watch_calls(clean_watch *cw, const int *before, int n_before);
+/* Both sets watched. */
+bool clean_watch_on(const clean_watch *cw);
+/* The call threads' run-queue wait so far, ns (a pread a thread: take it
+ * outside the timed region). */
+uint64_t clean_calls_wait(const clean_watch *cw);
+/* cw->windows stream reads of window_bytes from *at on (advanced), each watched:
+ * their GB/s into all[0..windows), the clean ones' into clean[]; how many clean. */
+int clean_stream_windows(const clean_watch *cw, bench_team *team, stream_buf *sb, uint64_t *at,
+                         double *all, double *clean);
+void clean_watch_free(clean_watch *cw);
 
 /* ---- oneDNN matmul yardstick ----------------------------------------------- */
 

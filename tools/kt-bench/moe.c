@@ -406,6 +406,14 @@ typedef struct row {
     uint64_t expert_bytes;
     int32_t threads;      /* the backend's worker threads (kt_moe_backend_info) */
     int32_t stream_samples;
+    /* decode rows, where schedstat is readable (clean_known): the medians over
+     * the clean calls / stream samples alone, and how many were clean */
+    bool clean_known;
+    double clean_gbs, clean_stream_gbs;
+    int64_t clean_calls;
+    int32_t clean_stream_samples;
+    double window_gbs; /* the stream windows' median, clean or not */
+    int32_t windows;
 } row;
 
 /* Layer and slot counts for one method: total >= 8 x L3, <= mem cap. */
@@ -525,7 +533,8 @@ static double rates_median(rates *r)
 /* Runs the backend for one T: warm-up, then calls cycling the layers until
  * min_time seconds of timed calls (>= 3 calls, >= one pass over the layers). */
 static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set *ws,
-                         io_bufs *io, int64_t t, row *r, bench_team *team, stream_buf *sb)
+                         io_bufs *io, int64_t t, row *r, bench_team *team, stream_buf *sb,
+                         const clean_watch *cw)
 {
     const model_shape *m = c->model;
     uint64_t s = c->seed ^ (uint64_t)t * 0x2545f4914f6cdd1dull;
@@ -541,6 +550,10 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
     double busy = 0, flops = 0, bytes = 0;
     int64_t calls = 0;
     rates gbs = {0}, tfl = {0}, bw = {0}, bw_med = {0}, bw_slow = {0};
+    rates gbs_clean = {0}, bw_clean = {0}, bw_win = {0};
+    uint64_t win_at = 0; /* the next window's offset */
+    /* decode rows only: a prefill call (ms to s) is almost never clean */
+    bool watch = sb && clean_watch_on(cw);
     double since_sample = 0;
     for (int64_t call = 0;; call++) {
         /* Decode: stream read samples taken between the calls, every ~50 ms,
@@ -549,6 +562,14 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
             double slow, med;
             if (!rates_add(&bw, stream_buf_read(team, sb)))
                 break;
+            if (watch) { /* the clean stream figure's short reads (bench.h) */
+                double all[64], clean[64];
+                int n_clean = clean_stream_windows(cw, team, sb, &win_at, all, clean);
+                for (int i = 0; i < cw->windows; i++)
+                    if (!rates_add(&bw_win, all[i]) ||
+                        (i < n_clean && !rates_add(&bw_clean, clean[i])))
+                        break;
+            }
             stream_buf_threads(team, sb, &slow, &med);
             if (!rates_add(&bw_med, med) || !rates_add(&bw_slow, slow))
                 break;
@@ -557,9 +578,11 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
         uint32_t layer = (uint32_t)(call % ws->n_layers);
         int64_t distinct = route(&s, tt, m->top_k, m->n_experts, io->ids, io->w, io->counts,
                                  ws, layer, io->slot_seen);
+        uint64_t w0 = watch ? clean_calls_wait(cw) : 0;
         double t0 = bench_now();
         kt_status st = kt_moe_forward(moe, layer, &a);
         double dt = bench_now() - t0;
+        double waited = watch ? (double)(clean_calls_wait(cw) - w0) : 0;
         if (st < 0) {
             fprintf(stderr, "kt-bench moe: kt_moe_forward(%s, T=%lld) failed: %s\n",
                     method_name(ws->method), (long long)t, kt_last_error());
@@ -577,6 +600,11 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
         calls++;
         if (!rates_add(&gbs, call_bytes / dt * 1e-9) || !rates_add(&tfl, call_flops / dt * 1e-12))
             break;
+        if (watch && waited <= cw->limit_ns && !rates_add(&gbs_clean, call_bytes / dt * 1e-9))
+            break;
+        if (watch && cw->debug)
+            fprintf(stderr, "clean-debug call %.3f GB/s waited %.1f us\n", call_bytes / dt * 1e-9,
+                    waited * 1e-3);
         if (busy >= c->min_time && calls >= 3 && calls >= (t <= 16 ? ws->n_layers : 1) &&
             (!sb || bw.n >= 5))
             break;
@@ -585,6 +613,16 @@ static bool time_backend(kt_moe_backend *moe, const run_cfg *c, const weight_set
     r->stream_thr_gbs = rates_median(&bw_med);
     r->stream_slow_gbs = rates_median(&bw_slow);
     r->stream_samples = (int32_t)bw.n;
+    r->clean_known = watch;
+    r->clean_stream_gbs = rates_median(&bw_clean);
+    r->clean_stream_samples = (int32_t)bw_clean.n;
+    r->window_gbs = rates_median(&bw_win);
+    r->windows = (int32_t)bw_win.n;
+    free(bw_win.v);
+    r->clean_gbs = rates_median(&gbs_clean);
+    r->clean_calls = (int64_t)gbs_clean.n;
+    free(bw_clean.v);
+    free(gbs_clean.v);
     free(bw.v);
     free(bw_med.v);
     free(bw_slow.v);
@@ -636,8 +674,50 @@ static bool time_onednn(const run_cfg *c, gemm_moe *g, const weight_set *ws, io_
     return true;
 }
 
+/* "; clean 0.91 x (12.1 of 13.3 GB/s; calls 412/1000, stream 15/80)" for a
+ * decode row, "" where there is no clean figure. */
+static void clean_text(const row *x, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (!x->clean_known)
+        return;
+    if (x->clean_calls && x->clean_stream_samples)
+        snprintf(buf, n, "; clean %.2f x (%.1f of %.1f GB/s; calls %lld/%lld, stream %d/%d)",
+                 x->clean_gbs / x->clean_stream_gbs, x->clean_gbs, x->clean_stream_gbs,
+                 (long long)x->clean_calls, (long long)x->calls, x->clean_stream_samples,
+                 x->windows);
+    else
+        snprintf(buf, n, "; clean: no ratio (calls %lld/%lld, stream %d/%d)",
+                 (long long)x->clean_calls, (long long)x->calls, x->clean_stream_samples,
+                 x->windows);
+}
+
+/* The clean figures' JSON members (null where there are none). */
+static void clean_json(const row *x, double limit_us, char *buf, size_t n)
+{
+    if (!x->clean_known) {
+        snprintf(buf, n, "\"clean_gbs\":null,\"clean_stream_gbs\":null,\"clean_ratio\":null,"
+                         "\"clean_calls\":null,\"clean_stream_samples\":null,"
+                         "\"stream_windows\":null,\"stream_window_gbs\":null,"
+                         "\"clean_wait_us\":null");
+        return;
+    }
+    char gbs[32] = "null", st[32] = "null", ratio[32] = "null";
+    if (x->clean_calls)
+        snprintf(gbs, sizeof gbs, "%.3f", x->clean_gbs);
+    if (x->clean_stream_samples)
+        snprintf(st, sizeof st, "%.3f", x->clean_stream_gbs);
+    if (x->clean_calls && x->clean_stream_samples)
+        snprintf(ratio, sizeof ratio, "%.4f", x->clean_gbs / x->clean_stream_gbs);
+    snprintf(buf, n, "\"clean_gbs\":%s,\"clean_stream_gbs\":%s,\"clean_ratio\":%s,"
+                     "\"clean_calls\":%lld,\"clean_stream_samples\":%d,\"stream_windows\":%d,"
+                     "\"stream_window_gbs\":%.3f,\"clean_wait_us\":%.0f",
+             gbs, st, ratio, (long long)x->clean_calls, x->clean_stream_samples, x->windows,
+             x->window_gbs, limit_us);
+}
+
 static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, stream_buf *sb,
-                       io_bufs *io, int method, row *rows, int *n_rows)
+                       io_bufs *io, int method, row *rows, int *n_rows, clean_watch *cw)
 {
     const model_shape *m = c->model;
     expert_layout lay;
@@ -710,6 +790,9 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
         weight_set_free(&ws);
         return false;
     }
+    /* the backend's workers are the threads its creation started */
+    if (cw->stream && !clean_watch_calls(cw, tids, n_tids))
+        printf("  note: no clean-call figures: %s\n", cw->why);
     kt_moe_info info = KT_MOE_INFO_INIT;
     const char *isa = "?";
     int32_t threads = c->threads;
@@ -738,7 +821,7 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
         r->slots = n_slots;
         r->expert_bytes = lay.bytes;
         r->threads = threads;
-        ok = time_backend(moe, c, &ws, io, t, r, team, t <= 16 ? sb : NULL);
+        ok = time_backend(moe, c, &ws, io, t, r, team, t <= 16 ? sb : NULL, cw);
         if (ok) {
             printf("  T=%-5lld %8.2f GB/s  %8.4f TFLOP/s  (median of %lld calls; mean %.2f GB/s)",
                    (long long)t, r->gbs, r->tflops, (long long)r->calls, r->gbs_mean);
@@ -748,6 +831,14 @@ static bool run_method(const run_cfg *c, const bench_hw *hw, bench_team *team, s
                        r->stream_gbs, r->stream_samples, team_size(team), r->stream_thr_gbs,
                        r->stream_slow_gbs);
             printf("\n");
+            if (r->clean_known)
+                printf("         clean (run-queue wait <= %.0f us): %.2f GB/s (%lld of %lld "
+                       "calls)  stream %.2f GB/s (%d of %d reads of %.0f MiB; all of them %.2f): %.2f\n",
+                       cw->limit_ns * 1e-3, r->clean_gbs, (long long)r->clean_calls,
+                       (long long)r->calls, r->clean_stream_gbs, r->clean_stream_samples,
+                       r->windows, (double)cw->window_bytes / 1048576.0, r->window_gbs,
+                       r->clean_calls && r->clean_stream_samples
+                           ? r->clean_gbs / r->clean_stream_gbs : 0.0);
             fflush(stdout);
             (*n_rows)++;
         }
@@ -878,7 +969,16 @@ static void moe_usage(FILE *f)
             "a real model, against this machine's own limits measured in the same run:\n"
             "  decode (T <= 16): effective GB/s of expert weights read (bytes of the\n"
             "    distinct experts each call touches, scales included, over its time),\n"
-            "    next to the stream read bandwidth sampled between the calls;\n"
+            "    next to the stream read bandwidth sampled between the calls; beside\n"
+            "    them the clean figures: the median over the calls during which the\n"
+            "    backend's workers and the caller waited on run queues <= 150 us in all\n"
+            "    (/proc/self/task/TID/schedstat), against the median of the clean\n"
+            "    16 MiB stream reads taken after each sample (a whole-buffer pass is\n"
+            "    rarely undisturbed), and how many calls / reads were clean. They show\n"
+            "    the kernels on their cores when neighbours take CPUs; the plain\n"
+            "    figures stay the headline (what an engine gets on this machine).\n"
+            "    KT_BENCH_CLEAN_US / _WINDOWS / _WINDOW_MIB set 150 / 4 / 16;\n"
+            "    KT_BENCH_CLEAN_DEBUG=1 prints every wait to stderr;\n"
             "  prefill: TFLOP/s (2*3*H*I*k*T per call) next to oneDNN BF16 matmuls over\n"
             "    the same per-expert shapes, routing and thread count; AMXINT8 and\n"
             "    AMXINT4 also next to oneDNN INT8 matmuls (u8 activations x s8 weights\n"
@@ -925,6 +1025,10 @@ static void moe_usage(FILE *f)
             "                     GB/s, TFLOP/s, oneDNN BF16 TFLOP/s onednn_tflops, oneDNN\n"
             "                     INT8 TOP/s onednn_int8_tops (0: not run), the oneDNN\n"
             "                     implementations onednn_bf16_impl / onednn_int8_impl,\n"
+            "                     the clean figures clean_gbs, clean_stream_gbs,\n"
+            "                     clean_ratio, clean_calls, clean_stream_samples,\n"
+            "                     stream_windows, stream_window_gbs, clean_wait_us\n"
+            "                     (null on prefill rows and without schedstat),\n"
             "                     threads, ISA)\n");
 }
 
@@ -1159,7 +1263,14 @@ int cmd_moe(int argc, char **argv)
         fprintf(stderr, "kt-bench moe: cannot write '%s'\n", json_path);
         return 1;
     }
+    /* the stream team's threads: the ones team_create starts, and this one */
+    static int ids_before[MAX_TIDS];
+    int n_before = bench_thread_ids(ids_before, MAX_TIDS);
     bench_team *team = team_create(c.threads);
+    clean_watch cw;
+    clean_watch_init(&cw);
+    if (!clean_watch_stream(&cw, ids_before, n_before))
+        printf("# no clean-call figures (plain ones only): %s\n", cw.why);
     int64_t t_max = 1;
     for (int i = 0; i < c.n_tokens; i++)
         if (c.tokens[i] > t_max)
@@ -1199,7 +1310,7 @@ int cmd_moe(int argc, char **argv)
     }
     int n_rows = 0, rc = 0;
     for (int i = 0; i < c.n_methods; i++)
-        if (!run_method(&c, &hw, team, sb, &io, c.methods[i], rows, &n_rows))
+        if (!run_method(&c, &hw, team, sb, &io, c.methods[i], rows, &n_rows, &cw))
             rc = 1;
 
     /* The oneDNN yardsticks, each on its own weights, after the backend's rows
@@ -1218,10 +1329,14 @@ int cmd_moe(int argc, char **argv)
     printf("%.2f):\n", load[0]);
     for (int r = 0; r < n_rows; r++) {
         row *x = &rows[r];
+        char clean[160], clean_js[448];
+        clean_text(x, clean, sizeof clean);
+        clean_json(x, cw.limit_ns * 1e-3, clean_js, sizeof clean_js);
         if (x->t <= 16)
-            printf("decode T=%lld %s: %.1f GB/s = %.2f x stream (%.1f GB/s) [%s]\n",
+            printf("decode T=%lld %s: %.1f GB/s = %.2f x stream (%.1f GB/s) [%s]%s\n",
                    (long long)x->t, method_name(x->method), x->gbs,
-                   x->stream_gbs > 0 ? x->gbs / x->stream_gbs : 0.0, x->stream_gbs, x->isa);
+                   x->stream_gbs > 0 ? x->gbs / x->stream_gbs : 0.0, x->stream_gbs, x->isa,
+                   clean);
         else {
             /* AMXINT8 / AMXINT4 first against oneDNN INT8 (#5's 1.2x), then BF16 */
             printf("prefill T=%lld %s: %.3f TFLOP/s", (long long)x->t, method_name(x->method),
@@ -1248,7 +1363,7 @@ int cmd_moe(int argc, char **argv)
                  "\"gbs_mean\":%.3f,\"stream_gbs\":%.3f,\"tflops\":%.5f,\"tflops_mean\":%.5f,"
                  "\"onednn_tflops\":%.5f,\"onednn_int8_tops\":%.5f,"
                  "\"onednn_bf16_impl\":\"%s\",\"onednn_int8_impl\":\"%s\",\"stream_samples\":%d,"
-                 "\"calls\":%lld,"
+                 "\"calls\":%lld,%s,"
                  "\"threads\":%d,\"isa\":\"%s\"",
                  method_name(x->method), m->name, (long long)m->h, (long long)m->inter,
                  m->n_experts, m->top_k, x->layers, (long long)x->slots,
@@ -1257,7 +1372,7 @@ int cmd_moe(int argc, char **argv)
                  x->tflops, x->tflops_mean, x->onednn_tflops, x->onednn_int8_tops,
                  x->onednn_tflops > 0 ? impl_bf16 : "", x->onednn_int8_tops > 0 ? impl_int8 : "",
                  x->stream_samples,
-                 (long long)x->calls, x->threads,
+                 (long long)x->calls, clean_js, x->threads,
                  x->isa);
     }
     if (json && !json_close(json)) {
@@ -1265,6 +1380,7 @@ int cmd_moe(int argc, char **argv)
         rc = 1;
     }
     stream_buf_free(sb);
+    clean_watch_free(&cw);
     team_free(team);
     free(io.x);
     free(io.out);

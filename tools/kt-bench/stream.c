@@ -209,6 +209,7 @@ bool stream_measure(bench_team *team, uint64_t bytes, int reps, bool read_only,
 
 struct stream_buf {
     stream_job *job;
+    stream_job *part; /* stream_buf_read_part's: a window of buf */
     float *buf;
     size_t bytes;
 };
@@ -224,8 +225,9 @@ stream_buf *stream_buf_create(bench_team *team, uint64_t bytes)
     if (!sb)
         return NULL;
     sb->job = calloc(1, sizeof *sb->job);
+    sb->part = calloc(1, sizeof *sb->part);
     sb->buf = bench_alloc_big(total);
-    if (!sb->job || !sb->buf) {
+    if (!sb->job || !sb->part || !sb->buf) {
         stream_buf_free(sb);
         return NULL;
     }
@@ -242,6 +244,30 @@ double stream_buf_read(bench_team *team, stream_buf *sb)
 {
     double t = time_op(team, sb->job, 0, 1);
     return (double)sb->bytes / t * 1e-9;
+}
+
+double stream_buf_read_part(bench_team *team, stream_buf *sb, uint64_t off, uint64_t bytes)
+{
+    if (off >= sb->bytes)
+        off = 0;
+    off -= off % 4096; /* the read loops' aligned loads */
+    if (bytes > sb->bytes - off)
+        bytes = sb->bytes - off;
+    stream_job *part = sb->part;
+    part->path = sb->job->path;
+    part->a = sb->buf + off / sizeof(float);
+    part->n = (size_t)(bytes / sizeof(float) / 3); /* the read op covers 3 n floats */
+    /* what the threads read: whole 128-float chunks (slice()) */
+    double read = (double)(part->n * 3 / 128 * 128 * sizeof(float));
+    if (read <= 0)
+        return 0;
+    double t = time_op(team, part, 0, 1);
+    return read / t * 1e-9;
+}
+
+uint64_t stream_buf_bytes(const stream_buf *sb)
+{
+    return sb->bytes;
 }
 
 static int cmp_secs(const void *a, const void *b)
@@ -268,6 +294,7 @@ void stream_buf_free(stream_buf *sb)
         return;
     bench_free_big(sb->buf, sb->bytes);
     free(sb->job);
+    free(sb->part);
     free(sb);
 }
 
