@@ -1,0 +1,105 @@
+#!/bin/sh
+# llama_cpp_h2h.sh LLAMA_SRC WORK KT_BUILD
+#
+# libkt's LLAMAFILE experts against llama.cpp on the same GGUF files and the
+# same threads (issue #9: ">= 1.3x llama.cpp's decode, 3x its prefill").
+#
+#   LLAMA_SRC  a llama.cpp source tree (e.g. vendor/llama.cpp of the
+#              llama-cpp-python sdist from PyPI); nothing of it enters libkt
+#   WORK       scratch directory: llama.cpp's build, the models, the logs
+#   KT_BUILD   a libkt build directory with tools/kt-bench/kt-bench
+#
+# Stages (STAGES, default "build model measure"):
+#   build    cmake Release, GGML_NATIVE=ON, no CUDA; only llama-bench and
+#            llama-quantize, nice -n 19, ninja -j2 (25-60 min on a busy
+#            2-core VM). An sdist's vendor/llama.cpp carries a .git file
+#            pointing at a submodule directory that is not there, which sends
+#            ninja into "build.ninja still dirty" forever: it is renamed
+#            .git.dangling.
+#   model    scripts/llama_cpp_h2h_model.py writes a Qwen3-30B-A3B-shaped
+#            file (2048 / 768 / 128 experts / top-8, LAYERS layers, 1
+#            attention head, 1024-token vocabulary) in BF16 (9.7 GB for 8
+#            layers), llama-quantize --pure makes TYPES from it (every tensor
+#            of the type except the F32 norms and router), and a LAYERS/2 copy
+#            of each is cut from it (same tensors) so that the difference of
+#            the two llama.cpp runs is the cost of LAYERS/2 layers alone.
+#            Needs numpy; 15-25 GB of disk; 10-30 min.
+#   measure  ROUNDS rounds (default 3), each type in turn, the order of the
+#            tools swapped every round: llama-bench -t THREADS -p 512 -n 64
+#            on the LAYERS and LAYERS/2 files, kt-bench moe --gguf on the
+#            LAYERS file at --tokens 1,512. About 3 min a round.
+#            Then the summary: llama.cpp converted to kt-bench's units
+#            (llama_cpp_h2h_model.py --summarize) and the ratios.
+# Environment: LAYERS (8), TYPES ("Q4_0 Q4_K Q8_0"), ROUNDS (3), THREADS (2),
+# PYTHON (python3). Output: WORK/logs/h2h.txt (raw runs and summary).
+set -e
+SRC=$(cd "$1" && pwd) WORK=$2 KT=$(cd "$3" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+: "${STAGES:=build model measure}" "${LAYERS:=8}" "${TYPES:=Q4_0 Q4_K Q8_0}"
+: "${ROUNDS:=3}" "${THREADS:=2}" "${PYTHON:=python3}"
+HALF=$((LAYERS / 2))
+mkdir -p "$WORK/models" "$WORK/logs"
+WORK=$(cd "$WORK" && pwd)
+BIN=$WORK/build/bin
+M=$WORK/models
+GGUF_PY=$SRC/gguf-py
+has() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+
+if has build; then
+    if [ -f "$SRC/.git" ]; then
+        gitdir=$(sed -n 's/^gitdir: //p' "$SRC/.git")
+        case $gitdir in /*) ;; *) gitdir=$SRC/$gitdir;; esac
+        [ -d "$gitdir" ] || mv "$SRC/.git" "$SRC/.git.dangling"
+    fi
+    nice -n 19 cmake -S "$SRC" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
+    nice -n 19 ninja -C "$WORK/build" -j2 llama-bench llama-quantize
+fi
+
+if has model; then
+    [ -f "$M/h2h-${LAYERS}L-bf16.gguf" ] ||
+        nice -n 19 $PYTHON "$HERE/llama_cpp_h2h_model.py" "$M/h2h-${LAYERS}L-bf16.gguf" \
+            --layers "$LAYERS" --gguf-py "$GGUF_PY"
+    for t in $TYPES; do
+        [ -f "$M/h2h-${LAYERS}L-$t.gguf" ] ||
+            nice -n 19 "$BIN/llama-quantize" --pure "$M/h2h-${LAYERS}L-bf16.gguf" \
+                "$M/h2h-${LAYERS}L-$t.gguf" "$t" "$THREADS"
+        [ -f "$M/h2h-${HALF}L-$t.gguf" ] ||
+            nice -n 19 $PYTHON "$HERE/llama_cpp_h2h_model.py" --truncate --layers "$HALF" \
+                "$M/h2h-${LAYERS}L-$t.gguf" "$M/h2h-${HALF}L-$t.gguf" --gguf-py "$GGUF_PY"
+    done
+fi
+
+if has measure; then
+    L=$WORK/logs
+    OUT=$L/h2h.txt
+    lb() { # TYPE LAYERS ROUND
+        echo "### llama-bench $1 $2L round $3 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
+        "$BIN/llama-bench" -m "$M/h2h-$2L-$1.gguf" -t "$THREADS" -p 512 -n 64 -r 3 -o json \
+            > "$L/r$3-$1-$2L.json"
+        cat "$L/r$3-$1-$2L.json"
+    }
+    kb() { # TYPE ROUND
+        echo "### kt-bench $1 ${LAYERS}L round $2 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
+        "$KT/tools/kt-bench/kt-bench" moe --gguf "$M/h2h-${LAYERS}L-$1.gguf" --tokens 1,512 \
+            --threads "$THREADS" --no-onednn | tee "$L/r$2-$1-kt.txt"
+    }
+    {
+        echo "# llama_cpp_h2h.sh: llama.cpp $SRC, libkt $(git -C "$HERE" rev-parse --short HEAD)" \
+             "($KT), $(date -u '+%F %H:%M') UTC, $(nproc) CPUs, threads $THREADS"
+        grep -m1 'model name' /proc/cpuinfo
+        for r in $(seq 1 "$ROUNDS"); do
+            for t in $TYPES; do
+                if [ $((r % 2)) = 1 ]; then
+                    kb "$t" "$r"; lb "$t" "$LAYERS" "$r"; lb "$t" "$HALF" "$r"
+                else
+                    lb "$t" "$HALF" "$r"; lb "$t" "$LAYERS" "$r"; kb "$t" "$r"
+                fi
+            done
+        done
+        echo "### summary"
+        $PYTHON "$HERE/llama_cpp_h2h_model.py" --summarize "$L" --layers "$LAYERS" \
+            --gguf-py "$GGUF_PY" $(for t in $TYPES; do echo "$M/h2h-${LAYERS}L-$t.gguf"; done)
+    } 2>&1 | tee "$OUT"
+fi
