@@ -476,10 +476,13 @@ void kt__lf_gemm_panel_avx512(int type, const void *W, size_t wrow, int n0, int 
                               int M, float *C, int ldc, void *scratch);
 #define KT__LF_PANEL_SCRATCH (64 * 512 + 2 * 64 * 32 * 4)
 /* Prefill GEMM on AVX2 for Q4_0..Q8_0, IQ4_NL, Q2_K..Q6_K, IQ4_XS over [k0, k1)
- * (multiples of 32 / 256) for M <= 256 tokens: act[m] is token m's Q8_0 / Q8_1 / Q8_K blocks
- * (cpu/avx2/moe_llamafile_avx2.c). scratch: KT__LF_PANEL2_SCRATCH bytes. */
+ * (multiples of 32 / 256) for M <= 256 tokens: act[m] is token m's Q8_0 / Q8_1 / Q8_K blocks,
+ * ext[m] (ext or ext[m] NULL: none, the kernel sums them itself) its per-32-inputs arrays as
+ * kt__lf_gemm_panel_avx512's (Q4_0, Q5_0, IQ4_NL: R40's, Q8_0: R80's, the K types and IQ4_XS:
+ * Q8K's) (cpu/avx2/moe_llamafile_avx2.c). scratch: KT__LF_PANEL2_SCRATCH bytes. */
 void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1, int k0, int k1,
-                            const void *const *act, int M, float *C, int ldc, void *scratch);
+                            const void *const *act, const void *const *ext, size_t xs, int M,
+                            float *C, int ldc, void *scratch);
 #define KT__LF_PANEL2_SCRATCH (64 * 512 + 2 * 64 * 16 * 4 + 3 * 256 * 16 * 4 + 8 * 16 * 96)
 /* Hint: this thread's next LLAMAFILE call (panel or decode tiles) will read bytes
  * [0, len) of rows [n0, n1) of W; the call before it starts them into L2 (two

@@ -424,9 +424,10 @@ static void panel_pack(int type, const uint8_t *W, size_t wrow, int n, int nr, i
     }
 }
 
-/* Per token and block of the segment: Q4_0 the offset -8 x (code sum) and the
+/* Per token and block of the segment: Q4_0 / Q5_0 the offset -8 x (code sum) and the
  * scale; Q8_0 the scale; Q4_K the Q8_K block's d and d x (the 32 codes' sum, from
- * bsums); Q6_K its d and the block's two bsums as one int32 of int16s. */
+ * bsums); Q6_K its d and the block's two bsums as one int32 of int16s. What the tiles
+ * read when the activation rows bring no such arrays (tok_arrays). */
 static void token_prep(int type, const void *const *act, int M, int kb, int nb, int32_t *toff,
                        float *td, float *tds)
 {
@@ -447,7 +448,7 @@ static void token_prep(int type, const void *const *act, int M, int kb, int nb, 
                                           _mm256_extracti128_si256(s, 1));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
                 h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-                toff[m * P2_NB + b] = (type == KT_TYPE_Q5_0 ? -16 : -8) * _mm_cvtsi128_si32(h);
+                toff[m * P2_NB + b] = -8 * _mm_cvtsi128_si32(h); /* Q5_0: doubled in the tile */
                 td[m * P2_NB + b] = _cvtsh_ss(y->d);
             } else if (type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K || type == KT_TYPE_Q2_K) {
                 const kt_block_q8_K *y = (const kt_block_q8_K *)act[m] + k / 8;
@@ -483,6 +484,25 @@ ALWAYS_INLINE const int8_t *block_codes(const bool k4, const bool q81, const voi
     return ((const kt_block_q8_0 *)act)[k].qs;
 }
 
+/* A tile's tokens' numbers per block b of the segment (t < 3): td[t][b] the activation
+ * block's d; tds[t][b] d x its code sum (Q4_K, Q5_K; Q4_1 / Q5_1: the Q8_1 block's s); the
+ * int32 offset tok_off(ta, t, b) (Q4_0 / Q5_0: -8 x the code sum; Q6_K, Q3_K, Q2_K: the
+ * block's two Q8_K bsums as int16s), at tof[t] + 4 (b / 8 tstride + b % 8): tstride 8 in
+ * flat arrays, 73 in the Q8_K blocks' own bsums (292 bytes a block). From the activation
+ * rows' arrays (quantized once per token) where they hold them, else token_prep's. */
+typedef struct tok_arrays {
+    const uint8_t *tof[3];
+    const float *td[3], *tds[3];
+    int tstride;
+} tok_arrays;
+
+ALWAYS_INLINE int32_t tok_off(const tok_arrays *ta, int t, int b)
+{
+    int32_t v;
+    memcpy(&v, ta->tof[t] + 4 * ((size_t)(b / 8) * ta->tstride + b % 8), 4);
+    return v;
+}
+
 /* C[t][8 g + r] (+)= accf[g][t] lane r, for the nv[g] valid rows of group g */
 ALWAYS_INLINE void panel_store(const int G, const int MT, __m256 accf[2][4], float *C, int ldc,
                                const int nv[2], bool first)
@@ -512,9 +532,8 @@ ALWAYS_INLINE void panel_store(const int G, const int MT, __m256 accf[2][4], flo
  * blocks. nv: valid rows of each group (8 but in a ragged last group). */
 ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const uint8_t *codes,
                               const float *scale, const float *off, const uint8_t *sc6, int nb,
-                              int kb,
-                              const void *const *act, const int32_t *toff, const float *td,
-                              const float *tds, float *C, int ldc, const int nv[2], bool first)
+                              int kb, const void *const *act, const tok_arrays *ta,
+                              float *C, int ldc, const int nv[2], bool first)
 {
     const size_t gstride = (size_t)nb * 256, sstride = (size_t)nb * 8;
     const bool k5 = mode == P2_Q5K, k4 = mode == P2_Q4K || k5, q8 = mode == P2_Q80,
@@ -608,18 +627,20 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
                                    : _mm256_madd_epi16(p16[g][t], ones16);
                 if (w5)
                     i32 = _mm256_add_epi32(i32, i6[g][t]);
-                if (mode == P2_Q40 || mode == P2_Q50)
-                    i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(toff[t * P2_NB + b]));
+                if (mode == P2_Q40) /* -8 x the code sum; Q5_0's -16 x */
+                    i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(tok_off(ta, t, b)));
+                if (mode == P2_Q50)
+                    i32 = _mm256_add_epi32(i32, _mm256_set1_epi32(2 * tok_off(ta, t, b)));
                 if (q6) /* the -32 offsets: (-32 sc0, -32 sc1) . (bsum0, bsum1) */
                     i32 = _mm256_add_epi32(
                         i32, _mm256_madd_epi16(
                                  _mm256_loadu_si256((const __m256i *)(s6b + g * s6stride + 64)),
-                                 _mm256_set1_epi32(toff[t * P2_NB + b])));
-                __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(td[t * P2_NB + b]));
+                                 _mm256_set1_epi32(tok_off(ta, t, b))));
+                __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(ta->td[t][b]));
                 accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), sd, accf[g][t]);
                 if (k4 || q81) /* Q4_1 / Q5_1: m x (the Q8_1 block's s) */
                     accf[g][t] = _mm256_fmadd_ps(_mm256_loadu_ps(off + g * sstride + 8 * b),
-                                                 _mm256_set1_ps(tds[t * P2_NB + b]), accf[g][t]);
+                                                 _mm256_set1_ps(ta->tds[t][b]), accf[g][t]);
             }
         }
     }
@@ -637,8 +658,7 @@ ALWAYS_INLINE void panel_tile(const int mode, const int G, const int MT, const u
  * nb, kb: multiples of 8. */
 ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, const uint8_t *codes,
                                  const float *scale, const float *off, const uint8_t *sc6,
-                                 int nb, int kb,
-                                 const void *const *act, const int32_t *toff, const float *td,
+                                 int nb, int kb, const void *const *act, const tok_arrays *ta,
                                  float *C, int ldc, const int nv[2], bool first)
 {
     const bool xs = mode == P2_XS, k2 = mode == P2_Q2K;
@@ -718,8 +738,8 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
                         io, _mm256_madd_epi16(
                                 _mm256_loadu_si256(
                                     (const __m256i *)(sc6 + g * s6stride + (size_t)c * P2_S6 + 64)),
-                                _mm256_set1_epi32(toff[t * P2_NB + c])));
-                __m256 dt = _mm256_set1_ps(td[t * P2_NB + b]);
+                                _mm256_set1_epi32(tok_off(ta, t, c))));
+                __m256 dt = _mm256_set1_ps(ta->td[t][b]);
                 if (k2)
                     accf[g][t] = _mm256_fmadd_ps(
                         _mm256_cvtepi32_ps(io),
@@ -727,7 +747,7 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
                 else
                     isum[g][t] = _mm256_add_epi32(isum[g][t], io);
                 accf[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[g][t]),
-                                             _mm256_mul_ps(d, _mm256_set1_ps(td[t * P2_NB + b])),
+                                             _mm256_mul_ps(d, dt),
                                              accf[g][t]);
                 isum[g][t] = _mm256_setzero_si256();
             }
@@ -739,11 +759,10 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
 #define P2_CASE(MODE, G, MT)                                                                  \
     do {                                                                                      \
         if (MODE == P2_XS || MODE == P2_Q3K || MODE == P2_Q2K)                                \
-            panel_tile_sb(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB,     \
-                          td + m * P2_NB, Cm, ldc, nv, first);                                \
+            panel_tile_sb(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, &ta, Cm, ldc, nv,     \
+                          first);                                                             \
         else                                                                                  \
-            panel_tile(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, toff + m * P2_NB,        \
-                       td + m * P2_NB, tds + m * P2_NB, Cm, ldc, nv, first);                  \
+            panel_tile(MODE, G, MT, cg, sg, og, s6, nb, kb, act + m, &ta, Cm, ldc, nv, first); \
     } while (0)
 #define P2_MT(MODE, G)                                                                        \
     do {                                                                                      \
@@ -761,8 +780,40 @@ ALWAYS_INLINE void panel_tile_sb(const int mode, const int G, const int MT, cons
             P2_MT(MODE, 1);        \
     } while (0)
 
+/* KT_LF_PANEL_ORDER (for A/B): "rows" runs a 64-row panel's tiles rows outer, tokens
+ * inner; else (unset, "tokens") tokens outer as before */
+static long parse_order(const char *e)
+{
+    return e && !strcmp(e, "rows");
+}
+
+/* Token m + i's arrays for the tile of mt tokens at m (tok_arrays): ext[m + i] (NULL: none)
+ * holds per block of 32 the int32 offset (Q4_0, Q5_0: R40's -8 x code sum) or float d x
+ * code sum (Q4_K, Q5_K: Q8K's), then at + xs bytes float d; else token_prep's arrays. */
+static void tok_set(tok_arrays *ta, int type, const void *const *act, const void *const *ext,
+                    size_t xs, int m, int mt, int kb, const int32_t *toff, const float *td,
+                    const float *tds)
+{
+    const bool k8 = type == KT_TYPE_Q6_K || type == KT_TYPE_Q3_K || type == KT_TYPE_Q2_K;
+    ta->tstride = ext && k8 ? (int)(sizeof(kt_block_q8_K) / 4) : 8;
+    for (int i = 0; i < mt; i++) {
+        const uint8_t *e = ext ? ext[m + i] : NULL;
+        if (!e) {
+            ta->tof[i] = (const uint8_t *)(toff + (size_t)(m + i) * P2_NB);
+            ta->td[i] = td + (size_t)(m + i) * P2_NB;
+            ta->tds[i] = tds + (size_t)(m + i) * P2_NB;
+            continue;
+        }
+        ta->td[i] = (const float *)(e + xs) + kb;
+        ta->tds[i] = (const float *)e + kb;
+        ta->tof[i] = k8 ? (const uint8_t *)((const kt_block_q8_K *)act[m + i])[kb / 8].bsums
+                        : e + 4 * (size_t)kb;
+    }
+}
+
 void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1, int k0, int k1,
-                            const void *const *act, int M, float *C, int ldc, void *scratch)
+                            const void *const *act, const void *const *ext, size_t xs, int M,
+                            float *C, int ldc, void *scratch)
 {
     /* Q8_0: 2 tokens a tile (its int32 step sums need the registers); Q6_K 3 (one Zen 3
      * core, 64 x 2048 in L2, 6 / 32 / 128 tokens: ahead of 2 in 9 of 9 pairs); IQ4_XS 3
@@ -780,6 +831,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
                      : type == KT_TYPE_Q5_1   ? P2_Q51
                                             : P2_Q40;
     const int MTMAX = mode == P2_Q80 ? 2 : 3;
+    static long order_cache;
+    const bool rows_outer = env_knob(&order_cache, "KT_LF_PANEL_ORDER", parse_order);
     uint8_t *codes = scratch;
     float *scale = (float *)(codes + (size_t)P2_ROWS * P2_KS);
     float *off = scale + P2_ROWS * P2_NB;
@@ -790,13 +843,23 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
         int ke = k1 - ks < P2_KS ? k1 : ks + P2_KS;
         int kb = ks / 32, nb = (ke - ks) / 32;
         bool first = ks == k0;
-        token_prep(type, act, M, kb, nb, toff, td, tds);
+        /* Q4_1 / Q5_1 (no such arrays in their rows) and rows without them */
+        if (!ext || type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1)
+            token_prep(type, act, M, kb, nb, toff, td, tds);
+        const void *const *tx = type == KT_TYPE_Q4_1 || type == KT_TYPE_Q5_1 ? NULL : ext;
         for (int nc = n0; nc < n1; nc += P2_ROWS) {
             int nr = n1 - nc < P2_ROWS ? n1 - nc : P2_ROWS, ngroups = (nr + 7) / 8;
             panel_pack(type, W, wrow, nc, nr, kb, nb, codes, scale, off, sc6);
-            for (int m = 0; m < M; m += MTMAX) {
+            /* tiles of MTMAX tokens x 16 rows; rows outer: a 16-row panel (8 KB) is read
+             * for every token from L1, else the whole panel (32 KB) for each tile of tokens */
+            const int ntm = (M + MTMAX - 1) / MTMAX, ntg = (ngroups + 1) / 2;
+            for (int i = 0; i < ntm * ntg; i++) {
+                int m = MTMAX * (rows_outer ? i % ntm : i / ntg);
+                int g = 2 * (rows_outer ? i / ntm : i % ntg);
                 int mt = M - m < MTMAX ? M - m : MTMAX;
-                for (int g = 0; g < ngroups; g += 2) {
+                tok_arrays ta;
+                tok_set(&ta, type, act, tx, xs, m, mt, kb, toff, td, tds);
+                {
                     int G = ngroups - g < 2 ? 1 : 2;
                     int nv[2] = {nr - 8 * g < 8 ? nr - 8 * g : 8,
                                  G == 2 ? (nr - 8 * g - 8 < 8 ? nr - 8 * g - 8 : 8) : 0};
@@ -833,6 +896,8 @@ void kt__lf_gemm_panel_avx2(int type, const void *W, size_t wrow, int n0, int n1
 }
 
 _Static_assert(sizeof(kt_block_iq4_nl) == sizeof(kt_block_q4_0), "IQ4_NL's blocks are Q4_0's");
+_Static_assert(sizeof(kt_block_q8_K) == 73 * 4 && offsetof(kt_block_q8_K, bsums) % 4 == 0,
+               "tok_arrays' tstride: a Q8_K block's bsums 73 int32s on");
 _Static_assert(offsetof(kt_block_q5_K, scales) == offsetof(kt_block_q4_K, scales) &&
                    offsetof(kt_block_q5_K, dmin) == offsetof(kt_block_q4_K, dmin),
                "Q5_K's d, dmin and scales where Q4_K's are");

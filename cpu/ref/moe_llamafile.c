@@ -41,6 +41,7 @@
  * piece completes a block (atomic count reaches 256) quantizes it and resets
  * the count for the next call.
  */
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,9 +445,88 @@ static int x_stored(int xtype)
 }
 
 #if KT_HAVE_ISA_AVX512 || KT_HAVE_ISA_AVX2
+/* KT_LF_XMAX unset: 0 (each set's own bound, lf_xmax) */
 static long parse_lf_xmax(const char *e)
 {
-    return e && atoi(e) > 0 ? atoi(e) : LF_PANEL_MIN - 1;
+    return e && atoi(e) > 0 ? atoi(e) : 0;
+}
+#endif
+
+#if KT_HAVE_ISA_AVX2
+/* Tokens per expert from which the AVX2 set runs a block type's prefill as int8 panels
+ * (kt__lf_gemm_panel_avx2); below, the decode tiles of its load-time repack (Q4_0, Q4_K,
+ * Q5_K, Q6_K, Q8_0, IQ4_NL) or one vec_dot per (row, token). Session 15 (gguf24), one Zen 3
+ * core, 64 x 2048 in L2, panels / tiles GMAC/s at 2..8, 10, 12, 16 tokens, two rounds at
+ * load 10 (11:48-11:58): the first count from which the panels led in both rounds at every
+ * larger count but one (Q4_K 16: 0.92 / 1.15): Q4_0 10 (1.11 / 1.09; 6-8: 0.89-1.03), Q4_K 8
+ * (1.10 / 1.23), Q8_0 7 (1.01 / 1.04), Q6_K 8 (1.07 / 1.10), Q5_K 4 (1.13 / 1.17), IQ4_NL 5
+ * (1.03 / 1.19); panels / vec_dots, one round: Q5_0, Q4_1, Q5_1 ahead from 2 (1.76-2.14x),
+ * IQ4_XS from 3 (1.32x), Q3_K, Q2_K from 4 (1.42, 1.18x; 3: 1.06, 1.01). Until then 6 for
+ * every type. Not measured from memory. */
+static const struct {
+    kt_type type;
+    int min;
+} avx2_panel_mins[] = {
+    {KT_TYPE_Q4_0, 10}, {KT_TYPE_Q4_K, 8},   {KT_TYPE_Q5_K, 4},   {KT_TYPE_Q6_K, 8},
+    {KT_TYPE_Q8_0, 7},  {KT_TYPE_IQ4_NL, 5}, {KT_TYPE_IQ4_XS, 3}, {KT_TYPE_Q3_K, 4},
+    {KT_TYPE_Q2_K, 4},  {KT_TYPE_Q5_0, 2},   {KT_TYPE_Q4_1, 2},   {KT_TYPE_Q5_1, 2},
+};
+
+/* KT_LF_PANEL_MIN (for A/B): "N" sets every type's to N, "q4_0:4,q8_0:8" the named
+ * types' (ggml names); unset: the table's (session 14 and before: 6 for every type). */
+static int parse_panel_min(const char *e, const char *name, int dflt)
+{
+    if (!e || !*e)
+        return dflt;
+    if (!strchr(e, ':'))
+        return atoi(e) > 0 ? atoi(e) : dflt;
+    size_t len = strlen(name);
+    for (const char *p = e; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, len) && p[len] == ':' && atoi(p + len + 1) > 0)
+            return atoi(p + len + 1);
+    return dflt;
+}
+
+/* The AVX2 panels' minimum tokens per expert for block type `type` (no panels: INT_MAX). */
+static int avx2_panel_min(int type)
+{
+    static long cache[64]; /* by type - 100; value + 1, 0: not read yet */
+    if (type < 100 || type >= 164)
+        return INT_MAX;
+    long v = __atomic_load_n(&cache[type - 100], __ATOMIC_RELAXED);
+    if (!v) {
+        int dflt = INT_MAX;
+        for (size_t i = 0; i < sizeof avx2_panel_mins / sizeof *avx2_panel_mins; i++)
+            if (avx2_panel_mins[i].type == type)
+                dflt = avx2_panel_mins[i].min;
+        v = dflt == INT_MAX ? INT_MAX
+                            : parse_panel_min(getenv("KT_LF_PANEL_MIN"),
+                                              kt__ggml_traits((kt_type)type)->name, dflt);
+        v = v == INT_MAX ? v : v + 1;
+        __atomic_store_n(&cache[type - 100], v, __ATOMIC_RELAXED);
+    }
+    return v == INT_MAX ? INT_MAX : (int)v - 1;
+}
+#endif
+
+#if KT_HAVE_ISA_AVX512 || KT_HAVE_ISA_AVX2
+/* The most tokens an expert for which a call of set isa reads the load-time repack of
+ * block type `stored` (its decode tiles): KT_LF_XMAX (for measuring) when set, else one
+ * fewer than the set's panels take. */
+static int lf_xmax(kt_ggml_isa isa, int stored)
+{
+    static long xmax_cache;
+    int x = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
+    if (x > 0)
+        return x;
+#if KT_HAVE_ISA_AVX2
+    if (isa == KT_GGML_AVX2) {
+        int m = avx2_panel_min(stored);
+        return m == INT_MAX ? 256 : m - 1;
+    }
+#endif
+    (void)isa, (void)stored;
+    return LF_PANEL_MIN - 1;
 }
 #endif
 
@@ -456,6 +536,13 @@ static const kt_type avx2_panel_types[] = {KT_TYPE_Q4_0, KT_TYPE_Q4_K, KT_TYPE_Q
                                            KT_TYPE_Q6_K, KT_TYPE_Q8_0, KT_TYPE_IQ4_NL,
                                            KT_TYPE_IQ4_XS, KT_TYPE_Q3_K, KT_TYPE_Q2_K,
                                            KT_TYPE_Q5_0, KT_TYPE_Q4_1, KT_TYPE_Q5_1};
+
+/* KT_LF_PANEL_EXT=0 (for A/B): the AVX2 panels sum each call's activation blocks
+ * themselves, as before session 15, instead of reading the arrays made at quantization */
+static long parse_on(const char *e)
+{
+    return !(e && !strcmp(e, "0"));
+}
 
 /* KT_LF_AVX2_PANEL (for A/B): which of them do, as a mask of bits type - 100; the
  * others' prefill is one vec_dot per (row, token). Unset, empty or 1: all; 0: none;
@@ -496,9 +583,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
         size_t x = sec + (r40                      ? 4 * raw_rp(W->cols, 18)
                           : stored == KT_TYPE_Q8_0 ? 3 * raw_rp(W->cols, 34)
                                                    : 0);
-        /* KT_LF_XMAX (for measuring): the most tokens an expert read from the repack */
-        static long xmax_cache;
-        int xmax = (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax);
+        int xmax = lf_xmax(isa, stored);
         bool tiles = !xr->avx2_only || isa == KT_GGML_AVX2;
         if (isa >= KT_GGML_AVX2 && M <= xmax && M <= 256 && k0 == 0 && k1 == W->cols &&
             sec != SIZE_MAX && tiles) {
@@ -601,16 +686,32 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #endif
 #if KT_HAVE_ISA_AVX2
     static long avx2_panel_cache;
-    if (isa == KT_GGML_AVX2 && M >= LF_PANEL_MIN && M <= 256 && scratch && W->type >= 100 &&
+    if (isa == KT_GGML_AVX2 && M >= avx2_panel_min(W->type) && M <= 256 && scratch &&
+        W->type >= 100 &&
         W->type < 163 &&
         (env_knob(&avx2_panel_cache, "KT_LF_AVX2_PANEL", parse_avx2_panel) >> (W->type - 100) &
          1)) {
-        /* prefill: int8 panels, vpmaddubsw into exact block sums */
-        const void *act[256];
-        for (int m = 0; m < M; m++)
-            act[m] = act_section(mask, arow(A, a_stride, rows, m), W->cols, W->type, &abytes,
-                                 &absize);
-        kt__lf_gemm_panel_avx2(W->type, W->w, wrow, n0, n1, k0, k1, act, M, C, ldc, scratch);
+        /* prefill: int8 panels, vpmaddubsw into exact block sums; the per-block arrays
+         * the quantizer made once per token (R40 / R80 / Q8K's) where the rows have them */
+        act_layout La = layout(mask, W->cols);
+        unsigned sec = kt__ggml_act_section(W->type);
+        size_t x = (sec & KT__GGML_ACT_R40) && La.r40 != SIZE_MAX
+                       ? La.r40 + 4 * raw_rp(W->cols, 18)
+                   : (sec & KT__GGML_ACT_R80) && La.r80 != SIZE_MAX
+                       ? La.r80 + 3 * raw_rp(W->cols, 34)
+                   : sec & KT__GGML_ACT_Q8K ? La.q8x
+                                            : SIZE_MAX;
+        static long ext_cache;
+        if (!env_knob(&ext_cache, "KT_LF_PANEL_EXT", parse_on))
+            x = SIZE_MAX;
+        const void *act[256], *ext[256];
+        for (int m = 0; m < M; m++) {
+            const uint8_t *r = arow(A, a_stride, rows, m);
+            act[m] = act_section(mask, r, W->cols, W->type, &abytes, &absize);
+            ext[m] = x == SIZE_MAX ? NULL : r + x;
+        }
+        kt__lf_gemm_panel_avx2(W->type, W->w, wrow, n0, n1, k0, k1, act,
+                               x == SIZE_MAX ? NULL : ext, blk_arr(W->cols), M, C, ldc, scratch);
         return;
     }
 #endif
@@ -865,8 +966,8 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
 /* The same for the AVX2 set: its decode tiles only (its other kernels take none). */
 static void lf_hint_avx2(const kt__wmat *W, int n0, int n1, int M)
 {
-    static long xmax_cache;
-    if (x_stored(W->type) && M <= (int)env_knob(&xmax_cache, "KT_LF_XMAX", parse_lf_xmax))
+    int stored = x_stored(W->type);
+    if (stored && M <= lf_xmax(KT_GGML_AVX2, stored))
         kt__lf_hint_avx2(W->w, kt__lf_x_tile_bytes(W->type, W->cols), n0 / 4, (n1 + 3) / 4);
 }
 #define LF_HINT_1 lf_hint_avx2

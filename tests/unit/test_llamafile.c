@@ -162,16 +162,17 @@ static void test_kernels(void **state)
  * or vec_dots) against the scalar set's vec_dots and dequantize-then-F32: 37 rows (a
  * ragged group of 8), rows and inputs sliced off the panels (inputs [256, 1280): segments
  * of 512, 512 and a ragged 256), 1 to 256 tokens (257 and more: test_backend_tokens),
- * every 8th token's inputs all alike (the largest int16 sums). */
-static void panel_case(kt_type type)
+ * every 8th token's inputs all alike (the largest int16 sums). raw: the rows also hold
+ * the type's R40 / R80 section, whose per-block arrays the panels then read (else they sum
+ * the blocks themselves). */
+static void panel_case_rows(kt_type type, bool raw)
 {
-    if (kt__ggml_isa_best() < KT_GGML_AVX2)
-        skip();
     enum { N = 37, K = 1280, MMAX = 256 };
     static const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64, 255, 256};
     /* Q4_1 / Q5_1: their Q8_1 section too */
     const bool q81 = kt__ggml_act_section(type) & KT__GGML_ACT_Q81;
-    const unsigned mask = KT__GGML_ACT_Q8K | KT__GGML_ACT_Q80 | (q81 ? KT__GGML_ACT_Q81 : 0);
+    const unsigned mask = KT__GGML_ACT_Q8K | KT__GGML_ACT_Q80 | (q81 ? KT__GGML_ACT_Q81 : 0) |
+                          (raw ? kt__ggml_act_section(type) : 0);
     const kt__moe_kernels *ref = kt__moe_llamafile_kernels(0, mask);
     const kt__moe_kernels *vec = kt__moe_llamafile_kernels(1, mask);
     uint8_t *q;
@@ -210,9 +211,9 @@ static void panel_case(kt_type type)
                      * at the near-+1 tokens */
                     double tol_want = q81 ? 1e-3 * mag + 1e-6 : tol;
                     if (fabs(got - want) > tol_want || fabs(got - dot) > tol) {
-                        fprintf(stderr, "%s panel M %d k0 %d m %d n %d: got %g, vec_dot %g, "
-                                        "want %g\n", kt_type_name(type), M, k0, m, n, got, dot,
-                                want);
+                        fprintf(stderr, "%s panel%s M %d k0 %d m %d n %d: got %g, vec_dot %g, "
+                                        "want %g\n", kt_type_name(type), raw ? " (raw rows)" : "",
+                                M, k0, m, n, got, dot, want);
                         fail();
                     }
                 }
@@ -226,6 +227,15 @@ static void panel_case(kt_type type)
     free(C0);
     free(C1);
     free(scratch);
+}
+
+static void panel_case(kt_type type)
+{
+    if (kt__ggml_isa_best() < KT_GGML_AVX2)
+        skip();
+    panel_case_rows(type, false);
+    if (kt__ggml_act_section(type) & (KT__GGML_ACT_R40 | KT__GGML_ACT_R80))
+        panel_case_rows(type, true);
 }
 
 static void test_panel_q6k(void **state)
