@@ -463,6 +463,10 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
  * repack at W (tile_bytes each); the call before it runs its prefetches on into
  * their first bytes (two hints kept, oldest first). */
 void kt__lf_hint_avx2(const void *W, size_t tile_bytes, int t0, int t1);
+/* Its tile streams as KT_LF_STREAMS (0: the default per type, 1..4) and KT_LF_WEAVE
+ * (0: a tile of each stream in turn, else a group) set them; returns the setting
+ * before as streams | weave << 4, for the tests. */
+int kt__lf_set_streams_avx2(int streams, int weave);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):
  * C[m][n - n0] = row n of W . token m over blocks [b0, b1) of 32. act[m] is
  * token m's R40 (Q4_0) or R80 (Q8_0) section, whose arrays are rp bytes apart. */

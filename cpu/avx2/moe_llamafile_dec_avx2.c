@@ -59,8 +59,11 @@ static int x2_ahead = 4096;
  * prefetches run on past its end, as before the hints) */
 static int x2_nohint;
 /* KT_LF_STREAMS: a call's tiles read as this many streams side by side (1..4);
- * 0, unset: 2 for Q4_0 and Q4_K (x2_streams_for) */
+ * 0, unset: 2 for Q4_0, Q4_K and Q8_0 (x2_streams_for) */
 static int x2_streams;
+/* KT_LF_WEAVE: 1 (unset) two streams read a group of each tile in turn
+ * (x_tiles_woven), 0 a whole tile of each in turn (session 14's order) */
+static int x2_weave = 1;
 static pthread_once_t x2_once = PTHREAD_ONCE_INIT;
 
 static void x2_init(void)
@@ -73,6 +76,18 @@ static void x2_init(void)
     e = getenv("KT_LF_STREAMS");
     if (e && atoi(e) >= 1 && atoi(e) <= 4)
         x2_streams = atoi(e);
+    e = getenv("KT_LF_WEAVE");
+    if (e && *e)
+        x2_weave = strcmp(e, "0") != 0;
+}
+
+int kt__lf_set_streams_avx2(int streams, int weave)
+{
+    pthread_once(&x2_once, x2_init);
+    int old = x2_streams | x2_weave << 4;
+    x2_streams = streams >= 0 && streams <= 4 ? streams : 0;
+    x2_weave = weave != 0;
+    return old;
 }
 
 /* The backend's hints (kt__lf_hint_avx2): the tile streams of this thread's next
@@ -604,10 +619,15 @@ ALWAYS_INLINE void x_tile(const int kind, const uint8_t *t, const uint8_t *pf, i
  * streams 0.84-0.94): one Zen 3 core, 12-01 07:41-07:50, 384 x 2048 Q4_0 0.87 /
  * 0.88 / 0.89 against 0.82 / 0.82 / 0.83, 256 x 768 0.87 against 0.80, Q4_K 0.88
  * against 0.80; Q8_0 level (0.84 / 0.83 against 0.84 / 0.85), so it keeps one;
- * four streams read less (0.76-0.81). The other layouts were not measured. */
+ * four streams read less (0.76-0.81). The other layouts were not measured.
+ * Session 15 (x_tiles_woven, a group of each stream's tile in turn, each with its
+ * own loads): one Zen 3 core, 384 x 2048, 4 alternating rounds at load 9-10, median
+ * x read loop Q4_0 0.84 against 0.77 (two streams a tile at a time), Q4_K 0.95
+ * against 0.78, Q8_0 0.82 against 0.77 (one stream), RAWINT4 0.82-0.93: Q8_0 takes
+ * two as well. */
 static int x2_streams_for(int kind)
 {
-    return x2_streams ? x2_streams : kind == X40 || kind == X4K ? 2 : 1;
+    return x2_streams ? x2_streams : kind == X40 || kind == X4K || kind == X80 ? 2 : 1;
 }
 
 /* Tile t of W for the M tokens into C's rows in [n0, n1): its rows are read once
@@ -637,6 +657,113 @@ ALWAYS_INLINE void x_tile_tokens(const int kind, const kt__wmat *W, int t, const
         for (int r = 0; r < 4; r++)
             if (4 * t + r >= n0 && 4 * t + r < n1)
                 C[(size_t)m * ldc + (4 * t + r - n0)] = out[r];
+    }
+}
+
+/* The most tokens the woven tiles take (more: a tile at a time). */
+#define WEAVE_MMAX 8
+
+/* Tiles tl[0..NT) of W (NT 2..4, one from each of a call's streams) for the M
+ * tokens into C's rows in [n0, n1), a group of each tile in turn, each tile's
+ * groups read by load instructions of their own (the tile loop written out): a
+ * load then meets its tile's groups a constant distance apart, as RAWINT4's loads
+ * meet their quarter row's chunks, where one tile after another (or one group
+ * code for all tiles) hands each load a jump at every turn. Token 0 reads the
+ * groups from memory, tokens 1.. from L1 with their own code. Each tile sums its
+ * groups as x_tile does, in the same order: the same bits. pf[i]: tile i's
+ * prefetch address (NULL: none), as x_tile's. */
+ALWAYS_INLINE void x_tiles_woven(const int kind, const int NT, const kt__wmat *W, const int *tl,
+                                 const uint8_t *const *pf, int n0, int n1,
+                                 const void *const *act, size_t xs, int M, float *C, int ldc)
+{
+    const int nb = W->cols / 32;
+    const size_t tb = kt__lf_x_tile_bytes(kind, W->cols);
+    const bool kx = kind == X4K || kind == X5K || kind == X6K;
+    const uint8_t *tp[4];
+    __m256 acc[4][WEAVE_MMAX][4]; /* [tile][token][row] (the K types: [0] only) */
+    for (int i = 0; i < NT; i++) {
+        tp[i] = (const uint8_t *)W->w + (size_t)tl[i] * tb;
+        for (int m = 0; m < M; m++)
+            for (int r = 0; r < 4; r++)
+                acc[i][m][r] = _mm256_setzero_ps();
+    }
+/* one group of S at byte go, block b, of tile i for every token */
+#define WOVEN_TILE(S, i)                                                                     \
+    if ((i) < NT) {                                                                         \
+        if (kx)                                                                             \
+            kx_group(kind, S, tp[i], go, pf[i], b, nb, act[0], xs, &acc[i][0][0]);          \
+        else                                                                                \
+            x_group(kind, S, tp[i], go, pf[i], b, nb, act[0], xs, acc[i][0]);               \
+        for (int m = 1; m < M; m++) {                                                       \
+            const uint8_t *a = (const uint8_t *)act[m];                                     \
+            if (kx)                                                                         \
+                kx_group(kind, S, tp[i], go, NULL, b, nb, a, xs, &acc[i][m][0]);            \
+            else                                                                            \
+                x_group(kind, S, tp[i], go, NULL, b, nb, a, xs, acc[i][m]);                 \
+        }                                                                                   \
+    }
+#define WOVEN_GROUP(S)                                                                       \
+    do {                                                                                     \
+        WOVEN_TILE(S, 0) WOVEN_TILE(S, 1) WOVEN_TILE(S, 2) WOVEN_TILE(S, 3)                  \
+    } while (0);
+    size_t go = 0;
+    int b = 0;
+    if (kx) {
+        const size_t sb = kind == X6K ? 104 : kind == X5K ? 88 : 72;
+        for (; b + 16 <= nb; b += 16, go += sb * 16)
+            WOVEN_GROUP(4)
+        if (nb - b >= 8) {
+            WOVEN_GROUP(2)
+            go += sb * 8;
+        }
+        for (int i = 0; i < NT; i++) /* the d lines after the groups */
+            for (size_t o = go; pf[i] && o < tb; o += 64)
+                _mm_prefetch((const char *)pf[i] + o, _MM_HINT_T1);
+    } else {
+        const int q8 = kind == X80;
+        for (; b + 16 <= nb; b += 16) {
+            WOVEN_GROUP(4)
+            go += q8 ? kt__q80x_group_bytes(16) : kt__q40x_group_bytes(16);
+        }
+        if (nb - b >= 8) {
+            WOVEN_GROUP(2)
+            go += q8 ? kt__q80x_group_bytes(8) : kt__q40x_group_bytes(8), b += 8;
+        }
+        if (nb - b >= 4) {
+            WOVEN_GROUP(1)
+            go += q8 ? kt__q80x_group_bytes(4) : kt__q40x_group_bytes(4), b += 4;
+        }
+        if (nb > b)
+            WOVEN_GROUP(1)
+    }
+#undef WOVEN_GROUP
+#undef WOVEN_TILE
+    for (int i = 0; i < NT; i++)
+        for (int m = 0; m < M; m++) {
+            float out[4];
+            if (kx)
+                _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(acc[i][m][0]),
+                                              _mm256_extractf128_ps(acc[i][m][0], 1)));
+            else
+                sum4_store(acc[i][m][0], acc[i][m][1], acc[i][m][2], acc[i][m][3], out);
+            for (int r = 0; r < 4; r++)
+                if (4 * tl[i] + r >= n0 && 4 * tl[i] + r < n1)
+                    C[(size_t)m * ldc + (4 * tl[i] + r - n0)] = out[r];
+        }
+}
+
+/* x_tiles_woven of two tiles compiled apart for each layout (3 or 4 streams, which
+ * read less than 2 both ways, take a tile at a time: less code). */
+static void tiles_woven(const kt__wmat *W, const int *tl, const uint8_t *const *pf, int n0,
+                        int n1, const void *const *act, size_t xs, int M, float *C, int ldc)
+{
+    switch (W->type) {
+    case X40: x_tiles_woven(X40, 2, W, tl, pf, n0, n1, act, xs, M, C, ldc); break;
+    case X4K: x_tiles_woven(X4K, 2, W, tl, pf, n0, n1, act, xs, M, C, ldc); break;
+    case X6K: x_tiles_woven(X6K, 2, W, tl, pf, n0, n1, act, xs, M, C, ldc); break;
+    case X5K: x_tiles_woven(X5K, 2, W, tl, pf, n0, n1, act, xs, M, C, ldc); break;
+    case XNL: x_tiles_woven(XNL, 2, W, tl, pf, n0, n1, act, xs, M, C, ldc); break;
+    default: x_tiles_woven(X80, 2, W, tl, pf, n0, n1, act, xs, M, C, ldc); break;
     }
 }
 
@@ -670,10 +797,13 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
         if (nS == 1)
             nsl = nx.len;
         size_t nlen = nsl < ahead ? nsl : ahead, ndone = 0;
+        const bool weave = x2_weave && S == 2 && M <= WEAVE_MMAX;
         for (int i = 0; i < q; i++) {
             size_t v = (size_t)i * tb + ahead, nto = 0;
             if (ahead && v + tb > sl) /* past the end: the next call's first bytes */
                 nto = v + tb - sl < nlen ? v + tb - sl : nlen;
+            const uint8_t *pfs[4];
+            int tl[4];
             for (int s = 0; s < S; s++) {
                 const uint8_t *base = start + s * sl, *pf = NULL;
                 if (ahead && v + tb <= sl)
@@ -684,8 +814,12 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
                 if (s < nS)
                     for (size_t o = ndone; o < nto; o += 64)
                         _mm_prefetch((const char *)nx.w + (size_t)s * nsl + o, _MM_HINT_T1);
-                x_tile_tokens(kind, W, t0 + s * q + i, pf, n0, n1, act, xs, M, C, ldc);
+                pfs[s] = pf, tl[s] = t0 + s * q + i;
+                if (!weave)
+                    x_tile_tokens(kind, W, t0 + s * q + i, pf, n0, n1, act, xs, M, C, ldc);
             }
+            if (weave)
+                tiles_woven(W, tl, pfs, n0, n1, act, xs, M, C, ldc);
             ndone = nto > ndone ? nto : ndone;
         }
         for (int t = t0 + S * q; t < t1; t++)

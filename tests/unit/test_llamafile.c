@@ -400,6 +400,74 @@ static void repack_case(kt_type type, const int *Ks, size_t nk)
     rng = rng0;
 }
 
+/* The AVX2 decode's stream orders (kt__lf_set_streams_avx2: one stream, two a tile
+ * at a time, two woven a group at a time, four) compute every tile as x_tile does:
+ * the same bits, for 37 rows (a ragged last tile; 10 tiles, so two streams of 5 and
+ * four of 2 with 2 left), row ranges off the tiles, K with 16s, an 8, a 4 and a
+ * padded 4 (Q4_0, Q8_0: 1472, 416) or a last 8 (Q4_K: 1280), 1-6 tokens. */
+static void test_repack_streams(void **state)
+{
+    (void)state;
+    if (kt__ggml_isa_best() < KT_GGML_AVX2)
+        skip();
+    enum { N = 37, MMAX = 6 };
+    static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
+    static const int orders[][2] = {{1, 0}, {2, 0}, {2, 1}, {4, 0}};
+    int32_t rows[MMAX] = {4, 0, 5, 2, 1, 3};
+    uint64_t rng0 = rng;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const int Ks[] = {2048, types[ti] == KT_TYPE_Q4_0 || types[ti] == KT_TYPE_Q8_0 ? 1472 : 1280,
+                          types[ti] == KT_TYPE_Q4_0 || types[ti] == KT_TYPE_Q8_0 ? 416 : 768};
+        for (int ki = 0; ki < 3; ki++) {
+            int K = Ks[ki];
+            uint8_t *q;
+            float *deq;
+            make_weights(types[ti], N, K, 0.5f, &q, &deq);
+            void *rp = malloc(kt__lf_repack_bytes(types[ti], N, K));
+            kt__wmat W = {.w = q, .rows = N, .cols = K, .type = types[ti]};
+            kt__wmat X = kt__lf_repack(&W, rp);
+            const kt__moe_kernels *kern =
+                kt__moe_llamafile_kernels(1, kt__ggml_act_section(types[ti]));
+            size_t rowb = kt__moe_act_row_bytes(kern->act, K);
+            uint8_t *A = calloc(MMAX, rowb);
+            float *x = malloc((size_t)K * sizeof(float));
+            for (int m = 0; m < MMAX; m++) {
+                for (int k = 0; k < K; k++)
+                    x[k] = frand();
+                kern->quant(x, 0, K, K, A + m * rowb);
+            }
+            float *C0 = malloc((size_t)MMAX * N * sizeof(float));
+            float *C = malloc((size_t)MMAX * N * sizeof(float));
+            for (int M = 1; M <= MMAX; M++)
+                for (int n0 = 0; n0 <= 3; n0 += 3) {
+                    int n1 = n0 ? N - 2 : N;
+                    for (size_t o = 0; o < sizeof orders / sizeof *orders; o++) {
+                        int was = kt__lf_set_streams_avx2(orders[o][0], orders[o][1]);
+                        memset(C, 0xff, (size_t)MMAX * N * sizeof(float));
+                        kern->gemm(&X, n0, n1, 0, K, A, rowb, rows, M, o ? C : C0, N, NULL);
+                        kt__lf_set_streams_avx2(was & 15, was >> 4);
+                        if (!o)
+                            continue;
+                        for (int m = 0; m < M; m++)
+                            if (memcmp(C + m * N, C0 + m * N, (size_t)(n1 - n0) * sizeof(float))) {
+                                fprintf(stderr, "type %d K %d M %d n0 %d order %zu m %d differs\n",
+                                        types[ti], K, M, n0, o, m);
+                                fail();
+                            }
+                    }
+                }
+            free(C0);
+            free(C);
+            free(x);
+            free(A);
+            free(rp);
+            free(q);
+            free(deq);
+        }
+    }
+    rng = rng0;
+}
+
 static void test_repack_q40(void **state)
 {
     (void)state;
@@ -1197,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_repack_q6k),
         cmocka_unit_test(test_repack_q5k),
         cmocka_unit_test(test_repack_iq4nl),
+        cmocka_unit_test(test_repack_streams),
         cmocka_unit_test(test_backend_types),
         cmocka_unit_test(test_backend_tokens),
         cmocka_unit_test(test_backend_mixed),
