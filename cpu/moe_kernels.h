@@ -464,7 +464,8 @@ void kt__lf_gemm_x_avx2(const kt__wmat *W, int n0, int n1, const void *const *ac
  * their first bytes (two hints kept, oldest first). */
 void kt__lf_hint_avx2(const void *W, size_t tile_bytes, int t0, int t1);
 /* Its tile streams as KT_LF_STREAMS (0: the default per type, 1..4) and KT_LF_WEAVE
- * (0: a tile of each stream in turn, else a group) set them; returns the setting
+ * (0: a tile of each stream in turn, 1: a group for one token, 2: for any) set them;
+ * returns the setting
  * before as streams | weave << 4, for the tests. */
 int kt__lf_set_streams_avx2(int streams, int weave);
 /* LLAMAFILE AVX-512 kernels for Q4_0 / Q8_0 weights (cpu/avx512/moe_llamafile_avx512.c):

@@ -401,7 +401,8 @@ static void repack_case(kt_type type, const int *Ks, size_t nk)
 }
 
 /* The AVX2 decode's stream orders (kt__lf_set_streams_avx2: one stream, two a tile
- * at a time, two woven a group at a time, four) compute every tile as x_tile does:
+ * at a time, two woven a group at a time for one token or any, four) compute every
+ * tile as x_tile does:
  * the same bits, for 37 rows (a ragged last tile; 10 tiles, so two streams of 5 and
  * four of 2 with 2 left), row ranges off the tiles, K with 16s, an 8, a 4 and a
  * padded 4 (Q4_0, Q8_0: 1472, 416) or a last 8 (Q4_K: 1280), 1-6 tokens. */
@@ -412,7 +413,7 @@ static void test_repack_streams(void **state)
         skip();
     enum { N = 37, MMAX = 6 };
     static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
-    static const int orders[][2] = {{1, 0}, {2, 0}, {2, 1}, {4, 0}};
+    static const int orders[][2] = {{1, 0}, {2, 0}, {2, 1}, {2, 2}, {4, 0}};
     int32_t rows[MMAX] = {4, 0, 5, 2, 1, 3};
     uint64_t rng0 = rng;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
