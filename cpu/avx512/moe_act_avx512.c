@@ -65,5 +65,11 @@ uint64_t kt__moe_read_sum_avx512(const void *p, size_t n)
     }
     s0 = _mm512_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)),
                           _mm512_add_epi64(_mm512_add_epi64(s4, s5), _mm512_add_epi64(s6, s7)));
-    return (uint64_t)_mm512_reduce_add_epi64(s0) + kt__moe_read_sum(b + i, n - i);
+    /* the lanes summed as uint64_t: _mm512_reduce_add_epi64 adds them as long long
+     * (gcc 12), an overflow UBSan stops at once the sums wrap */
+    uint64_t w[8], sum = 0;
+    _mm512_storeu_si512(w, s0);
+    for (int l = 0; l < 8; l++)
+        sum += w[l];
+    return sum + kt__moe_read_sum(b + i, n - i);
 }
