@@ -401,24 +401,28 @@ static void repack_case(kt_type type, const int *Ks, size_t nk)
 }
 
 /* The AVX2 decode's stream orders (kt__lf_set_streams_avx2: one stream, two a tile
- * at a time, two woven a group at a time for one token or any, four) compute every
- * tile as x_tile does:
- * the same bits, for 37 rows (a ragged last tile; 10 tiles, so two streams of 5 and
- * four of 2 with 2 left), row ranges off the tiles, K with 16s, an 8, a 4 and a
- * padded 4 (Q4_0, Q8_0: 1472, 416) or a last 8 (Q4_K: 1280), 1-6 tokens. */
+ * at a time, two woven a group at a time for one token or any, four, three) compute
+ * every tile as x_tile does:
+ * the same bits, for 37 rows (a ragged last tile; 10 tiles, so two streams of 5,
+ * three of 3 with 1 left and four of 2 with 2 left), row ranges off the tiles, K with
+ * 16s, an 8, a 4 and a padded 4 (Q4_0, Q8_0, IQ4_NL: 1472, 416) or a last 8 (the K
+ * types: 1280), 1-9 tokens (the woven tiles take at most 8; tokens past a type's
+ * decode bound: the rows' vec_dots, the same in every order). Every layout the woven
+ * tiles compile (Q5_K, Q6_K, IQ4_NL read two streams under KT_LF_STREAMS=2 only). */
 static void test_repack_streams(void **state)
 {
     (void)state;
     if (kt__ggml_isa_best() < KT_GGML_AVX2)
         skip();
-    enum { N = 37, MMAX = 6 };
-    static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
-    static const int orders[][2] = {{1, 0}, {2, 0}, {2, 1}, {2, 2}, {4, 0}};
-    int32_t rows[MMAX] = {4, 0, 5, 2, 1, 3};
+    enum { N = 37, MMAX = 9 };
+    static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K,
+                                    KT_TYPE_Q6_K, KT_TYPE_Q5_K, KT_TYPE_IQ4_NL};
+    static const int orders[][2] = {{1, 0}, {2, 0}, {2, 1}, {2, 2}, {4, 0}, {3, 2}};
+    int32_t rows[MMAX] = {4, 0, 8, 5, 2, 7, 1, 3, 6};
     uint64_t rng0 = rng;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        const int Ks[] = {2048, types[ti] == KT_TYPE_Q4_0 || types[ti] == KT_TYPE_Q8_0 ? 1472 : 1280,
-                          types[ti] == KT_TYPE_Q4_0 || types[ti] == KT_TYPE_Q8_0 ? 416 : 768};
+        const bool b32 = kt__ggml_traits(types[ti])->block_size == 32;
+        const int Ks[] = {2048, b32 ? 1472 : 1280, b32 ? 416 : 768};
         for (int ki = 0; ki < 3; ki++) {
             int K = Ks[ki];
             uint8_t *q;
@@ -652,24 +656,39 @@ static void test_backend_types(void **state)
     }
 }
 
+/* The AVX2 set's cap where the CPU runs more (an AVX2-only machine runs that set at
+ * every cap); 0: none to add. */
+static uint64_t avx2_cap_extra(void)
+{
+    return kt__ggml_isa_best() > KT_GGML_AVX2 ? KT_ISA_AVX2 | KT_ISA_FMA | KT_ISA_F16C : 0;
+}
+
 /* The benchmark types at token counts that take each AVX-512 path in one
- * chunk (tiles for few tokens per expert, the panel GEMM for many). */
+ * chunk (tiles for few tokens per expert, the panel GEMM for many); on a CPU
+ * above AVX2 also at the AVX2 cap (its decode tiles, one token's woven streams,
+ * the panels on the quantizer's arrays), which only an AVX2 machine's best runs
+ * otherwise. */
 static void test_backend_tokens(void **state)
 {
     (void)state;
     static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
     static const int Ts[] = {1, 2, 3, 17, 128, 257};
+    const uint64_t caps[2] = {~UINT64_C(0), avx2_cap_extra()};
     layer_max_tokens = 512;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
-            double tol = types[ti] == KT_TYPE_Q4_K ? 0.03 : 0.02;
-            double err = run_layer(types[ti], types[ti], Ts[i], ~UINT64_C(0), 2);
-            if (err > tol) {
-                fprintf(stderr, "%s T %d: rel rms err %g > %g\n", kt_type_name(types[ti]),
-                        Ts[i], err, tol);
-                fail();
+    for (int c = 0; c < 2 && caps[c]; c++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+            for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+                if (c && (Ts[i] == 3 || Ts[i] == 257)) /* the AVX2 cap: 1, 2, 17, 128 */
+                    continue;
+                /* Q8_K activations (one scale per 256 inputs): test_backend_types' 0.03 */
+                double tol = kt__ggml_act_section(types[ti]) == KT__GGML_ACT_Q8K ? 0.03 : 0.02;
+                double err = run_layer(types[ti], types[ti], Ts[i], caps[c], 2);
+                if (err > tol) {
+                    fprintf(stderr, "%s T %d cap %d: rel rms err %g > %g\n",
+                            kt_type_name(types[ti]), Ts[i], c, err, tol);
+                    fail();
+                }
             }
-        }
     layer_max_tokens = 16;
 }
 
@@ -686,14 +705,16 @@ static void test_backend_mixed(void **state)
 /* A layer of gate / up type tg, down td, T tokens, with its load-time repacks
  * (KT_LF_REPACK=1) and as stored (=0): the same error (its size is the draw's: Q4_K
  * 0.013-0.024); one pool's copies at least `least` bytes. */
+static uint64_t repack_cap = ~UINT64_C(0); /* the ISA cap of repack_same_error's layers */
+
 static void repack_same_error(kt_type tg, kt_type td, int T, int pools, uint64_t least)
 {
     uint64_t rng1 = rng;
     setenv("KT_LF_REPACK", "0", 1);
-    double err0 = run_layer(tg, td, T, ~UINT64_C(0), 2);
+    double err0 = run_layer(tg, td, T, repack_cap, 2);
     setenv("KT_LF_REPACK", "1", 1); /* every type's (the default) */
     rng = rng1;
-    double err = run_layer(tg, td, T, ~UINT64_C(0), 2);
+    double err = run_layer(tg, td, T, repack_cap, 2);
     unsetenv("KT_LF_REPACK");
     if (err > 0.03 || fabs(err - err0) > 1e-3 * err0 ||
         (pools == 1 && layer_pool_bytes < least)) {
@@ -739,8 +760,10 @@ static void test_backend_repack(void **state)
             repack_same_error(KT_TYPE_Q8_0, KT_TYPE_Q8_0, Ts[i], pools, q80);
             repack_same_error(KT_TYPE_Q4_K, KT_TYPE_Q4_K, Ts[i], pools, q4k);
             /* Q6_K (the AVX2 decode's; AVX-512: read as stored), alone and as Q4_K_M's
-             * down */
-            if (kt__ggml_isa_best() == KT_GGML_AVX2) {
+             * down; on a CPU above AVX2 at the AVX2 cap, one T a pool count */
+            const uint64_t extra = avx2_cap_extra();
+            if (kt__ggml_isa_best() == KT_GGML_AVX2 || (extra && Ts[i] == (pools == 1 ? 1 : 17))) {
+                repack_cap = extra ? extra : ~UINT64_C(0);
                 repack_same_error(KT_TYPE_Q6_K, KT_TYPE_Q6_K, Ts[i], pools, q6k);
                 repack_same_error(KT_TYPE_Q4_K, KT_TYPE_Q6_K, Ts[i], pools,
                                   (2 * q4k + q6k) / 3);
@@ -749,6 +772,7 @@ static void test_backend_repack(void **state)
                 repack_same_error(KT_TYPE_Q5_K, KT_TYPE_Q5_K, Ts[i], pools, q5k);
                 repack_same_error(KT_TYPE_Q5_K, KT_TYPE_Q6_K, Ts[i], pools,
                                   (2 * q5k + q6k) / 3);
+                repack_cap = ~UINT64_C(0);
             }
         }
     setenv("KT_LF_REPACK", "0", 1);
