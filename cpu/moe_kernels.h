@@ -77,6 +77,9 @@ typedef struct kt__wmat {
                           (0 rows as stored, KT__INT4_TILED below); else unused */
     int group;         /* grouped INT4 (kt__moe_int4g_*): inputs per scale, a
                           multiple of 32 dividing cols; 0: 32                    */
+    const void *grid;  /* derived data a kernel set made of this matrix once at
+                          create (kt__moe_packer.grid_make), or NULL: the AMX
+                          INT4 sets' per-row grid factors                        */
 } kt__wmat;
 
 /* RAWINT4 repacked at load time (W->type == KT__INT4_TILED; kt__moe_int4_tile):
@@ -305,6 +308,13 @@ typedef struct kt__moe_packer {
     /* Hint: gemm will soon read rows [n0, n1) of W; starts their first inputs
      * on their way into L2 (a later call's weights while this one computes). */
     void (*prefetch)(const kt__wmat *W, int n0, int n1);
+    /* Data derived from a weight matrix once at create instead of in every
+     * call (NULL: none): grid_bytes(W) its size (0: none for this W),
+     * grid_make(W, dst) writes it to dst (64-byte aligned); the backend then
+     * hands the matrix to this set's gemm and pack's gemm with W->grid = dst
+     * (the AMX INT4 sets: each row's scale and grid factors, cpu/amx). */
+    size_t (*grid_bytes)(const kt__wmat *W);
+    void (*grid_make)(const kt__wmat *W, void *dst);
 } kt__moe_packer;
 /* The packer of an AMX-INT8 set of cpu/amx/moe_amx.c (AMXINT8, INT4 groups of
  * 32 / 64 / 128); NULL for any other set. The emulated one for its sets. */

@@ -89,7 +89,7 @@ static void vs_read(const kt__moe_kernels *ks, uint8_t *base, size_t per, size_t
         double t0 = cpu_now();
         for (size_t m = 0; m < nmat; m++) {
             kt__wmat W = {base + order[m] * per, (void *)(rows_src + order[m] * src_per), rows, K,
-                          type, 0};
+                          type, 0, NULL};
             if (ks->prefetch && m + 1 < nmat) { /* the next matrix, as the backend names it */
                 kt__wmat nx = W;
                 nx.w = base + order[m + 1] * per;
@@ -193,7 +193,7 @@ int main(int argc, char **argv)
     if (rpk && !strcmp(rpk, "1") && xper) {
         X = aligned_alloc(64, (xper * nmat + 63) / 64 * 64);
         for (size_t i = 0; i < nmat; i++) {
-            kt__wmat src = {W + i * per, NULL, rows, K, tr->type, 0};
+            kt__wmat src = {W + i * per, NULL, rows, K, tr->type, 0, NULL};
             xtype = kt__lf_repack(&src, X + i * xper).type;
         }
     }
@@ -221,7 +221,7 @@ int main(int argc, char **argv)
     do {
         wm.w = W + (size_t)(calls % (long)nmat) * per;
         if (X)
-            wm = (kt__wmat){X + (size_t)(calls % (long)nmat) * xper, wm.w, rows, K, xtype, 0};
+            wm = (kt__wmat){X + (size_t)(calls % (long)nmat) * xper, wm.w, rows, K, xtype, 0, NULL};
         if (hint && mib) { /* as the backend: the next call's rows named before this one */
             kt__wmat nx = wm;
             nx.w = (X ? X + (size_t)((calls + 1) % (long)nmat) * xper

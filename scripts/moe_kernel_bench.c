@@ -171,7 +171,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < n_mat; i++) {
             uint8_t *base = w + i * mat;
             memcpy(tmp, base, mat);
-            kt__wmat src = {tmp, tmp + wb, rows, K, 0, 0};
+            kt__wmat src = {tmp, tmp + wb, rows, K, 0, 0, NULL};
             kt__moe_int4_tile(&src, 0, rows, 0, K, base);
         }
         free(tmp);
@@ -207,7 +207,7 @@ int main(int argc, char **argv)
     float sink = 0;
     if (resident) { /* one matrix, many calls: the kernel's own speed */
         kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + (tiled ? 0 : wb)) : fp8_scales,
-                      rows, K, tiled ? KT__INT4_TILED : 0, 0};
+                      rows, K, tiled ? KT__INT4_TILED : 0, 0, NULL};
         if (getenv("KT_BENCH_MIN")) { /* the fastest single call */
             long n = atol(getenv("KT_BENCH_MIN"));
             unsigned long long best_c = ~0ull;
@@ -247,12 +247,12 @@ int main(int argc, char **argv)
             uint8_t *base = w + order[m] * mat;
             kt__wmat W = {base, method == KT_METHOD_RAWINT4 ? (void *)(base + (tiled ? 0 : wb))
                                                             : fp8_scales,
-                          rows, K, tiled ? KT__INT4_TILED : 0, 0};
+                          rows, K, tiled ? KT__INT4_TILED : 0, 0, NULL};
             if (hint && m + 1 < n_mat) { /* the next matrix, as the backend names it */
                 uint8_t *nx = w + order[m + 1] * mat;
                 kt__wmat Wn = {nx, method == KT_METHOD_RAWINT4 ? (void *)(nx + (tiled ? 0 : wb))
                                                                : fp8_scales,
-                               rows, K, tiled ? KT__INT4_TILED : 0, 0};
+                               rows, K, tiled ? KT__INT4_TILED : 0, 0, NULL};
                 hint(&Wn, 0, rows, M);
             }
             if (probe >= 0)

@@ -1590,40 +1590,138 @@ static void amx_rows_decoded(const kt__wmat *W, int na, int n1, int k0, int k1,
     }
 }
 
+/* One INT4 row's ng BF16 group scales sr: its row scale *rs = max |s| / 16,
+ * *inv16 = 16 / max |s| (0: a zero row), and, with e, the integer factors
+ * e[g] = rint(16 s_g / max |s|); returns 1 where all of them are within 1/32
+ * of integers in 0..16 (format version 2's rows; e then holds them all). */
+static int i4_row(const uint16_t *sr, int ng, float *rs, float *inv16, int8_t *e)
+{
+    float m = q8t_absmax_bf16(sr, ng);
+    *rs = m / 16.0f;
+    *inv16 = m > 0.0f ? 16.0f / m : 0.0f;
+    int ok = e && int_tables;
+    for (int g = 0; g < ng && ok; g += 16) {
+        int n = imin(16, ng - g);
+        __m512 fv = i4_factors(sr + g, n, *inv16);
+        __m512i ev = _mm512_cvtps_epi32(fv);
+        __m512 off = _mm512_abs_ps(_mm512_sub_ps(fv, _mm512_cvtepi32_ps(ev)));
+        /* (e outside 0..16: a negative or NaN scale, the computed tables) */
+        ok = !_mm512_cmp_ps_mask(off, _mm512_set1_ps(1.0f / 32), _CMP_GT_OQ) &&
+             !_mm512_cmpgt_epu32_mask(ev, _mm512_set1_epi32(16));
+        _mm_mask_storeu_epi8(e + g, (__mmask16)((1u << n) - 1u), _mm512_cvtepi32_epi8(ev));
+    }
+    return ok;
+}
+
+/* ---- INT4 grid factors made once at create (kt__moe_packer.grid_make) -------
+ *
+ * What i4_block derives from a 32-row block's BF16 scales in every call (each
+ * row's scale, 16 / max |s|, the grid test and the integer factors: 224 groups
+ * a DeepSeek-V3 gate row at g 32, with the tiles idle) made once per matrix
+ * and handed back as W->grid. Layout for R rows of ng = cols / g groups, Rp =
+ * R + NB rounded up to 16 (the rows past R zero: a block's loads of rs and
+ * inv16 may run NB rows on):
+ *   float rs[Rp], float inv16[Rp]   (i4_row's)
+ *   uint32_t bits[Rp / 32 + 1]      (bit r % 32 of word r / 32: row r on the grid)
+ *   int8_t e[R][ng], 64-byte aligned (a row on the grid: its factors)
+ * One byte a group and 8 a row: a DeepSeek-V3 expert at g 32 (gate and up
+ * 2048 x 224 groups, down 7168 x 64) 1.47 MB beside its 24.8 MB of weights and
+ * scales (5.9%); at g 128 0.43 MB (1.9%). Only for whole-K calls (k0 = 0, k1 =
+ * cols: the backend's; a row's scale is its largest over the call's inputs).
+ * KT_AMX_GRID=0: none (i4_block's per-call analysis, for measuring). */
+static int grid_on = 1;
+/* KT_AMX_GRID_PF=0: i4_block does not prefetch the next block's factors into
+ * L2 (the rescale's loads fetch them; for measuring) */
+static int grid_pf = 1;
+
+typedef struct grid_view {
+    const float *rs, *inv16;
+    const uint32_t *bits;
+    const int8_t *e;
+} grid_view;
+
+static size_t grid_layout(const kt__wmat *W, size_t *o_inv16, size_t *o_bits, size_t *o_e)
+{
+    size_t rp = ((size_t)W->rows + NB + 15) & ~(size_t)15;
+    int g = W->group > 0 ? W->group : 32;
+    *o_inv16 = rp * 4;
+    *o_bits = 2 * rp * 4;
+    *o_e = (*o_bits + (rp / 32 + 1) * 4 + 63) & ~(size_t)63;
+    return *o_e + (size_t)W->rows * (size_t)(W->cols / g);
+}
+
+static grid_view grid_of(const kt__wmat *W)
+{
+    size_t oi, ob, oe;
+    grid_layout(W, &oi, &ob, &oe);
+    const uint8_t *b = W->grid;
+    return (grid_view){(const float *)b, (const float *)(b + oi), (const uint32_t *)(b + ob),
+                       (const int8_t *)(b + oe)};
+}
+
+static size_t grid_bytes_i4(const kt__wmat *W)
+{
+    size_t oi, ob, oe;
+    return grid_on && int_tables && !int4_exact ? (grid_layout(W, &oi, &ob, &oe) + 63) & ~(size_t)63
+                                                : 0;
+}
+
+static void grid_make_i4(const kt__wmat *W, void *dst)
+{
+    size_t oi, ob, oe, n = grid_layout(W, &oi, &ob, &oe);
+    int g = W->group > 0 ? W->group : 32, ng = W->cols / g;
+    uint8_t *b = dst;
+    memset(b, 0, oe); /* rs, inv16 and bits of the rows past R zero */
+    float *rs = (float *)b, *inv16 = (float *)(b + oi);
+    uint32_t *bits = (uint32_t *)(b + ob);
+    int8_t *e = (int8_t *)(b + oe);
+    memset(e, 0, n - oe);
+    for (int r = 0; r < W->rows; r++) {
+        const uint16_t *sr = (const uint16_t *)W->scale + (size_t)r * (size_t)ng;
+        if (i4_row(sr, ng, &rs[r], &inv16[r], e + (size_t)r * ng))
+            bits[r / 32] |= 1u << (r % 32);
+    }
+}
+
 /* Block b of INT4 rows [nb, nb + 32) (fewer at n1) over inputs from k0: its
  * pointers, the row scales rs[r] = max |s| / 16, inv16[r] = 16 / max |s|, and
  * for the rows whose factors 16 s / max |s| are all within 1/32 of integers
  * in 0..16 (format version 2's rows) those integers, in e ([NB][ng]), once per
- * block instead of per chunk. */
-static void i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float *rs,
-                     float *inv16, int8_t *e)
+ * block instead of per chunk. With W->grid (whole K) all of them are read
+ * from there (and the block's factors prefetched into L2: this runs for the
+ * next block while the tiles run the current one). Returns the row scales. */
+static const float *i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k0, float *rs,
+                             float *inv16, int8_t *e)
 {
     b->nr = imin(NB, n1 - nb);
     b->w = (const uint8_t *)W->w + (size_t)nb * b->ldw + (size_t)k0 / 2;
     b->w_next = nb + NB < n1 ? b->w + NB * b->ldw : NULL;
     b->sc = (const uint16_t *)W->scale + (size_t)nb * b->lds + (size_t)k0 / (size_t)b->g;
+    if (W->grid && grid_on && k0 == 0 && b->kn == W->cols) {
+        grid_view gv = grid_of(W);
+        b->inv16 = gv.inv16 + nb;
+        b->e = gv.e + (size_t)nb * (size_t)b->ng;
+        /* bits nb .. nb + nr - 1 */
+        uint64_t w2 = gv.bits[nb / 32] | (uint64_t)gv.bits[nb / 32 + 1] << 32;
+        b->int_rows = (uint32_t)(w2 >> (nb % 32)) & (uint32_t)((1ull << b->nr) - 1u);
+        uintptr_t a = (uintptr_t)b->e & ~(uintptr_t)63;
+        for (; grid_pf && a < (uintptr_t)(b->e + (size_t)b->nr * (size_t)b->ng); a += 64)
+            _mm_prefetch((const char *)a, _MM_HINT_T1);
+        return gv.rs + nb;
+    }
     b->inv16 = inv16;
     b->e = e;
     b->int_rows = 0;
     for (int r = 0; r < NB; r++) {
-        const uint16_t *sr = b->sc + (size_t)r * b->lds;
-        float m = r < b->nr ? q8t_absmax_bf16(sr, b->ng) : 0.0f;
-        rs[r] = m / 16.0f;
-        inv16[r] = m > 0.0f ? 16.0f / m : 0.0f;
-        int ok = r < b->nr && e && int_tables;
-        for (int g = 0; g < b->ng && ok; g += 16) {
-            int n = imin(16, b->ng - g);
-            __m512 fv = i4_factors(sr + g, n, inv16[r]);
-            __m512i ev = _mm512_cvtps_epi32(fv);
-            __m512 off = _mm512_abs_ps(_mm512_sub_ps(fv, _mm512_cvtepi32_ps(ev)));
-            /* (e outside 0..16: a negative or NaN scale, the computed tables) */
-            ok = !_mm512_cmp_ps_mask(off, _mm512_set1_ps(1.0f / 32), _CMP_GT_OQ) &&
-                 !_mm512_cmpgt_epu32_mask(ev, _mm512_set1_epi32(16));
-            _mm_mask_storeu_epi8(e + (size_t)r * b->ng + g, (__mmask16)((1u << n) - 1u),
-                                 _mm512_cvtepi32_epi8(ev));
+        if (r >= b->nr) {
+            rs[r] = inv16[r] = 0.0f;
+            continue;
         }
+        int ok = i4_row(b->sc + (size_t)r * b->lds, b->ng, &rs[r], &inv16[r],
+                        e ? e + (size_t)r * b->ng : NULL);
         b->int_rows |= (uint32_t)ok << r;
     }
+    return rs;
 }
 
 /* INT4 rows [n0, n1) rescaled to one scale per row (see "INT4 on one scale
@@ -1647,19 +1745,19 @@ static void amx_i4_rescaled(const kt__wmat *W, int n0, int n1, int k0, int k1, c
     configure_tiles(64);
     amx_prof *pr = prof_here();
     uint64_t t = prof_tsc(pr);
-    i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0], e[0]);
+    const float *rsb[2] = {i4_block(&blk[0], W, n0, n1, k0, rs[0], inv16[0], e[0]), NULL};
     prof_add(pr, AP_BLOCK, &t);
     for (int nb = n0, i = 0; nb < n1; nb += NB, i ^= 1) {
         i8_src *cur = &blk[i], *nx = &blk[i ^ 1];
         cur->next = NULL;
         if (nb + NB < n1) {
             t = prof_tsc(pr);
-            i4_block(nx, W, nb + NB, n1, k0, rs[i ^ 1], inv16[i ^ 1], e[i ^ 1]);
+            rsb[i ^ 1] = i4_block(nx, W, nb + NB, n1, k0, rs[i ^ 1], inv16[i ^ 1], e[i ^ 1]);
             prof_add(pr, AP_BLOCK, &t);
             cur->next = nx;
             nx->base = cur->base + (kt_n + kq - 1) / kq;
         }
-        nx->in_l2 = tiles_i8_rows(cur, xw, x_mb_stride, mn, kt_n, rs[i], ts, cur->nr, Cm, ldc,
+        nx->in_l2 = tiles_i8_rows(cur, xw, x_mb_stride, mn, kt_n, rsb[i], ts, cur->nr, Cm, ldc,
                                   nb - n0, s);
         nx->ready = 1;
     }
@@ -2178,6 +2276,17 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1)
         return;
     size_t ldw = (size_t)W->cols / 2;
     prefetch_first(W->w, ldw, n0, n1, ldw < KCH / 2 ? ldw : KCH / 2);
+    if (W->grid && grid_on) { /* the first block's factors and scales (i4_block) */
+        grid_view gv = grid_of(W);
+        int g = W->group > 0 ? W->group : 32, n = imin(n1 - n0, NB);
+        size_t ng = (size_t)(W->cols / g);
+        uintptr_t a = (uintptr_t)(gv.e + (size_t)n0 * ng) & ~(uintptr_t)63;
+        for (; a < (uintptr_t)(gv.e + (size_t)(n0 + n) * ng); a += 64)
+            _mm_prefetch((const char *)a, _MM_HINT_T1);
+        _mm_prefetch((const char *)(gv.rs + n0), _MM_HINT_T1);
+        _mm_prefetch((const char *)(gv.rs + n0 + n - 1), _MM_HINT_T1);
+        return;
+    }
     /* and the rows' scales (contiguous), which i4_block reads at the call's start */
     size_t lds = (size_t)W->cols / (size_t)(W->group > 0 ? W->group : 32) * 2;
     uintptr_t a = ((uintptr_t)W->scale + (size_t)n0 * lds) & ~(uintptr_t)63;
@@ -2257,6 +2366,10 @@ static void init_sets(void)
     env = getenv("KT_AMX_G32");
     if (env)
         g32_mode = !strcmp(env, "eo32") ? 0 : !strcmp(env, "general") ? 1 : 2;
+    env = getenv("KT_AMX_GRID");
+    grid_on = !(env && !strcmp(env, "0"));
+    env = getenv("KT_AMX_GRID_PF");
+    grid_pf = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_PROFILE");
     amx_profile_on = env && !strcmp(env, "1");
     prof_tsc0 = __rdtsc();
@@ -2267,11 +2380,11 @@ static void init_sets(void)
     if (env && atoi(env) >= 1 && atoi(env) <= KC8_MAX)
         kc8 = atoi(env);
     p_int8 = (kt__moe_packer){min_int8, pack_bytes_i8, pack_int8, gemm_packed_int8,
-                              prefetch_int8};
+                              prefetch_int8, NULL, NULL};
     p_int4 = (kt__moe_packer){min_int4, pack_bytes_i8, pack_int4, gemm_packed_int4,
-                              prefetch_int4};
+                              prefetch_int4, grid_bytes_i4, grid_make_i4};
     p_int4g = (kt__moe_packer){min_int4g, pack_bytes_i8, pack_int4g, gemm_packed_int4,
-                               prefetch_int4};
+                               prefetch_int4, grid_bytes_i4, grid_make_i4};
     x2_bf16 = kt__moe_kernels_avx512_x2(KT_METHOD_BF16);
     x2_fp8 = kt__moe_kernels_avx512_x2(KT_METHOD_FP8);
     x2_int4 = kt__moe_kernels_avx512_x2(KT_METHOD_RAWINT4);

@@ -604,7 +604,7 @@ static void gemm_ggml(unsigned mask, kt_ggml_isa isa, const kt__wmat *W, int n0,
 #endif
         }
 #endif
-        kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0};
+        kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0, NULL};
         gemm_ggml(mask, isa, &src, n0, n1, k0, k1, A, a_stride, rows, M, C, ldc, scratch);
         return;
     }
@@ -758,7 +758,7 @@ static kt__wmat x_repack(const kt__wmat *W, void *dst, int xtype)
             b0 = gb + g;
         }
     }
-    return (kt__wmat){dst, W->w, W->rows, K, xtype, 0};
+    return (kt__wmat){dst, W->w, W->rows, K, xtype, 0, NULL};
 }
 
 kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
@@ -793,7 +793,7 @@ static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
                 memcpy(dd + (size_t)(n % 4) * (nb / 2) + 4 * (b / 8), &k->d, 4);
         }
     }
-    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0};
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0, NULL};
 }
 
 /* Q6_K element e's code plus 32 (0..63): in each half h (128 elements), element
@@ -840,7 +840,7 @@ static kt__wmat q6kx_repack(const kt__wmat *W, void *dst)
                 memcpy(t + (size_t)nb * 104 + (size_t)(b / 8) * 8 + 2 * r, &k->d, 2);
         }
     }
-    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q6KX, 0};
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q6KX, 0, NULL};
 }
 
 /* Q5_K into Q5KX (moe_kernels.h): Q4KX's nibble bytes, scales and mins of the codes'
@@ -879,7 +879,7 @@ static kt__wmat q5kx_repack(const kt__wmat *W, void *dst)
                 memcpy(dd + (size_t)r * (nb / 2) + 4 * (b / 8), &k->d, 4);
         }
     }
-    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q5KX, 0};
+    return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q5KX, 0, NULL};
 }
 
 size_t kt__lf_repack_bytes(int type, int rows, int K)
@@ -950,7 +950,7 @@ static void lf_hint(const kt__wmat *W, int n0, int n1, int M)
         kt__lf_hint_avx512(W->w, tb, n0 / 4, (n1 + 3) / 4, tb);
         return;
     }
-    kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0};
+    kt__wmat src = {W->scale, NULL, W->rows, W->cols, stored, 0, NULL};
     if (stored)
         W = &src;
     unsigned sec = kt__ggml_act_section(W->type);

@@ -98,6 +98,8 @@ struct kt_moe_backend {
     bool pool_numa;                /* pool_mem from numa_alloc_onnode (else aligned)    */
     bool int4_tiled;               /* pool_mem: RAWINT4 in 4-row tiles (int4_tiled)      */
     bool lf_repack;                /* pool_mem: LLAMAFILE Q4_0 also repacked (lf_slices)  */
+    uint8_t *grid_mem[64];         /* per pool: the packer's grid data of its views (make_grids) */
+    size_t grid_bytes[64];
     float *acc;                    /* [n_pools][max_t * H]: see acc_item */
     int32_t *cnt, *off, *cur;      /* [E], [E + 1], [E]                 */
     int32_t *active;               /* [E]                               */
@@ -571,11 +573,11 @@ static kt_status load_layer(kt_moe_backend *moe, moe_layer *L, const kt_moe_laye
         /* AMXINT4: inputs per scale (0: 32) */
         int g = method == KT_METHOD_AMXINT4 ? (int)moe->d.group_size : 0;
         L->gate[e] = (kt__wmat){lw.gate[e], scaled ? lw.gate_scale[e] : NULL, I, H, lw.gate_type,
-                                g};
+                                g, NULL};
         L->up[e] = (kt__wmat){fused ? NULL : lw.up[e], scaled ? lw.up_scale[e] : NULL, I, H,
-                                 lw.up_type, g};
+                                 lw.up_type, g, NULL};
         L->down[e] = (kt__wmat){lw.down[e], scaled ? lw.down_scale[e] : NULL, H, I, lw.down_type,
-                                g};
+                                g, NULL};
     }
     if (method == KT_METHOD_LLAMAFILE && (st = check_ggml_types(&lw, li, H, I)) < 0)
         return st;
@@ -858,6 +860,101 @@ static kt_status make_pool_views(kt_moe_backend *moe)
     return KT_OK;
 }
 
+/* ---------------------------------------------------------------------------
+ * Data the packer's kernels derive from each matrix once (kt__moe_packer.
+ * grid_bytes / grid_make: the AMX INT4 sets' row scales and grid factors,
+ * which their tile loops otherwise work out from the BF16 scales in every
+ * call), for AMXINT4 only (format version 2's grid; RAWINT4 checkpoints are
+ * off it). Made by each pool's own workers for the pool's views, into memory
+ * of their first touch. A DeepSeek-V3 expert at g 32: 1.47 MB (5.9% of its
+ * weights and scales). Bounded as the LLAMAFILE repacks: only where they take
+ * at most half of the memory available at create; KT_AMX_GRID=1 forces them,
+ * KT_AMX_GRID=0 leaves them out (the kernels then work per call, as before).
+ */
+
+typedef struct grid_job {
+    kt_moe_backend *moe;
+    size_t *offsets; /* [n_pools][n_layers * E * 3]: where each view's data go */
+} grid_job;
+
+static void make_grid_items(void *ctx, int tid)
+{
+    grid_job *job = ctx;
+    kt_moe_backend *moe = job->moe;
+    int p = kt__pool_pool_of(moe->pool, tid);
+    int first = kt__pool_first(moe->pool, p), count = kt__pool_count(moe->pool, p);
+    size_t n = (size_t)moe->n_layers * moe->E;
+    for (size_t i = (size_t)(tid - first); i < n; i += (size_t)count) {
+        moe_layer *L = &moe->layers[i / (size_t)moe->E];
+        kt__wmat *v = L->view + ((size_t)p * moe->E + i % (size_t)moe->E) * 3;
+        for (int j = 0; j < 3; j++) {
+            size_t o = job->offsets[((size_t)p * n + i) * 3 + j];
+            if (v[j].w && o != SIZE_MAX) {
+                moe->packer->grid_make(&v[j], moe->grid_mem[p] + o);
+                v[j].grid = moe->grid_mem[p] + o;
+            }
+        }
+    }
+}
+
+static kt_status make_grids(kt_moe_backend *moe)
+{
+    const char *env = getenv("KT_AMX_GRID");
+    if (!moe->packer || !moe->packer->grid_bytes || moe->d.method != KT_METHOD_AMXINT4 ||
+        (env && !strcmp(env, "0")))
+        return KT_OK;
+    int E = moe->E, P = moe->n_pools;
+    size_t n = (size_t)moe->n_layers * E, need = 0;
+    size_t *offsets = kt__malloc_array((size_t)P * n * 3, sizeof(size_t));
+    if (!offsets)
+        return kt__error(KT_ERR_NOMEM, "moe: out of memory for the grid offsets");
+    for (int p = 0; p < P; p++) {
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++) {
+            const kt__wmat *v = moe->layers[i / (size_t)E].view + ((size_t)p * E + i % E) * 3;
+            for (int j = 0; j < 3; j++) {
+                size_t b = v[j].w ? moe->packer->grid_bytes(&v[j]) : 0;
+                offsets[((size_t)p * n + i) * 3 + j] = b ? total : SIZE_MAX;
+                total += round64(b);
+            }
+        }
+        moe->grid_bytes[p] = total;
+        need += total;
+    }
+    const char *hook = getenv("KT_LF_MEM_AVAILABLE");
+    kt_hw_info hw = KT_HW_INFO_INIT;
+    uint64_t avail = hook ? strtoull(hook, NULL, 10)
+                          : kt_hw_query(&hw) == KT_OK ? hw.ram_available : 0;
+    if (!need || (!(env && !strcmp(env, "1")) && avail && need > avail / 2)) {
+        if (need)
+            kt__log(moe->rt, KT_LOG_WARN,
+                    "moe: AMXINT4 grid factors not made at create: they would take %.1f GiB, "
+                    "more than half of the %.1f GiB available (KT_AMX_GRID=1 forces them)",
+                    (double)need / (1 << 30), (double)avail / (1 << 30));
+        kt__free(offsets);
+        return KT_OK;
+    }
+    for (int p = 0; p < P; p++) {
+        if (!moe->grid_bytes[p])
+            continue;
+        moe->grid_mem[p] = kt__malloc_aligned(moe->grid_bytes[p], (size_t)2 << 20);
+        if (!moe->grid_mem[p]) {
+            kt__free(offsets);
+            return kt__error(KT_ERR_NOMEM, "moe: out of memory for pool %d's grid factors "
+                             "(%zu MiB)", p, moe->grid_bytes[p] >> 20);
+        }
+#ifdef MADV_HUGEPAGE
+        madvise(moe->grid_mem[p], moe->grid_bytes[p], MADV_HUGEPAGE);
+#endif
+    }
+    grid_job job = {moe, offsets};
+    kt__pool_run(moe->pool, make_grid_items, &job);
+    kt__free(offsets);
+    kt__log(moe->rt, KT_LOG_INFO, "moe: AMXINT4 grid factors made at create: %.1f MiB",
+            (double)need / (1 << 20));
+    return KT_OK;
+}
+
 /* KT_MOE_PROFILE (for measuring): where each worker's time of a call goes.
  * Phase 1 and phase 2 are timed whole and their epilogues (activation and
  * quantization of h; the weighted sums into acc) apart; barrier: waiting for
@@ -978,9 +1075,11 @@ void kt_moe_backend_free(kt_moe_backend *moe)
     kt__free_aligned(moe->hq);
     kt__free_aligned(moe->pkx);
     kt__free_aligned(moe->pkh);
-    for (int p = 0; p < 64; p++)
+    for (int p = 0; p < 64; p++) {
         if (moe->pool_mem[p])
             pool_mem_free(moe, p);
+        kt__free_aligned(moe->grid_mem[p]);
+    }
     kt__free_aligned(moe->acc);
     kt__free_aligned(moe->scratch);
     kt__free_aligned((void *)moe->done1);
@@ -1263,6 +1362,10 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
             return kt__error(KT_ERR_NOMEM, "moe: out of memory for the packed activations "
                              "(max_tokens %d)", T);
         }
+    }
+    if ((st = make_grids(moe)) < 0) {
+        kt_moe_backend_free(moe);
+        return st;
     }
     if (getenv("KT_MOE_PROFILE"))
         moe->prof = kt__calloc((size_t)moe->nth * PROF_N + 1, sizeof(double));

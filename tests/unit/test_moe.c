@@ -1000,7 +1000,7 @@ static void span_check(const span_case *c)
     void *w = NULL, *sc = NULL;
     pool_matrix(m, c->type, rows, cols, &w, &sc);
     kt__wmat W = {w, m == KT_METHOD_BF16 || m == KT_METHOD_LLAMAFILE ? NULL : sc, rows, cols,
-                  c->type, c->group};
+                  c->type, c->group, NULL};
     size_t row_bytes = m == KT_METHOD_BF16      ? 2 * (size_t)cols
                        : m == KT_METHOD_LLAMAFILE ? kt__ggml_row_bytes((kt_type)c->type, cols)
                        : m == KT_METHOD_RAWINT4 || m == KT_METHOD_AMXINT4 ? (size_t)cols / 2

@@ -95,6 +95,10 @@ static void scales_on_grid(void *scales, int rows, int ng)
 
 /* check_int8_act: INT4 scales on the grid (format version 2's files) */
 static int grid_scales;
+/* check_int8_act: the packer's grid data made for each matrix (W->grid), its
+ * outputs also compared bit for bit with the same calls without; with
+ * grid_scales every 11th row from row 10 is put off the grid */
+static int use_grid;
 
 /* The activation rows x [n][K] quantized by a kernel set (row bytes in *row_bytes);
  * the caller frees them. */
@@ -134,7 +138,7 @@ static void check_set_mode(const kt__moe_kernels *ks, int method, int precise)
             void *w, *s;
             float *f;
             rand_weights(method, N, K, &w, &s, &f);
-            kt__wmat W = {w, s, N, K, 0, 0};
+            kt__wmat W = {w, s, N, K, 0, 0, NULL};
             for (int mi = 0; mi < 7; mi++) {
                 int M = m_list[mi];
                 int n_act = M + 3;
@@ -327,7 +331,7 @@ static void test_avx2_fp8_scales(void **state)
             for (int k = 0; k < K; k++)
                 f[(size_t)n * K + k] = tst_e4m3(((const uint8_t *)w)[(size_t)n * K + k]) *
                                        ((const float *)s)[(n / 128) * 4 + k / 128];
-        kt__wmat W = {w, s, N, K, 0, 0};
+        kt__wmat W = {w, s, N, K, 0, 0, NULL};
         static const int m_list[] = {1, 2, 3, 5, 13};
         for (int mi = 0; mi < 5; mi++) {
             int M = m_list[mi];
@@ -401,7 +405,7 @@ static void test_avx2_fp8_extreme_codes(void **state)
                 q[(size_t)n * K + k] = b;
                 f[(size_t)n * K + k] = tst_e4m3(b) * sc[(n / 128) * 4 + k / 128];
             }
-    kt__wmat W = {w, s, N, K, 0, 0};
+    kt__wmat W = {w, s, N, K, 0, 0, NULL};
     static const int hot[] = {0, 37, 130, 255, 391};
     float *x = malloc((size_t)3 * K * sizeof(float));
     float *cr = malloc((size_t)3 * N * sizeof(float));
@@ -599,9 +603,19 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
                 free(s);
                 s = sg;
             }
-            if (grid_scales && method != KT_METHOD_AMXINT8)
+            if (grid_scales && method != KT_METHOD_AMXINT8) {
                 scales_on_grid(s, N, K / G);
-            kt__wmat W = {w, s, N, K, 0, G > 32 ? G : 0};
+                for (int r = 10; use_grid && r < N; r += 11) /* off the grid */
+                    ((uint16_t *)s)[(size_t)r * (K / G) + 1] =
+                        tst_to_bf16(tst_bf16(((uint16_t *)s)[(size_t)r * (K / G) + 1]) * 0.93f);
+            }
+            kt__wmat W = {w, s, N, K, 0, G > 32 ? G : 0, NULL};
+            void *gtab = NULL;
+            if (use_grid && pk && pk->grid_bytes && pk->grid_bytes(&W)) {
+                gtab = aligned_alloc(64, pk->grid_bytes(&W));
+                pk->grid_make(&W, gtab);
+                W.grid = gtab;
+            }
             for (int mi = 0; mi < 6; mi++) {
                 int M = m_list[mi];
                 if (M < min_m || (K > 4096 && M > 40))
@@ -621,22 +635,35 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
                     int k0 = (part == 1 && K > 128) ? 128 : 0, k1 = K;
                     int nb = n1 - n0;
                     float *ct = malloc((size_t)M * nb * sizeof(float));
+                    float *c0 = malloc((size_t)M * nb * sizeof(float));
                     void *scr = aligned_alloc(64, (ks->scratch_bytes + 127) & ~(size_t)63);
-                    kt__moe_new_epoch();
-                    if (part < 2) {
-                        ks->gemm(&W, n0, n1, k0, k1, at, st, rows_idx, M, ct, nb, scr);
-                    } else {
+                    /* with W.grid, then the same without (bit for bit) */
+                    for (int gi = 0; gi < (W.grid ? 2 : 1); gi++) {
+                        kt__wmat Wc = W;
+                        float *cc = gi ? c0 : ct;
+                        Wc.grid = gi ? NULL : W.grid;
+                        kt__moe_new_epoch();
+                        if (part < 2) {
+                            ks->gemm(&Wc, n0, n1, k0, k1, at, st, rows_idx, M, cc, nb, scr);
+                            continue;
+                        }
                         assert_int_equal(pk->bytes(M, K),
                                          (size_t)((M + 15) / 16) * pk->bytes(16, K));
                         void *P = aligned_alloc(64, (pk->bytes(M, K) + 63) & ~(size_t)63);
                         memset(P, 0xA5, pk->bytes(M, K)); /* every byte read is written */
                         pk->pack(at, st, rows_idx, M, K, P);
                         int ms = M > 16 ? 16 : M;
-                        pk->gemm(&W, n0, n1, P, M, 0, ms, ct, nb, scr);
+                        pk->gemm(&Wc, n0, n1, P, M, 0, ms, cc, nb, scr);
                         if (ms < M)
-                            pk->gemm(&W, n0, n1, P, M, ms, M - ms, ct + (size_t)ms * nb, nb, scr);
+                            pk->gemm(&Wc, n0, n1, P, M, ms, M - ms, cc + (size_t)ms * nb, nb,
+                                     scr);
                         free(P);
                     }
+                    if (W.grid && memcmp(ct, c0, (size_t)M * nb * sizeof(float)))
+                        fail_msg("%s N=%d K=%d M=%d rows [%d,%d) inputs [%d,%d) part %d: "
+                                 "W->grid's output differs from the per-call one", ks->name, N,
+                                 K, M, n0, n1, k0, k1, part);
+                    free(c0);
                     int8_t *q = malloc((size_t)K);
                     for (int m = 0; m < M; m++) {
                         const float *xm = x + (size_t)rows_idx[m] * K;
@@ -703,10 +730,12 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
             free(w);
             free(s);
             free(f);
+            free(gtab);
         }
-    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d%s%s)\n", ks->name,
+    printf("  %-14s %-8s ok (int8 activations, exact oracle, group %d%s%s%s)\n", ks->name,
            kt_method_name((kt_method)method), method == KT_METHOD_AMXINT8 ? 0 : G,
-           pk ? ", shared packing too" : "", grid_scales ? ", scales on the v2 grid" : "");
+           pk ? ", shared packing too" : "", grid_scales ? ", scales on the v2 grid" : "",
+           use_grid && pk && pk->grid_bytes ? ", W->grid = per call" : "");
 }
 
 /* cpu/amx/moe_amx.c, emulated build only: INT4 tiles by exact group folds
@@ -754,7 +783,13 @@ static void test_int8_act(void **state)
         check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
         for (int G = 64; G <= 128; G *= 2)
             check_int8_act(e4g, KT_METHOD_AMXINT4, 1, G, kt__moe_packer_amx_emulated(e4g), 2);
+        /* the factors made once (W->grid), some rows off the grid; then no grid */
+        use_grid = 1;
+        check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
+        check_int8_act(e4g, KT_METHOD_AMXINT4, 1, 64, kt__moe_packer_amx_emulated(e4g), 2);
         grid_scales = 0;
+        check_int8_act(e4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx_emulated(e4), 4);
+        use_grid = 0;
     }
     for (int G = 64; G <= 128; G *= 2)
         check_int8_act(kt__moe_int4g_avx512(), KT_METHOD_AMXINT4, 1, G, NULL, 0);
@@ -772,7 +807,14 @@ static void test_int8_act(void **state)
         check_int8_act(a4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx(a4), 4);
         check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 64, kt__moe_packer_amx(a4g), 2);
         check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx(a4g), 2);
+        /* the factors made once (W->grid), some rows off the grid; then no grid */
+        use_grid = 1;
+        check_int8_act(a4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx(a4), 4);
+        check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 64, kt__moe_packer_amx(a4g), 2);
+        check_int8_act(a4g, KT_METHOD_AMXINT4, 1, 128, kt__moe_packer_amx(a4g), 2);
         grid_scales = 0;
+        check_int8_act(a4, KT_METHOD_RAWINT4, 8, 32, kt__moe_packer_amx(a4), 4);
+        use_grid = 0;
     } else {
         printf("  amx: no AMX-INT8 on this CPU, real tiles skipped\n");
     }
@@ -800,7 +842,7 @@ static void check_x2_groups(const kt__moe_kernels *ks, int G)
             tst_rawint4_matrix(N, K, G, 0.05f, &wv, &sv, NULL);
             uint32_t *w = wv;
             uint16_t *s = sv;
-            kt__wmat W = {w, s, N, K, 0, G == 32 && ci == 0 ? 0 : G};
+            kt__wmat W = {w, s, N, K, 0, G == 32 && ci == 0 ? 0 : G, NULL};
             for (int mi = 0; mi < 6; mi++) {
                 int M = m_list[mi], n_act = M + 3;
                 float *x = malloc((size_t)n_act * K * sizeof(float));
@@ -892,7 +934,7 @@ static void check_x2_tiles(const kt__moe_kernels *ks, int method)
         void *w, *s;
         float *f;
         rand_weights(method, N, K, &w, &s, &f);
-        kt__wmat W = {w, s, N, K, 0, 0};
+        kt__wmat W = {w, s, N, K, 0, 0, NULL};
         for (int mi = 0; mi < 4; mi++) {
             int M = m_list[mi], n_act = M + 3;
             if (ci == 2 && M > 33)
@@ -1112,7 +1154,7 @@ static void test_int4_tiled(void **state)
             void *w, *s;
             float *f = malloc((size_t)N * K * sizeof(float));
             tst_rawint4_matrix(N, K, 32, 0.05f, &w, &s, f);
-            kt__wmat W = {w, s, N, K, 0, 0};
+            kt__wmat W = {w, s, N, K, 0, 0, NULL};
             int n_act = 20;
             float *x = malloc((size_t)n_act * K * sizeof(float));
             for (int i = 0; i < n_act * K; i++)
@@ -1173,7 +1215,7 @@ static void test_int4_scale_paths(void **state)
         if (variant == 2) /* token 2 (the call's first row): tiny inputs */
             for (int k = 0; k < K; k++)
                 x[(size_t)2 * K + k] *= 0x1p-104f;
-        kt__wmat W = {w, s, N, K, 0, 0};
+        kt__wmat W = {w, s, N, K, 0, 0, NULL};
         for (int M = 4; M <= 8; M += 4)
             check_int4_view(ks, &W, &W, f, x, n_act, 0, 0, 0, N, 0, K, M);
         free(x);
