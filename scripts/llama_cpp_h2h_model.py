@@ -204,6 +204,7 @@ def summarize(gguf, logdir, layers, files):
     import re
     import statistics
     half = layers // 2
+    print("llama-bench rates are the median of each test's reps (samples_ts)")
     print(f"per token: decode reads the {TOP_K} chosen experts of each layer; llama.cpp's time also "
           f"covers attention, norms, router, output (all-weights figure); 'per layer' is "
           f"({layers}L - {half}L) / {layers - half} layers of the two files")
@@ -225,7 +226,10 @@ def summarize(gguf, logdir, layers, files):
             for nl in (layers, half):
                 try:
                     for row in json.load(open(os.path.join(logdir, f"r{rnd}-{typ}-{nl}L.json"))):
-                        lb[(nl, "pp" if row["n_prompt"] else "tg")] = row["avg_ts"]
+                        # the median rep, not avg_ts: one stalled rep (session 15: 2.30
+                        # against 84.77 tok/s) would pull the mean far down
+                        ts = row.get("samples_ts") or [row["avg_ts"]]
+                        lb[(nl, "pp" if row["n_prompt"] else "tg")] = statistics.median(ts)
                 except (OSError, ValueError):
                     pass
             if not (m1 and m512 and (layers, "tg") in lb and (layers, "pp") in lb):
