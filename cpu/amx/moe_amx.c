@@ -1634,6 +1634,13 @@ static int grid_on = 1;
  * L2 (the rescale's loads fetch them; for measuring) */
 static int grid_pf = 1;
 
+/* Bytes [p, end) on their way into L2, a cache line at a time. */
+static void prefetch_l2(const void *p, const void *end)
+{
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)end; a += 64)
+        _mm_prefetch((const char *)a, _MM_HINT_T1);
+}
+
 typedef struct grid_view {
     const float *rs, *inv16;
     const uint32_t *bits;
@@ -1704,9 +1711,8 @@ static const float *i4_block(i8_src *b, const kt__wmat *W, int nb, int n1, int k
         /* bits nb .. nb + nr - 1 */
         uint64_t w2 = gv.bits[nb / 32] | (uint64_t)gv.bits[nb / 32 + 1] << 32;
         b->int_rows = (uint32_t)(w2 >> (nb % 32)) & (uint32_t)((1ull << b->nr) - 1u);
-        uintptr_t a = (uintptr_t)b->e & ~(uintptr_t)63;
-        for (; grid_pf && a < (uintptr_t)(b->e + (size_t)b->nr * (size_t)b->ng); a += 64)
-            _mm_prefetch((const char *)a, _MM_HINT_T1);
+        if (grid_pf)
+            prefetch_l2(b->e, b->e + (size_t)b->nr * (size_t)b->ng);
         return gv.rs + nb;
     }
     b->inv16 = inv16;
@@ -2280,18 +2286,15 @@ static void prefetch_int4(const kt__wmat *W, int n0, int n1)
         grid_view gv = grid_of(W);
         int g = W->group > 0 ? W->group : 32, n = imin(n1 - n0, NB);
         size_t ng = (size_t)(W->cols / g);
-        uintptr_t a = (uintptr_t)(gv.e + (size_t)n0 * ng) & ~(uintptr_t)63;
-        for (; a < (uintptr_t)(gv.e + (size_t)(n0 + n) * ng); a += 64)
-            _mm_prefetch((const char *)a, _MM_HINT_T1);
+        prefetch_l2(gv.e + (size_t)n0 * ng, gv.e + (size_t)(n0 + n) * ng);
         _mm_prefetch((const char *)(gv.rs + n0), _MM_HINT_T1);
         _mm_prefetch((const char *)(gv.rs + n0 + n - 1), _MM_HINT_T1);
         return;
     }
     /* and the rows' scales (contiguous), which i4_block reads at the call's start */
     size_t lds = (size_t)W->cols / (size_t)(W->group > 0 ? W->group : 32) * 2;
-    uintptr_t a = ((uintptr_t)W->scale + (size_t)n0 * lds) & ~(uintptr_t)63;
-    for (; a < (uintptr_t)W->scale + (size_t)n1 * lds; a += 64)
-        _mm_prefetch((const char *)a, _MM_HINT_T1);
+    prefetch_l2((const uint8_t *)W->scale + (size_t)n0 * lds,
+                (const uint8_t *)W->scale + (size_t)n1 * lds);
 }
 
 static kt__moe_packer p_int8, p_int4, p_int4g;

@@ -677,11 +677,20 @@ static bool lf_repack_type(const kt_moe_backend *moe, int type)
     return moe->d.method == KT_METHOD_LLAMAFILE && kt__lf_repacks(moe->kern, type);
 }
 
+/* The memory available now (bytes; 0: unknown), which bounds the copies made
+ * at create (LLAMAFILE repacks, AMXINT4 grid factors). KT_LF_MEM_AVAILABLE
+ * (bytes; tests) stands in for it. */
+static uint64_t mem_available(void)
+{
+    const char *hook = getenv("KT_LF_MEM_AVAILABLE");
+    kt_hw_info hw = KT_HW_INFO_INIT;
+    return hook ? strtoull(hook, NULL, 10) : kt_hw_query(&hw) == KT_OK ? hw.ram_available : 0;
+}
+
 /* Whether the experts are repacked: by default only where the copies take at
  * most half of the memory available at create time (beyond that they would push
  * out the file's own pages, which the prefill still reads, or not fit: a
- * DeepSeek-V3 Q4_K file is ~380 GB); KT_LF_REPACK=1 or a list forces them.
- * KT_LF_MEM_AVAILABLE (bytes; tests) stands in for the available memory. */
+ * DeepSeek-V3 Q4_K file is ~380 GB); KT_LF_REPACK=1 or a list forces them. */
 static bool lf_repack(const kt_moe_backend *moe)
 {
     size_t need = 0;
@@ -698,12 +707,9 @@ static bool lf_repack(const kt_moe_backend *moe)
                     need += round64(kt__lf_repack_bytes(m[j]->type, m[j]->rows, m[j]->cols));
                 }
         }
-    const char *hook = getenv("KT_LF_MEM_AVAILABLE");
     if (!any || lf_repack_asked())
         return any;
-    kt_hw_info hw = KT_HW_INFO_INIT;
-    uint64_t avail = hook ? strtoull(hook, NULL, 10)
-                          : kt_hw_query(&hw) == KT_OK ? hw.ram_available : 0;
+    uint64_t avail = mem_available();
     if (avail && need > avail / 2) {
         kt__log(moe->rt, KT_LOG_WARN,
                 "moe: LLAMAFILE experts read as stored, not repacked for the decode: the "
@@ -869,7 +875,8 @@ static kt_status make_pool_views(kt_moe_backend *moe)
  * of their first touch. A DeepSeek-V3 expert at g 32: 1.47 MB (5.9% of its
  * weights and scales). Bounded as the LLAMAFILE repacks: only where they take
  * at most half of the memory available at create; KT_AMX_GRID=1 forces them,
- * KT_AMX_GRID=0 leaves them out (the kernels then work per call, as before).
+ * KT_AMX_GRID=0 leaves them out (the packer's grid_bytes is then 0 and the
+ * kernels work per call, as before).
  */
 
 typedef struct grid_job {
@@ -900,8 +907,7 @@ static void make_grid_items(void *ctx, int tid)
 static kt_status make_grids(kt_moe_backend *moe)
 {
     const char *env = getenv("KT_AMX_GRID");
-    if (!moe->packer || !moe->packer->grid_bytes || moe->d.method != KT_METHOD_AMXINT4 ||
-        (env && !strcmp(env, "0")))
+    if (!moe->packer || !moe->packer->grid_bytes || moe->d.method != KT_METHOD_AMXINT4)
         return KT_OK;
     int E = moe->E, P = moe->n_pools;
     size_t n = (size_t)moe->n_layers * E, need = 0;
@@ -921,10 +927,7 @@ static kt_status make_grids(kt_moe_backend *moe)
         moe->grid_bytes[p] = total;
         need += total;
     }
-    const char *hook = getenv("KT_LF_MEM_AVAILABLE");
-    kt_hw_info hw = KT_HW_INFO_INIT;
-    uint64_t avail = hook ? strtoull(hook, NULL, 10)
-                          : kt_hw_query(&hw) == KT_OK ? hw.ram_available : 0;
+    uint64_t avail = need ? mem_available() : 0;
     if (!need || (!(env && !strcmp(env, "1")) && avail && need > avail / 2)) {
         if (need)
             kt__log(moe->rt, KT_LOG_WARN,
