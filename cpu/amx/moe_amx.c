@@ -394,58 +394,83 @@ static void decode_bf16(const kt__wmat *W, int n, int nr, int kc, int kn, int kp
     }
 }
 
-/* E4M3 -> BF16 by byte tables: hi byte and lo byte of the BF16 of |v| for the
- * 128 magnitudes, sign or'ed in; the unpack leaves the BF16P64 order the
- * activations of this method use. */
+/* E4M3 -> BF16 by byte tables, the sign or'ed / xor'ed into the high byte; the
+ * unpack leaves the BF16P64 order the activations of this method use.
+ * e4m3_hi / e4m3_lo: the BF16 of each of the 128 magnitudes (decode_x2_fp8's
+ * exact weights); e4m3_mag: the magnitudes as F32, from which decode_fp8 makes
+ * each block's tables with its scale folded in. */
 static uint8_t e4m3_hi[128], e4m3_lo[128];
+static float e4m3_mag[128];
 static void init_e4m3_tables(void)
 {
     for (int b = 0; b < 128; b++) {
-        uint16_t h = kt__moe_f32_bf16(kt__moe_e4m3_f32((uint8_t)b));
+        e4m3_mag[b] = kt__moe_e4m3_f32((uint8_t)b);
+        uint16_t h = kt__moe_f32_bf16(e4m3_mag[b]);
         e4m3_lo[b] = (uint8_t)(h & 0xff);
         e4m3_hi[b] = (uint8_t)(h >> 8);
     }
 }
 
-ALWAYS_INLINE __m512i scale_bf16x32(__m512i b, __m512 s)
+/* The tables of one 128 x 128 block with its scale s folded in: t[0] / t[1]
+ * the high and t[2] / t[3] the low bytes of bf16(e4m3(i) * s) for i = 0..63 /
+ * 64..127: the BF16 numbers of widening each decoded weight, multiplying by s
+ * in F32 and rounding once, made once a block instead of per 32 weights. */
+ALWAYS_INLINE void fp8_scaled_tables(float s, __m512i t[4])
 {
-    __m512 lo = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(b)), 16));
-    __m512 hi = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1)), 16));
-    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s));
+    const __m512 sv = _mm512_set1_ps(s);
+    __m256i h[4], l[4];
+    for (int j = 0; j < 4; j++) {
+        __m512 f0 = _mm512_mul_ps(_mm512_loadu_ps(e4m3_mag + 32 * j), sv);
+        __m512 f1 = _mm512_mul_ps(_mm512_loadu_ps(e4m3_mag + 32 * j + 16), sv);
+        __m512i b = (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
+        h[j] = _mm512_cvtepi16_epi8(_mm512_srli_epi16(b, 8));
+        l[j] = _mm512_cvtepi16_epi8(b);
+    }
+    t[0] = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);
+    t[1] = _mm512_inserti64x4(_mm512_castsi256_si512(h[2]), h[3], 1);
+    t[2] = _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1);
+    t[3] = _mm512_inserti64x4(_mm512_castsi256_si512(l[2]), l[3], 1);
 }
 
+/* FP8 rows -> scaled BF16 (kc a multiple of 64), a 128-input block at a time:
+ * its tables made once for the rows of one scale block, then per 64 weights 2
+ * vpermt2b, a vpternlogd (the sign; a negative scale's entries carry their
+ * own) and 2 unpacks. */
 static void decode_fp8(const kt__wmat *W, int n, int nr, int kc, int kn, int kpad,
                        uint16_t *dst)
 {
     const uint8_t *w = W->w;
     const float *sc = W->scale;
     int cols = W->cols, cb = (cols + 127) / 128;
-    __m512i h0 = _mm512_loadu_si512(e4m3_hi), h1 = _mm512_loadu_si512(e4m3_hi + 64);
-    __m512i l0 = _mm512_loadu_si512(e4m3_lo), l1 = _mm512_loadu_si512(e4m3_lo + 64);
-    for (int r = 0; r < NB; r++) {
-        uint16_t *d = dst + (size_t)r * KCH;
-        if (r >= nr) {
-            memset(d, 0, (size_t)kpad * 2);
-            continue;
+    for (int k = 0; k < kpad;) {
+        int b = (kc + k) / 128, ke = imin(kpad, (b + 1) * 128 - kc); /* the block's end */
+        for (int r0 = 0; r0 < nr;) {
+            int rb = (n + r0) / 128, re = imin(nr, (rb + 1) * 128 - n); /* one scale's rows */
+            __m512i t[4];
+            fp8_scaled_tables(sc[(size_t)rb * cb + b], t);
+            for (int r = r0; r < re; r++) {
+                const uint8_t *row = w + (size_t)(n + r) * cols + kc;
+                uint16_t *d = dst + (size_t)r * KCH;
+                for (int j = k; j < ke; j += 64) {
+                    int left = kn - j;
+                    __mmask64 msk = left >= 64 ? ~(__mmask64)0
+                                               : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
+                    _mm_prefetch((const char *)row + j + KCH, _MM_HINT_T0); /* next chunk */
+                    __m512i v = _mm512_maskz_loadu_epi8(msk, row + j);
+                    __asm__("" : "+v"(v)); /* one load for both permutes */
+                    __m512i hi = _mm512_permutex2var_epi8(t[0], v, t[1]);
+                    __m512i lo = _mm512_permutex2var_epi8(t[2], v, t[3]);
+                    hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0x78);
+                    _mm512_storeu_si512(d + j, _mm512_unpacklo_epi8(lo, hi));
+                    _mm512_storeu_si512(d + j + 32, _mm512_unpackhi_epi8(lo, hi));
+                }
+            }
+            r0 = re;
         }
-        const uint8_t *row = w + (size_t)(n + r) * cols + kc;
-        const float *srow = sc + (size_t)((n + r) / 128) * cb;
-        for (int k = 0; k < kpad; k += 64) {
-            int left = kn - k;
-            __mmask64 msk = left >= 64 ? ~(__mmask64)0
-                                       : (left <= 0 ? 0 : (((__mmask64)1 << left) - 1));
-            _mm_prefetch((const char *)row + k + KCH, _MM_HINT_T0); /* this row's next chunk */
-            __m512i v = _mm512_maskz_loadu_epi8(msk, row + k);
-            __m512i hi = _mm512_permutex2var_epi8(h0, v, h1);
-            __m512i lo = _mm512_permutex2var_epi8(l0, v, l1);
-            hi = _mm512_ternarylogic_epi32(hi, v, _mm512_set1_epi8((char)0x80), 0xF8);
-            __m512 s = _mm512_set1_ps(srow[(kc + k) / 128]);
-            _mm512_storeu_si512(d + k, scale_bf16x32(_mm512_unpacklo_epi8(lo, hi), s));
-            _mm512_storeu_si512(d + k + 32, scale_bf16x32(_mm512_unpackhi_epi8(lo, hi), s));
-        }
+        k = ke;
     }
+    for (int r = nr; r < NB; r++)
+        memset(dst + (size_t)r * KCH, 0, (size_t)kpad * 2);
 }
 
 /* Packed nibbles (first input in the low bits, stored as value + 8) times the
