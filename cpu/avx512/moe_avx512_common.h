@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "moe_kernels.h"
 
@@ -96,10 +97,16 @@ ALWAYS_INLINE lut8 lut_load(void)
  *    loop, 2 KiB 0.57, 4 KiB 0.74 (K 2048): DEC_PF;
  *  - Sapphire Rapids (16-core Xeon VM, kt-bench moe DeepSeek-V3, T=1): 1 KiB
  *    BF16 0.91-0.92 / FP8 0.78-0.82 of stream, 8 KiB 1.18 / 1.05: DEC_PF_INTEL
- *    (its mesh's longer latency needs more bytes in flight per core).
- * KT_MOE_DEC_PF (64 B to 1 MiB) overrides both, for measuring. */
+ *    (its mesh's longer latency needs more bytes in flight per core);
+ *  - xeon2 (2-core AMX Xeon VM, 2 threads, kt-bench moe, session 17): 8 KiB
+ *    FP8 0.88-0.90 / BF16 0.88-0.91 of stream, 2-3 KiB 1.01-1.07 / 0.93-1.02
+ *    (Qwen3-30B-A3B and DeepSeek-V3 shapes): DEC_PF_INTEL_FEW on Intel CPUs
+ *    with at most DEC_FEW_CPUS online (2 and 16 measured, none between).
+ * KT_MOE_DEC_PF (64 B to 1 MiB) overrides them, for measuring. */
 #define DEC_PF 1024
 #define DEC_PF_INTEL 8192
+#define DEC_PF_INTEL_FEW 3072
+#define DEC_FEW_CPUS 4
 
 /* KT_MOE_DEC_PF's distance, 64 B to 1 MiB; 0: unset or out of that range */
 static inline long dec_pf_env(const char *e)
@@ -113,7 +120,10 @@ static inline long parse_dec_pf(const char *e)
     if (dec_pf_env(e))
         return dec_pf_env(e);
     __builtin_cpu_init();
-    return __builtin_cpu_is("intel") ? DEC_PF_INTEL : DEC_PF;
+    if (!__builtin_cpu_is("intel"))
+        return DEC_PF;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus >= 1 && cpus <= DEC_FEW_CPUS ? DEC_PF_INTEL_FEW : DEC_PF_INTEL;
 }
 
 static inline size_t dec_pf(void)
