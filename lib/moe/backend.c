@@ -44,6 +44,7 @@
 #define RB1 64    /* I rows per phase-1 item (prefill)                    */
 #define RB2 64    /* H rows per phase-2 item (prefill)                    */
 #define RB_MAX 512 /* decode items: up to this many rows                  */
+#define RB_TILES 256 /* prefill rows per item on the INT8 tiles (prefill_rows) */
 #define MCH 256   /* tokens per kernel call (bounds the C tiles [MCH][64]) */
 #define FLOW_T 4  /* dec_flow 2: chunks of at most this many tokens skip the phase-0 barrier */
 
@@ -1194,6 +1195,26 @@ static int widest_slice(const kt_moe_backend *moe)
     return widest;
 }
 
+/* Prefill rows per phase-1 (down false) or phase-2 item: `rows`, or for AMXINT8 and
+ * AMXINT4 on the INT8 tiles (the AMX packer's sets) RB_TILES, in phase 2 only while
+ * that leaves at least 4 items a worker. A kernel call streams the next 32-row
+ * block's weights under the current block's tiles, but its first block starts cold
+ * (INT4: its first chunk rescaled with the tiles idle), and a 64-row item is two
+ * blocks: a T=512 Qwen3-30B-A3B call on 2 threads made ~3,600 calls a worker. 64 ->
+ * 256 rows there (xeon2, 2 threads): AMXINT4 g32 T=512 1.12-1.13 -> 1.28-1.36 TFLOP/s,
+ * AMXINT8 0.88-1.08 -> 0.98-1.15 (3 alternating pairs); the 16-core Xeon (phase 1
+ * only) DeepSeek-V3 T=1024 AMXINT4 5.97-6.18 -> 6.41-7.34 (docs/performance.md). */
+static int prefill_rows(const kt_moe_backend *moe, int rows, bool down)
+{
+    if (!moe->packer || (moe->d.method != KT_METHOD_AMXINT8 && moe->d.method != KT_METHOD_AMXINT4))
+        return rows;
+    int r = RB_TILES;
+    if (down)
+        while (r > rows && moe->H / r < 4 * moe->nth)
+            r -= 64;
+    return r > rows ? r : rows;
+}
+
 /* *ws (of old_bytes) replaced by a zeroed block of bytes; false: out of memory,
  * *ws kept. */
 static bool regrow_ws(kt_moe_backend *moe, uint8_t **ws, size_t old_bytes, size_t bytes)
@@ -1313,13 +1334,25 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
     int widest = widest_slice(moe);
     moe->xrow = act_stride(kt__moe_act_row_bytes(moe->kern->act, H));
     moe->hrow = act_stride(kt__moe_act_row_bytes(moe->kern->act, widest));
-    /* prefill items of RB1 / RB2 rows (KT_MOE_PREFILL_ROWS / _ROWS2, multiples of
-     * 64 up to 512: for measuring); tiles [MCH][tile_rb], or fewer tokens of wider
-     * items */
+#if KT_HAVE_ISA_AMX
+    /* only where the AMX sets can run: the packer's first call initialises
+     * them, which runs AVX-512 code (SIGILL on an AVX2-only CPU) */
+    if ((kt_hw_isa() & isa_cap & (AVX512_NEED | KT_ISA_AMX_TILE)) ==
+        (AVX512_NEED | KT_ISA_AMX_TILE))
+        moe->packer = kt__moe_packer_amx(moe->kern);
+#endif
+    if (forced_kern)
+        moe->packer = forced_packer;
+    /* prefill items of RB1 / RB2 rows, or prefill_rows' for the INT8 tiles
+     * (KT_MOE_PREFILL_ROWS / _ROWS2, multiples of 64 up to 512: for measuring);
+     * tiles [MCH][tile_rb], or fewer tokens of wider items */
     const char *pr = getenv("KT_MOE_PREFILL_ROWS"), *pr2 = getenv("KT_MOE_PREFILL_ROWS2");
-    moe->pf_rb1 = pr && atoi(pr) % 64 == 0 && atoi(pr) > 0 && atoi(pr) <= RB_MAX ? atoi(pr) : RB1;
-    moe->pf_rb2 = pr2 && atoi(pr2) % 64 == 0 && atoi(pr2) > 0 && atoi(pr2) <= RB_MAX ? atoi(pr2)
-                                                                                        : RB2;
+    moe->pf_rb1 = pr && atoi(pr) % 64 == 0 && atoi(pr) > 0 && atoi(pr) <= RB_MAX
+                      ? atoi(pr)
+                      : prefill_rows(moe, RB1, false);
+    moe->pf_rb2 = pr2 && atoi(pr2) % 64 == 0 && atoi(pr2) > 0 && atoi(pr2) <= RB_MAX
+                      ? atoi(pr2)
+                      : prefill_rows(moe, RB2, true);
     moe->tile_rb = moe->pf_rb1 > moe->pf_rb2 ? moe->pf_rb1 : moe->pf_rb2;
     size_t rb = (size_t)moe->tile_rb;
     moe->scratch_stride = ((size_t)(((H > I ? H : I) + 15) & ~15) * 4 /* f32 row      */
@@ -1343,15 +1376,6 @@ kt_status kt_moe_backend_create(kt_moe_backend **out, kt_runtime *rt, const kt_m
         kt_moe_backend_free(moe);
         return kt__error(KT_ERR_NOMEM, "moe: out of memory for workspaces (max_tokens %d)", T);
     }
-#if KT_HAVE_ISA_AMX
-    /* only where the AMX sets can run: the packer's first call initialises
-     * them, which runs AVX-512 code (SIGILL on an AVX2-only CPU) */
-    if ((kt_hw_isa() & isa_cap & (AVX512_NEED | KT_ISA_AMX_TILE)) ==
-        (AVX512_NEED | KT_ISA_AMX_TILE))
-        moe->packer = kt__moe_packer_amx(moe->kern);
-#endif
-    if (forced_kern)
-        moe->packer = forced_packer;
     if (moe->packer) {
         /* expert a of the active list, tokens from off[e]: blocks from
          * off[e] / 16 + a, so at most pairs / 16 + min(E, pairs) + 1 */
