@@ -28,8 +28,9 @@
  *   (a CUDA build: $B/cuda/libkt_cuda.a inside the group, and
  *    -L/usr/local/cuda/lib64 -lcudart -lcublas -lstdc++ at the end)
  * Run:
- *   ./moe_kernel_bench decode|prefill|resident avx512|x2|avx2 METHOD K M [rows]
- *   (METHOD: 1 BF16, 2 FP8, 3 RAWINT4 as in kt_method)
+ *   ./moe_kernel_bench decode|prefill|resident avx512|x2|avx2|amx METHOD K M [rows]
+ *   (METHOD: 1 BF16, 2 FP8, 3 RAWINT4, 4 AMXINT8 as in kt_method; amx: the
+ *   AMX set, its tiles from its thresholds' tokens, the AVX-512 set below)
  */
 #define _GNU_SOURCE
 #include <immintrin.h>
@@ -42,6 +43,7 @@
 #include <x86intrin.h>
 
 #include "kt/core.h"
+#include "kt/hw.h"
 #include "moe_kernels.h"
 
 static double cpu_now(void)
@@ -127,8 +129,10 @@ int main(int argc, char **argv)
     const char *set = argv[2];
     int method = atoi(argv[3]), K = atoi(argv[4]), M = atoi(argv[5]);
     int rows = argc > 6 ? atoi(argv[6]) : 64;
+    (void)kt_hw_isa(); /* asks for the AMX tile permission where there are tiles */
     const kt__moe_kernels *ks = !strcmp(set, "avx512") ? kt__moe_kernels_avx512(method)
                                 : !strcmp(set, "x2")   ? kt__moe_kernels_avx512_x2(method)
+                                : !strcmp(set, "amx")  ? kt__moe_kernels_amx(method)
                                                        : kt__moe_kernels_avx2(method);
     if (!ks || M < 1 || M > 256 || K < 32 || K % 32 || rows < 1) {
         fprintf(stderr, "no such kernel set or bad shape\n");
@@ -139,14 +143,15 @@ int main(int argc, char **argv)
     CPU_SET(0, &cs);
     sched_setaffinity(0, sizeof cs, &cs);
 
-    /* [n_mat][rows][K] weights (+ RAWINT4 scales after each matrix) */
-    size_t wb = method == KT_METHOD_BF16  ? (size_t)rows * K * 2
-                : method == KT_METHOD_FP8 ? (size_t)rows * K
-                                          : (size_t)rows * K / 2;
+    /* [n_mat][rows][K] weights (+ RAWINT4 / AMXINT8 scales after each matrix) */
+    int i8 = method == KT_METHOD_AMXINT8;
+    size_t wb = method == KT_METHOD_BF16                 ? (size_t)rows * K * 2
+                : method == KT_METHOD_FP8 || i8          ? (size_t)rows * K
+                                                         : (size_t)rows * K / 2;
     /* KT_BENCH_TILED=1: RAWINT4 repacked as the backend does (KT__INT4_TILED) */
     int tiled = method == KT_METHOD_RAWINT4 && getenv("KT_BENCH_TILED") &&
                 atoi(getenv("KT_BENCH_TILED")) == 1;
-    size_t mat = wb + (method == KT_METHOD_RAWINT4 ? (size_t)rows * K / 16 : 0);
+    size_t mat = wb + (method == KT_METHOD_RAWINT4 ? (size_t)rows * K / 16 : i8 ? (size_t)rows * 4 : 0);
     if (tiled && kt__int4t_bytes(rows, K) > mat)
         mat = kt__int4t_bytes(rows, K);
     mat = (mat + 4095) & ~(size_t)4095;
@@ -166,6 +171,10 @@ int main(int argc, char **argv)
             for (size_t j = 0; j < (size_t)rows * K / 32; j++)
                 sc[j] = (uint16_t)(0x3c00u | ((j * 0x9E37u) >> 3 & 0x7fu));
         }
+    if (i8) /* row scales 2^-7 (the codes 0..63 are valid int8 weights) */
+        for (size_t i = 0; i < n_mat; i++)
+            for (int j = 0; j < rows; j++)
+                ((float *)(w + i * mat + wb))[j] = 0x1p-7f;
     if (tiled) { /* each matrix as filled, repacked in place through a copy */
         uint8_t *tmp = malloc(mat);
         for (size_t i = 0; i < n_mat; i++) {
@@ -206,7 +215,9 @@ int main(int argc, char **argv)
     double ratio[11], best = 1e30, best_k = 0, best_r = 0;
     float sink = 0;
     if (resident) { /* one matrix, many calls: the kernel's own speed */
-        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + (tiled ? 0 : wb)) : fp8_scales,
+        kt__wmat W = {w, method == KT_METHOD_RAWINT4 ? (void *)(w + (tiled ? 0 : wb))
+                         : i8                        ? (void *)(w + wb)
+                                                     : fp8_scales,
                       rows, K, tiled ? KT__INT4_TILED : 0, 0, NULL};
         if (getenv("KT_BENCH_MIN")) { /* the fastest single call */
             long n = atol(getenv("KT_BENCH_MIN"));
@@ -246,11 +257,13 @@ int main(int argc, char **argv)
         for (size_t m = 0; m < n_mat; m++) {
             uint8_t *base = w + order[m] * mat;
             kt__wmat W = {base, method == KT_METHOD_RAWINT4 ? (void *)(base + (tiled ? 0 : wb))
+                                : i8                        ? (void *)(base + wb)
                                                             : fp8_scales,
                           rows, K, tiled ? KT__INT4_TILED : 0, 0, NULL};
             if (hint && m + 1 < n_mat) { /* the next matrix, as the backend names it */
                 uint8_t *nx = w + order[m + 1] * mat;
                 kt__wmat Wn = {nx, method == KT_METHOD_RAWINT4 ? (void *)(nx + (tiled ? 0 : wb))
+                                   : i8                        ? (void *)(nx + wb)
                                                                : fp8_scales,
                                rows, K, tiled ? KT__INT4_TILED : 0, 0, NULL};
                 hint(&Wn, 0, rows, M);

@@ -49,12 +49,19 @@
 
 /* Fewest tokens of an expert that take the tiles; fewer take the AVX-512
  * path. Measured on the GPU machine's 16-core Xeon (docs/performance.md,
- * docs/bench/h200-xeon16-amx2-crossover.txt): AMXINT8's INT8 tiles beat the
- * VNNI kernel from 1 token; grouped INT4 (64, 128) from 2; INT4 in groups of
- * 32 (a fold per 32 inputs) from about 4. BF16 tiles: 8 (not re-measured).
- * KT_AMX_MIN_TOKENS overrides them all, for measuring. */
+ * docs/bench/h200-xeon16-amx2-crossover.txt): grouped INT4 (64, 128) from 2;
+ * INT4 in groups of 32 (a fold per 32 inputs) from about 4. BF16 tiles: 8
+ * (not re-measured). AMXINT8: the VNNI decode up to 4 tokens (its rows read
+ * one after the other), the tiles from 5. The tiles read an expert's 32-row
+ * blocks 256 bytes a row at a time, which the 2-core AMX Xeon VM (xeon2)
+ * streams at 0.76-0.79 of stream at Qwen3-30B-A3B shape (K 768 rows: 0.75 of
+ * a read loop on one core against the VNNI decode's 0.98), the VNNI decode at
+ * 0.90-0.94; DeepSeek-V3 0.93 -> 0.97-0.98; prefill T=64 / 512 / 2048 level
+ * (docs/bench/xeon2-int8dec-1153-*, -1156-*). On the 16-core Xeon the tiles
+ * were level with session 9's VNNI kernel at T=1 (72.3 / 70.5 GB/s): not
+ * re-measured since. KT_AMX_MIN_TOKENS overrides them all, for measuring. */
 #define AMX_MIN_M 8
-#define AMX_MIN_INT8 1
+#define AMX_MIN_INT8 5
 #define AMX_MIN_INT4G 2
 #define AMX_MIN_INT4 4
 #define KCH 512       /* inputs per chunk (multiple of 64)                     */

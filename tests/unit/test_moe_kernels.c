@@ -580,8 +580,9 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
     /* (G 64: 448, not whole 128-input pairs: the rescale 64 inputs a load) */
     static const int cols_i4g[] = {128, 256, 640, 16896}, cols_i4g64[] = {128, 448, 640, 16896};
     /* 329: batches of 256 and 73 tokens (the AMX-INT8 tiles: 8 passes, and 3 with
-     * a last of 9 tokens), with the shared packing 16, 256 and 57 */
-    static const int m_list[] = {1, 3, 8, 17, 40, 329};
+     * a last of 9 tokens), with the shared packing 16, 256 and 57; 1-4: the
+     * VNNI decode's token counts */
+    static const int m_list[] = {1, 2, 3, 4, 8, 17, 40, 329};
     /* the fourth: longer than the whole-K copy of the AMX tiles */
     int n_cols = method != KT_METHOD_AMXINT8 && G <= 32 ? 5 : 4;
     for (int ri = 0; ri < 3; ri++)
@@ -616,7 +617,7 @@ static void check_int8_act(const kt__moe_kernels *ks, int method, int min_m, int
                 pk->grid_make(&W, gtab);
                 W.grid = gtab;
             }
-            for (int mi = 0; mi < 6; mi++) {
+            for (int mi = 0; mi < 8; mi++) {
                 int M = m_list[mi];
                 if (M < min_m || (K > 4096 && M > 40))
                     continue;
