@@ -334,7 +334,8 @@ const kt__moe_kernels *kt__moe_kernels_amx_x2(int method);
 const kt__moe_kernels *kt__moe_kernels_amx_x2_emulated(int method);
 
 /* LLAMAFILE kernel set for a ggml ISA level (0 scalar, 1 AVX2, 2 AVX-512
- * VNNI) and a mask of KT__GGML_ACT_* sections (cpu/ref/moe_llamafile.c). */
+ * VNNI, 3 AMX-INT8 prefill over the AVX-512 set; NULL where not built) and a mask of
+ * KT__GGML_ACT_* sections (cpu/ref/moe_llamafile.c). */
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask);
 /* LLAMAFILE Q4_0 repacked at load time (W->type == KT__LF_Q40X; kt__lf_q40x_repack in
  * cpu/ref/moe_llamafile.c; docs/moe.md): rows in tiles of 4 (the last zero-padded),
@@ -511,6 +512,24 @@ void kt__lf_gemm_k_avx512(int type, const void *W, size_t wrow, int n0, int n1, 
  * [b0, b1) of 32. */
 void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1, int b0, int b1,
                            const void *const *act, int M, float *C, int ldc);
+/* LLAMAFILE prefill on AMX-INT8 tiles (cpu/amx/moe_llamafile_amx.c; the AMX set of
+ * kt__moe_llamafile_kernels, level 3): C[m][n - n0] = row n of the stored rows W (wrow
+ * bytes) . token m over inputs [k0, k1) (multiples of 32, Q4_K / Q5_K of 256; k1 - k0
+ * at most KT__LF_AMX_KMAX), M <= KT__LF_AMX_MMAX tokens: activation rows at A, a_stride
+ * bytes apart (rows[m], or m), their Q8_0 blocks (Q4_K / Q5_K: Q8_K) q_off bytes in.
+ * The ggml vec_dot's integer sums per block (exact), folded in F32. scratch:
+ * KT__LF_AMX_SCRATCH bytes; the caller holds the AMX tile permission. */
+#define KT__LF_AMX_KMAX 8192
+#define KT__LF_AMX_MMAX 256
+#define KT__LF_AMX_SCRATCH ((size_t)3 << 20)
+_Bool kt__lf_amx_type(int type); /* Q4_0, Q8_0, IQ4_NL, Q4_K, Q5_K */
+_Bool kt__lf_amx_set(const kt__moe_kernels *k); /* whether k is an AMX LLAMAFILE set */
+/* Hint: this thread's next kt__lf_gemm_amx call will read bytes [0, len) of rows
+ * [n0, n1) of W; the call before it starts them into L2 (two hints kept, oldest first). */
+void kt__lf_hint_amx(const void *W, size_t wrow, int n0, int n1, size_t len);
+void kt__lf_gemm_amx(int type, const void *W, size_t wrow, int n0, int n1, int k0, int k1,
+                     const void *A, size_t a_stride, const int32_t *rows, size_t q_off, int M,
+                     float *C, int ldc, void *scratch);
 /* nblocks Q8_0 (q81: Q8_1) activation blocks of x, bit for bit ggml's from_float. */
 void kt__lf_quant_q8_avx512(const float *x, void *y, int nblocks, _Bool q81);
 /* nblocks Q8_K blocks of x, bit for bit the reference quantizer. */

@@ -23,7 +23,9 @@
  * Run:
  *   ./lf_kernel_bench TYPE M ROWS K MIB [ISA]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q2_K ... (ggml names); ISA 2 / avx512 AVX-512
- *   VNNI, 1 / avx2 AVX2, 0 / scalar; default the best this CPU runs. KT_BENCH_REPACK=1: a type with a load-time repack
+ *   VNNI, 3 / amx its AMX-INT8 prefill (kt-bench's pick on an AMX CPU; the packed
+ *   tokens reused by every call, as the backend's gate and up calls and a thread's next
+ *   items of one expert do), 1 / avx2 AVX2, 0 / scalar; default the best this CPU runs. KT_BENCH_REPACK=1: a type with a load-time repack
  *   (Q4_0, Q4_K, Q8_0; Q5_K, Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X /
  *   Q4KX / Q80X / Q5KX / Q6KX / IQ4NLX, as the backend's decode does by default).
  *   KT_BENCH_QUANT=1: times the set's activation quantizer instead (ks->quant of
@@ -43,6 +45,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "kt/hw.h"
 #include "moe_kernels.h"
 #include "ref/ggml_quants.h"
 #include "bench_read_loop.h"
@@ -116,8 +119,8 @@ static void vs_read(const kt__moe_kernels *ks, uint8_t *base, size_t per, size_t
 /* ISA as a number (0..2) or a name (scalar, avx2, avx512); -1: neither */
 static int parse_isa(const char *s)
 {
-    static const char *const names[] = {"scalar", "avx2", "avx512"};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"scalar", "avx2", "avx512", "amx"};
+    for (int i = 0; i < 4; i++)
         if (!strcmp(s, names[i]) || (s[0] == '0' + i && !s[1]))
             return i;
     return -1;
@@ -140,7 +143,7 @@ int main(int argc, char **argv)
     /* default: the best set this CPU runs (2 on a Zen 3 died of SIGILL) */
     int isa = argc > 6 ? parse_isa(argv[6]) : (int)kt__ggml_isa_best();
     if (isa < 0) {
-        fprintf(stderr, "%s: ISA is 0 / scalar, 1 / avx2 or 2 / avx512\n", argv[0]);
+        fprintf(stderr, "%s: ISA is 0 / scalar, 1 / avx2, 2 / avx512 or 3 / amx\n", argv[0]);
         return 2;
     }
     if (!tr || !kt__ggml_act_section(tr->type) || M < 1 || M > 256 || rows < 1 || K < 256 ||
@@ -161,6 +164,12 @@ int main(int argc, char **argv)
     }
     unsigned mask = kt__ggml_act_section(tr->type);
     const kt__moe_kernels *ks = kt__moe_llamafile_kernels(isa, mask);
+    if (isa == 3 && !(kt_hw_isa() & KT_ISA_AMX_INT8)) /* (asks the tile permission) */
+        ks = NULL;
+    if (!ks) {
+        fprintf(stderr, "%s: no set of ISA %d in this build\n", argv[0], isa);
+        return 2;
+    }
     size_t xrow = kt__moe_act_row_bytes(ks->act, K);
     uint8_t *A = aligned_alloc(64, ((size_t)M * xrow + 63) & ~(size_t)63);
     memset(A, 0, (size_t)M * xrow);

@@ -900,18 +900,71 @@ kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
                                   : x_repack(W, dst, xtype);
 }
 
+/* Level 3, the AMX set: the AVX-512 set, but calls of at least KT_LF_AMX_MIN tokens
+ * an expert on Q4_0 / Q8_0 / IQ4_NL / Q4_K / Q5_K weights (or their load-time
+ * repacks' rows) take the AMX-INT8 tiles (kt__lf_gemm_amx). Only picked where the
+ * CPU has the tiles and the process their permission (lib/moe: pick_llamafile). */
+#define LF_AMX_MIN 16
+#if KT_HAVE_ISA_AMX
+static long parse_amx_min(const char *e)
+{
+    return e && atoi(e) > 0 ? atoi(e) : LF_AMX_MIN;
+}
+static long amx_min_cache;
+#endif
+
+/* The block type and rows an AMX call of M tokens would read, or 0 (none). */
+static int lf_amx_type(const kt__wmat *W, int k0, int k1, int M, const void **w)
+{
+#if KT_HAVE_ISA_AMX
+    int type = x_stored(W->type) ? x_stored(W->type) : W->type;
+    *w = x_stored(W->type) ? W->scale : W->w;
+    if (M < env_knob(&amx_min_cache, "KT_LF_AMX_MIN", parse_amx_min) ||
+        M > KT__LF_AMX_MMAX || k1 - k0 > KT__LF_AMX_KMAX || !kt__lf_amx_type(type))
+        return 0;
+    return type;
+#else
+    (void)W, (void)k0, (void)k1, (void)M, (void)w;
+    return 0;
+#endif
+}
+
+/* The AMX set's gemm where it takes the call (true), else false. */
+static bool lf_amx(unsigned mask, const kt__wmat *W, int n0, int n1, int k0, int k1,
+                   const void *A, size_t a_stride, const int32_t *rows, int M, float *C, int ldc,
+                   void *scratch)
+{
+#if KT_HAVE_ISA_AMX
+    const void *w;
+    int type = lf_amx_type(W, k0, k1, M, &w);
+    act_layout L = layout(mask, W->cols);
+    size_t q = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K ? L.q8k : L.q80;
+    if (!type || !scratch || q == SIZE_MAX)
+        return false;
+    kt__lf_gemm_amx(type, w, kt__ggml_row_bytes((kt_type)type, W->cols), n0, n1, k0, k1, A,
+                    a_stride, rows, q, M, C, ldc, scratch);
+    return true;
+#else
+    (void)mask, (void)W, (void)n0, (void)n1, (void)k0, (void)k1, (void)A, (void)a_stride;
+    (void)rows, (void)M, (void)C, (void)ldc, (void)scratch;
+    return false;
+#endif
+}
+
 /* One kernel set per (ISA level, section mask): the quant and gemm function
  * pointers carry no context, so each pair gets its own small wrappers. */
 #define LF_SET(ISA, MASK)                                                                      \
     static void quant_##ISA##_##MASK(const float *x, int k0, int k1, int K, void *row)        \
     {                                                                                          \
-        quant_row(ISA, MASK, x, k0, k1, K, row);                                               \
+        quant_row(ISA == 3 ? 2 : ISA, MASK, x, k0, k1, K, row);                                \
     }                                                                                          \
     static void gemm_##ISA##_##MASK(const kt__wmat *W, int n0, int n1, int k0, int k1,        \
                                     const void *A, size_t s, const int32_t *r, int M,          \
                                     float *C, int ldc, void *scratch)                          \
     {                                                                                          \
-        gemm_ggml(MASK, ISA, W, n0, n1, k0, k1, A, s, r, M, C, ldc, scratch);                 \
+        if (ISA == 3 && lf_amx(MASK, W, n0, n1, k0, k1, A, s, r, M, C, ldc, scratch))         \
+            return;                                                                            \
+        gemm_ggml(MASK, ISA == 3 ? 2 : ISA, W, n0, n1, k0, k1, A, s, r, M, C, ldc, scratch);  \
     }
 #define LF_ISA(ISA)                                                                            \
     LF_SET(ISA, 1) LF_SET(ISA, 2) LF_SET(ISA, 3) LF_SET(ISA, 4) LF_SET(ISA, 5) LF_SET(ISA, 6) \
@@ -937,6 +990,17 @@ LF_SET(2, 58) LF_SET(2, 59) LF_SET(2, 60) LF_SET(2, 61) LF_SET(2, 62) LF_SET(2, 
 LF_ISA(0)
 LF_ISA(1)
 LF_ISA(2)
+#if KT_HAVE_ISA_AMX
+LF_ISA(3)
+LF_SET(3, 16) LF_SET(3, 17) LF_SET(3, 18) LF_SET(3, 19) LF_SET(3, 20) LF_SET(3, 21)
+LF_SET(3, 22) LF_SET(3, 23) LF_SET(3, 24) LF_SET(3, 25) LF_SET(3, 26) LF_SET(3, 27)
+LF_SET(3, 28) LF_SET(3, 29) LF_SET(3, 30) LF_SET(3, 31) LF_SET(3, 32) LF_SET(3, 33)
+LF_SET(3, 34) LF_SET(3, 35) LF_SET(3, 36) LF_SET(3, 37) LF_SET(3, 38) LF_SET(3, 39)
+LF_SET(3, 40) LF_SET(3, 41) LF_SET(3, 42) LF_SET(3, 43) LF_SET(3, 44) LF_SET(3, 45)
+LF_SET(3, 46) LF_SET(3, 47) LF_SET(3, 48) LF_SET(3, 49) LF_SET(3, 50) LF_SET(3, 51)
+LF_SET(3, 52) LF_SET(3, 53) LF_SET(3, 54) LF_SET(3, 55) LF_SET(3, 56) LF_SET(3, 57)
+LF_SET(3, 58) LF_SET(3, 59) LF_SET(3, 60) LF_SET(3, 61) LF_SET(3, 62) LF_SET(3, 63)
+#endif
 
 #if KT_HAVE_ISA_AVX512
 /* The backend's hint that a gemm on rows [n0, n1) of W for M tokens comes next:
@@ -975,10 +1039,29 @@ static void lf_hint_avx2(const kt__wmat *W, int n0, int n1, int M)
 #define LF_HINT_1 NULL
 #endif
 #define LF_HINT_0 NULL /* the scalar set takes no hint */
+#if KT_HAVE_ISA_AMX
+/* The AMX set: the tiles' own hint queue for the calls they take, the AVX-512 one's
+ * for the others. */
+static void lf_hint_amx(const kt__wmat *W, int n0, int n1, int M)
+{
+    const void *w;
+    int type = lf_amx_type(W, 0, W->cols, M, &w);
+    size_t wrow = type ? kt__ggml_row_bytes((kt_type)type, W->cols) : 0;
+    if (type)
+        kt__lf_hint_amx(w, wrow, n0, n1, wrow);
+    else
+        lf_hint(W, n0, n1, M);
+}
+#define LF_HINT_3 lf_hint_amx
+#endif
 
 #define LF_ENTRY(ISA, NAME, MASK)                                              \
     {NAME, KT__ACT_GGML + MASK, quant_##ISA##_##MASK, gemm_##ISA##_##MASK,     \
-     ISA == 2 ? KT__LF_PANEL_SCRATCH : ISA == 1 ? KT__LF_PANEL2_SCRATCH : 0, LF_HINT_##ISA}
+     ISA == 3   ? KT__LF_AMX_SCRATCH                                               \
+     : ISA == 2 ? KT__LF_PANEL_SCRATCH                                             \
+     : ISA == 1 ? KT__LF_PANEL2_SCRATCH                                            \
+                : 0,                                                               \
+     LF_HINT_##ISA}
 /* Entries 1-15 (the activation section masks every set has); the AVX-512 and
  * AVX2 sets add 16-63 (the R40 / R80 sections). */
 #define LF_ENTRIES_1_15(ISA, NAME)                                                             \
@@ -1010,7 +1093,20 @@ static void lf_hint_avx2(const kt__wmat *W, int n0, int n1, int M)
 static const kt__moe_kernels lf_sets_scalar[16] = LF_ROW(0, "scalar-ggml");
 static const kt__moe_kernels lf_sets_avx2[64] = LF_ROW_RAW(1, "avx2-ggml");
 static const kt__moe_kernels lf_sets_avx512[64] = LF_ROW_RAW(2, "avx512-vnni-ggml");
+#if KT_HAVE_ISA_AMX
+static const kt__moe_kernels lf_sets_amx[64] = LF_ROW_RAW(3, "amx-int8-ggml");
+#endif
 
+
+bool kt__lf_amx_set(const kt__moe_kernels *k)
+{
+#if KT_HAVE_ISA_AMX
+    return k >= lf_sets_amx && k < lf_sets_amx + 64;
+#else
+    (void)k;
+    return false;
+#endif
+}
 
 bool kt__lf_repacks(const kt__moe_kernels *k, int type)
 {
@@ -1019,20 +1115,27 @@ bool kt__lf_repacks(const kt__moe_kernels *k, int type)
     unsigned need = x ? kt__ggml_act_section(type) & ~KT__GGML_ACT_Q80 : 0;
     bool avx512 = KT_HAVE_ISA_AVX512 && k >= lf_sets_avx512 && k < lf_sets_avx512 + 64 && x &&
                   !x->avx2_only;
+#if KT_HAVE_ISA_AMX
+    avx512 |= k >= lf_sets_amx && k < lf_sets_amx + 64 && x && !x->avx2_only; /* its decode */
+#endif
     bool avx2 = KT_HAVE_ISA_AVX2 && k >= lf_sets_avx2 && k < lf_sets_avx2 + 64;
     return need && (avx512 || avx2) && ((unsigned)(k->act - KT__ACT_GGML) & need);
 }
 
 const kt__moe_kernels *kt__moe_llamafile_kernels(int isa, unsigned mask)
 {
-    if (isa < 0 || isa > 2 || mask == 0 || mask > 63)
-        return NULL;
+    if (isa < 0 || isa > 3 || mask == 0 || mask > 63 || (isa == 3 && !KT_HAVE_ISA_AMX))
+        return NULL; /* 3: the AMX set (built with the AMX library only) */
     if (isa == 0) /* the R40 / R80 sections are the AVX2 / AVX-512 decode's only */
         mask &= 15;
     if (mask & (KT__GGML_ACT_R40 | KT__GGML_ACT_R80)) /* made from the Q8_0 blocks */
         mask |= KT__GGML_ACT_Q80;
     if (mask == 0)
         mask = KT__GGML_ACT_Q80;
+#if KT_HAVE_ISA_AMX
+    if (isa == 3)
+        return &lf_sets_amx[mask];
+#endif
     return isa == 2   ? &lf_sets_avx512[mask]
            : isa == 1 ? &lf_sets_avx2[mask]
                       : &lf_sets_scalar[mask];

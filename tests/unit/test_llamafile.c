@@ -84,6 +84,13 @@ static void partner_roundtrip(kt_type type, const float *x, int K, float *out)
     free(buf);
 }
 
+/* Whether the CPU runs AMX-INT8 tiles (and the process may: kt_hw_isa asks). */
+static bool amx_tiles(void)
+{
+    const uint64_t amx = KT_ISA_AMX_TILE | KT_ISA_AMX_INT8 | KT_ISA_AVX512VNNI;
+    return (kt_hw_isa() & amx) == amx;
+}
+
 /* gemm of every type and ISA level vs dequantize-then-F32 (double sums), over
  * token counts that take every AVX-512 path (4-row and 2 x 4 tiles, the
  * panel GEMM) with ragged row and token tails, and a pool's slice of the
@@ -104,8 +111,11 @@ static void test_kernels(void **state)
         make_weights(type, N, K, 0.5f, &q, &deq);
         unsigned mask = kt__ggml_act_section(type);
         assert_true(mask != 0);
-        for (int isa = 0; isa <= 2; isa++) {
+        for (int isa = 0; isa <= 3; isa++) {
             const kt__moe_kernels *kern = kt__moe_llamafile_kernels(isa, mask | KT__GGML_ACT_Q80);
+            if (isa == 3 && (!kern || !amx_tiles())) /* the AMX set: 17 and 128 on the tiles */
+                continue;
+            uint64_t rng_before = rng; /* (isa 3 leaves the later tests' draws as they were) */
             if (isa == 2 && kt__ggml_isa_best() < KT_GGML_AVX512)
                 continue;
             if (isa == 1 && kt__ggml_isa_best() < KT_GGML_AVX2)
@@ -128,6 +138,7 @@ static void test_kernels(void **state)
                 kt__wmat W = {.w = q, .rows = N, .cols = K, .type = type};
                 int bs = (int)kt__ggml_traits(type)->block_size > 32 ? 256 : 32;
                 int k0 = bs == 256 ? 256 : 64, k1 = K; /* a pool's slice of the inputs */
+                kt__moe_new_epoch(); /* new rows: kernels drop packed copies */
                 if (kern->prefetch) /* as the backend: the next call's rows named first */
                     kern->prefetch(&W, 3, N, M);
                 kern->gemm(&W, 3, N, k0, k1, A, rowb, rows, M, C, N, scratch);
@@ -149,6 +160,8 @@ static void test_kernels(void **state)
             }
             free(A);
             free(scratch);
+            if (isa == 3)
+                rng = rng_before;
         }
         free(q);
         free(deq);
@@ -156,6 +169,102 @@ static void test_kernels(void **state)
     free(x);
     free(xr);
     free(C);
+}
+
+/* The AMX set's prefill (kt__lf_gemm_amx: 16 or more tokens an expert) against the
+ * AVX-512 set's panels and dequantize-then-F32: each type with an even and an odd
+ * number of blocks, 70 rows (two 32-row blocks and a ragged 6, from row n0), 16 to 256
+ * tokens (ragged token blocks), the whole K and a slice; the rows as stored and (Q4_0,
+ * Q8_0, Q4_K) their load-time repack, whose stored rows it reads; the gate and the up
+ * call of one token set in one epoch (the packed tokens reused), then another token set
+ * of the same count. Runs on the real tiles; skipped where there are none. */
+static void test_amx_prefill(void **state)
+{
+    (void)state;
+    if (!amx_tiles() || !kt__moe_llamafile_kernels(3, KT__GGML_ACT_Q80))
+        skip();
+    uint64_t rng_before = rng; /* the later tests' draws as they were */
+    enum { N = 70, MMAX = 256 };
+    static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_IQ4_NL, KT_TYPE_Q4_K,
+                                    KT_TYPE_Q5_K};
+    static const int Ms[] = {16, 17, 33, 48, 255, 256};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (int odd = 0; odd < 2; odd++) {
+            kt_type type = types[ti];
+            bool kt = kt__ggml_traits(type)->block_size == 256;
+            int K = kt ? (odd ? 2304 : 1024) : (odd ? 2080 : 1024);
+            unsigned mask = kt__ggml_act_section(type) | KT__GGML_ACT_Q80;
+            const kt__moe_kernels *amx = kt__moe_llamafile_kernels(3, mask);
+            const kt__moe_kernels *ref = kt__moe_llamafile_kernels(2, mask);
+            assert_non_null(amx);
+            uint8_t *q[2];
+            float *deq[2];
+            make_weights(type, N, K, 0.5f, &q[0], &deq[0]);
+            make_weights(type, N, K, 0.5f, &q[1], &deq[1]);
+            size_t rowb = kt__moe_act_row_bytes(amx->act, K);
+            uint8_t *A = calloc(MMAX, rowb);
+            float *x = malloc((size_t)K * sizeof(float));
+            float *xr = malloc((size_t)MMAX * K * sizeof(float));
+            float *C = malloc((size_t)MMAX * N * sizeof(float));
+            float *C2 = malloc((size_t)MMAX * N * sizeof(float));
+            void *scr = malloc(amx->scratch_bytes), *scr2 = malloc(ref->scratch_bytes);
+            size_t xb = kt__lf_repack_bytes(type, N, K);
+            void *xbuf[2] = {xb ? malloc(xb) : NULL, xb ? malloc(xb) : NULL};
+            int32_t rows[2][MMAX];
+            for (int m = 0; m < MMAX; m++) {
+                for (int k = 0; k < K; k++)
+                    x[k] = frand() * (1.0f + (float)(m % 7));
+                amx->quant(x, 0, K, K, A + (size_t)m * rowb);
+                partner_roundtrip(type, x, K, xr + (size_t)m * K);
+            }
+            for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+                for (int rep = 0; rep < (xb ? 2 : 1); rep++) {
+                    int M = Ms[mi], n0 = rep ? 3 : 0, k0 = rep ? (kt ? 256 : 96) : 0;
+                    kt__moe_new_epoch();
+                    for (int set = 0; set < 2; set++) /* two token sets of M in one epoch */
+                        for (int j = 0; j < 2; j++) { /* gate, up: the same tokens */
+                            for (int m = 0; m < M; m++)
+                                rows[set][m] = (m * (set ? 53 : 37) + 11 + set) % MMAX;
+                            kt__wmat W = {.w = q[j], .rows = N, .cols = K, .type = type};
+                            if (rep)
+                                W = kt__lf_repack(&W, xbuf[j]);
+                            amx->gemm(&W, n0, N, k0, K, A, rowb, rows[set], M, C, N, scr);
+                            ref->gemm(&W, n0, N, k0, K, A, rowb, rows[set], M, C2, N, scr2);
+                            for (int m = 0; m < M; m++)
+                                for (int n = n0; n < N; n++) {
+                                    double want = 0, mag = 0;
+                                    const float *wd = deq[j] + (size_t)n * K;
+                                    const float *a = xr + (size_t)rows[set][m] * K;
+                                    for (int k = k0; k < K; k++) {
+                                        want += (double)wd[k] * a[k];
+                                        mag += fabs((double)wd[k] * a[k]);
+                                    }
+                                    double got = C[m * N + n - n0], avx = C2[m * N + n - n0];
+                                    double tol = 1e-4 * mag + 1e-6;
+                                    if (fabs(got - want) > tol || fabs(got - avx) > tol) {
+                                        fprintf(stderr, "%s amx K %d M %d rep %d set %d j %d "
+                                                "m %d n %d: got %g, avx512 %g, want %g\n",
+                                                kt_type_name(type), K, M, rep, set, j, m, n,
+                                                got, avx, want);
+                                        fail();
+                                    }
+                                }
+                        }
+                }
+            for (int j = 0; j < 2; j++) {
+                free(q[j]);
+                free(deq[j]);
+                free(xbuf[j]);
+            }
+            free(A);
+            free(x);
+            free(xr);
+            free(C);
+            free(C2);
+            free(scr);
+            free(scr2);
+        }
+    rng = rng_before;
 }
 
 /* The AVX2 set's prefill panels of a type (6 or more tokens; 1 to 5 take the decode tiles
@@ -673,16 +782,21 @@ static void test_backend_tokens(void **state)
     (void)state;
     static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_Q4_K, KT_TYPE_Q6_K};
     static const int Ts[] = {1, 2, 3, 17, 128, 257};
-    const uint64_t caps[2] = {~UINT64_C(0), avx2_cap_extra()};
+    /* and, where the AMX set takes the prefill, the AVX-512 set's panels */
+    const uint64_t caps[3] = {~UINT64_C(0), avx2_cap_extra(),
+                              amx_tiles() ? ~(KT_ISA_AMX_TILE | KT_ISA_AMX_INT8) : 0};
     layer_max_tokens = 512;
-    for (int c = 0; c < 2 && caps[c]; c++)
+    for (int c = 0; c < 3; c++)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
-                if (c && (Ts[i] == 3 || Ts[i] == 257)) /* the AVX2 cap: 1, 2, 17, 128 */
+                if (!caps[c] || (c == 1 && (Ts[i] == 3 || Ts[i] == 257))) /* AVX2: 1, 2, 17, 128 */
                     continue;
                 /* Q8_K activations (one scale per 256 inputs): test_backend_types' 0.03 */
                 double tol = kt__ggml_act_section(types[ti]) == KT__GGML_ACT_Q8K ? 0.03 : 0.02;
+                uint64_t rng_before = rng; /* cap 2 leaves the later draws as they were */
                 double err = run_layer(types[ti], types[ti], Ts[i], caps[c], 2);
+                if (c == 2)
+                    rng = rng_before;
                 if (err > tol) {
                     fprintf(stderr, "%s T %d cap %d: rel rms err %g > %g\n",
                             kt_type_name(types[ti]), Ts[i], c, err, tol);
@@ -1295,6 +1409,7 @@ int main(void)
         cmocka_unit_test(test_backend_tokens),
         cmocka_unit_test(test_backend_mixed),
         cmocka_unit_test(test_backend_repack),
+        cmocka_unit_test(test_amx_prefill),
         cmocka_unit_test(test_panel_q6k),
         cmocka_unit_test(test_panel_q5k),
         cmocka_unit_test(test_panel_iq4nl),
