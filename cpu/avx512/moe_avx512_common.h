@@ -122,8 +122,7 @@ static inline long parse_dec_pf(const char *e)
     __builtin_cpu_init();
     if (!__builtin_cpu_is("intel"))
         return DEC_PF;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus >= 1 && cpus <= DEC_FEW_CPUS ? DEC_PF_INTEL_FEW : DEC_PF_INTEL;
+    return kt__few_core_intel(DEC_FEW_CPUS) ? DEC_PF_INTEL_FEW : DEC_PF_INTEL;
 }
 
 static inline size_t dec_pf(void)
