@@ -23,14 +23,15 @@
 
 #include "kt/core.h"
 
-/* 1 on an Intel CPU with 1 to `most` online CPUs: there (the 2-core AMX Xeon VM,
- * session 17) the decode kernels' software prefetch runs nearer than on the
- * 16-core Xeon (DEC_PF_INTEL_FEW, LF_AHEAD_FEW). */
-static inline int kt__few_core_intel(long most)
+/* 1 on an Intel CPU with 1 to KT__FEW_CPUS online CPUs: there (the 2-core AMX
+ * Xeon VM, session 17) the decode kernels' software prefetch runs nearer than on
+ * the 16-core Xeon (DEC_PF_INTEL_FEW, LF_AHEAD_FEW; 2 and 16 CPUs measured). */
+#define KT__FEW_CPUS 4
+static inline int kt__few_core_intel(void)
 {
     __builtin_cpu_init();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return __builtin_cpu_is("intel") && cpus >= 1 && cpus <= most;
+    return __builtin_cpu_is("intel") && cpus >= 1 && cpus <= KT__FEW_CPUS;
 }
 
 /* Activation row formats. */

@@ -8,7 +8,6 @@
 
 #include <immintrin.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "moe_kernels.h"
 
@@ -101,12 +100,11 @@ ALWAYS_INLINE lut8 lut_load(void)
  *  - xeon2 (2-core AMX Xeon VM, 2 threads, kt-bench moe, session 17): 8 KiB
  *    FP8 0.88-0.90 / BF16 0.88-0.91 of stream, 2-3 KiB 1.01-1.07 / 0.93-1.02
  *    (Qwen3-30B-A3B and DeepSeek-V3 shapes): DEC_PF_INTEL_FEW on Intel CPUs
- *    with at most DEC_FEW_CPUS online (2 and 16 measured, none between).
+ *    with at most KT__FEW_CPUS online (2 and 16 measured, none between).
  * KT_MOE_DEC_PF (64 B to 1 MiB) overrides them, for measuring. */
 #define DEC_PF 1024
 #define DEC_PF_INTEL 8192
 #define DEC_PF_INTEL_FEW 3072
-#define DEC_FEW_CPUS 4
 
 /* KT_MOE_DEC_PF's distance, 64 B to 1 MiB; 0: unset or out of that range */
 static inline long dec_pf_env(const char *e)
@@ -122,7 +120,7 @@ static inline long parse_dec_pf(const char *e)
     __builtin_cpu_init();
     if (!__builtin_cpu_is("intel"))
         return DEC_PF;
-    return kt__few_core_intel(DEC_FEW_CPUS) ? DEC_PF_INTEL_FEW : DEC_PF_INTEL;
+    return kt__few_core_intel() ? DEC_PF_INTEL_FEW : DEC_PF_INTEL;
 }
 
 static inline size_t dec_pf(void)

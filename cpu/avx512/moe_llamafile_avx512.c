@@ -105,7 +105,7 @@ static void idx_init(void)
     const char *e = getenv("KT_LF_AHEAD"); /* "0": no software prefetch in decode */
     if (e && ((atoi(e) >= 256 && atoi(e) <= 65536) || !strcmp(e, "0")))
         lf_ahead = lf_x80_ahead = atoi(e), lf_ahead_rows = 64;
-    else if (kt__few_core_intel(4))
+    else if (kt__few_core_intel())
         lf_ahead = lf_x80_ahead = LF_AHEAD_FEW, lf_ahead_rows = 64;
     e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
     lf_nohint = e && *e && strcmp(e, "0") != 0;
