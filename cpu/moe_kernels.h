@@ -526,15 +526,15 @@ void kt__lf_gemm_q5_avx512(int type, const void *W, size_t wrow, int n0, int n1,
                            const void *const *act, int M, float *C, int ldc);
 /* LLAMAFILE prefill on AMX-INT8 tiles (cpu/amx/moe_llamafile_amx.c; the AMX set of
  * kt__moe_llamafile_kernels, level 3): C[m][n - n0] = row n of the stored rows W (wrow
- * bytes) . token m over inputs [k0, k1) (multiples of 32, Q4_K / Q5_K of 256; k1 - k0
+ * bytes) . token m over inputs [k0, k1) (multiples of 32, Q4_K / Q5_K / Q6_K of 256; k1 - k0
  * at most KT__LF_AMX_KMAX), M <= KT__LF_AMX_MMAX tokens: activation rows at A, a_stride
- * bytes apart (rows[m], or m), their Q8_0 blocks (Q4_K / Q5_K: Q8_K) q_off bytes in.
- * The ggml vec_dot's integer sums per block (exact), folded in F32. scratch:
- * KT__LF_AMX_SCRATCH bytes; the caller holds the AMX tile permission. */
+ * bytes apart (rows[m], or m), their Q8_0 blocks (Q4_K / Q5_K / Q6_K: Q8_K) q_off bytes in.
+ * The ggml vec_dot's integer sums per block (K types: per super-block; exact), folded in
+ * F32. scratch: KT__LF_AMX_SCRATCH bytes; the caller holds the AMX tile permission. */
 #define KT__LF_AMX_KMAX 8192
 #define KT__LF_AMX_MMAX 256
-#define KT__LF_AMX_SCRATCH ((size_t)3 << 20)
-_Bool kt__lf_amx_type(int type); /* Q4_0, Q8_0, IQ4_NL, Q4_K, Q5_K */
+#define KT__LF_AMX_SCRATCH ((size_t)4 << 20)
+_Bool kt__lf_amx_type(int type); /* Q4_0, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K */
 _Bool kt__lf_amx_set(const kt__moe_kernels *k); /* whether k is an AMX LLAMAFILE set */
 /* Hint: this thread's next kt__lf_gemm_amx call will read bytes [0, len) of rows
  * [n0, n1) of W; the call before it starts them into L2 (two hints kept, oldest first). */

@@ -901,7 +901,7 @@ kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
 }
 
 /* Level 3, the AMX set: the AVX-512 set, but calls of at least KT_LF_AMX_MIN tokens
- * an expert on Q4_0 / Q8_0 / IQ4_NL / Q4_K / Q5_K weights (or their load-time
+ * an expert on Q4_0 / Q8_0 / IQ4_NL / Q4_K / Q5_K / Q6_K weights (or their load-time
  * repacks' rows) take the AMX-INT8 tiles (kt__lf_gemm_amx). Only picked where the
  * CPU has the tiles and the process their permission (lib/moe: pick_llamafile). */
 #define LF_AMX_MIN 16
@@ -938,7 +938,8 @@ static bool lf_amx(unsigned mask, const kt__wmat *W, int n0, int n1, int k0, int
     const void *w;
     int type = lf_amx_type(W, k0, k1, M, &w);
     act_layout L = layout(mask, W->cols);
-    size_t q = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K ? L.q8k : L.q80;
+    size_t q = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K || type == KT_TYPE_Q6_K ? L.q8k
+                                                                                : L.q80;
     if (!type || !scratch || q == SIZE_MAX)
         return false;
     kt__lf_gemm_amx(type, w, kt__ggml_row_bytes((kt_type)type, W->cols), n0, n1, k0, k1, A,
