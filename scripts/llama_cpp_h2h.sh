@@ -42,7 +42,11 @@
 #            one hold is 1-4 min at 16 layers on 2 threads).
 # Environment: AMX (1), LAYERS (8), TYPES ("Q4_0 Q4_K Q8_0"), ROUNDS (3), THREADS (2),
 # LOCK (unset), LB_ARGS (extra llama-bench flags, e.g. "-mmp 0"), PYTHON
-# (python3). Output: WORK/logs/h2h.txt (raw runs and summary).
+# (python3), LOGS (WORK/logs), DROP_CACHES (1: as root, drop the page cache
+# before each tool's run: on the 24 GiB VM a kt-bench run right after
+# llama-bench's read 16-layer Q8_0 at 0.08-0.10 TFLOP/s against 0.34 after a drop,
+# its copies and the file's pages pushing each other out; session 18).
+# Output: LOGS/h2h.txt (raw runs and summary).
 set -e
 SRC=$(cd "$1" && pwd) WORK=$2 KT=$(cd "$3" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -86,9 +90,12 @@ if has model; then
 fi
 
 if has measure; then
-    L=$WORK/logs
+    L=${LOGS:-$WORK/logs}
+    mkdir -p "$L"
     OUT=$L/h2h.txt
+    drop() { [ "${DROP_CACHES:-0}" != 1 ] || { sync; echo 1 > /proc/sys/vm/drop_caches; }; }
     lb() { # TYPE LAYERS ROUND
+        drop
         echo "### llama-bench $1 $2L round $3 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
         # shellcheck disable=SC2086
         "$BIN/llama-bench" -m "$M/h2h-$2L-$1.gguf" -t "$THREADS" -p 512 -n 64 -r 3 -o json \
@@ -96,6 +103,7 @@ if has measure; then
         cat "$L/r$3-$1-$2L.json"
     }
     kb() { # TYPE ROUND
+        drop
         echo "### kt-bench $1 ${LAYERS}L round $2 $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
         "$KT/tools/kt-bench/kt-bench" moe --gguf "$M/h2h-${LAYERS}L-$1.gguf" --tokens 1,512 \
             --threads "$THREADS" --no-onednn | tee "$L/r$2-$1-kt.txt"
