@@ -905,10 +905,13 @@ kt__wmat kt__lf_repack(const kt__wmat *W, void *dst)
  * repacks' rows) take the AMX-INT8 tiles (kt__lf_gemm_amx). Only picked where the
  * CPU has the tiles and the process their permission (lib/moe: pick_llamafile). */
 #define LF_AMX_MIN 16
+/* the K types from 8 (their super-block path folds once per 256 inputs: ahead of the
+ * AVX-512 panels from 8 tokens on one core, docs/bench/xeon2-gpre-1620-min8.txt) */
+#define LF_AMX_MIN_K 8
 #if KT_HAVE_ISA_AMX
-static long parse_amx_min(const char *e)
+static long parse_amx_min(const char *e) /* unset: 0, each type's default */
 {
-    return e && atoi(e) > 0 ? atoi(e) : LF_AMX_MIN;
+    return e && atoi(e) > 0 ? atoi(e) : 0;
 }
 static long amx_min_cache;
 #endif
@@ -919,8 +922,12 @@ static int lf_amx_type(const kt__wmat *W, int k0, int k1, int M, const void **w)
 #if KT_HAVE_ISA_AMX
     int type = x_stored(W->type) ? x_stored(W->type) : W->type;
     *w = x_stored(W->type) ? W->scale : W->w;
-    if (M < env_knob(&amx_min_cache, "KT_LF_AMX_MIN", parse_amx_min) ||
-        M > KT__LF_AMX_MMAX || k1 - k0 > KT__LF_AMX_KMAX || !kt__lf_amx_type(type))
+    long min = env_knob(&amx_min_cache, "KT_LF_AMX_MIN", parse_amx_min);
+    if (!min)
+        min = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K || type == KT_TYPE_Q6_K
+                  ? LF_AMX_MIN_K
+                  : LF_AMX_MIN;
+    if (M < min || M > KT__LF_AMX_MMAX || k1 - k0 > KT__LF_AMX_KMAX || !kt__lf_amx_type(type))
         return 0;
     return type;
 #else

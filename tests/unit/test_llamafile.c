@@ -187,7 +187,7 @@ static void test_amx_prefill(void **state)
     enum { N = 70, MMAX = 256 };
     static const kt_type types[] = {KT_TYPE_Q4_0, KT_TYPE_Q8_0, KT_TYPE_IQ4_NL, KT_TYPE_Q4_K,
                                     KT_TYPE_Q5_K, KT_TYPE_Q6_K};
-    static const int Ms[] = {16, 17, 33, 48, 255, 256};
+    static const int Ms[] = {9, 16, 17, 33, 48, 255, 256}; /* 9: the K types' tiles from 8 */
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (int odd = 0; odd < 2; odd++) {
             kt_type type = types[ti];
