@@ -367,10 +367,9 @@ static void decode(int type, int sb, const uint8_t *W, size_t wrow, int n, int n
     const __m512i inter = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11); /* L0 H0 L1 H1 */
     const __m512i inter2 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15); /* L2 H2 L3 H3 */
     const __m512i iq4 = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kt__iq4nl_values));
-    const int kq = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K || type == KT_TYPE_Q6_K;
-    const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes;
-    const size_t len = kq ? (size_t)nbk / 8 * bb : (size_t)nbk * bb;
-    const size_t ofs = kq ? (size_t)b0 / 8 * bb : (size_t)b0 * bb;
+    const size_t bb = kt__ggml_traits((kt_type)type)->block_bytes; /* sb: 8 blocks' */
+    const size_t len = sb ? (size_t)nbk / 8 * bb : (size_t)nbk * bb;
+    const size_t ofs = sb ? (size_t)b0 / 8 * bb : (size_t)b0 * bb;
     for (int r = 0; r < LFA_NB; r++) {
         float *ws = s->ws + r, *wm = s->wm + (size_t)r * LFA_BMAX;
         int8_t *d = s->wdec + (size_t)r * (sb ? 64 : 32);
@@ -605,8 +604,8 @@ void kt__lf_gemm_amx(int type, const void *W, size_t wrow, int n0, int n1, int k
                      float *C, int ldc, void *scratch)
 {
     lfa_scratch *s = (lfa_scratch *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    const int q8k = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K || type == KT_TYPE_Q6_K;
-    const int sb = q8k; /* the K types: the super-block path */
+    /* the K types (Q8_K partners): the super-block path */
+    const int q8k = kt__ggml_act_section(type) == KT__GGML_ACT_Q8K, sb = q8k;
     const int b0 = k0 / 32, nbk = (k1 - k0) / 32;
     lfa_key key;
     memset(&key, 0, sizeof key); /* padding too: compared bytewise */

@@ -923,10 +923,8 @@ static int lf_amx_type(const kt__wmat *W, int k0, int k1, int M, const void **w)
     int type = x_stored(W->type) ? x_stored(W->type) : W->type;
     *w = x_stored(W->type) ? W->scale : W->w;
     long min = env_knob(&amx_min_cache, "KT_LF_AMX_MIN", parse_amx_min);
-    if (!min)
-        min = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K || type == KT_TYPE_Q6_K
-                  ? LF_AMX_MIN_K
-                  : LF_AMX_MIN;
+    if (!min) /* the AMX set's Q8_K partners are its K types */
+        min = kt__ggml_act_section(type) == KT__GGML_ACT_Q8K ? LF_AMX_MIN_K : LF_AMX_MIN;
     if (M < min || M > KT__LF_AMX_MMAX || k1 - k0 > KT__LF_AMX_KMAX || !kt__lf_amx_type(type))
         return 0;
     return type;
@@ -945,8 +943,7 @@ static bool lf_amx(unsigned mask, const kt__wmat *W, int n0, int n1, int k0, int
     const void *w;
     int type = lf_amx_type(W, k0, k1, M, &w);
     act_layout L = layout(mask, W->cols);
-    size_t q = type == KT_TYPE_Q4_K || type == KT_TYPE_Q5_K || type == KT_TYPE_Q6_K ? L.q8k
-                                                                                : L.q80;
+    size_t q = kt__ggml_act_section(type) == KT__GGML_ACT_Q8K ? L.q8k : L.q80;
     if (!type || !scratch || q == SIZE_MAX)
         return false;
     kt__lf_gemm_amx(type, w, kt__ggml_row_bytes((kt_type)type, W->cols), n0, n1, k0, k1, A,
