@@ -28,6 +28,7 @@
  *   items of one expert do), 1 / avx2 AVX2, 0 / scalar; default the best this CPU runs. KT_BENCH_REPACK=1: a type with a load-time repack
  *   (Q4_0, Q4_K, Q8_0; Q5_K, Q6_K and IQ4_NL with ISA 1) read from it (KT__LF_Q40X /
  *   Q4KX / Q80X / Q5KX / Q6KX / IQ4NLX, as the backend's decode does by default).
+ *   KT_BENCH_HUGE=1: the matrices in 2 MiB pages, as the backend's copies and repacks.
  *   KT_BENCH_QUANT=1: times the set's activation quantizer instead (ks->quant of
  *   one row of K inputs into the sections TYPE needs), us per row.
  *   KT_BENCH_VS_READ=1 (MIB > 0): moe_kernel_bench's decode yardstick instead: the
@@ -64,6 +65,22 @@ static float frand(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* The weight matrices: with KT_BENCH_HUGE=1 in 2 MiB pages (THP "madvise"), as the
+ * backend's expert copies and repacks (lib/moe/backend.c), else as malloc gives them
+ * (4 KiB pages here: the hardware prefetchers stop at each page's end, so a kernel's
+ * software prefetch helps more than it does in the backend). */
+static void *weights_alloc(size_t bytes)
+{
+    const char *e = getenv("KT_BENCH_HUGE");
+    if (!e || strcmp(e, "1"))
+        return malloc(bytes);
+    size_t huge = (size_t)2 << 20, n = (bytes + huge - 1) / huge * huge;
+    void *p = aligned_alloc(huge, n);
+    if (p)
+        madvise(p, n, MADV_HUGEPAGE);
+    return p;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -153,7 +170,7 @@ int main(int argc, char **argv)
     }
     size_t rb = kt__ggml_row_bytes(tr->type, K), per = rb * (size_t)rows;
     size_t nmat = mib ? (mib << 20) / per + 1 : 1;
-    uint8_t *W = malloc(per * nmat);
+    uint8_t *W = weights_alloc(per * nmat);
     /* 64-byte aligned as the backend's rows (with calloc'd ones the Q8_K quantizer of
      * K 1024 / 2048 ran 2-2.4x slower per input than K 768 / 1792; cause not isolated) */
     float *x = aligned_alloc(64, ((size_t)K * sizeof(float) + 63) & ~(size_t)63);
@@ -200,7 +217,7 @@ int main(int argc, char **argv)
     uint8_t *X = NULL;
     int xtype = 0;
     if (rpk && !strcmp(rpk, "1") && xper) {
-        X = aligned_alloc(64, (xper * nmat + 63) / 64 * 64);
+        X = weights_alloc((xper * nmat + 63) / 64 * 64);
         for (size_t i = 0; i < nmat; i++) {
             kt__wmat src = {W + i * per, NULL, rows, K, tr->type, 0, NULL};
             xtype = kt__lf_repack(&src, X + i * xper).type;
