@@ -66,6 +66,19 @@ static int lf_ahead = LF_AHEAD, lf_ahead_rows = LF_AHEAD_ROWS;
  * memory, 384 x 2048 one token (load 3-11, docs/bench/epyc2-lf-gguf10.txt): 4 KiB
  * read more than 8 KiB in 10 of 10 comparisons (13.8-28.2 against 12.5-20.6 GB/s). */
 static int lf_x80_ahead = LF_AHEAD / 2;
+/* The Q40X tiles' distance unless KT_LF_AHEAD sets one: LF_AHEAD, but none (the
+ * hardware prefetchers alone) on AMD CPUs with at most KT__FEW_CPUS online CPUs.
+ * The backend's repacks lie in 2 MiB pages, where the prefetchers run across the
+ * page ends; the 4 KiB pages of lf_kernel_bench's memory mode (which chose
+ * LF_AHEAD) stop them at each. Zen 4 VM (session 19): one core from memory in
+ * 2 MiB pages (KT_BENCH_HUGE=1, 384 x 2048, one token, quiet) 0 / 1 / 2 / 4 /
+ * 8 KiB ahead read 23.2-25.4 / 23.7-24.0 / 19.9-20.3 / 17.9-18.5 / 18.5-23.5
+ * GB/s (Q4_K there wants its 8 KiB: 14.1-15.8 at 0, 21.2-22.1 at 8 KiB);
+ * kt-bench moe --gguf, 2 threads, KT_LF_AHEAD=0 against the default
+ * alternating, 4 pairs (19:46): T=1 0.91 / 0.86 / 0.88 / 0.66 of the stream
+ * between the calls against 0.88 / 0.79 / 0.85 / 0.65, T=4 0.94 / 0.90 / 0.93
+ * / 0.68 against 0.88 / 0.89 / 0.87 / 0.65. */
+static int lf_x40_ahead = LF_AHEAD;
 /* Rows side by side in a one-token tile (weight streams per core): Zen 4 VM, one
  * core from memory, 384 x 2048: Q4_0 4 rows 13.4 GB/s, 2 rows 12.7, 1 row 10.8
  * (Q8_0 17.2 / 12.8 / 11.9); the 16-core Xeon (kt-bench moe --gguf, T=1): at
@@ -104,9 +117,11 @@ static void idx_init(void)
 {
     const char *e = getenv("KT_LF_AHEAD"); /* "0": no software prefetch in decode */
     if (e && ((atoi(e) >= 256 && atoi(e) <= 65536) || !strcmp(e, "0")))
-        lf_ahead = lf_x80_ahead = atoi(e), lf_ahead_rows = 64;
+        lf_ahead = lf_x80_ahead = lf_x40_ahead = atoi(e), lf_ahead_rows = 64;
     else if (kt__few_core_intel())
-        lf_ahead = lf_x80_ahead = LF_AHEAD_FEW, lf_ahead_rows = 64;
+        lf_ahead = lf_x80_ahead = lf_x40_ahead = LF_AHEAD_FEW, lf_ahead_rows = 64;
+    else if (__builtin_cpu_is("amd") && sysconf(_SC_NPROCESSORS_ONLN) <= KT__FEW_CPUS)
+        lf_x40_ahead = 0;
     e = getenv("KT_LF_NOHINT"); /* set and empty (a script's "off") is no */
     lf_nohint = e && *e && strcmp(e, "0") != 0;
     e = getenv("KT_LF_DEC_ORDER");
@@ -903,7 +918,9 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
                      : W->type == KT__LF_Q80X ? X80
                                               : X40;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
-    const size_t ahead = (size_t)(kind == X80 ? lf_x80_ahead : lf_ahead);
+    const size_t ahead = (size_t)(kind == X80   ? lf_x80_ahead
+                                  : kind == X40 ? lf_x40_ahead
+                                                : lf_ahead);
     const uint8_t *start = (const uint8_t *)W->w + (size_t)t0 * tb;
     const size_t total = (size_t)(t1 - t0) * tb;
     /* the first lf_ahead bytes at once, less what the last call's tail started */
