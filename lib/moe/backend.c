@@ -408,6 +408,15 @@ static void decode_items(kt_moe_backend *moe)
      * of 4 alternating processes (12-01 00:58, docs/bench/h200-xeon16-cpu15-0057-*).
      * KT_MOE_DECODE_ITEMS=4 is the old split. */
     moe->dec_items = !lf && moe->nth >= 8 ? 8 : 4;
+    /* LLAMAFILE on Intel CPUs with at most KT__FEW_CPUS online CPUs: 2 items a
+     * worker. Qwen3-30B-A3B's phase 2 then takes 512-row blocks (221 KB of each
+     * Q4_0 expert's down rows in one run, not 110 KB): the 2-core AMX Xeon VM,
+     * kt-bench moe --gguf 4 layers, 2 threads, T=1, KT_MOE_DECODE_ITEMS=2 against
+     * 4 alternating (session 20): Q4_K 0.89 / 0.87 / 0.89 of the stream between
+     * the calls against 0.85 / 0.86 / 0.87, Q4_0 0.97 / 0.98 / 0.94 against 0.94
+     * / 0.94 / 0.90 (docs/bench/xeon2-gdec-0741-items.txt). */
+    if (lf && kt__few_core_intel())
+        moe->dec_items = 2;
     moe->dec_grain = 64;
     /* The decode tail: each decode phase ends with a round of quarter items
      * (item_rows), so that workers finish together. On by default for LLAMAFILE
