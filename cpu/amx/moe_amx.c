@@ -1149,6 +1149,19 @@ static int first_pf = 1;
  * 2 of 3 (the first passes 4-10 ms a call and thread longer, the later ones
  * 6-23 shorter; docs/bench/h200-xeon16-amx13-2138-wide-first.txt): not default. */
 static int wide_first = 0;
+/* INT4 with passes: the first pass takes next_w / (next_w + later passes) of the
+ * next block's rows' L2 prefetches, the later passes the rest (KT_AMX_NEXT_W
+ * overrides; 0: the later passes all of them, as before). A prefetch that
+ * misses L2 holds one of the core's L1 fill buffers until its line comes from
+ * memory, and the later passes' tile loads take each of their 64 lines a step
+ * from L2 through the same buffers: the whole next block over the later
+ * passes alone (5-6 lines a step) left them ~12% slower than without it, the
+ * next block's first pass then cold. The first pass (rescale-bound, ~3.4
+ * times a later pass's time at T=4096) takes its share by time. xeon2,
+ * DeepSeek-V3 T=4096, 2 threads: 2.50-2.60 -> 2.63-2.71 TFLOP/s; AMXINT8
+ * (not rescale-bound) read level and keeps the old way (amx4, session 20;
+ * docs/performance.md) */
+static int next_w = 3;
 /* KT_AMX_NEXT_CALL=1 (amx13, session 11; removed): a call's last 32-row block
  * prefetched, during its later passes, the first block of the thread's next call
  * (the packer's hints queued per thread). Xeon 21:24 / 21:38, alternating,
@@ -1356,7 +1369,8 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
     if (dec && !src->ready && !(probe & 1))
         decode_i4_rescaled(src, 0, imin(kq, kt_n), 0, NB, buf[src->base & 1], dld);
     prof_add(pr, AP_DEC0, &t);
-    pf_stream far = {0}, near = {0};
+    pf_stream far = {0}, near = {0}, nxt = {0};
+    int nxt_on = 0; /* the first pass started nxt (next_w) */
     int outer = passes ? n_mb : n_ch, inner = passes ? n_ch : n_mb;
     for (int o = 0; o < outer; o++) {
         for (int i = 0; i < inner; i++) {
@@ -1394,6 +1408,21 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
                     near.row = NULL;
                 if (pf_mode == 2 || (!first_pf && src->in_l2) || (probe & 4))
                     far.row = NULL;
+                if (dec && passes && ci == 0 && next_w && src->w_next && pf_mode != 2 &&
+                    !(probe & 4)) {
+                    /* its share of the next block's rows, ending with the pass */
+                    pf_rows(&nxt, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64, kt_n);
+                    nxt.per = (nxt.per * next_w + next_w + n_mb - 2) / (next_w + n_mb - 1);
+                    nxt.per += !nxt.per;
+                    nxt_on = 1;
+                }
+            } else if (passes && p == 1 && ci == 0 && nxt_on) {
+                /* the rest of them over the later passes */
+                int steps = (n_mb - 1) * kt_n;
+                nxt.per = (nxt.rows_left * nxt.pn + steps - 1) / steps;
+                next_in_l2 = 1;
+                far.row = NULL;
+                near.row = NULL;
             } else if (passes && p == 1 && ci == 0) {
                 pf_rows(&far, src->w_next, src->ldw, (kt_n * src->bps + 63) / 64,
                         (n_mb - 1) * kt_n);
@@ -1413,6 +1442,7 @@ static int tiles_i8_rows(const i8_src *src, const uint8_t *xpack, size_t x_mb_st
             for (int kt = 0; kt < kn; kt++) {
                 pf_issue(&far, 0);
                 pf_issue(&near, 1);
+                pf_issue(&nxt, 0);
                 i8_step(wc + (size_t)kt * 64, ldt, x0 + (size_t)kt * XSTEP, x_mb_stride, two_x,
                         blk_wide);
                 /* after the products: their tile loads issue before these
@@ -2396,6 +2426,9 @@ static void init_sets(void)
     env = getenv("KT_AMX_WIDE_FIRST");
     if (env)
         wide_first = !strcmp(env, "1");
+    env = getenv("KT_AMX_NEXT_W");
+    if (env)
+        next_w = atoi(env) < 0 ? 0 : atoi(env) > 64 ? 64 : atoi(env);
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_G32");
