@@ -473,8 +473,9 @@ kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
  * on. */
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc);
-/* The Q4KX decode's group kernel on AVX-512 (1: the default, 2: KT_LF_Q4K=2's, fewer
- * instructions); returns the one in use before, for the tests. */
+/* The Q4KX decode's group kernel on AVX-512 (1: session 9's, 2: KT_LF_Q4K=2's, fewer
+ * instructions, 3: the default, the scales in integers); returns the one in use
+ * before, for the tests. */
 int kt__lf_set_q4k_avx512(int kernel);
 /* The same on AVX2 (cpu/avx2/moe_llamafile_dec_avx2.c), any M: each tile read
  * from memory once, then from L1 for the other tokens; also Q6KX (act[m]: the Q8_K

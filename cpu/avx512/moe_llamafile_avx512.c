@@ -103,10 +103,15 @@ static bool lf_nohint;
  * 16 pairs, Q4_1 / Q5_0 / IQ4_NL +3-10% in 4 of 4, Q8_0 -2..+5% (15 of 16: kept
  * off). KT_LF_F16=insert / scalar sets it for every type. */
 static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
-/* The Q4KX decode's group kernel: 1 (session 9's) or 2 (k4x2_group: high
- * nibbles by mask, the minimum term in integers); KT_LF_Q4K=1 / 2, or
- * kt__lf_set_q4k_avx512 for the tests. */
-static int lf_q4k = 1;
+/* The Q4KX decode's group kernel: 1 (session 9's), 2 (k4x2_group: high
+ * nibbles by mask, the minimum term in integers) or 3 (k4x3_group, the
+ * default: also the scales in integers, two rows a register; one-token tiles,
+ * the others take 1); KT_LF_Q4K=1 / 2 / 3, or kt__lf_set_q4k_avx512 for the
+ * tests. The 2-core AMX Xeon VM, kt-bench moe --gguf Qwen3-30B-A3B shape, 2
+ * threads, T=1 of the stream between the calls, 4 rounds alternating (session
+ * 20): 3 read 0.85 / 0.83 / 0.86 / 0.89 against 1's 0.81 / 0.80 / 0.85 / 0.87
+ * (the build before: 0.77 / 0.79 / 0.79 / 0.85). */
+static int lf_q4k = 3;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
  * of a row: words 0..31 the previous 64 bytes, 32..63 these. */
@@ -129,7 +134,7 @@ static void idx_init(void)
     e = getenv("KT_LF_F16");
     lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
     e = getenv("KT_LF_Q4K");
-    if (e && (!strcmp(e, "1") || !strcmp(e, "2")))
+    if (e && (!strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "3")))
         lf_q4k = atoi(e);
     e = getenv("KT_LF_DEC_ROWS");
     if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
@@ -149,7 +154,7 @@ int kt__lf_set_q4k_avx512(int kernel)
 {
     pthread_once(&idx_once, idx_init); /* so that the environment does not undo it */
     int was = lf_q4k;
-    if (kernel == 1 || kernel == 2)
+    if (kernel >= 1 && kernel <= 3)
         lf_q4k = kernel;
     return was;
 }
@@ -568,7 +573,7 @@ ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size
 }
 
 /* The repacked layouts (moe_kernels.h). */
-enum { X40, X4K, X80, X4K2 };
+enum { X40, X4K, X80, X4K2, X4K3 };
 
 /* v[r] = the 64 bytes of row r0 + r of the step at st; the step's 256 bytes at pf
  * started into L2 (pf NULL: none). */
@@ -825,10 +830,143 @@ ALWAYS_INLINE void k4x2_tile_end(const int NR, const int MT, __m512 acc[4][4],
         }
 }
 
+/* Q4KX, the third group kernel (KT_LF_Q4K=3; one-token tiles, 4 rows): the
+ * sub-block scales applied in integers, two rows a register. Per step a row
+ * costs a load, two ands and two vpdpbusd (no shift: the high nibbles stay in
+ * place, as k4x2_group's); per group and row pair
+ *
+ *   T  = (dl r0 | dl r1) . sc + (dh r0 | dh r1) >> 4 . sc   vpackssdw, vpmaddwd
+ *   M  = (m r0 | m r1) . bsum                                vpmaddwd
+ *   acct += float(T) * d_w da;  accm += float(M) * dmin_w da   16 lanes each
+ *
+ * against session 9's conversion and product of sc and m per row and group
+ * (k4x_factors: about 14 uops a row and group against its steps' 20; here
+ * about 11, the steps 16). The words fit:
+ * |dl|, |dh >> 4| <= 16 x 15 x 128 (a lane's 16 products of a group), sc, m
+ * < 64, |bsum| <= 32 x 128; a lane of T sums 4 products (< 2^23): exact in
+ * float. T's 128-bit lane k holds sub-blocks 4k..4k+3 (mod g), its 4 words
+ * pairs: r0, r0, r1, r1; M's lanes 0-7 r0 (sub-block pairs), 8-15 r1. */
+static const uint16_t k4x3_sci[2][32] = {
+    /* word 8k + i <- pair word (i / 4) g + (4k + i % 4) mod g; g 16, then g 8 */
+    {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23,
+     8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31},
+    {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15,
+     0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15}};
+
+ALWAYS_INLINE void k4x3_group(const int S, const uint8_t *t, size_t go, const uint8_t *pf,
+                              int gb, int nb, const uint8_t *act, size_t xs, __m512 acct[2],
+                              __m512 accm[2])
+{
+    const int g = 4 * S;
+    const __m512i low4 = _mm512_set1_epi8(15), high4 = _mm512_set1_epi8((char)0xf0);
+    __m512i dl[4], dh[4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        dl[r] = dh[r] = _mm512_setzero_si512();
+    #pragma GCC unroll 4
+    for (int s = 0; s < S; s++) {
+        __m512i v[4];
+        x_step_rows(4, t + go + s * 256, 0, pf ? pf + go + s * 256 : NULL, v);
+        const uint8_t *a = act + 2 * xs + (size_t)(gb / 4 + s) * 128;
+        __m512i alo = _mm512_loadu_si512((const void *)a);
+        __m512i ahi = _mm512_loadu_si512((const void *)(a + 64));
+        #pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            dl[r] = _mm512_dpbusd_epi32(dl[r], _mm512_and_si512(v[r], low4), alo);
+            dh[r] = _mm512_dpbusd_epi32(dh[r], _mm512_and_si512(v[r], high4), ahi);
+        }
+    }
+    if (pf) { /* the scale and min lines: 128 bytes (g 16) or 64 */
+        _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
+        if (S == 4)
+            _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
+    }
+    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
+    const uint8_t *scb = t + go + (size_t)g * 64, *mnb = scb + 4 * g;
+    /* the token's: va lanes 0-7 the first block's da, 8-15 the second's (S 2:
+     * the one); vm M's lanes' da; bw the code sums per 32 as M's words */
+    const float *dap = (const float *)(act + xs) + gb;
+    const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
+    __m512 va = S == 4 ? _mm512_loadu_ps(dap) : _mm512_broadcast_f32x8(_mm256_loadu_ps(dap));
+    __m512 vm = _mm512_permutexvar_ps(
+        _mm512_set_epi32(8, 8, 8, 8, 0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0), va);
+    __m512i bw = S == 4 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bs))
+                        : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs));
+    const __m512i sci = _mm512_loadu_si512((const void *)k4x3_sci[S == 4 ? 0 : 1]);
+    /* F lanes: (d, dmin) of the first block, of the second (S 2: the first
+     * again), for r0 then r1 */
+    const __m512i ti = _mm512_set_epi32(6, 6, 2, 2, 6, 6, 2, 2, 4, 4, 0, 0, 4, 4, 0, 0);
+    const __m512i mi = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m128i q;
+        if (S == 4) {
+            q = _mm_unpacklo_epi64(
+                _mm_loadl_epi64((const __m128i *)(dd + (size_t)(2 * h) * (nb / 2))),
+                _mm_loadl_epi64((const __m128i *)(dd + (size_t)(2 * h + 1) * (nb / 2))));
+        } else {
+            int u0, u1;
+            memcpy(&u0, dd + (size_t)(2 * h) * (nb / 2), 4);
+            memcpy(&u1, dd + (size_t)(2 * h + 1) * (nb / 2), 4);
+            q = _mm_unpacklo_epi64(_mm_set1_epi32(u0), _mm_set1_epi32(u1));
+        }
+        __m512 f = _mm512_castps256_ps512(_mm256_cvtph_ps(q));
+        /* sc and m of rows 2h, 2h + 1 as words */
+        const uint8_t *ps = scb + (size_t)(2 * h) * g, *pm = mnb + (size_t)(2 * h) * g;
+        __m512i scw, mw;
+        if (S == 4) {
+            scw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)ps));
+            mw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pm));
+        } else {
+            scw = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)ps)));
+            mw = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)pm)),
+                _mm_loadl_epi64((const __m128i *)(pm + 8)), 1));
+        }
+        scw = _mm512_permutexvar_epi16(sci, scw);
+        __m512i pl = _mm512_packs_epi32(dl[2 * h], dl[2 * h + 1]);
+        __m512i ph = _mm512_packs_epi32(_mm512_srai_epi32(dh[2 * h], 4),
+                                        _mm512_srai_epi32(dh[2 * h + 1], 4));
+        __m512i T = _mm512_add_epi32(_mm512_madd_epi16(pl, scw), _mm512_madd_epi16(ph, scw));
+        acct[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T),
+                                  _mm512_mul_ps(_mm512_permutexvar_ps(ti, f), va), acct[h]);
+        accm[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(mw, bw)),
+                                  _mm512_mul_ps(_mm512_permutexvar_ps(mi, f), vm), accm[h]);
+    }
+}
+
+/* out[r * 4] = row r of the tile at t . the token at act (r < 4): k4x3_group
+ * over groups of 16 and 8 sub-blocks (K a multiple of 256). */
+ALWAYS_INLINE void k4x3_tile(const uint8_t *t, const uint8_t *pf, int nb, const uint8_t *act,
+                             size_t xs, float *out)
+{
+    __m512 acct[2], accm[2], acc[4][4];
+    acct[0] = acct[1] = accm[0] = accm[1] = _mm512_setzero_ps();
+    size_t go = 0;
+    int b = 0;
+    for (; b + 16 <= nb; b += 16, go += (size_t)72 * 16)
+        k4x3_group(4, t, go, pf, b, nb, act, xs, acct, accm);
+    if (nb - b >= 8) {
+        k4x3_group(2, t, go, pf, b, nb, act, xs, acct, accm);
+        go += (size_t)72 * 8;
+    }
+    if (pf) /* the (d, dmin) lines after the groups */
+        for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
+            _mm_prefetch((const char *)pf + o, LF_HINT);
+    /* row 2h: T's lanes 0, 1 of each 4, less M's 0-7; row 2h + 1: the others */
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512 a = _mm512_maskz_mov_ps(0x3333, acct[h]), c = _mm512_maskz_mov_ps(0xcccc, acct[h]);
+        acc[2 * h][0] = _mm512_mask_sub_ps(a, 0x00ff, a, accm[h]);
+        acc[2 * h + 1][0] = _mm512_mask_sub_ps(c, 0xff00, c, accm[h]);
+    }
+    tile_store(4, 1, acc, out);
+}
+
 /* Bytes of a group of g blocks in layout kind. */
 ALWAYS_INLINE size_t x_group_bytes(const int kind, int g)
 {
-    return kind == X4K || kind == X4K2 ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
+    return kind == X4K || kind == X4K2 || kind == X4K3 ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
                                                       : kt__q40x_group_bytes(g);
 }
 
@@ -890,7 +1028,7 @@ ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uin
      * (and its min products per token) cost more than the shift per row it saves
      * (objdump, a group of 16: 292 against 264 instructions at 2 x 4; 215 against
      * 234 at 4 x 1) */
-    const int k2 = kind == X4K2 ? X4K : kind;
+    const int k2 = kind == X4K2 || kind == X4K3 ? X4K : kind;
     if (mr == 1)
         x40_tile(kind, 4, 1, t, pf, 0, nb, act, xs, out);
     for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
@@ -905,7 +1043,8 @@ ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uin
 
 /* One tile of layout KIND at the call loop's position (the one-token tile apart). */
 #define X_CALL_TILE(KIND) \
-    (mr == 1 ? x40_tile(KIND, 4, 1, tp, p1, 0, nb, ar, xs, out) \
+    (mr == 1 && KIND == X4K3 ? k4x3_tile(tp, p1, nb, ar[0], xs, out) \
+     : mr == 1 ? x40_tile(KIND, 4, 1, tp, p1, 0, nb, ar, xs, out) \
              : x40_tiles(KIND, mr, tp, p1, nb, ar, xs, out))
 
 
@@ -914,7 +1053,7 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
 {
     pthread_once(&idx_once, idx_init); /* lf_ahead */
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const int kind = W->type == KT__LF_Q4KX ? (lf_q4k == 2 ? X4K2 : X4K)
+    const int kind = W->type == KT__LF_Q4KX ? (lf_q4k == 3 ? X4K3 : lf_q4k == 2 ? X4K2 : X4K)
                      : W->type == KT__LF_Q80X ? X80
                                               : X40;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
@@ -957,6 +1096,8 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
                 X_CALL_TILE(X4K);
             else if (kind == X4K2)
                 X_CALL_TILE(X4K2);
+            else if (kind == X4K3)
+                X_CALL_TILE(X4K3);
             else
                 X_CALL_TILE(X80);
             for (int r = 0; r < 4; r++)
