@@ -2427,8 +2427,10 @@ static void init_sets(void)
     if (env)
         wide_first = !strcmp(env, "1");
     env = getenv("KT_AMX_NEXT_W");
-    if (env)
-        next_w = atoi(env) < 0 ? 0 : atoi(env) > 64 ? 64 : atoi(env);
+    if (env) {
+        int w = atoi(env);
+        next_w = w < 0 ? 0 : imin(w, 64);
+    }
     env = getenv("KT_AMX_EO128");
     eo128_on = !(env && !strcmp(env, "0"));
     env = getenv("KT_AMX_G32");

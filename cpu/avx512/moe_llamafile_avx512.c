@@ -538,6 +538,26 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
  *   acc += float(d) * dw * da       per group, as Q40X
  */
 
+/* A Q4KX group's scale and min lines (128 bytes for groups of 16 sub-blocks,
+ * 64 for 8), after its S steps at pf + go, started into L2 (pf NULL: none). */
+ALWAYS_INLINE void k4x_pf_scales(const int S, const uint8_t *pf, size_t go)
+{
+    if (!pf)
+        return;
+    _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
+    if (S == 4)
+        _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
+}
+
+/* A Q4KX tile's (d, dmin) lines after its groups (from go) started (pf NULL:
+ * none). */
+ALWAYS_INLINE void k4x_pf_dmins(const uint8_t *pf, size_t go, int nb)
+{
+    if (pf)
+        for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
+            _mm_prefetch((const char *)pf + o, LF_HINT);
+}
+
 /* The Q4KX group's weight factors of rows r0 .. r0 + NR - 1: ws = d_w sc, wm =
  * dmin_w m per lane (S 2: lanes 8-15 repeat 0-7 in ws, zero in wm). */
 ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size_t go, int r0,
@@ -749,11 +769,7 @@ ALWAYS_INLINE void k4x2_group(const int S, const int NR, const int MT, const uin
             }
         }
     }
-    if (pf) { /* the scale and min lines: 128 bytes (g 16) or 64 */
-        _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
-        if (S == 4)
-            _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
-    }
+    k4x_pf_scales(S, pf, go);
     /* f[r]: row r0 + r's (d, dmin) f16 pairs of the group's blocks as floats */
     const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
     const uint8_t *scb = t + go + (size_t)g * 64, *mnb = scb + 4 * g;
@@ -876,11 +892,7 @@ ALWAYS_INLINE void k4x3_group(const int S, const uint8_t *t, size_t go, const ui
             dh[r] = _mm512_dpbusd_epi32(dh[r], _mm512_and_si512(v[r], high4), ahi);
         }
     }
-    if (pf) { /* the scale and min lines: 128 bytes (g 16) or 64 */
-        _mm_prefetch((const char *)pf + go + S * 256, LF_HINT);
-        if (S == 4)
-            _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
-    }
+    k4x_pf_scales(S, pf, go);
     const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
     const uint8_t *scb = t + go + (size_t)g * 64, *mnb = scb + 4 * g;
     /* the token's: va lanes 0-7 the first block's da, 8-15 the second's (S 2:
@@ -950,9 +962,7 @@ ALWAYS_INLINE void k4x3_tile(const uint8_t *t, const uint8_t *pf, int nb, const 
         k4x3_group(2, t, go, pf, b, nb, act, xs, acct, accm);
         go += (size_t)72 * 8;
     }
-    if (pf) /* the (d, dmin) lines after the groups */
-        for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
-            _mm_prefetch((const char *)pf + o, LF_HINT);
+    k4x_pf_dmins(pf, go, nb);
     /* row 2h: T's lanes 0, 1 of each 4, less M's 0-7; row 2h + 1: the others */
     #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
@@ -1007,9 +1017,8 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
     }
     if (kind == X4K2)
         k4x2_tile_end(NR, MT, acc, accm);
-    if (k4 && pf) /* the (d, dmin) lines after the groups */
-        for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
-            _mm_prefetch((const char *)pf + o, LF_HINT);
+    if (k4)
+        k4x_pf_dmins(pf, go, nb);
     if (!k4 && nb - b >= 4) {
         x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += x_group_bytes(kind, 4), b += 4;
