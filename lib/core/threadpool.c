@@ -48,16 +48,28 @@ struct kt_pool {
     bool *worker_cpu;
     int n_cpu;
     int wait_mode;
+    /* kt__pool_call: the OS CPU of the last worker (whose share a calling thread
+     * runs; -1: not pinned) and whether the workers cover every CPU the process
+     * may use (kt__pool_covers) */
+    int last_cpu;
+    bool covers;
 
     struct {
         kt_pool_fn fn;
         void *ctx;
+        /* job seq << 1, | 1 where the poster runs the last worker's share
+         * (kt__pool_call); the last worker reads it to skip such jobs */
+        _Atomic uint64_t tag;
     } ring[KT__POOL_RING];
 
     _Alignas(64) _Atomic uint64_t posted;
     _Atomic uint32_t post_gen;   /* futex word: bumped on post and stop */
     _Atomic uint32_t idle_sleepers;
     _Atomic int stop;
+    /* the last worker, after a job whose share a caller ran, sleeps here: bumped
+     * by the posts it has to run and on stop, not by kt__pool_call's */
+    _Atomic uint32_t last_gen;
+    _Atomic uint32_t last_sleepers;
 
     _Alignas(64) _Atomic uint64_t done;
     _Atomic uint32_t done_gen;   /* futex word: bumped when a job finishes */
@@ -129,6 +141,16 @@ void kt__pool_barrier(kt_pool *p, int tid)
     }
 }
 
+/* One share of job seq finished: the last one publishes the job done. */
+static void finish_share(kt_pool *p, uint64_t seq)
+{
+    if (atomic_fetch_add(&p->finished, 1) == (uint32_t)p->n - 1) {
+        atomic_store(&p->finished, 0);
+        atomic_store_explicit(&p->done, seq + 1, memory_order_release);
+        bump_and_wake(&p->done_gen, &p->done_sleepers);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
@@ -138,29 +160,42 @@ static void *worker_main(void *arg)
         if (pu)
             hwloc_set_cpubind(p->topo, pu->cpuset, HWLOC_CPUBIND_THREAD);
     }
+    bool last = w->tid == p->n - 1;
+    /* last worker: the previous job's share was a caller's (kt__pool_call); it
+     * most likely runs the next one's too, on this CPU, so sleep, don't spin */
+    bool napping = false;
     uint64_t next = 0;
     for (;;) {
         /* idle: wait for job `next` (or stop) */
+        _Atomic uint32_t *gen = napping ? &p->last_gen : &p->post_gen;
         for (int i = 0;; i++) {
-            uint32_t g = atomic_load(&p->post_gen);
+            uint32_t g = atomic_load(gen);
             if (atomic_load_explicit(&p->posted, memory_order_acquire) > next)
                 break;
             if (atomic_load(&p->stop))
                 return NULL;
-            if (i < SPIN_IDLE)
+            if (napping)
+                sleep_on(gen, g, &p->last_sleepers);
+            else if (i < SPIN_IDLE)
                 kt__spin_step(i);
             else
-                sleep_on(&p->post_gen, g, &p->idle_sleepers);
+                sleep_on(gen, g, &p->idle_sleepers);
+        }
+        unsigned slot = (unsigned)(next % KT__POOL_RING);
+        if (last) {
+            /* not this job's plain tag: its poster runs this share, or ran it
+             * and the slot already holds a later job (this job could not have
+             * finished without this share otherwise) */
+            napping = atomic_load_explicit(&p->ring[slot].tag, memory_order_acquire) != next << 1;
+            if (napping) {
+                next++;
+                continue;
+            }
         }
         /* a job starts only after every worker finished the previous one */
         wait_done(p, next, SPIN_SYNC);
-        unsigned slot = (unsigned)(next % KT__POOL_RING);
         p->ring[slot].fn(p->ring[slot].ctx, w->tid);
-        if (atomic_fetch_add(&p->finished, 1) == (uint32_t)p->n - 1) {
-            atomic_store(&p->finished, 0);
-            atomic_store_explicit(&p->done, next + 1, memory_order_release);
-            bump_and_wake(&p->done_gen, &p->done_sleepers);
-        }
+        finish_share(p, next);
         next++;
     }
 }
@@ -248,6 +283,26 @@ static int worker_os_cpu(const kt_pool *p, int i)
     return pu ? (int)pu->os_index : -1;
 }
 
+/* Whether the workers are pinned to every CPU the process may use. */
+static bool covers_allowed(const kt_pool *p)
+{
+    if (!p->have_topo)
+        return false;
+    hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(p->topo);
+    hwloc_bitmap_t set = allowed ? hwloc_bitmap_dup(allowed) : NULL;
+    if (!set)
+        return false;
+    for (int i = 0; i < p->n; i++) {
+        hwloc_obj_t pu = p->workers[i].pu < 0 ? NULL
+                         : hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_PU, (unsigned)p->workers[i].pu);
+        if (pu)
+            hwloc_bitmap_andnot(set, set, pu->cpuset);
+    }
+    bool all = hwloc_bitmap_iszero(set);
+    hwloc_bitmap_free(set);
+    return all;
+}
+
 kt_status kt__pool_create(kt_pool **out, const kt_pool_config *cfg)
 {
     KT_CHECK(out != NULL && cfg != NULL);
@@ -296,6 +351,8 @@ kt_status kt__pool_create(kt_pool **out, const kt_pool_config *cfg)
     for (int i = 0; i < n; i++)
         if (worker_os_cpu(p, i) >= 0)
             p->worker_cpu[worker_os_cpu(p, i)] = true;
+    p->last_cpu = worker_os_cpu(p, n - 1);
+    p->covers = covers_allowed(p);
     for (int i = 0; i < n; i++) {
         worker *w = &p->workers[i];
         w->pool = p;
@@ -322,6 +379,8 @@ void kt__pool_free(kt_pool *p)
         atomic_store(&p->stop, 1);
         bump_and_wake(&p->post_gen, &p->idle_sleepers);
         futex_wake_all(&p->post_gen);
+        bump_and_wake(&p->last_gen, &p->last_sleepers);
+        futex_wake_all(&p->last_gen);
         for (int i = 0; i < p->n; i++)
             if (p->workers[i].started)
                 pthread_join(p->workers[i].thread, NULL);
@@ -364,7 +423,8 @@ int kt__pool_first(const kt_pool *p, int k) { return p->pool_first[k]; }
 int kt__pool_count(const kt_pool *p, int k) { return p->pool_first[k + 1] - p->pool_first[k]; }
 int kt__pool_node(const kt_pool *p, int k) { return p->pool_node[k]; }
 
-bool kt__pool_post(kt_pool *p, kt_pool_fn fn, void *ctx)
+/* Queues job fn; caller: the poster runs the last worker's share. */
+static bool post(kt_pool *p, kt_pool_fn fn, void *ctx, bool caller)
 {
     uint64_t posted = atomic_load(&p->posted);
     if (posted - atomic_load(&p->done) >= KT__POOL_RING)
@@ -372,10 +432,21 @@ bool kt__pool_post(kt_pool *p, kt_pool_fn fn, void *ctx)
     unsigned slot = (unsigned)(posted % KT__POOL_RING);
     p->ring[slot].fn = fn;
     p->ring[slot].ctx = ctx;
+    atomic_store_explicit(&p->ring[slot].tag, posted << 1 | (caller ? 1 : 0),
+                          memory_order_release);
     atomic_store_explicit(&p->posted, posted + 1, memory_order_release);
     bump_and_wake(&p->post_gen, &p->idle_sleepers);
+    if (!caller)
+        bump_and_wake(&p->last_gen, &p->last_sleepers);
     return true;
 }
+
+bool kt__pool_post(kt_pool *p, kt_pool_fn fn, void *ctx)
+{
+    return post(p, fn, ctx, false);
+}
+
+bool kt__pool_covers(const kt_pool *p) { return p->covers; }
 
 uint64_t kt__pool_posted(const kt_pool *p) { return atomic_load(&((kt_pool *)p)->posted); }
 uint64_t kt__pool_done(const kt_pool *p) { return atomic_load(&((kt_pool *)p)->done); }
@@ -400,6 +471,52 @@ static bool wait_sleeps(const kt_pool *p)
 void kt__pool_wait(kt_pool *p, uint64_t seq)
 {
     wait_done(p, seq, wait_sleeps(p) ? 0 : SPIN_SYNC);
+}
+
+/* Whether the calling thread may run on the last worker's CPU; if so and it
+ * runs on another worker's now, it moves there: bound to that CPU alone, then
+ * to its own CPUs again (it stays, nothing pulls it back). Otherwise it would
+ * share that worker's CPU until the scheduler's balancing moved it (up to
+ * milliseconds: after kt-bench's stream reads, which pin it for a while). */
+static bool may_run_last(const kt_pool *p)
+{
+    if (p->n < 2 || p->last_cpu < 0 || p->last_cpu >= CPU_SETSIZE)
+        return false;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || !CPU_ISSET(p->last_cpu, &set))
+        return false;
+    int cpu = sched_getcpu();
+    if (cpu != p->last_cpu && cpu >= 0 && cpu < p->n_cpu && p->worker_cpu[cpu]) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(p->last_cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) == 0)
+            sched_setaffinity(0, sizeof set, &set);
+    }
+    return true;
+}
+
+bool kt__pool_call(kt_pool *p, kt_pool_fn fn, void *ctx)
+{
+    if (!may_run_last(p)) {
+        if (!post(p, fn, ctx, false))
+            return false;
+        kt__pool_wait(p, kt__pool_posted(p));
+        return true;
+    }
+    uint64_t seq = atomic_load(&p->posted);
+    if (!post(p, fn, ctx, true))
+        return false;
+    /* the last share: after every worker finished the previous job, as theirs */
+    wait_done(p, seq, wait_sleeps(p) ? 0 : SPIN_SYNC);
+    fn(ctx, p->n - 1);
+    finish_share(p, seq);
+    /* the rest: spin on the last worker's CPU (its worker sleeps), sleep on
+     * another worker's */
+    int cpu = sched_getcpu();
+    bool on_worker = cpu >= 0 && cpu < p->n_cpu && p->worker_cpu[cpu] && cpu != p->last_cpu;
+    wait_done(p, seq + 1, on_worker && p->wait_mode != 0 ? 0 : SPIN_SYNC);
+    return true;
 }
 
 void kt__pool_run(kt_pool *p, kt_pool_fn fn, void *ctx)

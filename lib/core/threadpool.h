@@ -57,6 +57,17 @@ uint64_t kt__pool_done(const kt_pool *pool);
  * the calling thread is on a CPU a worker is pinned to: KT_POOL_WAIT=auto, the
  * default; spin / sleep force either). */
 void kt__pool_wait(kt_pool *pool, uint64_t seq);
+/* Posts fn and runs the last worker's share (tid n - 1) on the calling thread,
+ * then waits for the job: no wake-up at either end, where the caller would
+ * otherwise sleep on a worker's CPU. That worker skips the job and, until a
+ * plain post, sleeps instead of spinning, leaving its CPU to the caller. Where
+ * the caller may not run on that worker's CPU, a plain post and wait. Returns
+ * false when KT__POOL_RING jobs are pending (nothing queued). One thread at a
+ * time, the posting thread; not from a worker. */
+bool kt__pool_call(kt_pool *pool, kt_pool_fn fn, void *ctx);
+/* Whether the workers are pinned to every CPU the process may use (a thread
+ * that waits for them then shares a CPU with one). */
+bool kt__pool_covers(const kt_pool *pool);
 /* Posts and waits; for callers that are not in a hurry. */
 void kt__pool_run(kt_pool *pool, kt_pool_fn fn, void *ctx);
 

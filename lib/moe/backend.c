@@ -125,6 +125,7 @@ struct kt_moe_backend {
      * most FLOW_T tokens the first worker to arrive plans, the others wait for its plan
      * only, not for every worker to arrive */
     int dec_flow;
+    bool call_share;               /* kt_moe_forward runs the last worker's share (decode_items) */
     bool flow_call;                /* this chunk: phase 2 waits per expert (phase0) */
     int blocks1[64];               /* phase-1 items of each active expert, per pool */
     _Atomic int *done1;            /* [n_pools][E]: finished phase-1 items of active expert a */
@@ -147,6 +148,9 @@ struct kt_moe_backend {
     _Alignas(64) _Atomic unsigned plan_seq; /* chunks planned so far */
     _Alignas(64) _Atomic uint64_t arrivals; /* dec_flow 2: tickets, nth a chunk (run_chunks) */
     _Alignas(64) _Atomic int prof_ended;    /* KT_MOE_PROFILE: workers done with the task */
+    double prof_last_end;          /* KT_MOE_PROFILE: when the last task's last worker ended */
+    double prof_ret, prof_rets;    /* KT_MOE_PROFILE: kt_moe_wait's returns after it, s / count */
+    double prof_reth[6];           /* ... how many within 5 / 10 / 20 / 50 / 100 us / later */
 
     _Atomic int err_status;
     char err_msg[256];
@@ -459,6 +463,21 @@ static void decode_items(kt_moe_backend *moe)
     e = getenv("KT_MOE_DECODE_FLOW");
     if (e && *e >= '0' && *e <= '2' && !e[1])
         moe->dec_flow = *e - '0';
+    /* kt_moe_forward's thread runs the last worker's share (kt__pool_call) on
+     * Intel CPUs with at most KT__FEW_CPUS online CPUs, all of them the
+     * workers': there it would sleep on a worker's CPU, and each call paid
+     * that worker's start after the caller's futex sleep and the caller's
+     * wake-up after the last worker (KT_MOE_PROFILE: 5-10 us in most calls,
+     * 50-100 us in 1 of 10 to 2 of 3 by the run). The 2-core AMX VM, kt-bench
+     * moe --gguf 4 layers, 2 threads, T=1 of the between-calls stream, 4
+     * rounds alternating with the base (session 21): Q4_0 0.87-0.88 ->
+     * 0.93-0.96, Q4_K 0.79-0.83 -> 0.81-0.88, Q8_0 0.93-0.97 -> 0.96-1.00
+     * (docs/bench/xeon2-dsched-1207-ab.txt). KT_MOE_CALL_SHARE=0 / 1
+     * overrides. */
+    moe->call_share = kt__few_core_intel() && kt__pool_covers(moe->pool);
+    e = getenv("KT_MOE_CALL_SHARE");
+    if (e && *e)
+        moe->call_share = strcmp(e, "0") != 0;
 }
 
 /* LLAMAFILE: each projection's block type is a ggml type whose block size
@@ -1030,9 +1049,16 @@ static void prof_print(const kt_moe_backend *moe)
             ms[PROF_WAIT] + ms[PROF_WAIT0] + ms[PROF_WAITX]);
     kt__log(moe->rt, KT_LOG_WARN,
             "moe profile: waits, ms per call and worker: start %.3f, after phase 0 %.3f, "
-            "after phase 1 %.3f, for an expert in phase 2 %.3f, end %.3f (flow %d)",
+            "after phase 1 %.3f, for an expert in phase 2 %.3f, end %.3f (flow %d); "
+            "the waiter's return after the last worker %.3f (%.0f waits)",
             ms[PROF_START], ms[PROF_WAIT0], ms[PROF_WAIT], ms[PROF_WAITX], ms[PROF_END],
-            moe->dec_flow);
+            moe->dec_flow, moe->prof_rets > 0 ? moe->prof_ret * 1e3 / moe->prof_rets : 0.0,
+            moe->prof_rets);
+    if (moe->prof_rets > 0)
+        kt__log(moe->rt, KT_LOG_WARN, "moe profile: the waiter's returns within 5 / 10 / 20 / "
+                "50 / 100 us / later: %.0f / %.0f / %.0f / %.0f / %.0f / %.0f", moe->prof_reth[0],
+                moe->prof_reth[1], moe->prof_reth[2], moe->prof_reth[3], moe->prof_reth[4],
+                moe->prof_reth[5]);
     /* per worker (the first 32): which one starts late, who waits for it */
     char line[32 * 24] = "";
     size_t used = 0;
@@ -1044,6 +1070,18 @@ static void prof_print(const kt_moe_backend *moe)
     }
     kt__log(moe->rt, KT_LOG_WARN, "moe profile: workers' start / wait after phase 0, us:%s",
             line);
+    line[0] = '\0';
+    used = 0;
+    for (int t = 0; t < moe->nth && t < 32 && used < sizeof line; t++) {
+        const double *w = moe->prof + (size_t)t * PROF_N;
+        int n = snprintf(line + used, sizeof line - used, " %.0f/%.0f/%.1f",
+                         w[PROF_PHASE1] * 1e6 / calls,
+                         (w[PROF_PHASE2] - w[PROF_WAITX]) * 1e6 / calls,
+                         w[PROF_WAITX] * 1e6 / calls);
+        used += n > 0 ? (size_t)n : 0;
+    }
+    kt__log(moe->rt, KT_LOG_WARN, "moe profile: workers' phase 1 / phase 2 / its waits for an "
+            "expert, us:%s", line);
     line[0] = '\0';
     used = 0;
     for (int t = 0; t < moe->nth && t < 32 && used < sizeof line; t++) {
@@ -2126,6 +2164,7 @@ static void prof_end(kt_moe_backend *moe, int tid)
     if (atomic_fetch_add(&moe->prof_ended, 1) != moe->nth - 1)
         return;
     atomic_store(&moe->prof_ended, 0);
+    moe->prof_last_end = now;
     for (int t = 0; t < moe->nth; t++) {
         double *w = moe->prof + (size_t)t * PROF_N;
         w[PROF_END] += now - w[PROF_END_AT];
@@ -2238,7 +2277,9 @@ static kt_status check_io(const kt_moe_backend *moe, uint32_t layer, const kt_mo
     return KT_OK;
 }
 
-kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
+/* Queues a task (kt_moe_submit), or with call runs it with the calling
+ * thread as the last worker and returns when it is done (kt__pool_call). */
+static kt_status post_task(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io, bool call)
 {
     uint32_t slot = 0;
     kt_status st = check_io(moe, layer, io, &slot);
@@ -2253,9 +2294,15 @@ kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io
     task->asked = layer;
     task->io = *io;
     task->posted = moe->prof ? stamp_now() : 0.0;
-    if (!kt__pool_post(moe->pool, run_task, task))
+    if (!(call ? kt__pool_call(moe->pool, run_task, task)
+               : kt__pool_post(moe->pool, run_task, task)))
         return kt__error(KT_ERR_LIMIT, "moe: %d tasks already pending", KT_MOE_QUEUE_DEPTH);
     return KT_OK;
+}
+
+kt_status kt_moe_submit(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
+{
+    return post_task(moe, layer, io, false);
 }
 
 kt_status kt_moe_wait(kt_moe_backend *moe, uint32_t max_pending)
@@ -2263,8 +2310,17 @@ kt_status kt_moe_wait(kt_moe_backend *moe, uint32_t max_pending)
     if (!moe)
         return kt__error(KT_ERR_INVALID_ARG, "kt_moe_wait: backend is NULL");
     uint64_t posted = kt__pool_posted(moe->pool);
-    if (posted > max_pending)
+    if (posted > max_pending) {
+        bool waits = moe->prof && kt__pool_done(moe->pool) < posted - max_pending;
         kt__pool_wait(moe->pool, posted - max_pending);
+        if (waits && max_pending == 0) { /* the caller's wake-up after the last worker */
+            double r = stamp_now() - moe->prof_last_end;
+            moe->prof_ret += r;
+            moe->prof_rets += 1;
+            moe->prof_reth[r < 5e-6 ? 0 : r < 10e-6 ? 1 : r < 20e-6 ? 2 : r < 50e-6 ? 3
+                           : r < 100e-6 ? 4 : 5] += 1;
+        }
+    }
     int st = atomic_load(&moe->err_status);
     if (st != 0) {
         kt_status s = kt__error((kt_status)st, "%s", moe->err_msg);
@@ -2355,10 +2411,11 @@ bool kt__moe_task_stamps(const kt_moe_backend *moe, double *first_start, double 
 
 kt_status kt_moe_forward(kt_moe_backend *moe, uint32_t layer, const kt_moe_io *io)
 {
-    kt_status st = kt_moe_submit(moe, layer, io);
+    bool call = moe && moe->call_share;
+    kt_status st = post_task(moe, layer, io, call);
     if (st == KT_ERR_LIMIT) {
         kt_moe_wait(moe, 0);
-        st = kt_moe_submit(moe, layer, io);
+        st = post_task(moe, layer, io, call);
     }
     if (st < 0)
         return st;

@@ -1,8 +1,11 @@
 /* Worker pool: every worker runs every job once, jobs run in order, barriers
- * separate phases, posting is bounded, pools partition the workers, and a
- * waiter on a worker's CPU gets every job's end in each wait mode. */
+ * separate phases, posting is bounded, pools partition the workers, a
+ * waiter on a worker's CPU gets every job's end in each wait mode, and
+ * kt__pool_call's caller runs the last share of its jobs between plain posts. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -77,6 +80,17 @@ static void log_job(void *arg, int tid)
         int i = atomic_fetch_add(s->len, 1);
         atomic_store(&s->log[i], s->value);
     }
+}
+
+static _Atomic int gate_open;
+
+/* Holds its worker until gate_open. */
+static void gated_job(void *arg, int tid)
+{
+    (void)arg;
+    (void)tid;
+    while (!atomic_load(&gate_open))
+        sched_yield();
 }
 
 static void test_pool_order_and_ring_limit(void **state)
@@ -184,6 +198,91 @@ static void test_pool_wait_on_worker_cpu(void **state)
     }
 }
 
+/* Two-phase job that also records which thread ran the last share. */
+typedef struct call_ctx {
+    job_ctx c;
+    pthread_t last_by;
+} call_ctx;
+
+static void two_phase_last(void *arg, int tid)
+{
+    call_ctx *cc = arg;
+    if (tid == cc->c.n - 1)
+        cc->last_by = pthread_self();
+    two_phase(&cc->c, tid);
+}
+
+/* kt__pool_call between plain posts, 1-4 pinned workers: every share runs
+ * once, barriers hold, the caller runs the last share where it may run on that
+ * worker's CPU (else a worker does); also with the caller on worker 0's CPU
+ * alone (a plain post and wait) and on a full ring (false, nothing queued). */
+static void test_pool_call(void **state)
+{
+    (void)state;
+    cpu_set_t before;
+    assert_int_equal(sched_getaffinity(0, sizeof before, &before), 0);
+    for (int n = 1; n <= 4; n++) {
+        kt_pool_config cfg = {n, 0, true};
+        kt_pool *pool = NULL;
+        assert_int_equal(kt__pool_create(&pool, &cfg), KT_OK);
+        int cpu0 = -1, by_caller = 0;
+        kt__pool_run(pool, record_cpu, &cpu0);
+        for (int pinned = 0; pinned < 2; pinned++) {
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            if (cpu0 >= 0 && cpu0 < CPU_SETSIZE)
+                CPU_SET(cpu0, &one);
+            if (pinned && (cpu0 < 0 || sched_setaffinity(0, sizeof one, &one) != 0))
+                continue;
+            static call_ctx cc[4];
+            memset(cc, 0, sizeof cc);
+            int plain_runs = 0;
+            for (int rep = 0; rep < 200; rep++) {
+                /* 0-2 plain jobs queued ahead of the call (ids of their own) */
+                for (int q = 0; q < rep % 3; q++) {
+                    call_ctx *pc = &cc[1 + q];
+                    pc->c.pool = pool;
+                    pc->c.n = n;
+                    pc->c.id = 1000 + rep;
+                    assert_true(kt__pool_post(pool, two_phase_last, pc));
+                    plain_runs++;
+                }
+                cc[0].c.pool = pool;
+                cc[0].c.n = n;
+                cc[0].c.id = rep + 1;
+                for (int i = 0; i < n; i++)
+                    cc[0].c.phase_b_ok[i] = 0;
+                assert_true(kt__pool_call(pool, two_phase_last, &cc[0]));
+                assert_int_equal(atomic_load(&cc[0].c.runs), n * (rep + 1));
+                for (int i = 0; i < n; i++)
+                    assert_int_equal(cc[0].c.phase_b_ok[i], 1);
+                /* the call returns after its job, so after the ones before it */
+                assert_true(kt__pool_done(pool) == kt__pool_posted(pool));
+                bool mine = pthread_equal(cc[0].last_by, pthread_self()) != 0;
+                if (pinned && n > 1)
+                    assert_false(mine);
+                if (!pinned)
+                    by_caller += mine;
+            }
+            assert_int_equal(atomic_load(&cc[1].c.runs) + atomic_load(&cc[2].c.runs),
+                             n * plain_runs);
+            assert_int_equal(sched_setaffinity(0, sizeof before, &before), 0);
+        }
+        /* a full ring (the first job holds every worker): the call queues nothing */
+        atomic_store(&gate_open, 0);
+        for (int q = 0; q < KT__POOL_RING; q++)
+            assert_true(kt__pool_post(pool, gated_job, NULL));
+        uint64_t posted = kt__pool_posted(pool);
+        assert_false(kt__pool_call(pool, gated_job, NULL));
+        assert_true(kt__pool_posted(pool) == posted);
+        atomic_store(&gate_open, 1);
+        kt__pool_wait(pool, kt__pool_posted(pool));
+        printf("  kt__pool_call: %d workers, 200 calls among plain posts (the caller free: it ran "
+               "%d last shares; on worker 0's CPU %d alone: none)\n", n, by_caller, cpu0);
+        kt__pool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_pool_order_and_ring_limit),
         cmocka_unit_test(test_pool_partition),
         cmocka_unit_test(test_pool_wait_on_worker_cpu),
+        cmocka_unit_test(test_pool_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
