@@ -388,13 +388,18 @@ static inline size_t kt__q40x_tile_bytes(int K)
 /* LLAMAFILE Q4_K repacked at load time (W->type == KT__LF_Q4KX; K a multiple of 256):
  * the Q40X geometry over Q4_K's sub-blocks of 32 (groups of 16, at most one last 8),
  * sub-block b's codes as a Q4_0 block's nibble bytes (byte i: code i low, code i + 16
- * high); per group after its steps [4 rows][g] 6-bit scales, [4 rows][g] mins as
- * bytes (72 g bytes a group, 64-byte aligned); after the groups per row [K / 256]
- * (d, dmin) f16 pairs; the tile rounded up to 64 bytes. W->scale: the Q4_K rows. */
+ * high); per group after its steps 8 g bytes of scales, mins and block factors:
+ *   [2 row pairs h][2 g] bytes sc | (m >> 4) << 6   (6-bit scale sc, min m)
+ *   [2 g] bytes (m & 15) of pair 0 | (m & 15) << 4 of pair 1
+ *   [4 rows][g / 8 blocks] (d, dmin) f16 pairs
+ * where sub-block x (of the group) of row 2 h + p sits at byte 8 (x / 4) + 4 p + x % 4
+ * of its pair's 2 g (the order the one-token kernel's packed row pair sums take).
+ * 72 g bytes a group (64-byte aligned), 72 per sub-block and tile: exactly Q4_K's
+ * 144 bytes per 256 inputs and row. W->scale: the Q4_K rows. */
 #define KT__LF_Q4KX 0x4067
 static inline size_t kt__q4kx_tile_bytes(int K)
 {
-    return ((size_t)(K / 32) * 74 + 63) & ~(size_t)63;
+    return (size_t)(K / 32) * 72;
 }
 /* LLAMAFILE Q8_0 repacked at load time (W->type == KT__LF_Q80X): the Q40X groups
  * (kt__q40x_group) with [g / 2 steps][4 rows][64] code bytes (code + 128), step s
@@ -473,9 +478,9 @@ kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst);
  * on. */
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
                              size_t xs, int M, float *C, int ldc);
-/* The Q4KX decode's group kernel on AVX-512 (1: session 9's, 2: KT_LF_Q4K=2's, fewer
- * instructions, 3: the default, the scales in integers); returns the one in use
- * before, for the tests. */
+/* The Q4KX decode's group kernel on AVX-512 for one-token tiles (1: session 9's,
+ * the 2-4-token tiles' kernel; 3: the default, the scales in integers); returns
+ * the one in use before, for the tests. */
 int kt__lf_set_q4k_avx512(int kernel);
 /* The same on AVX2 (cpu/avx2/moe_llamafile_dec_avx2.c), any M: each tile read
  * from memory once, then from L1 for the other tokens; also Q6KX (act[m]: the Q8_K

@@ -384,6 +384,73 @@ ALWAYS_INLINE void k5x_steps(const int S, const uint8_t *st, const uint8_t *pf, 
     }
 }
 
+/* Q4KX's T and M (k4x_group) from the group's packed scales and mins at meta
+ * (moe_kernels.h; row 2 h + p's sub-block x at byte 8 (x / 4) + 4 p + x % 4 of pair
+ * h's 2 g). T: per row and half one vpshufb of the pair's 16 bytes puts the row's
+ * scales as (sc, sc) word pairs, and vpmaddwd against the int16 pair sums gives
+ * sc (p0 + p1) (the products < 2^21: the same integers as a sum then a product).
+ * M: the mins made whole in the pair order, vpmaddwd against the code sums spread to
+ * that order (vpermq), the rows' lanes summed by vphaddd. */
+ALWAYS_INLINE void k4x_tm(const int S, const uint8_t *meta, __m256i p[4][2], __m256i b16,
+                          __m256i *T, __m256i *Mi)
+{
+    const __m256i s63 = _mm256_set1_epi16(63);
+    /* row p's scales of a half: lane 0 sub-blocks 0-3 of it, lane 1 4-7 */
+    const __m256i ctl[2] = {
+        _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 2, -128, 2, -128, 3, -128, 3, -128,
+                         8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11,
+                         -128),
+        _mm256_setr_epi8(4, -128, 4, -128, 5, -128, 5, -128, 6, -128, 6, -128, 7, -128, 7, -128,
+                         12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15,
+                         -128)};
+    __m256i tr[2][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        for (int h = 0; h < S / 2; h++) {
+            __m256i c = _mm256_broadcastsi128_si256(
+                _mm_loadu_si128((const __m128i *)(meta + (size_t)(r / 2) * 8 * S + 16 * h)));
+            __m256i w = _mm256_and_si256(_mm256_shuffle_epi8(c, ctl[r % 2]), s63);
+            /* S 2: both halves hold sub-blocks 0-7 (a step's two pieces) */
+            tr[h][r] = _mm256_madd_epi16(S == 4 ? p[r][h] : _mm256_add_epi16(p[r][0], p[r][1]), w);
+        }
+    *T = rows4_blocks(S, tr[0], tr[1]);
+    /* m = (byte >> 2) & 0x30 | the pair's nibble; code sums: 128-bit lane of pair order
+     * sub-blocks 4k..4k+3 twice */
+    const __m256i bA = _mm256_permute4x64_epi64(b16, 0x50);
+    if (S == 4) {
+        const __m256i m30 = _mm256_set1_epi8(0x30), m15 = _mm256_set1_epi8(15);
+        const __m256i bB = _mm256_permute4x64_epi64(b16, 0xfa);
+        const __m256i nib = _mm256_loadu_si256((const __m256i *)(meta + 64));
+        __m256i X[2][2];
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(meta + 32 * h));
+            __m256i n = _mm256_and_si256(h ? _mm256_srli_epi16(nib, 4) : nib, m15);
+            __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 2), m30), n);
+            X[0][h] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(m)), bA);
+            X[1][h] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(m, 1)), bB);
+        }
+        /* [r0 r1 r2 r3] of sub-blocks 0-3 | 4-7 (hA; hB: 8-11 | 12-15) */
+        __m256i hA = _mm256_hadd_epi32(X[0][0], X[0][1]), hB = _mm256_hadd_epi32(X[1][0], X[1][1]);
+        *Mi = _mm256_add_epi32(_mm256_permute2x128_si256(hA, hB, 0x20),
+                               _mm256_permute2x128_si256(hA, hB, 0x31));
+    } else {
+        const __m128i m30 = _mm_set1_epi8(0x30), m15 = _mm_set1_epi8(15);
+        const __m128i nib = _mm_loadu_si128((const __m128i *)(meta + 32));
+        __m256i X[2];
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(meta + 16 * h));
+            __m128i n = _mm_and_si128(h ? _mm_srli_epi16(nib, 4) : nib, m15);
+            __m128i m = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(a, 2), m30), n);
+            X[h] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m), bA);
+        }
+        __m256i hA = _mm256_hadd_epi32(X[0], X[1]);
+        *Mi = _mm256_zextsi128_si256(
+            _mm_add_epi32(_mm256_castsi256_si128(hA), _mm256_extracti128_si256(hA, 1)));
+    }
+}
+
 /* Q4KX (kind X4K) or Q5KX (X5K) group of g = 4 S sub-blocks (S 4 or 2) at byte go
  * of the tile t from sub-block gb of nb: acc += rows . token, lane r (and r + 4) of
  * acc summing row r (act: the Q8_K section's d per 32 xs bytes on, the codes in the
@@ -422,10 +489,21 @@ ALWAYS_INLINE void k4x_group(const int kind, const int S, const uint8_t *t, size
             _mm_prefetch((const char *)pf + go + o, _MM_HINT_T1);
     const __m256i one = _mm256_set1_epi16(1);
     const uint8_t *sc = t + go + (size_t)g * cb, *mn = sc + 4 * g; /* [4 rows][g] bytes */
+    /* the rows' (d, dmin) f16 pairs of the group's blocks, row r's at dd + r dstr */
+    const uint8_t *dd = t + (size_t)nb * (cb + 8) + (size_t)(gb / 8) * 4;
+    size_t dstr = (size_t)nb / 2;
+    const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
+    __m256i b16 = S == 4 ? _mm256_loadu_si256((const __m256i *)bs)
+                         : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)bs));
+    __m256i T, Mi;
+    if (kind == X4K) { /* packed (moe_kernels.h), the (d, dmin) pairs in the group */
+        k4x_tm(S, sc, p, b16, &T, &Mi);
+        dd = sc + (size_t)6 * g, dstr = (size_t)S * 2;
+    }
     /* tr[h]: [4 rows] x (lanes 0-3: sub-blocks 0-3 of half h, 4-7: 4-7), summed below */
     __m256i tr[2][4];
     #pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
+    for (int r = 0; r < 4 && kind == X5K; r++) {
         if (S == 4) {
             #pragma GCC unroll 2
             for (int h = 0; h < 2; h++)
@@ -438,21 +516,19 @@ ALWAYS_INLINE void k4x_group(const int kind, const int S, const uint8_t *t, size
                 _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sc + r * g))));
         }
     }
-    __m256i T = rows4_blocks(S, tr[0], tr[1]);
-    /* the min term: m words . the sub-blocks' code sums, pairs of sub-blocks a lane */
-    const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
-    __m256i b16 = S == 4 ? _mm256_loadu_si256((const __m256i *)bs)
-                         : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)bs));
-    __m256i Mi = rows4_bytes_dot(S, mn, g, b16);
-    if (kind == X5K) /* T += 16 sum_j sc_j sum(a_j): the codes' -16 back */
+    if (kind == X5K) {
+        T = rows4_blocks(S, tr[0], tr[1]);
+        /* the min term: m words . the sub-blocks' code sums, pairs of sub-blocks a lane */
+        Mi = rows4_bytes_dot(S, mn, g, b16);
+        /* T += 16 sum_j sc_j sum(a_j): the codes' -16 back */
         T = _mm256_add_epi32(T, _mm256_slli_epi32(rows4_bytes_dot(S, sc, g, b16), 4));
+    }
     /* the rows' (d, dmin) f16 of blocks A, B into [d: r0..r3 A | r0..r3 B], [dmin: ...] */
-    const uint8_t *dd = t + (size_t)nb * (cb + 8) + (size_t)(gb / 8) * 4;
     __m128i q[4];
     #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
         long long v = 0;
-        memcpy(&v, dd + (size_t)r * (nb / 2), S == 4 ? 8 : 4);
+        memcpy(&v, dd + (size_t)r * dstr, S == 4 ? 8 : 4);
         q[r] = _mm_cvtsi64_si128(v);
     }
     __m128i a01 = _mm_unpacklo_epi16(q[0], q[1]), a23 = _mm_unpacklo_epi16(q[2], q[3]);

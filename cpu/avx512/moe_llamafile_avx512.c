@@ -103,11 +103,11 @@ static bool lf_nohint;
  * 16 pairs, Q4_1 / Q5_0 / IQ4_NL +3-10% in 4 of 4, Q8_0 -2..+5% (15 of 16: kept
  * off). KT_LF_F16=insert / scalar sets it for every type. */
 static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
-/* The Q4KX decode's group kernel: 1 (session 9's), 2 (k4x2_group: high
- * nibbles by mask, the minimum term in integers) or 3 (k4x3_group, the
- * default: also the scales in integers, two rows a register; one-token tiles,
- * the others take 1); KT_LF_Q4K=1 / 2 / 3, or kt__lf_set_q4k_avx512 for the
- * tests. The 2-core AMX Xeon VM, kt-bench moe --gguf Qwen3-30B-A3B shape, 2
+/* The Q4KX decode's group kernel for one-token tiles: 1 (session 9's, the
+ * 2-4-token tiles' one) or 3 (k4x3_group, the default: the scales in integers,
+ * two rows a register); KT_LF_Q4K=1 / 3, or kt__lf_set_q4k_avx512 for the
+ * tests. (Session 11's kernel 2 went with the packed scales, session 21: level
+ * with 1 in session 20's runs.) The 2-core AMX Xeon VM, kt-bench moe --gguf Qwen3-30B-A3B shape, 2
  * threads, T=1 of the stream between the calls, 4 rounds alternating (session
  * 20): 3 read 0.85 / 0.83 / 0.86 / 0.89 against 1's 0.81 / 0.80 / 0.85 / 0.87
  * (the build before: 0.77 / 0.79 / 0.79 / 0.85). */
@@ -134,7 +134,7 @@ static void idx_init(void)
     e = getenv("KT_LF_F16");
     lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
     e = getenv("KT_LF_Q4K");
-    if (e && (!strcmp(e, "1") || !strcmp(e, "2") || !strcmp(e, "3")))
+    if (e && (!strcmp(e, "1") || !strcmp(e, "3")))
         lf_q4k = atoi(e);
     e = getenv("KT_LF_DEC_ROWS");
     if (e && (atoi(e) == 4 || atoi(e) == 2 || atoi(e) == 1))
@@ -154,7 +154,7 @@ int kt__lf_set_q4k_avx512(int kernel)
 {
     pthread_once(&idx_once, idx_init); /* so that the environment does not undo it */
     int was = lf_q4k;
-    if (kernel >= 1 && kernel <= 3)
+    if (kernel == 1 || kernel == 3)
         lf_q4k = kernel;
     return was;
 }
@@ -538,8 +538,9 @@ void kt__lf_gemm_raw_avx512(int type, const void *W, size_t wrow, int n0, int n1
  *   acc += float(d) * dw * da       per group, as Q40X
  */
 
-/* A Q4KX group's scale and min lines (128 bytes for groups of 16 sub-blocks,
- * 64 for 8), after its S steps at pf + go, started into L2 (pf NULL: none). */
+/* A Q4KX group's scale, min and (d, dmin) lines (128 bytes for groups of 16
+ * sub-blocks, 64 for 8), after its S steps at pf + go, started into L2 (pf
+ * NULL: none). */
 ALWAYS_INLINE void k4x_pf_scales(const int S, const uint8_t *pf, size_t go)
 {
     if (!pf)
@@ -549,51 +550,80 @@ ALWAYS_INLINE void k4x_pf_scales(const int S, const uint8_t *pf, size_t go)
         _mm_prefetch((const char *)pf + go + S * 256 + 64, LF_HINT);
 }
 
-/* A Q4KX tile's (d, dmin) lines after its groups (from go) started (pf NULL:
- * none). */
-ALWAYS_INLINE void k4x_pf_dmins(const uint8_t *pf, size_t go, int nb)
+/* Row pair h's scales and mins of the Q4KX group (g = 4 S sub-blocks) whose
+ * steps end at meta, as words in the pair order (moe_kernels.h: word 8 k + 4 p + i
+ * sub-block 4 k + i of row 2 h + p; S 2: words 16-31 repeat 0-15 in scw, zero in
+ * mw). nib: the group's min nibble bytes as words (k4x_nibs). */
+ALWAYS_INLINE void k4x_pair(const int S, const uint8_t *meta, int h, __m512i nib, __m512i *scw,
+                            __m512i *mw)
 {
-    if (pf)
-        for (size_t o = go; o < kt__q4kx_tile_bytes(32 * nb); o += 64)
-            _mm_prefetch((const char *)pf + o, LF_HINT);
+    const uint8_t *pa = meta + (size_t)h * 8 * S;
+    __m512i a = S == 4 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pa))
+                       : _mm512_cvtepu8_epi16(_mm256_broadcastsi128_si256(
+                             _mm_loadu_si128((const __m128i *)pa)));
+    *scw = _mm512_and_si512(a, _mm512_set1_epi16(63));
+    /* m = (a >> 2) & 0x30 | nibble: one bit select (vpternlog 0xd8: c ? b : a) */
+    __m512i n = h ? _mm512_srli_epi16(nib, 4) : nib;
+    __m512i x = _mm512_srli_epi16(a, 2);
+    *mw = S == 4 ? _mm512_ternarylogic_epi32(x, n, _mm512_set1_epi16(15), 0xd8)
+                 : _mm512_maskz_ternarylogic_epi32(0x00ff, x, n, _mm512_set1_epi16(15), 0xd8);
 }
 
-/* The Q4KX group's weight factors of rows r0 .. r0 + NR - 1: ws = d_w sc, wm =
- * dmin_w m per lane (S 2: lanes 8-15 repeat 0-7 in ws, zero in wm). */
+/* The group's min nibble bytes (both pairs') as words, in the pair order. */
+ALWAYS_INLINE __m512i k4x_nibs(const int S, const uint8_t *meta)
+{
+    const uint8_t *pb = meta + (size_t)16 * S;
+    return S == 4 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pb))
+                  : _mm512_cvtepu8_epi16(
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pb)));
+}
+
+/* The group's (d, dmin) pairs as floats: lane 4 r + 2 blk + (0: d, 1: dmin)
+ * (S 2: 2 r + ...). */
+ALWAYS_INLINE __m512 k4x_dmins(const int S, const uint8_t *meta)
+{
+    const uint8_t *pd = meta + (size_t)24 * S;
+    return S == 4 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pd))
+                  : _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)pd)));
+}
+
+/* The Q4KX group's weight factors of rows r0 .. r0 + NR - 1 (NR 4, or 2 with r0 a
+ * pair's first): ws = d_w sc, wm = dmin_w m per lane (S 2: lanes 8-15 repeat 0-7 in
+ * ws, zero in wm). */
 ALWAYS_INLINE void k4x_factors(const int S, const int NR, const uint8_t *t, size_t go, int r0,
-                               int gb, int nb, __m512 ws[4], __m512 wm[4])
+                               __m512 ws[4], __m512 wm[4])
 {
     const int g = 4 * S;
-    /* lanes 0-7 take the first block's (d, dmin), 8-15 the second's (S 2: the one) */
-    const __m512i di = _mm512_set_epi32(2 * (S / 4), 2 * (S / 4), 2 * (S / 4), 2 * (S / 4),
-                                        2 * (S / 4), 2 * (S / 4), 2 * (S / 4), 2 * (S / 4),
-                                        0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i mi = _mm512_add_epi32(di, _mm512_set1_epi32(1));
-    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        const uint8_t *p = t + go + (size_t)g * 64 + (size_t)(r0 + r) * g;
-        __m128i sc, mn;
-        if (S == 4) {
-            sc = _mm_loadu_si128((const __m128i *)p);
-            mn = _mm_loadu_si128((const __m128i *)(p + 4 * g));
-        } else {
-            sc = _mm_loadl_epi64((const __m128i *)p);
-            sc = _mm_unpacklo_epi64(sc, sc);
-            mn = _mm_loadl_epi64((const __m128i *)(p + 4 * g));
+    const uint8_t *meta = t + go + (size_t)g * 64;
+    const __m512 f = k4x_dmins(S, meta);
+    const __m512i nib = k4x_nibs(S, meta);
+    /* dword lane l <- pair word 8 (l / 4) + 4 p + l % 4, the odd words zero */
+    const __m512i wi = _mm512_set_epi16(0, 27, 0, 26, 0, 25, 0, 24, 0, 19, 0, 18, 0, 17, 0, 16,
+                                        0, 11, 0, 10, 0, 9, 0, 8, 0, 3, 0, 2, 0, 1, 0, 0);
+    #pragma GCC unroll 2
+    for (int h = r0 / 2; h < (r0 + NR) / 2; h++) {
+        __m512i scw, mw;
+        k4x_pair(S, meta, h, nib, &scw, &mw);
+        #pragma GCC unroll 2
+        for (int p = 0; p < 2; p++) {
+            const int r = 2 * h + p;
+            __m512i idx = _mm512_add_epi16(wi, _mm512_set1_epi16((short)(4 * p)));
+            __m512i sc = _mm512_maskz_permutexvar_epi16(0x55555555, idx, scw);
+            __m512i mn = _mm512_maskz_permutexvar_epi16(0x55555555, idx, mw);
+            /* lanes 0-7 the first block's (d, dmin), 8-15 the second's (S 2: the one) */
+            const int i0 = S == 4 ? 4 * r : 2 * r, i1 = S == 4 ? 4 * r + 2 : 2 * r;
+            const __m512i di = _mm512_set_epi32(i1, i1, i1, i1, i1, i1, i1, i1, i0, i0, i0, i0, i0,
+                                                i0, i0, i0);
+            ws[r - r0] = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_permutexvar_ps(di, f));
+            wm[r - r0] = _mm512_mul_ps(_mm512_cvtepi32_ps(mn),
+                                       _mm512_permutexvar_ps(
+                                           _mm512_add_epi32(di, _mm512_set1_epi32(1)), f));
         }
-        long long q = 0;
-        memcpy(&q, dd + (size_t)(r0 + r) * (nb / 2), 8 - 4 * (S < 4));
-        __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(q)));
-        ws[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)),
-                              _mm512_permutexvar_ps(di, f));
-        wm[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
-                              _mm512_permutexvar_ps(mi, f));
     }
 }
 
 /* The repacked layouts (moe_kernels.h). */
-enum { X40, X4K, X80, X4K2, X4K3 };
+enum { X40, X4K, X80, X4K3 };
 
 /* v[r] = the 64 bytes of row r0 + r of the step at st; the step's 256 bytes at pf
  * started into L2 (pf NULL: none). */
@@ -675,7 +705,7 @@ ALWAYS_INLINE void x40_group(const int kind, const int S, const int NR, const in
     }
     if (k4) {
         __m512 ws[4], wm[4];
-        k4x_factors(S, NR, t, go, r0, gb, nb, ws, wm);
+        k4x_factors(S, NR, t, go, r0, ws, wm);
         #pragma GCC unroll 4
         for (int m = 0; m < MT; m++) {
             const float *sa = (const float *)act[m] + gb, *da = (const float *)(act[m] + xs) + gb;
@@ -718,157 +748,24 @@ ALWAYS_INLINE void x40_group(const int kind, const int S, const int NR, const in
     }
 }
 
-/* Q4KX, the second group kernel (KT_LF_Q4K=2; one-token tiles, 4 rows): fewer
- * instructions per group.
- * The high nibbles stay in place (v & 0xf0 = 16 x the code) and sum apart, so a
- * step costs a row a load, two ands and two vpdpbusd (the first kernel: a shift
- * more); the minimum term is integer, two rows at once: vpmaddwd of their min
- * bytes as words against the token's int16 code sums per 32, then one float
- * product per two rows and token (the first kernel: a conversion and product
- * per row and group, an FMA per row and token):
- *
- *   dl, dh = lo(w) . a_lo, (16 hi(w)) . a_hi       per step (vpdpbusd)
- *   acc   += float(dl + dh >> 4) * (d_w sc) * da    per group, 16 lanes a row
- *   accm  += float(m . bsum) * dmin_w * da          per group and row pair:
- *                                                   lanes 0-7 the first row's
- *
- * dh's lanes are multiples of 16 (at most 4 x 240 x 128 a step), so the shift is
- * exact; a lane of m . bsum pairs two sub-blocks of one block (m < 64, |bsum| <=
- * 32 x 128). accm leaves its rows' sums at the tile's end (k4x2_tile_end). */
-ALWAYS_INLINE void k4x2_group(const int S, const int NR, const int MT, const uint8_t *t,
-                              size_t go, const uint8_t *pf, int r0, int gb, int nb,
-                              const uint8_t *const *act, size_t xs, __m512 acc[4][4],
-                              __m512 accm[2][4])
-{
-    const int g = 4 * S;
-    const __m512i low4 = _mm512_set1_epi8(15), high4 = _mm512_set1_epi8((char)0xf0);
-    __m512i dl[4][4], dh[4][4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++)
-            dl[r][m] = dh[r][m] = _mm512_setzero_si512();
-    #pragma GCC unroll 4
-    for (int s = 0; s < S; s++) {
-        __m512i v[4], lo[4], hi[4];
-        x_step_rows(NR, t + go + s * 256, r0, pf ? pf + go + s * 256 : NULL, v);
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            lo[r] = _mm512_and_si512(v[r], low4);
-            hi[r] = _mm512_and_si512(v[r], high4);
-        }
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            const uint8_t *a = act[m] + 2 * xs + (size_t)(gb / 4 + s) * 128;
-            __m512i alo = _mm512_loadu_si512((const void *)a);
-            __m512i ahi = _mm512_loadu_si512((const void *)(a + 64));
-            #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                dl[r][m] = _mm512_dpbusd_epi32(dl[r][m], lo[r], alo);
-                dh[r][m] = _mm512_dpbusd_epi32(dh[r][m], hi[r], ahi);
-            }
-        }
-    }
-    k4x_pf_scales(S, pf, go);
-    /* f[r]: row r0 + r's (d, dmin) f16 pairs of the group's blocks as floats */
-    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
-    const uint8_t *scb = t + go + (size_t)g * 64, *mnb = scb + 4 * g;
-    /* ws lanes 0-7: the first block's d, 8-15 the second's (S 2: the one) */
-    const int k = S / 4;
-    const __m512i di = _mm512_set_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k,
-                                        0, 0, 0, 0, 0, 0, 0, 0);
-    /* accm lane q: row q / 8 of the pair, block (q % 8) / 4 (S 2: 0): its dmin in
-     * f[a] (0-15) or f[b] (16-31), its da in va */
-    const __m512i mi = _mm512_set_epi32(17 + 2 * k, 17 + 2 * k, 17 + 2 * k, 17 + 2 * k, 17, 17,
-                                        17, 17, 1 + 2 * k, 1 + 2 * k, 1 + 2 * k, 1 + 2 * k, 1, 1,
-                                        1, 1);
-    const __m512i ai = _mm512_set_epi32(8 * k, 8 * k, 8 * k, 8 * k, 0, 0, 0, 0, 8 * k, 8 * k,
-                                        8 * k, 8 * k, 0, 0, 0, 0);
-    __m512 ws[4], f[4];
-    #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        long long q = 0;
-        memcpy(&q, dd + (size_t)(r0 + r) * (nb / 2), 8 - 4 * (S < 4));
-        f[r] = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(q)));
-        const uint8_t *p = scb + (size_t)(r0 + r) * g;
-        __m128i sc = S == 4 ? _mm_loadu_si128((const __m128i *)p)
-                            : _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p),
-                                                 _mm_loadl_epi64((const __m128i *)p));
-        ws[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)),
-                              _mm512_permutexvar_ps(di, f[r]));
-    }
-    /* the pairs' min bytes as words: S 4 row a's 16 then row b's; S 2 row a's 8
-     * in words 0-7, row b's in 16-23 (so that lanes 8-15 are row b's either way) */
-    __m512i mw[2];
-    __m512 dm[2];
-    #pragma GCC unroll 2
-    for (int h = 0; h < NR / 2; h++) {
-        const uint8_t *p = mnb + (size_t)(r0 + 2 * h) * g;
-        __m256i b = S == 4 ? _mm256_loadu_si256((const __m256i *)p)
-                           : _mm256_inserti128_si256(
-                                 _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)p)),
-                                 _mm_loadl_epi64((const __m128i *)(p + 8)), 1);
-        mw[h] = _mm512_cvtepu8_epi16(b);
-        dm[h] = _mm512_permutex2var_ps(f[2 * h], mi, f[2 * h + 1]);
-    }
-    #pragma GCC unroll 4
-    for (int m = 0; m < MT; m++) {
-        const float *da = (const float *)(act[m] + xs) + gb;
-        __m512 va = S == 4 ? _mm512_loadu_ps(da) : _mm512_broadcast_f32x8(_mm256_loadu_ps(da));
-        const int16_t *bs = (const int16_t *)(act[m] + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
-        __m512i bw = S == 4 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bs))
-                            : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs));
-        __m512 vd = _mm512_permutexvar_ps(ai, va);
-        #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m512i d = _mm512_add_epi32(dl[r][m], _mm512_srai_epi32(dh[r][m], 4));
-            acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ws[r], va),
-                                        acc[r][m]);
-        }
-        #pragma GCC unroll 2
-        for (int h = 0; h < NR / 2; h++)
-            accm[h][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(mw[h], bw)),
-                                         _mm512_mul_ps(dm[h], vd), accm[h][m]);
-    }
-}
-
-/* acc[r][m] -= row r's lanes of accm (k4x2_group): lanes 0-7 the pair's first row. */
-ALWAYS_INLINE void k4x2_tile_end(const int NR, const int MT, __m512 acc[4][4],
-                                 __m512 accm[2][4])
-{
-    #pragma GCC unroll 2
-    for (int h = 0; h < NR / 2; h++)
-        #pragma GCC unroll 4
-        for (int m = 0; m < MT; m++) {
-            acc[2 * h][m] = _mm512_mask_sub_ps(acc[2 * h][m], 0x00ff, acc[2 * h][m], accm[h][m]);
-            acc[2 * h + 1][m] =
-                _mm512_mask_sub_ps(acc[2 * h + 1][m], 0xff00, acc[2 * h + 1][m], accm[h][m]);
-        }
-}
-
 /* Q4KX, the third group kernel (KT_LF_Q4K=3; one-token tiles, 4 rows): the
  * sub-block scales applied in integers, two rows a register. Per step a row
  * costs a load, two ands and two vpdpbusd (no shift: the high nibbles stay in
- * place, as k4x2_group's); per group and row pair
+ * place, v & 0xf0 = 16 x the code, summed apart); per group and row pair
  *
  *   T  = (dl r0 | dl r1) . sc + (dh r0 | dh r1) >> 4 . sc   vpackssdw, vpmaddwd
  *   M  = (m r0 | m r1) . bsum                                vpmaddwd
  *   acct += float(T) * d_w da;  accm += float(M) * dmin_w da   16 lanes each
  *
  * against session 9's conversion and product of sc and m per row and group
- * (k4x_factors: about 14 uops a row and group against its steps' 20; here
- * about 11, the steps 16). The words fit:
+ * (k4x_factors). The words fit:
  * |dl|, |dh >> 4| <= 16 x 15 x 128 (a lane's 16 products of a group), sc, m
  * < 64, |bsum| <= 32 x 128; a lane of T sums 4 products (< 2^23): exact in
  * float. T's 128-bit lane k holds sub-blocks 4k..4k+3 (mod g), its 4 words
- * pairs: r0, r0, r1, r1; M's lanes 0-7 r0 (sub-block pairs), 8-15 r1. */
-static const uint16_t k4x3_sci[2][32] = {
-    /* word 8k + i <- pair word (i / 4) g + (4k + i % 4) mod g; g 16, then g 8 */
-    {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23,
-     8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31},
-    {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15,
-     0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15}};
-
+ * pairs: r0, r0, r1, r1; the repack stores sc and m in that order (k4x_pair),
+ * so M's lanes are T's and the token's bsum is spread to match (one vpermq a
+ * group). The 4 rows' (d, dmin) of the group are one load (k4x_dmins), times
+ * da once; each pair's T and M factors a vpermps from it. */
 ALWAYS_INLINE void k4x3_group(const int S, const uint8_t *t, size_t go, const uint8_t *pf,
                               int gb, int nb, const uint8_t *act, size_t xs, __m512 acct[2],
                               __m512 accm[2])
@@ -893,57 +790,47 @@ ALWAYS_INLINE void k4x3_group(const int S, const uint8_t *t, size_t go, const ui
         }
     }
     k4x_pf_scales(S, pf, go);
-    const uint8_t *dd = t + (size_t)nb * 72 + (size_t)(gb / 8) * 4;
-    const uint8_t *scb = t + go + (size_t)g * 64, *mnb = scb + 4 * g;
+    const uint8_t *meta = t + go + (size_t)g * 64;
     /* the token's: va lanes 0-7 the first block's da, 8-15 the second's (S 2:
-     * the one); vm M's lanes' da; bw the code sums per 32 as M's words */
+     * the one); bw the code sums per 32 in the pair order (qword 2k, 2k + 1 <-
+     * sub-blocks 4k..4k+3) */
     const float *dap = (const float *)(act + xs) + gb;
     const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
-    __m512 va = S == 4 ? _mm512_loadu_ps(dap) : _mm512_broadcast_f32x8(_mm256_loadu_ps(dap));
-    __m512 vm = _mm512_permutexvar_ps(
-        _mm512_set_epi32(8, 8, 8, 8, 0, 0, 0, 0, 8, 8, 8, 8, 0, 0, 0, 0), va);
-    __m512i bw = S == 4 ? _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bs))
-                        : _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs));
-    const __m512i sci = _mm512_loadu_si512((const void *)k4x3_sci[S == 4 ? 0 : 1]);
-    /* F lanes: (d, dmin) of the first block, of the second (S 2: the first
-     * again), for r0 then r1 */
-    const __m512i ti = _mm512_set_epi32(6, 6, 2, 2, 6, 6, 2, 2, 4, 4, 0, 0, 4, 4, 0, 0);
-    const __m512i mi = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+    const __m512i qi = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
+    __m512i bw = S == 4 ? _mm512_permutexvar_epi64(
+                              qi, _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)bs)))
+                        : _mm512_permutexvar_epi64(
+                              qi, _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)bs)));
+    /* fd = the (d, dmin) pairs (k4x_dmins' lanes) times their block's da */
+    __m512 fd;
+    if (S == 4) {
+        __m512 va = _mm512_loadu_ps(dap);
+        fd = _mm512_mul_ps(k4x_dmins(4, meta),
+                           _mm512_permutexvar_ps(
+                               _mm512_set_epi32(8, 8, 0, 0, 8, 8, 0, 0, 8, 8, 0, 0, 8, 8, 0, 0),
+                               va));
+    } else {
+        fd = _mm512_mul_ps(k4x_dmins(2, meta), _mm512_set1_ps(dap[0]));
+    }
+    const __m512i nib = k4x_nibs(S, meta);
     #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        __m128i q;
-        if (S == 4) {
-            q = _mm_unpacklo_epi64(
-                _mm_loadl_epi64((const __m128i *)(dd + (size_t)(2 * h) * (nb / 2))),
-                _mm_loadl_epi64((const __m128i *)(dd + (size_t)(2 * h + 1) * (nb / 2))));
-        } else {
-            int u0, u1;
-            memcpy(&u0, dd + (size_t)(2 * h) * (nb / 2), 4);
-            memcpy(&u1, dd + (size_t)(2 * h + 1) * (nb / 2), 4);
-            q = _mm_unpacklo_epi64(_mm_set1_epi32(u0), _mm_set1_epi32(u1));
-        }
-        __m512 f = _mm512_castps256_ps512(_mm256_cvtph_ps(q));
-        /* sc and m of rows 2h, 2h + 1 as words */
-        const uint8_t *ps = scb + (size_t)(2 * h) * g, *pm = mnb + (size_t)(2 * h) * g;
+        /* T / M lane 4k + j: row 2h + j / 2, block k / 2 (S 2: 0) */
+        const __m512i ti =
+            S == 4 ? _mm512_add_epi32(_mm512_set_epi32(6, 6, 2, 2, 6, 6, 2, 2, 4, 4, 0, 0, 4, 4, 0, 0),
+                                      _mm512_set1_epi32(8 * h))
+                   : _mm512_add_epi32(_mm512_set_epi32(2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0),
+                                      _mm512_set1_epi32(4 * h));
         __m512i scw, mw;
-        if (S == 4) {
-            scw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)ps));
-            mw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)pm));
-        } else {
-            scw = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)ps)));
-            mw = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)pm)),
-                _mm_loadl_epi64((const __m128i *)(pm + 8)), 1));
-        }
-        scw = _mm512_permutexvar_epi16(sci, scw);
+        k4x_pair(S, meta, h, nib, &scw, &mw);
         __m512i pl = _mm512_packs_epi32(dl[2 * h], dl[2 * h + 1]);
         __m512i ph = _mm512_packs_epi32(_mm512_srai_epi32(dh[2 * h], 4),
                                         _mm512_srai_epi32(dh[2 * h + 1], 4));
         __m512i T = _mm512_add_epi32(_mm512_madd_epi16(pl, scw), _mm512_madd_epi16(ph, scw));
-        acct[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T),
-                                  _mm512_mul_ps(_mm512_permutexvar_ps(ti, f), va), acct[h]);
-        accm[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(mw, bw)),
-                                  _mm512_mul_ps(_mm512_permutexvar_ps(mi, f), vm), accm[h]);
+        acct[h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), _mm512_permutexvar_ps(ti, fd), acct[h]);
+        accm[h] = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(_mm512_madd_epi16(mw, bw)),
+            _mm512_permutexvar_ps(_mm512_add_epi32(ti, _mm512_set1_epi32(1)), fd), accm[h]);
     }
 }
 
@@ -958,17 +845,18 @@ ALWAYS_INLINE void k4x3_tile(const uint8_t *t, const uint8_t *pf, int nb, const 
     int b = 0;
     for (; b + 16 <= nb; b += 16, go += (size_t)72 * 16)
         k4x3_group(4, t, go, pf, b, nb, act, xs, acct, accm);
-    if (nb - b >= 8) {
+    if (nb - b >= 8)
         k4x3_group(2, t, go, pf, b, nb, act, xs, acct, accm);
-        go += (size_t)72 * 8;
-    }
-    k4x_pf_dmins(pf, go, nb);
-    /* row 2h: T's lanes 0, 1 of each 4, less M's 0-7; row 2h + 1: the others */
+    /* row 2h: T's lanes 0, 1 of each 4; row 2h + 1: the others. M's lanes back
+     * to sub-block pair order (0-7 r0's pairs, 8-15 r1's) first, so that the
+     * lanes sum in the order they did before the packed scales (same floats). */
+    const __m512i mo = _mm512_set_epi32(15, 14, 11, 10, 7, 6, 3, 2, 13, 12, 9, 8, 5, 4, 1, 0);
     #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         __m512 a = _mm512_maskz_mov_ps(0x3333, acct[h]), c = _mm512_maskz_mov_ps(0xcccc, acct[h]);
-        acc[2 * h][0] = _mm512_mask_sub_ps(a, 0x00ff, a, accm[h]);
-        acc[2 * h + 1][0] = _mm512_mask_sub_ps(c, 0xff00, c, accm[h]);
+        __m512 m = _mm512_permutexvar_ps(mo, accm[h]);
+        acc[2 * h][0] = _mm512_mask_sub_ps(a, 0x00ff, a, m);
+        acc[2 * h + 1][0] = _mm512_mask_sub_ps(c, 0xff00, c, m);
     }
     tile_store(4, 1, acc, out);
 }
@@ -976,20 +864,8 @@ ALWAYS_INLINE void k4x3_tile(const uint8_t *t, const uint8_t *pf, int nb, const 
 /* Bytes of a group of g blocks in layout kind. */
 ALWAYS_INLINE size_t x_group_bytes(const int kind, int g)
 {
-    return kind == X4K || kind == X4K2 || kind == X4K3 ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
+    return kind == X4K || kind == X4K3 ? (size_t)72 * g : kind == X80 ? kt__q80x_group_bytes(g)
                                                       : kt__q40x_group_bytes(g);
-}
-
-/* The group kernel of layout kind (X4K2: k4x2_group, its min sums in accm). */
-ALWAYS_INLINE void x_any_group(const int kind, const int S, const int NR, const int MT,
-                               const uint8_t *t, size_t go, const uint8_t *pf, int r0, int gb,
-                               int nb, const uint8_t *const *act, size_t xs, __m512 acc[4][4],
-                               __m512 accm[2][4])
-{
-    if (kind == X4K2)
-        k4x2_group(S, NR, MT, t, go, pf, r0, gb, nb, act, xs, acc, accm);
-    else
-        x40_group(kind, S, NR, MT, t, go, pf, r0, gb, nb, act, xs, acc);
 }
 
 /* out[(r0 + r) * 4 + m] = row r0 + r of the tile at t . token act[m], r < NR, m < MT. */
@@ -997,28 +873,18 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
                             const uint8_t *pf, int r0, int nb, const uint8_t *const *act,
                             size_t xs, float *out)
 {
-    /* Q4KX: groups of 16 and 8 sub-blocks (K a multiple of 256), then the rows' d */
-    const bool k4 = kind == X4K || kind == X4K2;
-    __m512 acc[4][4], accm[2][4];
+    /* Q4KX: groups of 16 and 8 sub-blocks (K a multiple of 256) */
+    const bool k4 = kind == X4K;
+    __m512 acc[4][4];
     acc_zero(NR, MT, acc);
-    if (kind == X4K2)
-        #pragma GCC unroll 2
-        for (int h = 0; h < NR / 2; h++)
-            #pragma GCC unroll 4
-            for (int m = 0; m < MT; m++)
-                accm[h][m] = _mm512_setzero_ps();
     size_t go = 0;
     int b = 0;
     for (; b + 16 <= nb; b += 16, go += x_group_bytes(kind, 16))
-        x_any_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
+        x40_group(kind, 4, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
     if (nb - b >= 8) {
-        x_any_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc, accm);
+        x40_group(kind, 2, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += x_group_bytes(kind, 8), b += 8;
     }
-    if (kind == X4K2)
-        k4x2_tile_end(NR, MT, acc, accm);
-    if (k4)
-        k4x_pf_dmins(pf, go, nb);
     if (!k4 && nb - b >= 4) {
         x40_group(kind, 1, NR, MT, t, go, pf, r0, b, nb, act, xs, acc);
         go += x_group_bytes(kind, 4), b += 4;
@@ -1033,11 +899,11 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
 ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uint8_t *pf,
                              int nb, const uint8_t *const *act, size_t xs, float *out)
 {
-    /* 2 rows x 2-4 tokens keep X4K: there X4K2's shift and add per row and token
-     * (and its min products per token) cost more than the shift per row it saves
-     * (objdump, a group of 16: 292 against 264 instructions at 2 x 4; 215 against
-     * 234 at 4 x 1) */
-    const int k2 = kind == X4K2 || kind == X4K3 ? X4K : kind;
+    /* 2 rows x 2-4 tokens keep X4K: there session 11's kernel 2's shift and add
+     * per row and token (and its min products per token) cost more than the
+     * shift per row it saved (objdump, a group of 16: 292 against 264
+     * instructions at 2 x 4) */
+    const int k2 = kind == X4K3 ? X4K : kind;
     if (mr == 1)
         x40_tile(kind, 4, 1, t, pf, 0, nb, act, xs, out);
     for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
@@ -1062,7 +928,7 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
 {
     pthread_once(&idx_once, idx_init); /* lf_ahead */
     const int nb = W->cols / 32, t0 = n0 / 4, t1 = (n1 + 3) / 4;
-    const int kind = W->type == KT__LF_Q4KX ? (lf_q4k == 3 ? X4K3 : lf_q4k == 2 ? X4K2 : X4K)
+    const int kind = W->type == KT__LF_Q4KX ? (lf_q4k == 3 ? X4K3 : X4K)
                      : W->type == KT__LF_Q80X ? X80
                                               : X40;
     const size_t tb = kt__lf_x_tile_bytes(W->type, W->cols);
@@ -1103,8 +969,6 @@ void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *cons
                 X_CALL_TILE(X40);
             else if (kind == X4K)
                 X_CALL_TILE(X4K);
-            else if (kind == X4K2)
-                X_CALL_TILE(X4K2);
             else if (kind == X4K3)
                 X_CALL_TILE(X4K3);
             else

@@ -767,7 +767,8 @@ kt__wmat kt__lf_q40x_repack(const kt__wmat *W, void *dst)
 }
 
 /* Q4_K into Q4KX (moe_kernels.h): sub-block b (block b / 8, j = b % 8) holds the
- * low (j even) or high nibbles of qs bytes 32 (j / 2) .. + 31. */
+ * low (j even) or high nibbles of qs bytes 32 (j / 2) .. + 31; its scale and min go
+ * to the group's pair arrays, its block's (d, dmin) to the group's factors. */
 static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
 {
     const int K = W->cols, nb = K / 32;
@@ -775,22 +776,26 @@ static kt__wmat q4kx_repack(const kt__wmat *W, void *dst)
     memset(dst, 0, kt__lf_repack_bytes(KT_TYPE_Q4_K, W->rows, K));
     for (int n = 0; n < W->rows; n++) {
         const kt_block_q4_K *q = (const kt_block_q4_K *)((const uint8_t *)W->w + n * wrow);
-        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb, *dd = t + (size_t)nb * 72;
+        uint8_t *t = (uint8_t *)dst + (size_t)(n / 4) * tb;
+        const int r = n % 4, h = r / 2;
         for (int b = 0; b < nb; b++) {
-            int gb = b & ~15, g = nb - gb >= 16 ? 16 : 8, per = 16 / g, j = b % 8, sc, mn;
+            int gb = b & ~15, g = nb - gb >= 16 ? 16 : 8, per = 16 / g, j = b % 8, x = b - gb;
+            int sc, mn;
             const kt_block_q4_K *k = q + b / 8;
-            uint8_t *grp = t + (size_t)gb * 72, code[32];
+            uint8_t *grp = t + (size_t)gb * 72, *meta = grp + (size_t)g * 64, code[32];
             for (int e = 0; e < 32; e++)
                 code[e] = (uint8_t)(k->qs[32 * (j / 2) + e] >> (4 * (j % 2)) & 15);
             for (int p = 0; p < 4; p++)
                 for (int i = 0; i < 4; i++)
-                    grp[(p / per) * 256 + (n % 4) * 64 + 4 * (b - gb + g * (p % per)) + i] =
+                    grp[(p / per) * 256 + r * 64 + 4 * (x + g * (p % per)) + i] =
                         (uint8_t)(code[4 * p + i] | code[4 * p + i + 16] << 4);
             kt__ggml_k4_scale_min(j, k->scales, &sc, &mn);
-            grp[(size_t)g * 64 + (n % 4) * g + (b - gb)] = (uint8_t)sc;
-            grp[(size_t)g * 68 + (n % 4) * g + (b - gb)] = (uint8_t)mn;
+            const int pos = 8 * (x / 4) + 4 * (r % 2) + x % 4; /* in the pair's 2 g */
+            meta[(size_t)h * 2 * g + pos] = (uint8_t)(sc | (mn >> 4) << 6);
+            meta[(size_t)g * 4 + pos] |= (uint8_t)((mn & 15) << (4 * h));
             if (j == 0) /* (d, dmin) of the block */
-                memcpy(dd + (size_t)(n % 4) * (nb / 2) + 4 * (b / 8), &k->d, 4);
+                memcpy(meta + (size_t)g * 6 + ((size_t)r * (g / 8) + (size_t)(x / 8)) * 4, &k->d,
+                       4);
         }
     }
     return (kt__wmat){dst, W->w, W->rows, K, KT__LF_Q4KX, 0, NULL};

@@ -602,8 +602,8 @@ static void test_repack_q4k(void **state)
     static const int Ks[] = {2048, 768, 1280, 512, 256};
     repack_case(KT_TYPE_Q4_K, Ks, sizeof Ks / sizeof Ks[0]);
 #if KT_HAVE_ISA_AVX512
-    if (kt__ggml_isa_best() >= KT_GGML_AVX512) /* the other group kernels (KT_LF_Q4K) */
-        for (int k = 1; k <= 3; k++) {
+    if (kt__ggml_isa_best() >= KT_GGML_AVX512) /* both one-token kernels (KT_LF_Q4K) */
+        for (int k = 1; k <= 3; k += 2) {
             int was = kt__lf_set_q4k_avx512(k);
             repack_case(KT_TYPE_Q4_K, Ks, sizeof Ks / sizeof Ks[0]);
             assert_int_equal(kt__lf_set_q4k_avx512(was), k);
