@@ -110,7 +110,11 @@ static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
  * with 1 in session 20's runs.) The 2-core AMX Xeon VM, kt-bench moe --gguf Qwen3-30B-A3B shape, 2
  * threads, T=1 of the stream between the calls, 4 rounds alternating (session
  * 20): 3 read 0.85 / 0.83 / 0.86 / 0.89 against 1's 0.81 / 0.80 / 0.85 / 0.87
- * (the build before: 0.77 / 0.79 / 0.79 / 0.85). */
+ * (the build before: 0.77 / 0.79 / 0.79 / 0.85). Above KT__FEW_CPUS online CPUs
+ * the memory, not a core, is the limit, and 1 stays: the 16-core Xeon, 8-layer
+ * file, 16 threads, 6 alternating pairs (session 21, both Q4KX layouts): 1 read
+ * 1.02 / 0.97 / 1.00 / 0.92 / 0.90 / 0.94, 3 0.90 / 0.93 / 0.97 / 0.99 / 0.84 /
+ * 0.83 (ahead in 5 of 6 pairs, at or above 0.9 in 6 of 6 against 4). */
 static int lf_q4k = 3;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
@@ -133,6 +137,8 @@ static void idx_init(void)
     lf_dec_seq = e && !strcmp(e, "seq");
     e = getenv("KT_LF_F16");
     lf_f16 = e && !strcmp(e, "insert") ? 1 : e && !strcmp(e, "scalar") ? 0 : -1;
+    if (sysconf(_SC_NPROCESSORS_ONLN) > KT__FEW_CPUS)
+        lf_q4k = 1;
     e = getenv("KT_LF_Q4K");
     if (e && (!strcmp(e, "1") || !strcmp(e, "3")))
         lf_q4k = atoi(e);
