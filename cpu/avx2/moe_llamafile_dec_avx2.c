@@ -489,17 +489,18 @@ ALWAYS_INLINE void k4x_group(const int kind, const int S, const uint8_t *t, size
             _mm_prefetch((const char *)pf + go + o, _MM_HINT_T1);
     const __m256i one = _mm256_set1_epi16(1);
     const uint8_t *sc = t + go + (size_t)g * cb, *mn = sc + 4 * g; /* [4 rows][g] bytes */
-    /* the rows' (d, dmin) f16 pairs of the group's blocks, row r's at dd + r dstr */
-    const uint8_t *dd = t + (size_t)nb * (cb + 8) + (size_t)(gb / 8) * 4;
-    size_t dstr = (size_t)nb / 2;
+    /* the rows' (d, dmin) f16 pairs of the group's blocks, row r's at dd + r dstr:
+     * Q4KX's in the group after its scales (packed, moe_kernels.h), Q5KX's after
+     * the tile's groups */
+    const uint8_t *dd = kind == X4K ? sc + (size_t)6 * g
+                                    : t + (size_t)nb * (cb + 8) + (size_t)(gb / 8) * 4;
+    const size_t dstr = kind == X4K ? (size_t)S * 2 : (size_t)nb / 2;
     const int16_t *bs = (const int16_t *)(act + 2 * xs + (size_t)(nb + 3) / 4 * 128) + gb;
     __m256i b16 = S == 4 ? _mm256_loadu_si256((const __m256i *)bs)
                          : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)bs));
     __m256i T, Mi;
-    if (kind == X4K) { /* packed (moe_kernels.h), the (d, dmin) pairs in the group */
+    if (kind == X4K) /* packed scales and mins (moe_kernels.h) */
         k4x_tm(S, sc, p, b16, &T, &Mi);
-        dd = sc + (size_t)6 * g, dstr = (size_t)S * 2;
-    }
     /* tr[h]: [4 rows] x (lanes 0-3: sub-blocks 0-3 of half h, 4-7: 4-7), summed below */
     __m256i tr[2][4];
     #pragma GCC unroll 4

@@ -112,9 +112,10 @@ static int lf_f16 = -1; /* -1: by type, 0: scalar, 1: insert */
  * 20): 3 read 0.85 / 0.83 / 0.86 / 0.89 against 1's 0.81 / 0.80 / 0.85 / 0.87
  * (the build before: 0.77 / 0.79 / 0.79 / 0.85). Above KT__FEW_CPUS online CPUs
  * the memory, not a core, is the limit, and 1 stays: the 16-core Xeon, 8-layer
- * file, 16 threads, 6 alternating pairs (session 21, both Q4KX layouts): 1 read
- * 1.02 / 0.97 / 1.00 / 0.92 / 0.90 / 0.94, 3 0.90 / 0.93 / 0.97 / 0.99 / 0.84 /
- * 0.83 (ahead in 5 of 6 pairs, at or above 0.9 in 6 of 6 against 4). */
+ * file, 16 threads, 9 clean alternating pairs (session 21, both Q4KX layouts): 1
+ * read 1.02 / 0.97 / 1.00 / 0.92 / 0.90 / 0.94 / 0.90 / 0.97 / 0.91, 3 0.90 /
+ * 0.93 / 0.97 / 0.99 / 0.84 / 0.83 / 0.95 / 0.96 / 0.94 (at or above 0.9 in 9 of
+ * 9 against 7; ahead in the first 5 of 6 pairs, behind in 2 of the last 3). */
 static int lf_q4k = 3;
 
 /* Scale-word index of lane l of 64 bytes starting at byte p (a multiple of 4)
@@ -901,7 +902,8 @@ ALWAYS_INLINE void x40_tile(const int kind, const int NR, const int MT, const ui
 }
 
 /* Rows 0..3 of the tile at t . tokens act[0 .. mr - 1] into out[r * 4 + m]: one
- * token 4 rows at once, more 2 rows x mr tokens twice (pf: the first pass only). */
+ * token 4 rows at once (X4K3: k4x3_tile), more 2 rows x mr tokens twice (pf: the
+ * first pass only). */
 ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uint8_t *pf,
                              int nb, const uint8_t *const *act, size_t xs, float *out)
 {
@@ -910,7 +912,9 @@ ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uin
      * shift per row it saved (objdump, a group of 16: 292 against 264
      * instructions at 2 x 4) */
     const int k2 = kind == X4K3 ? X4K : kind;
-    if (mr == 1)
+    if (mr == 1 && kind == X4K3)
+        k4x3_tile(t, pf, nb, act[0], xs, out);
+    else if (mr == 1)
         x40_tile(kind, 4, 1, t, pf, 0, nb, act, xs, out);
     for (int r0 = 0; r0 < 4 && mr > 1; r0 += 2, pf = NULL) {
         if (mr == 2)
@@ -922,11 +926,8 @@ ALWAYS_INLINE void x40_tiles(const int kind, int mr, const uint8_t *t, const uin
     }
 }
 
-/* One tile of layout KIND at the call loop's position (the one-token tile apart). */
-#define X_CALL_TILE(KIND) \
-    (mr == 1 && KIND == X4K3 ? k4x3_tile(tp, p1, nb, ar[0], xs, out) \
-     : mr == 1 ? x40_tile(KIND, 4, 1, tp, p1, 0, nb, ar, xs, out) \
-             : x40_tiles(KIND, mr, tp, p1, nb, ar, xs, out))
+/* One tile of layout KIND at the call loop's position. */
+#define X_CALL_TILE(KIND) x40_tiles(KIND, mr, tp, p1, nb, ar, xs, out)
 
 
 void kt__lf_gemm_q40x_avx512(const kt__wmat *W, int n0, int n1, const void *const *act,
